@@ -1,0 +1,369 @@
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// RequireEnv names the environment variable that turns a missing Redis
+	// installation from a skip into a failure. CI sets it so that a runner
+	// without Redis cannot silently pass the Redis-backed tests.
+	RequireEnv = "LIMITD_REQUIRE_REDIS"
+
+	missingMsg = "%s not installed: install redis-server and redis-tools (apt-get install -y redis-server redis-tools) to run this test"
+
+	startTimeout = 5 * time.Second
+	// Picking a port and binding it are not atomic, so another process can
+	// grab the port in between; a few fresh picks make that race harmless.
+	startAttempts = 5
+	logTailLines  = 30
+)
+
+// Require skips the test unless every named binary is on PATH (redis-server
+// when none is named). If LIMITD_REQUIRE_REDIS=1 it fails the test instead,
+// so CI cannot mistake a runner without Redis for a passing one.
+func Require(t testing.TB, bins ...string) {
+	t.Helper()
+	if len(bins) == 0 {
+		bins = []string{"redis-server"}
+	}
+	for _, bin := range bins {
+		if _, err := exec.LookPath(bin); err != nil {
+			msg := fmt.Sprintf(missingMsg, bin)
+			if os.Getenv(RequireEnv) == "1" {
+				t.Fatal(msg)
+			} else {
+				t.Skip(msg)
+			}
+			// Only reached with a testing.TB fake whose Skip/Fatal return.
+			return
+		}
+	}
+}
+
+// Instance is one redis-server child process owned by a test.
+type Instance struct {
+	t       testing.TB
+	bin     string
+	dir     string
+	logPath string
+	port    int
+	// args are the extra flags of the first successful start, kept so that
+	// Restart brings the server back with an identical configuration.
+	args []string
+
+	// mu serialises Stop and Restart so a concurrent Stop cannot observe a
+	// half-started process or return before the process is gone.
+	mu   sync.Mutex
+	proc *process
+}
+
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has exited and been reaped
+}
+
+// Server starts a standalone redis-server with persistence disabled on a free
+// 127.0.0.1 port and stops it when the test ends. args are appended to the
+// command line after the defaults, so they can override them.
+func Server(t testing.TB, args ...string) *Instance {
+	t.Helper()
+	Require(t, "redis-server")
+	return launch(t, func(string, int) ([]string, error) { return args, nil })
+}
+
+// launch starts redis-server with flags from extra, which receives the
+// instance directory and the candidate port because cluster flags embed them.
+func launch(t testing.TB, extra func(dir string, port int) ([]string, error)) *Instance {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	dir := t.TempDir()
+	inst := &Instance{t: t, bin: bin, dir: dir, logPath: filepath.Join(dir, "redis.log")}
+	// Registered after t.TempDir so it runs before the directory is removed.
+	t.Cleanup(inst.Stop)
+
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	var lastErr error
+	for range startAttempts {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: pick a free port: %v", err)
+		}
+		args, err := extra(dir, port)
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		err = inst.startLocked(port, args)
+		if err == nil {
+			inst.port, inst.args = port, args
+			return inst
+		}
+		if !errors.Is(err, errPortTaken) {
+			t.Fatalf("redistest: %v", err)
+		}
+		lastErr = err
+	}
+	t.Fatalf("redistest: no usable port after %d attempts: %v", startAttempts, lastErr)
+	return nil
+}
+
+// Addr returns the server address as "127.0.0.1:port".
+func (i *Instance) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(i.port)) }
+
+// Port returns the TCP port the server listens on; it survives Restart.
+func (i *Instance) Port() int { return i.port }
+
+// Client returns a new client for this server, closed when the test ends.
+func (i *Instance) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: i.Addr()})
+	i.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Stop kills the server with SIGKILL, so nothing is flushed to disk, and
+// waits for it to exit. Calling it on a stopped server does nothing.
+func (i *Instance) Stop() {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.stopLocked()
+}
+
+// Restart kills the server and starts a new one on the same port with an
+// empty dataset, which is what a Redis restart without persistence looks like
+// to clients. Like t.Fatal it must be called from the test goroutine.
+func (i *Instance) Restart() {
+	i.t.Helper()
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.stopLocked()
+	if err := i.startLocked(i.port, i.args); err != nil {
+		i.t.Fatalf("redistest: restart on port %d: %v", i.port, err)
+	}
+}
+
+func (i *Instance) stopLocked() {
+	if i.proc == nil {
+		return
+	}
+	_ = i.proc.cmd.Process.Kill()
+	<-i.proc.done
+	i.proc = nil
+}
+
+var errPortTaken = errors.New("port already in use")
+
+func (i *Instance) startLocked(port int, extra []string) error {
+	// A fresh data directory per start guarantees an empty dataset even if
+	// the test forced a dump with SAVE before restarting.
+	dataDir, err := os.MkdirTemp(i.dir, "data-")
+	if err != nil {
+		return err
+	}
+	args := []string{
+		"--bind", "127.0.0.1",
+		"--port", strconv.Itoa(port),
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", dataDir,
+		"--daemonize", "no",
+	}
+	args = append(args, extra...)
+
+	logFile, err := os.OpenFile(i.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	// Failure diagnostics must only look at this start's output, not at an
+	// earlier attempt's "Address already in use".
+	logStart, _ := logFile.Seek(0, io.SeekEnd)
+
+	cmd := exec.Command(i.bin, args...)
+	cmd.Dir = i.dir
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = sysProcAttr()
+	err = cmd.Start()
+	// The child holds its own descriptor; keeping ours would leak one per start.
+	logFile.Close()
+	if err != nil {
+		return fmt.Errorf("start %s: %w", i.bin, err)
+	}
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	bound := func() bool { return i.logSays(logStart, readyLine) }
+	if hidesNotices(extra) {
+		// The ready line is a notice; without it the process_id check in
+		// waitReady is the only guard against talking to someone else.
+		bound = func() bool { return true }
+	}
+	if err := waitReady(addr, p, startTimeout, bound); err != nil {
+		_ = cmd.Process.Kill()
+		<-p.done
+		tail := i.logTail(logStart)
+		if strings.Contains(tail, "Address already in use") || errors.Is(err, errForeignServer) {
+			err = fmt.Errorf("%w: %v", errPortTaken, err)
+		}
+		return fmt.Errorf("redis-server on %s: %w\n--- %s (tail) ---\n%s", addr, err, i.logPath, tail)
+	}
+	i.proc = p
+	return nil
+}
+
+var errForeignServer = errors.New("a Redis not started by this test answered")
+
+// readyLine is logged by redis-server only after all its listening sockets,
+// including the cluster bus, are bound.
+const readyLine = "Ready to accept connections"
+
+// waitReady polls until the server answers PING and proves, via its
+// process_id, that it is the child we just started. bound gates the first
+// connection: until our child has bound the port, whatever answers there is
+// not ours and must not be contacted.
+func waitReady(addr string, p *process, timeout time.Duration, bound func() bool) error {
+	deadline := time.Now().Add(timeout)
+	var err error = errors.New("not listening yet")
+	for {
+		select {
+		case <-p.done:
+			return fmt.Errorf("exited during startup: %v", p.cmd.ProcessState)
+		default:
+		}
+		if bound() {
+			var pid int
+			if pid, err = probe(addr); err == nil {
+				if pid != p.cmd.Process.Pid {
+					return fmt.Errorf("%w (pid %d, want %d)", errForeignServer, pid, p.cmd.Process.Pid)
+				}
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no PING reply within %v: %v", timeout, err)
+		}
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// hidesNotices reports whether the caller raised the log level above notice,
+// which suppresses readyLine.
+func hidesNotices(args []string) bool {
+	for j, a := range args {
+		if strings.TrimLeft(a, "-") == "loglevel" && j+1 < len(args) {
+			lvl := strings.ToLower(args[j+1])
+			return lvl == "warning" || lvl == "nothing"
+		}
+	}
+	return false
+}
+
+// probe speaks raw RESP instead of using go-redis because go-redis throttles
+// redials after a refused connection, which would add about a second to every
+// start while the server is still binding.
+func probe(addr string) (pid int, err error) {
+	conn, err := net.DialTimeout("tcp", addr, 250*time.Millisecond)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
+		return 0, err
+	}
+	if _, err := io.WriteString(conn, "*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n"); err != nil {
+		return 0, err
+	}
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	if line != "+PONG\r\n" {
+		return 0, fmt.Errorf("PING replied %q", strings.TrimSpace(line))
+	}
+	line, err = r.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	if !strings.HasPrefix(line, "$") {
+		return 0, fmt.Errorf("INFO replied %q", strings.TrimSpace(line))
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("INFO replied %q", strings.TrimSpace(line))
+	}
+	body := make([]byte, n+2)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(body), "\r\n") {
+		if v, ok := strings.CutPrefix(l, "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("INFO server has no process_id")
+}
+
+// freePort asks the kernel for an unused loopback port. Ephemeral ports never
+// include the default Redis port 6379 on common configurations; the explicit
+// check keeps "never touch 6379" a guarantee rather than an assumption.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	if port == 6379 {
+		// Holding this listener open forces the next pick elsewhere.
+		defer l.Close()
+		return freePort()
+	}
+	return port, l.Close()
+}
+
+func (i *Instance) logSays(from int64, text string) bool {
+	data, err := os.ReadFile(i.logPath)
+	if err != nil || from > int64(len(data)) {
+		return false
+	}
+	return strings.Contains(string(data[from:]), text)
+}
+
+func (i *Instance) logTail(from int64) string {
+	data, err := os.ReadFile(i.logPath)
+	if err != nil {
+		return fmt.Sprintf("(cannot read log: %v)", err)
+	}
+	if from > 0 && from <= int64(len(data)) {
+		data = data[from:]
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > logTailLines {
+		lines = lines[len(lines)-logTailLines:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,266 @@
+package limiter
+
+import (
+	"encoding/json"
+	"math"
+	"reflect"
+	"strconv"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Kind names a limiter engine.
+type Kind string
+
+const (
+	KindSchedule Kind = "schedule" // a strict or bursting shared schedule
+	KindSmooth   Kind = "smooth"   // Guava's SmoothBursty / SmoothWarmingUp
+)
+
+// Config describes one limiter. It is what the HTTP API takes as JSON and the
+// boot file as YAML. Zero or nil fields take their defaults (see Normalize).
+type Config struct {
+	Kind Kind `json:"kind,omitempty" yaml:"kind,omitempty"`
+	// Spec is a rate spec string ("12000,1.1"), an alternative to Rate and Burst
+	// for a schedule limiter.
+	Spec string  `json:"spec,omitempty" yaml:"spec,omitempty"`
+	Rate float64 `json:"rate,omitempty" yaml:"rate,omitempty"` // permits per second
+
+	// schedule
+	Burst      *Burst    `json:"burst,omitempty" yaml:"burst,omitempty"`             // ≥ 1 or inf; default 1.1
+	MaxBacklog *Duration `json:"max_backlog,omitempty" yaml:"max_backlog,omitempty"` // default unlimited (Horizon)
+
+	// smooth
+	MaxBurstSeconds *float64  `json:"max_burst_seconds,omitempty" yaml:"max_burst_seconds,omitempty"` // default 1
+	InitialPermits  *float64  `json:"initial_permits,omitempty" yaml:"initial_permits,omitempty"`     // default 0; warm-up: cold
+	Warmup          *Duration `json:"warmup,omitempty" yaml:"warmup,omitempty"`
+	ColdFactor      *float64  `json:"cold_factor,omitempty" yaml:"cold_factor,omitempty"` // default 3
+}
+
+// Limits on config values.
+const (
+	MaxStoredSeconds = 1e6 // max_burst_seconds and warm-up, about 11.6 days
+	MaxColdFactor    = 1e6
+)
+
+// Normalize checks c and returns it in canonical form: the spec string applied,
+// every default filled in, so that two configs that behave the same compare
+// equal. The verb of a spec string is returned beside it (VerbStart without one).
+func (c Config) Normalize() (Config, Verb, error) {
+	verb := VerbStart
+	if c.Kind == "" {
+		c.Kind = KindSchedule
+	}
+	if c.Spec != "" {
+		if c.Kind != KindSchedule {
+			return Config{}, "", fieldErr("spec", "is only for kind schedule", c.Kind)
+		}
+		if c.Rate != 0 || c.Burst != nil {
+			return Config{}, "", fieldErr("spec", "excludes rate and burst: give one or the other", nil)
+		}
+		sp, err := ParseSpec(c.Spec)
+		if err != nil {
+			return Config{}, "", err
+		}
+		b := Burst(sp.Burst)
+		c.Spec, c.Rate, c.Burst, verb = "", sp.Rate, &b, sp.Verb
+	}
+	if err := checkRate(c.Rate); err != nil {
+		return Config{}, "", err
+	}
+	switch c.Kind {
+	case KindSchedule:
+		if err := c.onlyFor(KindSchedule); err != nil {
+			return Config{}, "", err
+		}
+		if c.Burst == nil {
+			b := Burst(DefaultBurst)
+			c.Burst = &b
+		}
+		if b := float64(*c.Burst); math.IsNaN(b) || b < 1 || (b > MaxBurst && !math.IsInf(b, 1)) {
+			return Config{}, "", fieldErr("burst", "must be ≥ 1 and ≤ 1e6, or \"inf\"", b)
+		}
+		if c.MaxBacklog != nil {
+			if err := checkDuration("max_backlog", *c.MaxBacklog, 0); err != nil {
+				return Config{}, "", err
+			}
+		}
+	case KindSmooth:
+		if err := c.onlyFor(KindSmooth); err != nil {
+			return Config{}, "", err
+		}
+		if c.Warmup != nil && c.MaxBurstSeconds != nil {
+			return Config{}, "", fieldErr("warmup", "excludes max_burst_seconds: a limiter warms up or bursts", nil)
+		}
+		if c.Warmup == nil || *c.Warmup == 0 {
+			// A zero warm-up is a bursting limiter without stored permits, never an
+			// unlimited one.
+			if c.Warmup != nil {
+				zero := 0.0
+				c.Warmup, c.MaxBurstSeconds = nil, &zero
+			}
+			if c.ColdFactor != nil {
+				return Config{}, "", fieldErr("cold_factor", "needs a warmup", nil)
+			}
+			if c.MaxBurstSeconds == nil {
+				one := 1.0
+				c.MaxBurstSeconds = &one
+			}
+			if v := *c.MaxBurstSeconds; math.IsNaN(v) || v < 0 || v > MaxStoredSeconds {
+				return Config{}, "", fieldErr("max_burst_seconds", "must be ≥ 0 and ≤ 1e6", v)
+			}
+			if c.InitialPermits == nil {
+				zero := 0.0
+				c.InitialPermits = &zero
+			}
+		} else {
+			if err := checkDuration("warmup", *c.Warmup, 1); err != nil {
+				return Config{}, "", err
+			}
+			if time.Duration(*c.Warmup).Seconds() > MaxStoredSeconds {
+				return Config{}, "", fieldErr("warmup", "must be at most 1e6 s", c.Warmup.String())
+			}
+			if c.ColdFactor == nil {
+				three := 3.0
+				c.ColdFactor = &three
+			}
+			if v := *c.ColdFactor; math.IsNaN(v) || v < 1 || v > MaxColdFactor {
+				return Config{}, "", fieldErr("cold_factor", "must be ≥ 1 and ≤ 1e6", v)
+			}
+		}
+		if c.InitialPermits != nil {
+			if v := *c.InitialPermits; math.IsNaN(v) || v < 0 || math.IsInf(v, 0) {
+				return Config{}, "", fieldErr("initial_permits", "must be ≥ 0", v)
+			}
+		}
+	default:
+		return Config{}, "", fieldErr("kind", "must be schedule or smooth", strconv.Quote(string(c.Kind)))
+	}
+	return c, verb, nil
+}
+
+// Validate reports whether c is a valid config; the error names the field.
+func (c Config) Validate() error {
+	_, _, err := c.Normalize()
+	return err
+}
+
+// onlyFor rejects fields that belong to another kind, so a typo in the kind
+// cannot silently drop a setting.
+func (c Config) onlyFor(k Kind) error {
+	var field string
+	switch {
+	case k != KindSchedule && c.Burst != nil:
+		field = "burst"
+	case k != KindSchedule && c.MaxBacklog != nil:
+		field = "max_backlog"
+	case k != KindSmooth && c.MaxBurstSeconds != nil:
+		field = "max_burst_seconds"
+	case k != KindSmooth && c.InitialPermits != nil:
+		field = "initial_permits"
+	case k != KindSmooth && c.Warmup != nil:
+		field = "warmup"
+	case k != KindSmooth && c.ColdFactor != nil:
+		field = "cold_factor"
+	}
+	if field != "" {
+		return fieldErr(field, "is not a setting of kind "+string(k), nil)
+	}
+	return nil
+}
+
+func checkDuration(field string, d Duration, min Duration) error {
+	if d < min || int64(d) > Horizon {
+		rule := "must be ≥ 0 and at most 2^50 ns (~13 days)"
+		if min > 0 {
+			rule = "must be > 0 and at most 2^50 ns (~13 days)"
+		}
+		return fieldErr(field, rule, d.String())
+	}
+	return nil
+}
+
+// Duration is a time.Duration written as a Go duration string ("250ms") in JSON
+// and YAML.
+type Duration time.Duration
+
+// D returns a Duration pointer, for building configs in Go.
+func D(d time.Duration) *Duration { v := Duration(d); return &v }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return &json.UnmarshalTypeError{Value: "non-string " + string(b), Type: reflect.TypeFor[Duration]()}
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		// An UnmarshalTypeError gets the field's name filled in by encoding/json.
+		return &json.UnmarshalTypeError{Value: "duration " + strconv.Quote(s), Type: reflect.TypeFor[Duration]()}
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil || n.Kind != yaml.ScalarNode {
+		return fieldErr("duration", "must be a Go duration string like \"250ms\"", strconv.Quote(n.Value))
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Burst is a schedule's burst ratio: a number ≥ 1, or +Inf written "inf".
+type Burst float64
+
+// B returns a Burst pointer, for building configs in Go.
+func B(b float64) *Burst { v := Burst(b); return &v }
+
+// Inf is the burst ratio "inf": unlimited catch-up.
+var Inf = math.Inf(1)
+
+func (b Burst) String() string { return formatBurst(float64(b)) }
+
+func (b Burst) MarshalJSON() ([]byte, error) {
+	if math.IsInf(float64(b), 1) {
+		return []byte(`"inf"`), nil
+	}
+	return json.Marshal(float64(b))
+}
+
+func (b *Burst) UnmarshalJSON(data []byte) error {
+	var f float64
+	if err := json.Unmarshal(data, &f); err == nil {
+		*b = Burst(f)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err == nil && (s == "inf" || s == "+inf") {
+		*b = Burst(math.Inf(1))
+		return nil
+	}
+	return &json.UnmarshalTypeError{Value: string(data), Type: reflect.TypeFor[Burst]()}
+}
+
+func (b Burst) MarshalYAML() (any, error) {
+	if math.IsInf(float64(b), 1) {
+		return "inf", nil
+	}
+	return float64(b), nil
+}
+
+func (b *Burst) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseBurst(n.Value)
+	if err != nil || n.Kind != yaml.ScalarNode {
+		return fieldErr("burst", "must be a number ≥ 1, or \"inf\"", strconv.Quote(n.Value))
+	}
+	*b = Burst(v)
+	return nil
+}

@@ -1,0 +1,273 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrDeadline is returned by Wait when the permit's start lies beyond the
+// context's deadline; nothing is taken from the limiter then. It matches
+// context.DeadlineExceeded too.
+var ErrDeadline = fmt.Errorf("limiter: wait would exceed the context deadline: %w", context.DeadlineExceeded)
+
+// Clock is the time source of a Limiter. Tests inject a fake one; the default
+// uses the monotonic clock.
+type Clock interface {
+	Now() time.Time
+	// Sleep waits for d or until ctx is done, returning ctx.Err() in that case.
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithClock makes the limiter read time from c.
+func WithClock(c Clock) Option { return func(l *Limiter) { l.clock = c } }
+
+// Limiter is a goroutine-safe in-process limiter over one engine. It holds the
+// same schedule a shared limiter holds in Redis, for one process.
+//
+// Most callers want Wait, which blocks until the permit's start and tells the
+// caller when the permit was scheduled, so latency can be measured from the
+// schedule rather than from when the caller got around to it. Allow decides
+// without waiting; Reserve hands the waiting to the caller.
+type Limiter struct {
+	mu     sync.Mutex
+	params Params
+	state  State
+	config Config
+	clock  Clock
+	base   time.Time // engine time 0; engine times are ns since base
+}
+
+// New returns a limiter for a config of kind schedule or smooth.
+func New(c Config, opts ...Option) (*Limiter, error) {
+	p, err := Compile(c)
+	if err != nil {
+		return nil, err
+	}
+	norm, _, _ := c.Normalize()
+	l := &Limiter{params: p, config: norm, clock: systemClock{}}
+	for _, o := range opts {
+		o(l)
+	}
+	l.base = l.clock.Now()
+	if p.StartsAtCreation() {
+		p.Start(&l.state, 0)
+	}
+	return l, nil
+}
+
+// Permit tells a caller what it got: when its permits were due on the schedule
+// and when it may start.
+type Permit struct {
+	Permits   int
+	Scheduled time.Time     // when the permits were due on the schedule
+	Start     time.Time     // when the caller may start (never before the request)
+	Lateness  time.Duration // Start − Scheduled: how far behind schedule it starts
+	Backlog   time.Duration // the limiter's backlog after the grant
+}
+
+func (l *Limiter) now() int64 { return int64(l.clock.Now().Sub(l.base)) }
+
+func (l *Limiter) permit(r Result) Permit {
+	return Permit{
+		Permits:   int(r.Permits),
+		Scheduled: l.base.Add(time.Duration(r.Scheduled)),
+		Start:     l.base.Add(time.Duration(r.Start)),
+		Lateness:  time.Duration(r.Lateness),
+		Backlog:   time.Duration(r.Wait),
+	}
+}
+
+// Allow reports whether one permit may start now.
+func (l *Limiter) Allow() bool { return l.AllowN(1) }
+
+// AllowN reports whether n permits may start now; if so they are taken.
+// n outside [1, MaxPermits] is never allowed.
+func (l *Limiter) AllowN(n int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.params.CheckPermits(int64(n)) != nil {
+		return false
+	}
+	return l.params.acquire(&l.state, l.now(), int64(n), 0).Granted
+}
+
+// Wait blocks until one permit may start. See WaitN.
+func (l *Limiter) Wait(ctx context.Context) (Permit, error) { return l.WaitN(ctx, 1) }
+
+// WaitN blocks until n permits may start, or ctx is done. If ctx has a deadline
+// earlier than the start, it returns ErrDeadline at once and takes nothing. If
+// ctx is cancelled while waiting, the permits are handed back.
+func (l *Limiter) WaitN(ctx context.Context, n int) (Permit, error) {
+	if err := ctx.Err(); err != nil {
+		return Permit{}, err
+	}
+	maxWait := Forever
+	if dl, ok := ctx.Deadline(); ok {
+		maxWait = int64(dl.Sub(l.clock.Now()))
+		if maxWait < 0 {
+			return Permit{}, ErrDeadline
+		}
+	}
+	r, err := l.reserve(int64(n), maxWait)
+	if err != nil {
+		return Permit{}, err
+	}
+	if !r.ok {
+		return Permit{}, ErrDeadline
+	}
+	if err := l.clock.Sleep(ctx, time.Duration(r.result.Delay)); err != nil {
+		r.Cancel()
+		return Permit{}, err
+	}
+	return r.Permit(), nil
+}
+
+// ErrTooLate is returned by Reserve when the permits' start lies beyond the
+// horizon (about 13 days) of the schedule.
+var ErrTooLate = errors.New("limiter: the permits' start lies beyond the schedule's horizon")
+
+// Reservation is a grant the caller waits out itself, or cancels.
+type Reservation struct {
+	lim           *Limiter
+	ok            bool
+	result        Result
+	before, after State
+	at            time.Time
+}
+
+// Reserve takes n permits now, however far ahead they start, and returns the
+// reservation: wait Delay() before starting, or Cancel() to hand them back.
+func (l *Limiter) Reserve(n int) (Reservation, error) {
+	r, err := l.reserve(int64(n), Forever)
+	if err == nil && !r.ok {
+		err = ErrTooLate
+	}
+	return r, err
+}
+
+func (l *Limiter) reserve(n, maxWait int64) (Reservation, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.params.CheckPermits(n); err != nil {
+		return Reservation{}, err
+	}
+	now := l.now()
+	r := Reservation{lim: l, before: l.state}
+	r.result = l.params.acquire(&l.state, now, n, maxWait)
+	r.ok, r.after, r.at = r.result.Granted, l.state, l.base.Add(time.Duration(now))
+	return r, nil
+}
+
+// OK reports whether the reservation holds permits.
+func (r *Reservation) OK() bool { return r.ok }
+
+// Delay is how long the caller must wait from now before starting.
+func (r *Reservation) Delay() time.Duration {
+	if !r.ok {
+		return 0
+	}
+	return max(0, r.at.Add(time.Duration(r.result.Delay)).Sub(r.lim.clock.Now()))
+}
+
+// Permit describes the reserved permits.
+func (r *Reservation) Permit() Permit {
+	if !r.ok {
+		return Permit{}
+	}
+	return r.lim.permit(r.result)
+}
+
+// Cancel hands the permits back: the schedule is rewound if nothing was taken
+// after them, otherwise their time is counted as idle. Cancel is idempotent.
+func (r *Reservation) Cancel() {
+	if !r.ok {
+		return
+	}
+	r.ok = false
+	l := r.lim
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.params.Undo(&l.state, r.before, r.after, r.result)
+}
+
+// SetConfig reconfigures the limiter live. A config of the same kind keeps the
+// schedule (backlog, pace, stored permits rescaled); another kind starts afresh.
+func (l *Limiter) SetConfig(c Config) error {
+	p, err := Compile(c)
+	if err != nil {
+		return err
+	}
+	norm, verb, _ := c.Normalize()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if p.Kind != l.params.Kind {
+		l.state = State{}
+		if p.StartsAtCreation() {
+			p.Start(&l.state, now)
+		}
+	} else {
+		Reconfigure(&l.state, now, &l.params, &p)
+	}
+	l.params, l.config = p, norm
+	if verb == VerbRestart {
+		l.params.Reset(&l.state, now)
+	}
+	return nil
+}
+
+// Config returns the limiter's config in canonical form.
+func (l *Limiter) Config() Config {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.config
+}
+
+// Reset starts a new schedule now: the backlog is forfeited, totals are kept.
+func (l *Limiter) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.params.Reset(&l.state, l.now())
+}
+
+// Stats is a limiter's live state.
+type Stats struct {
+	Backlog   time.Duration // schedule time nobody claimed (smooth: stored time)
+	Delay     time.Duration // how long a new caller would wait now
+	Idle      time.Duration // total schedule time forfeited
+	Allocated time.Duration // total schedule time granted
+	Permits   int64         // total permits granted
+}
+
+// Stats returns the limiter's state now, without changing it.
+func (l *Limiter) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v := l.params.Peek(l.state, l.now())
+	return Stats{Backlog: time.Duration(v.Wait), Delay: time.Duration(v.Delay),
+		Idle: time.Duration(v.Idle), Allocated: time.Duration(v.Allocated), Permits: v.Permits}
+}

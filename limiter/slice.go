@@ -1,0 +1,104 @@
+package limiter
+
+import (
+	"math"
+	"math/big"
+)
+
+// Horizon bounds every time a limiter keeps: no permit is scheduled more than
+// Horizon after now, no backlog is kept longer than Horizon, and no single
+// request may cost more than Horizon of schedule. 2^50 ns is about 13 days.
+// It is what keeps the Lua scripts' double arithmetic exact (values < 2^53).
+const Horizon int64 = 1 << 50
+
+// MaxDen bounds the denominator of a slice. With it, every product the Lua
+// scripts form while computing a cost stays below 2^53.
+const MaxDen int64 = 1 << 26
+
+// Limits on the rate of a limiter, in permits per second.
+const (
+	MinRate = 1e-6 // one permit per ~11.6 days: a slice still fits the horizon
+	MaxRate = 1e9  // one permit per nanosecond
+)
+
+// Slice is the schedule time one permit costs, Whole + Frac/Den nanoseconds: the
+// best rational approximation of 1e9/rate with Den ≤ MaxDen. Rates with a small
+// denominator (3/s, 1100.5/s, 5000/min) are exact; for others the error is below
+// 2^-26 ns a permit, 15 ns after a billion permits.
+type Slice struct {
+	Whole int64
+	Frac  int64 // 0 ≤ Frac < Den
+	Den   int64 // 1 ≤ Den ≤ MaxDen
+}
+
+// SliceOf returns the slice of a rate in permits per second.
+// The rate must lie in [MinRate, MaxRate].
+func SliceOf(rate float64) Slice {
+	exact := new(big.Rat).SetFloat64(rate) // the float's exact binary value
+	x := new(big.Rat).Quo(big.NewRat(1e9, 1), exact)
+	num, den := bestRational(x, MaxDen)
+	q, r := new(big.Int).QuoRem(num, den, new(big.Int))
+	return Slice{Whole: q.Int64(), Frac: r.Int64(), Den: den.Int64()}
+}
+
+// bestRational returns the last continued-fraction convergent of x whose
+// denominator does not exceed maxDen.
+func bestRational(x *big.Rat, maxDen int64) (num, den *big.Int) {
+	limit := big.NewInt(maxDen)
+	p0, q0 := big.NewInt(0), big.NewInt(1) // convergent k-2
+	p1, q1 := big.NewInt(1), big.NewInt(0) // convergent k-1
+	n, d := new(big.Int).Set(x.Num()), new(big.Int).Set(x.Denom())
+	for d.Sign() != 0 {
+		a, r := new(big.Int).QuoRem(n, d, new(big.Int))
+		p2 := new(big.Int).Add(new(big.Int).Mul(a, p1), p0)
+		q2 := new(big.Int).Add(new(big.Int).Mul(a, q1), q0)
+		if q2.Cmp(limit) > 0 {
+			break
+		}
+		p0, q0, p1, q1 = p1, q1, p2, q2
+		n, d = d, r
+	}
+	return p1, q1
+}
+
+// Float is the slice as a float64 (for the warm-up arithmetic and for display).
+func (s Slice) Float() float64 {
+	return float64(s.Whole) + float64(s.Frac)/float64(s.Den)
+}
+
+// Rate is the rate in permits per second the slice stands for.
+func (s Slice) Rate() float64 {
+	return 1e9 * float64(s.Den) / (float64(s.Whole)*float64(s.Den) + float64(s.Frac))
+}
+
+// Cost returns the whole nanoseconds that n permits cost when rem/Den ns of
+// earlier costs are still owed, and the new remainder. The sum of costs over any
+// sequence of calls is floor(total permits × exact slice): nothing drifts.
+// n must be in [0, MaxPermits]; the arithmetic mirrors lua/ exactly (n is split
+// by Den so no product exceeds 2^53).
+func (s Slice) Cost(n, rem int64) (cost, newRem int64) {
+	a, b := n/s.Den, n%s.Den
+	t := rem + b*s.Frac // < 2^26 + 2^52
+	return n*s.Whole + a*s.Frac + t/s.Den, t % s.Den
+}
+
+// MaxPermits is the largest n with Cost(n, Den-1) ≤ Horizon: the most permits
+// one request may ask for.
+func (s Slice) MaxPermits() int64 {
+	n := int64(float64(Horizon) / s.Float())
+	for n > 0 && s.costCeil(n) > Horizon {
+		n--
+	}
+	for s.costCeil(n+1) <= Horizon {
+		n++
+	}
+	return n
+}
+
+func (s Slice) costCeil(n int64) int64 {
+	if n > math.MaxInt64/(s.Whole+1) {
+		return math.MaxInt64
+	}
+	c, _ := s.Cost(n, s.Den-1)
+	return c
+}
