@@ -273,13 +273,15 @@ func waitReady(addr string, p *process, timeout time.Duration, bound func() bool
 // hidesNotices reports whether the caller raised the log level above notice,
 // which suppresses readyLine.
 func hidesNotices(args []string) bool {
+	hidden := false
 	for j, a := range args {
+		// Redis applies the last occurrence, so keep scanning.
 		if strings.TrimLeft(a, "-") == "loglevel" && j+1 < len(args) {
 			lvl := strings.ToLower(args[j+1])
-			return lvl == "warning" || lvl == "nothing"
+			hidden = lvl == "warning" || lvl == "nothing"
 		}
 	}
-	return false
+	return hidden
 }
 
 // probe speaks raw RESP instead of using go-redis because go-redis throttles
