@@ -1,0 +1,43 @@
+-- configure: create, replace or reconfigure a limiter in one step, so that a
+-- limiter is never half-written. A config equal to the current one changes
+-- nothing; one of the same kind is applied in place keeping the schedule
+-- (limiter.Reconfigure) and bumps the version; another kind replaces the
+-- limiter with a fresh one (PATCH refuses that). Every change is published.
+-- KEYS: limiter hash.
+-- ARGV: mode ('put'|'patch'), expected version (patch; '' for any),
+-- config JSON (canonical), restart (1: reset after applying), channel, name,
+-- PARAMS (without meaning for 'ver', which this script assigns).
+-- Reply: {code, version, changed}; code 201 created, 200 ok, -1 not found,
+-- -3 version moved (retry), -4 kind change refused.
+local mode, expected, cfg, restart, channel, name = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local NP = {}
+params_from(NP, ARGV, 7)
+local us = time_us()
+local L = load(KEYS[1])
+if L and mode == 'patch' and expected ~= '' and tonumber(expected) ~= L.ver then return {-3, L.ver, 0} end
+if not L and mode == 'patch' then return {-1, 0, 0} end
+local code, ver = 200, 1
+if L and L.kind == NP.kind then
+  if redis.call('HGET', KEYS[1], 'cfg') == cfg and restart ~= '1' then return {200, L.ver, 0} end
+  local now = now_rel(L, us)
+  retune(L, now, NP)
+  if restart == '1' then reset(L, now) end
+  ver = L.ver + 1
+else
+  if L and mode == 'patch' then return {-4, L.ver, 0} end
+  if L then
+    ver = L.ver + 1
+    redis.call('DEL', KEYS[1])
+  else
+    code = 201
+  end
+  L = fresh(KEYS[1])
+  for _, f in ipairs(PARAMS) do L[f] = NP[f] end
+  if L.kind == 'smooth' then start(L, now_rel(L, us), us) end -- Guava: starts at creation
+end
+L.ver = ver
+save_params(L)
+save(L)
+redis.call('HSET', KEYS[1], 'cfg', cfg)
+redis.call('PUBLISH', channel, name .. ' ' .. ver)
+return {code, ver, 1}

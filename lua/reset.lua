@@ -1,0 +1,12 @@
+-- reset: start a new schedule now (limiter.Params.Reset): the backlog or the
+-- stored permits are forfeited as idle, totals are kept.
+-- KEYS: limiter hash, template-instance hash. ARGV: [template PARAMS...] from 1.
+-- Reply: {code, version}.
+local us = time_us()
+local L = resolve(ARGV, 1, us)
+if not L then return {-1} end
+if L.st == 1 then
+  reset(L, now_rel(L, us))
+  save(L)
+end
+return {1, L.ver}

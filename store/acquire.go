@@ -1,0 +1,221 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/lua"
+)
+
+// Forever is the max wait of a caller that waits as long as it takes.
+const Forever = time.Duration(math.MaxInt64)
+
+// Decision is the outcome of an acquire. Time points are Unix ns on the Redis
+// clock; durations are ns.
+type Decision struct {
+	Granted    bool
+	Permits    int64
+	Scheduled  int64 // when the permits were due on the schedule
+	Start      int64 // when the caller may start
+	Delay      int64 // Start − Now
+	Lateness   int64 // Start − Scheduled
+	Wait       int64 // the limiter's backlog after the call
+	RetryAfter int64 // denied: how much later the same request could be granted
+	Version    int64 // the limiter's config version
+	Now        int64 // Redis time of the decision
+}
+
+// Acquire asks the limiter (or the template matching name) for n permits,
+// waiting at most maxWait (Forever: no bound). A granted caller should start
+// at Decision.Start; a denied one may retry after RetryAfter.
+func (s *Store) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (Decision, error) {
+	if s.batcher != nil {
+		return s.batcher.acquire(ctx, Request{Name: name, Permits: n, MaxWait: maxWait})
+	}
+	v, err := s.acquireCall(ctx, lua.Acquire, name, n, maxWait)
+	if err != nil {
+		return Decision{}, err
+	}
+	return decodeDecision(v), nil
+}
+
+func (s *Store) acquireCall(ctx context.Context, op, name string, n int64, maxWait time.Duration) ([]any, error) {
+	keys, tpl, err := s.target(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if n < 1 {
+		return nil, permitsErr(n)
+	}
+	args := append([]any{n, waitArg(maxWait), tpl.idleTTLms()}, tpl.args()...)
+	v, err := s.run(ctx, op, keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	return v, replyErr(name, v)
+}
+
+func permitsErr(n int64) error {
+	return &limiter.FieldError{Field: "permits", Rule: "must be ≥ 1", Value: n}
+}
+
+func waitArg(d time.Duration) int64 {
+	if d == Forever {
+		return -1
+	}
+	return max(0, int64(d))
+}
+
+func replyErr(name string, v []any) error {
+	switch toInt(v[0]) {
+	case -1:
+		return fmt.Errorf("limiter %q: %w", name, ErrNotFound)
+	case -2:
+		return &limiter.FieldError{Field: "permits", Rule: "must be ≥ 1 and at most " + strconv.FormatInt(toInt(v[1]), 10) + " (13 days of schedule)"}
+	}
+	return nil
+}
+
+func abs(ep, rel int64) int64 { return ep*1000 + rel }
+
+func decodeDecision(v []any) Decision {
+	ep := toInt(v[3])
+	d := Decision{
+		Granted: toInt(v[1]) == 1, Permits: toInt(v[2]), Delay: toInt(v[6]), Lateness: toInt(v[7]),
+		Wait: toInt(v[8]), RetryAfter: toInt(v[9]), Version: toInt(v[10]), Now: toInt(v[11]) * 1000,
+	}
+	if d.Granted {
+		d.Scheduled, d.Start = abs(ep, toInt(v[4])), abs(ep, toInt(v[5]))
+	}
+	return d
+}
+
+// Grant is k permits taken from the shared schedule in one call, for a client
+// pool to dispense locally. Besides the decision it carries what the pool
+// needs to place each permit and to hand unused ones back.
+type Grant struct {
+	Decision
+	Name      string
+	Kind      limiter.Kind
+	Slice     limiter.Slice
+	Burst     float64 // +Inf for "inf"
+	RemBefore int64   // the carry before the grant
+	End       int64   // the schedule pointer after the grant (Unix ns)
+	epoch     int64   // µs; Scheduled, Start and End relative to it are exact
+}
+
+// Params returns engine parameters able to compute costs and pace for the
+// grant's permits (Slice, Burst, Kind).
+func (g *Grant) Params() limiter.Params {
+	return limiter.Params{Kind: g.Kind, Slice: g.Slice, Burst: g.Burst}
+}
+
+// Grant takes k permits for a client pool (see Grant), waiting at most maxWait.
+func (s *Store) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (Grant, error) {
+	v, err := s.acquireCall(ctx, lua.Grant, name, k, maxWait)
+	if err != nil {
+		return Grant{}, err
+	}
+	g := Grant{Decision: decodeDecision(v), Name: name, epoch: toInt(v[3])}
+	g.RemBefore = toInt(v[12])
+	g.End = abs(g.epoch, toInt(v[13]))
+	g.Slice = limiter.Slice{Whole: toInt(v[14]), Frac: toInt(v[15]), Den: toInt(v[16])}
+	g.Burst, _ = strconv.ParseFloat(toString(v[17]), 64)
+	if g.Burst == 0 {
+		g.Burst = math.Inf(1)
+	}
+	g.Kind = limiter.Kind(toString(v[18]))
+	return g, nil
+}
+
+// Release hands back the last m permits of a grant that the pool will not use.
+// If nothing was taken from the schedule since the grant, the schedule is
+// rewound and the next caller gets them; otherwise their time is counted as
+// idle. It reports whether the schedule was rewound.
+func (s *Store) Release(ctx context.Context, g Grant, m int64) (bool, error) {
+	if !g.Granted || m <= 0 {
+		return false, nil
+	}
+	p := g.Params()
+	base := g.epoch * 1000
+	r := limiter.Result{Scheduled: g.Scheduled - base, Start: g.Start - base}
+	h := p.HandbackOf(r, g.RemBefore, g.End-base, g.Permits, m)
+	keys, tpl, err := s.target(ctx, g.Name)
+	if err != nil {
+		return false, err
+	}
+	args := append([]any{g.Version, g.epoch, h.Sched, h.End, h.PaceUsed, h.Unused, h.Permits, h.RemUsed, h.RemAfter}, tpl.args()...)
+	v, err := s.run(ctx, lua.Release, keys, args...)
+	if err != nil {
+		return false, err
+	}
+	if err := replyErr(g.Name, v); err != nil {
+		return false, err
+	}
+	return toInt(v[1]) == 1, nil
+}
+
+// WaitInfo is a limiter's live state: what GET /v1/limiters/{name}/wait returns.
+type WaitInfo struct {
+	Wait      int64 // backlog: schedule time nobody claimed (smooth: stored time), ns
+	Delay     int64 // how long a new caller would wait now, ns
+	Idle      int64 // total time forfeited, ns
+	Allocated int64 // total time granted, ns
+	Permits   int64 // total permits granted
+	Lateness  int64 // total lateness of granted requests, ns
+	Now       int64 // Redis time, Unix ns
+	Version   int64
+	Started   bool
+}
+
+// Wait returns the live state of a limiter (or template instance) without
+// changing it.
+func (s *Store) Wait(ctx context.Context, name string) (WaitInfo, error) {
+	keys, tpl, err := s.target(ctx, name)
+	if err != nil {
+		return WaitInfo{}, err
+	}
+	v, err := s.run(ctx, lua.Peek, keys, tpl.args()...)
+	if err != nil {
+		return WaitInfo{}, err
+	}
+	if err := replyErr(name, v); err != nil {
+		return WaitInfo{}, err
+	}
+	return WaitInfo{
+		Wait: toInt(v[1]), Delay: toInt(v[2]), Idle: toInt(v[7]) + toInt(v[3]), Allocated: toInt(v[6]),
+		Permits: toInt(v[8]), Lateness: toInt(v[9]), Now: toInt(v[5]) * 1000, Version: toInt(v[4]),
+		Started: toInt(v[10]) == 1,
+	}, nil
+}
+
+// Reset starts a new schedule now: the backlog (smooth: stored permits) is
+// forfeited, totals are kept.
+func (s *Store) Reset(ctx context.Context, name string) (version int64, err error) {
+	keys, tpl, err := s.target(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	v, err := s.run(ctx, lua.Reset, keys, tpl.args()...)
+	if err != nil {
+		return 0, err
+	}
+	return toInt(v[1]), replyErr(name, v)
+}
+
+// target returns the keys a per-name script takes and the template that
+// applies should the name not be a limiter (nil if none matches).
+func (s *Store) target(ctx context.Context, name string) ([]string, *compiledTemplate, error) {
+	if err := CheckName(name); err != nil {
+		return nil, nil, err
+	}
+	tpl, err := s.templates.match(ctx, s, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return []string{s.limiterKey(name), s.instanceKey(name)}, tpl, nil
+}

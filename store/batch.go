@@ -1,0 +1,194 @@
+package store
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd/lua"
+)
+
+// Request is one acquire of a batch.
+type Request struct {
+	Name    string
+	Permits int64
+	MaxWait time.Duration // Forever: no bound
+}
+
+// Outcome is the answer to one Request of a batch.
+type Outcome struct {
+	Decision
+	Err error
+}
+
+// AcquireMany decides many acquires, on any limiters, in one round trip per
+// Redis node (a pipeline of script calls). Outcomes are in request order.
+func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
+	out := make([]Outcome, len(reqs))
+	cmds := make([]*redis.Cmd, len(reqs))
+	args := make([][]any, len(reqs))
+	keys := make([][]string, len(reqs))
+	for i, r := range reqs {
+		k, tpl, err := s.target(ctx, r.Name)
+		if err == nil && r.Permits < 1 {
+			err = permitsErr(r.Permits)
+		}
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		keys[i] = k
+		args[i] = append([]any{r.Permits, waitArg(r.MaxWait), tpl.idleTTLms()}, tpl.args()...)
+	}
+	script := s.scripts[lua.Acquire]
+	exec := func(retry bool) bool {
+		noscript := false
+		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range reqs {
+				if keys[i] != nil && (!retry || cmds[i].Err() != nil && isNoScript(cmds[i].Err())) {
+					cmds[i] = script.EvalSha(ctx, p, keys[i], args[i]...)
+				}
+			}
+			return nil
+		})
+		for i := range reqs {
+			if cmds[i] != nil && isNoScript(cmds[i].Err()) {
+				noscript = true
+			}
+		}
+		return noscript
+	}
+	if exec(false) {
+		// Some node lost its scripts (restart, SCRIPT FLUSH): load them
+		// everywhere and run what failed again.
+		if err := script.Load(ctx, s.rdb).Err(); err == nil {
+			exec(true)
+		}
+	}
+	for i, r := range reqs {
+		if keys[i] == nil {
+			continue
+		}
+		v, err := cmds[i].Slice()
+		if err != nil {
+			out[i].Err = wrapErr(err)
+			continue
+		}
+		if err := replyErr(r.Name, v); err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].Decision = decodeDecision(v)
+	}
+	return out
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// WithBatching makes Acquire batch concurrent callers automatically: calls
+// that arrive while a pipeline is in flight go out together in the next one,
+// up to maxBatch each. It pays when many goroutines share one store; a lone
+// caller sees no extra delay. The store's Close stops the batcher.
+func WithBatching(maxBatch int) Option {
+	return func(s *Store) {
+		if maxBatch < 1 {
+			maxBatch = 64
+		}
+		s.batcher = &batcher{s: s, max: maxBatch, in: make(chan *call, maxBatch), done: make(chan struct{})}
+		s.batcher.start(2) // two pipelines in flight keep the connection busy
+	}
+}
+
+type call struct {
+	ctx context.Context
+	req Request
+	out chan Outcome
+}
+
+type batcher struct {
+	s    *Store
+	max  int
+	in   chan *call
+	done chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+var callPool = sync.Pool{New: func() any { return &call{out: make(chan Outcome, 1)} }}
+
+func (b *batcher) start(workers int) {
+	for range workers {
+		b.wg.Add(1)
+		go b.loop()
+	}
+}
+
+func (b *batcher) stop() {
+	b.once.Do(func() { close(b.done) })
+	b.wg.Wait()
+}
+
+func (b *batcher) loop() {
+	defer b.wg.Done()
+	batch := make([]*call, 0, b.max)
+	reqs := make([]Request, 0, b.max)
+	for {
+		select {
+		case <-b.done:
+			return
+		case c := <-b.in:
+			batch = append(batch[:0], c)
+		}
+	drain:
+		for len(batch) < b.max {
+			select {
+			case c := <-b.in:
+				batch = append(batch, c)
+			default:
+				break drain
+			}
+		}
+		reqs = reqs[:0]
+		for _, c := range batch {
+			reqs = append(reqs, c.req)
+		}
+		// The batch runs on its own deadline: one caller giving up must not
+		// fail the others. Callers stop waiting on their own contexts.
+		ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+		outs := b.s.AcquireMany(ctx, reqs)
+		cancel()
+		for i, c := range batch {
+			c.out <- outs[i]
+		}
+	}
+}
+
+const batchTimeout = 2 * time.Second
+
+// acquire submits one call and waits for its outcome.
+func (b *batcher) acquire(ctx context.Context, req Request) (Decision, error) {
+	c := callPool.Get().(*call)
+	c.ctx, c.req = ctx, req
+	select {
+	case b.in <- c:
+	case <-ctx.Done():
+		callPool.Put(c)
+		return Decision{}, wrapErr(ctx.Err())
+	case <-b.done:
+		callPool.Put(c)
+		return Decision{}, ErrClosed
+	}
+	select {
+	case o := <-c.out:
+		callPool.Put(c)
+		return o.Decision, o.Err
+	case <-ctx.Done():
+		// The outcome will still arrive on c.out; c is not reused.
+		return Decision{}, wrapErr(ctx.Err())
+	}
+}

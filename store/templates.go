@@ -1,0 +1,215 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd/limiter"
+)
+
+// Template makes limiters on demand: a name that is not a limiter but matches
+// Pattern (path.Match globs: * and ?) gets its own state with the template's
+// config on first use. Templates are tried by ascending Order (then ID).
+type Template struct {
+	ID      string            `json:"id"`
+	Pattern string            `json:"pattern"`
+	Order   int               `json:"order"`
+	IdleTTL *limiter.Duration `json:"idle_ttl,omitempty"`
+	Limiter limiter.Config    `json:"limiter"`
+	Version int64             `json:"version"`
+}
+
+var patternRE = regexp.MustCompile(`^[A-Za-z0-9*?][A-Za-z0-9._:*?-]{0,127}$`)
+
+// Normalize checks a template and returns it with its config in canonical form.
+func (t Template) Normalize() (Template, error) {
+	if err := CheckName(t.ID); err != nil {
+		return Template{}, &limiter.FieldError{Field: "id", Rule: "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", Value: fmt.Sprintf("%q", t.ID)}
+	}
+	if _, err := path.Match(t.Pattern, ""); err != nil || !patternRE.MatchString(t.Pattern) {
+		return Template{}, &limiter.FieldError{Field: "pattern", Rule: "must be name characters with * and ? wildcards", Value: fmt.Sprintf("%q", t.Pattern)}
+	}
+	if t.IdleTTL != nil && (*t.IdleTTL <= 0 || int64(*t.IdleTTL) > limiter.Horizon) {
+		return Template{}, &limiter.FieldError{Field: "idle_ttl", Rule: "must be > 0 and at most ~13 days", Value: t.IdleTTL.String()}
+	}
+	norm, _, err := t.Limiter.Normalize()
+	if err != nil {
+		if fe, ok := err.(*limiter.FieldError); ok {
+			fe2 := *fe
+			fe2.Field = "limiter." + fe.Field
+			return Template{}, &fe2
+		}
+		return Template{}, err
+	}
+	t.Limiter = norm
+	return t, nil
+}
+
+// PutTemplate creates or replaces a template. Every change gets a new,
+// higher version; instances move to it on their next use, keeping state.
+func (s *Store) PutTemplate(ctx context.Context, t Template) (Template, error) {
+	t, err := t.Normalize()
+	if err != nil {
+		return Template{}, err
+	}
+	if old, err := s.GetTemplate(ctx, t.ID); err == nil {
+		if t.Version = old.Version; equalJSON(old, t) {
+			return old, nil
+		}
+	}
+	if t.Version, err = s.rdb.Incr(ctx, s.templateVersionKey()).Result(); err != nil {
+		return Template{}, wrapErr(err)
+	}
+	b, _ := json.Marshal(t)
+	if err := s.rdb.HSet(ctx, s.templatesKey(), t.ID, b).Err(); err != nil {
+		return Template{}, wrapErr(err)
+	}
+	s.templatesChanged(ctx)
+	return t, nil
+}
+
+func equalJSON(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+func (s *Store) templatesChanged(ctx context.Context) {
+	s.templates.invalidate()
+	s.rdb.Publish(ctx, s.Channel(), "*template* 0") // a hint; caches expire anyway
+}
+
+// GetTemplate returns a template, or ErrNotFound.
+func (s *Store) GetTemplate(ctx context.Context, id string) (Template, error) {
+	b, err := s.rdb.HGet(ctx, s.templatesKey(), id).Bytes()
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return Template{}, fmt.Errorf("template %q: %w", id, ErrNotFound)
+		}
+		return Template{}, wrapErr(err)
+	}
+	var t Template
+	if err := json.Unmarshal(b, &t); err != nil {
+		return Template{}, fmt.Errorf("store: template %q is unreadable: %w", id, err)
+	}
+	return t, nil
+}
+
+// DeleteTemplate removes a template, or returns ErrNotFound. Its instances
+// stay until their TTL ends but are no longer reachable by name.
+func (s *Store) DeleteTemplate(ctx context.Context, id string) error {
+	n, err := s.rdb.HDel(ctx, s.templatesKey(), id).Result()
+	if err != nil {
+		return wrapErr(err)
+	}
+	if n == 0 {
+		return fmt.Errorf("template %q: %w", id, ErrNotFound)
+	}
+	s.templatesChanged(ctx)
+	return nil
+}
+
+// Templates returns every template in matching order.
+func (s *Store) Templates(ctx context.Context) ([]Template, error) {
+	m, err := s.rdb.HGetAll(ctx, s.templatesKey()).Result()
+	if err != nil {
+		return nil, wrapErr(err)
+	}
+	out := make([]Template, 0, len(m))
+	for id, b := range m {
+		var t Template
+		if err := json.Unmarshal([]byte(b), &t); err != nil {
+			return nil, fmt.Errorf("store: template %q is unreadable: %w", id, err)
+		}
+		out = append(out, t)
+	}
+	slices.SortFunc(out, func(a, b Template) int {
+		return cmp.Or(cmp.Compare(a.Order, b.Order), cmp.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+// Resolve tells which template a name that is not a limiter would use, or
+// ErrNotFound.
+func (s *Store) Resolve(ctx context.Context, name string) (Template, error) {
+	t, err := s.templates.match(ctx, s, name)
+	if err != nil {
+		return Template{}, err
+	}
+	if t == nil {
+		return Template{}, fmt.Errorf("no template matches %q: %w", name, ErrNotFound)
+	}
+	return t.Template, nil
+}
+
+type compiledTemplate struct {
+	Template
+	params limiter.Params
+}
+
+// args are the template's engine parameters for the scripts (none: nil).
+func (t *compiledTemplate) args() []any {
+	if t == nil {
+		return nil
+	}
+	return paramArgs(&t.params, t.Version)
+}
+
+func (t *compiledTemplate) idleTTLms() int64 {
+	if t == nil || t.IdleTTL == nil {
+		return 0
+	}
+	return max(1, time.Duration(*t.IdleTTL).Milliseconds())
+}
+
+// templateCache keeps the templates for up to ttl, so that resolving a name
+// costs no round trip; changes made through this store are seen at once,
+// others within ttl.
+type templateCache struct {
+	mu     sync.Mutex
+	ttl    time.Duration
+	loaded time.Time
+	list   []*compiledTemplate
+}
+
+func (c *templateCache) invalidate() {
+	c.mu.Lock()
+	c.loaded = time.Time{}
+	c.mu.Unlock()
+}
+
+func (c *templateCache) match(ctx context.Context, s *Store, name string) (*compiledTemplate, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.loaded) > c.ttl {
+		ts, err := s.Templates(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c.list = c.list[:0]
+		for _, t := range ts {
+			p, err := limiter.Compile(t.Limiter)
+			if err != nil {
+				continue // written by a newer limitd with rules this one lacks
+			}
+			c.list = append(c.list, &compiledTemplate{Template: t, params: p})
+		}
+		c.loaded = time.Now()
+	}
+	for _, t := range c.list {
+		if ok, _ := path.Match(t.Pattern, name); ok {
+			return t, nil
+		}
+	}
+	return nil, nil
+}
