@@ -21,7 +21,7 @@ func (p *Params) HandbackOf(r Result, remBefore, end, k, m int64) Handback {
 	return Handback{
 		Sched:    r.Scheduled,
 		End:      end,
-		PaceUsed: r.Start + p.paceOf(used),
+		PaceUsed: r.Start + p.PaceOf(used),
 		Unused:   (end - r.Scheduled) - used,
 		Permits:  m,
 		RemUsed:  remUsed,

@@ -20,7 +20,7 @@ func (p *Params) acquireSchedule(s *State, now, n, maxWait int64) Result {
 	s.Rem = rem
 	s.Allocated += cost
 	s.Next += cost
-	s.Pace = start + p.paceOf(cost)
+	s.Pace = start + p.PaceOf(cost)
 	lateness := start - sched
 	s.Permits += n
 	s.Lateness += lateness
@@ -28,9 +28,9 @@ func (p *Params) acquireSchedule(s *State, now, n, maxWait int64) Result {
 		Lateness: lateness, Wait: max(0, now-s.Next)}
 }
 
-// paceOf is how far the pace moves for a grant of cost ns: cost/burst rounded
+// PaceOf is how far the pace moves for a grant of cost ns: cost/burst rounded
 // up, so that no two starts are ever closer than slice/burst.
-func (p *Params) paceOf(cost int64) int64 {
+func (p *Params) PaceOf(cost int64) int64 {
 	if math.IsInf(p.Burst, 1) {
 		return 0
 	}

@@ -1,0 +1,223 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd/store"
+)
+
+// ErrClosed is returned by a handle or client after Close.
+var ErrClosed = errors.New("client: closed")
+
+// Fallback is what a handle does while the shared schedule is unreachable.
+type Fallback int
+
+const (
+	// FallbackSafe limits locally to the configured safe rate, or to this
+	// process's recent share of the shared rate.
+	FallbackSafe Fallback = iota
+	// FallbackOptimistic lets everything through.
+	FallbackOptimistic
+	// FallbackPessimistic lets nothing through.
+	FallbackPessimistic
+)
+
+func (f Fallback) String() string {
+	return [...]string{"safe", "optimistic", "pessimistic"}[f]
+}
+
+// Option configures a Client (defaults for its handles) or one handle.
+type Option func(*options)
+
+type options struct {
+	prefix   string
+	fallback Fallback
+	safeRate float64       // 0: estimate from this process's share
+	window   time.Duration // how much of its own demand a grant covers
+	stale    time.Duration // permits later than this are handed back unused
+	retry    time.Duration // how often to try Redis again while falling back
+	clock    func() time.Time
+}
+
+func defaults() options {
+	return options{prefix: store.DefaultPrefix, window: 20 * time.Millisecond,
+		stale: 100 * time.Millisecond, retry: time.Second, clock: time.Now}
+}
+
+// WithPrefix sets the Redis key prefix (New only; default "limitd").
+func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithFallback sets what handles do while Redis is unreachable.
+func WithFallback(f Fallback) Option { return func(o *options) { o.fallback = f } }
+
+// WithSafeRate sets the local rate of FallbackSafe, in permits per second.
+func WithSafeRate(r float64) Option { return func(o *options) { o.safeRate = r } }
+
+// WithWindow sets how much of a handle's own recent demand one grant covers
+// (default 20ms; between 1ms and 1s).
+func WithWindow(d time.Duration) Option {
+	return func(o *options) { o.window = min(max(d, time.Millisecond), time.Second) }
+}
+
+// WithStaleAfter sets how late a held permit may be before it is handed back
+// instead of used (default 100ms). It bounds the burst a process that stalled
+// (GC, SIGSTOP) could add on waking.
+func WithStaleAfter(d time.Duration) Option { return func(o *options) { o.stale = max(d, time.Millisecond) } }
+
+// Client shares limitd schedules among processes. It is safe for concurrent
+// use; create one per process and a handle per limiter with Limiter.
+type Client struct {
+	t      Transport
+	o      options
+	base   time.Time // local monotonic origin
+	clk    offsetEstimator
+	ctx    context.Context // cancelled by Close: ends fetches and the watcher
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	handles map[string]*Limiter
+	closed  bool
+}
+
+// New returns a client that reaches the shared schedules through Redis.
+// The caller keeps ownership of rdb.
+func New(rdb redis.UniversalClient, opts ...Option) *Client {
+	o := defaults()
+	for _, f := range opts {
+		f(&o)
+	}
+	return NewWithTransport(redisTransport{st: store.New(rdb, store.WithPrefix(o.prefix))}, opts...)
+}
+
+// NewWithTransport returns a client over any Transport.
+func NewWithTransport(t Transport, opts ...Option) *Client {
+	o := defaults()
+	for _, f := range opts {
+		f(&o)
+	}
+	c := &Client{t: t, o: o, handles: map[string]*Limiter{}}
+	c.base = o.clock()
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if ch := t.Changes(c.ctx); ch != nil {
+		c.wg.Add(1)
+		go c.watch(ch)
+	}
+	return c
+}
+
+// mono is the local monotonic clock in ns.
+func (c *Client) mono() int64 { return int64(c.o.clock().Sub(c.base)) }
+
+// Limiter returns the handle of a limiter (or template name). Handles are
+// cheap and shared: the same name gives the same handle until it is closed.
+// The options override the client's for this handle on its creation.
+func (c *Client) Limiter(name string, opts ...Option) (*Limiter, error) {
+	if err := store.CheckName(name); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if l, ok := c.handles[name]; ok {
+		return l, nil
+	}
+	o := c.o
+	for _, f := range opts {
+		f(&o)
+	}
+	l := &Limiter{c: c, name: name, o: o}
+	c.handles[name] = l
+	return l, nil
+}
+
+// Close hands every handle's unused permits back and stops the client's
+// goroutines. It does not close the Redis client.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	hs := make([]*Limiter, 0, len(c.handles))
+	for _, l := range c.handles {
+		hs = append(hs, l)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, l := range hs {
+		errs = append(errs, l.Close())
+	}
+	c.cancel()
+	c.wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (c *Client) forget(l *Limiter) {
+	c.mu.Lock()
+	if c.handles[l.name] == l {
+		delete(c.handles, l.name)
+	}
+	c.mu.Unlock()
+}
+
+// watch applies published config changes to the handles at once.
+func (c *Client) watch(ch <-chan string) {
+	defer c.wg.Done()
+	for msg := range ch {
+		name, ver, ok := strings.Cut(msg, " ")
+		if !ok {
+			continue
+		}
+		c.mu.Lock()
+		l := c.handles[name]
+		c.mu.Unlock()
+		if l != nil {
+			l.changed(parseInt(ver))
+		}
+	}
+}
+
+func parseInt(s string) int64 {
+	var n int64
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return 0
+		}
+		n = n*10 + int64(r-'0')
+	}
+	return n
+}
+
+// offsetEstimator converts Redis time to the local monotonic clock. Each round
+// trip gives a sample offset = redis − local midpoint, wrong by at most half
+// the round trip; the estimate is the sample with the shortest round trip of
+// the recent ones.
+type offsetEstimator struct {
+	mu      sync.Mutex
+	samples [16]struct{ rtt, off int64 }
+	n       int
+}
+
+func (e *offsetEstimator) sample(redisNow, t0, t1 int64) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.samples[e.n%len(e.samples)] = struct{ rtt, off int64 }{t1 - t0, redisNow - (t0+t1)/2}
+	e.n++
+	best := e.samples[0]
+	for i := 1; i < min(e.n, len(e.samples)); i++ {
+		if e.samples[i].rtt < best.rtt {
+			best = e.samples[i]
+		}
+	}
+	return best.off
+}

@@ -1,0 +1,20 @@
+// Package client lets many processes share one limitd schedule without a
+// round trip per permit.
+//
+// A Limiter handle takes grants of many permits from the shared schedule in
+// Redis in one script call and dispenses them locally, each at its exact
+// scheduled time converted to the local monotonic clock. Grants are sized from
+// the caller's own recent demand (about 20 ms of it), and the next grant is
+// fetched before the current one runs out, so a steady caller never waits on
+// Redis. Unused permits are handed back on Close, and a config change
+// published by limitd drops permits taken at the old rate at once.
+//
+// When Redis does not answer, a handle follows its fallback mode: FallbackSafe
+// (a local limit at this process's recent share of the rate), FallbackOptimistic
+// (unlimited) or FallbackPessimistic (nothing), and returns to the shared
+// schedule by itself once Redis answers again.
+//
+// Errors are values to test with errors.Is: limiter.ErrNotFound,
+// limiter.ErrInvalid, store.ErrUnavailable, ErrClosed, and the context's
+// errors.
+package client
