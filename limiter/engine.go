@@ -46,7 +46,7 @@ func Compile(c Config) (Params, error) {
 		if c.Warmup == nil {
 			p.Cap = int64(math.Round(*c.MaxBurstSeconds * 1e9))
 			p.Cooldown = p.Stable
-			p.Initial = min(p.Cap, int64(*c.InitialPermits*p.Stable))
+			p.Initial = int64(min(float64(p.Cap), *c.InitialPermits*p.Stable)) // clamp before converting
 			break
 		}
 		// Guava's SmoothWarmingUp.doSetRate, in ns.
@@ -60,7 +60,7 @@ func Compile(c Config) (Params, error) {
 		p.Cooldown = warmup / maxPermits
 		p.Initial = p.Cap // a warming-up limiter starts cold
 		if c.InitialPermits != nil {
-			p.Initial = min(p.Cap, int64(*c.InitialPermits*p.Cooldown))
+			p.Initial = int64(min(float64(p.Cap), *c.InitialPermits*p.Cooldown))
 		}
 	}
 	return p, nil

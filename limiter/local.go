@@ -59,6 +59,7 @@ type Limiter struct {
 	config Config
 	clock  Clock
 	base   time.Time // engine time 0; engine times are ns since base
+	last   int64     // the latest engine time used
 }
 
 // New returns a limiter for a config of kind schedule or smooth.
@@ -107,12 +108,13 @@ func (l *Limiter) Allow() bool { return l.AllowN(1) }
 // AllowN reports whether n permits may start now; if so they are taken.
 // n outside [1, MaxPermits] is never allowed.
 func (l *Limiter) AllowN(n int) bool {
+	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.params.CheckPermits(int64(n)) != nil {
 		return false
 	}
-	return l.params.acquire(&l.state, l.now(), int64(n), 0).Granted
+	return l.params.acquire(&l.state, l.monotonic(now), int64(n), 0).Granted
 }
 
 // Wait blocks until one permit may start. See WaitN.
@@ -125,19 +127,10 @@ func (l *Limiter) WaitN(ctx context.Context, n int) (Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return Permit{}, err
 	}
-	maxWait := Forever
-	if dl, ok := ctx.Deadline(); ok {
-		maxWait = int64(dl.Sub(l.clock.Now()))
-		if maxWait < 0 {
-			return Permit{}, ErrDeadline
-		}
-	}
-	r, err := l.reserve(int64(n), maxWait)
-	if err != nil {
+	dl, hasDeadline := ctx.Deadline()
+	var r Reservation
+	if err := l.reserve(&r, int64(n), dl, hasDeadline); err != nil {
 		return Permit{}, err
-	}
-	if !r.ok {
-		return Permit{}, ErrDeadline
 	}
 	if err := l.clock.Sleep(ctx, time.Duration(r.result.Delay)); err != nil {
 		r.Cancel()
@@ -161,33 +154,58 @@ type Reservation struct {
 
 // Reserve takes n permits now, however far ahead they start, and returns the
 // reservation: wait Delay() before starting, or Cancel() to hand them back.
-func (l *Limiter) Reserve(n int) (Reservation, error) {
-	r, err := l.reserve(int64(n), Forever)
-	if err == nil && !r.ok {
-		err = ErrTooLate
+func (l *Limiter) Reserve(n int) (*Reservation, error) {
+	r := &Reservation{}
+	if err := l.reserve(r, int64(n), time.Time{}, false); err != nil {
+		return nil, err
 	}
-	return r, err
-}
-
-func (l *Limiter) reserve(n, maxWait int64) (Reservation, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := l.params.CheckPermits(n); err != nil {
-		return Reservation{}, err
-	}
-	now := l.now()
-	r := Reservation{lim: l, before: l.state}
-	r.result = l.params.acquire(&l.state, now, n, maxWait)
-	r.ok, r.after, r.at = r.result.Granted, l.state, l.base.Add(time.Duration(now))
 	return r, nil
 }
 
-// OK reports whether the reservation holds permits.
-func (r *Reservation) OK() bool { return r.ok }
+// reserve fills r. The deadline, if any, is judged at the same instant the
+// engine decides, under the lock.
+func (l *Limiter) reserve(r *Reservation, n int64, deadline time.Time, hasDeadline bool) error {
+	now := l.now() // read before locking: the clock is the slow part
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.params.CheckPermits(n); err != nil {
+		return err
+	}
+	now = l.monotonic(now)
+	maxWait := Forever
+	if hasDeadline {
+		maxWait = int64(deadline.Sub(l.base.Add(time.Duration(now))))
+		if maxWait < 0 {
+			return ErrDeadline
+		}
+	}
+	*r = Reservation{lim: l, before: l.state}
+	r.result = l.params.acquire(&l.state, now, n, maxWait)
+	r.ok, r.after, r.at = r.result.Granted, l.state, l.base.Add(time.Duration(now))
+	if !r.ok {
+		if hasDeadline && r.result.Delay > maxWait {
+			return ErrDeadline
+		}
+		return ErrTooLate
+	}
+	return nil
+}
+
+// monotonic keeps engine time from going backwards between callers that read
+// the clock before taking the lock. Called with l.mu held.
+func (l *Limiter) monotonic(now int64) int64 {
+	now = max(now, l.last)
+	l.last = now
+	return now
+}
+
+// OK reports whether the reservation holds permits. A nil reservation (what
+// Reserve returns with an error) holds none, and its methods do nothing.
+func (r *Reservation) OK() bool { return r != nil && r.ok }
 
 // Delay is how long the caller must wait from now before starting.
 func (r *Reservation) Delay() time.Duration {
-	if !r.ok {
+	if !r.OK() {
 		return 0
 	}
 	return max(0, r.at.Add(time.Duration(r.result.Delay)).Sub(r.lim.clock.Now()))
@@ -195,22 +213,28 @@ func (r *Reservation) Delay() time.Duration {
 
 // Permit describes the reserved permits.
 func (r *Reservation) Permit() Permit {
-	if !r.ok {
+	if !r.OK() {
 		return Permit{}
 	}
 	return r.lim.permit(r.result)
 }
 
 // Cancel hands the permits back: the schedule is rewound if nothing was taken
-// after them, otherwise their time is counted as idle. Cancel is idempotent.
+// after them, otherwise their time is counted as idle. Once their start has
+// passed it does nothing, as the caller may have acted (x/time/rate does the
+// same). Cancel is idempotent.
 func (r *Reservation) Cancel() {
-	if !r.ok {
+	if !r.OK() {
 		return
 	}
 	r.ok = false
 	l := r.lim
+	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.monotonic(now) > r.result.Start {
+		return
+	}
 	l.params.Undo(&l.state, r.before, r.after, r.result)
 }
 
@@ -222,9 +246,10 @@ func (l *Limiter) SetConfig(c Config) error {
 		return err
 	}
 	norm, verb, _ := c.Normalize()
+	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now()
+	now = l.monotonic(now)
 	if p.Kind != l.params.Kind {
 		l.state = State{}
 		if p.StartsAtCreation() {
@@ -249,9 +274,10 @@ func (l *Limiter) Config() Config {
 
 // Reset starts a new schedule now: the backlog is forfeited, totals are kept.
 func (l *Limiter) Reset() {
+	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.params.Reset(&l.state, l.now())
+	l.params.Reset(&l.state, l.monotonic(now))
 }
 
 // Stats is a limiter's live state.
@@ -265,9 +291,10 @@ type Stats struct {
 
 // Stats returns the limiter's state now, without changing it.
 func (l *Limiter) Stats() Stats {
+	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	v := l.params.Peek(l.state, l.now())
+	v := l.params.Peek(l.state, l.monotonic(now))
 	return Stats{Backlog: time.Duration(v.Wait), Delay: time.Duration(v.Delay),
 		Idle: time.Duration(v.Idle), Allocated: time.Duration(v.Allocated), Permits: v.Permits}
 }

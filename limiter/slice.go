@@ -77,6 +77,9 @@ func (s Slice) Rate() float64 {
 // n must be in [0, MaxPermits]; the arithmetic mirrors lua/ exactly (n is split
 // by Den so no product exceeds 2^53).
 func (s Slice) Cost(n, rem int64) (cost, newRem int64) {
+	if s.Frac == 0 { // a whole-ns slice: no carry to track
+		return n * s.Whole, rem
+	}
 	a, b := n/s.Den, n%s.Den
 	t := rem + b*s.Frac // < 2^26 + 2^52
 	return n*s.Whole + a*s.Frac + t/s.Den, t % s.Den
