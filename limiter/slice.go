@@ -21,10 +21,10 @@ const (
 	MaxRate = 1e9  // one permit per nanosecond
 )
 
-// Slice is the schedule time one permit costs, Whole + Frac/Den nanoseconds: the
-// best rational approximation of 1e9/rate with Den ≤ MaxDen. Rates with a small
-// denominator (3/s, 1100.5/s, 5000/min) are exact; for others the error is below
-// 2^-26 ns a permit, 15 ns after a billion permits.
+// Slice is the schedule time one permit costs, Whole + Frac/Den nanoseconds:
+// 1e9/rate exactly when that needs a denominator ≤ MaxDen (3/s, 0.1/s, 33.3/s,
+// 1100.5/s, 5000/min, 1/h), else the best approximation with Den ≤ MaxDen,
+// whose error is below 2^-26 ns a permit, 15 ns after a billion permits.
 type Slice struct {
 	Whole int64
 	Frac  int64 // 0 ≤ Frac < Den
@@ -33,12 +33,47 @@ type Slice struct {
 
 // SliceOf returns the slice of a rate in permits per second.
 // The rate must lie in [MinRate, MaxRate].
+//
+// A float64 cannot hold most decimal rates (0.1, 33.3, 10/min), so the rate is
+// taken to be the simplest fraction that rounds to the same float: the one the
+// user wrote. If 1e9 over it needs a denominator above MaxDen, the slice is the
+// best approximation of 1e9 over the float's exact value.
 func SliceOf(rate float64) Slice {
-	exact := new(big.Rat).SetFloat64(rate) // the float's exact binary value
-	x := new(big.Rat).Quo(big.NewRat(1e9, 1), exact)
-	num, den := bestRational(x, MaxDen)
+	x := new(big.Rat).Quo(big.NewRat(1e9, 1), intendedRate(rate))
+	num, den := x.Num(), x.Denom()
+	if den.Cmp(big.NewInt(MaxDen)) > 0 {
+		num, den = bestRational(new(big.Rat).Quo(big.NewRat(1e9, 1), new(big.Rat).SetFloat64(rate)), MaxDen)
+	}
 	q, r := new(big.Int).QuoRem(num, den, new(big.Int))
 	return Slice{Whole: q.Int64(), Frac: r.Int64(), Den: den.Int64()}
+}
+
+// intendedRate is the simplest fraction in the interval of reals that round to
+// the float r (half-way to its neighbours on either side).
+func intendedRate(r float64) *big.Rat {
+	exact := new(big.Rat).SetFloat64(r)
+	half := big.NewRat(1, 2)
+	lo := new(big.Rat).Add(exact, new(big.Rat).SetFloat64(math.Nextafter(r, 0)))
+	hi := new(big.Rat).Add(exact, new(big.Rat).SetFloat64(math.Nextafter(r, math.Inf(1))))
+	return simplest(lo.Mul(lo, half), hi.Mul(hi, half))
+}
+
+// simplest returns the fraction with the smallest denominator in [a, b],
+// 0 < a < b, by walking their continued fractions together.
+func simplest(a, b *big.Rat) *big.Rat {
+	fl := new(big.Int).Quo(a.Num(), a.Denom()) // floor: a > 0
+	if a.IsInt() {
+		return new(big.Rat).SetInt(fl)
+	}
+	up := new(big.Rat).SetInt(new(big.Int).Add(fl, big.NewInt(1)))
+	if up.Cmp(b) <= 0 {
+		return up
+	}
+	f := new(big.Rat).SetInt(fl)
+	inner := simplest(
+		new(big.Rat).Inv(new(big.Rat).Sub(b, f)),
+		new(big.Rat).Inv(new(big.Rat).Sub(a, f)))
+	return f.Add(f, inner.Inv(inner))
 }
 
 // bestRational returns the last continued-fraction convergent of x whose

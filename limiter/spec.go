@@ -29,9 +29,14 @@ type Spec struct {
 // verb, separated by ',', ';' or ':'. Examples: "523", "12000,1.1,restart",
 // "1.5K;inf", "100/s", "5000/min", "2^20". Errors name the part at fault.
 func ParseSpec(s string) (Spec, error) {
-	parts := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ';' || r == ':' })
-	if len(parts) == 0 || strings.TrimSpace(s) == "" {
+	parts := splitSpec(s)
+	if strings.Trim(s, ",;: \t") == "" {
 		return Spec{}, fieldErr("spec", "must be <rate>[,<burst>[,<verb>]]", strconv.Quote(s))
+	}
+	for i, p := range parts {
+		if strings.TrimSpace(p) == "" {
+			return Spec{}, fieldErr([]string{"rate", "burst", "spec.verb"}[min(i, 2)], "is empty", strconv.Quote(s))
+		}
 	}
 	if len(parts) > 3 {
 		return Spec{}, fieldErr("spec", "has more than three parts (<rate>,<burst>,<verb>)", strconv.Quote(s))
@@ -55,6 +60,23 @@ func ParseSpec(s string) (Spec, error) {
 		}
 	}
 	return sp, nil
+}
+
+// splitSpec splits at ',', ';' and ':' keeping empty parts (so "5,,1.2" is an
+// error, not burst 1.2); one trailing separator is allowed, as in nosqlbench.
+func splitSpec(s string) []string {
+	var parts []string
+	start := 0
+	for i, r := range s {
+		if r == ',' || r == ';' || r == ':' {
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	if tail := s[start:]; tail != "" || len(parts) == 0 {
+		parts = append(parts, tail)
+	}
+	return parts
 }
 
 // String formats the spec so that ParseSpec gives it back.
