@@ -1,0 +1,142 @@
+// Command limitd is the limitd binary: `limitd serve` (the default) runs the
+// HTTP API over a shared Redis, and other subcommands register themselves in
+// the command table (see register) from their own files.
+//
+// Every subcommand gets a context that ends on SIGINT or SIGTERM; a second
+// signal kills the process the usual way, so a stuck shutdown can still be
+// interrupted.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+)
+
+// A command is one subcommand of limitd.
+type command struct {
+	name    string
+	summary string // one line in the command list of limitd --help
+	// usage is the full help, printed by "limitd help NAME" and "limitd NAME -h";
+	// it ends with a newline.
+	usage string
+	// run does the work. args are the arguments after the command's name. An
+	// error is printed as one line "limitd: <error>" and the process exits 1
+	// (2 for a usageError).
+	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// commands is the command table, filled by register from init functions.
+var commands = map[string]*command{}
+
+// register adds a subcommand; files of this package call it from init.
+func register(c *command) {
+	if _, dup := commands[c.name]; dup || c.name == "help" {
+		panic("limitd: command " + c.name + " registered twice (help is built in)")
+	}
+	commands[c.name] = c
+}
+
+// defaultCommand runs when limitd is started without a command.
+const defaultCommand = "serve"
+
+// usageError is a mistake on the command line: it is printed with a pointer to
+// the command's help, and the process exits 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop) // the first signal starts a graceful stop; the next one kills
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches args to a subcommand and returns the process's exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	name, rest := defaultCommand, args
+	if len(args) > 0 {
+		name, rest = args[0], args[1:]
+	}
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(rest) == 0 {
+			fmt.Fprint(stdout, mainUsage())
+			return 0
+		}
+		c, ok := commands[rest[0]]
+		if !ok {
+			fmt.Fprintf(stderr, "limitd: unknown command %q; run 'limitd help' for the list\n", rest[0])
+			return 2
+		}
+		fmt.Fprint(stdout, c.usage)
+		return 0
+	case "-version", "--version":
+		name = "version"
+	}
+	c, ok := commands[name]
+	if !ok {
+		if strings.HasPrefix(name, "-") {
+			fmt.Fprintf(stderr, "limitd: unknown flag %s; limitd takes a command first, run 'limitd help'\n", name)
+		} else {
+			fmt.Fprintf(stderr, "limitd: unknown command %q; run 'limitd help' for the list\n", name)
+		}
+		return 2
+	}
+	if len(rest) == 1 && slices.Contains([]string{"-h", "-help", "--help"}, rest[0]) {
+		fmt.Fprint(stdout, c.usage)
+		return 0
+	}
+	err := c.run(ctx, rest, stdout, stderr)
+	var ue *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "limitd %s: %s\nRun 'limitd help %s' for usage.\n", c.name, oneLine(ue.msg), c.name)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "limitd: %s\n", oneLine(err.Error()))
+		return 1
+	}
+}
+
+// oneLine keeps an error on one line, so that a log collector or a person
+// reading a crash loop sees the whole reason in one place.
+func oneLine(s string) string {
+	return strings.NewReplacer("\r\n", "; ", "\n", "; ", "\r", "; ").Replace(strings.TrimSpace(s))
+}
+
+// mainUsage is the text of limitd --help: the commands, then serve's
+// environment, since serve is what runs by default.
+func mainUsage() string {
+	var b strings.Builder
+	b.WriteString("limitd — a shared rate-limiter service: many processes share one schedule in Redis.\n\n")
+	b.WriteString("Usage:\n  limitd [command] [arguments]\n\nCommands:\n")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		s := commands[n].summary
+		if n == defaultCommand {
+			s += " (the default)"
+		}
+		fmt.Fprintf(&b, "  %-9s %s\n", n, s)
+	}
+	fmt.Fprintf(&b, "  %-9s %s\n", "help", "show this help, or a command's: limitd help <command>")
+	b.WriteString("\nRun 'limitd help <command>' or 'limitd <command> -h' for a command's details.\n\n")
+	b.WriteString(envHelp())
+	return b.String()
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/store"
+)
+
+// Fixed settings of the HTTP server. They are not in the environment on
+// purpose: one clear default beats a knob nobody measured.
+const (
+	readHeaderTimeout = 5 * time.Second
+	idleTimeout       = 2 * time.Minute
+	shutdownTimeout   = 10 * time.Second // for in-flight requests after SIGTERM
+	bootCheckInterval = time.Second      // how often serve looks for a lost boot file
+	bootTimeout       = 10 * time.Second // to apply the boot file once
+	batchSize         = 64               // acquires per pipeline (store.WithBatching)
+)
+
+func init() {
+	register(&command{
+		name:    "serve",
+		summary: "run the HTTP API over a shared Redis",
+		usage: `usage: limitd [serve]
+
+Runs limitd's HTTP API (/v1/limiters, /v1/templates, /healthz, /readyz,
+/metrics, /openapi.yaml) over the Redis named by LIMITD_REDIS_URL, or over an
+embedded in-memory Redis when it is empty. Stops gracefully on SIGINT or
+SIGTERM. Invalid configuration exits 1 with one line naming the variable.
+
+With LIMITD_CONFIG the YAML file's limiters and templates are applied at boot
+(the file wins over changes made since through the API) and applied again
+whenever Redis lost them, e.g. after a restart without persistence:
+
+  limiters:
+    orders: {rate: 1000, burst: 1.1, max_backlog: 10s}
+    search: {spec: "200,1.5"}
+    login: {kind: smooth, rate: 5, max_burst_seconds: 1}
+  templates:
+    per-user: {pattern: "user:*", order: 10, idle_ttl: 10m, limiter: {rate: 50}}
+
+` + envHelp(),
+		run: func(ctx context.Context, args []string, _, stderr io.Writer) error {
+			if len(args) > 0 {
+				return usageErrorf("serve takes no arguments, only environment variables (got %q)", args[0])
+			}
+			return serve(ctx, environ(), stderr, nil)
+		},
+	})
+}
+
+// serve runs limitd serve until ctx ends, then shuts down gracefully. environ
+// is the environment, logs go to logOut, and ready (if not nil) is told the
+// address once the server accepts connections.
+func serve(ctx context.Context, environ map[string]string, logOut io.Writer, ready func(net.Addr)) error {
+	cfg, err := loadConfig(environ)
+	if err != nil {
+		return err
+	}
+	logger := cfg.logger(logOut)
+	// go-redis logs every failed dial on its own; during an outage that would
+	// be a line per attempt. serve reports outages itself, so keep these for
+	// debugging. The logger is process-wide, hence set once.
+	setRedisLogger.Do(func() { redis.SetLogger(redisLog{logger}) })
+	var boot *bootFile
+	if cfg.ConfigFile != "" {
+		if boot, err = loadBootFile(cfg.ConfigFile); err != nil {
+			return fmt.Errorf("LIMITD_CONFIG: %w", err)
+		}
+	}
+	var rdb redis.UniversalClient
+	if cfg.RedisURL != "" {
+		if rdb, err = store.NewClient(cfg.RedisURL); err != nil {
+			return fmt.Errorf("LIMITD_REDIS_URL: %s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
+		}
+		defer rdb.Close()
+	}
+	// Listen before touching Redis, so a busy port fails at once.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("LIMITD_ADDR: %w", err)
+	}
+	defer ln.Close() // Shutdown closes it too; this covers the early returns
+
+	if rdb == nil {
+		mini := miniredis.NewMiniRedis()
+		if err := mini.StartAddr("127.0.0.1:0"); err != nil {
+			return fmt.Errorf("embedded redis: %w", err)
+		}
+		defer mini.Close()
+		if rdb, err = store.NewClient(mini.Addr()); err != nil {
+			return fmt.Errorf("embedded redis: %w", err)
+		}
+		defer rdb.Close()
+		logger.Warn("LIMITD_REDIS_URL is empty: using an EMBEDDED IN-MEMORY Redis. Limiters are NOT shared with other processes and are LOST when limitd stops; set LIMITD_REDIS_URL for real use",
+			"embedded_addr", mini.Addr())
+	}
+	st := store.New(rdb, store.WithPrefix(cfg.Prefix), store.WithBatching(batchSize))
+	defer st.Close()
+
+	if cfg.Insecure && cfg.AdminToken == "" && cfg.exposed() {
+		logger.Warn("LIMITD_INSECURE=true: listening beyond loopback without LIMITD_ADMIN_TOKEN; anyone who reaches this address can change limiters", "addr", cfg.Addr)
+	}
+
+	var wg sync.WaitGroup
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	// Deferred calls run last first: stop the keeper, wait for it, and only
+	// then close the store and Redis (deferred above).
+	defer wg.Wait()
+	defer stopBackground()
+	if boot != nil {
+		k := &bootKeeper{file: boot, store: st, log: logger, interval: bootCheckInterval, timeout: bootTimeout}
+		applyCtx, cancel := context.WithTimeout(ctx, bootTimeout)
+		err := boot.apply(applyCtx, st)
+		cancel()
+		if err != nil {
+			k.down = true
+			logger.Warn("could not apply the boot file; it will be applied once Redis answers", "file", boot.path, "err", err)
+		} else {
+			k.applied = true
+			logger.Info("applied the boot file", "file", boot.path, "limiters", len(boot.limiters), "templates", len(boot.templates))
+		}
+		wg.Go(func() { k.run(bgCtx) })
+	}
+
+	srv := &http.Server{
+		Handler: api.New(api.Options{
+			Store:      st,
+			AdminToken: cfg.AdminToken,
+			Token:      cfg.Token,
+			Logger:     logger,
+			Registry:   prometheus.NewRegistry(),
+			// BodyLimit and RequestTimeout: the API's defaults.
+		}),
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	wg.Go(func() { serveErr <- srv.Serve(ln) })
+	logger.Info("limitd serving", "addr", ln.Addr().String(), "version", version, "redis", redisTarget(cfg.RedisURL),
+		"prefix", cfg.Prefix, "admin_token", cfg.AdminToken != "", "token", cfg.Token != "")
+	if ready != nil {
+		ready(ln.Addr())
+	}
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down", "timeout", shutdownTimeout)
+	shutCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	err = srv.Shutdown(shutCtx)
+	if err != nil {
+		logger.Warn("in-flight requests did not finish in time; closing their connections", "err", err)
+		srv.Close()
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http server: %w", err)
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+var setRedisLogger sync.Once
+
+// redisLog passes go-redis' internal messages to slog at debug level.
+type redisLog struct{ l *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
+}
+
+// redisTarget describes LIMITD_REDIS_URL for the log, without its password.
+func redisTarget(raw string) string {
+	if raw == "" {
+		return "embedded (in-memory)"
+	}
+	if u, err := url.Parse(raw); err == nil && u.Scheme != "" {
+		return u.Redacted()
+	}
+	return raw
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"go.uber.org/goleak"
+)
+
+// startServe runs serve in the background and returns its base URL, its logs
+// and a function that stops it and returns serve's error.
+func startServe(t *testing.T, env map[string]string) (base string, logs *syncBuffer, stop func() error) {
+	t.Helper()
+	if env["LIMITD_ADDR"] == "" {
+		env["LIMITD_ADDR"] = "127.0.0.1:0"
+	}
+	logs = newSyncBuffer()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan net.Addr, 1)
+	errc := make(chan error, 1)
+	go func() { errc <- serve(ctx, env, logs, func(a net.Addr) { addrc <- a }) }()
+	select {
+	case a := <-addrc:
+		base = "http://" + a.String()
+	case err := <-errc:
+		cancel()
+		t.Fatalf("serve: %v\n%s", err, logs)
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatalf("serve did not start:\n%s", logs)
+	}
+	stopped := false
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-errc:
+			return err
+		case <-time.After(15 * time.Second):
+			t.Fatalf("serve did not stop:\n%s", logs)
+			return nil
+		}
+	}
+	t.Cleanup(func() { stop() })
+	return base, logs, stop
+}
+
+// get returns the status of GET url; the client keeps no idle connections, so
+// that goleak sees no transport goroutines.
+func get(t *testing.T, url string) int {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func waitStatus(t *testing.T, url string, want int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got := get(t, url)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s = %d, want %d within %v", url, got, want, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// With no LIMITD_REDIS_URL, serve runs on an embedded Redis, says so loudly,
+// applies the boot file, and stops every goroutine it started on shutdown.
+func TestServeEmbedded(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	base, logs, stop := startServe(t, map[string]string{"LIMITD_CONFIG": writeFile(t, "boot.yaml", exampleBoot)})
+	if got := get(t, base+"/healthz"); got != http.StatusOK {
+		t.Errorf("/healthz = %d", got)
+	}
+	if got := get(t, base+"/readyz"); got != http.StatusOK {
+		t.Errorf("/readyz = %d", got)
+	}
+	if got := get(t, base+"/v1/limiters/orders"); got != http.StatusOK {
+		t.Errorf("GET the boot file's limiter = %d, want 200", got)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("serve returned %v", err)
+	}
+	l := logs.String()
+	for _, want := range []string{"level=WARN msg=\"LIMITD_REDIS_URL is empty: using an EMBEDDED IN-MEMORY Redis", "applied the boot file", "limitd serving", "stopped"} {
+		if !strings.Contains(l, want) {
+			t.Errorf("logs lack %q:\n%s", want, l)
+		}
+	}
+}
+
+// Redis down at boot is not fatal: limitd serves (not ready) and applies the
+// boot file once Redis answers.
+func TestServeRedisDownAtBoot(t *testing.T) {
+	mini := miniredis.RunT(t)
+	addr := mini.Addr()
+	mini.Close()
+	base, logs, stop := startServe(t, map[string]string{
+		"LIMITD_REDIS_URL": "redis://" + addr, "LIMITD_CONFIG": writeFile(t, "boot.yaml", exampleBoot),
+		"LIMITD_LOG_FORMAT": "json",
+	})
+	waitStatus(t, base+"/readyz", http.StatusServiceUnavailable, 5*time.Second)
+	if err := mini.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !mini.Exists("limitd:boot") {
+		if time.Now().After(deadline) {
+			t.Fatalf("boot file not applied after Redis came back:\n%s", logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitStatus(t, base+"/readyz", http.StatusOK, 5*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	l := logs.String()
+	if !strings.Contains(l, `"msg":"could not apply the boot file; it will be applied once Redis answers"`) ||
+		!strings.Contains(l, `"msg":"redis is back; the boot configuration is in place"`) ||
+		!strings.Contains(l, `"msg":"applied the boot file"`) || strings.Contains(l, "redis lost") {
+		t.Errorf("logs:\n%s", l)
+	}
+}
+
+func TestServeAddrInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	err = serve(context.Background(), map[string]string{"LIMITD_ADDR": ln.Addr().String()}, io.Discard, nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "LIMITD_ADDR: listen tcp "+ln.Addr().String()) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestRedisTargetHidesPassword(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                          "embedded (in-memory)",
+		"redis://:s3cret@r:6379/0":  "redis://:xxxxx@r:6379/0",
+		"rediss://u:s3cret@r:6380":  "rediss://u:xxxxx@r:6380",
+		"10.0.0.1:7000,10.0.0.2:70": "10.0.0.1:7000,10.0.0.2:70",
+	} {
+		if got := redisTarget(in); got != want {
+			t.Errorf("redisTarget(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
