@@ -19,10 +19,10 @@ if not L and mode == 'patch' then return {-1, 0, 0} end
 local code, ver = 200, 1
 if L and L.kind == NP.kind then
   if redis.call('HGET', KEYS[1], 'cfg') == cfg and restart ~= '1' then return {200, L.ver, 0} end
+  ver = L.ver + 1 -- before retune, which copies NP's (meaningless) ver into L
   local now = now_rel(L, us)
   retune(L, now, NP)
   if restart == '1' then reset(L, now) end
-  ver = L.ver + 1
 else
   if L and mode == 'patch' then return {-4, L.ver, 0} end
   if L then

@@ -13,12 +13,23 @@ if redis.replicate_commands then redis.replicate_commands() end
 
 local HORIZON = 1125899906842624 -- 2^50 ns, limiter.Horizon
 local REBASE = 1099511627776     -- 2^40 ns (~18 min): move the epoch this often
+local FAR = 4503599627370496     -- 2^52 ns (~52 days): see now_rel
 
 local PARAMS = {'kind', 'whole', 'frac', 'den', 'maxn', 'burst', 'maxb', 'cap', 'init', 'warm',
   'stable', 'cool', 'thr', 'slope', 'ver'}
 local STATE = {'st', 'ep', 'org', 'nx', 'pc', 'rem', 'sto'}
 
 local function fmt(x) return string.format('%.17g', x) end
+
+-- num is tonumber for the numbers limitd writes. Go's strconv 'g' and '%.17g'
+-- write some numbers in exponent form without a point ("1e+06", "1e+21");
+-- Redis's Lua reads them, but gopher-lua's tonumber (miniredis) returns nil for
+-- any string without a '.' that is not an integer, so give it one.
+local function num(s)
+  local x = tonumber(s)
+  if x == nil and type(s) == 'string' then x = tonumber((string.gsub(s, '[eE]', '.0e', 1))) end
+  return x
+end
 
 local function time_us()
   local t = redis.call('TIME')
@@ -35,7 +46,7 @@ local function load(key)
   if not v[1] then return nil end
   local L = {key = key, d_al = 0, d_id = 0, d_pm = 0, d_lt = 0}
   for i, f in ipairs(fields) do
-    if f == 'kind' then L.kind = v[i] else L[f] = tonumber(v[i]) or 0 end
+    if f == 'kind' then L.kind = v[i] else L[f] = num(v[i]) or 0 end
   end
   return L
 end
@@ -43,22 +54,67 @@ end
 -- params_from copies engine parameters from ARGV (in PARAMS order) into L.
 local function params_from(L, argv, i)
   for j, f in ipairs(PARAMS) do
-    if f == 'kind' then L.kind = argv[i + j - 1] else L[f] = tonumber(argv[i + j - 1]) end
+    if f == 'kind' then L.kind = argv[i + j - 1] else L[f] = num(argv[i + j - 1]) end
   end
+end
+
+-- A big is an exact integer hi * 1e9 + lo (0 <= lo < 1e9, hi >= 0), for the
+-- idle time of a limiter left alone for months, which a double cannot hold to
+-- the ns.
+local function big(hi, lo)
+  local r = math.fmod(lo, 1e9)
+  if r < 0 then r = r + 1e9 end
+  return {hi = hi + (lo - r) / 1e9, lo = r}
+end
+
+-- big_gap is d * 1000 - c exactly, for integers 0 <= d < 2^53, |c| < 2^53.
+local function big_gap(d, c)
+  local dl, cl = math.fmod(d, 1e6), math.fmod(c, 1e9)
+  if cl < 0 then cl = cl + 1e9 end
+  return big((d - dl) / 1e6 - (c - cl) / 1e9, dl * 1000 - cl)
+end
+
+-- big_str is a big in decimal, for HINCRBY and replies.
+local function big_str(b)
+  local lo = string.format('%.0f', b.lo)
+  if b.hi == 0 then return lo end
+  return string.format('%.0f', b.hi) .. string.rep('0', 9 - #lo) .. lo
 end
 
 -- now_rel is the current time in ns relative to L's epoch; it starts the epoch
 -- for a new limiter and rebases it once it has run for REBASE ns.
+--
+-- A limiter left alone for months would see nx - now fall below -2^53, where
+-- a double no longer holds every ns. Nothing needs nx that far back: every use
+-- of a schedule pointer behind now forfeits all but max_backlog (<= HORIZON) of
+-- the gap as idle (forfeit), and a smooth limiter stores at most cap (<= 1e15
+-- ns) of it (resync). So when nx would fall more than FAR behind, the part of
+-- the gap beyond FAR is counted as idle at once, exactly (L.xid, a big), and
+-- nx is kept FAR behind: the totals and every later result are those of the
+-- unsettled gap.
 local function now_rel(L, us)
   if L.st == 0 and L.ep == 0 then L.ep = us end
   local now = (us - L.ep) * 1000
   if now >= REBASE then
+    if L.st == 1 and now - L.nx > FAR then
+      L.xid = big_gap(us - L.ep, L.nx + FAR)
+      L.nx = -FAR
+      L.pc = -2 * HORIZON -- pc <= nx + 2 * HORIZON: it would be clamped below
+    else
+      L.nx = L.nx - now
+      L.pc = math.max(L.pc - now, -2 * HORIZON) -- a pace that far back no longer matters
+    end
     L.ep = us
-    L.nx = L.nx - now
-    L.pc = math.max(L.pc - now, -2 * HORIZON) -- a pace that far back no longer matters
     now = 0
   end
   return now
+end
+
+-- idle_delta is the idle time this call adds: d_id, plus the settled part of a
+-- long gap (a decimal string then, exact past 2^53).
+local function idle_delta(L)
+  if not L.xid then return L.d_id end
+  return big_str(big(L.xid.hi, L.xid.lo + L.d_id))
 end
 
 -- start is limiter.Params.Start.
@@ -169,6 +225,7 @@ local function save(L)
   redis.call('HSET', L.key, 'st', L.st, 'ep', fmt(L.ep), 'org', fmt(L.org), 'nx', fmt(L.nx),
     'pc', fmt(L.pc), 'rem', fmt(L.rem), 'sto', fmt(L.sto))
   if L.d_al ~= 0 then redis.call('HINCRBY', L.key, 'al', fmt(L.d_al)) end
+  if L.xid then redis.call('HINCRBY', L.key, 'id', big_str(L.xid)) end
   if L.d_id ~= 0 then redis.call('HINCRBY', L.key, 'id', fmt(L.d_id)) end
   if L.d_pm ~= 0 then redis.call('HINCRBY', L.key, 'pm', fmt(L.d_pm)) end
   if L.d_lt ~= 0 then redis.call('HINCRBY', L.key, 'lt', fmt(L.d_lt)) end

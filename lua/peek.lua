@@ -2,7 +2,8 @@
 -- KEYS: limiter hash, template-instance hash. ARGV: [template PARAMS...] from 1.
 -- Reply: {code, wait, delay, extra_idle, version, now_us, allocated, idle,
 -- permits, lateness, started}; totals are strings read as stored (exact int64),
--- extra_idle is backlog that would be forfeited now.
+-- extra_idle is backlog that would be forfeited now (a decimal string when
+-- past 2^53, after months without a call).
 local us = time_us()
 local L = resolve(ARGV, 1, us)
 if not L then return {-1} end
@@ -18,4 +19,4 @@ else
   forfeit(L, now, L.maxb)
   wait, delay = math.max(0, now - L.nx), math.max(L.nx, L.pc, now) - now
 end
-return {1, wait, delay, L.d_id, L.ver, us, tot[1], tot[2], tot[3], tot[4], 1}
+return {1, wait, delay, idle_delta(L), L.ver, us, tot[1], tot[2], tot[3], tot[4], 1}

@@ -7,15 +7,21 @@
 -- unused_ns, unused_permits, rem_used, rem_after, [template PARAMS...].
 -- Reply: {code, rewound}.
 local us = time_us()
-local L = resolve(ARGV, 10, us)
+local L, inst = resolve(ARGV, 10, us)
 if not L then return {-1} end
 if L.st ~= 1 then return {1, 0} end
-local now = now_rel(L, us)
 local a = {}
 for i = 1, 9 do a[i] = tonumber(ARGV[i]) end
-local shift = (a[2] - L.ep) * 1000 -- grant epoch → current epoch
-local sched, after = a[3] + shift, a[4] + shift
-local unused, m = math.max(0, math.min(a[6], after - sched)), a[7]
+-- Decided in the limiter's stored epoch, before now_rel rebases it: after
+-- months without a call the rebase settles a far-behind nx (see now_rel), and
+-- nx would no longer be the grant's end even though nothing happened since.
+-- The grant's times are relative to its own epoch (a[2]); its length is exact
+-- there, while shifted to the limiter's epoch a grant months old may not be.
+-- after, once shifted, is exact whenever it can equal nx (the sum is then
+-- below 2^53 and so is computed exactly).
+local shift = (a[2] - L.ep) * 1000 -- grant epoch → limiter epoch
+local after = a[4] + shift
+local unused, m = math.max(0, math.min(a[6], a[4] - a[3])), a[7]
 local rewound = 0
 if L.kind == 'schedule' and L.ver == a[1] and L.nx == after and L.rem == a[9] then
   L.nx = after - unused
@@ -26,5 +32,7 @@ else
   L.d_id = L.d_id + unused
 end
 L.d_al, L.d_pm = L.d_al - unused, L.d_pm - m
+now_rel(L, us)
 save(L)
+if inst and L.new_params then save_params(L) end -- moved to a newer template version
 return {1, rewound}

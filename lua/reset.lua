@@ -3,10 +3,11 @@
 -- KEYS: limiter hash, template-instance hash. ARGV: [template PARAMS...] from 1.
 -- Reply: {code, version}.
 local us = time_us()
-local L = resolve(ARGV, 1, us)
+local L, inst = resolve(ARGV, 1, us)
 if not L then return {-1} end
 if L.st == 1 then
   reset(L, now_rel(L, us))
   save(L)
+  if inst and L.new_params then save_params(L) end -- moved to a newer template version
 end
 return {1, L.ver}

@@ -204,7 +204,10 @@ func (s *Store) Reset(ctx context.Context, name string) (version int64, err erro
 	if err != nil {
 		return 0, err
 	}
-	return toInt(v[1]), replyErr(name, v)
+	if err := replyErr(name, v); err != nil { // {-1} has no version
+		return 0, err
+	}
+	return toInt(v[1]), nil
 }
 
 // target returns the keys a per-name script takes and the template that

@@ -153,6 +153,19 @@ func (b *batcher) loop() {
 				break drain
 			}
 		}
+		// A caller that gave up while queued must not take permits that
+		// nobody will use.
+		live := batch[:0]
+		for _, c := range batch {
+			if err := c.ctx.Err(); err != nil {
+				c.out <- Outcome{Err: wrapErr(err)}
+				continue
+			}
+			live = append(live, c)
+		}
+		if batch = live; len(batch) == 0 {
+			continue
+		}
 		reqs = reqs[:0]
 		for _, c := range batch {
 			reqs = append(reqs, c.req)
@@ -172,6 +185,13 @@ const batchTimeout = 2 * time.Second
 
 // acquire submits one call and waits for its outcome.
 func (b *batcher) acquire(ctx context.Context, req Request) (Decision, error) {
+	// A closed batcher must refuse at once: the select below could still
+	// pick the send, as b.in has room, and nobody would ever answer.
+	select {
+	case <-b.done:
+		return Decision{}, ErrClosed
+	default:
+	}
 	c := callPool.Get().(*call)
 	c.ctx, c.req = ctx, req
 	select {
@@ -190,5 +210,16 @@ func (b *batcher) acquire(ctx context.Context, req Request) (Decision, error) {
 	case <-ctx.Done():
 		// The outcome will still arrive on c.out; c is not reused.
 		return Decision{}, wrapErr(ctx.Err())
+	case <-b.done:
+		// Closed while c was queued or in flight: once the workers are gone,
+		// c has its outcome or never will.
+		b.wg.Wait()
+		select {
+		case o := <-c.out:
+			callPool.Put(c)
+			return o.Decision, o.Err
+		default:
+			return Decision{}, ErrClosed // c stays in b.in: not reused
+		}
 	}
 }

@@ -167,9 +167,16 @@ func (s *Store) List(ctx context.Context, cursor string, limit int) ([]Info, str
 	if cursor != "" {
 		min = "(" + cursor
 	}
-	names, err := s.rdb.ZRangeByLex(ctx, s.indexKey(), &redis.ZRangeBy{Min: min, Max: "+", Count: int64(limit)}).Result()
+	// One name more than asked tells whether another page follows, so that
+	// the last page ends with an empty cursor even when it is full.
+	names, err := s.rdb.ZRangeByLex(ctx, s.indexKey(), &redis.ZRangeBy{Min: min, Max: "+", Count: int64(limit) + 1}).Result()
 	if err != nil {
 		return nil, "", wrapErr(err)
+	}
+	next := ""
+	if len(names) > limit {
+		names = names[:limit]
+		next = names[limit-1]
 	}
 	cmds := make([]*redis.SliceCmd, len(names))
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -192,10 +199,6 @@ func (s *Store) List(ctx context.Context, cursor string, limit int) ([]Info, str
 			return nil, "", err
 		}
 		out = append(out, info)
-	}
-	next := ""
-	if len(names) == limit {
-		next = names[len(names)-1]
 	}
 	return out, next, nil
 }

@@ -1,0 +1,249 @@
+package store_test
+
+// Benchmarks of Store.Acquire beside github.com/go-redis/redis_rate/v10, on the
+// same redis-server in the same run (DESIGN §9). Every permit is granted (rate
+// 1e9/s, max wait 0), so they measure the cost of a decision, not waiting.
+//
+//	go test -run='^$' -bench=BenchmarkAcquire -benchtime=2s -count=5 ./store/ | tee /tmp/store-bench.txt
+//	benchstat /tmp/store-bench.txt
+//
+// Names are BenchmarkAcquire/<contender>/<goroutines>/<keys>:
+//   - limitd: Store.Acquire, one round trip a call; limitd-batched: the same
+//     through WithBatching(64); redis_rate: Limiter.Allow with PerSecond(1e9).
+//   - g1: one caller in a loop; g32: RunParallel with 32 goroutines (rounded
+//     up to a multiple of GOMAXPROCS).
+//   - hot: one key; 10k-keys: keys taken round-robin from 10,000 (for limitd
+//     named limiters made by Put); 10k-tpl (limitd only): the same names as
+//     instances of the template "k:*", created before timing starts.
+//
+// Metrics besides ns/op: ops/s, the throughput to compare; srv-us/call, the
+// server time of one script call (EVALSHA in INFO commandstats, reset before
+// each timed loop), which includes the Redis commands the script issues;
+// srv-cpu-us/op (Linux only), the CPU time redis-server spent per acquire,
+// network I/O included, which is what caps throughput once Redis's one thread
+// is busy; cli-cpu-us/op (Linux only, 10 ms ticks), the CPU time of this
+// process per acquire, which competes with Redis for the same cores.
+// commandstats time is wall time, so a busy machine inflates it; CPU times
+// much less.
+//
+// The machines are small and noisy: compare medians and their ratios, never a
+// lone time. -count runs a variant's repetitions back to back, so load that
+// comes and goes favours whichever contender ran in a quiet moment; on a shared
+// machine repeat the process instead, which interleaves the contenders:
+//
+//	for i in 1 2 3 4 5; do go test -run='^$' -bench=BenchmarkAcquire -benchtime=2s -count=1 ./store/; done | tee /tmp/store-bench.txt
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/store"
+)
+
+const (
+	benchRate       = 1e9 // one permit a nanosecond: never a denial, never a wait
+	benchKeys       = 10_000
+	benchGoroutines = 32
+)
+
+// benchAcquire takes one permit for key; a denial is an error, since at
+// benchRate none is expected.
+type benchAcquire func(ctx context.Context, key string) error
+
+var errBenchDenied = errors.New("denied at a rate that should grant everything")
+
+type benchKeySet struct {
+	name    string
+	keys    []string
+	acquire benchAcquire
+}
+
+type benchContender struct {
+	name string
+	sets []benchKeySet
+}
+
+// BenchmarkAcquire runs every contender against one redis-server, started
+// here and stopped by redistest when BenchmarkAcquire returns. go test repeats
+// each leaf benchmark -count times, not this function, so one server serves
+// every variant and every repetition of the process.
+func BenchmarkAcquire(b *testing.B) {
+	rdb := redistest.Server(b).Client()
+	ctx := context.Background()
+	names := make([]string, benchKeys)
+	for i := range names {
+		names[i] = "k:" + strconv.Itoa(i)
+	}
+	hot := []string{"hot"}
+	cfg := limiter.Config{Rate: benchRate}
+
+	// Named limiters and template instances live under their own prefixes, so
+	// that the named ones see no templates at all.
+	named := store.New(rdb, store.WithPrefix("bench-named"))
+	benchPut(b, named, append([]string{"hot"}, names...), cfg)
+	tpl := store.New(rdb, store.WithPrefix("bench-tpl"))
+	if _, err := tpl.PutTemplate(ctx, store.Template{ID: "k", Pattern: "k:*", Limiter: cfg}); err != nil {
+		b.Fatal(err)
+	}
+	benchTouch(b, tpl, names)
+	namedBatched := benchBatched(b, rdb, "bench-named")
+	tplBatched := benchBatched(b, rdb, "bench-tpl")
+
+	limitd := func(named, tpl *store.Store) []benchKeySet {
+		return []benchKeySet{
+			{"hot", hot, benchStoreAcquire(named)},
+			{"10k-keys", names, benchStoreAcquire(named)},
+			{"10k-tpl", names, benchStoreAcquire(tpl)},
+		}
+	}
+	rr := benchRedisRate(redis_rate.NewLimiter(rdb))
+	contenders := []benchContender{
+		{"limitd", limitd(named, tpl)},
+		{"limitd-batched", limitd(namedBatched, tplBatched)},
+		{"redis_rate", []benchKeySet{{"hot", hot, rr}, {"10k-keys", names, rr}}},
+	}
+	for _, c := range contenders {
+		b.Run(c.name, func(b *testing.B) {
+			for _, g := range []int{1, benchGoroutines} {
+				b.Run("g"+strconv.Itoa(g), func(b *testing.B) {
+					for _, ks := range c.sets {
+						b.Run(ks.name, func(b *testing.B) { benchLoop(b, rdb, g, ks) })
+					}
+				})
+			}
+		})
+	}
+}
+
+// benchLoop times b.N acquires by the given number of goroutines and reports
+// throughput, CPU time per acquire and the server's time per script call.
+func benchLoop(b *testing.B, rdb *redis.Client, goroutines int, ks benchKeySet) {
+	ctx := context.Background()
+	// One untimed call loads the script and opens a connection, so that the
+	// stats below count only EVALSHAs of the timed loop.
+	if err := ks.acquire(ctx, ks.keys[0]); err != nil {
+		b.Fatal(err)
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	meters := []benchCPUMeter{
+		benchMeter(benchServerCPU(ctx, rdb), "srv-cpu-us/op"),
+		benchMeter(benchClientCPU(), "cli-cpu-us/op"),
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	if goroutines == 1 {
+		for i := range b.N {
+			if err := ks.acquire(ctx, ks.keys[i%len(ks.keys)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	} else {
+		procs := runtime.GOMAXPROCS(0)
+		b.SetParallelism((goroutines + procs - 1) / procs)
+		var next atomic.Uint64
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				i := next.Add(1)
+				if err := ks.acquire(ctx, ks.keys[i%uint64(len(ks.keys))]); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	for _, m := range meters {
+		m.report(b)
+	}
+	us, calls, err := benchScriptCost(ctx, rdb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if calls < int64(b.N) {
+		b.Fatalf("INFO commandstats counts %d EVALSHA calls for %d acquires", calls, b.N)
+	}
+	b.ReportMetric(us, "srv-us/call")
+}
+
+func benchStoreAcquire(s *store.Store) benchAcquire {
+	return func(ctx context.Context, key string) error {
+		d, err := s.Acquire(ctx, key, 1, 0)
+		if err == nil && !d.Granted {
+			err = errBenchDenied
+		}
+		return err
+	}
+}
+
+func benchRedisRate(l *redis_rate.Limiter) benchAcquire {
+	limit := redis_rate.PerSecond(benchRate)
+	return func(ctx context.Context, key string) error {
+		r, err := l.Allow(ctx, key, limit)
+		if err == nil && r.Allowed != 1 {
+			err = errBenchDenied
+		}
+		return err
+	}
+}
+
+func benchBatched(b *testing.B, rdb *redis.Client, prefix string) *store.Store {
+	s := store.New(rdb, store.WithPrefix(prefix), store.WithBatching(64))
+	b.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// benchPut creates the limiters, a few at a time so that setup stays short.
+func benchPut(b *testing.B, s *store.Store, names []string, cfg limiter.Config) {
+	b.Helper()
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+		errs = make(chan error, 16)
+	)
+	for range 16 {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(names)); i = next.Add(1) - 1 {
+				if _, _, err := s.Put(context.Background(), names[i], cfg); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// benchTouch acquires once on every name, so that template instances exist
+// before timing starts.
+func benchTouch(b *testing.B, s *store.Store, names []string) {
+	b.Helper()
+	for chunk := range slices.Chunk(names, 500) {
+		reqs := make([]store.Request, len(chunk))
+		for i, n := range chunk {
+			reqs[i] = store.Request{Name: n, Permits: 1}
+		}
+		for i, o := range s.AcquireMany(context.Background(), reqs) {
+			if o.Err != nil || !o.Granted {
+				b.Fatalf("%s: granted %v, err %v", chunk[i], o.Granted, o.Err)
+			}
+		}
+	}
+}
