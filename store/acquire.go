@@ -36,6 +36,10 @@ func (s *Store) Acquire(ctx context.Context, name string, n int64, maxWait time.
 	if s.batcher != nil {
 		return s.batcher.acquire(ctx, Request{Name: name, Permits: n, MaxWait: maxWait})
 	}
+	return s.acquireDirect(ctx, name, n, maxWait)
+}
+
+func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait time.Duration) (Decision, error) {
 	v, err := s.acquireCall(ctx, lua.Acquire, name, n, maxWait)
 	if err != nil {
 		return Decision{}, err

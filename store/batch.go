@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -111,12 +112,13 @@ type call struct {
 }
 
 type batcher struct {
-	s    *Store
-	max  int
-	in   chan *call
-	done chan struct{}
-	wg   sync.WaitGroup
-	once sync.Once
+	s        *Store
+	inflight atomic.Int64 // round trips under way: direct calls and batches
+	max      int
+	in       chan *call
+	done     chan struct{}
+	wg       sync.WaitGroup
+	once     sync.Once
 }
 
 var callPool = sync.Pool{New: func() any { return &call{out: make(chan Outcome, 1)} }}
@@ -173,7 +175,9 @@ func (b *batcher) loop() {
 		// The batch runs on its own deadline: one caller giving up must not
 		// fail the others. Callers stop waiting on their own contexts.
 		ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+		b.inflight.Add(1)
 		outs := b.s.AcquireMany(ctx, reqs)
+		b.inflight.Add(-1)
 		cancel()
 		for i, c := range batch {
 			c.out <- outs[i]
@@ -183,7 +187,9 @@ func (b *batcher) loop() {
 
 const batchTimeout = 2 * time.Second
 
-// acquire submits one call and waits for its outcome.
+// acquire submits one call and waits for its outcome. A caller that finds
+// nothing in flight goes straight to Redis: batching only pays when calls
+// overlap, and a lone caller must not pay the hand-offs.
 func (b *batcher) acquire(ctx context.Context, req Request) (Decision, error) {
 	// A closed batcher must refuse at once: the select below could still
 	// pick the send, as b.in has room, and nobody would ever answer.
@@ -191,6 +197,11 @@ func (b *batcher) acquire(ctx context.Context, req Request) (Decision, error) {
 	case <-b.done:
 		return Decision{}, ErrClosed
 	default:
+	}
+	if b.inflight.CompareAndSwap(0, 1) {
+		d, err := b.s.acquireDirect(ctx, req.Name, req.Permits, req.MaxWait)
+		b.inflight.Add(-1)
+		return d, err
 	}
 	c := callPool.Get().(*call)
 	c.ctx, c.req = ctx, req

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -155,6 +156,7 @@ func (s *Store) Resolve(ctx context.Context, name string) (Template, error) {
 type compiledTemplate struct {
 	Template
 	params limiter.Params
+	argv   []any // the parameters as the scripts take them, built once
 }
 
 // args are the template's engine parameters for the scripts (none: nil).
@@ -162,7 +164,7 @@ func (t *compiledTemplate) args() []any {
 	if t == nil {
 		return nil
 	}
-	return paramArgs(&t.params, t.Version)
+	return t.argv
 }
 
 func (t *compiledTemplate) idleTTLms() int64 {
@@ -173,43 +175,73 @@ func (t *compiledTemplate) idleTTLms() int64 {
 }
 
 // templateCache keeps the templates for up to ttl, so that resolving a name
-// costs no round trip; changes made through this store are seen at once,
-// others within ttl.
+// costs no round trip. Once a snapshot is stale, one caller reloads it while
+// the others go on with the old one; changes made through this store are seen
+// by the next call, others within ttl.
 type templateCache struct {
-	mu     sync.Mutex
 	ttl    time.Duration
+	cur    atomic.Pointer[templateSet]
+	gen    atomic.Int64 // bumped by invalidate
+	reload sync.Mutex
+}
+
+type templateSet struct {
 	loaded time.Time
+	gen    int64
 	list   []*compiledTemplate
 }
 
-func (c *templateCache) invalidate() {
-	c.mu.Lock()
-	c.loaded = time.Time{}
-	c.mu.Unlock()
-}
+func (c *templateCache) invalidate() { c.gen.Add(1) }
 
 func (c *templateCache) match(ctx context.Context, s *Store, name string) (*compiledTemplate, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if time.Since(c.loaded) > c.ttl {
-		ts, err := s.Templates(ctx)
+	set := c.cur.Load()
+	if set == nil || set.gen != c.gen.Load() || time.Since(set.loaded) > c.ttl {
+		// The first load, or a change made here, must be waited for; a stale
+		// snapshot is reloaded by whoever gets there first.
+		mustWait := set == nil || set.gen != c.gen.Load()
+		if mustWait {
+			c.reload.Lock()
+		} else if !c.reload.TryLock() {
+			return set.match(name), nil
+		}
+		fresh, err := c.load(ctx, s)
+		c.reload.Unlock()
 		if err != nil {
 			return nil, err
 		}
-		c.list = c.list[:0]
-		for _, t := range ts {
-			p, err := limiter.Compile(t.Limiter)
-			if err != nil {
-				continue // written by a newer limitd with rules this one lacks
-			}
-			c.list = append(c.list, &compiledTemplate{Template: t, params: p})
-		}
-		c.loaded = time.Now()
+		set = fresh
 	}
-	for _, t := range c.list {
+	return set.match(name), nil
+}
+
+// load reads the templates, unless a concurrent caller just did. Called with
+// c.reload held.
+func (c *templateCache) load(ctx context.Context, s *Store) (*templateSet, error) {
+	gen := c.gen.Load()
+	if set := c.cur.Load(); set != nil && set.gen == gen && time.Since(set.loaded) <= c.ttl {
+		return set, nil
+	}
+	ts, err := s.Templates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	set := &templateSet{loaded: time.Now(), gen: gen}
+	for _, t := range ts {
+		p, err := limiter.Compile(t.Limiter)
+		if err != nil {
+			continue // written by a newer limitd with rules this one lacks
+		}
+		set.list = append(set.list, &compiledTemplate{Template: t, params: p, argv: paramArgs(&p, t.Version)})
+	}
+	c.cur.Store(set)
+	return set, nil
+}
+
+func (set *templateSet) match(name string) *compiledTemplate {
+	for _, t := range set.list {
 		if ok, _ := path.Match(t.Pattern, name); ok {
-			return t, nil
+			return t
 		}
 	}
-	return nil, nil
+	return nil
 }
