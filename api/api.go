@@ -1,0 +1,151 @@
+package api
+
+import (
+	_ "embed"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/limitd/limitd/store"
+)
+
+// Options configure the handler New returns.
+type Options struct {
+	Store          *store.Store
+	AdminToken     string               // LIMITD_ADMIN_TOKEN: needed for PUT, PATCH, DELETE, reset
+	Token          string               // LIMITD_TOKEN: needed for every other /v1 request
+	Logger         *slog.Logger         // nil: discard
+	Registry       *prometheus.Registry // nil: a new one; /metrics serves it
+	BodyLimit      int64                // bytes, 0: 64 KiB
+	RequestTimeout time.Duration        // 0: 10s
+}
+
+// Defaults of Options, and the page size of GET /v1/limiters without ?limit=.
+const (
+	defaultBodyLimit      = 64 << 10
+	defaultRequestTimeout = 10 * time.Second
+	defaultListLimit      = 100
+)
+
+// openapiYAML describes the API; /openapi.yaml serves it.
+//
+//go:embed openapi.yaml
+var openapiYAML []byte
+
+// server holds what the handlers share.
+type server struct {
+	store     *store.Store
+	log       *slog.Logger
+	m         *metrics
+	bodyLimit int64
+	timeout   time.Duration
+	auth      auth
+	routes    map[string]string // echo path → OpenAPI path, the route label
+}
+
+// New returns the HTTP handler of the API. It panics only if o.Store is nil or
+// o.Registry already holds a collector of the same name with other labels.
+func New(o Options) http.Handler {
+	if o.Store == nil {
+		panic("api: Options.Store is nil")
+	}
+	s := &server{
+		store:     o.Store,
+		log:       o.Logger,
+		bodyLimit: o.BodyLimit,
+		timeout:   o.RequestTimeout,
+		auth:      newAuth(o.AdminToken, o.Token),
+		routes:    map[string]string{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.bodyLimit <= 0 {
+		s.bodyLimit = defaultBodyLimit
+	}
+	if s.timeout <= 0 {
+		s.timeout = defaultRequestTimeout
+	}
+	reg := o.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	s.m = newMetrics(reg)
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	e.Pre(dropBadRequestID)
+	e.Use(
+		middleware.RequestID(),
+		s.observe, // outside Recover, so a recovered panic is logged and counted
+		middleware.RecoverWithConfig(middleware.RecoverConfig{
+			DisableStackAll: true,
+			LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
+				s.log.Error("panic serving request", "err", err, "method", c.Request().Method,
+					"path", c.Request().URL.Path, "request_id", requestID(c), "stack", string(stack))
+				return &panicError{err}
+			},
+		}),
+		s.limits,
+	)
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+	e.GET("/openapi.yaml", func(c echo.Context) error {
+		return c.Blob(http.StatusOK, "application/yaml", openapiYAML)
+	})
+
+	read, admin := s.auth.read, s.auth.admin
+	e.GET("/v1/limiters", s.listLimiters, read)
+	e.PUT("/v1/limiters/:name", s.putLimiter, admin)
+	e.GET("/v1/limiters/:name", s.getLimiter, read)
+	e.PATCH("/v1/limiters/:name", s.patchLimiter, admin)
+	e.DELETE("/v1/limiters/:name", s.deleteLimiter, admin)
+	e.POST("/v1/limiters/:name/acquire", s.acquire, read)
+	e.GET("/v1/limiters/:name/wait", s.wait, read)
+	e.POST("/v1/limiters/:name/reset", s.reset, admin)
+	e.GET("/v1/templates", s.listTemplates, read)
+	e.PUT("/v1/templates/:id", s.putTemplate, admin)
+	e.GET("/v1/templates/:id", s.getTemplate, read)
+	e.DELETE("/v1/templates/:id", s.deleteTemplate, admin)
+
+	for _, r := range e.Routes() {
+		s.routes[r.Path] = openapiPath(r.Path)
+	}
+	return e
+}
+
+// openapiPath writes an echo route the way openapi.yaml does:
+// /v1/limiters/:name → /v1/limiters/{name}.
+func openapiPath(p string) string {
+	parts := strings.Split(p, "/")
+	for i, s := range parts {
+		if strings.HasPrefix(s, ":") {
+			parts[i] = "{" + s[1:] + "}"
+		}
+	}
+	return strings.Join(parts, "/")
+}
+
+func (s *server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz answers 200 only while Redis does.
+func (s *server) readyz(c echo.Context) error {
+	start := time.Now()
+	err := s.store.Ping(c.Request().Context())
+	s.m.redisDone(opPing, start)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}

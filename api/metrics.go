@@ -1,0 +1,101 @@
+package api
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// redisOp names a store call in limitd_redis_call_duration_seconds.
+type redisOp int
+
+const (
+	opPing redisOp = iota
+	opPut
+	opGet
+	opPatch
+	opDelete
+	opList
+	opAcquire
+	opWait
+	opReset
+	opResolve
+	opPutTemplate
+	opGetTemplate
+	opDeleteTemplate
+	opTemplates
+	numOps
+)
+
+var opNames = [numOps]string{"ping", "put", "get", "patch", "delete", "list", "acquire", "wait",
+	"reset", "resolve", "put_template", "get_template", "delete_template", "templates"}
+
+// metrics are the collectors /metrics serves.
+type metrics struct {
+	requests  *prometheus.CounterVec   // by method, route template, status
+	duration  *prometheus.HistogramVec // by method, route template
+	decisions *prometheus.CounterVec   // by limiter name or template id, and decision
+	errors    *prometheus.CounterVec   // by problem type
+	backlog   *prometheus.GaugeVec     // by limiter name; never a template instance
+	redis     [numOps]prometheus.Observer
+}
+
+func newMetrics(reg *prometheus.Registry) *metrics {
+	m := &metrics{
+		requests: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limitd_http_requests_total",
+			Help: "HTTP requests answered, by method, route template (unmatched: no route) and status.",
+		}, []string{"method", "route", "status"})),
+		duration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "limitd_http_request_duration_seconds",
+			Help:    "Time to answer an HTTP request, by method and route template; a blocking acquire includes its wait.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"method", "route"})),
+		decisions: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limitd_acquire_decisions_total",
+			Help: "Acquire decisions (granted, denied) by limiter name, or by template id (limiter=\"\") for template instances.",
+		}, []string{"limiter", "template", "decision"})),
+		errors: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limitd_errors_total",
+			Help: "Problem responses by problem type (invalid, unauthorized, not-found, ..., unavailable, timeout, internal).",
+		}, []string{"type"})),
+		backlog: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "limitd_limiter_backlog_seconds",
+			Help: "A named limiter's wait time (schedule: its backlog behind schedule; smooth: its stored time) as last seen by an acquire or /wait through this process.",
+		}, []string{"limiter"})),
+	}
+	rh := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "limitd_redis_call_duration_seconds",
+		Help:    "Latency of store calls to Redis (one script or command round trip, more for list and view), by operation.",
+		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	}, []string{"op"}))
+	for op := range numOps {
+		m.redis[op] = rh.WithLabelValues(opNames[op])
+	}
+	// Runtime metrics belong on every limitd /metrics; a registry that has
+	// them already keeps its own (the error says so, and changes nothing).
+	_ = reg.Register(collectors.NewGoCollector())
+	_ = reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// register adds c to reg, or returns the equal collector reg holds already
+// (a second handler on the same registry shares the series).
+func register[C prometheus.Collector](reg *prometheus.Registry, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if old, ok := are.ExistingCollector.(C); ok {
+				return old
+			}
+		}
+		panic("api: registering metrics: " + err.Error())
+	}
+	return c
+}
+
+func (m *metrics) redisDone(op redisOp, start time.Time) {
+	m.redis[op].Observe(time.Since(start).Seconds())
+}

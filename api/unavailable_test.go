@@ -1,0 +1,99 @@
+package api_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd/api"
+)
+
+// With Redis down, readiness and every store call answer 503 problem+json
+// with a clear detail; once Redis is back the same handler recovers.
+func TestRedisDown(t *testing.T) {
+	// Fail fast while Redis is down; go-redis' default retries and dial
+	// attempts take about 1.7 s per request here.
+	e := newEnvRedis(t, func(ro *redis.Options) { ro.MaxRetries, ro.DialerRetries = -1, 1 })
+	e.must(201, "PUT", "/v1/limiters/r", `{"rate":100}`)
+	e.must(200, "POST", "/v1/limiters/r/acquire", nil)
+
+	e.m.Close()
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/readyz", ""},
+		{"POST", "/v1/limiters/r/acquire", `{"permits":1}`},
+		{"GET", "/v1/limiters/r/wait", ""},
+		{"GET", "/v1/limiters/r", ""},
+		{"PUT", "/v1/limiters/r", `{"rate":200}`},
+		{"GET", "/v1/limiters", ""},
+		{"GET", "/v1/templates", ""},
+	} {
+		var body any
+		if c.body != "" {
+			body = c.body
+		}
+		r := e.must(503, c.method, c.path, body)
+		p := r.problem(t)
+		if p.Type != "urn:limitd:problem:unavailable" || !strings.Contains(p.Detail, "Redis is unavailable") {
+			t.Errorf("%s %s: %+v", c.method, c.path, p)
+		}
+		if r.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s: no Retry-After", c.method, c.path)
+		}
+	}
+	e.must(200, "GET", "/healthz", nil) // the process still runs
+	m := string(e.must(200, "GET", "/metrics", nil).body)
+	if !strings.Contains(m, `limitd_errors_total{type="unavailable"} 7`) {
+		t.Errorf("unavailable errors not counted:\n%s", grep(m, "limitd_errors_total"))
+	}
+
+	if err := e.m.Restart(); err != nil {
+		t.Fatalf("restarting miniredis: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.do("GET", "/readyz", nil).code != 200 {
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz did not recover")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := e.must(200, "POST", "/v1/limiters/r/acquire", nil)
+	if r.num(t, "version") != 1 {
+		t.Errorf("after recovery: %s", r)
+	}
+}
+
+// A request that outlives RequestTimeout is a 503 of type timeout.
+func TestRequestTimeout(t *testing.T) {
+	var slow atomic.Bool // when set, every read from Redis takes 200ms
+	dial := func(ro *redis.Options) {
+		ro.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			return slowConn{c, &slow}, err
+		}
+	}
+	e := newEnvRedis(t, dial, func(o *api.Options) { o.RequestTimeout = 50 * time.Millisecond })
+	e.must(201, "PUT", "/v1/limiters/slow", `{"rate":100}`)
+	slow.Store(true)
+	r := e.must(503, "POST", "/v1/limiters/slow/acquire", nil)
+	if p := r.problem(t); p.Type != "urn:limitd:problem:timeout" || !strings.Contains(p.Detail, "50ms") {
+		t.Errorf("timeout problem: %+v", p)
+	}
+	slow.Store(false)
+}
+
+type slowConn struct {
+	net.Conn
+	slow *atomic.Bool
+}
+
+func (c slowConn) Read(b []byte) (int, error) {
+	if c.slow.Load() {
+		time.Sleep(200 * time.Millisecond)
+	}
+	return c.Conn.Read(b)
+}
