@@ -66,9 +66,18 @@ func WithWindow(d time.Duration) Option {
 }
 
 // WithStaleAfter sets how late a held permit may be before it is handed back
-// instead of used (default 100ms). It bounds the burst a process that stalled
-// (GC, SIGSTOP) could add on waking.
-func WithStaleAfter(d time.Duration) Option { return func(o *options) { o.stale = max(d, time.Millisecond) } }
+// instead of used (default 100ms; never less than the lateness op bulking
+// allows, one grant window or two slices). It bounds the burst a process that
+// stalled (GC, SIGSTOP) could add on waking.
+func WithStaleAfter(d time.Duration) Option {
+	return func(o *options) { o.stale = max(d, time.Millisecond) }
+}
+
+// WithRetryInterval sets how often a handle that is falling back tries Redis
+// again (default 1s; at least 1ms).
+func WithRetryInterval(d time.Duration) Option {
+	return func(o *options) { o.retry = max(d, time.Millisecond) }
+}
 
 // Client shares limitd schedules among processes. It is safe for concurrent
 // use; create one per process and a handle per limiter with Limiter.
@@ -201,7 +210,10 @@ func parseInt(s string) int64 {
 // offsetEstimator converts Redis time to the local monotonic clock. Each round
 // trip gives a sample offset = redis − local midpoint, wrong by at most half
 // the round trip; the estimate is the sample with the shortest round trip of
-// the recent ones.
+// the recent ones, kept within what the current round trip allows (Redis read
+// its clock between t0 and t1). Unclamped, an older sample could place a
+// permit that Redis granted for now a little after the reply arrived, and
+// Allow refused it.
 type offsetEstimator struct {
 	mu      sync.Mutex
 	samples [16]struct{ rtt, off int64 }
@@ -219,5 +231,5 @@ func (e *offsetEstimator) sample(redisNow, t0, t1 int64) int64 {
 			best = e.samples[i]
 		}
 	}
-	return best.off
+	return min(max(best.off, redisNow-t1), redisNow-t0)
 }

@@ -14,6 +14,10 @@
 // (unlimited) or FallbackPessimistic (nothing), and returns to the shared
 // schedule by itself once Redis answers again.
 //
+// Middleware and EchoMiddleware limit HTTP requests per key (client IP, API
+// key) through limiter templates, answering 429 with Retry-After and the
+// RateLimit fields of the IETF draft.
+//
 // Errors are values to test with errors.Is: limiter.ErrNotFound,
 // limiter.ErrInvalid, store.ErrUnavailable, ErrClosed, and the context's
 // errors.

@@ -1,9 +1,11 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,11 +22,13 @@ type Limiter struct {
 
 	mu       sync.Mutex
 	blocks   []*block      // granted permits not yet dispensed, in schedule order
-	back     []slot        // permits handed back by cancelled waits, reused first
+	back     []slot        // permits put back by cancelled waits, earliest first, reused first
 	fetching chan struct{} // non-nil while a grant is being fetched
 	err      error         // the last fetch's error, for callers waiting on it
 	closed   bool
-	version  int64
+	version  int64 // the config version the pool dispenses
+	fetchVer int64 // version when the fetch in flight started
+	bg       sync.WaitGroup
 
 	// demand: permits dispensed since the last fetch, and when that was
 	taken   int64
@@ -54,11 +58,23 @@ type block struct {
 	start  int64 // local ns of the grant's start
 	offset int64 // Redis ns − local ns, at the grant
 	pace   int64 // local pacing of late permits
+	got    int64 // local ns when the grant arrived
+	// dropped: no longer in the pool (handed back, or lost with Redis). A
+	// permit of it that a cancelled wait puts back cannot rejoin the pool.
+	dropped bool
+	lost    bool // dropped without a hand-back: the limiter it came from is gone
 }
 
 func (b *block) left() int64 { return b.g.Permits - b.i }
 
-type slot struct{ sched, start, offset int64 }
+// slot is one permit out of a block: its times, and where it came from, so
+// that a permit put back by a cancelled wait can still be handed back.
+type slot struct {
+	sched, start, offset int64
+	b                    *block
+	idx                  int64 // the permit's index in its grant
+	back                 bool  // it is l.back[0], which next returned
+}
 
 // Permit is what a caller got from the shared schedule.
 type Permit struct {
@@ -73,8 +89,13 @@ type Permit struct {
 // next returns the next permit's times without taking it; ok is false when
 // the pool is empty. Stale permits are dropped for hand-back on the way.
 func (l *Limiter) next(now int64) (s slot, ok bool) {
-	if n := len(l.back); n > 0 {
-		return l.back[n-1], true
+	for len(l.back) > 0 {
+		s := l.back[0]
+		if now-max(s.start, s.b.got) <= l.staleAfter(s.b) {
+			break
+		}
+		l.back = l.back[1:]
+		l.goBg(func() { _ = l.releaseOne(s.b.g) })
 	}
 	for len(l.blocks) > 0 {
 		b := l.blocks[0]
@@ -83,19 +104,46 @@ func (l *Limiter) next(now int64) (s slot, ok bool) {
 			continue
 		}
 		sched := b.sched + b.cost
-		if now-sched > int64(l.o.stale) {
-			// Held too long (a stall): using these now would burst.
+		start := max(sched, b.start+b.p.PaceOf(b.cost))
+		// Held too long (a stall): using these now would burst. Measured from
+		// when the grant let the permit start, not from when it was due: on a
+		// schedule with a backlog (an idle spell, or burst 1 after any delay)
+		// every permit is due in the past, and measuring from that handed
+		// every fresh grant back, rewinding the schedule, forever. Nor from
+		// before the grant arrived: placed at the round trip's midpoint, a
+		// grant that took longer than twice the bound to arrive (a loaded
+		// machine, a far Redis) was stale on arrival, handed back, fetched
+		// again, and so on.
+		if now-max(start, b.got) > l.staleAfter(b) {
 			l.blocks = l.blocks[1:]
 			l.handBack(b)
 			continue
 		}
-		start := max(sched, b.start+b.p.PaceOf(b.cost))
 		if now-sched > l.bulkBound(b) {
 			start = max(start, b.pace) // behind by more than op bulking allows: pace
 		}
-		return slot{sched: sched, start: start, offset: b.offset}, true
+		return l.orBack(slot{sched: sched, start: start, offset: b.offset, b: b, idx: b.i}, true)
 	}
-	return slot{}, false
+	return l.orBack(slot{}, false)
+}
+
+// orBack returns the earlier of s and the first permit put back.
+func (l *Limiter) orBack(s slot, ok bool) (slot, bool) {
+	if len(l.back) > 0 && (!ok || l.back[0].sched < s.sched) {
+		s = l.back[0]
+		s.back = true
+		return s, true
+	}
+	return s, ok
+}
+
+// staleAfter is how late a held permit may start before it is handed back
+// instead: the stale option, but never less than the bulking bound, the
+// lateness the design lets a permit have. With less, a caller slower than a
+// low rate (2/s, every 700ms) found each prefetched permit stale, and was
+// refused although it kept below the rate.
+func (l *Limiter) staleAfter(b *block) int64 {
+	return max(int64(l.o.stale), l.bulkBound(b))
 }
 
 // bulkBound is how late a permit may start without slowing the next ones:
@@ -109,14 +157,20 @@ func (l *Limiter) bulkBound(b *block) int64 {
 // take removes the permit next returned.
 func (l *Limiter) take(s slot, now int64) {
 	l.taken++
-	if n := len(l.back); n > 0 {
-		l.back = l.back[:n-1]
+	if s.back {
+		l.back = l.back[1:]
 		return
 	}
 	b := l.blocks[0]
 	c, r := b.p.Slice.Cost(1, b.rem)
 	b.cost, b.rem, b.i = b.cost+c, r, b.i+1
-	b.pace = max(s.start, now) + b.p.PaceOf(c)
+	// Late permits are paced at the burst ratio from the permit's start, but
+	// from no earlier than one bulking bound before now: a worker that comes
+	// late takes up to that much at once. Pacing from now instead made every
+	// late permit wait a fraction of a slice, a sleep that at high rates
+	// costs far more than the slice, so a pool that once fell behind (a
+	// busy machine) stayed behind for good at a few permits per wake-up.
+	b.pace = max(s.start, now-l.bulkBound(b)) + b.p.PaceOf(c)
 	l.maybePrefetch(now)
 }
 
@@ -164,13 +218,21 @@ func (l *Limiter) grantSize(now int64) int64 {
 
 func (l *Limiter) startFetch(now int64) {
 	done := make(chan struct{})
-	l.fetching = done
+	l.fetching, l.fetchVer = done, l.version
 	k := l.grantSize(now)
-	l.c.wg.Add(1)
-	go func() {
-		defer l.c.wg.Done()
+	l.goBg(func() {
 		defer close(done)
 		l.fetch(k)
+	})
+}
+
+// goBg runs f as the handle's background work, which Close waits for. Call
+// it with l.mu held on an open handle.
+func (l *Limiter) goBg(f func()) {
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		f()
 	}()
 }
 
@@ -186,22 +248,33 @@ func (l *Limiter) fetch(k int64) {
 	l.fetching = nil
 	l.err = err
 	if err != nil {
-		if errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		if !l.closed && (errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)) {
 			l.goDown(t1)
 		}
 		return
 	}
+	off := l.c.clk.sample(g.Now, t0, t1)
+	p := g.Params()
+	b := &block{g: g, p: p, sched: g.Scheduled - off, start: g.Start - off, offset: off, got: t1}
 	if l.closed {
-		l.c.wg.Add(1)
-		go func() { defer l.c.wg.Done(); l.release(g, g.Permits) }()
+		l.blocks = append(l.blocks, b) // Close, waiting for this fetch, hands it back
 		return
 	}
 	l.down = false
-	off := l.c.clk.sample(g.Now, t0, t1)
-	if g.Version > l.version {
+	switch {
+	case g.Version > l.version:
 		l.dropOlder(g.Version)
+	case g.Version < l.version && l.version != l.fetchVer:
+		// The change event arrived while this grant was in flight: it was
+		// taken under the old config, and must not be dispensed.
+		l.handBack(b)
+		return
+	case g.Version < l.version:
+		// The version went down with no event in between: the limiter was
+		// re-created (Redis lost it). What the pool holds is the lost one's.
+		l.dropLost()
+		l.version = g.Version
 	}
-	p := g.Params()
 	l.rate = 1e9 / p.Slice.Float()
 	if l.lastEnd != 0 && g.End > l.lastEnd {
 		// Between the ends of two of our grants the schedule moved by
@@ -210,7 +283,7 @@ func (l *Limiter) fetch(k int64) {
 		l.share = min(1, s)
 	}
 	l.lastEnd = g.End
-	l.blocks = append(l.blocks, &block{g: g, p: p, sched: g.Scheduled - off, start: g.Start - off, offset: off})
+	l.blocks = append(l.blocks, b)
 }
 
 // changed reacts to a published config change: permits granted under older
@@ -218,7 +291,12 @@ func (l *Limiter) fetch(k int64) {
 func (l *Limiter) changed(version int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if version > l.version {
+	switch {
+	case l.closed:
+	case version == 0: // deleted: nothing granted by it may be used
+		l.dropLost()
+		l.version = 0
+	case version > l.version:
 		l.dropOlder(version)
 	}
 }
@@ -233,16 +311,38 @@ func (l *Limiter) dropOlder(version int64) {
 			kept = append(kept, b)
 		}
 	}
+	clear(l.blocks[len(kept):])
 	l.blocks = kept
-	l.back = l.back[:0]
+	back := l.back[:0]
+	for _, s := range l.back {
+		if s.b.g.Version < version {
+			l.goBg(func() { _ = l.releaseOne(s.b.g) })
+		} else {
+			back = append(back, s)
+		}
+	}
+	l.back = back
+}
+
+// dropLost empties the pool without handing anything back: the limiter the
+// permits came from is gone, and a hand-back would land on a limiter
+// re-created under the same name and corrupt its totals.
+func (l *Limiter) dropLost() {
+	for _, b := range l.blocks {
+		b.dropped, b.lost = true, true
+	}
+	for _, s := range l.back {
+		s.b.dropped, s.b.lost = true, true
+	}
+	l.blocks, l.back = nil, nil
 }
 
 // handBack releases a block's undispensed permits in the background.
 func (l *Limiter) handBack(b *block) {
+	b.dropped = true
 	if m := b.left(); m > 0 {
 		b.i = b.g.Permits
-		l.c.wg.Add(1)
-		go func() { defer l.c.wg.Done(); l.release(b.g, m) }()
+		l.goBg(func() { _ = l.release(b.g, m) })
 	}
 }
 
@@ -252,10 +352,44 @@ func (l *Limiter) release(g store.Grant, m int64) error {
 	return l.c.t.Release(ctx, g, m)
 }
 
-// goDown switches to the fallback until the next retry.
+// releaseOne hands back one permit from the middle of a grant (put back by a
+// cancelled wait, never reused). Release rewinds the schedule by a grant's
+// last permits when nothing was granted since, which for a permit from the
+// middle would free a start that another permit used; so the grant is
+// presented as of no current version, and the permit's time becomes idle.
+func (l *Limiter) releaseOne(g store.Grant) error {
+	g.Version = -1
+	return l.release(g, 1)
+}
+
+// putBack returns the permit of a cancelled wait to the pool, where the next
+// caller gets it. One the pool no longer dispenses (a dropped grant, a closed
+// handle) goes back to the schedule.
+func (l *Limiter) putBack(s slot) {
+	l.mu.Lock()
+	l.taken--
+	switch {
+	case s.b.lost:
+		l.mu.Unlock()
+		return
+	case l.closed || s.b.dropped || s.b.g.Version < l.version:
+		l.mu.Unlock()
+		_ = l.releaseOne(s.b.g)
+		return
+	}
+	s.back = false
+	i, _ := slices.BinarySearchFunc(l.back, s.sched, func(x slot, t int64) int { return cmp.Compare(x.sched, t) })
+	l.back = slices.Insert(l.back, i, s)
+	l.mu.Unlock()
+}
+
+// goDown switches to the fallback until the next retry. The pool is dropped:
+// Redis may come back empty (a restart without persistence), and its permits
+// then belong to a limiter that no longer exists (see dropLost).
 func (l *Limiter) goDown(now int64) {
 	if !l.down {
 		l.down = true
+		l.dropLost()
 		rate := l.o.safeRate
 		if rate <= 0 && l.rate > 0 {
 			rate = l.rate
@@ -296,39 +430,69 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // Allow reports whether a permit may start now, taking it if so. It waits for
 // Redis only when the pool is empty.
 func (l *Limiter) Allow() bool {
-	ok, _ := l.allow(context.Background())
+	ok, _, _ := l.allow(context.Background())
 	return ok
 }
 
-func (l *Limiter) allow(ctx context.Context) (bool, error) {
+// allow is Allow, telling besides how long from now until the next permit may
+// start (0: one may start now), which the HTTP middleware advertises.
+func (l *Limiter) allow(ctx context.Context) (ok bool, next time.Duration, err error) {
 	for {
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
-			return false, ErrClosed
+			return false, 0, ErrClosed
 		}
 		now := l.c.mono()
 		if l.down {
 			l.retryInBackground(now)
 			ok := l.fallbackAllow()
+			next := l.fallbackNext(ok, now)
 			l.mu.Unlock()
-			return ok, nil
+			return ok, next, nil
 		}
 		if s, ok := l.next(now); ok {
 			if s.start > now {
 				l.mu.Unlock()
-				return false, nil
+				return false, time.Duration(s.start - now), nil
 			}
 			l.take(s, now)
+			next := l.peek(now)
 			l.mu.Unlock()
-			return true, nil
+			return true, next, nil
 		}
 		wait := l.await(now)
 		l.mu.Unlock()
 		if err := l.waitFetch(ctx, wait); err != nil {
-			return false, err
+			return false, 0, err
 		}
 	}
+}
+
+// peek is how long until the pool's next permit may start; an empty pool
+// (the next grant is on its way) counts one slice.
+func (l *Limiter) peek(now int64) time.Duration {
+	if s, ok := l.next(now); ok {
+		return time.Duration(max(0, s.start-now))
+	}
+	if l.rate > 0 {
+		return time.Duration(1e9 / l.rate)
+	}
+	return 0
+}
+
+// fallbackNext is peek while falling back: the next retry for a refusing
+// fallback, one slice of the local limit for the safe one.
+func (l *Limiter) fallbackNext(allowed bool, now int64) time.Duration {
+	switch {
+	case l.o.fallback == FallbackOptimistic || (allowed && l.o.fallback != FallbackSafe):
+		return 0
+	case l.o.fallback == FallbackPessimistic:
+		return time.Duration(max(0, l.retryAt-now))
+	case l.fallback == nil:
+		return 0
+	}
+	return time.Duration(1e9 / l.fallback.Config().Rate)
 }
 
 // retryInBackground tries Redis again once per retry interval while the
@@ -409,12 +573,7 @@ func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 		l.take(s, now)
 		l.mu.Unlock()
 		if err := sleepCtx(ctx, time.Duration(s.start-now)); err != nil {
-			l.mu.Lock()
-			if !l.closed {
-				l.back = append(l.back, s)
-				l.taken--
-			}
-			l.mu.Unlock()
+			l.putBack(s)
 			return Permit{}, err
 		}
 		got := max(l.c.mono(), s.start)
@@ -521,8 +680,8 @@ func (r *Reservation) Cancel() error {
 	return r.l.release(r.g, r.g.Permits)
 }
 
-// Close hands the handle's unused permits back and makes further calls fail
-// with ErrClosed.
+// Close hands the handle's unused permits back (a grant in flight too, once it
+// arrives) and makes further calls fail with ErrClosed.
 func (l *Limiter) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -530,15 +689,38 @@ func (l *Limiter) Close() error {
 		return nil
 	}
 	l.closed = true
-	blocks := l.blocks
-	l.blocks, l.back = nil, nil
 	l.mu.Unlock()
 	l.c.forget(l)
-	var errs []error
+	l.bg.Wait() // a grant in flight joins the pool, to be handed back below
+	l.mu.Lock()
+	blocks, back := l.blocks, l.back
+	l.blocks, l.back = nil, nil
 	for _, b := range blocks {
-		if m := b.left(); m > 0 {
+		b.dropped = true
+	}
+	l.mu.Unlock()
+
+	// Newest grant first: each tail handed back rewinds the schedule to the
+	// grant before when nothing was granted since, so the whole pool goes
+	// back to the next caller. A permit put back by a cancelled wait joins
+	// its grant's tail if it borders it, else its time becomes idle.
+	var errs []error
+	for i := len(blocks) - 1; i >= 0; i-- {
+		b := blocks[i]
+		m := b.left()
+		for j := 0; j < len(back); j++ {
+			if s := back[j]; s.b == b && s.idx == b.g.Permits-m-1 {
+				m++
+				back = slices.Delete(back, j, j+1)
+				j = -1 // the slot before may border the tail now
+			}
+		}
+		if m > 0 {
 			errs = append(errs, l.release(b.g, m))
 		}
+	}
+	for _, s := range back {
+		errs = append(errs, l.releaseOne(s.b.g))
 	}
 	return errors.Join(errs...)
 }

@@ -20,6 +20,11 @@ type Transport interface {
 	Changes(ctx context.Context) <-chan string
 }
 
+// NewStoreTransport returns the Transport New uses, over a store the caller
+// made (and keeps: the transport does not close it). It is for wrapping the
+// Redis transport, in tests for instance, or for sharing one store.
+func NewStoreTransport(st *store.Store) Transport { return redisTransport{st: st} }
+
 // redisTransport talks to Redis through a store.
 type redisTransport struct{ st *store.Store }
 

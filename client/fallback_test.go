@@ -1,0 +1,165 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/store"
+)
+
+// While Redis is down a handle follows its fallback mode; once Redis is back
+// (empty, as after a restart without persistence) and the limiter exists
+// again, the handle returns to the shared schedule by itself.
+func TestFallbackWhileRedisIsDown(t *testing.T) {
+	for _, tc := range []struct {
+		mode client.Fallback
+		// check runs while Redis is down, once the handle has noticed.
+		check func(t *testing.T, l *client.Limiter)
+	}{
+		{client.FallbackSafe, func(t *testing.T, l *client.Limiter) {
+			// Safe rate 200/s, strict: about 200 permits a second.
+			const d = 500 * time.Millisecond
+			n := 0
+			end := time.Now().Add(d)
+			for time.Now().Before(end) {
+				p, err := l.Wait(context.Background())
+				if err != nil {
+					t.Fatalf("Wait in safe fallback: %v", err)
+				}
+				if p.Shared {
+					t.Fatal("a permit in fallback claims to be Shared")
+				}
+				n++
+			}
+			if n < 40 || n > 110+1 { // 100 expected; generous below, tight above (the bound that matters)
+				t.Fatalf("safe fallback at 200/s gave %d permits in %v, want about 100", n, d)
+			}
+			t.Logf("safe fallback: %d permits in %v", n, d)
+		}},
+		{client.FallbackOptimistic, func(t *testing.T, l *client.Limiter) {
+			for i := range 5000 {
+				if !l.Allow() {
+					t.Fatalf("optimistic fallback refused Allow %d", i)
+				}
+			}
+			t0 := time.Now()
+			for range 1000 {
+				p, err := l.Wait(context.Background())
+				if err != nil || p.Shared {
+					t.Fatalf("optimistic fallback Wait: %+v, %v", p, err)
+				}
+			}
+			if el := time.Since(t0); el > 500*time.Millisecond {
+				t.Fatalf("1000 optimistic Waits took %v, want no waiting", el)
+			}
+		}},
+		{client.FallbackPessimistic, func(t *testing.T, l *client.Limiter) {
+			for i := range 1000 {
+				if l.Allow() {
+					t.Fatalf("pessimistic fallback allowed call %d", i)
+				}
+			}
+			if _, err := l.Wait(context.Background()); !errors.Is(err, store.ErrUnavailable) {
+				t.Fatalf("pessimistic fallback Wait: %v, want store.ErrUnavailable", err)
+			}
+		}},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			srv, rdb, st := ctServer(t)
+			const name = "dep"
+			ctPut(t, st, name, strict(1000))
+			c := client.New(rdb, client.WithFallback(tc.mode), client.WithSafeRate(200),
+				client.WithRetryInterval(50*time.Millisecond))
+			l, err := c.Limiter(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for range 100 {
+				p, err := l.Wait(ctx)
+				if err != nil || !p.Shared {
+					t.Fatalf("Wait with Redis up: %+v, %v", p, err)
+				}
+			}
+
+			srv.Stop()
+			// The handle notices Redis is gone at its next fetch, a prefetch
+			// while the pool still holds permits: taking them slowly keeps
+			// some in the pool when it goes down.
+			if !ctEventually(2*time.Second, func() bool {
+				p, err := l.Wait(ctx)
+				time.Sleep(5 * time.Millisecond)
+				return (err == nil && !p.Shared) || errors.Is(err, store.ErrUnavailable)
+			}) {
+				t.Fatal("the handle did not notice that Redis is down within 2s")
+			}
+			tc.check(t, l)
+
+			srv.Restart() // empty: the limiter is gone
+			// Until the limiter exists again the handle stays in fallback:
+			// callers never see its absence.
+			for range 20 {
+				p, err := l.Wait(ctx)
+				if p.Shared || (err != nil && !errors.Is(err, store.ErrUnavailable)) {
+					t.Fatalf("Wait before the limiter is re-created: %+v, %v", p, err)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			ctPut(t, st, name, strict(1000))
+			t0 := time.Now()
+			if !ctEventually(2*time.Second, func() bool {
+				p, err := l.Wait(ctx)
+				return err == nil && p.Shared
+			}) {
+				t.Fatal("the handle did not return to the shared schedule within 2s of Redis coming back")
+			}
+			t.Logf("shared again %v after the limiter was re-created", time.Since(t0))
+			var shared int64
+			for range 50 {
+				p, err := l.Wait(ctx)
+				if err != nil || !p.Shared {
+					t.Fatalf("Wait after recovery: %+v, %v", p, err)
+				}
+				shared++
+			}
+
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// The new limiter counts exactly the shared permits taken from it:
+			// nothing granted by the lost one was handed back to it.
+			if w := ctWaitInfo(t, st, name); w.Permits < shared+1 || w.Permits > shared+1 {
+				t.Fatalf("re-created limiter counts %d permits, %d were taken from it (plus the one that ended the fallback)", w.Permits, shared)
+			}
+			_ = rdb.Close()
+			goleak.VerifyNone(t, ctLeaks...)
+		})
+	}
+}
+
+// A handle whose limiter goes away while the client is closed must not leak
+// or hang: Close returns quickly even when Redis is down.
+func TestCloseWhileRedisIsDown(t *testing.T) {
+	srv, rdb, st := ctServer(t)
+	ctPut(t, st, "gone", strict(1000))
+	c := client.New(rdb)
+	l, _ := c.Limiter("gone")
+	for range 10 {
+		if _, err := l.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Stop()
+	t0 := time.Now()
+	_ = c.Close() // the hand-back fails: Redis is gone
+	if el := time.Since(t0); el > 3*time.Second {
+		t.Fatalf("Close with Redis down took %v", el)
+	}
+	_ = rdb.Close()
+	goleak.VerifyNone(t, ctLeaks...)
+}
