@@ -20,7 +20,9 @@ type Fallback int
 
 const (
 	// FallbackSafe limits locally to the configured safe rate, or to this
-	// process's recent share of the shared rate.
+	// process's share of the shared rate over its last second of grants. A
+	// handle that never learned a rate and has no safe rate refuses, as
+	// FallbackPessimistic does.
 	FallbackSafe Fallback = iota
 	// FallbackOptimistic lets everything through.
 	FallbackOptimistic

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -31,14 +32,15 @@ type Limiter struct {
 	bg       sync.WaitGroup
 
 	// demand: permits dispensed since the last fetch, and when that was
-	taken   int64
-	since   int64
-	demand  float64 // permits per second, smoothed
-	rate    float64 // the shared rate, from the last grant
-	share   float64 // this process's recent share of the schedule (0: unknown)
-	lastEnd int64   // Redis time of the last grant's end of schedule
-	lastK   int64   // the last grant's size
-	starved bool    // a caller found the pool empty since the last fetch
+	taken     int64
+	since     int64
+	demand    float64 // permits per second, smoothed
+	rate      float64 // the shared rate, from the last grant
+	share     float64 // this process's recent share of the schedule (0: unknown)
+	shareFrom int64   // where on the schedule the current share measurement began
+	shareMine int64   // schedule ns our grants took since shareFrom
+	lastK     int64   // the last grant's size
+	starved   bool    // a caller found the pool empty since the last fetch
 
 	// fallback while Redis is unreachable
 	down     bool
@@ -242,13 +244,21 @@ func (l *Limiter) fetch(k int64) {
 	defer cancel()
 	t0 := l.c.mono()
 	g, err := l.c.t.Grant(ctx, l.name, k, store.Forever)
+	if timedOut(err) && l.c.ctx.Err() == nil {
+		// One more try before falling back: a process that was stalled (GC,
+		// SIGSTOP) across the read timeout sees a timeout though Redis is
+		// fine. A refused connection is not retried: go-redis stops dialing
+		// for a while after repeated dial errors.
+		t0 = l.c.mono()
+		g, err = l.c.t.Grant(ctx, l.name, k, store.Forever)
+	}
 	t1 := l.c.mono()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.fetching = nil
 	l.err = err
 	if err != nil {
-		if !l.closed && (errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)) {
+		if !l.closed && unreachable(err) {
 			l.goDown(t1)
 		}
 		return
@@ -276,14 +286,33 @@ func (l *Limiter) fetch(k int64) {
 		l.version = g.Version
 	}
 	l.rate = 1e9 / p.Slice.Float()
-	if l.lastEnd != 0 && g.End > l.lastEnd {
-		// Between the ends of two of our grants the schedule moved by
-		// everyone's permits; ours were g.Permits of them.
-		s := float64(g.Permits) * p.Slice.Float() / float64(g.End-l.lastEnd)
-		l.share = min(1, s)
-	}
-	l.lastEnd = g.End
+	l.estimateShare(g, p)
 	l.blocks = append(l.blocks, b)
+}
+
+// estimateShare measures this process's share of the shared schedule, the
+// fallback's safe rate: over about a second of schedule, the time our grants
+// took out of it against how far it moved.
+func (l *Limiter) estimateShare(g store.Grant, p limiter.Params) {
+	if l.shareFrom == 0 || g.End < l.shareFrom {
+		l.shareFrom, l.shareMine = g.End, 0
+		return
+	}
+	cost, _ := p.Slice.Cost(g.Permits, 0)
+	l.shareMine += cost
+	if span := g.End - l.shareFrom; span >= int64(time.Second) {
+		l.share = min(1, float64(l.shareMine)/float64(span))
+		l.shareFrom, l.shareMine = g.End, 0
+	}
+}
+
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func unreachable(err error) bool {
+	return errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // changed reacts to a published config change: permits granted under older
@@ -490,7 +519,7 @@ func (l *Limiter) fallbackNext(allowed bool, now int64) time.Duration {
 	case l.o.fallback == FallbackPessimistic:
 		return time.Duration(max(0, l.retryAt-now))
 	case l.fallback == nil:
-		return 0
+		return time.Duration(max(0, l.retryAt-now))
 	}
 	return time.Duration(1e9 / l.fallback.Config().Rate)
 }
@@ -511,7 +540,7 @@ func (l *Limiter) fallbackAllow() bool {
 	case FallbackPessimistic:
 		return false
 	}
-	return l.fallback == nil || l.fallback.Allow()
+	return l.fallback != nil && l.fallback.Allow() // no rate known yet: refuse
 }
 
 // await returns the channel of the fetch in flight, starting one if needed.
@@ -597,9 +626,8 @@ func (l *Limiter) fallbackWait(ctx context.Context) (Permit, error) {
 	l.mu.Lock()
 	fb := l.fallback
 	l.mu.Unlock()
-	if fb == nil {
-		now := l.c.o.clock()
-		return Permit{Scheduled: now, Start: now}, nil
+	if fb == nil { // no rate was ever learned and none configured: nothing is safe
+		return Permit{}, store.ErrUnavailable
 	}
 	p, err := fb.Wait(ctx)
 	if err != nil {
