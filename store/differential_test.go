@@ -1,0 +1,1196 @@
+package store_test
+
+// The differential test (DESIGN §2): the Lua scripts in Redis and the Go model
+// in limiter/ must give identical results, to the nanosecond, for the same
+// sequence of calls at the same times.
+//
+// A diffRig drives one limiter through store.Store (miniredis or a real
+// redis-server) and a limiter.State/limiter.Params model side by side. After
+// every operation it compares the operation's result field by field, the
+// limiter's live view (Store.Wait against Params.Peek), and the raw state the
+// scripts keep in the limiter's hash (see lua/lib.lua: st, ep, org, nx, pc, rem,
+// sto and the totals al, id, pm, lt) against the model's State, so a divergence
+// is caught at the operation that causes it, not later.
+//
+// With miniredis the Redis clock is set by the test (SetTime, µs resolution;
+// the model sees now_ns = µs·1000). A real redis-server has no settable clock:
+// there the model is fed the Redis time each decision reports (Decision.Now,
+// WaitInfo.Now); for Put and Reset, whose replies carry no time, the time the
+// script saw is found among the µs between a TIME before and a TIME after the
+// call as the one whose model state equals the state the script wrote.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/store"
+)
+
+const (
+	diffHorizon = limiter.Horizon
+	diffFar     = 1 << 52 // lua/lib.lua FAR
+)
+
+// diffGrant is a grant the rig may later hand a tail of back.
+type diffGrant struct {
+	g         store.Grant    // the store's grant
+	r         limiter.Result // the model's result
+	p         limiter.Params // the model's params at the grant
+	remBefore int64          // the model's carry before the grant
+	end       int64          // the model's Next after the grant
+	ver       int64          // the limiter's version at the grant
+}
+
+// diffRig is one limiter driven through the store and through the model.
+type diffRig struct {
+	t    testing.TB
+	ctx  context.Context
+	mr   *miniredis.Miniredis // nil: a real redis-server, whose clock runs by itself
+	rdb  *redis.Client
+	st   *store.Store
+	name string
+	key  string // the limiter's hash (store's key layout: <prefix>:{name}:l)
+	us   int64  // miniredis: the Redis clock, Unix µs
+
+	// the model
+	exists  bool
+	cfg     limiter.Config // normalized
+	cfgJSON string
+	p       limiter.Params
+	s       limiter.State
+	ver     int64
+	grants  []diffGrant
+
+	// where we are, for messages
+	label string
+	op    int
+	hist  []string
+	ops   map[string]int
+
+	lastEp float64 // the epoch last seen in the hash, to count rebases
+
+	// template mode: the rig drives an instance of a template (g.p, g.s, g.ver
+	// are the instance as stored; tp, tver the template's latest version,
+	// which the scripts move the instance to on its next saved use)
+	tpl        bool
+	tcfg       limiter.Config
+	tcfgJSON   string
+	tp         limiter.Params
+	tver       int64
+	instExists bool
+}
+
+func diffNewMini(t testing.TB, label string, startUS int64) *diffRig {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	g := &diffRig{t: t, ctx: context.Background(), mr: m, rdb: rdb, st: store.New(rdb),
+		name: "diff", key: store.DefaultPrefix + ":{diff}:l", label: label, ops: map[string]int{}}
+	g.setTime(startUS)
+	return g
+}
+
+// diffNewTemplate drives an instance of template "diff-tpl" (pattern "t:*").
+func diffNewTemplate(t testing.TB, label string, startUS int64) *diffRig {
+	g := diffNewMini(t, label, startUS)
+	g.tpl, g.name, g.key = true, "t:diff", store.DefaultPrefix+":{t:diff}:i"
+	return g
+}
+
+// tplResolve is the instance as the scripts' resolve sees it at now: fresh
+// from the template if it does not exist, moved to a newer template version
+// (limiter.Reconfigure, which may change its kind) if there is one.
+func (g *diffRig) tplResolve(now int64) (limiter.Params, limiter.State, int64) {
+	if !g.instExists {
+		return g.tp, limiter.State{}, g.tver
+	}
+	if g.tver > g.ver {
+		s, old := g.s, g.p
+		limiter.Reconfigure(&s, now, &old, &g.tp)
+		return g.tp, s, g.tver
+	}
+	return g.p, g.s, g.ver
+}
+
+// tplUse makes the resolved instance the stored one (a call that saves).
+func (g *diffRig) tplUse(now int64) {
+	g.p, g.s, g.ver = g.tplResolve(now)
+	g.instExists = true
+}
+
+// putTemplate is Store.PutTemplate against the model.
+func (g *diffRig) putTemplate(c limiter.Config) {
+	g.t.Helper()
+	norm, _, err := c.Normalize()
+	if err != nil {
+		g.fatalf("test bug: config %+v: %v", c, err)
+	}
+	np, err := limiter.Compile(norm)
+	if err != nil {
+		g.fatalf("test bug: compile %+v: %v", norm, err)
+	}
+	g.note("put template %s", diffJSON(norm))
+	g.ops["put-template"]++
+	tp, err := g.st.PutTemplate(g.ctx, store.Template{ID: "diff-tpl", Pattern: "t:*", Limiter: c})
+	if err != nil {
+		g.fatalf("PutTemplate: %v", err)
+	}
+	if js := diffJSON(norm); js != g.tcfgJSON {
+		g.tcfg, g.tcfgJSON, g.tp, g.tver = norm, js, np, g.tver+1
+		if g.tver == 1 { // the instance does not exist yet
+			g.p, g.ver = np, 1
+		}
+	}
+	if tp.Version != g.tver {
+		g.fatalf("PutTemplate: version %d, model %d", tp.Version, g.tver)
+	}
+}
+
+func diffNewReal(t testing.TB, label string, rdb *redis.Client, name string) *diffRig {
+	pfx := "difftest"
+	return &diffRig{t: t, ctx: context.Background(), rdb: rdb, st: store.New(rdb, store.WithPrefix(pfx)),
+		name: name, key: pfx + ":{" + name + "}:l", label: label, ops: map[string]int{}}
+}
+
+// where names the run, the op index and the last operations, for a failure.
+func (g *diffRig) where() string {
+	from := max(0, len(g.hist)-8)
+	return fmt.Sprintf("[%s op %d]\n  recent ops:\n    %s\n  model params: %+v\n  model state: %+v",
+		g.label, g.op, strings.Join(g.hist[from:], "\n    "), g.p, g.s)
+}
+
+func (g *diffRig) fatalf(format string, args ...any) {
+	g.t.Helper()
+	g.t.Fatalf("%s: %s", g.where(), fmt.Sprintf(format, args...))
+}
+
+func (g *diffRig) note(format string, args ...any) {
+	g.op++
+	s := fmt.Sprintf("#%d t=%dµs ", g.op, g.us) + fmt.Sprintf(format, args...)
+	g.hist = append(g.hist, s)
+	if len(g.hist) > 64 {
+		g.hist = g.hist[len(g.hist)-16:]
+	}
+}
+
+// setTime sets the miniredis clock (checkTIME checks that TIME reports it).
+func (g *diffRig) setTime(us int64) {
+	g.t.Helper()
+	g.us = us
+	g.mr.SetTime(time.UnixMicro(us))
+}
+
+func (g *diffRig) advance(dus int64) {
+	g.t.Helper()
+	if g.mr == nil {
+		if dus > 0 {
+			time.Sleep(time.Duration(min(dus, 3000)) * time.Microsecond)
+		}
+		return
+	}
+	g.setTime(g.us + dus)
+}
+
+func (g *diffRig) checkTIME() {
+	g.t.Helper()
+	tm, err := g.rdb.Time(g.ctx).Result()
+	if err != nil {
+		g.fatalf("TIME: %v", err)
+	}
+	if got := tm.UnixMicro(); got != g.us {
+		g.fatalf("miniredis TIME = %d µs, SetTime was %d µs", got, g.us)
+	}
+}
+
+// redisTimeUS reads the real Redis clock.
+func (g *diffRig) redisTimeUS() int64 {
+	g.t.Helper()
+	tm, err := g.rdb.Time(g.ctx).Result()
+	if err != nil {
+		g.fatalf("TIME: %v", err)
+	}
+	return tm.UnixMicro()
+}
+
+func diffJSON(c limiter.Config) string {
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// modelPut is what Store.Put does to the model at time now (ns): create,
+// change nothing (an equal config without restart), reconfigure in place
+// (same kind), or replace with a fresh limiter (another kind).
+func (g *diffRig) modelPut(now int64, norm limiter.Config, np limiter.Params, restart bool) (created, changed bool) {
+	js := diffJSON(norm)
+	switch {
+	case !g.exists:
+		g.s, g.ver, created, changed = limiter.State{}, 1, true, true
+		if np.StartsAtCreation() {
+			np.Start(&g.s, now)
+		}
+	case g.p.Kind == np.Kind:
+		if js == g.cfgJSON && !restart {
+			return false, false
+		}
+		old := g.p
+		limiter.Reconfigure(&g.s, now, &old, &np)
+		if restart {
+			np.Reset(&g.s, now)
+		}
+		g.ver++
+		changed = true
+	default:
+		g.s = limiter.State{}
+		if np.StartsAtCreation() {
+			np.Start(&g.s, now)
+		}
+		g.ver++
+		changed = true
+	}
+	g.exists, g.cfg, g.cfgJSON, g.p = true, norm, js, np
+	return created, changed
+}
+
+// put applies a config through Store.Put and to the model.
+func (g *diffRig) put(c limiter.Config) {
+	g.t.Helper()
+	norm, verb, err := c.Normalize()
+	if err != nil {
+		g.fatalf("test bug: config %+v: %v", c, err)
+	}
+	np, err := limiter.Compile(norm)
+	if err != nil {
+		g.fatalf("test bug: compile %+v: %v", norm, err)
+	}
+	if g.tpl {
+		g.putTemplate(c)
+		return
+	}
+	restart := verb == limiter.VerbRestart
+	g.note("put %s restart=%v", diffJSON(norm), restart)
+	g.ops["put"]++
+	if g.mr != nil {
+		info, created, err := g.st.Put(g.ctx, g.name, c)
+		if err != nil {
+			g.fatalf("Store.Put: %v", err)
+		}
+		wantCreated, _ := g.modelPut(g.us*1000, norm, np, restart)
+		if created != wantCreated || info.Version != g.ver {
+			g.fatalf("Put: created=%v version=%d, model created=%v version=%d", created, info.Version, wantCreated, g.ver)
+		}
+		return
+	}
+	wantCreated := !g.exists
+	t1 := g.redisTimeUS()
+	info, created, err := g.st.Put(g.ctx, g.name, c)
+	if err != nil {
+		g.fatalf("Store.Put: %v", err)
+	}
+	t2 := g.redisTimeUS()
+	g.findTime(t1, t2, "put", func(m *diffRig, now int64) { m.modelPut(now, norm, np, restart) })
+	if info.Version != g.ver || created != wantCreated {
+		g.fatalf("Put: created=%v version=%d, model version=%d", created, info.Version, g.ver)
+	}
+}
+
+// findTime (real Redis) applies op to the model at the one µs in [t1, t2] at
+// which its state equals what the script wrote.
+func (g *diffRig) findTime(t1, t2 int64, what string, op func(m *diffRig, now int64)) {
+	g.t.Helper()
+	raw := g.readRaw()
+	var mism string
+	for us := t1; us <= t2; us++ {
+		m := *g
+		op(&m, us*1000)
+		if d := m.rawDiff(raw); d == "" {
+			*g = m
+			g.us = us
+			return
+		} else if mism == "" {
+			mism = d
+		}
+	}
+	g.fatalf("%s: no time in [%d, %d] µs gives the state the script wrote; at %d µs: %s", what, t1, t2, t1, mism)
+}
+
+// diffRaw is the state lua/lib.lua keeps in a limiter's hash.
+type diffRaw struct {
+	ok                            bool
+	st, ep, org, nx, pc, rem, sto float64
+	al, id, pm, lt, ver           int64
+}
+
+func (g *diffRig) readRaw() diffRaw {
+	g.t.Helper()
+	v, err := g.rdb.HMGet(g.ctx, g.key, "st", "ep", "org", "nx", "pc", "rem", "sto", "al", "id", "pm", "lt", "ver").Result()
+	if err != nil {
+		g.fatalf("HMGET %s: %v", g.key, err)
+	}
+	if v[0] == nil {
+		return diffRaw{}
+	}
+	f := func(i int) float64 {
+		if v[i] == nil {
+			return 0
+		}
+		x, err := strconv.ParseFloat(v[i].(string), 64)
+		if err != nil {
+			g.fatalf("field %d of %s: %q: %v", i, g.key, v[i], err)
+		}
+		return x
+	}
+	n := func(i int) int64 {
+		if v[i] == nil {
+			return 0
+		}
+		x, err := strconv.ParseInt(v[i].(string), 10, 64)
+		if err != nil {
+			g.fatalf("total %d of %s: %q: %v", i, g.key, v[i], err)
+		}
+		return x
+	}
+	return diffRaw{ok: true, st: f(0), ep: f(1), org: f(2), nx: f(3), pc: f(4), rem: f(5), sto: f(6),
+		al: n(7), id: n(8), pm: n(9), lt: n(10), ver: n(11)}
+}
+
+// rawDiff compares the raw state with the model's ("" when equal). Times in
+// the hash are ns relative to ep (Unix µs). Two differences are by design
+// (lua/lib.lua now_rel): a pace more than 2·Horizon in the past may be clamped
+// (any pace before now is as good as another), and a schedule pointer more
+// than 2^52 ns behind, after months without a call, is kept at −2^52 with the
+// rest of the gap already counted as idle (every later use forfeits it).
+func (g *diffRig) rawDiff(r diffRaw) string {
+	if g.tpl && !g.instExists {
+		if r.ok {
+			return "the instance exists, the model has none"
+		}
+		return ""
+	}
+	if !r.ok {
+		return "the limiter's hash is missing"
+	}
+	s := g.s
+	var d []string
+	cmp := func(name string, got float64, want int64) {
+		if got != float64(want) || math.Abs(float64(want)) >= 1<<53 {
+			d = append(d, fmt.Sprintf("%s=%.17g want %d", name, got, want))
+		}
+	}
+	cmpi := func(name string, got, want int64) {
+		if got != want {
+			d = append(d, fmt.Sprintf("%s=%d want %d", name, got, want))
+		}
+	}
+	ep := int64(r.ep) * 1000
+	nx, idle := s.Next-ep, s.Idle
+	if s.Started && nx < -diffFar {
+		nx, idle = -diffFar, idle+(-diffFar-nx)
+	}
+	cmpi("al", r.al, s.Allocated)
+	cmpi("id", r.id, idle)
+	cmpi("pm", r.pm, s.Permits)
+	cmpi("lt", r.lt, s.Lateness)
+	cmpi("ver", r.ver, g.ver)
+	if !s.Started {
+		if r.st != 0 {
+			d = append(d, fmt.Sprintf("st=%v want 0", r.st))
+		}
+	} else {
+		cmp("st", r.st, 1)
+		cmp("org", r.org, s.Origin/1000)
+		cmp("nx", r.nx, nx)
+		if pc := s.Pace - ep; !(pc < -2*diffHorizon && r.pc <= -2*float64(diffHorizon)) {
+			cmp("pc", r.pc, pc)
+		}
+		cmp("rem", r.rem, s.Rem)
+		cmp("sto", r.sto, s.Stored)
+		if s.Origin%1000 != 0 {
+			d = append(d, fmt.Sprintf("model origin %d is not whole µs", s.Origin))
+		}
+	}
+	return strings.Join(d, ", ")
+}
+
+func (g *diffRig) checkRaw() {
+	g.t.Helper()
+	raw := g.readRaw()
+	if d := g.rawDiff(raw); d != "" {
+		g.fatalf("raw state in Redis differs from the model: %s", d)
+	}
+	if raw.ep != g.lastEp && g.lastEp != 0 && raw.st == 1 {
+		g.ops["epoch-rebased"]++
+	}
+	g.lastEp = raw.ep
+}
+
+func (g *diffRig) kindName() string {
+	switch {
+	case g.p.Kind == limiter.KindSchedule:
+		return "schedule"
+	case g.p.Warm:
+		return "smooth-warmup"
+	}
+	return "smooth-bursty"
+}
+
+// peek compares Store.Wait with Params.Peek.
+func (g *diffRig) peek() {
+	g.t.Helper()
+	w, err := g.st.Wait(g.ctx, g.name)
+	if err != nil {
+		g.fatalf("Store.Wait: %v", err)
+	}
+	now := g.us * 1000
+	if g.mr == nil {
+		now, g.us = w.Now, w.Now/1000
+	} else if w.Now != now {
+		g.fatalf("Wait.Now = %d, the Redis clock is %d", w.Now, now)
+	}
+	p, st, ver := g.p, g.s, g.ver
+	if g.tpl {
+		p, st, ver = g.tplResolve(now)
+	}
+	v := p.Peek(st, now)
+	want := store.WaitInfo{Wait: v.Wait, Delay: v.Delay, Idle: v.Idle, Allocated: v.Allocated,
+		Permits: v.Permits, Lateness: v.Lateness, Now: now, Version: ver, Started: st.Started}
+	if w != want {
+		g.fatalf("peek at %d:\n  store %+v\n  model %+v", now, w, want)
+	}
+}
+
+// check compares the raw state and the live view after an operation.
+func (g *diffRig) check() {
+	g.t.Helper()
+	g.checkRaw()
+	g.peek()
+}
+
+func diffWaitArg(mw time.Duration) int64 {
+	if mw == store.Forever {
+		return limiter.Forever
+	}
+	return int64(mw)
+}
+
+func diffDecision(r limiter.Result, ver, now int64) store.Decision {
+	return store.Decision{Granted: r.Granted, Permits: r.Permits, Scheduled: r.Scheduled, Start: r.Start,
+		Delay: r.Delay, Lateness: r.Lateness, Wait: r.Wait, RetryAfter: r.RetryAfter, Version: ver, Now: now}
+}
+
+// acquire asks for n permits through Store.Acquire (grant=false) or
+// Store.Grant (grant=true) and through the model.
+func (g *diffRig) acquire(n int64, mw time.Duration, grant bool) {
+	g.t.Helper()
+	what := "acquire"
+	if grant {
+		what = "grant"
+	}
+	g.note("%s n=%d max_wait=%d", what, n, int64(mw))
+	g.ops[what]++
+	var (
+		d   store.Decision
+		gr  store.Grant
+		err error
+	)
+	if grant {
+		gr, err = g.st.Grant(g.ctx, g.name, n, mw)
+		d = gr.Decision
+	} else {
+		d, err = g.st.Acquire(g.ctx, g.name, n, mw)
+	}
+	now := g.us * 1000
+	if g.mr == nil && err == nil {
+		now, g.us = d.Now, d.Now/1000
+	}
+	if g.tpl {
+		if p, _, _ := g.tplResolve(now); p.CheckPermits(n) == nil { // else nothing is saved
+			g.tplUse(now)
+		}
+	}
+	remBefore := g.s.Rem
+	before := g.s
+	p := g.p
+	if g.tpl {
+		p, _, _ = g.tplResolve(now)
+	}
+	r, merr := p.Acquire(&g.s, now, n, diffWaitArg(mw))
+	if (err != nil) != (merr != nil) {
+		g.fatalf("%s n=%d: store error %v, model error %v", what, n, err, merr)
+	}
+	if err != nil {
+		if !errors.Is(err, limiter.ErrInvalid) {
+			g.fatalf("%s n=%d: store error %v is not ErrInvalid", what, n, err)
+		}
+		if g.s != before {
+			g.fatalf("model changed state on an error")
+		}
+		g.ops[what+"-err"]++
+		return
+	}
+	want := diffDecision(r, g.ver, now)
+	if d != want {
+		g.fatalf("%s n=%d max_wait=%d at %d:\n  store %+v\n  model %+v", what, n, int64(mw), now, d, want)
+	}
+	if r.Granted {
+		g.ops[what+"-granted"]++
+		g.ops["granted-"+g.kindName()]++
+		if r.Lateness > 0 {
+			g.ops["granted-late"]++
+		}
+		if g.s.Stored < before.Stored && before.Started {
+			g.ops["granted-from-stored"]++
+		}
+		if g.s.Idle > before.Idle {
+			g.ops["forfeited"]++
+		}
+	}
+	if !grant {
+		return
+	}
+	wantBurst := g.p.Burst
+	if g.p.Kind == limiter.KindSmooth {
+		wantBurst = 0 // a smooth limiter has no burst: the store reads 0 as +Inf
+	}
+	if wantBurst == 0 || wantBurst > limiter.MaxBurst {
+		wantBurst = math.Inf(1)
+	}
+	if gr.RemBefore != remBefore || gr.End != g.s.Next || gr.Slice != g.p.Slice || gr.Kind != g.p.Kind ||
+		gr.Burst != wantBurst {
+		g.fatalf("grant extras: store rem_before=%d end=%d slice=%+v kind=%s burst=%v; model rem_before=%d end=%d slice=%+v kind=%s burst=%v",
+			gr.RemBefore, gr.End, gr.Slice, gr.Kind, gr.Burst, remBefore, g.s.Next, g.p.Slice, g.p.Kind, wantBurst)
+	}
+	if r.Granted {
+		g.grants = append(g.grants, diffGrant{g: gr, r: r, p: g.p, remBefore: remBefore, end: g.s.Next, ver: g.ver})
+		if len(g.grants) > 4 {
+			g.grants = g.grants[1:]
+		}
+	}
+}
+
+// release hands back the last m permits of the i-th kept grant.
+func (g *diffRig) release(i int, m int64) {
+	g.t.Helper()
+	dg := g.grants[i]
+	g.grants = append(g.grants[:i], g.grants[i+1:]...)
+	if g.tpl { // the scripts save only a started instance
+		if _, st, _ := g.tplResolve(g.us * 1000); st.Started {
+			g.tplUse(g.us * 1000)
+		}
+	}
+	current := dg.ver == g.ver
+	g.note("release m=%d of k=%d (grant v%d, now v%d)", m, dg.r.Permits, dg.ver, g.ver)
+	g.ops["release"]++
+	got, err := g.st.Release(g.ctx, dg.g, m)
+	if err != nil {
+		g.fatalf("Store.Release: %v", err)
+	}
+	h := dg.p.HandbackOf(dg.r, dg.remBefore, dg.end, dg.r.Permits, m)
+	want := g.p.Release(&g.s, h, current)
+	if got != want {
+		g.fatalf("release m=%d of %d: store rewound=%v, model %v (handback %+v)", m, dg.r.Permits, got, want, h)
+	}
+	if got {
+		g.ops["release-rewound"]++
+	}
+}
+
+// reset is Store.Reset against Params.Reset.
+func (g *diffRig) reset() {
+	g.t.Helper()
+	g.note("reset")
+	g.ops["reset"]++
+	if g.mr != nil {
+		ver, err := g.st.Reset(g.ctx, g.name)
+		if err != nil {
+			g.fatalf("Store.Reset: %v", err)
+		}
+		wantVer := g.ver
+		if g.tpl { // the scripts save only a started instance
+			_, st, v := g.tplResolve(g.us * 1000)
+			if wantVer = v; st.Started {
+				g.tplUse(g.us * 1000)
+			}
+		}
+		g.p.Reset(&g.s, g.us*1000)
+		if ver != wantVer {
+			g.fatalf("Reset: version %d, model %d", ver, wantVer)
+		}
+		return
+	}
+	t1 := g.redisTimeUS()
+	ver, err := g.st.Reset(g.ctx, g.name)
+	if err != nil {
+		g.fatalf("Store.Reset: %v", err)
+	}
+	t2 := g.redisTimeUS()
+	g.findTime(t1, t2, "reset", func(m *diffRig, now int64) { m.p.Reset(&m.s, now) })
+	if ver != g.ver {
+		g.fatalf("Reset: version %d, model %d", ver, g.ver)
+	}
+}
+
+// ---- random sequences ----
+
+var diffRates = []float64{1, 3, 7, 10, 100, 1000, 1100.5, 123456.789, 5000.0 / 60, 1.0 / 3600, 0.7,
+	2.5e6, 1e9, 333333.3, 999999937, 1e-6, 12000, 523}
+
+func diffRate(r *rand.Rand) float64 {
+	if r.IntN(4) == 0 { // any rate, log-uniform over 1e-3 … 1e8
+		return math.Pow(10, -3+11*r.Float64())
+	}
+	return diffRates[r.IntN(len(diffRates))]
+}
+
+func diffDur(r *rand.Rand, choices ...time.Duration) *limiter.Duration {
+	return limiter.D(choices[r.IntN(len(choices))])
+}
+
+func diffScheduleConfig(r *rand.Rand, rate func(*rand.Rand) float64) limiter.Config {
+	c := limiter.Config{Kind: limiter.KindSchedule, Rate: rate(r)}
+	bursts := []float64{1, 1.1, 1.1, 1.5, 2, 3.7, 10, limiter.Inf, limiter.MaxBurst}
+	if x := r.IntN(10); x > 0 { // else the default
+		c.Burst = limiter.B(bursts[r.IntN(len(bursts))])
+	}
+	switch r.IntN(5) {
+	case 0: // unlimited (Horizon)
+	case 1:
+		c.MaxBacklog = limiter.D(0)
+	case 2:
+		c.MaxBacklog = diffDur(r, time.Microsecond, time.Millisecond, 250*time.Millisecond, time.Second, time.Minute, time.Hour)
+	case 3:
+		c.MaxBacklog = limiter.D(time.Duration(r.Int64N(int64(10 * time.Second))))
+	case 4:
+		c.MaxBacklog = limiter.D(time.Duration(diffHorizon - r.Int64N(1000)))
+	}
+	if r.IntN(8) == 0 { // the same through a rate spec with the restart verb
+		b := limiter.DefaultBurst
+		if c.Burst != nil {
+			b = float64(*c.Burst)
+		}
+		c.Spec = limiter.Spec{Rate: c.Rate, Burst: b, Verb: limiter.VerbRestart}.String()
+		c.Rate, c.Burst = 0, nil
+	}
+	return c
+}
+
+func diffSmoothConfig(r *rand.Rand, rate func(*rand.Rand) float64) limiter.Config {
+	c := limiter.Config{Kind: limiter.KindSmooth, Rate: rate(r)}
+	f := func(v float64) *float64 { return &v }
+	if r.IntN(3) == 0 { // warm-up
+		c.Warmup = diffDur(r, time.Microsecond, time.Millisecond, 250*time.Millisecond, 4*time.Second, time.Minute, time.Hour)
+		if r.IntN(4) == 0 {
+			c.Warmup = limiter.D(time.Duration(1 + r.Int64N(int64(10*time.Second))))
+		}
+		colds := []float64{1, 2, 2.5, 3, 10, 1000, 1e6}
+		if r.IntN(4) > 0 {
+			c.ColdFactor = f(colds[r.IntN(len(colds))])
+		}
+	} else {
+		bursts := []float64{0, 0.001, 0.5, 1, 1, 2.5, 60, 3600, 1e6}
+		if r.IntN(5) > 0 {
+			c.MaxBurstSeconds = f(bursts[r.IntN(len(bursts))])
+		}
+	}
+	if r.IntN(3) == 0 {
+		inits := []float64{0, 1, 2.5, 100, 1e9}
+		c.InitialPermits = f(inits[r.IntN(len(inits))])
+	}
+	return c
+}
+
+// config is a random config of kind k; against a real Redis, whose clock the
+// test cannot move, with rates at which µs and ms matter.
+func (g *diffRig) config(r *rand.Rand, k limiter.Kind) limiter.Config {
+	rate := diffRate
+	if g.mr == nil {
+		rate = diffFastRate
+	}
+	if k == limiter.KindSmooth {
+		return diffSmoothConfig(r, rate)
+	}
+	return diffScheduleConfig(r, rate)
+}
+
+var diffFastRates = []float64{1000, 3000, 7000, 1100.5, 123456.789, 1e5, 5e5, 1e6, 33333.3, 12000}
+
+func diffFastRate(r *rand.Rand) float64 {
+	if r.IntN(4) == 0 {
+		return math.Pow(10, 3+3*r.Float64())
+	}
+	return diffFastRates[r.IntN(len(diffFastRates))]
+}
+
+func (g *diffRig) randN(r *rand.Rand) int64 {
+	maxN := g.p.MaxPermits
+	if g.mr == nil { // real time: at most ~20 ms of schedule, or one too many
+		ms := max(1, min(maxN, int64(20e6/g.p.Slice.Float())))
+		switch x := r.IntN(100); {
+		case x < 50:
+			return 1
+		case x < 75:
+			return min(maxN, 1+r.Int64N(10))
+		case x < 98:
+			return 1 + r.Int64N(ms)
+		default:
+			return maxN + 1
+		}
+	}
+	minute := max(1, min(maxN, int64(60e9/g.p.Slice.Float())))
+	switch x := r.IntN(1000); {
+	case x < 500:
+		return 1
+	case x < 750:
+		return min(maxN, 1+r.Int64N(10))
+	case x < 870:
+		return 1 + r.Int64N(min(maxN, 1000))
+	case x < 950: // up to a minute of schedule
+		return 1 + r.Int64N(minute)
+	case x < 975: // up to the bound (13 days of schedule)
+		return 1 + r.Int64N(maxN)
+	case x < 985:
+		return maxN
+	default:
+		return maxN + 1 + r.Int64N(3) // refused by both
+	}
+}
+
+// now is the Redis clock in ns: the one set (miniredis) or a fresh TIME.
+func (g *diffRig) now() int64 {
+	if g.mr == nil {
+		return g.redisTimeUS() * 1000
+	}
+	return g.us * 1000
+}
+
+func (g *diffRig) randWait(r *rand.Rand) time.Duration {
+	sl := g.p.Slice.Whole + 1
+	switch x := r.IntN(100); {
+	case x < 20:
+		return 0
+	case x < 23:
+		return -time.Duration(1 + r.Int64N(1e9))
+	case x < 45:
+		return time.Duration(r.Int64N(min(5*sl, diffHorizon)))
+	case x < 70:
+		return store.Forever
+	case x < 80:
+		return time.Duration(r.Int64N(diffHorizon))
+	case x < 82:
+		return time.Duration(diffHorizon + r.Int64N(1<<60))
+	default: // right at the boundary: the delay a caller would see now, ±1
+		return time.Duration(max(0, g.p.Peek(g.s, g.now()).Delay+r.Int64N(3)-1))
+	}
+}
+
+// stepUS is a random time step in µs: often none, mostly small or about a
+// slice, sometimes exactly until the schedule lets the next caller through,
+// with occasional gaps of minutes, hours and days.
+func (g *diffRig) stepUS(r *rand.Rand) int64 {
+	switch x := r.IntN(1000); {
+	case x < 200:
+		return 0
+	case x < 400:
+		return 1 + r.Int64N(1000)
+	case x < 600: // up to two slices
+		return r.Int64N(min(2*g.p.Slice.Whole/1000, 3_600_000_000) + 1)
+	case x < 750: // until the next caller would get through, ±1 µs
+		d := g.p.Peek(g.s, g.now()).Delay
+		return max(0, (d+999)/1000+r.Int64N(3)-1)
+	case x < 900:
+		return 1 + r.Int64N(1_000_000)
+	case x < 970:
+		return 1 + r.Int64N(60_000_000)
+	case x < 995:
+		return r.Int64N(3_600_000_000)
+	case x < 999:
+		return r.Int64N(3 * 86_400_000_000)
+	default: // past 2^53 ns ≈ 104 days now and then
+		return r.Int64N(400 * 86_400_000_000)
+	}
+}
+
+// step runs one random operation.
+func (g *diffRig) step(r *rand.Rand, kindChange bool) {
+	g.t.Helper()
+	peek := false
+	switch x := r.IntN(1000); {
+	case x < 350:
+		g.acquire(g.randN(r), g.randWait(r), false)
+	case x < 650:
+		g.acquire(g.randN(r), g.randWait(r), true)
+		if n := len(g.grants); n > 0 && g.grants[n-1].ver == g.ver && g.grants[n-1].end == g.s.Next && r.IntN(3) == 0 {
+			g.checkRaw() // hand back a tail at once: the schedule rewinds
+			k := g.grants[n-1].r.Permits
+			g.release(n-1, 1+r.Int64N(k))
+		}
+	case x < 770:
+		if len(g.grants) == 0 {
+			g.acquire(min(g.p.MaxPermits, 1+r.Int64N(100)), store.Forever, true)
+			break
+		}
+		i := len(g.grants) - 1
+		if r.IntN(4) == 0 {
+			i = r.IntN(len(g.grants))
+		}
+		k := g.grants[i].r.Permits
+		m := k
+		if r.IntN(3) > 0 {
+			m = 1 + r.Int64N(k)
+		}
+		g.release(i, m)
+	case x < 820:
+		g.put(g.config(r, g.p.Kind))
+		peek = r.IntN(2) == 0
+	case x < 830: // the same config again: changes nothing
+		if g.tpl {
+			g.put(g.tcfg)
+			break
+		}
+		g.put(g.cfg)
+	case x < 850:
+		g.reset()
+		peek = r.IntN(2) == 0
+	case x < 851 && kindChange:
+		k := limiter.KindSmooth
+		if g.p.Kind == k {
+			k = limiter.KindSchedule
+		}
+		g.put(g.config(r, k))
+		peek = true
+	default:
+		g.note("peek")
+		g.ops["peek"]++
+		peek = true
+	}
+	g.checkRaw()
+	if peek {
+		g.peek()
+	}
+}
+
+// diffRun runs ops random operations on a fresh limiter of kind k. startUS is
+// the Redis clock at the start (Unix µs); step, if not nil, replaces the
+// random time steps.
+func diffRun(t *testing.T, label string, seed uint64, k limiter.Kind, startUS int64, ops int, step func(*diffRig, *rand.Rand) int64) *diffRig {
+	r := rand.New(rand.NewPCG(seed, 0x6c696d697464))
+	g := diffNewMini(t, fmt.Sprintf("%s seed %d kind %s", label, seed, k), startUS)
+	g.checkTIME()
+	g.put(g.config(r, k))
+	g.check()
+	if step == nil {
+		step = (*diffRig).stepUS
+	}
+	for range ops {
+		g.advance(step(g, r))
+		if g.op%97 == 0 {
+			g.checkTIME()
+		}
+		g.step(r, true)
+	}
+	g.peek()
+	return g
+}
+
+func (g *diffRig) summary() string {
+	return fmt.Sprintf("%d ops: %v", g.op, g.ops)
+}
+
+var diffStart2025 = time.Date(2025, 3, 14, 15, 9, 26, 535897000, time.UTC).UnixMicro()
+
+func TestDiffRandom(t *testing.T) {
+	t.Parallel()
+	ops := 10000
+	if testing.Short() {
+		ops = 2000
+	}
+	for i, seed := range []uint64{1, 2} {
+		k := []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth}[i%2]
+		t.Run(fmt.Sprintf("seed=%d/%s", seed, k), func(t *testing.T) {
+			t.Parallel()
+			g := diffRun(t, "random", seed, k, diffStart2025+int64(seed)*7919, ops, nil)
+			t.Logf("seed %d %s: %s", seed, k, g.summary())
+		})
+	}
+}
+
+// TestDiffYear2200 runs random sequences with the Redis clock in year 2200:
+// Unix ns ~7.3e18, far beyond 2^53, where only epoch-relative times are exact.
+func TestDiffYear2200(t *testing.T) {
+	t.Parallel()
+	ops := 1200
+	if testing.Short() {
+		ops = 400
+	}
+	start := time.Date(2200, 7, 4, 23, 59, 58, 987654000, time.UTC).UnixMicro() + 321
+	for i, k := range []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth} {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			g := diffRun(t, "year 2200", uint64(2200+i), k, start, ops, nil)
+			t.Logf("%s", g.summary())
+		})
+	}
+}
+
+// TestDiffUptime400Days keeps one limiter in use for 400 simulated days with
+// gaps of up to a day between calls (and runs of quick calls), so that the
+// scripts' epoch is rebased hundreds of times; every result stays exact.
+func TestDiffUptime400Days(t *testing.T) {
+	t.Parallel()
+	days := int64(400)
+	if testing.Short() {
+		days = 60
+	}
+	for i, k := range []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth} {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			r := rand.New(rand.NewPCG(uint64(400+i), 0x75707469))
+			g := diffNewMini(t, fmt.Sprintf("uptime seed %d kind %s", 400+i, k), diffStart2025)
+			g.put(g.config(r, k))
+			g.check()
+			end := g.us + days*86_400_000_000
+			for g.us < end {
+				if r.IntN(2) == 0 {
+					g.advance(r.Int64N(24 * 3_600_000_000))
+				} else {
+					g.advance(min(g.stepUS(r), 3_600_000_000))
+				}
+				g.step(r, true)
+			}
+			g.checkTIME()
+			g.peek()
+			if g.ops["epoch-rebased"] < int(days) { // about two a day are seen
+				t.Errorf("only %d epoch rebases in %d days", g.ops["epoch-rebased"], days)
+			}
+			t.Logf("%d days: %s", days, g.summary())
+		})
+	}
+}
+
+// TestDiffLongGap leaves a limiter untouched for a long time (30 days, and
+// gaps past 2^53 ns ≈ 104 days, where now−epoch in ns is no longer an exact
+// double) and then uses it: a peek, a hand-back of a grant taken before the
+// gap, an acquire, a reset, a reconfiguration.
+func TestDiffLongGap(t *testing.T) {
+	t.Parallel()
+	day := int64(86_400_000_000)
+	gaps := []struct {
+		name string
+		us   int64
+	}{
+		{"30d", 30 * day},
+		{"30d+1us", 30*day + 1},
+		{"100d", 100 * day},
+		{"200d", 200*day + 12345},
+		{"3y", 3*365*day + 777},
+		{"5y", 5*365*day + 999},
+	}
+	configs := []limiter.Config{
+		{Rate: 3, Burst: limiter.B(1.1)},
+		{Rate: 1100.5, Burst: limiter.B(1)},
+		{Rate: 123456.789, Burst: limiter.B(limiter.Inf), MaxBacklog: limiter.D(time.Hour)},
+		{Rate: 5000.0 / 60, Burst: limiter.B(2), MaxBacklog: limiter.D(0)},
+		{Kind: limiter.KindSmooth, Rate: 7},
+		{Kind: limiter.KindSmooth, Rate: 1e-6, MaxBurstSeconds: diffF(1e6)},
+		{Kind: limiter.KindSmooth, Rate: 1100.5, Warmup: limiter.D(4 * time.Second), ColdFactor: diffF(3)},
+	}
+	for _, gap := range gaps {
+		for ci, c := range configs {
+			t.Run(fmt.Sprintf("%s/%d-%s", gap.name, ci, c.Kind), func(t *testing.T) {
+				t.Parallel()
+				r := rand.New(rand.NewPCG(uint64(ci), uint64(gap.us)))
+				g := diffNewMini(t, fmt.Sprintf("gap %s config %d", gap.name, ci), diffStart2025)
+				g.put(c)
+				// some history: debt, stored permits or backlog, and a grant kept
+				for range 20 {
+					g.advance(r.Int64N(2 * g.p.Slice.Whole / 1000))
+					g.acquire(1+r.Int64N(min(g.p.MaxPermits, 5)), store.Forever, r.IntN(2) == 0)
+					g.checkRaw()
+				}
+				// two grants kept over the gap: the last one is handed back
+				// first (nothing happened since: a schedule rewinds), the other
+				// once the epoch has moved past the gap (its times, shifted to
+				// the new epoch, exceed 2^53)
+				g.acquire(min(g.p.MaxPermits, 3), store.Forever, true)
+				g.acquire(min(g.p.MaxPermits, 2), store.Forever, true)
+				g.check()
+				if len(g.grants) < 2 {
+					t.Fatalf("test bug: %d grants kept", len(g.grants))
+				}
+				old := g.grants[len(g.grants)-2]
+				for _, op := range []string{"peek", "release", "acquire", "release-old", "grant", "reset", "put", "acquire"} {
+					if op == "peek" || op == "release" {
+						g.advance(gap.us)
+					} else {
+						g.advance(r.Int64N(1000))
+					}
+					switch op {
+					case "peek":
+						g.note("peek")
+					case "release":
+						g.release(len(g.grants)-1, 1)
+					case "release-old":
+						for i, dg := range g.grants {
+							if dg.g == old.g {
+								g.release(i, 1)
+							}
+						}
+					case "acquire", "grant":
+						g.acquire(1, store.Forever, op == "grant")
+					case "reset":
+						g.reset()
+					case "put":
+						c2 := c
+						c2.Rate *= 2
+						g.put(c2)
+					}
+					g.check()
+				}
+			})
+		}
+	}
+}
+
+func diffF(v float64) *float64 { return &v }
+
+// TestDiffRealRedis runs the differential against a real redis-server (its
+// Lua 5.1, not miniredis's gopher-lua). Its clock cannot be set: the model is
+// fed the time each script saw (Decision.Now, WaitInfo.Now; for Put and Reset
+// the µs between a TIME before and after at which the model's state is the
+// state the script wrote).
+func TestDiffRealRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Server(t)
+	ops := 2500
+	if testing.Short() {
+		ops = 500
+	}
+	for i, k := range []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth} {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			seed := uint64(7000 + i)
+			r := rand.New(rand.NewPCG(seed, 0x7265616c))
+			g := diffNewReal(t, fmt.Sprintf("real redis seed %d kind %s", seed, k), srv.Client(), "diff-"+string(k))
+			g.put(g.config(r, k))
+			g.check()
+			for range ops {
+				g.advance(g.stepUS(r))
+				g.step(r, true)
+			}
+			g.peek()
+			t.Logf("seed %d %s: %s", seed, k, g.summary())
+		})
+	}
+}
+
+// TestDiffTemplate runs random sequences on a template instance: created on
+// first use, moved to each new template version (of either kind) in place on
+// its next use, whichever call that is.
+func TestDiffTemplate(t *testing.T) {
+	t.Parallel()
+	ops := 1500
+	if testing.Short() {
+		ops = 400
+	}
+	for i, k := range []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth} {
+		t.Run(string(k), func(t *testing.T) {
+			t.Parallel()
+			seed := uint64(900 + i)
+			r := rand.New(rand.NewPCG(seed, 0x74706c))
+			g := diffNewTemplate(t, fmt.Sprintf("template seed %d kind %s", seed, k), diffStart2025)
+			g.put(g.config(r, k))
+			g.check()
+			for range ops {
+				g.advance(g.stepUS(r))
+				g.step(r, true)
+			}
+			g.peek()
+			t.Logf("seed %d %s: %s", seed, k, g.summary())
+		})
+	}
+}
+
+// TestDiffBigIdle checks lua/lib.lua's exact arithmetic for the idle time of
+// a limiter left alone for months (big_gap, big, big_str: d·1000 − c + x past
+// 2^53) against math/big, in gopher-lua (miniredis) and in Redis's Lua 5.1.
+// The differential tests reach it only through miniredis's settable clock.
+func TestDiffBigIdle(t *testing.T) {
+	t.Parallel()
+	lib, err := os.ReadFile("../lua/lib.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := string(lib) + `
+local out = {}
+for i = 1, #ARGV, 3 do
+  local d, c, x = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  local L = {xid = big_gap(d, c), d_id = x}
+  out[#out + 1] = big_str(L.xid)
+  out[#out + 1] = idle_delta(L)
+end
+return out`
+	r := rand.New(rand.NewPCG(53, 53))
+	var args []any
+	var want []string
+	for i := range 400 {
+		// d: µs since the epoch (months to ~285 years); c = nx + FAR, the part
+		// of the gap kept; x: idle this call adds besides.
+		d := int64(1)<<42 + r.Int64N(1<<53-1<<42)
+		c := r.Int64N(1<<53) - 1<<51
+		x := r.Int64N(1 << 53)
+		switch i {
+		case 0:
+			d, c, x = 1<<53-1, -(1<<53 - 1), 1<<53-1
+		case 1:
+			d, c, x = 4503599627371, 4503599627370000, 0 // d·1000 − c = 1000
+		case 2:
+			d, c, x = 1_000_000, 999_999_999, 1 // lo carries into hi
+		}
+		if d*1000 <= c {
+			continue
+		}
+		e := new(big.Int).Sub(new(big.Int).Mul(big.NewInt(d), big.NewInt(1000)), big.NewInt(c))
+		args = append(args, d, c, x)
+		want = append(want, e.String(), new(big.Int).Add(e, big.NewInt(x)).String())
+	}
+	run := func(t *testing.T, rdb *redis.Client) {
+		v, err := rdb.Eval(context.Background(), script, nil, args...).StringSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(v) != len(want) {
+			t.Fatalf("%d results, want %d", len(v), len(want))
+		}
+		for i := range v {
+			if v[i] != want[i] {
+				t.Errorf("case %d (d=%v c=%v x=%v): %s, want %s", i/2, args[i/2*3], args[i/2*3+1], args[i/2*3+2], v[i], want[i])
+			}
+		}
+	}
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		defer rdb.Close()
+		run(t, rdb)
+	})
+	t.Run("redis-server", func(t *testing.T) {
+		run(t, redistest.Server(t).Client())
+	})
+}
