@@ -47,6 +47,7 @@ type server struct {
 	timeout   time.Duration
 	auth      auth
 	routes    map[string]string // echo path → OpenAPI path, the route label
+	slots     slotHints         // names seen to be concurrency limiters
 }
 
 // New returns the HTTP handler of the API. It panics only if o.Store is nil or
@@ -112,6 +113,12 @@ func New(o Options) http.Handler {
 	e.POST("/v1/limiters/:name/acquire", s.acquire, read)
 	e.GET("/v1/limiters/:name/wait", s.wait, read)
 	e.POST("/v1/limiters/:name/reset", s.reset, admin)
+	// A client's own lease calls need only the read token, returning
+	// capacity included: they change no config.
+	e.POST("/v1/limiters/:name/capacity", s.capacity, read)
+	e.DELETE("/v1/limiters/:name/capacity/:client_id", s.returnCapacity, read)
+	e.POST("/v1/limiters/:name/release", s.release, read)
+	e.POST("/v1/limiters/:name/renew", s.renew, read)
 	e.GET("/v1/templates", s.listTemplates, read)
 	e.PUT("/v1/templates/:id", s.putTemplate, admin)
 	e.GET("/v1/templates/:id", s.getTemplate, read)

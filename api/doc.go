@@ -4,9 +4,12 @@
 //
 //	PUT|GET|PATCH|DELETE /v1/limiters/{name}   create, read, reconfigure, delete
 //	GET  /v1/limiters?cursor=&limit=           list, 100 per page by default
-//	POST /v1/limiters/{name}/acquire           take permits (429 when not granted)
+//	POST /v1/limiters/{name}/acquire           take permits, or a concurrency slot (429 when not granted)
 //	GET  /v1/limiters/{name}/wait              the live state: backlog, delay, totals
 //	POST /v1/limiters/{name}/reset             start a new schedule now
+//	POST /v1/limiters/{name}/release, /renew   end or extend a concurrency lease
+//	POST /v1/limiters/{name}/capacity          a share client asks for capacity (Doorman)
+//	DELETE /v1/limiters/{name}/capacity/{client_id}   and gives it back
 //	PUT|GET|DELETE /v1/templates/{id}, GET /v1/templates
 //	GET  /healthz, /readyz, /metrics, /openapi.yaml
 //
@@ -16,12 +19,20 @@
 //
 // Every error is an RFC 9457 application/problem+json body: 400 bad input
 // (with "field" naming the JSON field, path or query parameter at fault), 401
-// a missing or wrong bearer token, 404, 405, 409 a kind change through PATCH,
+// a missing or wrong bearer token, 404, 405, 409 a kind change through PATCH
+// or a call the limiter's kind does not take (acquire on a share limiter),
 // 413 a body over the limit, 415 a body that is not JSON, 503 when Redis does
 // not answer or the request ran out of time. Bad input changes nothing in
 // Redis and never gets a 5xx; a panic is recovered into a logged 500.
 //
 // Metrics never carry the name of a template instance (user:42 under the
 // template user:*): decisions are counted by limiter name or template id,
-// so per-key limiters cannot blow up the number of series.
+// so per-key limiters cannot blow up the number of series. The same holds
+// for capacity decisions and slot acquisitions.
+//
+// Acquire dispatches on the limiter's kind. A name this process saw to be a
+// concurrency limiter (through its PUT, or an earlier acquire) goes straight
+// to the slot; any other is tried as a schedule, and the store's conflict
+// answer makes the handler look the kind up once. The hint is only a guess:
+// a stale one costs a round trip, never a wrong answer.
 package api

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,16 +49,35 @@ func FuzzHandlers(f *testing.F) {
 		{3, `{"pattern":"u:*","limiter":{"rate":1}}`},
 		{3, `{"pattern":"*","order":-9223372036854775808,"idle_ttl":"1ns","limiter":{"kind":"smooth","rate":1e9}}`},
 		{3, `{"pattern":"[","limiter":{}}`},
+		{0, `{"kind":"share","capacity":1e308,"algorithm":"none","lease":"1ns","learning":"0s"}`},
+		{0, `{"kind":"concurrency","limit":1000000,"lease":"312h"}`},
+		{4, `{"client_id":"a","wants":1e308,"has":1e308,"priority":1e6}`},
+		{4, `{"client_id":"a","wants":1,"priority":1e308}`},
+		{4, `{"client_id":"a","wants":0,"has":0,"priority":0}`},
+		{4, `{"client_id":"a","wants":5e-324}`},
+		{4, `{"client_id":"` + "\u00e9" + `","wants":1}`},
+		{4, `{"client_id":null,"wants":-0}`},
+		{5, `{"lease_id":"00"}`},
+		{5, `{"lease_id":"` + strings.Repeat("f", 32) + `"}`},
+		{5, `{"lease_id":["x"]}`},
+		{6, ``},
+		{6, `{}`},
+		{6, `{"permits":1}`},
 	} {
 		f.Add(s.op, s.body)
 	}
 	e := newEnv(f, func(o *api.Options) { o.RequestTimeout = 100 * time.Millisecond })
 	e.must(201, "PUT", "/v1/limiters/fz", `{"rate":1000}`)
+	e.must(201, "PUT", "/v1/limiters/fz-share", `{"kind":"share","capacity":100}`)
+	e.must(201, "PUT", "/v1/limiters/fz-conc", `{"kind":"concurrency","limit":3,"lease":"1s"}`)
 	ops := []struct{ method, path string }{
 		{"PUT", "/v1/limiters/fz-put"},
 		{"PATCH", "/v1/limiters/fz"},
 		{"POST", "/v1/limiters/fz/acquire"},
 		{"PUT", "/v1/templates/fz-t"},
+		{"POST", "/v1/limiters/fz-share/capacity"},
+		{"POST", "/v1/limiters/fz-conc/renew"},
+		{"POST", "/v1/limiters/fz-conc/acquire"},
 	}
 	f.Fuzz(func(t *testing.T, op uint8, body string) {
 		e.t = t

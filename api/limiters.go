@@ -43,8 +43,12 @@ func stateOf(w store.WaitInfo) *waitState {
 		Version: w.Version, Permits: w.Permits, Lateness: w.Lateness, Started: w.Started}
 }
 
-// view answers a limiter with its live state.
+// view answers a limiter with its live state. Share and concurrency
+// limiters have no schedule, so no state: their view leaves it out.
 func (s *server) view(c echo.Context, status int, info store.Info) error {
+	if !scheduled(info.Config.Kind) {
+		return c.JSON(status, limiterView{Name: info.Name, Config: info.Config, Version: info.Version})
+	}
 	ctx := c.Request().Context()
 	start := time.Now()
 	w, err := s.store.Wait(ctx, info.Name)
@@ -72,6 +76,7 @@ func (s *server) putLimiter(c echo.Context) error {
 	if err != nil {
 		return specFault(err, cfg.Spec, "")
 	}
+	s.slots.set(n, info.Config.Kind == limiter.KindConcurrency)
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
@@ -137,6 +142,7 @@ func (s *server) deleteLimiter(c echo.Context) error {
 		return err
 	}
 	s.m.backlog.DeleteLabelValues(n)
+	s.slots.set(n, false)
 	return c.NoContent(http.StatusNoContent)
 }
 
@@ -171,10 +177,25 @@ func (s *server) listLimiters(c echo.Context) error {
 }
 
 // acquireRequest is the body of POST .../acquire; every field is optional.
+// A concurrency limiter's acquire takes none of them.
 type acquireRequest struct {
 	Permits *int64            `json:"permits"`  // default 1
 	MaxWait *limiter.Duration `json:"max_wait"` // default unlimited; negative is 0
-	Block   bool              `json:"block"`    // wait out the delay before answering
+	Block   *bool             `json:"block"`    // wait out the delay before answering
+}
+
+// field returns the first field the request set ("" for an empty body or
+// {}), the one a concurrency acquire rejects.
+func (r *acquireRequest) field() string {
+	switch {
+	case r.Permits != nil:
+		return "permits"
+	case r.MaxWait != nil:
+		return "max_wait"
+	case r.Block != nil:
+		return "block"
+	}
+	return ""
 }
 
 type granted struct {
@@ -203,6 +224,12 @@ type denied struct {
 // blockMargin is kept from a blocking acquire's deadline for the answer.
 const blockMargin = 20 * time.Millisecond
 
+// acquire dispatches on the limiter's kind: schedule and smooth limiters
+// (and template instances) take permits, concurrency limiters a slot; a
+// share limiter is 409 (its clients ask for capacity). A name this process
+// saw to be a concurrency limiter goes to the slot first; any other is tried
+// as a schedule first and, when the store answers that it has another
+// kind, looked up once.
 func (s *server) acquire(c echo.Context) error {
 	n := c.Param("name")
 	b, err := readBody(c)
@@ -215,6 +242,14 @@ func (s *server) acquire(c echo.Context) error {
 			return err
 		}
 	}
+	if req.field() == "" && s.slots.has(n) {
+		l, err := s.acquireSlot(c, n)
+		if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
+			return s.slotAnswer(c, n, l, err)
+		}
+		s.slots.set(n, false) // replaced or deleted since: ask as for any name
+	}
+	block := req.Block != nil && *req.Block
 	permits := int64(1)
 	if req.Permits != nil {
 		permits = *req.Permits
@@ -227,7 +262,7 @@ func (s *server) acquire(c echo.Context) error {
 		maxWait = max(0, time.Duration(*req.MaxWait))
 	}
 	ctx := c.Request().Context()
-	if dl, ok := ctx.Deadline(); ok && req.Block {
+	if dl, ok := ctx.Deadline(); ok && block {
 		// A grant the server could not wait out before the deadline would
 		// take permits nobody uses: ask only for what fits.
 		maxWait = min(maxWait, max(0, time.Until(dl)-blockMargin))
@@ -235,6 +270,9 @@ func (s *server) acquire(c echo.Context) error {
 	start := time.Now()
 	d, err := s.store.Acquire(ctx, n, permits, maxWait)
 	s.m.redisDone(opAcquire, start)
+	if errors.Is(err, store.ErrConflict) {
+		return s.acquireOther(c, n, &req, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -244,11 +282,11 @@ func (s *server) acquire(c echo.Context) error {
 	}
 	if !d.Granted {
 		s.m.decisions.WithLabelValues(lim, tpl, "denied").Inc()
-		c.Response().Header().Set("Retry-After", strconv.FormatInt((d.RetryAfter+1e9-1)/1e9, 10))
+		setRetryAfter(c, d.RetryAfter)
 		return c.JSON(http.StatusTooManyRequests, denied{RetryAfter: d.RetryAfter, Delay: d.Delay, Wait: d.Wait, Version: d.Version, Now: d.Now})
 	}
 	s.m.decisions.WithLabelValues(lim, tpl, "granted").Inc()
-	if req.Block && d.Delay > 0 {
+	if block && d.Delay > 0 {
 		t := time.NewTimer(time.Duration(d.Delay))
 		select {
 		case <-t.C:
@@ -296,6 +334,12 @@ func (s *server) reset(c echo.Context) error {
 		s.m.backlog.WithLabelValues(lim).Set(float64(w.Wait) / 1e9)
 	}
 	return c.JSON(http.StatusOK, stateOf(w))
+}
+
+// setRetryAfter sets the Retry-After header: ns in whole seconds, rounded
+// up.
+func setRetryAfter(c echo.Context, ns int64) {
+	c.Response().Header().Set("Retry-After", strconv.FormatInt((max(ns, 0)+1e9-1)/1e9, 10))
 }
 
 // subject returns the labels a decision on name is counted under: the

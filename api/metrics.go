@@ -26,17 +26,26 @@ const (
 	opGetTemplate
 	opDeleteTemplate
 	opTemplates
+	opCapacity
+	opReturnCapacity
+	opAcquireSlot
+	opRenewSlot
+	opReleaseSlot
 	numOps
 )
 
 var opNames = [numOps]string{"ping", "put", "get", "patch", "delete", "list", "acquire", "wait",
-	"reset", "resolve", "put_template", "get_template", "delete_template", "templates"}
+	"reset", "resolve", "put_template", "get_template", "delete_template", "templates",
+	"capacity", "return_capacity", "acquire_slot", "renew_slot", "release_slot"}
 
 // metrics are the collectors /metrics serves.
 type metrics struct {
 	requests  *prometheus.CounterVec   // by method, route template, status
 	duration  *prometheus.HistogramVec // by method, route template
 	decisions *prometheus.CounterVec   // by limiter name or template id, and decision
+	capacity  *prometheus.CounterVec   // share: capacity decisions, labelled as decisions
+	slots     *prometheus.CounterVec   // concurrency: slot acquisitions, labelled as decisions
+	leases    *prometheus.CounterVec   // concurrency: renewals, releases, lost leases
 	errors    *prometheus.CounterVec   // by problem type
 	backlog   *prometheus.GaugeVec     // by limiter name; never a template instance
 	redis     [numOps]prometheus.Observer
@@ -57,6 +66,18 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "limitd_acquire_decisions_total",
 			Help: "Acquire decisions (granted, denied) by limiter name, or by template id (limiter=\"\") for template instances.",
 		}, []string{"limiter", "template", "decision"})),
+		capacity: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limitd_capacity_decisions_total",
+			Help: "Capacity decisions of share limiters (full: got all it wants; partial; none: got 0 of a positive want; learning: got what it reported holding), by limiter name, or by template id (limiter=\"\") for template instances.",
+		}, []string{"limiter", "template", "decision"})),
+		slots: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limitd_slot_acquisitions_total",
+			Help: "Slot acquisitions of concurrency limiters (granted, denied), by limiter name, or by template id (limiter=\"\") for template instances.",
+		}, []string{"limiter", "template", "decision"})),
+		leases: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limitd_slot_lease_events_total",
+			Help: "Concurrency leases renewed, released, or lost (a renewal or release of a lease the limiter no longer holds: released already, or expired), by limiter name, or by template id (limiter=\"\").",
+		}, []string{"limiter", "template", "event"})),
 		errors: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_errors_total",
 			Help: "Problem responses by problem type (invalid, unauthorized, not-found, ..., unavailable, timeout, internal).",

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -92,8 +93,11 @@ type Client struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	rc redisClock // the Redis clock's offset, for leases (Share, Semaphore)
+
 	mu      sync.Mutex
 	handles map[string]*Limiter
+	leases  map[io.Closer]struct{} // open Shares and Semaphores, closed with the client
 	closed  bool
 }
 
@@ -113,7 +117,7 @@ func NewWithTransport(t Transport, opts ...Option) *Client {
 	for _, f := range opts {
 		f(&o)
 	}
-	c := &Client{t: t, o: o, handles: map[string]*Limiter{}}
+	c := &Client{t: t, o: o, handles: map[string]*Limiter{}, leases: map[io.Closer]struct{}{}}
 	c.base = o.clock()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if ch := t.Changes(c.ctx); ch != nil {
@@ -163,14 +167,39 @@ func (c *Client) Close() error {
 	for _, l := range c.handles {
 		hs = append(hs, l)
 	}
+	ls := make([]io.Closer, 0, len(c.leases))
+	for x := range c.leases {
+		ls = append(ls, x)
+	}
 	c.mu.Unlock()
 	var errs []error
 	for _, l := range hs {
 		errs = append(errs, l.Close())
 	}
+	for _, x := range ls {
+		errs = append(errs, x.Close())
+	}
 	c.cancel()
 	c.wg.Wait()
 	return errors.Join(errs...)
+}
+
+// track registers a Share or Semaphore to be closed with the client;
+// ErrClosed once the client is closed.
+func (c *Client) track(x io.Closer) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.leases[x] = struct{}{}
+	return nil
+}
+
+func (c *Client) untrack(x io.Closer) {
+	c.mu.Lock()
+	delete(c.leases, x)
+	c.mu.Unlock()
 }
 
 func (c *Client) forget(l *Limiter) {

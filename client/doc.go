@@ -14,6 +14,13 @@
 // (unlimited) or FallbackPessimistic (nothing), and returns to the shared
 // schedule by itself once Redis answers again.
 //
+// Share is a Doorman client of a share limiter: it leases a part of a
+// capacity divided among its clients, refreshes the lease in the background,
+// and uses it as a local rate (Wait, Allow) or a gauge of operations in flight
+// (Acquire); when the lease has expired and Redis is unreachable it follows
+// the fallback mode. Semaphore takes slots of a concurrency limiter, a
+// distributed semaphore, renewing their leases while they are held.
+//
 // Middleware and EchoMiddleware limit HTTP requests per key (client IP, API
 // key) through limiter templates, answering 429 with Retry-After and the
 // RateLimit fields of the IETF draft.

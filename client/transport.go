@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/limitd/limitd/store"
@@ -18,6 +19,21 @@ type Transport interface {
 	// Changes delivers "<name> <version>" config changes until ctx is done.
 	// A transport without change events returns a nil channel.
 	Changes(ctx context.Context) <-chan string
+
+	// Capacity asks a share limiter for a lease of its capacity (Share).
+	Capacity(ctx context.Context, name string, r store.CapacityRequest) (store.CapacityLease, error)
+	// ReturnCapacity ends a client's lease on a share limiter at once.
+	ReturnCapacity(ctx context.Context, name, clientID string) error
+	// AcquireSlot takes a slot of a concurrency limiter if one is free
+	// (Semaphore); a full limiter is not an error but a lease not Granted.
+	AcquireSlot(ctx context.Context, name string) (store.SlotLease, error)
+	// RenewSlot extends a held slot's lease; limiter.ErrNotFound once it is lost.
+	RenewSlot(ctx context.Context, name, id string) (store.SlotLease, error)
+	// ReleaseSlot frees a held slot; limiter.ErrNotFound when it is not held.
+	ReleaseSlot(ctx context.Context, name, id string) error
+	// Time is the Redis clock now, Unix ns: leases expire on that clock, and
+	// a round trip to it estimates its offset from the local clock.
+	Time(ctx context.Context) (int64, error)
 }
 
 // NewStoreTransport returns the Transport New uses, over a store the caller
@@ -35,6 +51,34 @@ func (t redisTransport) Grant(ctx context.Context, name string, k int64, maxWait
 func (t redisTransport) Release(ctx context.Context, g store.Grant, m int64) error {
 	_, err := t.st.Release(ctx, g, m)
 	return err
+}
+
+func (t redisTransport) Capacity(ctx context.Context, name string, r store.CapacityRequest) (store.CapacityLease, error) {
+	return t.st.Capacity(ctx, name, r)
+}
+
+func (t redisTransport) ReturnCapacity(ctx context.Context, name, clientID string) error {
+	return t.st.ReturnCapacity(ctx, name, clientID)
+}
+
+func (t redisTransport) AcquireSlot(ctx context.Context, name string) (store.SlotLease, error) {
+	return t.st.AcquireSlot(ctx, name)
+}
+
+func (t redisTransport) RenewSlot(ctx context.Context, name, id string) (store.SlotLease, error) {
+	return t.st.RenewSlot(ctx, name, id)
+}
+
+func (t redisTransport) ReleaseSlot(ctx context.Context, name, id string) error {
+	return t.st.ReleaseSlot(ctx, name, id)
+}
+
+func (t redisTransport) Time(ctx context.Context) (int64, error) {
+	now, err := t.st.Client().Time(ctx).Result()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return now.UnixNano(), nil
 }
 
 func (t redisTransport) Changes(ctx context.Context) <-chan string {

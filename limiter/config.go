@@ -16,6 +16,10 @@ type Kind string
 const (
 	KindSchedule Kind = "schedule" // a strict or bursting shared schedule
 	KindSmooth   Kind = "smooth"   // Guava's SmoothBursty / SmoothWarmingUp
+	// KindShare divides a capacity among clients by lease (Doorman).
+	KindShare Kind = "share"
+	// KindConcurrency is a distributed semaphore of leased slots.
+	KindConcurrency Kind = "concurrency"
 )
 
 // Config describes one limiter. It is what the HTTP API takes as JSON and the
@@ -36,12 +40,31 @@ type Config struct {
 	InitialPermits  *float64  `json:"initial_permits,omitempty" yaml:"initial_permits,omitempty"`     // default 0; warm-up: cold
 	Warmup          *Duration `json:"warmup,omitempty" yaml:"warmup,omitempty"`
 	ColdFactor      *float64  `json:"cold_factor,omitempty" yaml:"cold_factor,omitempty"` // default 3
+
+	// share (Lease also for concurrency)
+	Capacity        *float64  `json:"capacity,omitempty" yaml:"capacity,omitempty"`                 // > 0, finite; required
+	Algorithm       Algorithm `json:"algorithm,omitempty" yaml:"algorithm,omitempty"`               // default fair_share
+	Lease           *Duration `json:"lease,omitempty" yaml:"lease,omitempty"`                       // share: default 60s; concurrency: default 30s
+	RefreshInterval *Duration `json:"refresh_interval,omitempty" yaml:"refresh_interval,omitempty"` // default min(5s, lease); ≤ lease
+	SafeCapacity    *float64  `json:"safe_capacity,omitempty" yaml:"safe_capacity,omitempty"`       // ≤ capacity; absent: capacity / clients
+	Learning        *Duration `json:"learning,omitempty" yaml:"learning,omitempty"`                 // default = lease; 0: no learning mode
+
+	// concurrency
+	Limit *int64 `json:"limit,omitempty" yaml:"limit,omitempty"` // slots, ≥ 1 and ≤ 1e6; required
 }
 
 // Limits on config values.
 const (
 	MaxStoredSeconds = 1e6 // max_burst_seconds and warm-up, about 11.6 days
 	MaxColdFactor    = 1e6
+	MaxLimit         = 1e6 // a concurrency limiter's slots
+)
+
+// Defaults of share and concurrency limiters.
+const (
+	DefaultShareLease       = 60 * time.Second
+	DefaultRefreshInterval  = 5 * time.Second
+	DefaultConcurrencyLease = 30 * time.Second
 )
 
 // Normalize checks c and returns it in canonical form: the spec string applied,
@@ -66,11 +89,11 @@ func (c Config) Normalize() (Config, Verb, error) {
 		b := Burst(sp.Burst)
 		c.Spec, c.Rate, c.Burst, verb = "", sp.Rate, &b, sp.Verb
 	}
-	if err := checkRate(c.Rate); err != nil {
-		return Config{}, "", err
-	}
 	switch c.Kind {
 	case KindSchedule:
+		if err := checkRate(c.Rate); err != nil {
+			return Config{}, "", err
+		}
 		if err := c.onlyFor(KindSchedule); err != nil {
 			return Config{}, "", err
 		}
@@ -87,6 +110,9 @@ func (c Config) Normalize() (Config, Verb, error) {
 			}
 		}
 	case KindSmooth:
+		if err := checkRate(c.Rate); err != nil {
+			return Config{}, "", err
+		}
 		if err := c.onlyFor(KindSmooth); err != nil {
 			return Config{}, "", err
 		}
@@ -134,10 +160,116 @@ func (c Config) Normalize() (Config, Verb, error) {
 				return Config{}, "", fieldErr("initial_permits", "must be ≥ 0", v)
 			}
 		}
+	case KindShare:
+		if err := c.normalizeShare(); err != nil {
+			return Config{}, "", err
+		}
+		return c, verb, nil
+	case KindConcurrency:
+		if err := c.normalizeConcurrency(); err != nil {
+			return Config{}, "", err
+		}
+		return c, verb, nil
 	default:
-		return Config{}, "", fieldErr("kind", "must be schedule or smooth", strconv.Quote(string(c.Kind)))
+		return Config{}, "", fieldErr("kind", "must be schedule, smooth, share or concurrency", strconv.Quote(string(c.Kind)))
 	}
 	return c, verb, nil
+}
+
+// normalizeShare checks a share limiter's fields and fills in the defaults.
+func (c *Config) normalizeShare() error {
+	if err := c.onlyFor(KindShare); err != nil {
+		return err
+	}
+	if c.Capacity == nil {
+		return fieldErr("capacity", "is required for kind share: a number > 0", nil)
+	}
+	capacity := *c.Capacity
+	if math.IsNaN(capacity) || math.IsInf(capacity, 0) || capacity <= 0 {
+		return fieldErr("capacity", "must be > 0 and finite", capacity)
+	}
+	if c.Algorithm == "" {
+		c.Algorithm = AlgorithmFair
+	}
+	if _, ok := Algorithms[c.Algorithm]; !ok {
+		return fieldErr("algorithm", "must be none, static, proportional_share or fair_share", strconv.Quote(string(c.Algorithm)))
+	}
+	if c.Lease == nil {
+		c.Lease = D(DefaultShareLease)
+	}
+	if err := checkDuration("lease", *c.Lease, 1); err != nil {
+		return err
+	}
+	if c.RefreshInterval == nil {
+		c.RefreshInterval = D(min(DefaultRefreshInterval, time.Duration(*c.Lease)))
+	}
+	if err := checkDuration("refresh_interval", *c.RefreshInterval, 1); err != nil {
+		return err
+	}
+	if *c.RefreshInterval > *c.Lease {
+		return fieldErr("refresh_interval", "must be ≤ lease ("+c.Lease.String()+")", c.RefreshInterval.String())
+	}
+	if c.SafeCapacity != nil {
+		v := *c.SafeCapacity
+		if math.IsNaN(v) || v < 0 || v > capacity {
+			return fieldErr("safe_capacity", "must be ≥ 0 and ≤ capacity", v)
+		}
+		if v == 0 { // 0 is "capacity / clients", as when absent
+			c.SafeCapacity = nil
+		}
+	}
+	if c.Learning == nil {
+		c.Learning = D(time.Duration(*c.Lease))
+	}
+	return checkDuration("learning", *c.Learning, 0)
+}
+
+// normalizeConcurrency checks a concurrency limiter's fields and fills in the
+// defaults.
+func (c *Config) normalizeConcurrency() error {
+	if err := c.onlyFor(KindConcurrency); err != nil {
+		return err
+	}
+	if c.Limit == nil {
+		return fieldErr("limit", "is required for kind concurrency: a whole number ≥ 1", nil)
+	}
+	if v := *c.Limit; v < 1 || v > MaxLimit {
+		return fieldErr("limit", "must be ≥ 1 and ≤ 1e6", v)
+	}
+	if c.Lease == nil {
+		c.Lease = D(DefaultConcurrencyLease)
+	}
+	return checkDuration("lease", *c.Lease, 1)
+}
+
+// Share returns the parameters of a share limiter.
+func (c Config) Share() (ShareParams, error) {
+	n, _, err := c.Normalize()
+	if err != nil {
+		return ShareParams{}, err
+	}
+	if n.Kind != KindShare {
+		return ShareParams{}, fieldErr("kind", "is not share", strconv.Quote(string(n.Kind)))
+	}
+	p := ShareParams{Capacity: *n.Capacity, Algorithm: n.Algorithm, Lease: int64(*n.Lease),
+		Refresh: int64(*n.RefreshInterval), Learning: int64(*n.Learning)}
+	if n.SafeCapacity != nil {
+		p.SafeCapacity = *n.SafeCapacity
+	}
+	return p, nil
+}
+
+// Concurrency returns the parameters of a concurrency limiter: its slots and
+// the lease of each, ns.
+func (c Config) Concurrency() (limit int64, lease int64, err error) {
+	n, _, err := c.Normalize()
+	if err != nil {
+		return 0, 0, err
+	}
+	if n.Kind != KindConcurrency {
+		return 0, 0, fieldErr("kind", "is not concurrency", strconv.Quote(string(n.Kind)))
+	}
+	return *n.Limit, int64(*n.Lease), nil
 }
 
 // Validate reports whether c is a valid config; the error names the field.
@@ -150,7 +282,10 @@ func (c Config) Validate() error {
 // cannot silently drop a setting.
 func (c Config) onlyFor(k Kind) error {
 	var field string
+	rated := k == KindSchedule || k == KindSmooth
 	switch {
+	case !rated && c.Rate != 0:
+		field = "rate"
 	case k != KindSchedule && c.Burst != nil:
 		field = "burst"
 	case k != KindSchedule && c.MaxBacklog != nil:
@@ -163,6 +298,20 @@ func (c Config) onlyFor(k Kind) error {
 		field = "warmup"
 	case k != KindSmooth && c.ColdFactor != nil:
 		field = "cold_factor"
+	case k != KindShare && c.Capacity != nil:
+		field = "capacity"
+	case k != KindShare && c.Algorithm != "":
+		field = "algorithm"
+	case k != KindShare && c.RefreshInterval != nil:
+		field = "refresh_interval"
+	case k != KindShare && c.SafeCapacity != nil:
+		field = "safe_capacity"
+	case k != KindShare && c.Learning != nil:
+		field = "learning"
+	case k != KindShare && k != KindConcurrency && c.Lease != nil:
+		field = "lease"
+	case k != KindConcurrency && c.Limit != nil:
+		field = "limit"
 	}
 	if field != "" {
 		return fieldErr(field, "is not a setting of kind "+string(k), nil)

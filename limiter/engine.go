@@ -33,6 +33,12 @@ func Compile(c Config) (Params, error) {
 	if err != nil {
 		return Params{}, err
 	}
+	switch c.Kind {
+	case KindShare:
+		return Params{}, fieldErr("kind", "has no schedule: use Config.Share (a share limiter is asked for capacity, not permits)", strconv.Quote(string(c.Kind)))
+	case KindConcurrency:
+		return Params{}, fieldErr("kind", "has no schedule: use Config.Concurrency (a concurrency limiter leases slots, not permits)", strconv.Quote(string(c.Kind)))
+	}
 	sl := SliceOf(c.Rate)
 	p := Params{Kind: c.Kind, Slice: sl, MaxPermits: sl.MaxPermits(), Stable: sl.Float()}
 	switch c.Kind {

@@ -62,10 +62,13 @@ func static(capacity float64, others Holdings, r ShareRequest) float64 {
 
 func weight(w float64) float64 { return max(w, 1) }
 
+// sumWeights, sumWants and Request's sum of what others have add in client
+// id order, as each visits them, so that they are reproducible to the last bit
+// (and equal to lua/share.lua's).
 func sumWeights(h Holdings) float64 {
 	var s float64
-	for _, c := range h {
-		s += weight(c.Weight)
+	for _, id := range sortedIDs(h) {
+		s += weight(h[id].Weight)
 	}
 	return s
 }
@@ -136,21 +139,25 @@ func FairShare(capacity float64, others Holdings, r ShareRequest) float64 {
 
 func sumWants(h Holdings) float64 {
 	var s float64
-	for _, c := range h {
-		s += c.Wants
+	for _, id := range sortedIDs(h) {
+		s += h[id].Wants
 	}
 	return s
+}
+
+func sortedIDs(h Holdings) []string {
+	ids := make([]string, 0, len(h))
+	for id := range h {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, cmp.Compare)
+	return ids
 }
 
 // each calls f for every other client in id order (so float sums are
 // reproducible), then for the requester.
 func each(others Holdings, r ShareRequest, f func(wants, weight float64)) {
-	ids := make([]string, 0, len(others))
-	for id := range others {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, cmp.Compare)
-	for _, id := range ids {
+	for _, id := range sortedIDs(others) {
 		f(others[id].Wants, weight(others[id].Weight))
 	}
 	f(r.Wants, weight(r.Weight))
@@ -201,12 +208,14 @@ func (p *ShareParams) Request(s *ShareState, now int64, r ShareRequest, has floa
 		}
 	}
 	others := make(Holdings, len(s.Holdings))
-	var assigned float64
 	for id, c := range s.Holdings {
 		if id != r.Client {
 			others[id] = c
-			assigned += c.Has
 		}
+	}
+	var assigned float64
+	for _, id := range sortedIDs(others) {
+		assigned += others[id].Has
 	}
 	unassigned := max(0, p.Capacity-assigned)
 	learning := now < s.LearningUntil

@@ -3,7 +3,8 @@
 -- nothing; one of the same kind is applied in place keeping the schedule
 -- (limiter.Reconfigure) and bumps the version; another kind replaces the
 -- limiter with a fresh one (PATCH refuses that). Every change is published.
--- KEYS: limiter hash.
+-- KEYS: limiter hash, then any other keys of the limiter (a share limiter's
+-- clients, a concurrency limiter's slots), deleted with it on a kind change.
 -- ARGV: mode ('put'|'patch'), expected version (patch; '' for any),
 -- config JSON (canonical), restart (1: reset after applying), channel, name,
 -- PARAMS (without meaning for 'ver', which this script assigns).
@@ -27,7 +28,7 @@ else
   if L and mode == 'patch' then return {-4, L.ver, 0} end
   if L then
     ver = L.ver + 1
-    redis.call('DEL', KEYS[1])
+    redis.call('DEL', unpack(KEYS))
   else
     code = 201
   end

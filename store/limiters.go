@@ -81,13 +81,29 @@ func (s *Store) configure(ctx context.Context, mode, expected, name string, c li
 	if err != nil {
 		return Info{}, false, err
 	}
-	p, err := limiter.Compile(norm)
-	if err != nil {
-		return Info{}, false, err
-	}
 	cfg, err := json.Marshal(norm)
 	if err != nil {
 		return Info{}, false, fmt.Errorf("store: encoding config: %w", err)
+	}
+	op, args := lua.Configure, []any(nil)
+	switch norm.Kind {
+	case limiter.KindShare, limiter.KindConcurrency:
+		fields, err := leaseFields(norm)
+		if err != nil {
+			return Info{}, false, err
+		}
+		op = lua.ConfigureLease
+		args = append([]any{mode, expected, string(cfg), s.Channel(), name, string(norm.Kind)}, fields...)
+	default:
+		p, err := limiter.Compile(norm)
+		if err != nil {
+			return Info{}, false, err
+		}
+		restart := "0"
+		if verb == limiter.VerbRestart {
+			restart = "1"
+		}
+		args = append([]any{mode, expected, string(cfg), restart, s.Channel(), name}, paramArgs(&p, 0)...)
 	}
 	// The index may name a limiter that a failed script then did not create;
 	// List skips such names. The reverse (a limiter missing from the index)
@@ -97,12 +113,7 @@ func (s *Store) configure(ctx context.Context, mode, expected, name string, c li
 			return Info{}, false, wrapErr(err)
 		}
 	}
-	restart := "0"
-	if verb == limiter.VerbRestart {
-		restart = "1"
-	}
-	args := append([]any{mode, expected, string(cfg), restart, s.Channel(), name}, paramArgs(&p, 0)...)
-	v, err := s.run(ctx, lua.Configure, []string{s.limiterKey(name)}, args...)
+	v, err := s.run(ctx, op, s.limiterKeys(name), args...)
 	if err != nil {
 		return Info{}, false, err
 	}
@@ -148,7 +159,7 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
-	v, err := s.scripts[lua.Delete].Run(ctx, s.rdb, []string{s.limiterKey(name)}, s.Channel(), name).Int64()
+	v, err := s.scripts[lua.Delete].Run(ctx, s.rdb, s.limiterKeys(name), s.Channel(), name).Int64()
 	if err != nil {
 		return wrapErr(err)
 	}

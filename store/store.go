@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -19,7 +21,8 @@ var (
 	// ErrUnavailable means Redis did not answer (down, timed out, failing over).
 	ErrUnavailable = errors.New("redis unavailable")
 	// ErrConflict means the change contradicts the limiter as it is (a kind
-	// change through Patch).
+	// change through Patch), or the call is not one the limiter's kind takes
+	// (Acquire on a share limiter, Capacity on a schedule...).
 	ErrConflict = errors.New("conflict")
 	// ErrClosed is returned by calls on a store after Close.
 	ErrClosed = errors.New("store closed")
@@ -36,6 +39,7 @@ type Store struct {
 	rdb       redis.UniversalClient
 	prefix    string
 	scripts   map[string]*redis.Script
+	fn        functions // the rate limiter's calls as Redis Functions (functions.go)
 	templates templateCache
 	batcher   *batcher
 }
@@ -50,7 +54,8 @@ func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
 // New returns a store over rdb. Call Close when done if WithBatching was used.
 func New(rdb redis.UniversalClient, opts ...Option) *Store {
 	s := &Store{rdb: rdb, prefix: DefaultPrefix, scripts: map[string]*redis.Script{}}
-	for _, name := range []string{lua.Acquire, lua.Grant, lua.Peek, lua.Release, lua.Reset, lua.Configure, lua.Delete} {
+	s.fn.lib = library()
+	for _, name := range lua.Ops {
 		s.scripts[name] = redis.NewScript(lua.Source(name))
 	}
 	s.templates.ttl = time.Second
@@ -83,12 +88,27 @@ func (s *Store) indexKey() string               { return s.prefix + ":index" }
 func (s *Store) templatesKey() string           { return s.prefix + ":templates" }
 func (s *Store) templateVersionKey() string     { return s.prefix + ":templates:version" }
 
+// clientsKey is a share limiter's leases by client, slotsKey a concurrency
+// limiter's leased slots; both beside the limiter's hash, in its slot.
+func (s *Store) clientsKey(name string) string { return s.prefix + ":{" + name + "}:c" }
+func (s *Store) slotsKey(name string) string   { return s.prefix + ":{" + name + "}:s" }
+
+// limiterKeys are every key a named limiter may have, its hash first.
+func (s *Store) limiterKeys(name string) []string {
+	return []string{s.limiterKey(name), s.clientsKey(name), s.slotsKey(name)}
+}
+
 // Channel is the pub/sub channel on which every config change is published as
 // "<name> <version>" (version 0: deleted; name "*template*": templates changed).
 func (s *Store) Channel() string { return s.prefix + ":changes" }
 
+// run runs op: as a Redis Function where it is one and Redis has them (see
+// functions.go), else as a script.
 func (s *Store) run(ctx context.Context, op string, keys []string, args ...any) ([]any, error) {
-	v, err := s.scripts[op].Run(ctx, s.rdb, keys, args...).Slice()
+	v, ok, err := s.fcall(ctx, op, keys, args)
+	if !ok {
+		v, err = s.scripts[op].Run(ctx, s.rdb, keys, args...).Slice()
+	}
 	if err != nil {
 		return nil, wrapErr(err)
 	}
@@ -148,4 +168,209 @@ func toString(v any) string {
 		return s
 	}
 	return fmt.Sprint(v)
+}
+
+// stored is a rate limiter's hash as lua/lib.lua keeps it ("Storage" there),
+// decoded: for tests and for looking into Redis by hand.
+type stored struct {
+	Kind    limiter.Kind
+	Version int64
+	// Params as the scripts see them: Burst 0 for "inf" (and for smooth),
+	// Stable computed from the slice (it is not stored).
+	Params        limiter.Params
+	Started       bool
+	Epoch, Origin int64 // Unix µs
+	// Next, Pace and Stored are ns relative to Epoch; Rem is in 1/Den ns.
+	Next, Pace, Rem, Stored            int64
+	Allocated, Idle, Permits, Lateness int64
+}
+
+// storedFields are the fields of a limiter's hash that decodeStored takes, in
+// this order (HMGET).
+var storedFields = []string{"kind", "ver", "p", "s", "t"}
+
+// decodeStored decodes the reply to HMGET storedFields; ok is false when the
+// hash does not exist. Both forms of lib.lua's packed fields are read: binary
+// (struct.pack) and text (numbers one space apart, where Lua lacks struct).
+func decodeStored(v []any) (st stored, ok bool, err error) {
+	if len(v) != len(storedFields) {
+		return stored{}, false, fmt.Errorf("store: %d fields for %d", len(v), len(storedFields))
+	}
+	if v[0] == nil {
+		return stored{}, false, nil
+	}
+	st.Kind, st.Version = limiter.Kind(toString(v[0])), toInt(v[1])
+	field := func(i int) string {
+		if v[i] == nil {
+			return ""
+		}
+		return toString(v[i])
+	}
+	p := &st.Params
+	p.Kind = st.Kind
+	u := newUnpacker(field(2))
+	switch st.Kind {
+	case limiter.KindSchedule: // '<i7I4I4i7di7'
+		p.Slice = limiter.Slice{Whole: u.int(7), Frac: u.uint(4), Den: u.uint(4)}
+		p.MaxPermits, p.Burst, p.MaxBacklog = u.int(7), u.float(), u.int(7)
+	case limiter.KindSmooth: // '<i7I4I4i7i7i7Bddd'
+		p.Slice = limiter.Slice{Whole: u.int(7), Frac: u.uint(4), Den: u.uint(4)}
+		p.MaxPermits, p.Cap, p.Initial, p.Warm = u.int(7), u.int(7), u.int(7), u.uint(1) == 1
+		p.Cooldown, p.Threshold, p.Slope = u.float(), u.float(), u.float()
+	default:
+		return st, true, nil // no schedule: nothing more to decode
+	}
+	if err := u.done("p"); err != nil {
+		return st, true, err
+	}
+	if p.Slice.Den > 0 {
+		p.Stable = float64(p.Slice.Whole) + float64(p.Slice.Frac)/float64(p.Slice.Den)
+	}
+	if s := field(3); s != "" { // '<Bi7i7i7i7i4i7'
+		u = newUnpacker(s)
+		st.Started = u.uint(1) == 1
+		st.Epoch, st.Origin, st.Next, st.Pace = u.int(7), u.int(7), u.int(7), u.int(7)
+		st.Rem, st.Stored = u.int(4), u.int(7)
+		if err := u.done("s"); err != nil {
+			return st, true, err
+		}
+	}
+	if t := field(4); t != "" { // '<I4i4' four times: int64s
+		u = newUnpacker(t)
+		for _, x := range []*int64{&st.Allocated, &st.Idle, &st.Permits, &st.Lateness} {
+			lo := u.uint(4)
+			*x = u.int(4)<<32 + lo
+		}
+		if err := u.done("t"); err != nil {
+			return st, true, err
+		}
+	}
+	return st, true, nil
+}
+
+// unpacker reads the numbers of one packed field in order.
+type unpacker struct {
+	b      []byte   // binary form
+	words  []string // text form
+	isText bool
+	err    error
+}
+
+func newUnpacker(s string) *unpacker {
+	if isPackedText(s) {
+		return &unpacker{words: strings.Fields(s), isText: true}
+	}
+	return &unpacker{b: []byte(s)}
+}
+
+// next returns the next n bytes (binary) or the next number (text).
+func (u *unpacker) next(n int) ([]byte, string) {
+	if u.err != nil {
+		return nil, ""
+	}
+	if u.isText {
+		if len(u.words) == 0 {
+			u.err = errors.New("too few numbers")
+			return nil, ""
+		}
+		w := u.words[0]
+		u.words = u.words[1:]
+		return nil, w
+	}
+	if len(u.b) < n {
+		u.err = fmt.Errorf("too short by %d bytes", n-len(u.b))
+		return nil, ""
+	}
+	b := u.b[:n]
+	u.b = u.b[n:]
+	return b, ""
+}
+
+// uint is an unsigned little-endian integer of n bytes ('B', 'I4').
+func (u *unpacker) uint(n int) int64 {
+	b, w := u.next(n)
+	if u.isText {
+		return u.textInt(w, 0, 1<<(8*n))
+	}
+	var x uint64
+	for i := len(b) - 1; i >= 0; i-- {
+		x = x<<8 | uint64(b[i])
+	}
+	return int64(x)
+}
+
+// int is a signed (two's complement) little-endian integer of n bytes ('i4',
+// 'i7').
+func (u *unpacker) int(n int) int64 {
+	if u.isText {
+		_, w := u.next(n)
+		return u.textInt(w, -1<<(8*n-1), 1<<(8*n-1))
+	}
+	x := u.uint(n)
+	if x>>(8*n-1)&1 == 1 {
+		x -= 1 << (8 * n)
+	}
+	return x
+}
+
+// float is a little-endian double ('d').
+func (u *unpacker) float() float64 {
+	b, w := u.next(8)
+	if u.isText {
+		f, err := strconv.ParseFloat(w, 64)
+		if err != nil && u.err == nil {
+			u.err = err
+		}
+		return f
+	}
+	if b == nil {
+		return 0
+	}
+	return math.Float64frombits(binary.LittleEndian.Uint64(b))
+}
+
+// textInt reads an integer the text form wrote with '%.17g', which must lie
+// in [lo, hi): the text form holds any number, so this is where a value the
+// binary form could not hold (a fraction, or too large for its bytes) shows.
+func (u *unpacker) textInt(w string, lo, hi int64) int64 {
+	if u.err != nil {
+		return 0
+	}
+	x, err := strconv.ParseInt(w, 10, 64)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(w, 64)
+		if ferr != nil || f != math.Trunc(f) || math.Abs(f) >= 1<<62 {
+			u.err = fmt.Errorf("%q is not an integer", w)
+			return 0
+		}
+		x = int64(f)
+	}
+	if x < lo || x >= hi {
+		u.err = fmt.Errorf("%d is out of [%d, %d)", x, lo, hi)
+		return 0
+	}
+	return x
+}
+
+// done reports a field that was short, unreadable or too long.
+func (u *unpacker) done(name string) error {
+	if u.err == nil && (len(u.b) > 0 || len(u.words) > 0) {
+		u.err = errors.New("too long")
+	}
+	if u.err != nil {
+		return fmt.Errorf("store: packed field %s: %w", name, u.err)
+	}
+	return nil
+}
+
+// isPackedText tells the text form from the binary one: binary fields always
+// hold a byte the text form has not (s: st is 0 or 1; p: den < 2^26 has a high
+// byte below 5; t: the top byte of a total is 0 or 0xff).
+func isPackedText(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; !(c >= '0' && c <= '9' || c == ' ' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
+			return false
+		}
+	}
+	return true
 }

@@ -52,6 +52,11 @@ func (t Template) Normalize() (Template, error) {
 		}
 		return Template{}, err
 	}
+	if norm.Kind == limiter.KindShare || norm.Kind == limiter.KindConcurrency {
+		// Instances are rate limiters (schedule, smooth); a share or
+		// concurrency limiter is created by name.
+		return Template{}, &limiter.FieldError{Field: "limiter.kind", Rule: "must be schedule or smooth: templates make rate limiters", Value: fmt.Sprintf("%q", norm.Kind)}
+	}
 	t.Limiter = norm
 	return t, nil
 }

@@ -1,0 +1,41 @@
+package lua
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestSource: every operation has a script; the rate operations start with
+// lib.lua, the standalone ones are their file alone.
+func TestSource(t *testing.T) {
+	lib, err := files.ReadFile("lib.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range Ops {
+		src := Source(op)
+		body, err := files.ReadFile(op + ".lua")
+		if err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		if Standalone[op] {
+			if src != string(body) {
+				t.Errorf("%s: standalone script is not its file alone", op)
+			}
+			continue
+		}
+		if !strings.HasPrefix(src, string(lib)) || !strings.HasSuffix(src, string(body)) {
+			t.Errorf("%s: script is not lib.lua followed by %s.lua", op, op)
+		}
+	}
+	for _, op := range []string{"nope", "lib"} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Source(%q) did not panic", op)
+				}
+			}()
+			Source(op)
+		}()
+	}
+}

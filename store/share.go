@@ -1,0 +1,195 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/lua"
+)
+
+// Share limiters (Doorman capacity leases): lua/share.lua runs
+// limiter.ShareParams.Request in Redis for the requesting client alone, so
+// the sum of what clients hold never exceeds the capacity. Its state is the
+// limiter hash (parameters, the state's start and learning window) and a hash
+// of leases by client id, prefix:{name}:c.
+
+// CapacityRequest is a client's request for a share of a limiter's capacity.
+type CapacityRequest struct {
+	ClientID string  // 1..128 chars, ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$
+	Wants    float64 // ≥ 0, finite
+	Has      float64 // ≥ 0, finite: what the client holds now
+	Priority float64 // ≥ 0, finite; the weight of its claim (0 counts as 1)
+}
+
+// CapacityLease is what a client gets: Gets of the capacity until Expires. It
+// should ask again after Refresh, and use SafeCapacity when it cannot ask.
+type CapacityLease struct {
+	Gets         float64
+	Expires      int64 // Unix ns on the Redis clock
+	Refresh      int64 // ns
+	SafeCapacity float64
+	Learning     bool
+	Version      int64
+}
+
+// MaxPriority is the largest priority (weight) of a capacity request.
+const MaxPriority = 1e6
+
+// Capacity asks a share limiter for capacity on behalf of one client. An
+// unknown limiter is ErrNotFound; a limiter of another kind ErrConflict.
+func (s *Store) Capacity(ctx context.Context, name string, r CapacityRequest) (CapacityLease, error) {
+	if err := CheckName(name); err != nil {
+		return CapacityLease{}, err
+	}
+	if err := r.check(); err != nil {
+		return CapacityLease{}, err
+	}
+	v, err := s.run(ctx, lua.Share, []string{s.limiterKey(name), s.clientsKey(name)},
+		"request", r.ClientID, ff(r.Wants), ff(r.Has), ff(r.Priority))
+	if err != nil {
+		return CapacityLease{}, err
+	}
+	if err := leaseReplyErr(name, limiter.KindShare, v); err != nil {
+		return CapacityLease{}, err
+	}
+	if len(v) < 8 {
+		return CapacityLease{}, fmt.Errorf("store: share: unexpected reply %v", v)
+	}
+	return CapacityLease{
+		Gets:         toFloat(v[1]),
+		Expires:      toInt(v[2])*1000 + toInt(v[3]),
+		Refresh:      toInt(v[4]),
+		SafeCapacity: toFloat(v[5]),
+		Learning:     toInt(v[6]) == 1,
+		Version:      toInt(v[7]),
+	}, nil
+}
+
+// ReturnCapacity ends a client's lease at once, freeing its capacity (the
+// client leaves). ErrNotFound if the client holds no lease.
+func (s *Store) ReturnCapacity(ctx context.Context, name, clientID string) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	if err := checkID("client_id", clientID); err != nil {
+		return err
+	}
+	v, err := s.run(ctx, lua.Share, []string{s.limiterKey(name), s.clientsKey(name)}, "return", clientID)
+	if err != nil {
+		return err
+	}
+	if err := leaseReplyErr(name, limiter.KindShare, v); err != nil {
+		return err
+	}
+	if toInt(v[0]) == -2 {
+		return fmt.Errorf("client %q holds no lease on limiter %q: %w", clientID, name, ErrNotFound)
+	}
+	return nil
+}
+
+func (r CapacityRequest) check() error {
+	if err := checkID("client_id", r.ClientID); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		field string
+		v     float64
+	}{{"wants", r.Wants}, {"has", r.Has}, {"priority", r.Priority}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
+			return &limiter.FieldError{Field: f.field, Rule: "must be ≥ 0 and finite", Value: f.v}
+		}
+	}
+	if r.Priority > MaxPriority {
+		return &limiter.FieldError{Field: "priority", Rule: "must be ≥ 0 and ≤ 1e6", Value: r.Priority}
+	}
+	return nil
+}
+
+// checkID checks a client id against the rule of names.
+func checkID(field, id string) error {
+	if err := CheckName(id); err != nil {
+		return &limiter.FieldError{Field: field, Rule: "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", Value: fmt.Sprintf("%q", id)}
+	}
+	return nil
+}
+
+// Markers in the 'maxn' field of a share or concurrency limiter's hash. The
+// rate scripts (lib.lua's acquire_main) refuse any n > maxn with {-2, maxn}
+// before touching state, so an acquire or grant on these kinds costs no extra
+// round trip to detect: see replyErr.
+const (
+	maxnShare       = -1
+	maxnConcurrency = -2
+)
+
+// leaseFields are the parameters configure_lease.lua writes into a share or
+// concurrency limiter's hash, as field/value pairs.
+func leaseFields(c limiter.Config) ([]any, error) {
+	if c.Kind == limiter.KindConcurrency {
+		limit, lease, err := c.Concurrency()
+		if err != nil {
+			return nil, err
+		}
+		return []any{"maxn", maxnConcurrency, "cc_limit", limit, "cc_lease", lease, "cc_lease_us", ceilUS(lease)}, nil
+	}
+	p, err := c.Share()
+	if err != nil {
+		return nil, err
+	}
+	return []any{"maxn", maxnShare, "sh_cap", ff(p.Capacity), "sh_alg", string(p.Algorithm),
+		"sh_lease", p.Lease, "sh_lease_us", ceilUS(p.Lease), "sh_refresh", p.Refresh,
+		"sh_safe", ff(p.SafeCapacity), "sh_learn_us", ceilUS(p.Learning)}, nil
+}
+
+// ceilUS is ns rounded up to µs (see lua/share.lua for why that is exact).
+func ceilUS(ns int64) int64 { return (ns + 999) / 1000 }
+
+// leaseReplyErr maps the errors of share.lua and concurrency.lua: {-1} no such
+// limiter, {-5, kind} a limiter of another kind.
+func leaseReplyErr(name string, want limiter.Kind, v []any) error {
+	if len(v) == 0 {
+		return fmt.Errorf("store: %s: empty reply", want)
+	}
+	switch toInt(v[0]) {
+	case -1:
+		return fmt.Errorf("limiter %q: %w", name, ErrNotFound)
+	case -5:
+		kind := ""
+		if len(v) > 1 {
+			kind = toString(v[1])
+		}
+		return kindConflict(name, limiter.Kind(kind))
+	}
+	return nil
+}
+
+// kindConflict is the error of a call a limiter of kind k does not take: it
+// names the kind and the calls that kind does take.
+func kindConflict(name string, k limiter.Kind) error {
+	var use string
+	switch k {
+	case limiter.KindShare:
+		use = "ask for capacity: POST /v1/limiters/" + name + "/capacity (Store.Capacity, ReturnCapacity)"
+	case limiter.KindConcurrency:
+		use = "lease slots: POST /v1/limiters/" + name + "/acquire, /renew and /release (Store.AcquireSlot, RenewSlot, ReleaseSlot)"
+	case limiter.KindSchedule, limiter.KindSmooth:
+		use = "acquire permits: POST /v1/limiters/" + name + "/acquire, GET /wait, POST /reset (Store.Acquire, Grant, Wait, Reset)"
+	default:
+		return fmt.Errorf("%w: limiter %q is of kind %s, which this call does not take", ErrConflict, name, strconv.Quote(string(k)))
+	}
+	return fmt.Errorf("%w: limiter %q is of kind %s: %s", ErrConflict, name, k, use)
+}
+
+func toFloat(v any) float64 {
+	switch x := v.(type) {
+	case int64:
+		return float64(x)
+	case string:
+		f, _ := strconv.ParseFloat(x, 64)
+		return f
+	}
+	return 0
+}
