@@ -2,4 +2,4 @@
 -- decision as acquire, plus what the pool needs to place each permit on the
 -- schedule and to hand unused ones back (see release.lua).
 -- KEYS: limiter hash, template-instance hash. ARGV: see acquire_main in lib.lua.
-return acquire_main(true)
+return acquire_main(KEYS, ARGV, true)

@@ -6,18 +6,60 @@
 -- per-limiter epoch (ep, Unix microseconds, exact until year 2255), rebased
 -- as time goes on, and every value the engine keeps stays within 2^51 of the
 -- current time, so the arithmetic is exact integer arithmetic. Totals that grow
--- without bound (allocated, idle, permits, lateness) are only ever changed with
--- HINCRBY, which Redis does in 64-bit integers.
+-- without bound (allocated, idle, permits, lateness) are kept as exact 64-bit
+-- integers in two parts (see "Storage").
+--
+-- Storage. A limiter (or template instance) is one hash:
+--
+--   kind  'schedule' or 'smooth' (share and concurrency limiters have scripts
+--         of their own; these answer {-5, kind} for them)
+--   ver   the config version, decimal
+--   cfg   the canonical config, JSON (named limiters; configure.lua)
+--   p     engine parameters (P_SCHEDULE or P_SMOOTH below)
+--   s     state: st ep org nx pc rem sto (S below)
+--   t     totals al id pm lt (T below); absent while all are 0
+--
+-- p, s and t are packed. Where Redis's Lua has the struct library (every real
+-- Redis), they are little-endian binary: doubles ('d') for fractional
+-- values, two's-complement integers of 7 bytes ('i7', ±2^55) for times and
+-- counts, which all fit (|x| < 2^53), and 4 bytes ('I4', 'i4') for the
+-- slice's fraction, denominator and carry (<= 2^26). A total is the int64 hi * 2^32 + lo,
+-- packed as lo 'I4' then hi 'i4': the int64's own little-endian bytes. Where
+-- struct is missing (gopher-lua in miniredis) the same numbers are decimal
+-- text, one space apart ('%.17g', exact). A server always has struct or never
+-- does, so it only ever sees one form; store/ reads both (decodeStored).
+-- Every value stays within 64 bytes so that Redis keeps the hash in its
+-- compact listpack encoding (hash-max-listpack-value): the slice as a double
+-- (stable) is not stored but computed as limiter.Slice.Float does, whole +
+-- frac / den, the same two IEEE operations with the same result. A hash of a
+-- limitd from before this format (a field per number) is refused (load).
 
-if redis.replicate_commands then redis.replicate_commands() end
+-- Globals. A script runs this file top to bottom on every call. In a Redis
+-- Function library (lua.Library: FUNCTION LOAD, Redis >= 7) the top level runs
+-- once, where Redis offers no global but a bare redis table, and the library's
+-- functions then serve every call: so the top level only defines; init reads
+-- the globals, at the end of this file for a script, on a function's first
+-- call for a library (`if not rcall then init() end`).
 
 local HORIZON = 1125899906842624 -- 2^50 ns, limiter.Horizon
 local REBASE = 1099511627776     -- 2^40 ns (~18 min): move the epoch this often
 local FAR = 4503599627370496     -- 2^52 ns (~52 days): see now_rel
+local B32 = 4294967296           -- 2^32: the split of a total
+
+local floor, fmod, max, min, rcall
+
+-- enc(layout, ...) packs numbers; dec(layout, s) returns them (struct.unpack
+-- adds the next position, which callers drop). See init.
+local enc, dec
 
 local PARAMS = {'kind', 'whole', 'frac', 'den', 'maxn', 'burst', 'maxb', 'cap', 'init', 'warm',
   'stable', 'cool', 'thr', 'slope', 'ver'}
-local STATE = {'st', 'ep', 'org', 'nx', 'pc', 'rem', 'sto'}
+
+-- The packed layouts (struct formats; the text form has the same numbers).
+local P_SCHEDULE = '<i7I4I4i7di7'    -- whole frac den maxn burst maxb: 37 bytes
+local P_SMOOTH = '<i7I4I4i7i7i7Bddd' -- whole frac den maxn cap init warm cool thr slope: 61 bytes
+local S = '<Bi7i7i7i7i4i7'           -- st ep org nx pc rem sto: 40 bytes
+local T = '<I4i4I4i4I4i4I4i4'        -- al id pm lt, each lo hi: 32 bytes
 
 local function fmt(x) return string.format('%.17g', x) end
 
@@ -31,24 +73,63 @@ local function num(s)
   return x
 end
 
+-- init reads the globals (see above) and picks the packed form: binary where
+-- Lua has struct, text otherwise.
+local function init()
+  if redis.replicate_commands then redis.replicate_commands() end -- Redis < 5: effects, for TIME
+  floor, fmod, max, min = math.floor, math.fmod, math.max, math.min
+  rcall = redis.call
+  local struct = rawget(_G, 'struct')
+  if struct then
+    enc, dec = struct.pack, struct.unpack
+    return
+  end
+  enc = function(_, ...)
+    return (string.format(string.rep('%.17g ', select('#', ...)), ...):sub(1, -2))
+  end
+  dec = function(_, s)
+    local t, n = {}, 0
+    for w in string.gmatch(s, '%S+') do
+      n = n + 1
+      t[n] = num(w)
+    end
+    return unpack(t, 1, n)
+  end
+end
+
 local function time_us()
-  local t = redis.call('TIME')
+  local t = rcall('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
 -- load reads a limiter hash into a table L: numbers for params and state, nil if
--- the key does not exist.
+-- the key does not exist. A limiter of a kind without a schedule (share,
+-- concurrency) is {key, kind, ver, other = true}. The packed state stays in L.s
+-- (save writes only a changed one); the totals stay packed (L.t) until a call
+-- needs them (totals).
 local function load(key)
-  local fields = {}
-  for _, f in ipairs(PARAMS) do fields[#fields + 1] = f end
-  for _, f in ipairs(STATE) do fields[#fields + 1] = f end
-  local v = redis.call('HMGET', key, unpack(fields))
-  if not v[1] then return nil end
-  local L = {key = key, d_al = 0, d_id = 0, d_pm = 0, d_lt = 0}
-  for i, f in ipairs(fields) do
-    if f == 'kind' then L.kind = v[i] else L[f] = num(v[i]) or 0 end
+  local v = rcall('HMGET', key, 'kind', 'ver', 'p', 's', 't')
+  local kind, p, s = v[1], v[3], v[4]
+  if not kind then return nil end
+  local whole, frac, den, maxn, burst, maxb, cap, initial, warm, cool, thr, slope
+  if kind == 'schedule' and p then
+    whole, frac, den, maxn, burst, maxb = dec(P_SCHEDULE, p)
+    cap, initial, warm, cool, thr, slope = 0, 0, 0, 0, 0, 0
+  elseif kind == 'smooth' and p then
+    whole, frac, den, maxn, cap, initial, warm, cool, thr, slope = dec(P_SMOOTH, p)
+    burst, maxb = 0, 0
+  elseif kind == 'schedule' or kind == 'smooth' then
+    error('limitd: ' .. key .. ' was written by an older limitd (no packed params): delete the limiter and put it again')
+  else
+    return {key = key, kind = kind, ver = tonumber(v[2]) or 0, other = true}
   end
-  return L
+  local st, ep, org, nx, pc, rem, sto = 0, 0, 0, 0, 0, 0, 0
+  if s then st, ep, org, nx, pc, rem, sto = dec(S, s) end
+  return {key = key, kind = kind, ver = tonumber(v[2]), whole = whole, frac = frac, den = den,
+    maxn = maxn, burst = burst, maxb = maxb, cap = cap, init = initial, warm = warm,
+    stable = whole + frac / den, cool = cool, thr = thr, slope = slope,
+    st = st, ep = ep, org = org, nx = nx, pc = pc, rem = rem, sto = sto, s = s, t = v[5],
+    d_al = 0, d_id = 0, d_pm = 0, d_lt = 0}
 end
 
 -- params_from copies engine parameters from ARGV (in PARAMS order) into L.
@@ -58,27 +139,36 @@ local function params_from(L, argv, i)
   end
 end
 
--- A big is an exact integer hi * 1e9 + lo (0 <= lo < 1e9, hi >= 0), for the
--- idle time of a limiter left alone for months, which a double cannot hold to
--- the ns.
-local function big(hi, lo)
-  local r = math.fmod(lo, 1e9)
-  if r < 0 then r = r + 1e9 end
-  return {hi = hi + (lo - r) / 1e9, lo = r}
+-- carry brings the low part of a total back into [0, 2^32), exactly (|lo| <
+-- 2^53).
+local function carry(lo, hi)
+  local r = fmod(lo, B32)
+  if r < 0 then r = r + B32 end
+  return r, hi + (lo - r) / B32
 end
 
--- big_gap is d * 1000 - c exactly, for integers 0 <= d < 2^53, |c| < 2^53.
+-- big_gap is d * 1000 - c exactly as {lo, hi} (hi * 2^32 + lo), for integers
+-- 0 <= d < 2^53, |c| < 2^53: the idle time of a limiter left alone for
+-- months, which a double cannot hold to the ns.
 local function big_gap(d, c)
-  local dl, cl = math.fmod(d, 1e6), math.fmod(c, 1e9)
-  if cl < 0 then cl = cl + 1e9 end
-  return big((d - dl) / 1e6 - (c - cl) / 1e9, dl * 1000 - cl)
+  local dl, cl = fmod(d, B32), fmod(c, B32)
+  local lo, hi = carry(dl * 1000 - cl, (d - dl) / B32 * 1000 - (c - cl) / B32)
+  return {lo, hi}
 end
 
--- big_str is a big in decimal, for HINCRBY and replies.
-local function big_str(b)
-  local lo = string.format('%.0f', b.lo)
-  if b.hi == 0 then return lo end
-  return string.format('%.0f', b.hi) .. string.rep('0', 9 - #lo) .. lo
+-- totals are L's totals with this call's changes, as al, al_hi, id, id_hi,
+-- pm, pm_hi, lt, lt_hi (each total hi * 2^32 + lo, 0 <= lo < 2^32).
+local function totals(L)
+  local al, alh, id, idh, pm, pmh, lt, lth = 0, 0, 0, 0, 0, 0, 0, 0
+  if L.t then al, alh, id, idh, pm, pmh, lt, lth = dec(T, L.t) end
+  local x = L.xid
+  if x then id, idh = id + x[1], idh + x[2] end
+  al, id, pm, lt = al + L.d_al, id + L.d_id, pm + L.d_pm, lt + L.d_lt
+  if al >= B32 or al < 0 then al, alh = carry(al, alh) end
+  if id >= B32 or id < 0 then id, idh = carry(id, idh) end
+  if pm >= B32 or pm < 0 then pm, pmh = carry(pm, pmh) end
+  if lt >= B32 or lt < 0 then lt, lth = carry(lt, lth) end
+  return al, alh, id, idh, pm, pmh, lt, lth
 end
 
 -- now_rel is the current time in ns relative to L's epoch; it starts the epoch
@@ -89,7 +179,7 @@ end
 -- of a schedule pointer behind now forfeits all but max_backlog (<= HORIZON) of
 -- the gap as idle (forfeit), and a smooth limiter stores at most cap (<= 1e15
 -- ns) of it (resync). So when nx would fall more than FAR behind, the part of
--- the gap beyond FAR is counted as idle at once, exactly (L.xid, a big), and
+-- the gap beyond FAR is counted as idle at once, exactly (L.xid, {lo, hi}), and
 -- nx is kept FAR behind: the totals and every later result are those of the
 -- unsettled gap.
 local function now_rel(L, us)
@@ -102,19 +192,12 @@ local function now_rel(L, us)
       L.pc = -2 * HORIZON -- pc <= nx + 2 * HORIZON: it would be clamped below
     else
       L.nx = L.nx - now
-      L.pc = math.max(L.pc - now, -2 * HORIZON) -- a pace that far back no longer matters
+      L.pc = max(L.pc - now, -2 * HORIZON) -- a pace that far back no longer matters
     end
     L.ep = us
     now = 0
   end
   return now
-end
-
--- idle_delta is the idle time this call adds: d_id, plus the settled part of a
--- long gap (a decimal string then, exact past 2^53).
-local function idle_delta(L)
-  if not L.xid then return L.d_id end
-  return big_str(big(L.xid.hi, L.xid.lo + L.d_id))
 end
 
 -- start is limiter.Params.Start.
@@ -125,16 +208,11 @@ end
 
 -- cost is limiter.Slice.Cost: n permits' whole ns and the new sub-ns carry.
 local function cost(L, n, rem)
-  local b = math.fmod(n, L.den)
-  local a = (n - b) / L.den
+  local den = L.den
+  local b = fmod(n, den)
   local t = rem + b * L.frac
-  local r = math.fmod(t, L.den)
-  return n * L.whole + a * L.frac + (t - r) / L.den, r
-end
-
-local function pace_of(L, c)
-  if L.burst == 0 then return 0 end -- burst "inf" is stored as 0
-  return math.ceil(c / L.burst)
+  local r = fmod(t, den)
+  return n * L.whole + (n - b) / den * L.frac + (t - r) / den, r
 end
 
 local function forfeit(L, now, maxb)
@@ -146,35 +224,23 @@ local function forfeit(L, now, maxb)
 end
 
 local function resync(L, now)
-  if now <= L.nx then return end
-  local gap = now - L.nx
-  local into = math.min(gap, L.cap - L.sto)
+  local nx = L.nx
+  if now <= nx then return end
+  local gap = now - nx
+  local into = min(gap, L.cap - L.sto)
   L.sto = L.sto + into
   L.d_id = L.d_id + (gap - into)
   L.nx = now
 end
 
-local function permits_to_time(L, p) return L.stable + p * L.slope end
-
-local function warm_wait(L, stored, take)
-  local wait = 0
-  local above = stored - L.thr
-  if above > 0 then
-    local take_above = math.min(above, take)
-    local length = permits_to_time(L, above) + permits_to_time(L, above - take_above)
-    wait = math.floor(take_above * length / 2.0)
-    take = take - take_above
-  end
-  return wait + math.floor(L.stable * take)
-end
-
 local function stored_time(L)
   if L.warm == 0 then return L.sto end
-  return math.floor(L.sto / L.cool * L.stable)
+  return floor(L.sto / L.cool * L.stable)
 end
 
--- acquire is limiter.Params.acquire. It returns a result table with times
--- relative to L's epoch.
+-- acquire is limiter.Params.acquire. It returns granted (1 or 0), permits,
+-- scheduled, start, delay, lateness, wait and retry_after, times relative to
+-- L's epoch.
 local function acquire(L, now, us, n, max_wait)
   if max_wait < 0 then max_wait = 0 end
   if max_wait > HORIZON then max_wait = HORIZON end
@@ -182,62 +248,75 @@ local function acquire(L, now, us, n, max_wait)
   if L.kind == 'smooth' then
     if L.nx - now > max_wait then
       local delay = L.nx - now
-      return {granted = 0, delay = delay, retry = delay - max_wait, wait = stored_time(L)}
+      return 0, 0, 0, 0, delay, 0, stored_time(L), delay - max_wait
     end
     resync(L, now)
     local st, push = L.nx, 0
     if L.warm == 0 then
       local c, r = cost(L, n, L.rem)
-      local from = math.min(c, L.sto)
+      local from = min(c, L.sto)
       L.rem, L.sto, push = r, L.sto - from, c - from
     elseif L.sto == 0 then
       push, L.rem = cost(L, n, L.rem)
     else
-      local stored = L.sto / L.cool
-      local spend = math.min(n, stored)
-      push = warm_wait(L, stored, spend) + math.floor((n - spend) * L.stable)
-      if spend == stored then L.sto = 0 else L.sto = L.sto - math.min(L.sto, math.floor(spend * L.cool)) end
+      -- Guava's SmoothWarmingUp.storedPermitsToWaitTime, then the rest at
+      -- the stable rate.
+      local stable, stored = L.stable, L.sto / L.cool
+      local spend = min(n, stored)
+      local take, wait = spend, 0
+      local above = stored - L.thr
+      if above > 0 then
+        local take_above = min(above, take)
+        local length = (stable + above * L.slope) + (stable + (above - take_above) * L.slope)
+        wait = floor(take_above * length / 2.0)
+        take = take - take_above
+      end
+      push = wait + floor(stable * take) + floor((n - spend) * stable)
+      if spend == stored then L.sto = 0 else L.sto = L.sto - min(L.sto, floor(spend * L.cool)) end
     end
     L.nx = L.nx + push
     L.d_al, L.d_pm = L.d_al + push, L.d_pm + n
-    return {granted = 1, permits = n, sched = st, start = st, delay = st - now, late = 0,
-      wait = stored_time(L)}
+    return 1, n, st, st, st - now, 0, stored_time(L), 0
   end
   forfeit(L, now, L.maxb)
   local sched = L.nx
-  local st = math.max(sched, L.pc, now)
+  local st = max(sched, L.pc, now)
   local delay = st - now
   if delay > max_wait then
-    return {granted = 0, delay = delay, retry = delay - max_wait, wait = math.max(0, now - L.nx)}
+    return 0, 0, 0, 0, delay, 0, max(0, now - sched), delay - max_wait
   end
   local c, r = cost(L, n, L.rem)
   L.rem = r
-  L.nx = L.nx + c
-  L.pc = st + pace_of(L, c)
+  L.nx = sched + c
+  if L.burst == 0 then L.pc = st else L.pc = st + math.ceil(c / L.burst) end -- burst "inf" is stored as 0
   local late = st - sched
   L.d_al, L.d_pm, L.d_lt = L.d_al + c, L.d_pm + n, L.d_lt + late
-  return {granted = 1, permits = n, sched = sched, start = st, delay = delay, late = late,
-    wait = math.max(0, now - L.nx)}
+  return 1, n, sched, st, delay, late, max(0, now - L.nx), 0
 end
 
--- save writes L's state back and applies the totals' deltas.
+-- save writes L's state back if it changed (a denied request often changes
+-- nothing), and its totals if this call changed them.
 local function save(L)
-  redis.call('HSET', L.key, 'st', L.st, 'ep', fmt(L.ep), 'org', fmt(L.org), 'nx', fmt(L.nx),
-    'pc', fmt(L.pc), 'rem', fmt(L.rem), 'sto', fmt(L.sto))
-  if L.d_al ~= 0 then redis.call('HINCRBY', L.key, 'al', fmt(L.d_al)) end
-  if L.xid then redis.call('HINCRBY', L.key, 'id', big_str(L.xid)) end
-  if L.d_id ~= 0 then redis.call('HINCRBY', L.key, 'id', fmt(L.d_id)) end
-  if L.d_pm ~= 0 then redis.call('HINCRBY', L.key, 'pm', fmt(L.d_pm)) end
-  if L.d_lt ~= 0 then redis.call('HINCRBY', L.key, 'lt', fmt(L.d_lt)) end
+  local s = enc(S, L.st, L.ep, L.org, L.nx, L.pc, L.rem, L.sto)
+  if L.d_al == 0 and L.d_id == 0 and L.d_pm == 0 and L.d_lt == 0 and not L.xid then
+    if s ~= L.s then rcall('HSET', L.key, 's', s) end
+  else
+    L.t = enc(T, totals(L))
+    L.d_al, L.d_id, L.d_pm, L.d_lt, L.xid = 0, 0, 0, 0, nil
+    rcall('HSET', L.key, 's', s, 't', L.t)
+  end
+  L.s = s
 end
 
+-- save_params writes L's kind, version and engine parameters.
 local function save_params(L)
-  local kv = {}
-  for _, f in ipairs(PARAMS) do
-    kv[#kv + 1] = f
-    if f == 'kind' then kv[#kv + 1] = L.kind else kv[#kv + 1] = fmt(L[f]) end
+  local p
+  if L.kind == 'smooth' then
+    p = enc(P_SMOOTH, L.whole, L.frac, L.den, L.maxn, L.cap, L.init, L.warm, L.cool, L.thr, L.slope)
+  else
+    p = enc(P_SCHEDULE, L.whole, L.frac, L.den, L.maxn, L.burst, L.maxb)
   end
-  redis.call('HSET', L.key, unpack(kv))
+  rcall('HSET', L.key, 'kind', L.kind, 'ver', L.ver, 'p', p)
 end
 
 local function fresh(key)
@@ -254,7 +333,7 @@ local function retune(L, now, NP)
       resync(L, now)
       if L.cap == 0 and NP.warm == 1 then L.sto = NP.cap
       elseif L.cap == 0 then L.sto = 0
-      else L.sto = math.min(NP.cap, math.floor(L.sto * NP.cap / L.cap)) end
+      else L.sto = min(NP.cap, floor(L.sto * NP.cap / L.cap)) end
     else
       forfeit(L, now, L.maxb)
     end
@@ -272,29 +351,30 @@ local function reset(L, now)
     return
   end
   forfeit(L, now, 0)
-  L.pc = math.max(L.pc, now)
+  L.pc = max(L.pc, now)
 end
 
--- resolve finds the limiter a call is about: the named limiter (KEYS[1]) if it
--- exists, else the template instance (KEYS[2]) when the caller passed the
--- matching template's parameters from ARGV[i] on. It returns L (nil: not found)
+-- resolve finds the limiter a call is about: the named limiter (keys[1]) if it
+-- exists, else the template instance (keys[2]) when the caller passed the
+-- matching template's parameters from argv[i] on. It returns L (nil: not found)
 -- and whether L is a template instance. An instance is created on first use and
--- moved to a newer template version in place.
-local function resolve(argv, i, us)
-  local L = load(KEYS[1])
+-- moved to a newer template version in place; the template's parameters are
+-- only parsed then.
+local function resolve(keys, argv, i, us)
+  local L = load(keys[1])
   if L then return L, false end
   if #argv < i + #PARAMS - 1 then return nil, false end
+  L = load(keys[2])
+  if L and tonumber(argv[i + #PARAMS - 1]) <= L.ver then return L, true end
   local NP = {}
   params_from(NP, argv, i)
-  L = load(KEYS[2])
   if not L then
-    L = fresh(KEYS[2])
+    L = fresh(keys[2])
     for _, f in ipairs(PARAMS) do L[f] = NP[f] end
-    L.new_params = true
-  elseif NP.ver > L.ver then
+  else
     retune(L, now_rel(L, us), NP)
-    L.new_params = true
   end
+  L.new_params = true
   return L, true
 end
 
@@ -302,44 +382,47 @@ end
 -- from a fresh one (debt paid, stored time full or backlog forfeited), or the
 -- template's idle_ttl when one is set.
 local function expire(L, now, idle_ttl_ms)
-  local ahead = math.max(0, L.nx - now, L.pc - now)
   local ttl = idle_ttl_ms
   if ttl <= 0 then
     local settle = L.maxb
     if L.kind == 'smooth' then settle = L.cap - L.sto end
-    ttl = math.ceil((ahead + settle) / 1e6)
+    ttl = math.ceil((max(0, L.nx - now, L.pc - now) + settle) / 1e6)
   end
-  redis.call('PEXPIRE', L.key, math.max(1, ttl))
+  rcall('PEXPIRE', L.key, max(1, ttl))
 end
 
 -- acquire_main is the body of acquire.lua and grant.lua.
 -- ARGV: n, max_wait (ns; negative: forever), idle_ttl_ms, [template PARAMS...].
 -- Reply: {code, granted, permits, ep, sched, start, delay, lateness, wait,
--- retry_after, version, now_us} with times relative to ep (Unix µs); a grant
--- adds {rem_before, next_after, whole, frac, den, burst, kind}. code 1 is ok, -1
--- not found, -2 permits out of range.
-local function acquire_main(grant)
+-- retry_after, version, now_us, instance} with times relative to ep (Unix µs)
+-- and instance 1 when a template instance answered; a grant adds
+-- {rem_before, next_after, whole, frac, den, burst, kind}. code 1 is ok, -1
+-- not found, -2 permits out of range ({-2, max}), -5 a limiter of another
+-- kind ({-5, kind}).
+local function acquire_main(keys, argv, grant)
   local us = time_us()
-  local L, inst = resolve(ARGV, 4, us)
+  local L, inst = resolve(keys, argv, 4, us)
   if not L then return {-1} end
-  local n, max_wait = tonumber(ARGV[1]), tonumber(ARGV[2])
-  if n < 1 or n > L.maxn or n ~= math.floor(n) then return {-2, L.maxn} end
+  if L.other then return {-5, L.kind} end
+  local n, max_wait = tonumber(argv[1]), tonumber(argv[2])
+  if n < 1 or n > L.maxn or n ~= floor(n) then return {-2, L.maxn} end
   if max_wait < 0 then max_wait = HORIZON end
   local now = now_rel(L, us)
   local rem_before = L.rem
   if L.st ~= 1 and L.kind == 'schedule' then rem_before = 0 end
-  local r = acquire(L, now, us, n, max_wait)
+  local granted, permits, sched, st, delay, late, wait, retry = acquire(L, now, us, n, max_wait)
   save(L)
+  local flag = 0
   if inst then
+    flag = 1
     if L.new_params then save_params(L) end
-    expire(L, now, tonumber(ARGV[3]))
+    expire(L, now, tonumber(argv[3]))
   end
-  local reply = {1, r.granted, r.permits or 0, L.ep, r.sched or 0, r.start or 0, r.delay,
-    r.late or 0, r.wait, r.retry or 0, L.ver, us}
   if grant then
-    for _, v in ipairs({rem_before, L.nx, L.whole, L.frac, L.den, fmt(L.burst), L.kind}) do
-      reply[#reply + 1] = v
-    end
+    return {1, granted, permits, L.ep, sched, st, delay, late, wait, retry, L.ver, us, flag,
+      rem_before, L.nx, L.whole, L.frac, L.den, fmt(L.burst), L.kind}
   end
-  return reply
+  return {1, granted, permits, L.ep, sched, st, delay, late, wait, retry, L.ver, us, flag}
 end
+
+if not redis.register_function then init() end -- a script, not a library (see Globals)

@@ -1,15 +1,16 @@
 -- peek: the limiter's live state now, without changing it (limiter.Params.Peek).
 -- KEYS: limiter hash, template-instance hash. ARGV: [template PARAMS...] from 1.
--- Reply: {code, wait, delay, extra_idle, version, now_us, allocated, idle,
--- permits, lateness, started}; totals are strings read as stored (exact int64),
--- extra_idle is backlog that would be forfeited now (a decimal string when
--- past 2^53, after months without a call).
+-- Reply: {code, wait, delay, version, now_us, started, instance, allocated,
+-- allocated_hi, idle, idle_hi, permits, permits_hi, lateness, lateness_hi}:
+-- each total is the int64 hi * 2^32 + lo, exact; idle includes the backlog
+-- that would be forfeited now. code -1: not found; {-5, kind}: a limiter of
+-- another kind.
 local us = time_us()
-local L = resolve(ARGV, 1, us)
+local L, inst = resolve(KEYS, ARGV, 1, us)
 if not L then return {-1} end
-local tot = redis.call('HMGET', L.key, 'al', 'id', 'pm', 'lt')
-for i = 1, 4 do tot[i] = tot[i] or '0' end
-if L.st ~= 1 then return {1, 0, 0, 0, L.ver, us, tot[1], tot[2], tot[3], tot[4], 0} end
+if L.other then return {-5, L.kind} end
+local flag = inst and 1 or 0
+if L.st ~= 1 then return {1, 0, 0, L.ver, us, 0, flag, totals(L)} end
 local now = now_rel(L, us)
 local wait, delay
 if L.kind == 'smooth' then
@@ -19,4 +20,4 @@ else
   forfeit(L, now, L.maxb)
   wait, delay = math.max(0, now - L.nx), math.max(L.nx, L.pc, now) - now
 end
-return {1, wait, delay, idle_delta(L), L.ver, us, tot[1], tot[2], tot[3], tot[4], 1}
+return {1, wait, delay, L.ver, us, 1, flag, totals(L)}

@@ -5,10 +5,12 @@
 -- KEYS: limiter hash, template-instance hash.
 -- ARGV: version, grant_ep, sched, next_after, pace_used (relative to grant_ep),
 -- unused_ns, unused_permits, rem_used, rem_after, [template PARAMS...].
--- Reply: {code, rewound}.
+-- Reply: {code, rewound}; {-1}: not found; {-5, kind}: a limiter of another
+-- kind.
 local us = time_us()
-local L, inst = resolve(ARGV, 10, us)
+local L, inst = resolve(KEYS, ARGV, 10, us)
 if not L then return {-1} end
+if L.other then return {-5, L.kind} end
 if L.st ~= 1 then return {1, 0} end
 local a = {}
 for i = 1, 9 do a[i] = tonumber(ARGV[i]) end

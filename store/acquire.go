@@ -27,6 +27,12 @@ type Decision struct {
 	RetryAfter int64 // denied: how much later the same request could be granted
 	Version    int64 // the limiter's config version
 	Now        int64 // Redis time of the decision
+	// Instance is true when a template instance answered: name is no
+	// limiter but matches a template (the one Store.Resolve names, give or
+	// take a template change in between), whose instance for name decided.
+	// It costs nothing to ask, so callers can label by template without a
+	// round trip of their own.
+	Instance bool
 }
 
 // Acquire asks the limiter (or the template matching name) for n permits,
@@ -79,7 +85,24 @@ func replyErr(name string, v []any) error {
 	case -1:
 		return fmt.Errorf("limiter %q: %w", name, ErrNotFound)
 	case -2:
+		// Older rate scripts refuse a share or concurrency limiter as a
+		// request for too many permits, {-2, maxn}, with the marker its
+		// hash holds as maxn (configure_lease.lua).
+		switch maxn := toInt(v[1]); {
+		case maxn == maxnShare:
+			return kindConflict(name, limiter.KindShare)
+		case maxn == maxnConcurrency:
+			return kindConflict(name, limiter.KindConcurrency)
+		case maxn < 1: // no rate limiter has fewer than 1
+			return kindConflict(name, "")
+		}
 		return &limiter.FieldError{Field: "permits", Rule: "must be ≥ 1 and at most " + strconv.FormatInt(toInt(v[1]), 10) + " (13 days of schedule)"}
+	case -5: // a limiter of a kind without a schedule (share, concurrency)
+		kind := ""
+		if len(v) > 1 {
+			kind = toString(v[1])
+		}
+		return kindConflict(name, limiter.Kind(kind))
 	}
 	return nil
 }
@@ -91,6 +114,7 @@ func decodeDecision(v []any) Decision {
 	d := Decision{
 		Granted: toInt(v[1]) == 1, Permits: toInt(v[2]), Delay: toInt(v[6]), Lateness: toInt(v[7]),
 		Wait: toInt(v[8]), RetryAfter: toInt(v[9]), Version: toInt(v[10]), Now: toInt(v[11]) * 1000,
+		Instance: toInt(v[12]) == 1,
 	}
 	if d.Granted {
 		d.Scheduled, d.Start = abs(ep, toInt(v[4])), abs(ep, toInt(v[5]))
@@ -125,14 +149,14 @@ func (s *Store) Grant(ctx context.Context, name string, k int64, maxWait time.Du
 		return Grant{}, err
 	}
 	g := Grant{Decision: decodeDecision(v), Name: name, epoch: toInt(v[3])}
-	g.RemBefore = toInt(v[12])
-	g.End = abs(g.epoch, toInt(v[13]))
-	g.Slice = limiter.Slice{Whole: toInt(v[14]), Frac: toInt(v[15]), Den: toInt(v[16])}
-	g.Burst, _ = strconv.ParseFloat(toString(v[17]), 64)
+	g.RemBefore = toInt(v[13])
+	g.End = abs(g.epoch, toInt(v[14]))
+	g.Slice = limiter.Slice{Whole: toInt(v[15]), Frac: toInt(v[16]), Den: toInt(v[17])}
+	g.Burst, _ = strconv.ParseFloat(toString(v[18]), 64)
 	if g.Burst == 0 {
 		g.Burst = math.Inf(1)
 	}
-	g.Kind = limiter.Kind(toString(v[18]))
+	g.Kind = limiter.Kind(toString(v[19]))
 	return g, nil
 }
 
@@ -174,6 +198,7 @@ type WaitInfo struct {
 	Now       int64 // Redis time, Unix ns
 	Version   int64
 	Started   bool
+	Instance  bool // a template instance answered (see Decision.Instance)
 }
 
 // Wait returns the live state of a limiter (or template instance) without
@@ -190,12 +215,17 @@ func (s *Store) Wait(ctx context.Context, name string) (WaitInfo, error) {
 	if err := replyErr(name, v); err != nil {
 		return WaitInfo{}, err
 	}
+	// {1, wait, delay, version, now_us, started, instance, then the totals
+	// allocated, idle, permits, lateness as int64 lo, hi pairs}.
 	return WaitInfo{
-		Wait: toInt(v[1]), Delay: toInt(v[2]), Idle: toInt(v[7]) + toInt(v[3]), Allocated: toInt(v[6]),
-		Permits: toInt(v[8]), Lateness: toInt(v[9]), Now: toInt(v[5]) * 1000, Version: toInt(v[4]),
-		Started: toInt(v[10]) == 1,
+		Wait: toInt(v[1]), Delay: toInt(v[2]), Version: toInt(v[3]), Now: toInt(v[4]) * 1000,
+		Started: toInt(v[5]) == 1, Instance: toInt(v[6]) == 1,
+		Allocated: total(v[7], v[8]), Idle: total(v[9], v[10]), Permits: total(v[11], v[12]), Lateness: total(v[13], v[14]),
 	}, nil
 }
+
+// total is the int64 hi·2^32 + lo of a total the scripts reply in two parts.
+func total(lo, hi any) int64 { return toInt(hi)<<32 + toInt(lo) }
 
 // Reset starts a new schedule now: the backlog (smooth: stored permits) is
 // forfeited, totals are kept.

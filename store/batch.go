@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,8 @@ type Outcome struct {
 }
 
 // AcquireMany decides many acquires, on any limiters, in one round trip per
-// Redis node (a pipeline of script calls). Outcomes are in request order.
+// Redis node (a pipeline of function or script calls). Outcomes are in
+// request order.
 func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
 	out := make([]Outcome, len(reqs))
 	cmds := make([]*redis.Cmd, len(reqs))
@@ -45,28 +47,58 @@ func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
 		args[i] = append([]any{r.Permits, waitArg(r.MaxWait), tpl.idleTTLms()}, tpl.args()...)
 	}
 	script := s.scripts[lua.Acquire]
-	exec := func(retry bool) bool {
-		noscript := false
+	fn, gen := s.fn.function(lua.Acquire), s.fn.gen.Load()
+	// exec runs request i if again(i): as a function while fn is set, else as
+	// a script.
+	exec := func(again func(i int) bool) {
 		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := range reqs {
-				if keys[i] != nil && (!retry || cmds[i].Err() != nil && isNoScript(cmds[i].Err())) {
+				if keys[i] == nil || !again(i) {
+					continue
+				}
+				if fn != "" {
+					cmds[i] = p.FCall(ctx, fn, keys[i], args[i]...)
+				} else {
 					cmds[i] = script.EvalSha(ctx, p, keys[i], args[i]...)
 				}
 			}
 			return nil
 		})
-		for i := range reqs {
-			if cmds[i] != nil && isNoScript(cmds[i].Err()) {
-				noscript = true
-			}
-		}
-		return noscript
 	}
-	if exec(false) {
-		// Some node lost its scripts (restart, SCRIPT FLUSH): load them
-		// everywhere and run what failed again.
-		if err := script.Load(ctx, s.rdb).Err(); err == nil {
-			exec(true)
+	failed := func(is func(error) bool) func(i int) bool {
+		f := cmdFailed(is)
+		return func(i int) bool { return f(cmds[i]) }
+	}
+	exec(func(int) bool { return true })
+	// Recover what a node could not run, then run it again: a node without
+	// the library (load it everywhere), a server without functions (scripts
+	// from now on), a node without the script (restart, SCRIPT FLUSH: load it
+	// everywhere). A few rounds cover one of each.
+	fnFailed := func(err error) bool { return fnUnsupported(err) || fnMissing(err) }
+retry:
+	for range 4 {
+		switch {
+		case fn != "" && slices.ContainsFunc(cmds, cmdFailed(fnUnsupported)):
+			s.fn.off.Store(true)
+			fn = ""
+			exec(failed(fnFailed))
+		case fn != "" && slices.ContainsFunc(cmds, cmdFailed(fnMissing)):
+			err := s.loadFunctions(ctx, gen)
+			gen = s.fn.gen.Load()
+			if fnUnsupported(err) {
+				s.fn.off.Store(true)
+				fn = ""
+			} else if err != nil {
+				break retry
+			}
+			exec(failed(fnMissing))
+		case fn == "" && slices.ContainsFunc(cmds, cmdFailed(isNoScript)):
+			if err := script.Load(ctx, s.rdb).Err(); err != nil {
+				break retry
+			}
+			exec(failed(isNoScript))
+		default:
+			break retry
 		}
 	}
 	for i, r := range reqs {
@@ -89,6 +121,12 @@ func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
 
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// cmdFailed returns whether a command was sent and failed with an error for
+// which is reports true.
+func cmdFailed(is func(error) bool) func(*redis.Cmd) bool {
+	return func(c *redis.Cmd) bool { return c != nil && is(c.Err()) }
 }
 
 // WithBatching makes Acquire batch concurrent callers automatically: calls

@@ -100,36 +100,43 @@ func (m benchCPUMeter) report(b *testing.B) {
 	}
 }
 
-// benchScriptCost reads the server time per EVALSHA since the last CONFIG
-// RESETSTAT from INFO commandstats, a line such as
+// benchScriptCost reads the server time per script or function call (EVALSHA
+// and FCALL together) since the last CONFIG RESETSTAT from INFO commandstats,
+// lines such as
 // "cmdstat_evalsha:calls=3,usec=21,usec_per_call=7.00,rejected_calls=0,failed_calls=0".
 func benchScriptCost(ctx context.Context, rdb *redis.Client) (usPerCall float64, calls int64, err error) {
 	info, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return 0, 0, err
 	}
+	var usec int64
 	for line := range strings.Lines(info) {
-		fields, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+		line = strings.TrimSpace(line)
+		fields, ok := strings.CutPrefix(line, "cmdstat_evalsha:")
 		if !ok {
-			continue
+			if fields, ok = strings.CutPrefix(line, "cmdstat_fcall:"); !ok {
+				continue
+			}
 		}
-		var usec int64
 		for kv := range strings.SplitSeq(fields, ",") {
 			k, v, _ := strings.Cut(kv, "=")
+			var n int64
+			switch k {
+			case "calls", "usec":
+				if n, err = strconv.ParseInt(v, 10, 64); err != nil {
+					return 0, 0, fmt.Errorf("commandstats %q: %w", line, err)
+				}
+			}
 			switch k {
 			case "calls":
-				calls, err = strconv.ParseInt(v, 10, 64)
+				calls += n
 			case "usec":
-				usec, err = strconv.ParseInt(v, 10, 64)
-			}
-			if err != nil {
-				return 0, 0, fmt.Errorf("commandstats %q: %w", line, err)
+				usec += n
 			}
 		}
-		if calls == 0 {
-			break
-		}
-		return float64(usec) / float64(calls), calls, nil
 	}
-	return 0, 0, errors.New("INFO commandstats has no EVALSHA calls")
+	if calls == 0 {
+		return 0, 0, errors.New("INFO commandstats has no EVALSHA or FCALL calls")
+	}
+	return float64(usec) / float64(calls), calls, nil
 }

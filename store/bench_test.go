@@ -8,8 +8,10 @@ package store_test
 //	benchstat /tmp/store-bench.txt
 //
 // Names are BenchmarkAcquire/<contender>/<goroutines>/<keys>:
-//   - limitd: Store.Acquire, one round trip a call; limitd-batched: the same
-//     through WithBatching(64); redis_rate: Limiter.Allow with PerSecond(1e9).
+//   - limitd: Store.Acquire, one round trip a call (FCALL on Redis ≥ 7);
+//     limitd-batched: the same through WithBatching(64); limitd-eval: the
+//     same as scripts (EVALSHA), as on Redis < 7; redis_rate: Limiter.Allow
+//     with PerSecond(1e9).
 //   - g1: one caller in a loop; g32: RunParallel with 32 goroutines (rounded
 //     up to a multiple of GOMAXPROCS).
 //   - hot: one key; 10k-keys: keys taken round-robin from 10,000 (for limitd
@@ -17,8 +19,9 @@ package store_test
 //     instances of the template "k:*", created before timing starts.
 //
 // Metrics besides ns/op: ops/s, the throughput to compare; srv-us/call, the
-// server time of one script call (EVALSHA in INFO commandstats, reset before
-// each timed loop), which includes the Redis commands the script issues;
+// server time of one script or function call (EVALSHA and FCALL in INFO
+// commandstats, reset before each timed loop), which includes the Redis
+// commands the script issues;
 // srv-cpu-us/op (Linux only), the CPU time redis-server spent per acquire,
 // network I/O included, which is what caps throughput once Redis's one thread
 // is busy; cli-cpu-us/op (Linux only, 10 ms ticks), the CPU time of this
@@ -99,6 +102,8 @@ func BenchmarkAcquire(b *testing.B) {
 	benchTouch(b, tpl, names)
 	namedBatched := benchBatched(b, rdb, "bench-named")
 	tplBatched := benchBatched(b, rdb, "bench-tpl")
+	namedEval := store.New(rdb, store.WithPrefix("bench-named"), store.WithScriptsOnly())
+	tplEval := store.New(rdb, store.WithPrefix("bench-tpl"), store.WithScriptsOnly())
 
 	limitd := func(named, tpl *store.Store) []benchKeySet {
 		return []benchKeySet{
@@ -111,6 +116,7 @@ func BenchmarkAcquire(b *testing.B) {
 	contenders := []benchContender{
 		{"limitd", limitd(named, tpl)},
 		{"limitd-batched", limitd(namedBatched, tplBatched)},
+		{"limitd-eval", limitd(namedEval, tplEval)},
 		{"redis_rate", []benchKeySet{{"hot", hot, rr}, {"10k-keys", names, rr}}},
 	}
 	for _, c := range contenders {

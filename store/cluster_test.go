@@ -23,7 +23,8 @@ func stClusterFactory(t *testing.T) stFactory {
 
 // TestStoreCluster runs the functional suite on a three-master Redis Cluster,
 // then what only a cluster has: keys spread over slots and nodes, and scripts
-// lost on every node at once.
+// lost on every node at once (the stores run every operation as a script
+// here; TestFunctions/cluster loses the function library instead).
 func TestStoreCluster(t *testing.T) {
 	f := stClusterFactory(t)
 	stSuite(t, f)
@@ -36,8 +37,8 @@ func stTestClusterSpread(t *testing.T, f stFactory) {
 	if !ok {
 		t.Fatalf("not a cluster client: %T", rdb)
 	}
-	s := stStore(t, rdb)
-	batched := New(rdb, WithPrefix(s.Prefix()), WithBatching(16))
+	s := stStore(t, rdb, withScriptsOnly())
+	batched := New(rdb, WithPrefix(s.Prefix()), WithBatching(16), withScriptsOnly())
 	defer batched.Close()
 	ctx := t.Context()
 

@@ -8,8 +8,9 @@ package store_test
 // redis-server) and a limiter.State/limiter.Params model side by side. After
 // every operation it compares the operation's result field by field, the
 // limiter's live view (Store.Wait against Params.Peek), and the raw state the
-// scripts keep in the limiter's hash (see lua/lib.lua: st, ep, org, nx, pc, rem,
-// sto and the totals al, id, pm, lt) against the model's State, so a divergence
+// scripts keep in the limiter's hash (see lua/lib.lua, "Storage": the packed
+// state st, ep, org, nx, pc, rem, sto and totals al, id, pm, lt, decoded by
+// store.ReadStored) against the model's State, so a divergence
 // is caught at the operation that causes it, not later.
 //
 // With miniredis the Redis clock is set by the test (SetTime, µs resolution;
@@ -28,7 +29,6 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -161,9 +161,9 @@ func (g *diffRig) putTemplate(c limiter.Config) {
 	}
 }
 
-func diffNewReal(t testing.TB, label string, rdb *redis.Client, name string) *diffRig {
+func diffNewReal(t testing.TB, label string, rdb *redis.Client, name string, opts ...store.Option) *diffRig {
 	pfx := "difftest"
-	return &diffRig{t: t, ctx: context.Background(), rdb: rdb, st: store.New(rdb, store.WithPrefix(pfx)),
+	return &diffRig{t: t, ctx: context.Background(), rdb: rdb, st: store.New(rdb, append([]store.Option{store.WithPrefix(pfx)}, opts...)...),
 		name: name, key: pfx + ":{" + name + "}:l", label: label, ops: map[string]int{}}
 }
 
@@ -340,35 +340,20 @@ type diffRaw struct {
 
 func (g *diffRig) readRaw() diffRaw {
 	g.t.Helper()
-	v, err := g.rdb.HMGet(g.ctx, g.key, "st", "ep", "org", "nx", "pc", "rem", "sto", "al", "id", "pm", "lt", "ver").Result()
+	st, ok, err := store.ReadStored(g.ctx, g.st, g.key)
 	if err != nil {
-		g.fatalf("HMGET %s: %v", g.key, err)
+		g.fatalf("reading %s: %v", g.key, err)
 	}
-	if v[0] == nil {
+	if !ok {
 		return diffRaw{}
 	}
-	f := func(i int) float64 {
-		if v[i] == nil {
-			return 0
-		}
-		x, err := strconv.ParseFloat(v[i].(string), 64)
-		if err != nil {
-			g.fatalf("field %d of %s: %q: %v", i, g.key, v[i], err)
-		}
-		return x
+	started := 0.0
+	if st.Started {
+		started = 1
 	}
-	n := func(i int) int64 {
-		if v[i] == nil {
-			return 0
-		}
-		x, err := strconv.ParseInt(v[i].(string), 10, 64)
-		if err != nil {
-			g.fatalf("total %d of %s: %q: %v", i, g.key, v[i], err)
-		}
-		return x
-	}
-	return diffRaw{ok: true, st: f(0), ep: f(1), org: f(2), nx: f(3), pc: f(4), rem: f(5), sto: f(6),
-		al: n(7), id: n(8), pm: n(9), lt: n(10), ver: n(11)}
+	return diffRaw{ok: true, st: started, ep: float64(st.Epoch), org: float64(st.Origin), nx: float64(st.Next),
+		pc: float64(st.Pace), rem: float64(st.Rem), sto: float64(st.Stored),
+		al: st.Allocated, id: st.Idle, pm: st.Permits, lt: st.Lateness, ver: st.Version}
 }
 
 // rawDiff compares the raw state with the model's ("" when equal). Times in
@@ -470,7 +455,7 @@ func (g *diffRig) peek() {
 	}
 	v := p.Peek(st, now)
 	want := store.WaitInfo{Wait: v.Wait, Delay: v.Delay, Idle: v.Idle, Allocated: v.Allocated,
-		Permits: v.Permits, Lateness: v.Lateness, Now: now, Version: ver, Started: st.Started}
+		Permits: v.Permits, Lateness: v.Lateness, Now: now, Version: ver, Started: st.Started, Instance: g.tpl}
 	if w != want {
 		g.fatalf("peek at %d:\n  store %+v\n  model %+v", now, w, want)
 	}
@@ -546,6 +531,7 @@ func (g *diffRig) acquire(n int64, mw time.Duration, grant bool) {
 		return
 	}
 	want := diffDecision(r, g.ver, now)
+	want.Instance = g.tpl
 	if d != want {
 		g.fatalf("%s n=%d max_wait=%d at %d:\n  store %+v\n  model %+v", what, n, int64(mw), now, d, want)
 	}
@@ -1082,12 +1068,18 @@ func TestDiffRealRedis(t *testing.T) {
 	if testing.Short() {
 		ops = 500
 	}
-	for i, k := range []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth} {
-		t.Run(string(k), func(t *testing.T) {
+	// Functions (FCALL) and scripts (EVALSHA, as on Redis < 7) run the same
+	// code; both are checked.
+	for i, k := range []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth, limiter.KindSchedule, limiter.KindSmooth} {
+		mode, opts := "functions", []store.Option(nil)
+		if i >= 2 {
+			mode, opts = "scripts", []store.Option{store.WithScriptsOnly()}
+		}
+		t.Run(mode+"/"+string(k), func(t *testing.T) {
 			t.Parallel()
 			seed := uint64(7000 + i)
 			r := rand.New(rand.NewPCG(seed, 0x7265616c))
-			g := diffNewReal(t, fmt.Sprintf("real redis seed %d kind %s", seed, k), srv.Client(), "diff-"+string(k))
+			g := diffNewReal(t, fmt.Sprintf("real redis (%s) seed %d kind %s", mode, seed, k), srv.Client(), "diff-"+mode+"-"+string(k), opts...)
 			g.put(g.config(r, k))
 			g.check()
 			for range ops {
@@ -1128,59 +1120,96 @@ func TestDiffTemplate(t *testing.T) {
 }
 
 // TestDiffBigIdle checks lua/lib.lua's exact arithmetic for the idle time of
-// a limiter left alone for months (big_gap, big, big_str: d·1000 − c + x past
-// 2^53) against math/big, in gopher-lua (miniredis) and in Redis's Lua 5.1.
-// The differential tests reach it only through miniredis's settable clock.
+// a limiter left alone for months (big_gap: d·1000 − c past 2^53) and for the
+// totals (totals, carry: int64s as hi·2^32 + lo, packed in the field t),
+// against math/big, in gopher-lua (miniredis, the text form) and in Redis's
+// Lua 5.1 (struct, the binary form), and that store reads the packed totals
+// back. The differential tests reach it only through miniredis's settable
+// clock.
 func TestDiffBigIdle(t *testing.T) {
 	t.Parallel()
 	lib, err := os.ReadFile("../lua/lib.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Per case: the gap {lo, hi}, then an idle total of tot (given as lo, hi)
+	// plus the gap plus x, as totals returns it and as packed, and packed
+	// params for store to decode the totals with.
 	script := string(lib) + `
 local out = {}
-for i = 1, #ARGV, 3 do
+for i = 1, #ARGV, 5 do
   local d, c, x = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  local L = {xid = big_gap(d, c), d_id = x}
-  out[#out + 1] = big_str(L.xid)
-  out[#out + 1] = idle_delta(L)
+  local L = {xid = big_gap(d, c), d_al = 0, d_id = x, d_pm = 0, d_lt = 0,
+    t = enc(T, 0, 0, tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), 0, 0, 0, 0)}
+  out[#out + 1] = L.xid[1]
+  out[#out + 1] = L.xid[2]
+  local _, _, id, idh = totals(L)
+  out[#out + 1] = id
+  out[#out + 1] = idh
+  out[#out + 1] = enc(T, totals(L))
+  out[#out + 1] = enc(P_SCHEDULE, 1, 0, 1, 1, 0, 0)
 end
 return out`
 	r := rand.New(rand.NewPCG(53, 53))
 	var args []any
-	var want []string
+	var want []*big.Int // per case: the gap, the idle total after
 	for i := range 400 {
 		// d: µs since the epoch (months to ~285 years); c = nx + FAR, the part
-		// of the gap kept; x: idle this call adds besides.
+		// of the gap kept; x: idle this call adds besides; tot: the idle total
+		// so far.
 		d := int64(1)<<42 + r.Int64N(1<<53-1<<42)
 		c := r.Int64N(1<<53) - 1<<51
 		x := r.Int64N(1 << 53)
+		tot := r.Int64N(1 << 62)
 		switch i {
 		case 0:
-			d, c, x = 1<<53-1, -(1<<53 - 1), 1<<53-1
+			d, c, x, tot = 1<<53-1, -(1<<53 - 1), 1<<53-1, 0
 		case 1:
 			d, c, x = 4503599627371, 4503599627370000, 0 // d·1000 − c = 1000
 		case 2:
-			d, c, x = 1_000_000, 999_999_999, 1 // lo carries into hi
+			d, c, x, tot = 1_000_000, 999_999_999, 1, 1<<32-1 // lo carries into hi
+		case 3:
+			d, c, x, tot = 1<<32, 1<<32*1000-5, -(1<<53 - 1), 1<<40 // negative x borrows from hi
 		}
 		if d*1000 <= c {
 			continue
 		}
-		e := new(big.Int).Sub(new(big.Int).Mul(big.NewInt(d), big.NewInt(1000)), big.NewInt(c))
-		args = append(args, d, c, x)
-		want = append(want, e.String(), new(big.Int).Add(e, big.NewInt(x)).String())
+		gap := new(big.Int).Sub(new(big.Int).Mul(big.NewInt(d), big.NewInt(1000)), big.NewInt(c))
+		after := new(big.Int).Add(new(big.Int).Add(gap, big.NewInt(x)), big.NewInt(tot))
+		if !after.IsInt64() {
+			continue
+		}
+		args = append(args, d, c, x, tot&(1<<32-1), tot>>32)
+		want = append(want, gap, after)
 	}
 	run := func(t *testing.T, rdb *redis.Client) {
-		v, err := rdb.Eval(context.Background(), script, nil, args...).StringSlice()
+		v, err := rdb.Eval(context.Background(), script, nil, args...).Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(v) != len(want) {
-			t.Fatalf("%d results, want %d", len(v), len(want))
+		if len(v) != len(want)/2*6 {
+			t.Fatalf("%d results, want %d", len(v), len(want)/2*6)
 		}
-		for i := range v {
-			if v[i] != want[i] {
-				t.Errorf("case %d (d=%v c=%v x=%v): %s, want %s", i/2, args[i/2*3], args[i/2*3+1], args[i/2*3+2], v[i], want[i])
+		hilo := func(lo, hi any) *big.Int {
+			l, h := lo.(int64), hi.(int64)
+			if l < 0 || l >= 1<<32 {
+				t.Errorf("low part %d out of [0, 2^32)", l)
+			}
+			return new(big.Int).Add(new(big.Int).Lsh(big.NewInt(h), 32), big.NewInt(l))
+		}
+		for i := 0; i < len(v); i += 6 {
+			k := i / 6
+			a := args[k*5 : k*5+5]
+			if got := hilo(v[i], v[i+1]); got.Cmp(want[2*k]) != 0 {
+				t.Errorf("case %d (d=%v c=%v): gap %s, want %s", k, a[0], a[1], got, want[2*k])
+			}
+			if got := hilo(v[i+2], v[i+3]); got.Cmp(want[2*k+1]) != 0 {
+				t.Errorf("case %d (%v): idle %s, want %s", k, a, got, want[2*k+1])
+			}
+			packed, _ := v[i+4].(string)
+			st, ok, err := store.DecodeStored([]any{"schedule", "1", v[i+5], nil, packed})
+			if err != nil || !ok || st.Idle != want[2*k+1].Int64() || st.Allocated != 0 || st.Permits != 0 || st.Lateness != 0 {
+				t.Errorf("case %d: packed totals %q read as %+v (ok %v, err %v), want idle %s", k, packed, st, ok, err, want[2*k+1])
 			}
 		}
 	}

@@ -5,7 +5,10 @@
 // engine parameters, its version and its live state; the hash tag keeps every
 // key of one limiter in one cluster slot. The Lua scripts of package lua make
 // every decision atomically, read the only clock (Redis TIME) and agree with
-// package limiter to the nanosecond.
+// package limiter to the nanosecond. On Redis ≥ 7 the rate limiter's calls
+// (acquire, grant, peek, release, reset) run as Redis Functions of one
+// library, loaded on first use (functions.go); elsewhere, and for every other
+// operation, as scripts (EVALSHA).
 //
 // Configs live in Redis: Put creates, replaces or reconfigures a limiter in one
 // script (never half-written), bumping its version and publishing the change on

@@ -1,0 +1,63 @@
+package lua
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"strings"
+)
+
+// LibraryOps are the operations Library serves: the rate limiter's calls,
+// every one of them lib.lua followed by the operation's file.
+var LibraryOps = []string{Acquire, Grant, Peek, Release, Reset}
+
+// Lib is a Redis Function library (Redis ≥ 7: FUNCTION LOAD, FCALL) holding
+// the scripts of LibraryOps.
+type Lib struct {
+	Name      string            // the library's name: limitd_ and a hash of its code
+	Source    string            // what FUNCTION LOAD takes
+	Functions map[string]string // operation → function name
+}
+
+// Library returns the function library of LibraryOps. A script's top level
+// runs on every call, defining lib.lua's few dozen closures each time; a
+// library's runs once at FUNCTION LOAD, so a call only runs the operation.
+//
+// The library is lib.lua followed by one function per operation, whose body is
+// the operation's file with KEYS and ARGV as the function's arguments: the
+// same code as the script, Lua scoping aside. Names carry a hash of the code,
+// so limitd versions with different scripts can share a server (each loads
+// its own library; old ones stay until FUNCTION DELETE).
+func Library() Lib {
+	lib, err := files.ReadFile("lib.lua")
+	if err != nil {
+		panic(err)
+	}
+	var body strings.Builder
+	body.Write(lib)
+	bodies := make([]string, len(LibraryOps))
+	for i, op := range LibraryOps {
+		b, err := files.ReadFile(op + ".lua")
+		if err != nil {
+			panic("lua: no script for operation " + op)
+		}
+		bodies[i] = string(b)
+	}
+	sum := sha1.New()
+	sum.Write(lib)
+	for _, b := range bodies {
+		sum.Write([]byte(b))
+	}
+	name := "limitd_" + hex.EncodeToString(sum.Sum(nil))[:16]
+	l := Lib{Name: name, Functions: map[string]string{}}
+	for i, op := range LibraryOps {
+		fn := name + "_" + op
+		l.Functions[op] = fn
+		// lib.lua's init reads the globals on the first call (see Globals
+		// there); the library's top level may not.
+		body.WriteString("\nredis.register_function('" + fn + "', function(KEYS, ARGV)\nif not rcall then init() end\n")
+		body.WriteString(bodies[i])
+		body.WriteString("\nend)\n")
+	}
+	l.Source = "#!lua name=" + name + "\n" + body.String()
+	return l
+}

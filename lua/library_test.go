@@ -1,0 +1,41 @@
+package lua
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestLibrary(t *testing.T) {
+	l := Library()
+	if !regexp.MustCompile(`^limitd_[0-9a-f]{16}$`).MatchString(l.Name) {
+		t.Errorf("library name %q", l.Name)
+	}
+	if first, _, _ := strings.Cut(l.Source, "\n"); first != "#!lua name="+l.Name {
+		t.Errorf("first line %q, want the shebang naming the library", first)
+	}
+	if len(l.Functions) != len(LibraryOps) {
+		t.Errorf("%d functions for %d operations", len(l.Functions), len(LibraryOps))
+	}
+	for _, op := range LibraryOps {
+		fn := l.Functions[op]
+		if fn != l.Name+"_"+op || strings.Count(l.Source, "redis.register_function('"+fn+"',") != 1 {
+			t.Errorf("operation %s: function %q not registered once", op, fn)
+		}
+		// The function's body is the operation's file.
+		body, _ := files.ReadFile(op + ".lua")
+		if !strings.Contains(l.Source, "if not rcall then init() end\n"+string(body)+"\nend)\n") {
+			t.Errorf("operation %s: the function does not run %s.lua after init", op, op)
+		}
+	}
+	// Scripts and library share lib.lua, which reads no global while a
+	// library loads: its top level ends by calling init for a script only.
+	lib, _ := files.ReadFile("lib.lua")
+	if !strings.HasPrefix(l.Source, "#!lua name="+l.Name+"\n"+string(lib)) ||
+		!strings.Contains(string(lib), "\nif not redis.register_function then init() end") {
+		t.Errorf("the library does not start with lib.lua, or lib.lua does not init scripts")
+	}
+	if again := Library(); again.Source != l.Source {
+		t.Errorf("Library is not deterministic")
+	}
+}
