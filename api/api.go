@@ -48,6 +48,7 @@ type server struct {
 	auth      auth
 	routes    map[string]string // echo path → OpenAPI path, the route label
 	slots     slotHints         // names seen to be concurrency limiters
+	grants    grantBook         // grants issued, for their handback
 }
 
 // New returns the HTTP handler of the API. It panics only if o.Store is nil or
@@ -111,6 +112,8 @@ func New(o Options) http.Handler {
 	e.PATCH("/v1/limiters/:name", s.patchLimiter, admin)
 	e.DELETE("/v1/limiters/:name", s.deleteLimiter, admin)
 	e.POST("/v1/limiters/:name/acquire", s.acquire, read)
+	e.POST("/v1/limiters/:name/grant", s.grant, read)
+	e.POST("/v1/limiters/:name/handback", s.handback, read)
 	e.GET("/v1/limiters/:name/wait", s.wait, read)
 	e.POST("/v1/limiters/:name/reset", s.reset, admin)
 	// A client's own lease calls need only the read token, returning

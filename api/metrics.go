@@ -31,12 +31,14 @@ const (
 	opAcquireSlot
 	opRenewSlot
 	opReleaseSlot
+	opGrant
+	opHandback
 	numOps
 )
 
 var opNames = [numOps]string{"ping", "put", "get", "patch", "delete", "list", "acquire", "wait",
 	"reset", "resolve", "put_template", "get_template", "delete_template", "templates",
-	"capacity", "return_capacity", "acquire_slot", "renew_slot", "release_slot"}
+	"capacity", "return_capacity", "acquire_slot", "renew_slot", "release_slot", "grant", "handback"}
 
 // metrics are the collectors /metrics serves.
 type metrics struct {

@@ -46,6 +46,7 @@ type options struct {
 	stale    time.Duration // permits later than this are handed back unused
 	retry    time.Duration // how often to try Redis again while falling back
 	clock    func() time.Time
+	http     httpOptions // NewHTTP only
 }
 
 func defaults() options {

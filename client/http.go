@@ -1,0 +1,394 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/store"
+)
+
+// ErrUnauthorized is returned by a client over HTTP (NewHTTP) whose token the
+// server refused (401): it is missing or wrong; see WithToken.
+var ErrUnauthorized = errors.New("client: the limitd server refused the token (401); see WithToken")
+
+type httpOptions struct {
+	token  string
+	client *http.Client
+}
+
+// WithToken sets the bearer token a client over HTTP (NewHTTP) sends: the
+// server's LIMITD_TOKEN (or its admin token).
+func WithToken(token string) Option { return func(o *options) { o.http.token = token } }
+
+// WithHTTPClient sets the http.Client a client over HTTP (NewHTTP) sends its
+// requests with (default: http.DefaultClient).
+func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.http.client = c } }
+
+// NewHTTP returns a client that reaches the shared schedules through a limitd
+// server at baseURL ("http://limitd:8080") instead of Redis.
+//
+// The server decides every grant, so pools work as over Redis, with two
+// differences. There are no change events over HTTP: a config change is
+// picked up at a handle's next grant, not at once. And the server clock
+// (Time, which leases of Share and Semaphore expire on) is the Redis time of
+// the latest grant answered, advanced by the local clock since; until a
+// grant has answered one, the local clock stands in. Unused permits are
+// handed back to the server that granted them; one behind a load balancer
+// may land on a replica that does not know the grant, and those permits then
+// count as used. WithPrefix does not apply: the server has its own.
+func NewHTTP(baseURL string, opts ...Option) *Client {
+	o := defaults()
+	for _, f := range opts {
+		f(&o)
+	}
+	hc := o.http.client
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	t := &httpTransport{base: strings.TrimRight(baseURL, "/"), token: o.http.token, hc: hc, ids: map[grantKey]grantRef{}}
+	return NewWithTransport(t, opts...)
+}
+
+// httpTransport is a Transport over the limitd HTTP API.
+type httpTransport struct {
+	base  string
+	token string
+	hc    *http.Client
+
+	mu      sync.Mutex
+	ids     map[grantKey]grantRef // grants answered, for their handback
+	adds    int
+	now     int64     // Redis ns of the latest grant answer
+	nowSeen time.Time // local time it was seen; zero: none yet
+}
+
+// grantKey identifies a grant the pool holds: store.Grant has no room for
+// the id the server answers it with.
+type grantKey struct {
+	name              string
+	start, end, count int64
+}
+
+type grantRef struct {
+	id    string
+	until time.Time
+}
+
+// grantKeep is how long after its end a grant's id is kept (the server keeps
+// the grant as long).
+const grantKeep = 2 * time.Minute
+
+func keyOf(g store.Grant) grantKey {
+	return grantKey{name: g.Name, start: g.Start, end: g.End, count: g.Permits}
+}
+
+// grantJSON is a grant as POST .../grant answers it.
+type grantJSON struct {
+	ID        string          `json:"id"`
+	Granted   bool            `json:"granted"`
+	Permits   int64           `json:"permits"`
+	Scheduled int64           `json:"scheduled_ns"`
+	Start     int64           `json:"start_ns"`
+	Delay     int64           `json:"delay_ns"`
+	Lateness  int64           `json:"lateness_ns"`
+	Wait      int64           `json:"wait_ns"`
+	Version   int64           `json:"version"`
+	Now       int64           `json:"now_ns"`
+	Kind      limiter.Kind    `json:"kind"`
+	Slice     sliceJSON       `json:"slice"`
+	Burst     json.RawMessage `json:"burst"`
+	RemBefore int64           `json:"rem_before"`
+	End       int64           `json:"end_ns"`
+}
+
+type sliceJSON struct {
+	Whole int64 `json:"whole"`
+	Frac  int64 `json:"frac"`
+	Den   int64 `json:"den"`
+}
+
+// deniedJSON is a 429 answer.
+type deniedJSON struct {
+	RetryAfter int64 `json:"retry_after_ns"`
+	Delay      int64 `json:"delay_ns"`
+	Wait       int64 `json:"wait_ns"`
+	Version    int64 `json:"version"`
+	Now        int64 `json:"now_ns"`
+	InUse      int64 `json:"in_use"`
+	Limit      int64 `json:"limit"`
+}
+
+type problemJSON struct {
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Field  string `json:"field"`
+}
+
+func limiterPath(name, op string) string {
+	p := "/v1/limiters/" + url.PathEscape(name)
+	if op != "" {
+		p += "/" + op
+	}
+	return p
+}
+
+// do sends one request: body (nil: none) as JSON. It returns the status and
+// body of a 2xx or 429 answer, and every other answer as a typed error.
+func (t *httpTransport) do(ctx context.Context, method, path string, body any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, t.base+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if t.token != "" {
+		req.Header.Set("Authorization", "Bearer "+t.token)
+	}
+	res, err := t.hc.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: reading the answer to %s %s: %w", store.ErrUnavailable, method, path, err)
+	}
+	if res.StatusCode/100 == 2 || res.StatusCode == http.StatusTooManyRequests {
+		return res.StatusCode, b, nil
+	}
+	return res.StatusCode, nil, problemErr(method, path, res.StatusCode, b)
+}
+
+// problemErr maps an error answer to the errors the Redis transport returns.
+func problemErr(method, path string, status int, b []byte) error {
+	var p problemJSON
+	_ = json.Unmarshal(b, &p)
+	detail := p.Detail
+	if detail == "" {
+		detail = fmt.Sprintf("%s %s: %d %s", method, path, status, http.StatusText(status))
+	}
+	switch {
+	case status == http.StatusUnauthorized:
+		return fmt.Errorf("%w: %s", ErrUnauthorized, detail)
+	case status == http.StatusBadRequest && p.Field != "":
+		return &limiter.FieldError{Field: p.Field, Rule: strings.TrimPrefix(detail, p.Field+": ")}
+	case status == http.StatusBadRequest:
+		return fmt.Errorf("%w: %s", limiter.ErrInvalid, detail)
+	case status == http.StatusNotFound:
+		return fmt.Errorf("%w: %s", limiter.ErrNotFound, detail)
+	case status == http.StatusConflict:
+		return fmt.Errorf("%w: %s", store.ErrConflict, detail)
+	case status >= 500:
+		return fmt.Errorf("%w: %s", store.ErrUnavailable, detail)
+	}
+	return fmt.Errorf("client: %s %s: %d: %s", method, path, status, detail)
+}
+
+func decode(b []byte, v any) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("client: undecodable answer from the limitd server: %w", err)
+	}
+	return nil
+}
+
+// sawNow records the server's Redis time of an answer.
+func (t *httpTransport) sawNow(now int64) {
+	if now == 0 {
+		return
+	}
+	t.mu.Lock()
+	t.now, t.nowSeen = now, time.Now()
+	t.mu.Unlock()
+}
+
+func (t *httpTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+	req := map[string]any{"permits": k}
+	if maxWait != store.Forever {
+		req["max_wait"] = max(0, maxWait).String()
+	}
+	status, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "grant"), req)
+	if err != nil {
+		return store.Grant{}, err
+	}
+	if status == http.StatusTooManyRequests {
+		var d deniedJSON
+		if err := decode(b, &d); err != nil {
+			return store.Grant{}, err
+		}
+		t.sawNow(d.Now)
+		return store.Grant{Name: name, Decision: store.Decision{RetryAfter: d.RetryAfter, Delay: d.Delay,
+			Wait: d.Wait, Version: d.Version, Now: d.Now}}, nil
+	}
+	var j grantJSON
+	if err := decode(b, &j); err != nil {
+		return store.Grant{}, err
+	}
+	burst := math.Inf(1)
+	if s := string(j.Burst); s != `"inf"` && s != `"+inf"` {
+		if burst, err = strconv.ParseFloat(s, 64); err != nil {
+			return store.Grant{}, fmt.Errorf("client: undecodable burst %s from the limitd server", s)
+		}
+	}
+	g := store.Grant{
+		Decision: store.Decision{Granted: j.Granted, Permits: j.Permits, Scheduled: j.Scheduled, Start: j.Start,
+			Delay: j.Delay, Lateness: j.Lateness, Wait: j.Wait, Version: j.Version, Now: j.Now},
+		Name: name, Kind: j.Kind, Slice: limiter.Slice{Whole: j.Slice.Whole, Frac: j.Slice.Frac, Den: j.Slice.Den},
+		Burst: burst, RemBefore: j.RemBefore, End: j.End,
+	}
+	t.sawNow(j.Now)
+	t.remember(g, j.ID)
+	return g, nil
+}
+
+// remember keeps the id of g for its handback, forgetting those past use.
+func (t *httpTransport) remember(g store.Grant, id string) {
+	now := time.Now()
+	until := now.Add(time.Duration(max(0, g.End-g.Now)) + grantKeep)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.adds++
+	if t.adds%256 == 0 {
+		for k, r := range t.ids {
+			if !r.until.After(now) {
+				delete(t.ids, k)
+			}
+		}
+	}
+	t.ids[keyOf(g)] = grantRef{id: id, until: until}
+}
+
+func (t *httpTransport) Release(ctx context.Context, g store.Grant, m int64) error {
+	if !g.Granted || m <= 0 {
+		return nil
+	}
+	t.mu.Lock()
+	ref, ok := t.ids[keyOf(g)]
+	t.mu.Unlock()
+	if !ok {
+		return nil // forgotten: the server has forgotten it too
+	}
+	burst := json.RawMessage(`"inf"`)
+	if !math.IsInf(g.Burst, 1) {
+		burst = strconv.AppendFloat(nil, g.Burst, 'g', -1, 64)
+	}
+	j := grantJSON{ID: ref.id, Granted: g.Granted, Permits: g.Permits, Scheduled: g.Scheduled, Start: g.Start,
+		Delay: g.Delay, Lateness: g.Lateness, Wait: g.Wait, Version: g.Version, Now: g.Now, Kind: g.Kind,
+		Slice: sliceJSON{Whole: g.Slice.Whole, Frac: g.Slice.Frac, Den: g.Slice.Den}, Burst: burst,
+		RemBefore: g.RemBefore, End: g.End}
+	_, _, err := t.do(ctx, http.MethodPost, limiterPath(g.Name, "handback"), map[string]any{"grant": j, "permits": m})
+	return err
+}
+
+// Changes: the HTTP API has no change events; a config change is picked up
+// at the next grant.
+func (t *httpTransport) Changes(context.Context) <-chan string { return nil }
+
+func (t *httpTransport) Capacity(ctx context.Context, name string, r store.CapacityRequest) (store.CapacityLease, error) {
+	_, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "capacity"),
+		map[string]any{"client_id": r.ClientID, "wants": r.Wants, "has": r.Has, "priority": r.Priority})
+	if err != nil {
+		return store.CapacityLease{}, err
+	}
+	var l struct {
+		Gets         float64 `json:"gets"`
+		Expires      int64   `json:"expires_ns"`
+		Refresh      int64   `json:"refresh_ns"`
+		SafeCapacity float64 `json:"safe_capacity"`
+		Learning     bool    `json:"learning"`
+		Version      int64   `json:"version"`
+	}
+	if err := decode(b, &l); err != nil {
+		return store.CapacityLease{}, err
+	}
+	return store.CapacityLease{Gets: l.Gets, Expires: l.Expires, Refresh: l.Refresh, SafeCapacity: l.SafeCapacity,
+		Learning: l.Learning, Version: l.Version}, nil
+}
+
+func (t *httpTransport) ReturnCapacity(ctx context.Context, name, clientID string) error {
+	_, _, err := t.do(ctx, http.MethodDelete, limiterPath(name, "capacity/"+url.PathEscape(clientID)), nil)
+	return err
+}
+
+// AcquireSlot takes a slot through POST .../acquire, which dispatches on the
+// limiter's kind. Asked of a schedule limiter it takes a permit, answered as
+// ErrConflict (as the store does, though the store takes nothing).
+func (t *httpTransport) AcquireSlot(ctx context.Context, name string) (store.SlotLease, error) {
+	status, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "acquire"), nil)
+	if err != nil {
+		return store.SlotLease{}, err
+	}
+	var l struct {
+		LeaseID    *string `json:"lease_id"`
+		Expires    int64   `json:"expires_ns"`
+		RetryAfter int64   `json:"retry_after_ns"`
+		InUse      *int64  `json:"in_use"`
+		Limit      int64   `json:"limit"`
+	}
+	if err := decode(b, &l); err != nil {
+		return store.SlotLease{}, err
+	}
+	if l.InUse == nil { // a schedule's answer
+		return store.SlotLease{}, fmt.Errorf("limiter %q: %w: not a concurrency limiter", name, store.ErrConflict)
+	}
+	if status == http.StatusTooManyRequests {
+		return store.SlotLease{RetryAfter: l.RetryAfter, InUse: *l.InUse, Limit: l.Limit}, nil
+	}
+	if l.LeaseID == nil {
+		return store.SlotLease{}, fmt.Errorf("client: the limitd server answered a slot without a lease_id: %s", b)
+	}
+	return store.SlotLease{Granted: true, ID: *l.LeaseID, Expires: l.Expires, InUse: *l.InUse, Limit: l.Limit}, nil
+}
+
+func (t *httpTransport) RenewSlot(ctx context.Context, name, id string) (store.SlotLease, error) {
+	_, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "renew"), map[string]string{"lease_id": id})
+	if err != nil {
+		return store.SlotLease{}, err
+	}
+	var l struct {
+		LeaseID string `json:"lease_id"`
+		Expires int64  `json:"expires_ns"`
+	}
+	if err := decode(b, &l); err != nil {
+		return store.SlotLease{}, err
+	}
+	return store.SlotLease{Granted: true, ID: l.LeaseID, Expires: l.Expires}, nil
+}
+
+func (t *httpTransport) ReleaseSlot(ctx context.Context, name, id string) error {
+	_, _, err := t.do(ctx, http.MethodPost, limiterPath(name, "release"), map[string]string{"lease_id": id})
+	return err
+}
+
+// Time is the server's Redis time of the latest grant answer, advanced by
+// the local clock since; ErrUnavailable until a grant has answered.
+func (t *httpTransport) Time(context.Context) (int64, error) {
+	t.mu.Lock()
+	now, seen := t.now, t.nowSeen
+	t.mu.Unlock()
+	if seen.IsZero() {
+		return 0, fmt.Errorf("%w: no server time yet (no grant answered over HTTP)", store.ErrUnavailable)
+	}
+	return now + int64(time.Since(seen)), nil
+}
