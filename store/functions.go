@@ -92,12 +92,14 @@ func (s *Store) loadFunctions(ctx context.Context, gen uint64) error {
 		return nil
 	}
 	src := s.fn.lib.Source
+	load := func(ctx context.Context, c *redis.Client) error { return c.FunctionLoadReplace(ctx, src).Err() }
 	var err error
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			return c.FunctionLoadReplace(ctx, src).Err()
-		})
-	} else {
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, load)
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, load)
+	default:
 		err = s.rdb.FunctionLoadReplace(ctx, src).Err()
 	}
 	if err == nil {

@@ -454,6 +454,25 @@ func TestFunctions(t *testing.T) {
 		}
 		stTestFunctions(t, stClusterFactory(t)(t))
 	})
+	t.Run("ring", func(t *testing.T) {
+		t.Parallel()
+		a, b := redistest.Server(t), redistest.Server(t)
+		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
+		t.Cleanup(func() { _ = ring.Close() })
+		s := stStore(t, ring)
+		for i := range 8 { // on both shards
+			name := fmt.Sprintf("r%d", i)
+			stPut(t, s, name, stSched(1000, 1))
+			var last int64
+			stEveryCall(t, s, s, name, &last)
+			stFunctionFlush(t, a.Client())
+			stFunctionFlush(t, b.Client())
+			stEveryCall(t, s, s, name, &last)
+		}
+		if s.fn.off.Load() {
+			t.Errorf("the store gave functions up on a ring")
+		}
+	})
 	t.Run("miniredis", func(t *testing.T) {
 		t.Parallel()
 		rdb := stMiniredisFactory(t)(t)
