@@ -133,16 +133,9 @@ func (s *server) grant(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	lim, tpl := s.subject(ctx, n)
-	if lim != "" {
-		s.m.backlog.WithLabelValues(lim).Set(float64(g.Wait) / 1e9)
+	if answered, err := s.decided(c, n, g.Decision); answered {
+		return err
 	}
-	if !g.Granted {
-		s.m.decisions.WithLabelValues(lim, tpl, "denied").Inc()
-		setRetryAfter(c, g.RetryAfter)
-		return c.JSON(http.StatusTooManyRequests, denied{RetryAfter: g.RetryAfter, Delay: g.Delay, Wait: g.Wait, Version: g.Version, Now: g.Now})
-	}
-	s.m.decisions.WithLabelValues(lim, tpl, "granted").Inc()
 	return c.JSON(http.StatusOK, viewOf(s.grants.add(g), g))
 }
 

@@ -276,16 +276,9 @@ func (s *server) acquire(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	lim, tpl := s.subject(ctx, n)
-	if lim != "" {
-		s.m.backlog.WithLabelValues(lim).Set(float64(d.Wait) / 1e9)
+	if answered, err := s.decided(c, n, d); answered {
+		return err
 	}
-	if !d.Granted {
-		s.m.decisions.WithLabelValues(lim, tpl, "denied").Inc()
-		setRetryAfter(c, d.RetryAfter)
-		return c.JSON(http.StatusTooManyRequests, denied{RetryAfter: d.RetryAfter, Delay: d.Delay, Wait: d.Wait, Version: d.Version, Now: d.Now})
-	}
-	s.m.decisions.WithLabelValues(lim, tpl, "granted").Inc()
 	if block && d.Delay > 0 {
 		t := time.NewTimer(time.Duration(d.Delay))
 		select {
@@ -308,7 +301,7 @@ func (s *server) wait(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if lim, _ := s.subject(ctx, n); lim != "" {
+	if lim, _ := s.subjectOf(ctx, n, w.Instance); lim != "" {
 		s.m.backlog.WithLabelValues(lim).Set(float64(w.Wait) / 1e9)
 	}
 	return c.JSON(http.StatusOK, stateOf(w))
@@ -330,7 +323,7 @@ func (s *server) reset(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if lim, _ := s.subject(ctx, n); lim != "" {
+	if lim, _ := s.subjectOf(ctx, n, w.Instance); lim != "" {
 		s.m.backlog.WithLabelValues(lim).Set(float64(w.Wait) / 1e9)
 	}
 	return c.JSON(http.StatusOK, stateOf(w))
@@ -346,6 +339,38 @@ func setRetryAfter(c echo.Context, ns int64) {
 // limiter's own name, or the id of the template whose instance answered.
 // An instance name (user:42) never becomes a label. It costs a round trip
 // only when a template matches name.
+// subjectOf names the metric subject of a rate decision whose reply said
+// whether a template instance answered: the limiter's name, or the template's
+// id (never an instance's name). It costs no round trip.
+func (s *server) subjectOf(ctx context.Context, name string, instance bool) (lim, tpl string) {
+	if !instance {
+		return name, ""
+	}
+	if t, err := s.store.Resolve(ctx, name); err == nil {
+		return "", t.ID
+	}
+	return "", ""
+}
+
+// decided records a rate decision (acquire or grant) in the metrics and
+// answers a refused one with 429; answered says whether it answered.
+func (s *server) decided(c echo.Context, name string, d store.Decision) (answered bool, err error) {
+	lim, tpl := s.subjectOf(c.Request().Context(), name, d.Instance)
+	if lim != "" {
+		s.m.backlog.WithLabelValues(lim).Set(float64(d.Wait) / 1e9)
+	}
+	if !d.Granted {
+		s.m.decisions.WithLabelValues(lim, tpl, "denied").Inc()
+		setRetryAfter(c, d.RetryAfter)
+		return true, c.JSON(http.StatusTooManyRequests, denied{RetryAfter: d.RetryAfter, Delay: d.Delay, Wait: d.Wait, Version: d.Version, Now: d.Now})
+	}
+	s.m.decisions.WithLabelValues(lim, tpl, "granted").Inc()
+	return false, nil
+}
+
+// subject is subjectOf for kinds whose replies do not say whether a template
+// instance answered (share, concurrency): it asks Redis when a template
+// matches the name.
 func (s *server) subject(ctx context.Context, name string) (lim, tpl string) {
 	t, err := s.store.Resolve(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
