@@ -1,3 +1,4 @@
--- acquire: n permits for one caller (limiter.Params.Acquire).
--- KEYS: limiter hash, template-instance hash. ARGV: see acquire_main in lib.lua.
-return acquire_main(KEYS, ARGV, false)
+-- acquire: permits for callers, any number of acquires on any number of
+-- limiters in one call (limiter.Params.Acquire, one after the other).
+-- KEYS, ARGV, reply: see acquire_many in lib.lua.
+return acquire_many(KEYS, ARGV)

@@ -14,7 +14,7 @@ local mode, expected, cfg, restart, channel, name = ARGV[1], ARGV[2], ARGV[3], A
 local NP = {}
 params_from(NP, ARGV, 7)
 local us = time_us()
-local L = load(KEYS[1])
+local L = load(KEYS[1], false)
 if L and mode == 'patch' and expected ~= '' and tonumber(expected) ~= L.ver then return {-3, L.ver, 0} end
 if not L and mode == 'patch' then return {-1, 0, 0} end
 local code, ver = 200, 1
@@ -37,8 +37,7 @@ else
   if L.kind == 'smooth' then start(L, now_rel(L, us), us) end -- Guava: starts at creation
 end
 L.ver = ver
-save_params(L)
-save(L)
-redis.call('HSET', KEYS[1], 'cfg', cfg)
+L.x = pack(L)
+redis.call('HSET', KEYS[1], 'kind', L.kind, 'ver', ver, 'cfg', cfg, 'x', L.x)
 redis.call('PUBLISH', channel, name .. ' ' .. ver)
 return {code, ver, 1}

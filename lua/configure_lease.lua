@@ -31,7 +31,8 @@ else
   code, ver = 201, 1
   redis.call('DEL', unpack(KEYS)) -- leftovers of an earlier life, if any
 end
-local kv = {'kind', kind, 'ver', string.format('%.0f', ver), 'cfg', cfg}
+-- x is what the rate scripts read first (lib.lua, Storage): here, the kind.
+local kv = {'kind', kind, 'ver', string.format('%.0f', ver), 'cfg', cfg, 'x', kind}
 for i = 7, #ARGV do kv[#kv + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(kv))
 redis.call('PUBLISH', channel, name .. ' ' .. ver)

@@ -9,30 +9,35 @@
 -- without bound (allocated, idle, permits, lateness) are kept as exact 64-bit
 -- integers in two parts (see "Storage").
 --
--- Storage. A limiter (or template instance) is one hash:
+-- Storage. Everything the scripts need of a rate limiter is one packed value,
+-- x: kind code, version, engine parameters, state and totals. A named limiter
+-- is a hash holding x beside kind, ver and cfg (the canonical config, JSON),
+-- which configure.lua writes for store/ to read; a template instance is a
+-- string key holding x alone, with a TTL. So a call reads one value (HGET or
+-- GET) and writes one (HSET or SET ... PX).
 --
---   kind  'schedule' or 'smooth' (share and concurrency limiters have scripts
---         of their own; these answer {-5, kind} for them)
---   ver   the config version, decimal
---   cfg   the canonical config, JSON (named limiters; configure.lua)
---   p     engine parameters (P_SCHEDULE or P_SMOOTH below)
---   s     state: st ep org nx pc rem sto (S below)
---   t     totals al id pm lt (T below); absent while all are 0
+--   x = code ver | params | state | totals, where code is 1 (schedule) or 2
+--   (smooth), params are whole frac den maxn burst maxb (schedule) or whole
+--   frac den maxn cap init warm cool thr slope (smooth), state is st ep org
+--   nx pc rem sto, and totals are al id pm lt, each an int64 in two parts.
 --
--- p, s and t are packed. Where Redis's Lua has the struct library (every real
--- Redis), they are little-endian binary: doubles ('d') for fractional
--- values, two's-complement integers of 7 bytes ('i7', ±2^55) for times and
--- counts, which all fit (|x| < 2^53), and 4 bytes ('I4', 'i4') for the
--- slice's fraction, denominator and carry (<= 2^26). A total is the int64 hi * 2^32 + lo,
--- packed as lo 'I4' then hi 'i4': the int64's own little-endian bytes. Where
--- struct is missing (gopher-lua in miniredis) the same numbers are decimal
--- text, one space apart ('%.17g', exact). A server always has struct or never
--- does, so it only ever sees one form; store/ reads both (decodeStored).
--- Every value stays within 64 bytes so that Redis keeps the hash in its
--- compact listpack encoding (hash-max-listpack-value): the slice as a double
--- (stable) is not stored but computed as limiter.Slice.Float does, whole +
--- frac / den, the same two IEEE operations with the same result. A hash of a
--- limitd from before this format (a field per number) is refused (load).
+-- A share or concurrency limiter's hash (configure_lease.lua) holds its kind's
+-- name as x, so that these scripts answer {-5, kind} for it in the same read.
+--
+-- Where Redis's Lua has the struct library (every real Redis), x is
+-- little-endian binary: doubles ('d') for fractional values, two's-complement
+-- integers of 7 bytes ('i7', +-2^55) for times and counts, which all fit
+-- (|x| < 2^53), and 4 bytes ('I4', 'i4') for the slice's fraction,
+-- denominator and carry (<= 2^26). A total is the int64 hi * 2^32 + lo, packed
+-- as lo 'I4' then hi 'i4': the int64's own little-endian bytes. Where struct
+-- is missing (gopher-lua in miniredis) the same numbers are decimal text, one
+-- space apart ('%.17g', exact). A server always has struct or never does, so
+-- it only ever sees one form; store/ reads both (decodeStored). The code comes
+-- first in both forms: byte 1 or 2 in binary, the digit '1' or '2' in text.
+-- The slice as a double (stable) is not stored but computed as
+-- limiter.Slice.Float does, whole + frac / den, the same two IEEE operations
+-- with the same result. A hash of a limitd from before this format (no x) is
+-- refused (resolve): delete the limiter and put it again.
 
 -- Globals. A script runs this file top to bottom on every call. In a Redis
 -- Function library (lua.Library: FUNCTION LOAD, Redis >= 7) the top level runs
@@ -55,11 +60,17 @@ local enc, dec
 local PARAMS = {'kind', 'whole', 'frac', 'den', 'maxn', 'burst', 'maxb', 'cap', 'init', 'warm',
   'stable', 'cool', 'thr', 'slope', 'ver'}
 
--- The packed layouts (struct formats; the text form has the same numbers).
-local P_SCHEDULE = '<i7I4I4i7di7'    -- whole frac den maxn burst maxb: 37 bytes
-local P_SMOOTH = '<i7I4I4i7i7i7Bddd' -- whole frac den maxn cap init warm cool thr slope: 61 bytes
-local S = '<Bi7i7i7i7i4i7'           -- st ep org nx pc rem sto: 40 bytes
-local T = '<I4i4I4i4I4i4I4i4'        -- al id pm lt, each lo hi: 32 bytes
+-- The packed layouts of x (struct formats; the text form has the same
+-- numbers): code ver, then params, state (st ep org nx pc rem sto: 40 bytes)
+-- and totals (al id pm lt, each lo hi: 32 bytes).
+local X_SCHEDULE = '<Bi7' .. 'i7I4I4i7di7' .. 'Bi7i7i7i7i4i7' .. 'I4i4I4i4I4i4I4i4'    -- 117 bytes
+local X_SMOOTH = '<Bi7' .. 'i7I4I4i7i7i7Bddd' .. 'Bi7i7i7i7i4i7' .. 'I4i4I4i4I4i4I4i4' -- 141 bytes
+-- R is one decision of acquire_many: code sched start delay late wait retry.
+local R = '<Bi7i7i7i7i7i7'
+
+-- TEXT is 1 where x and replies are text (no struct), else 0; SEP joins packed
+-- records: nothing in binary, a space in text.
+local TEXT, SEP = 0, ''
 
 local function fmt(x) return string.format('%.17g', x) end
 
@@ -84,6 +95,7 @@ local function init()
     enc, dec = struct.pack, struct.unpack
     return
   end
+  TEXT, SEP = 1, ' '
   enc = function(_, ...)
     return (string.format(string.rep('%.17g ', select('#', ...)), ...):sub(1, -2))
   end
@@ -102,34 +114,38 @@ local function time_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- load reads a limiter hash into a table L: numbers for params and state, nil if
--- the key does not exist. A limiter of a kind without a schedule (share,
--- concurrency) is {key, kind, ver, other = true}. The packed state stays in L.s
--- (save writes only a changed one); the totals stay packed (L.t) until a call
--- needs them (totals).
-local function load(key)
-  local v = rcall('HMGET', key, 'kind', 'ver', 'p', 's', 't')
-  local kind, p, s = v[1], v[3], v[4]
-  if not kind then return nil end
-  local whole, frac, den, maxn, burst, maxb, cap, initial, warm, cool, thr, slope
-  if kind == 'schedule' and p then
-    whole, frac, den, maxn, burst, maxb = dec(P_SCHEDULE, p)
-    cap, initial, warm, cool, thr, slope = 0, 0, 0, 0, 0, 0
-  elseif kind == 'smooth' and p then
-    whole, frac, den, maxn, cap, initial, warm, cool, thr, slope = dec(P_SMOOTH, p)
-    burst, maxb = 0, 0
-  elseif kind == 'schedule' or kind == 'smooth' then
-    error('limitd: ' .. key .. ' was written by an older limitd (no packed params): delete the limiter and put it again')
+-- load reads a limiter (inst: a template instance's key) into a table L:
+-- numbers for params, state and totals, nil if the key does not exist. A
+-- limiter of a kind without a schedule (share, concurrency) is {key, kind,
+-- ver, other = true}. L.x keeps what was read, so that save writes only a
+-- change.
+local function load(key, inst)
+  local x
+  if inst then x = rcall('GET', key) else x = rcall('HGET', key, 'x') end
+  if not x then return nil end
+  local code = string.byte(x, 1)
+  local L
+  if code == 1 or code == 49 then
+    local _, ver, whole, frac, den, maxn, burst, maxb, st, ep, org, nx, pc, rem, sto,
+      al, alh, id, idh, pm, pmh, lt, lth = dec(X_SCHEDULE, x)
+    L = {kind = 'schedule', ver = ver, whole = whole, frac = frac, den = den, maxn = maxn,
+      burst = burst, maxb = maxb, cap = 0, init = 0, warm = 0, cool = 0, thr = 0, slope = 0,
+      st = st, ep = ep, org = org, nx = nx, pc = pc, rem = rem, sto = sto,
+      al = al, alh = alh, id = id, idh = idh, pm = pm, pmh = pmh, lt = lt, lth = lth}
+  elseif code == 2 or code == 50 then
+    local _, ver, whole, frac, den, maxn, cap, initial, warm, cool, thr, slope,
+      st, ep, org, nx, pc, rem, sto, al, alh, id, idh, pm, pmh, lt, lth = dec(X_SMOOTH, x)
+    L = {kind = 'smooth', ver = ver, whole = whole, frac = frac, den = den, maxn = maxn,
+      burst = 0, maxb = 0, cap = cap, init = initial, warm = warm, cool = cool, thr = thr, slope = slope,
+      st = st, ep = ep, org = org, nx = nx, pc = pc, rem = rem, sto = sto,
+      al = al, alh = alh, id = id, idh = idh, pm = pm, pmh = pmh, lt = lt, lth = lth}
   else
-    return {key = key, kind = kind, ver = tonumber(v[2]) or 0, other = true}
+    -- a share or concurrency limiter: x is its kind (configure_lease.lua)
+    return {key = key, kind = x, ver = tonumber(rcall('HGET', key, 'ver')) or 0, other = true}
   end
-  local st, ep, org, nx, pc, rem, sto = 0, 0, 0, 0, 0, 0, 0
-  if s then st, ep, org, nx, pc, rem, sto = dec(S, s) end
-  return {key = key, kind = kind, ver = tonumber(v[2]), whole = whole, frac = frac, den = den,
-    maxn = maxn, burst = burst, maxb = maxb, cap = cap, init = initial, warm = warm,
-    stable = whole + frac / den, cool = cool, thr = thr, slope = slope,
-    st = st, ep = ep, org = org, nx = nx, pc = pc, rem = rem, sto = sto, s = s, t = v[5],
-    d_al = 0, d_id = 0, d_pm = 0, d_lt = 0}
+  L.key, L.inst, L.x, L.stable = key, inst, x, L.whole + L.frac / L.den
+  L.d_al, L.d_id, L.d_pm, L.d_lt = 0, 0, 0, 0
+  return L
 end
 
 -- params_from copies engine parameters from ARGV (in PARAMS order) into L.
@@ -159,8 +175,7 @@ end
 -- totals are L's totals with this call's changes, as al, al_hi, id, id_hi,
 -- pm, pm_hi, lt, lt_hi (each total hi * 2^32 + lo, 0 <= lo < 2^32).
 local function totals(L)
-  local al, alh, id, idh, pm, pmh, lt, lth = 0, 0, 0, 0, 0, 0, 0, 0
-  if L.t then al, alh, id, idh, pm, pmh, lt, lth = dec(T, L.t) end
+  local al, alh, id, idh, pm, pmh, lt, lth = L.al, L.alh, L.id, L.idh, L.pm, L.pmh, L.lt, L.lth
   local x = L.xid
   if x then id, idh = id + x[1], idh + x[2] end
   al, id, pm, lt = al + L.d_al, id + L.d_id, pm + L.d_pm, lt + L.d_lt
@@ -294,33 +309,59 @@ local function acquire(L, now, us, n, max_wait)
   return 1, n, sched, st, delay, late, max(0, now - L.nx), 0
 end
 
--- save writes L's state back if it changed (a denied request often changes
--- nothing), and its totals if this call changed them.
-local function save(L)
-  local s = enc(S, L.st, L.ep, L.org, L.nx, L.pc, L.rem, L.sto)
-  if L.d_al == 0 and L.d_id == 0 and L.d_pm == 0 and L.d_lt == 0 and not L.xid then
-    if s ~= L.s then rcall('HSET', L.key, 's', s) end
-  else
-    L.t = enc(T, totals(L))
-    L.d_al, L.d_id, L.d_pm, L.d_lt, L.xid = 0, 0, 0, 0, nil
-    rcall('HSET', L.key, 's', s, 't', L.t)
-  end
-  L.s = s
-end
-
--- save_params writes L's kind, version and engine parameters.
-local function save_params(L)
-  local p
+-- pack returns L's x (see Storage) with this call's changes to the totals.
+local function pack(L)
+  local al, alh, id, idh, pm, pmh, lt, lth = totals(L)
   if L.kind == 'smooth' then
-    p = enc(P_SMOOTH, L.whole, L.frac, L.den, L.maxn, L.cap, L.init, L.warm, L.cool, L.thr, L.slope)
-  else
-    p = enc(P_SCHEDULE, L.whole, L.frac, L.den, L.maxn, L.burst, L.maxb)
+    return enc(X_SMOOTH, 2, L.ver, L.whole, L.frac, L.den, L.maxn, L.cap, L.init, L.warm, L.cool,
+      L.thr, L.slope, L.st, L.ep, L.org, L.nx, L.pc, L.rem, L.sto, al, alh, id, idh, pm, pmh, lt, lth)
   end
-  rcall('HSET', L.key, 'kind', L.kind, 'ver', L.ver, 'p', p)
+  return enc(X_SCHEDULE, 1, L.ver, L.whole, L.frac, L.den, L.maxn, L.burst, L.maxb,
+    L.st, L.ep, L.org, L.nx, L.pc, L.rem, L.sto, al, alh, id, idh, pm, pmh, lt, lth)
 end
 
-local function fresh(key)
-  return {key = key, st = 0, ep = 0, org = 0, nx = 0, pc = 0, rem = 0, sto = 0,
+-- settle_ms is how long an instance must be kept: until its state is no
+-- different from a fresh one (debt paid, stored time full or backlog
+-- forfeited), or the template's idle_ttl when one is set.
+local function settle_ms(L, now, idle_ttl_ms)
+  if idle_ttl_ms > 0 then return idle_ttl_ms end
+  local settle = L.maxb
+  if L.kind == 'smooth' then settle = L.cap - L.sto end
+  return max(1, math.ceil((max(0, L.nx - now, L.pc - now) + settle) / 1e6))
+end
+
+-- save writes L back if this call changed it: a named limiter's x field, or
+-- an instance's key with a TTL, settle_ms(L, now, idle_ttl_ms). Without now
+-- an instance keeps the TTL it has. An unchanged instance with an idle_ttl
+-- gets it anew (every use counts); one without keeps its TTL, which still
+-- covers an unchanged state.
+local function save(L, now, idle_ttl_ms)
+  local x = pack(L)
+  L.al, L.alh, L.id, L.idh, L.pm, L.pmh, L.lt, L.lth = totals(L)
+  L.d_al, L.d_id, L.d_pm, L.d_lt, L.xid = 0, 0, 0, 0, nil
+  local changed = x ~= L.x
+  L.x = x
+  if not L.inst then
+    if changed then rcall('HSET', L.key, 'x', x) end
+    return
+  end
+  if not now then
+    if not changed then return end
+    local ttl = rcall('PTTL', L.key)
+    if ttl > 0 then rcall('SET', L.key, x, 'PX', ttl) else rcall('SET', L.key, x) end
+    return
+  end
+  local ttl = settle_ms(L, now, idle_ttl_ms)
+  if changed then
+    rcall('SET', L.key, x, 'PX', ttl)
+  elseif idle_ttl_ms > 0 then
+    rcall('PEXPIRE', L.key, ttl)
+  end
+end
+
+local function fresh(key, inst)
+  return {key = key, inst = inst, st = 0, ep = 0, org = 0, nx = 0, pc = 0, rem = 0, sto = 0,
+    al = 0, alh = 0, id = 0, idh = 0, pm = 0, pmh = 0, lt = 0, lth = 0,
     d_al = 0, d_id = 0, d_pm = 0, d_lt = 0}
 end
 
@@ -354,54 +395,52 @@ local function reset(L, now)
   L.pc = max(L.pc, now)
 end
 
--- resolve finds the limiter a call is about: the named limiter (keys[1]) if it
--- exists, else the template instance (keys[2]) when the caller passed the
--- matching template's parameters from argv[i] on. It returns L (nil: not found)
--- and whether L is a template instance. An instance is created on first use and
--- moved to a newer template version in place; the template's parameters are
--- only parsed then.
-local function resolve(keys, argv, i, us)
-  local L = load(keys[1])
-  if L then return L, false end
-  if #argv < i + #PARAMS - 1 then return nil, false end
-  L = load(keys[2])
-  if L and tonumber(argv[i + #PARAMS - 1]) <= L.ver then return L, true end
+-- resolve finds the limiter a call is about: the named limiter (key) if it
+-- exists, else the template instance (ikey) when the caller passed the
+-- matching template's parameters from argv[i] on (tpl). It returns L (nil: not
+-- found), which is an instance when L.inst. An instance is created on first
+-- use and moved to a newer template version in place; the template's
+-- parameters are only parsed then.
+local function resolve(key, ikey, argv, i, tpl, us)
+  local L = load(key, false)
+  if L then return L end
+  if not tpl then
+    -- Not found: unless an older limitd wrote key (a hash without x).
+    if rcall('HEXISTS', key, 'kind') == 1 then
+      error('limitd: ' .. key .. ' was written by an older limitd: delete the limiter and put it again')
+    end
+    return nil
+  end
+  L = load(ikey, true)
+  if L and (L.other or tonumber(argv[i + #PARAMS - 1]) <= L.ver) then return L end
   local NP = {}
   params_from(NP, argv, i)
   if not L then
-    L = fresh(keys[2])
+    L = fresh(ikey, true)
     for _, f in ipairs(PARAMS) do L[f] = NP[f] end
   else
     retune(L, now_rel(L, us), NP)
   end
-  L.new_params = true
-  return L, true
+  return L
 end
 
--- expire gives an instance a TTL: the time until its state is no different
--- from a fresh one (debt paid, stored time full or backlog forfeited), or the
--- template's idle_ttl when one is set.
-local function expire(L, now, idle_ttl_ms)
-  local ttl = idle_ttl_ms
-  if ttl <= 0 then
-    local settle = L.maxb
-    if L.kind == 'smooth' then settle = L.cap - L.sto end
-    ttl = math.ceil((max(0, L.nx - now, L.pc - now) + settle) / 1e6)
-  end
-  rcall('PEXPIRE', L.key, max(1, ttl))
+-- resolve_keys is resolve for the scripts that take KEYS = {limiter,
+-- instance} and the template's parameters, if any, from argv[i] on.
+local function resolve_keys(keys, argv, i, us)
+  return resolve(keys[1], keys[2], argv, i, #argv >= i + #PARAMS - 1, us)
 end
 
--- acquire_main is the body of acquire.lua and grant.lua.
+-- grant_main is the body of grant.lua: n permits for a client pool, with
+-- what the pool needs to place each permit and to hand unused ones back.
 -- ARGV: n, max_wait (ns; negative: forever), idle_ttl_ms, [template PARAMS...].
 -- Reply: {code, granted, permits, ep, sched, start, delay, lateness, wait,
--- retry_after, version, now_us, instance} with times relative to ep (Unix µs)
--- and instance 1 when a template instance answered; a grant adds
--- {rem_before, next_after, whole, frac, den, burst, kind}. code 1 is ok, -1
--- not found, -2 permits out of range ({-2, max}), -5 a limiter of another
--- kind ({-5, kind}).
-local function acquire_main(keys, argv, grant)
+-- retry_after, version, now_us, instance, rem_before, next_after, whole,
+-- frac, den, burst, kind} with times relative to ep (Unix us) and instance 1
+-- when a template instance answered. code 1 is ok, -1 not found, -2 permits
+-- out of range ({-2, max}), -5 a limiter of another kind ({-5, kind}).
+local function grant_main(keys, argv)
   local us = time_us()
-  local L, inst = resolve(keys, argv, 4, us)
+  local L = resolve_keys(keys, argv, 4, us)
   if not L then return {-1} end
   if L.other then return {-5, L.kind} end
   local n, max_wait = tonumber(argv[1]), tonumber(argv[2])
@@ -411,18 +450,60 @@ local function acquire_main(keys, argv, grant)
   local rem_before = L.rem
   if L.st ~= 1 and L.kind == 'schedule' then rem_before = 0 end
   local granted, permits, sched, st, delay, late, wait, retry = acquire(L, now, us, n, max_wait)
-  save(L)
-  local flag = 0
-  if inst then
-    flag = 1
-    if L.new_params then save_params(L) end
-    expire(L, now, tonumber(argv[3]))
+  save(L, now, tonumber(argv[3]))
+  return {1, granted, permits, L.ep, sched, st, delay, late, wait, retry, L.ver, us, L.inst and 1 or 0,
+    rem_before, L.nx, L.whole, L.frac, L.den, fmt(L.burst), L.kind}
+end
+
+-- acquire_many is the body of acquire.lua: any number of acquires on any
+-- number of limiters, decided at one Redis time, each limiter read and written
+-- once. A limiter's requests are decided in order, as if they came one after
+-- the other at that time.
+-- KEYS: each limiter's hash and instance key (2j-1, 2j).
+-- ARGV: per limiter, in KEYS order: m (its requests), idle_ttl_ms, np (0, or
+-- the count of template PARAMS that follow), the np PARAMS, then m pairs n,
+-- max_wait (ns; negative: forever).
+-- Reply: per limiter, {1, ep, version, now_us, instance, records, text}, or
+-- {-1} (not found) or {-5, kind} (a limiter of another kind). records holds
+-- one R per request: code (0 denied, 1 granted, 2 n out of range, with the
+-- maximum as sched), sched, start, delay, lateness, wait, retry_after, times
+-- relative to ep (Unix us); text is 1 when it is text (TEXT), packed records
+-- one space apart.
+local function acquire_many(keys, argv)
+  local us = time_us()
+  local out = {}
+  local a = 1
+  for j = 1, #keys / 2 do
+    local m, idle_ttl, np = tonumber(argv[a]), tonumber(argv[a + 1]), tonumber(argv[a + 2])
+    local L = resolve(keys[2 * j - 1], keys[2 * j], argv, a + 3, np > 0, us)
+    local q = a + 3 + np
+    a = q + 2 * m
+    if not L then
+      out[j] = {-1}
+    elseif L.other then
+      out[j] = {-5, L.kind}
+    else
+      local now = now_rel(L, us)
+      local recs, decided = {}, false
+      for r = 1, m do
+        local n, max_wait = tonumber(argv[q]), tonumber(argv[q + 1])
+        q = q + 2
+        if n < 1 or n > L.maxn or n ~= floor(n) then
+          recs[r] = enc(R, 2, L.maxn, 0, 0, 0, 0, 0)
+        else
+          if max_wait < 0 then max_wait = HORIZON end
+          local granted, _, sched, st, delay, late, wait, retry = acquire(L, now, us, n, max_wait)
+          recs[r] = enc(R, granted, sched, st, delay, late, wait, retry)
+          decided = true
+        end
+      end
+      -- Requests that were all refused change nothing (an instance is
+      -- neither created nor moved to a new template version).
+      if decided then save(L, now, idle_ttl) end
+      out[j] = {1, L.ep, L.ver, us, L.inst and 1 or 0, table.concat(recs, SEP), TEXT}
+    end
   end
-  if grant then
-    return {1, granted, permits, L.ep, sched, st, delay, late, wait, retry, L.ver, us, flag,
-      rem_before, L.nx, L.whole, L.frac, L.den, fmt(L.burst), L.kind}
-  end
-  return {1, granted, permits, L.ep, sched, st, delay, late, wait, retry, L.ver, us, flag}
+  return out
 end
 
 if not redis.register_function then init() end -- a script, not a library (see Globals)

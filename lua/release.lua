@@ -2,13 +2,13 @@
 -- (limiter.Params.Release). If the schedule has not moved since the grant
 -- (same version, next and carry), it is rewound; otherwise the unused time is
 -- moved from allocated to idle and is lost to everyone.
--- KEYS: limiter hash, template-instance hash.
+-- KEYS: limiter hash, template-instance key.
 -- ARGV: version, grant_ep, sched, next_after, pace_used (relative to grant_ep),
 -- unused_ns, unused_permits, rem_used, rem_after, [template PARAMS...].
 -- Reply: {code, rewound}; {-1}: not found; {-5, kind}: a limiter of another
 -- kind.
 local us = time_us()
-local L, inst = resolve(KEYS, ARGV, 10, us)
+local L = resolve_keys(KEYS, ARGV, 10, us)
 if not L then return {-1} end
 if L.other then return {-5, L.kind} end
 if L.st ~= 1 then return {1, 0} end
@@ -35,6 +35,5 @@ else
 end
 L.d_al, L.d_pm = L.d_al - unused, L.d_pm - m
 now_rel(L, us)
-save(L)
-if inst and L.new_params then save_params(L) end -- moved to a newer template version
+save(L) -- an instance keeps its TTL
 return {1, rewound}

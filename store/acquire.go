@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/limitd/limitd/limiter"
@@ -46,14 +47,36 @@ func (s *Store) Acquire(ctx context.Context, name string, n int64, maxWait time.
 }
 
 func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait time.Duration) (Decision, error) {
-	v, err := s.acquireCall(ctx, lua.Acquire, name, n, maxWait)
+	keys, tpl, err := s.target(ctx, name)
 	if err != nil {
 		return Decision{}, err
 	}
-	return decodeDecision(v), nil
+	if n < 1 {
+		return Decision{}, permitsErr(n)
+	}
+	args := append(tpl.acquireArgs(1, nil), n, waitArg(maxWait))
+	v, err := s.run(ctx, lua.Acquire, keys, args...)
+	if err != nil {
+		return Decision{}, err
+	}
+	var o [1]Outcome
+	if len(v) != 1 {
+		return Decision{}, fmt.Errorf("store: acquire of %q: %d answers for 1 limiter", name, len(v))
+	}
+	decodeAcquired(name, v[0], []int64{n}, o[:], nil)
+	return o[0].Decision, o[0].Err
 }
 
-func (s *Store) acquireCall(ctx context.Context, op, name string, n int64, maxWait time.Duration) ([]any, error) {
+// acquireArgs starts the arguments acquire.lua takes for one limiter: the
+// count of its requests, the idle TTL and the template's parameters, if any.
+// The requests' pairs (permits, max wait) follow.
+func (t *compiledTemplate) acquireArgs(m int, args []any) []any {
+	p := t.args()
+	return append(append(args, m, t.idleTTLms(), len(p)), p...)
+}
+
+// grantCall runs grant.lua (see grant_main in lua/lib.lua).
+func (s *Store) grantCall(ctx context.Context, name string, n int64, maxWait time.Duration) ([]any, error) {
 	keys, tpl, err := s.target(ctx, name)
 	if err != nil {
 		return nil, err
@@ -62,7 +85,7 @@ func (s *Store) acquireCall(ctx context.Context, op, name string, n int64, maxWa
 		return nil, permitsErr(n)
 	}
 	args := append([]any{n, waitArg(maxWait), tpl.idleTTLms()}, tpl.args()...)
-	v, err := s.run(ctx, op, keys, args...)
+	v, err := s.run(ctx, lua.Grant, keys, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +145,69 @@ func decodeDecision(v []any) Decision {
 	return d
 }
 
+// recordSize is the length of one binary decision record of acquire.lua:
+// code 'B', then sched, start, delay, lateness, wait, retry_after as 'i7'.
+const recordSize = 1 + 6*7
+
+// decodeAcquired decodes acquire.lua's answer for one limiter, g, into out:
+// one Outcome per request, whose permits are ns. idx maps a request to its
+// place in out (nil: in order).
+func decodeAcquired(name string, g any, ns []int64, out []Outcome, idx []int) {
+	at := func(r int) *Outcome {
+		if idx == nil {
+			return &out[r]
+		}
+		return &out[idx[r]]
+	}
+	fail := func(err error) {
+		for r := range ns {
+			at(r).Err = err
+		}
+	}
+	v, _ := g.([]any)
+	if len(v) == 0 {
+		fail(fmt.Errorf("store: acquire of %q: unexpected reply %v", name, g))
+		return
+	}
+	if err := replyErr(name, v); err != nil {
+		fail(err)
+		return
+	}
+	if len(v) < 7 {
+		fail(fmt.Errorf("store: acquire of %q: unexpected reply %v", name, v))
+		return
+	}
+	ep, ver, now, inst := toInt(v[1]), toInt(v[2]), toInt(v[3])*1000, toInt(v[4]) == 1
+	recs := toString(v[5])
+	u := &unpacker{b: []byte(recs)}
+	if toInt(v[6]) == 1 {
+		u = &unpacker{words: strings.Fields(recs), isText: true}
+	}
+	for r, n := range ns {
+		code := u.uint(1)
+		sched, start, delay, late, wait, retry := u.int(7), u.int(7), u.int(7), u.int(7), u.int(7), u.int(7)
+		o := at(r)
+		switch {
+		case u.err != nil:
+			o.Err = fmt.Errorf("store: acquire of %q: record %d: %w", name, r, u.err)
+			continue
+		case code == 2:
+			o.Err = &limiter.FieldError{Field: "permits", Rule: "must be ≥ 1 and at most " + strconv.FormatInt(sched, 10) + " (13 days of schedule)"}
+			continue
+		}
+		d := Decision{Granted: code == 1, Delay: delay, Wait: wait, RetryAfter: retry,
+			Version: ver, Now: now, Instance: inst}
+		if d.Granted {
+			d.Permits, d.Lateness = n, late
+			d.Scheduled, d.Start = abs(ep, sched), abs(ep, start)
+		}
+		o.Decision = d
+	}
+	if err := u.done("records"); err != nil {
+		fail(fmt.Errorf("store: acquire of %q: %w", name, err))
+	}
+}
+
 // Grant is k permits taken from the shared schedule in one call, for a client
 // pool to dispense locally. Besides the decision it carries what the pool
 // needs to place each permit and to hand unused ones back.
@@ -144,7 +230,7 @@ func (g *Grant) Params() limiter.Params {
 
 // Grant takes k permits for a client pool (see Grant), waiting at most maxWait.
 func (s *Store) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (Grant, error) {
-	v, err := s.acquireCall(ctx, lua.Grant, name, k, maxWait)
+	v, err := s.grantCall(ctx, name, k, maxWait)
 	if err != nil {
 		return Grant{}, err
 	}

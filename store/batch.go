@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -27,47 +28,41 @@ type Outcome struct {
 }
 
 // AcquireMany decides many acquires, on any limiters, in one round trip per
-// Redis node (a pipeline of function or script calls). Outcomes are in
-// request order.
+// Redis node. The requests of one limiter are decided by one call, in order,
+// at one Redis time, reading and writing the limiter once; on a single Redis
+// server (not a cluster or ring) one call decides up to batchCallSize
+// requests of any limiters, and more calls go out in the same pipeline.
+// Outcomes are in request order.
 func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
 	out := make([]Outcome, len(reqs))
-	cmds := make([]*redis.Cmd, len(reqs))
-	args := make([][]any, len(reqs))
-	keys := make([][]string, len(reqs))
-	for i, r := range reqs {
-		k, tpl, err := s.target(ctx, r.Name)
-		if err == nil && r.Permits < 1 {
-			err = permitsErr(r.Permits)
-		}
-		if err != nil {
-			out[i].Err = err
-			continue
-		}
-		keys[i] = k
-		args[i] = append([]any{r.Permits, waitArg(r.MaxWait), tpl.idleTTLms()}, tpl.args()...)
+	calls := s.batchCalls(ctx, reqs, out)
+	if len(calls) == 0 {
+		return out
 	}
 	script := s.scripts[lua.Acquire]
 	fn, gen := s.fn.function(lua.Acquire), s.fn.gen.Load()
-	// exec runs request i if again(i): as a function while fn is set, else as
+	// exec runs call i if again(i): as a function while fn is set, else as
 	// a script.
 	exec := func(again func(i int) bool) {
 		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := range reqs {
-				if keys[i] == nil || !again(i) {
+			for i, c := range calls {
+				if !again(i) {
 					continue
 				}
 				if fn != "" {
-					cmds[i] = p.FCall(ctx, fn, keys[i], args[i]...)
+					c.cmd = p.FCall(ctx, fn, c.keys, c.args...)
 				} else {
-					cmds[i] = script.EvalSha(ctx, p, keys[i], args[i]...)
+					c.cmd = script.EvalSha(ctx, p, c.keys, c.args...)
 				}
 			}
 			return nil
 		})
 	}
 	failed := func(is func(error) bool) func(i int) bool {
-		f := cmdFailed(is)
-		return func(i int) bool { return f(cmds[i]) }
+		return func(i int) bool { return is(calls[i].cmd.Err()) }
+	}
+	anyFailed := func(is func(error) bool) bool {
+		return slices.ContainsFunc(calls, func(c *batchCall) bool { return is(c.cmd.Err()) })
 	}
 	exec(func(int) bool { return true })
 	// Recover what a node could not run, then run it again: a node without
@@ -78,11 +73,11 @@ func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
 retry:
 	for range 4 {
 		switch {
-		case fn != "" && slices.ContainsFunc(cmds, cmdFailed(fnUnsupported)):
+		case fn != "" && anyFailed(fnUnsupported):
 			s.fn.off.Store(true)
 			fn = ""
 			exec(failed(fnFailed))
-		case fn != "" && slices.ContainsFunc(cmds, cmdFailed(fnMissing)):
+		case fn != "" && anyFailed(fnMissing):
 			err := s.loadFunctions(ctx, gen)
 			gen = s.fn.gen.Load()
 			if fnUnsupported(err) {
@@ -92,7 +87,7 @@ retry:
 				break retry
 			}
 			exec(failed(fnMissing))
-		case fn == "" && slices.ContainsFunc(cmds, cmdFailed(isNoScript)):
+		case fn == "" && anyFailed(isNoScript):
 			if err := script.Load(ctx, s.rdb).Err(); err != nil {
 				break retry
 			}
@@ -101,32 +96,100 @@ retry:
 			break retry
 		}
 	}
-	for i, r := range reqs {
-		if keys[i] == nil {
-			continue
+	for _, c := range calls {
+		v, err := c.cmd.Slice()
+		if err == nil && len(v) != len(c.groups) {
+			err = fmt.Errorf("store: acquire: %d answers for %d limiters", len(v), len(c.groups))
 		}
-		v, err := cmds[i].Slice()
-		if err != nil {
-			out[i].Err = wrapErr(err)
-			continue
+		for j, g := range c.groups {
+			if err != nil {
+				for _, i := range g.idx {
+					out[i].Err = wrapErr(err)
+				}
+				continue
+			}
+			decodeAcquired(g.name, v[j], g.permits, out, g.idx)
 		}
-		if err := replyErr(r.Name, v); err != nil {
-			out[i].Err = err
-			continue
-		}
-		out[i].Decision = decodeDecision(v)
 	}
 	return out
 }
 
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+// batchCallSize bounds the requests one call of a batch decides on a single
+// Redis server, so that no call holds Redis for long.
+const batchCallSize = 128
+
+// batchGroup is the requests of one batch for one limiter.
+type batchGroup struct {
+	name    string
+	keys    []string
+	tpl     *compiledTemplate
+	idx     []int   // the requests' places in the batch
+	permits []int64 // their permits
 }
 
-// cmdFailed returns whether a command was sent and failed with an error for
-// which is reports true.
-func cmdFailed(is func(error) bool) func(*redis.Cmd) bool {
-	return func(c *redis.Cmd) bool { return c != nil && is(c.Err()) }
+// batchCall is one call of acquire.lua: one or more limiters' requests.
+type batchCall struct {
+	groups []*batchGroup
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+}
+
+// batchCalls groups reqs by limiter and the groups into calls, recording in
+// out the requests that fail before any call.
+func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome) []*batchCall {
+	var groups []*batchGroup
+	byName := make(map[string]*batchGroup)
+	failed := make(map[string]error)
+	for i, r := range reqs {
+		if r.Permits < 1 {
+			out[i].Err = permitsErr(r.Permits)
+			continue
+		}
+		g := byName[r.Name]
+		if g == nil {
+			if err := failed[r.Name]; err != nil {
+				out[i].Err = err
+				continue
+			}
+			keys, tpl, err := s.target(ctx, r.Name)
+			if err != nil {
+				failed[r.Name] = err
+				out[i].Err = err
+				continue
+			}
+			g = &batchGroup{name: r.Name, keys: keys, tpl: tpl}
+			byName[r.Name] = g
+			groups = append(groups, g)
+		}
+		g.idx = append(g.idx, i)
+		g.permits = append(g.permits, r.Permits)
+	}
+	// Only a single server takes keys of different slots in one call; a
+	// cluster or ring node gets a call per limiter.
+	_, single := s.rdb.(*redis.Client)
+	var calls []*batchCall
+	var c *batchCall
+	size := 0
+	for _, g := range groups {
+		if c == nil || !single || size+len(g.idx) > batchCallSize {
+			c = &batchCall{}
+			calls = append(calls, c)
+			size = 0
+		}
+		size += len(g.idx)
+		c.groups = append(c.groups, g)
+		c.keys = append(c.keys, g.keys...)
+		c.args = g.tpl.acquireArgs(len(g.idx), c.args)
+		for _, i := range g.idx {
+			c.args = append(c.args, reqs[i].Permits, waitArg(reqs[i].MaxWait))
+		}
+	}
+	return calls
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
 // WithBatching makes Acquire batch concurrent callers automatically: calls

@@ -1140,14 +1140,15 @@ local out = {}
 for i = 1, #ARGV, 5 do
   local d, c, x = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local L = {xid = big_gap(d, c), d_al = 0, d_id = x, d_pm = 0, d_lt = 0,
-    t = enc(T, 0, 0, tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), 0, 0, 0, 0)}
+    al = 0, alh = 0, id = tonumber(ARGV[i + 3]), idh = tonumber(ARGV[i + 4]), pm = 0, pmh = 0, lt = 0, lth = 0,
+    kind = 'schedule', ver = 1, whole = 1, frac = 0, den = 1, maxn = 1, burst = 0, maxb = 0,
+    st = 0, ep = 0, org = 0, nx = 0, pc = 0, rem = 0, sto = 0}
   out[#out + 1] = L.xid[1]
   out[#out + 1] = L.xid[2]
   local _, _, id, idh = totals(L)
   out[#out + 1] = id
   out[#out + 1] = idh
-  out[#out + 1] = enc(T, totals(L))
-  out[#out + 1] = enc(P_SCHEDULE, 1, 0, 1, 1, 0, 0)
+  out[#out + 1] = pack(L)
 end
 return out`
 	r := rand.New(rand.NewPCG(53, 53))
@@ -1187,8 +1188,8 @@ return out`
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(v) != len(want)/2*6 {
-			t.Fatalf("%d results, want %d", len(v), len(want)/2*6)
+		if len(v) != len(want)/2*5 {
+			t.Fatalf("%d results, want %d", len(v), len(want)/2*5)
 		}
 		hilo := func(lo, hi any) *big.Int {
 			l, h := lo.(int64), hi.(int64)
@@ -1197,8 +1198,8 @@ return out`
 			}
 			return new(big.Int).Add(new(big.Int).Lsh(big.NewInt(h), 32), big.NewInt(l))
 		}
-		for i := 0; i < len(v); i += 6 {
-			k := i / 6
+		for i := 0; i < len(v); i += 5 {
+			k := i / 5
 			a := args[k*5 : k*5+5]
 			if got := hilo(v[i], v[i+1]); got.Cmp(want[2*k]) != 0 {
 				t.Errorf("case %d (d=%v c=%v): gap %s, want %s", k, a[0], a[1], got, want[2*k])
@@ -1207,7 +1208,7 @@ return out`
 				t.Errorf("case %d (%v): idle %s, want %s", k, a, got, want[2*k+1])
 			}
 			packed, _ := v[i+4].(string)
-			st, ok, err := store.DecodeStored([]any{"schedule", "1", v[i+5], nil, packed})
+			st, ok, err := store.DecodeStored(packed)
 			if err != nil || !ok || st.Idle != want[2*k+1].Int64() || st.Allocated != 0 || st.Permits != 0 || st.Lateness != 0 {
 				t.Errorf("case %d: packed totals %q read as %+v (ok %v, err %v), want idle %s", k, packed, st, ok, err, want[2*k+1])
 			}

@@ -5,17 +5,28 @@ import "context"
 // Stored is a rate limiter's hash as lua/lib.lua keeps it, decoded (stored).
 type Stored = stored
 
-// ReadStored reads and decodes the hash at key; ok is false when it does not
-// exist.
+// ReadStored reads and decodes the limiter at key (a named limiter's hash or
+// an instance's string key); ok is false when it does not exist.
 func ReadStored(ctx context.Context, s *Store, key string) (st Stored, ok bool, err error) {
-	v, err := s.rdb.HMGet(ctx, key, storedFields...).Result()
-	if err != nil {
+	var x any
+	switch typ, err := s.rdb.Type(ctx, key).Result(); {
+	case err != nil:
 		return Stored{}, false, err
+	case typ == "hash":
+		x, err = s.rdb.HGet(ctx, key, "x").Result()
+		if err != nil {
+			return Stored{}, false, err
+		}
+	case typ == "string":
+		x, err = s.rdb.Get(ctx, key).Result()
+		if err != nil {
+			return Stored{}, false, err
+		}
 	}
-	return decodeStored(v)
+	return decodeStored(x)
 }
 
-// DecodeStored decodes the reply to HMGET kind ver p s t (decodeStored).
+// DecodeStored decodes a packed x (decodeStored).
 var DecodeStored = decodeStored
 
 // WithScriptsOnly runs every operation as a script, even where Redis has

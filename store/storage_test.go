@@ -7,8 +7,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"maps"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,13 +30,14 @@ func stBackends(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) 
 	t.Run("redis-server", func(t *testing.T) { fn(t, stServerFactory(t)(t)) })
 }
 
-// TestStoragePackedRoundTrip packs extreme values of every field with lib.lua's
-// enc and reads them back with its dec and with decodeStored: exact, in both
-// forms.
+// TestStoragePackedRoundTrip packs extreme values of every number of x with
+// lib.lua's enc and reads them back with its dec and with decodeStored: exact,
+// in both forms.
 func TestStoragePackedRoundTrip(t *testing.T) {
 	t.Parallel()
 	const max53 = 1<<53 - 1
-	// One row per case: p (schedule), p (smooth), s, t, each as in lib.lua.
+	// One row per case: params (schedule), params (smooth), state, totals,
+	// each as in lib.lua.
 	type row struct {
 		sched  [6]float64  // whole frac den maxn burst maxb
 		smooth [10]float64 // whole frac den maxn cap init warm cool thr slope
@@ -92,7 +95,8 @@ func TestStoragePackedRoundTrip(t *testing.T) {
 			args = append(args, uint32(x), int32(x>>32))
 		}
 	}
-	// Per row: the packed fields, then each unpacked again as %.17g text.
+	// Per row: x of a schedule and of a smooth limiter (code, version 7,
+	// params, state, totals), then each unpacked again as %.17g text.
 	script := libSource(t) + `
 local function back(layout, s, n)
   local v = {dec(layout, s)}
@@ -104,11 +108,16 @@ local out = {}
 local a = {}
 for i = 1, #ARGV do a[i] = num(ARGV[i]) end
 for i = 1, #a, 31 do
-  local p1 = enc(P_SCHEDULE, unpack(a, i, i + 5))
-  local p2 = enc(P_SMOOTH, unpack(a, i + 6, i + 15))
-  local s = enc(S, unpack(a, i + 16, i + 22))
-  local t = enc(T, unpack(a, i + 23, i + 30))
-  for _, x in ipairs({p1, p2, s, t, back(P_SCHEDULE, p1, 6), back(P_SMOOTH, p2, 10), back(S, s, 7), back(T, t, 8)}) do
+  -- code, version 7, the params from a[from..to], then state and totals
+  local function x(code, from, to)
+    local v = {code, 7}
+    for k = from, to do v[#v + 1] = a[k] end
+    for k = i + 16, i + 30 do v[#v + 1] = a[k] end
+    return v
+  end
+  local x1 = enc(X_SCHEDULE, unpack(x(1, i, i + 5)))
+  local x2 = enc(X_SMOOTH, unpack(x(2, i + 6, i + 15)))
+  for _, x in ipairs({x1, x2, back(X_SCHEDULE, x1, 23), back(X_SMOOTH, x2, 27)}) do
     out[#out + 1] = x
   end
 end
@@ -118,63 +127,68 @@ return out`
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(v) != 8*len(rows) {
+		if len(v) != 4*len(rows) {
 			t.Fatalf("%d results for %d rows", len(v), len(rows))
 		}
 		g := func(x float64) string { return strconv.FormatFloat(x, 'g', 17, 64) }
 		for k, w := range rows {
-			o := v[8*k : 8*k+8]
-			if !isPackedText(o[2]) && (len(o[0]) > 64 || len(o[1]) > 64 || len(o[2]) > 64 || len(o[3]) > 64) {
-				t.Errorf("row %d: packed lengths %d %d %d %d, want ≤ 64 (listpack)", k, len(o[0]), len(o[1]), len(o[2]), len(o[3]))
+			o := v[4*k : 4*k+4]
+			if !isPackedText(o[0]) && (len(o[0]) != 117 || len(o[1]) != 141) {
+				t.Errorf("row %d: packed lengths %d %d, want 117 141", k, len(o[0]), len(o[1]))
 			}
 			// Lua reads back what it wrote.
-			var want [4][]string
+			var tail []string
+			for _, x := range w.state {
+				tail = append(tail, g(x))
+			}
+			for _, x := range w.tot {
+				tail = append(tail, g(float64(uint32(x))), g(float64(int32(x>>32))))
+			}
+			want := [2][]string{{"1", "7"}, {"2", "7"}}
 			for _, x := range w.sched {
 				want[0] = append(want[0], g(x))
 			}
 			for _, x := range w.smooth {
 				want[1] = append(want[1], g(x))
 			}
-			for _, x := range w.state {
-				want[2] = append(want[2], g(x))
-			}
-			for _, x := range w.tot {
-				want[3] = append(want[3], g(float64(uint32(x))), g(float64(int32(x>>32))))
-			}
-			for i := range 4 {
-				if got := strings.Fields(o[4+i]); strings.Join(got, " ") != strings.Join(want[i], " ") {
-					t.Errorf("row %d field %d: Lua reads back\n  %v\nwant\n  %v", k, i, got, want[i])
+			for i := range 2 {
+				want[i] = append(want[i], tail...)
+				if got := strings.Fields(o[2+i]); strings.Join(got, " ") != strings.Join(want[i], " ") {
+					t.Errorf("row %d x %d: Lua reads back\n  %v\nwant\n  %v", k, i, got, want[i])
 				}
 			}
-			// store reads it too.
-			st, ok, err := decodeStored([]any{"schedule", "7", o[0], o[2], o[3]})
-			if err != nil || !ok {
-				t.Fatalf("row %d: decodeStored: %v", k, err)
-			}
-			sp := st.Params
-			if sp.Slice.Whole != int64(w.sched[0]) || sp.Slice.Frac != int64(w.sched[1]) || sp.Slice.Den != int64(w.sched[2]) ||
-				sp.MaxPermits != int64(w.sched[3]) || sp.Burst != w.sched[4] || sp.MaxBacklog != int64(w.sched[5]) {
-				t.Errorf("row %d: schedule params %+v, want %v", k, sp, w.sched)
-			}
-			gotState := [7]float64{0, float64(st.Epoch), float64(st.Origin), float64(st.Next), float64(st.Pace), float64(st.Rem), float64(st.Stored)}
-			if st.Started {
-				gotState[0] = 1
-			}
-			if gotState != w.state || st.Version != 7 {
-				t.Errorf("row %d: state %v version %d, want %v", k, gotState, st.Version, w.state)
-			}
-			if got := [4]int64{st.Allocated, st.Idle, st.Permits, st.Lateness}; got != w.tot {
-				t.Errorf("row %d: totals %v, want %v", k, got, w.tot)
-			}
-			st, _, err = decodeStored([]any{"smooth", "7", o[1], nil, nil})
-			if err != nil {
-				t.Fatalf("row %d: decodeStored smooth: %v", k, err)
-			}
-			sp = st.Params
-			if sp.Slice.Whole != int64(w.smooth[0]) || sp.Slice.Frac != int64(w.smooth[1]) || sp.Slice.Den != int64(w.smooth[2]) ||
-				sp.MaxPermits != int64(w.smooth[3]) || sp.Cap != int64(w.smooth[4]) || sp.Initial != int64(w.smooth[5]) ||
-				sp.Warm != (w.smooth[6] == 1) || sp.Cooldown != w.smooth[7] || sp.Threshold != w.smooth[8] || sp.Slope != w.smooth[9] {
-				t.Errorf("row %d: smooth params %+v, want %v", k, sp, w.smooth)
+			// store reads them too.
+			for i, kind := range []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth} {
+				st, ok, err := decodeStored(o[i])
+				if err != nil || !ok {
+					t.Fatalf("row %d: decodeStored %s: %v", k, kind, err)
+				}
+				sp := st.Params
+				if st.Kind != kind || sp.Kind != kind || st.Version != 7 {
+					t.Errorf("row %d: kind %s/%s version %d, want %s 7", k, st.Kind, sp.Kind, st.Version, kind)
+				}
+				gotState := [7]float64{0, float64(st.Epoch), float64(st.Origin), float64(st.Next), float64(st.Pace), float64(st.Rem), float64(st.Stored)}
+				if st.Started {
+					gotState[0] = 1
+				}
+				if gotState != w.state {
+					t.Errorf("row %d %s: state %v, want %v", k, kind, gotState, w.state)
+				}
+				if got := [4]int64{st.Allocated, st.Idle, st.Permits, st.Lateness}; got != w.tot {
+					t.Errorf("row %d %s: totals %v, want %v", k, kind, got, w.tot)
+				}
+				if kind == limiter.KindSchedule {
+					if sp.Slice.Whole != int64(w.sched[0]) || sp.Slice.Frac != int64(w.sched[1]) || sp.Slice.Den != int64(w.sched[2]) ||
+						sp.MaxPermits != int64(w.sched[3]) || sp.Burst != w.sched[4] || sp.MaxBacklog != int64(w.sched[5]) {
+						t.Errorf("row %d: schedule params %+v, want %v", k, sp, w.sched)
+					}
+					continue
+				}
+				if sp.Slice.Whole != int64(w.smooth[0]) || sp.Slice.Frac != int64(w.smooth[1]) || sp.Slice.Den != int64(w.smooth[2]) ||
+					sp.MaxPermits != int64(w.smooth[3]) || sp.Cap != int64(w.smooth[4]) || sp.Initial != int64(w.smooth[5]) ||
+					sp.Warm != (w.smooth[6] == 1) || sp.Cooldown != w.smooth[7] || sp.Threshold != w.smooth[8] || sp.Slope != w.smooth[9] {
+					t.Errorf("row %d: smooth params %+v, want %v", k, sp, w.smooth)
+				}
 			}
 		}
 	})
@@ -255,9 +269,10 @@ func TestStorageParams(t *testing.T) {
 	})
 }
 
-// TestStorageListpack: every packed field fits Redis's compact hash encoding,
-// for a named limiter and a template instance of the widest kind.
-func TestStorageListpack(t *testing.T) {
+// TestStorageLayout: a named limiter is a hash of kind, ver, cfg and x; a
+// template instance is x alone in a string key with a TTL, small enough for
+// millions of them (MEMORY USAGE, the widest kind).
+func TestStorageLayout(t *testing.T) {
 	t.Parallel()
 	rdb := stServerFactory(t)(t)
 	s := stStore(t, rdb)
@@ -272,21 +287,24 @@ func TestStorageListpack(t *testing.T) {
 			stAcquire(t, s, name, 1, Forever)
 		}
 	}
-	for _, key := range []string{s.limiterKey("w"), s.instanceKey("u:1")} {
-		m, err := rdb.HGetAll(ctx, key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range []string{"p", "s", "t"} {
-			if n := len(m[f]); n == 0 || n > 64 {
-				t.Errorf("%s field %s: %d bytes, want 1…64", key, f, n)
-			}
-		}
-		if key == s.instanceKey("u:1") {
-			if enc := rdb.ObjectEncoding(ctx, key).Val(); enc != "listpack" && enc != "ziplist" {
-				t.Errorf("%s: encoding %q, want listpack (ziplist before Redis 7)", key, enc)
-			}
-		}
+	m, err := rdb.HGetAll(ctx, s.limiterKey("w")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := slices.Sorted(maps.Keys(m))
+	if !slices.Equal(fields, []string{"cfg", "kind", "ver", "x"}) || len(m["x"]) != 141 {
+		t.Errorf("named limiter: fields %v, x of %d bytes; want cfg kind ver x, x of 141", fields, len(m["x"]))
+	}
+	key := s.instanceKey("u:1")
+	x, err := rdb.Get(ctx, key).Result()
+	if err != nil || len(x) != 141 {
+		t.Fatalf("instance: %d bytes (%v), want x of 141", len(x), err)
+	}
+	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
+		t.Errorf("instance TTL %v, want one", ttl)
+	}
+	if n := rdb.MemoryUsage(ctx, key).Val(); n > 256 {
+		t.Errorf("instance takes %d bytes of Redis memory, want ≤ 256", n)
 	}
 }
 
@@ -332,9 +350,16 @@ func TestStorageOldFormat(t *testing.T) {
 	stBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		s := stStore(t, rdb)
 		ctx := t.Context()
+		// Two formats ago: a field per number; last: p, s and t.
 		if err := rdb.HSet(ctx, s.limiterKey("old"), "kind", "schedule", "whole", "1000000", "frac", "0", "den", "1",
 			"ver", "1", "st", "1", "ep", "1", "nx", "0").Err(); err != nil {
 			t.Fatal(err)
+		}
+		if err := rdb.HSet(ctx, s.limiterKey("old2"), "kind", "smooth", "ver", "2", "p", "1 0 1 5 0 0 0 0 0 0", "s", "0 0 0 0 0 0 0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Acquire(ctx, "old2", 1, 0); err == nil || !strings.Contains(err.Error(), "older limitd") {
+			t.Errorf("Acquire on an old packed hash: %v, want the older-limitd error", err)
 		}
 		_, err := s.Acquire(ctx, "old", 1, 0)
 		if err == nil || !strings.Contains(err.Error(), "older limitd") {

@@ -185,65 +185,51 @@ type stored struct {
 	Allocated, Idle, Permits, Lateness int64
 }
 
-// storedFields are the fields of a limiter's hash that decodeStored takes, in
-// this order (HMGET).
-var storedFields = []string{"kind", "ver", "p", "s", "t"}
-
-// decodeStored decodes the reply to HMGET storedFields; ok is false when the
-// hash does not exist. Both forms of lib.lua's packed fields are read: binary
-// (struct.pack) and text (numbers one space apart, where Lua lacks struct).
-func decodeStored(v []any) (st stored, ok bool, err error) {
-	if len(v) != len(storedFields) {
-		return stored{}, false, fmt.Errorf("store: %d fields for %d", len(v), len(storedFields))
-	}
-	if v[0] == nil {
+// decodeStored decodes x, everything lib.lua keeps of a rate limiter in one
+// packed value ("Storage" there): a named limiter's hash field x, or a
+// template instance's string key. ok is false when x is nil (no such
+// limiter); a share or concurrency limiter's x is its kind alone. Both forms
+// are read: binary (struct.pack) and text (numbers one space apart, where Lua
+// lacks struct).
+func decodeStored(x any) (st stored, ok bool, err error) {
+	if x == nil {
 		return stored{}, false, nil
 	}
-	st.Kind, st.Version = limiter.Kind(toString(v[0])), toInt(v[1])
-	field := func(i int) string {
-		if v[i] == nil {
-			return ""
-		}
-		return toString(v[i])
+	u := newUnpacker(toString(x))
+	switch code := u.uint(1); code {
+	case 1:
+		st.Kind = limiter.KindSchedule
+	case 2:
+		st.Kind = limiter.KindSmooth
+	default:
+		// A share or concurrency limiter (configure_lease.lua).
+		return stored{Kind: limiter.Kind(toString(x))}, true, nil
 	}
+	st.Version = u.int(7)
 	p := &st.Params
 	p.Kind = st.Kind
-	u := newUnpacker(field(2))
-	switch st.Kind {
-	case limiter.KindSchedule: // '<i7I4I4i7di7'
-		p.Slice = limiter.Slice{Whole: u.int(7), Frac: u.uint(4), Den: u.uint(4)}
-		p.MaxPermits, p.Burst, p.MaxBacklog = u.int(7), u.float(), u.int(7)
-	case limiter.KindSmooth: // '<i7I4I4i7i7i7Bddd'
-		p.Slice = limiter.Slice{Whole: u.int(7), Frac: u.uint(4), Den: u.uint(4)}
-		p.MaxPermits, p.Cap, p.Initial, p.Warm = u.int(7), u.int(7), u.int(7), u.uint(1) == 1
+	p.Slice = limiter.Slice{Whole: u.int(7), Frac: u.uint(4), Den: u.uint(4)}
+	p.MaxPermits = u.int(7)
+	if st.Kind == limiter.KindSchedule { // burst maxb: 'di7'
+		p.Burst, p.MaxBacklog = u.float(), u.int(7)
+	} else { // cap init warm cool thr slope: 'i7i7Bddd'
+		p.Cap, p.Initial, p.Warm = u.int(7), u.int(7), u.uint(1) == 1
 		p.Cooldown, p.Threshold, p.Slope = u.float(), u.float(), u.float()
-	default:
-		return st, true, nil // no schedule: nothing more to decode
 	}
-	if err := u.done("p"); err != nil {
+	// state: 'Bi7i7i7i7i4i7'
+	st.Started = u.uint(1) == 1
+	st.Epoch, st.Origin, st.Next, st.Pace = u.int(7), u.int(7), u.int(7), u.int(7)
+	st.Rem, st.Stored = u.int(4), u.int(7)
+	// totals: 'I4i4' four times, int64s
+	for _, t := range []*int64{&st.Allocated, &st.Idle, &st.Permits, &st.Lateness} {
+		lo := u.uint(4)
+		*t = u.int(4)<<32 + lo
+	}
+	if err := u.done("x"); err != nil {
 		return st, true, err
 	}
 	if p.Slice.Den > 0 {
 		p.Stable = float64(p.Slice.Whole) + float64(p.Slice.Frac)/float64(p.Slice.Den)
-	}
-	if s := field(3); s != "" { // '<Bi7i7i7i7i4i7'
-		u = newUnpacker(s)
-		st.Started = u.uint(1) == 1
-		st.Epoch, st.Origin, st.Next, st.Pace = u.int(7), u.int(7), u.int(7), u.int(7)
-		st.Rem, st.Stored = u.int(4), u.int(7)
-		if err := u.done("s"); err != nil {
-			return st, true, err
-		}
-	}
-	if t := field(4); t != "" { // '<I4i4' four times: int64s
-		u = newUnpacker(t)
-		for _, x := range []*int64{&st.Allocated, &st.Idle, &st.Permits, &st.Lateness} {
-			lo := u.uint(4)
-			*x = u.int(4)<<32 + lo
-		}
-		if err := u.done("t"); err != nil {
-			return st, true, err
-		}
 	}
 	return st, true, nil
 }
@@ -363,9 +349,9 @@ func (u *unpacker) done(name string) error {
 	return nil
 }
 
-// isPackedText tells the text form from the binary one: binary fields always
-// hold a byte the text form has not (s: st is 0 or 1; p: den < 2^26 has a high
-// byte below 5; t: the top byte of a total is 0 or 0xff).
+// isPackedText tells the text form from the binary one: binary values always
+// hold a byte the text form has not (x starts with the code 1 or 2; a
+// decision record with its code 0, 1 or 2).
 func isPackedText(s string) bool {
 	for i := range len(s) {
 		if c := s[i]; !(c >= '0' && c <= '9' || c == ' ' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
