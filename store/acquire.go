@@ -55,15 +55,12 @@ func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait
 		return Decision{}, permitsErr(n)
 	}
 	args := append(tpl.acquireArgs(1, nil), n, waitArg(maxWait))
-	v, err := s.run(ctx, lua.Acquire, keys, args...)
+	v, err := s.runAny(ctx, lua.Acquire, keys, args...)
 	if err != nil {
 		return Decision{}, err
 	}
 	var o [1]Outcome
-	if len(v) != 1 {
-		return Decision{}, fmt.Errorf("store: acquire of %q: %d answers for 1 limiter", name, len(v))
-	}
-	decodeAcquired(name, v[0], []int64{n}, o[:], nil)
+	decodeAcquired(name, v, []int64{n}, o[:], nil)
 	return o[0].Decision, o[0].Err
 }
 
@@ -145,14 +142,18 @@ func decodeDecision(v []any) Decision {
 	return d
 }
 
-// recordSize is the length of one binary decision record of acquire.lua:
-// code 'B', then sched, start, delay, lateness, wait, retry_after as 'i7'.
-const recordSize = 1 + 6*7
+// Sizes of acquire.lua's binary answer (acquire_many in lua/lib.lua): a head
+// (code 'B', now_us, version 'i7', instance 'B') and one record per request
+// (code 'B', then sched, start, delay, lateness, wait, retry_after 'i7').
+const (
+	headSize   = 1 + 7 + 7 + 1
+	recordSize = 1 + 6*7
+)
 
-// decodeAcquired decodes acquire.lua's answer for one limiter, g, into out:
+// decodeAcquired decodes acquire.lua's answer for one limiter, a, into out:
 // one Outcome per request, whose permits are ns. idx maps a request to its
 // place in out (nil: in order).
-func decodeAcquired(name string, g any, ns []int64, out []Outcome, idx []int) {
+func decodeAcquired(name string, a any, ns []int64, out []Outcome, idx []int) {
 	at := func(r int) *Outcome {
 		if idx == nil {
 			return &out[r]
@@ -164,25 +165,24 @@ func decodeAcquired(name string, g any, ns []int64, out []Outcome, idx []int) {
 			at(r).Err = err
 		}
 	}
-	v, _ := g.([]any)
-	if len(v) == 0 {
-		fail(fmt.Errorf("store: acquire of %q: unexpected reply %v", name, g))
+	s, ok := a.(string)
+	switch {
+	case !ok && toInt(a) == -1:
+		fail(fmt.Errorf("limiter %q: %w", name, ErrNotFound))
+		return
+	case !ok:
+		fail(fmt.Errorf("store: acquire of %q: unexpected answer %v", name, a))
+		return
+	case s == "" || s[0] != 1 && s[0] != '1': // a limiter of a kind without a schedule
+		fail(kindConflict(name, limiter.Kind(s)))
 		return
 	}
-	if err := replyErr(name, v); err != nil {
-		fail(err)
-		return
+	u := &unpacker{b: []byte(s)}
+	if s[0] == '1' {
+		u = &unpacker{words: strings.Fields(s), isText: true}
 	}
-	if len(v) < 7 {
-		fail(fmt.Errorf("store: acquire of %q: unexpected reply %v", name, v))
-		return
-	}
-	ep, ver, now, inst := toInt(v[1]), toInt(v[2]), toInt(v[3])*1000, toInt(v[4]) == 1
-	recs := toString(v[5])
-	u := &unpacker{b: []byte(recs)}
-	if toInt(v[6]) == 1 {
-		u = &unpacker{words: strings.Fields(recs), isText: true}
-	}
+	u.uint(1)
+	now, ver, inst := u.int(7)*1000, u.int(7), u.uint(1) == 1
 	for r, n := range ns {
 		code := u.uint(1)
 		sched, start, delay, late, wait, retry := u.int(7), u.int(7), u.int(7), u.int(7), u.int(7), u.int(7)
@@ -199,11 +199,11 @@ func decodeAcquired(name string, g any, ns []int64, out []Outcome, idx []int) {
 			Version: ver, Now: now, Instance: inst}
 		if d.Granted {
 			d.Permits, d.Lateness = n, late
-			d.Scheduled, d.Start = abs(ep, sched), abs(ep, start)
+			d.Scheduled, d.Start = now+sched, now+start
 		}
 		o.Decision = d
 	}
-	if err := u.done("records"); err != nil {
+	if err := u.done("answer"); err != nil {
 		fail(fmt.Errorf("store: acquire of %q: %w", name, err))
 	}
 }

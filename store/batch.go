@@ -97,9 +97,13 @@ retry:
 		}
 	}
 	for _, c := range calls {
-		v, err := c.cmd.Slice()
-		if err == nil && len(v) != len(c.groups) {
-			err = fmt.Errorf("store: acquire: %d answers for %d limiters", len(v), len(c.groups))
+		// One limiter's answer comes alone, more in an array.
+		v, err := c.cmd.Result()
+		answers, ok := v.([]any)
+		if len(c.groups) == 1 {
+			answers = []any{v}
+		} else if err == nil && (!ok || len(answers) != len(c.groups)) {
+			err = fmt.Errorf("store: acquire: %v for %d limiters", v, len(c.groups))
 		}
 		for j, g := range c.groups {
 			if err != nil {
@@ -108,7 +112,7 @@ retry:
 				}
 				continue
 			}
-			decodeAcquired(g.name, v[j], g.permits, out, g.idx)
+			decodeAcquired(g.name, answers[j], g.permits, out, g.idx)
 		}
 	}
 	return out

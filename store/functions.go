@@ -63,16 +63,16 @@ func fnUnsupported(err error) bool {
 
 // fcall runs op's function. ok is false when op is to run as a script instead
 // (no function for it, or the server has none).
-func (s *Store) fcall(ctx context.Context, op string, keys []string, args []any) (v []any, ok bool, err error) {
+func (s *Store) fcall(ctx context.Context, op string, keys []string, args []any) (v any, ok bool, err error) {
 	fn := s.fn.function(op)
 	if fn == "" {
 		return nil, false, nil
 	}
 	gen := s.fn.gen.Load()
-	v, err = s.rdb.FCall(ctx, fn, keys, args...).Slice()
+	v, err = s.rdb.FCall(ctx, fn, keys, args...).Result()
 	if fnMissing(err) {
 		if err = s.loadFunctions(ctx, gen); err == nil {
-			v, err = s.rdb.FCall(ctx, fn, keys, args...).Slice()
+			v, err = s.rdb.FCall(ctx, fn, keys, args...).Result()
 		}
 	}
 	if fnUnsupported(err) {

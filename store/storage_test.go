@@ -6,8 +6,8 @@ package store
 import (
 	"context"
 	"fmt"
-	"math"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"

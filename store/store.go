@@ -105,9 +105,22 @@ func (s *Store) Channel() string { return s.prefix + ":changes" }
 // run runs op: as a Redis Function where it is one and Redis has them (see
 // functions.go), else as a script.
 func (s *Store) run(ctx context.Context, op string, keys []string, args ...any) ([]any, error) {
+	v, err := s.runAny(ctx, op, keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	a, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("store: %s: unexpected reply %v", op, v)
+	}
+	return a, nil
+}
+
+// runAny is run for a reply of any type.
+func (s *Store) runAny(ctx context.Context, op string, keys []string, args ...any) (any, error) {
 	v, ok, err := s.fcall(ctx, op, keys, args)
 	if !ok {
-		v, err = s.scripts[op].Run(ctx, s.rdb, keys, args...).Slice()
+		v, err = s.scripts[op].Run(ctx, s.rdb, keys, args...).Result()
 	}
 	if err != nil {
 		return nil, wrapErr(err)
