@@ -501,6 +501,29 @@ func (g *diffRig) acquire(n int64, mw time.Duration, grant bool) {
 	} else {
 		d, err = g.st.Acquire(g.ctx, g.name, n, mw)
 	}
+	g.decided(what, n, mw, grant, d, gr, err)
+}
+
+// acquireMany acquires ns[i] permits with max wait mws[i] in one
+// AcquireMany, which decides them in order at one Redis time: the model takes
+// them one after the other at that time.
+func (g *diffRig) acquireMany(ns []int64, mws []time.Duration) {
+	g.t.Helper()
+	g.note("acquire-many n=%v max_wait=%v", ns, mws)
+	g.ops["acquire-many"]++
+	reqs := make([]store.Request, len(ns))
+	for i := range ns {
+		reqs[i] = store.Request{Name: g.name, Permits: ns[i], MaxWait: mws[i]}
+	}
+	for i, o := range g.st.AcquireMany(g.ctx, reqs) {
+		g.decided("acquire", ns[i], mws[i], false, o.Decision, store.Grant{}, o.Err)
+	}
+}
+
+// decided checks the store's answer to an acquire or grant against the model,
+// which it moves on.
+func (g *diffRig) decided(what string, n int64, mw time.Duration, grant bool, d store.Decision, gr store.Grant, err error) {
+	g.t.Helper()
 	now := g.us * 1000
 	if g.mr == nil && err == nil {
 		now, g.us = d.Now, d.Now/1000
@@ -818,8 +841,15 @@ func (g *diffRig) step(r *rand.Rand, kindChange bool) {
 	g.t.Helper()
 	peek := false
 	switch x := r.IntN(1000); {
-	case x < 350:
+	case x < 300:
 		g.acquire(g.randN(r), g.randWait(r), false)
+	case x < 350: // a batch on this limiter
+		k := 2 + r.IntN(5)
+		ns, mws := make([]int64, k), make([]time.Duration, k)
+		for i := range k {
+			ns[i], mws[i] = g.randN(r), g.randWait(r)
+		}
+		g.acquireMany(ns, mws)
 	case x < 650:
 		g.acquire(g.randN(r), g.randWait(r), true)
 		if n := len(g.grants); n > 0 && g.grants[n-1].ver == g.ver && g.grants[n-1].end == g.s.Next && r.IntN(3) == 0 {

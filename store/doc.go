@@ -2,13 +2,21 @@
 //
 // A Store wraps any redis.UniversalClient (single node, sentinel or cluster).
 // Each limiter is one Redis hash, prefix:{name}:l, holding its config, its
-// engine parameters, its version and its live state; the hash tag keeps every
-// key of one limiter in one cluster slot. The Lua scripts of package lua make
+// version and x, one packed value with its engine parameters, live state and
+// totals; a template instance is its x alone, a string key with a TTL,
+// prefix:{name}:i. The hash tag keeps every key of one limiter in one cluster
+// slot. A decision reads and writes one value. The Lua scripts of package lua make
 // every decision atomically, read the only clock (Redis TIME) and agree with
 // package limiter to the nanosecond. On Redis ≥ 7 the rate limiter's calls
 // (acquire, grant, peek, release, reset) run as Redis Functions of one
 // library, loaded on first use (functions.go); elsewhere, and for every other
 // operation, as scripts (EVALSHA).
+//
+// Batching: AcquireMany decides many acquires in one round trip per node.
+// One script call decides all the requests of one limiter, reading and writing
+// it once at one Redis time, and on a single Redis server one call takes the
+// requests of many limiters. WithBatching does this for concurrent callers of
+// Acquire automatically.
 //
 // Configs live in Redis: Put creates, replaces or reconfigures a limiter in one
 // script (never half-written), bumping its version and publishing the change on
