@@ -316,9 +316,13 @@ local function acquire(L, now, us, n, max_wait)
   return 1, n, sched, st, delay, late, max(0, now - L.nx), 0
 end
 
--- pack returns L's x (see Storage) with this call's changes to the totals.
+-- pack returns L's x (see Storage), settling this call's changes into its
+-- totals.
 local function pack(L)
   local al, alh, id, idh, pm, pmh, lt, lth = totals(L)
+  -- settle this call's changes into L's totals
+  L.al, L.alh, L.id, L.idh, L.pm, L.pmh, L.lt, L.lth = al, alh, id, idh, pm, pmh, lt, lth
+  L.d_al, L.d_id, L.d_pm, L.d_lt, L.xid = 0, 0, 0, 0, nil
   if L.kind == 'smooth' then
     return enc(X_SMOOTH, 2, L.ver, L.whole, L.frac, L.den, L.maxn, L.cap, L.init, L.warm, L.cool,
       L.thr, L.slope, L.st, L.ep, L.org, L.nx, L.pc, L.rem, L.sto, al, alh, id, idh, pm, pmh, lt, lth)
@@ -344,8 +348,6 @@ end
 -- covers an unchanged state.
 local function save(L, now, idle_ttl_ms)
   local x = pack(L)
-  L.al, L.alh, L.id, L.idh, L.pm, L.pmh, L.lt, L.lth = totals(L)
-  L.d_al, L.d_id, L.d_pm, L.d_lt, L.xid = 0, 0, 0, 0, nil
   local changed = x ~= L.x
   L.x = x
   if not L.inst then
@@ -487,27 +489,27 @@ local function acquire_one(key, n, max_wait, us)
   local sched = nx
   local start = max(sched, pc, now)
   local delay = start - now
+  local answer
   if delay > max_wait then
-    if late > maxb then
-      rcall('HSET', key, 'x', enc(X_SCHEDULE, 1, ver, whole, frac, den, maxn, burst, maxb,
-        st, ep, org, nx, pc, rem, sto, al, alh, id, idh, pm, pmh, lt, lth))
-    end
-    return enc(HR, 1, us, ver, 0, 0, 0, 0, delay, 0, max(0, now - sched), delay - max_wait)
+    answer = enc(HR, 1, us, ver, 0, 0, 0, 0, delay, 0, max(0, now - sched), delay - max_wait)
+    if late <= maxb then return answer end -- a denial that forfeited nothing changes nothing
+  else
+    local b = fmod(n, den) -- cost
+    local t = rem + b * frac
+    rem = fmod(t, den)
+    local c = n * whole + (n - b) / den * frac + (t - rem) / den
+    nx = sched + c
+    if burst == 0 then pc = start else pc = start + math.ceil(c / burst) end
+    late = start - sched
+    al, pm, lt = al + c, pm + n, lt + late
+    if al >= B32 then al, alh = carry(al, alh) end
+    if pm >= B32 then pm, pmh = carry(pm, pmh) end
+    if lt >= B32 then lt, lth = carry(lt, lth) end
+    answer = enc(HR, 1, us, ver, 0, 1, sched - now, start - now, delay, late, max(0, now - nx), 0)
   end
-  local b = fmod(n, den) -- cost
-  local t = rem + b * frac
-  rem = fmod(t, den)
-  local c = n * whole + (n - b) / den * frac + (t - rem) / den
-  nx = sched + c
-  if burst == 0 then pc = start else pc = start + math.ceil(c / burst) end
-  late = start - sched
-  al, pm, lt = al + c, pm + n, lt + late
-  if al >= B32 then al, alh = carry(al, alh) end
-  if pm >= B32 then pm, pmh = carry(pm, pmh) end
-  if lt >= B32 then lt, lth = carry(lt, lth) end
   rcall('HSET', key, 'x', enc(X_SCHEDULE, 1, ver, whole, frac, den, maxn, burst, maxb,
     st, ep, org, nx, pc, rem, sto, al, alh, id, idh, pm, pmh, lt, lth))
-  return enc(HR, 1, us, ver, 0, 1, sched - now, start - now, delay, late, max(0, now - nx), 0)
+  return answer
 end
 
 -- acquire_group is acquire_many's answer for one limiter whose part of ARGV
