@@ -16,10 +16,13 @@
 -- string key holding x alone, with a TTL. So a call reads one value (HGET or
 -- GET) and writes one (HSET or SET ... PX).
 --
---   x = code ver | params | state | totals, where code is 1 (schedule) or 2
+--   x = code ver | params | st ep | nx pc rem | al id pm lt (low parts) |
+--   org sto | al id pm lt (high parts), where code is 1 (schedule) or 2
 --   (smooth), params are whole frac den maxn burst maxb (schedule) or whole
---   frac den maxn cap init warm cool thr slope (smooth), state is st ep org
---   nx pc rem sto, and totals are al id pm lt, each an int64 in two parts.
+--   frac den maxn cap init warm cool thr slope (smooth), and the totals al id
+--   pm lt are each an int64 in two parts. What one acquire changes (nx pc rem
+--   and the low parts) is one run of bytes, with only what it reads before
+--   it, so that acquire_one reads a prefix and rewrites only that run.
 --
 -- A share or concurrency limiter's hash (configure_lease.lua) holds its kind's
 -- name as x, so that these scripts answer {-5, kind} for it in the same read.
@@ -28,8 +31,9 @@
 -- little-endian binary: doubles ('d') for fractional values, two's-complement
 -- integers of 7 bytes ('i7', +-2^55) for times and counts, which all fit
 -- (|x| < 2^53), and 4 bytes ('I4', 'i4') for the slice's fraction,
--- denominator and carry (<= 2^26). A total is the int64 hi * 2^32 + lo, packed
--- as lo 'I4' then hi 'i4': the int64's own little-endian bytes. Where struct
+-- denominator and carry (<= 2^26). A total is the int64 hi * 2^32 + lo, its
+-- low part lo 'i7' (0 <= lo < 2^51) with the others' low parts, its high part
+-- hi 'i4' at the end. Where struct
 -- is missing (gopher-lua in miniredis) the same numbers are decimal text, one
 -- space apart ('%.17g', exact). A server always has struct or never does, so
 -- it only ever sees one form; store/ reads both (decodeStored). The code comes
@@ -50,8 +54,10 @@ local HORIZON = 1125899906842624 -- 2^50 ns, limiter.Horizon
 local REBASE = 1099511627776     -- 2^40 ns (~18 min): move the epoch this often
 local FAR = 4503599627370496     -- 2^52 ns (~52 days): see now_rel
 local B32 = 4294967296           -- 2^32: the split of a total
+local LOW = 2251799813685248     -- 2^51: a total's low part stays below (totals)
+local SETTLE = 1125899906842624  -- 2^50: changes acquire_group lets add up (totals)
 
-local floor, fmod, max, min, rcall
+local floor, fmod, max, min, rcall, byte, sub
 
 -- enc(layout, ...) packs numbers; dec(layout, s) returns them (struct.unpack
 -- adds the next position, which callers drop). See init.
@@ -61,16 +67,23 @@ local PARAMS = {'kind', 'whole', 'frac', 'den', 'maxn', 'burst', 'maxb', 'cap', 
   'stable', 'cool', 'thr', 'slope', 'ver'}
 
 -- The packed layouts of x (struct formats; the text form has the same
--- numbers): code ver, then params, state (st ep org nx pc rem sto: 40 bytes)
--- and totals (al id pm lt, each lo hi: 32 bytes).
-local X_SCHEDULE = '<Bi7' .. 'i7I4I4i7di7' .. 'Bi7i7i7i7i4i7' .. 'I4i4I4i4I4i4I4i4'    -- 117 bytes
-local X_SMOOTH = '<Bi7' .. 'i7I4I4i7i7i7Bddd' .. 'Bi7i7i7i7i4i7' .. 'I4i4I4i4I4i4I4i4' -- 141 bytes
+-- numbers): code ver, params, then the state and totals (X_STATE, 84 bytes).
+local X_STATE = 'Bi7' .. 'i7i7i4' .. 'i7i7i7i7' .. 'i7i7' .. 'i4i4i4i4'
+local X_SCHEDULE = '<Bi7' .. 'i7I4I4i7di7' .. X_STATE     -- 129 bytes
+local X_SMOOTH = '<Bi7' .. 'i7I4I4i7i7i7Bddd' .. X_STATE -- 153 bytes
+-- acquire_one reads a schedule limiter's x up to the low parts of its totals
+-- (X_LEAN) and rewrites bytes X_RUN_AT to X_RUN_AT + 45 (X_RUN: nx pc rem
+-- and the low parts).
+local X_LEAN = '<Bi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7'
+local X_RUN = '<i7i7i4i7i7i7i7'
+local X_RUN_AT = 54
 -- H heads acquire_many's answer for a limiter: code 1, now_us, version,
--- instance; R is one decision: code, sched, start (both relative to now),
--- delay, lateness, wait, retry_after.
+-- instance; R is one decision: code, sched and start (relative to now), wait,
+-- retry_after. A grant's delay is its start, its lateness start - sched; a
+-- denial's delay is in start.
 local H = '<Bi7i7B'
-local R = '<Bi7i7i7i7i7i7'
-local HR = H .. 'Bi7i7i7i7i7i7' -- an answer with one R
+local R = '<Bi7i7i7i7'
+local HR = H .. 'Bi7i7i7i7' -- an answer with one R
 
 -- TEXT is 1 where x and replies are text (no struct), else 0; SEP joins packed
 -- records: nothing in binary, a space in text.
@@ -93,6 +106,7 @@ end
 local function init()
   if redis.replicate_commands then redis.replicate_commands() end -- Redis < 5: effects, for TIME
   floor, fmod, max, min = math.floor, math.fmod, math.max, math.min
+  byte, sub = string.byte, string.sub
   rcall = redis.call
   local struct = rawget(_G, 'struct')
   if struct then
@@ -133,8 +147,8 @@ local function load(key, inst, x)
   -- One table constructor with every field: adding fields later would grow
   -- (rehash) the table, which costs more than the rest of a load.
   if code == 1 or code == 49 then
-    local _, ver, whole, frac, den, maxn, burst, maxb, st, ep, org, nx, pc, rem, sto,
-      al, alh, id, idh, pm, pmh, lt, lth = dec(X_SCHEDULE, x)
+    local _, ver, whole, frac, den, maxn, burst, maxb, st, ep, nx, pc, rem, al, id, pm, lt,
+      org, sto, alh, idh, pmh, lth = dec(X_SCHEDULE, x)
     return {key = key, inst = inst, x = x, kind = 'schedule', ver = ver, whole = whole, frac = frac,
       den = den, maxn = maxn, burst = burst, maxb = maxb, cap = 0, init = 0, warm = 0, cool = 0,
       thr = 0, slope = 0, stable = whole + frac / den,
@@ -143,7 +157,7 @@ local function load(key, inst, x)
       d_al = 0, d_id = 0, d_pm = 0, d_lt = 0}
   elseif code == 2 or code == 50 then
     local _, ver, whole, frac, den, maxn, cap, initial, warm, cool, thr, slope,
-      st, ep, org, nx, pc, rem, sto, al, alh, id, idh, pm, pmh, lt, lth = dec(X_SMOOTH, x)
+      st, ep, nx, pc, rem, al, id, pm, lt, org, sto, alh, idh, pmh, lth = dec(X_SMOOTH, x)
     return {key = key, inst = inst, x = x, kind = 'smooth', ver = ver, whole = whole, frac = frac,
       den = den, maxn = maxn, burst = 0, maxb = 0, cap = cap, init = initial, warm = warm, cool = cool,
       thr = thr, slope = slope, stable = whole + frac / den,
@@ -160,6 +174,21 @@ local function params_from(L, argv, i)
   for j, f in ipairs(PARAMS) do
     if f == 'kind' then L.kind = argv[i + j - 1] else L[f] = num(argv[i + j - 1]) end
   end
+end
+
+-- tpl_params returns a template's parameters as a table of PARAMS. A
+-- template (tpl) is {ver = its version} and either argv and i (PARAMS in
+-- argv from i on) or text (PARAMS one space apart, acquire_many).
+local function tpl_params(tpl)
+  local NP = {}
+  if tpl.argv then
+    params_from(NP, tpl.argv, tpl.i)
+  else
+    local words = {}
+    for w in string.gmatch(tpl.text, '%S+') do words[#words + 1] = w end
+    params_from(NP, words, 1)
+  end
+  return NP
 end
 
 -- carry brings the low part of a total back into [0, 2^32), exactly (|lo| <
@@ -180,16 +209,20 @@ local function big_gap(d, c)
 end
 
 -- totals are L's totals with this call's changes, as al, al_hi, id, id_hi,
--- pm, pm_hi, lt, lt_hi (each total hi * 2^32 + lo, 0 <= lo < 2^32).
+-- pm, pm_hi, lt, lt_hi (each total hi * 2^32 + lo, 0 <= lo < LOW). A low
+-- part is carried into the high one only once it reaches LOW, so most calls
+-- change low parts only (acquire_one). Exact while lo plus the changes stays
+-- below 2^53: one acquire adds less than 2^52 + 2^41 (a forfeit of up to FAR
+-- beyond the rebase), and acquire_group settles more at SETTLE.
 local function totals(L)
   local al, alh, id, idh, pm, pmh, lt, lth = L.al, L.alh, L.id, L.idh, L.pm, L.pmh, L.lt, L.lth
   local x = L.xid
   if x then id, idh = id + x[1], idh + x[2] end
   al, id, pm, lt = al + L.d_al, id + L.d_id, pm + L.d_pm, lt + L.d_lt
-  if al >= B32 or al < 0 then al, alh = carry(al, alh) end
-  if id >= B32 or id < 0 then id, idh = carry(id, idh) end
-  if pm >= B32 or pm < 0 then pm, pmh = carry(pm, pmh) end
-  if lt >= B32 or lt < 0 then lt, lth = carry(lt, lth) end
+  if al >= LOW or al < 0 then al, alh = carry(al, alh) end
+  if id >= LOW or id < 0 then id, idh = carry(id, idh) end
+  if pm >= LOW or pm < 0 then pm, pmh = carry(pm, pmh) end
+  if lt >= LOW or lt < 0 then lt, lth = carry(lt, lth) end
   return al, alh, id, idh, pm, pmh, lt, lth
 end
 
@@ -316,19 +349,23 @@ local function acquire(L, now, us, n, max_wait)
   return 1, n, sched, st, delay, late, max(0, now - L.nx), 0
 end
 
+-- settle moves this call's changes into L's totals.
+local function settle(L)
+  L.al, L.alh, L.id, L.idh, L.pm, L.pmh, L.lt, L.lth = totals(L)
+  L.d_al, L.d_id, L.d_pm, L.d_lt, L.xid = 0, 0, 0, 0, nil
+end
+
 -- pack returns L's x (see Storage), settling this call's changes into its
 -- totals.
 local function pack(L)
-  local al, alh, id, idh, pm, pmh, lt, lth = totals(L)
-  -- settle this call's changes into L's totals
-  L.al, L.alh, L.id, L.idh, L.pm, L.pmh, L.lt, L.lth = al, alh, id, idh, pm, pmh, lt, lth
-  L.d_al, L.d_id, L.d_pm, L.d_lt, L.xid = 0, 0, 0, 0, nil
+  settle(L)
+  local al, alh, id, idh, pm, pmh, lt, lth = L.al, L.alh, L.id, L.idh, L.pm, L.pmh, L.lt, L.lth
   if L.kind == 'smooth' then
     return enc(X_SMOOTH, 2, L.ver, L.whole, L.frac, L.den, L.maxn, L.cap, L.init, L.warm, L.cool,
-      L.thr, L.slope, L.st, L.ep, L.org, L.nx, L.pc, L.rem, L.sto, al, alh, id, idh, pm, pmh, lt, lth)
+      L.thr, L.slope, L.st, L.ep, L.nx, L.pc, L.rem, al, id, pm, lt, L.org, L.sto, alh, idh, pmh, lth)
   end
   return enc(X_SCHEDULE, 1, L.ver, L.whole, L.frac, L.den, L.maxn, L.burst, L.maxb,
-    L.st, L.ep, L.org, L.nx, L.pc, L.rem, L.sto, al, alh, id, idh, pm, pmh, lt, lth)
+    L.st, L.ep, L.nx, L.pc, L.rem, al, id, pm, lt, L.org, L.sto, alh, idh, pmh, lth)
 end
 
 -- settle_ms is how long an instance must be kept: until its state is no
@@ -405,12 +442,12 @@ local function reset(L, now)
 end
 
 -- resolve finds the limiter a call is about: the named limiter (key) if it
--- exists, else the template instance (ikey) when the caller passed the
--- matching template's parameters from argv[i] on (tpl). It returns L (nil: not
--- found), which is an instance when L.inst. An instance is created on first
--- use and moved to a newer template version in place; the template's
--- parameters are only parsed then. x is key's x if the caller has read it.
-local function resolve(key, ikey, argv, i, tpl, us, x)
+-- exists, else the template instance (ikey) when a template matches the name
+-- (tpl, see tpl_params). It returns L (nil: not found), which is an instance
+-- when L.inst. An instance is created on first use and moved to a newer
+-- template version in place; the template's parameters are only read then.
+-- x is key's x if the caller has read it.
+local function resolve(key, ikey, tpl, us, x)
   local L = load(key, false, x)
   if L then return L end
   if not tpl then
@@ -421,9 +458,8 @@ local function resolve(key, ikey, argv, i, tpl, us, x)
     return nil
   end
   L = load(ikey, true)
-  if L and (L.other or tonumber(argv[i + #PARAMS - 1]) <= L.ver) then return L end
-  local NP = {}
-  params_from(NP, argv, i)
+  if L and (L.other or tpl.ver <= L.ver) then return L end
+  local NP = tpl_params(tpl)
   if not L then
     L = fresh(ikey, true)
     for _, f in ipairs(PARAMS) do L[f] = NP[f] end
@@ -436,7 +472,9 @@ end
 -- resolve_keys is resolve for the scripts that take KEYS = {limiter,
 -- instance} and the template's parameters, if any, from argv[i] on.
 local function resolve_keys(keys, argv, i, us)
-  return resolve(keys[1], keys[2], argv, i, #argv >= i + #PARAMS - 1, us)
+  local tpl
+  if #argv >= i + #PARAMS - 1 then tpl = {argv = argv, i = i, ver = tonumber(argv[i + #PARAMS - 1])} end
+  return resolve(keys[1], keys[2], tpl, us)
 end
 
 -- grant_main is the body of grant.lua: n permits for a client pool, with
@@ -467,15 +505,17 @@ end
 -- acquire_one is acquire_many's path for its most frequent call, one acquire
 -- on a named schedule limiter that has started, in numbers held in locals
 -- rather than a table L: the same steps as acquire (now_rel without a
--- rebase, forfeit, cost, pace) and save, in a third of the time. It returns
--- the answer, or nil and x (false: no such key) for the general path.
+-- rebase, forfeit, cost, pace) and save, in a third of the time. It reads x
+-- only up to the low parts of the totals and rewrites only what changes
+-- (X_LEAN, X_RUN), so a change that would carry into a high part goes the
+-- general way. It returns the answer, or nil and x (false: no such key; nil:
+-- not read) for the general path.
 local function acquire_one(key, n, max_wait, us)
+  if TEXT == 1 then return nil end
   local x = rcall('HGET', key, 'x')
   if not x then return nil, x end
-  local code = string.byte(x, 1)
-  if code ~= 1 and code ~= 49 then return nil, x end
-  local _, ver, whole, frac, den, maxn, burst, maxb, st, ep, org, nx, pc, rem, sto,
-    al, alh, id, idh, pm, pmh, lt, lth = dec(X_SCHEDULE, x)
+  if byte(x, 1) ~= 1 then return nil, x end
+  local _, ver, whole, frac, den, maxn, burst, maxb, st, ep, nx, pc, rem, al, id, pm, lt = dec(X_LEAN, x)
   local now = (us - ep) * 1000
   n, max_wait = tonumber(n), tonumber(max_wait)
   if st ~= 1 or now >= REBASE or n < 1 or n > maxn or n ~= floor(n) then return nil, x end
@@ -483,7 +523,6 @@ local function acquire_one(key, n, max_wait, us)
   local late = now - nx
   if late > maxb then -- forfeit
     id = id + (late - maxb)
-    if id >= B32 then id, idh = carry(id, idh) end
     nx = now - maxb
   end
   local sched = nx
@@ -491,7 +530,7 @@ local function acquire_one(key, n, max_wait, us)
   local delay = start - now
   local answer
   if delay > max_wait then
-    answer = enc(HR, 1, us, ver, 0, 0, 0, 0, delay, 0, max(0, now - sched), delay - max_wait)
+    answer = enc(HR, 1, us, ver, 0, 0, 0, delay, max(0, now - sched), delay - max_wait)
     if late <= maxb then return answer end -- a denial that forfeited nothing changes nothing
   else
     local b = fmod(n, den) -- cost
@@ -500,39 +539,42 @@ local function acquire_one(key, n, max_wait, us)
     local c = n * whole + (n - b) / den * frac + (t - rem) / den
     nx = sched + c
     if burst == 0 then pc = start else pc = start + math.ceil(c / burst) end
-    late = start - sched
-    al, pm, lt = al + c, pm + n, lt + late
-    if al >= B32 then al, alh = carry(al, alh) end
-    if pm >= B32 then pm, pmh = carry(pm, pmh) end
-    if lt >= B32 then lt, lth = carry(lt, lth) end
-    answer = enc(HR, 1, us, ver, 0, 1, sched - now, start - now, delay, late, max(0, now - nx), 0)
+    al, pm, lt = al + c, pm + n, lt + (start - sched)
+    answer = enc(HR, 1, us, ver, 0, 1, sched - now, delay, max(0, now - nx), 0)
   end
-  rcall('HSET', key, 'x', enc(X_SCHEDULE, 1, ver, whole, frac, den, maxn, burst, maxb,
-    st, ep, org, nx, pc, rem, sto, al, alh, id, idh, pm, pmh, lt, lth))
+  if al >= LOW or id >= LOW or pm >= LOW or lt >= LOW then return nil, x end -- a carry
+  rcall('HSET', key, 'x', sub(x, 1, X_RUN_AT - 1) .. enc(X_RUN, nx, pc, rem, al, id, pm, lt) .. sub(x, X_RUN_AT + 46))
   return answer
 end
 
--- acquire_group is acquire_many's answer for one limiter whose part of ARGV
--- starts at argv[a] (x: its x, if read already).
-local function acquire_group(key, ikey, argv, a, us, x)
-  local m, idle_ttl, np = tonumber(argv[a]), tonumber(argv[a + 1]), tonumber(argv[a + 2])
-  local L = resolve(key, ikey, argv, a + 3, np > 0, us, x)
-  if not L then return -1 end
-  if L.other then return L.kind end
+-- acquire_group is acquire_many's answer for the m requests of one limiter,
+-- whose pairs start at argv[q] (ikey, tpl and idle_ttl: its instance key,
+-- template and idle TTL, if a template matches; x: its x, if read already).
+local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x)
+  local L = resolve(key, ikey, tpl, us, x)
+  if not L then return enc('<B', 3) end
+  if L.other then -- its kind: a length and the name (text: the name)
+    if TEXT == 1 then return '4 ' .. L.kind end
+    return enc('<BB', 4, #L.kind) .. L.kind
+  end
   local now = now_rel(L, us)
   local recs, decided = {enc(H, 1, us, L.ver, L.inst and 1 or 0)}, false
-  local q = a + 3 + np
   for r = 1, m do
     local n, max_wait = tonumber(argv[q]), tonumber(argv[q + 1])
     q = q + 2
     if n < 1 or n > L.maxn or n ~= floor(n) then
-      recs[r + 1] = enc(R, 2, L.maxn, 0, 0, 0, 0, 0)
+      recs[r + 1] = enc(R, 2, L.maxn, 0, 0, 0)
     else
       if max_wait < 0 then max_wait = HORIZON end
-      local granted, _, sched, st, delay, late, wait, retry = acquire(L, now, us, n, max_wait)
-      if granted == 1 then sched, st = sched - now, st - now end
-      recs[r + 1] = enc(R, granted, sched, st, delay, late, wait, retry)
+      local granted, _, sched, st, delay, _, wait, retry = acquire(L, now, us, n, max_wait)
+      if granted == 1 then
+        recs[r + 1] = enc(R, 1, sched - now, st - now, wait, retry)
+      else
+        recs[r + 1] = enc(R, 0, 0, delay, wait, retry)
+      end
       decided = true
+      -- Many requests' changes could pass 2^53 together (totals).
+      if L.d_al >= SETTLE or L.d_id >= SETTLE or L.d_pm >= SETTLE or L.d_lt >= SETTLE then settle(L) end
     end
   end
   -- Requests that were all refused change nothing (an instance is neither
@@ -545,34 +587,41 @@ end
 -- number of limiters, decided at one Redis time, each limiter read and written
 -- once. A limiter's requests are decided in order, as if they came one after
 -- the other at that time.
--- KEYS: each limiter's hash and instance key (2j-1, 2j).
--- ARGV: per limiter, in KEYS order: m (its requests), idle_ttl_ms, np (0, or
--- the count of template PARAMS that follow), the np PARAMS, then m pairs n,
--- max_wait (ns; negative: forever).
--- Reply: with one limiter its answer, with more an array of answers. An
--- answer is -1 (not found), a kind's name (a limiter of another kind), or a
--- string: H (1, now_us, version, instance 0 or 1), then one R per request:
--- code (0 denied, 1 granted, 2 n out of range, with the maximum as sched),
--- sched, start (relative to now), delay, lateness, wait, retry_after. In
--- text (no struct) the numbers are one space apart.
+-- KEYS: each limiter's hash, followed by its instance key when a template
+-- matches its name.
+-- ARGV: per limiter, in KEYS order, a head then m pairs n, max_wait (ns;
+-- negative: forever). The head is m, or when a template matches, one string:
+-- m, the template's idle_ttl_ms and its PARAMS (ver last), one space apart.
+-- Reply: one string, the limiters' answers in KEYS order. An answer is H (1,
+-- now_us, version, instance 0 or 1), then one R per request: code (0 denied,
+-- 1 granted, 2 n out of range, with the maximum as sched), sched, start
+-- (relative to now), wait, retry_after; or 3 (not found); or 4 (a limiter of
+-- another kind) and its kind's name, after its length. In text (no struct)
+-- the numbers and the name are one space apart.
 local function acquire_many(keys, argv)
   local us = time_us()
   local out = {}
-  local a = 1
-  for j = 1, #keys / 2 do
-    local x
-    if argv[a] == '1' and argv[a + 2] == '0' then -- one acquire, no template
-      out[j], x = acquire_one(keys[2 * j - 1], argv[a + 3], argv[a + 4], us)
-    end
-    if out[j] then
-      a = a + 5
+  local j, k, a, na = 0, 1, 1, #argv
+  while a <= na do
+    j = j + 1
+    local head = argv[a]
+    if head == '1' then -- one acquire, no template
+      local x
+      out[j], x = acquire_one(keys[k], argv[a + 1], argv[a + 2], us)
+      if not out[j] then out[j] = acquire_group(keys[k], nil, nil, 0, 1, argv, a + 1, us, x) end
+      k, a = k + 1, a + 3
     else
-      out[j] = acquire_group(keys[2 * j - 1], keys[2 * j], argv, a, us, x)
-      a = a + 3 + tonumber(argv[a + 2]) + 2 * tonumber(argv[a])
+      local m, tpl, idle_ttl, ikey = tonumber(head), nil, 0, nil
+      if not m then
+        local ms, ttl, params = string.match(head, '^(%S+) (%S+) (.*)$')
+        m, idle_ttl, ikey = tonumber(ms), tonumber(ttl), keys[k + 1]
+        tpl = {text = params, ver = tonumber(string.match(params, '(%S+)$'))}
+      end
+      out[j] = acquire_group(keys[k], ikey, tpl, idle_ttl, m, argv, a + 1, us)
+      k, a = k + (ikey and 2 or 1), a + 1 + 2 * m
     end
   end
-  if #out == 1 then return out[1] end
-  return out
+  return table.concat(out, SEP)
 end
 
 if not redis.register_function then init() end -- a script, not a library (see Globals)

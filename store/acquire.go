@@ -47,29 +47,37 @@ func (s *Store) Acquire(ctx context.Context, name string, n int64, maxWait time.
 }
 
 func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait time.Duration) (Decision, error) {
-	keys, tpl, err := s.target(ctx, name)
+	tpl, err := s.match(ctx, name)
 	if err != nil {
 		return Decision{}, err
 	}
 	if n < 1 {
 		return Decision{}, permitsErr(n)
 	}
-	args := append(tpl.acquireArgs(1, nil), n, waitArg(maxWait))
-	v, err := s.runAny(ctx, lua.Acquire, keys, args...)
+	keys := []string{s.limiterKey(name)}
+	if tpl != nil { // acquire.lua takes an instance key only with a template
+		keys = append(keys, s.instanceKey(name))
+	}
+	v, err := s.runAny(ctx, lua.Acquire, keys, tpl.acquireHead(1), n, waitArg(maxWait))
 	if err != nil {
 		return Decision{}, err
 	}
-	var o [1]Outcome
-	decodeAcquired(name, v, []int64{n}, o[:], nil)
-	return o[0].Decision, o[0].Err
+	var o Outcome
+	u := answerUnpacker(v)
+	decodeAnswer(name, u, 1, func(int) (int64, *Outcome) { return n, &o })
+	if err := u.done("answer"); err != nil && o.Err == nil {
+		o.Err = fmt.Errorf("store: acquire of %q: %w", name, err)
+	}
+	return o.Decision, o.Err
 }
 
-// acquireArgs starts the arguments acquire.lua takes for one limiter: the
-// count of its requests, the idle TTL and the template's parameters, if any.
-// The requests' pairs (permits, max wait) follow.
-func (t *compiledTemplate) acquireArgs(m int, args []any) []any {
-	p := t.args()
-	return append(append(args, m, t.idleTTLms(), len(p)), p...)
+// acquireHead is the head acquire.lua takes for one limiter's m requests: m,
+// or with a template m, its idle TTL and its parameters in one string.
+func (t *compiledTemplate) acquireHead(m int) any {
+	if t == nil {
+		return m
+	}
+	return strconv.Itoa(m) + " " + t.head
 }
 
 // grantCall runs grant.lua (see grant_main in lua/lib.lua).
@@ -142,51 +150,39 @@ func decodeDecision(v []any) Decision {
 	return d
 }
 
-// Sizes of acquire.lua's binary answer (acquire_many in lua/lib.lua): a head
-// (code 'B', now_us, version 'i7', instance 'B') and one record per request
-// (code 'B', then sched, start, delay, lateness, wait, retry_after 'i7').
-const (
-	headSize   = 1 + 7 + 7 + 1
-	recordSize = 1 + 6*7
-)
-
-// decodeAcquired decodes acquire.lua's answer for one limiter, a, into out:
-// one Outcome per request, whose permits are ns. idx maps a request to its
-// place in out (nil: in order).
-func decodeAcquired(name string, a any, ns []int64, out []Outcome, idx []int) {
-	at := func(r int) *Outcome {
-		if idx == nil {
-			return &out[r]
-		}
-		return &out[idx[r]]
-	}
+// decodeAnswer reads one limiter's answer from u, the reply of acquire.lua
+// (acquire_many in lua/lib.lua): its head (code 1, now_us, version,
+// instance) and one record per request (code, then sched, start, wait,
+// retry_after), or code 3 (not found), or code 4 and a kind's name. req
+// gives the permits of each of its m requests and where its Outcome goes; it
+// is called once for each, in order.
+func decodeAnswer(name string, u *unpacker, m int, req func(r int) (int64, *Outcome)) {
 	fail := func(err error) {
-		for r := range ns {
-			at(r).Err = err
+		for r := range m {
+			_, o := req(r)
+			o.Err = err
 		}
 	}
-	s, ok := a.(string)
-	switch {
-	case !ok && toInt(a) == -1:
+	switch code := u.uint(1); {
+	case u.err != nil:
+		fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
+		return
+	case code == 3:
 		fail(fmt.Errorf("limiter %q: %w", name, ErrNotFound))
 		return
-	case !ok:
-		fail(fmt.Errorf("store: acquire of %q: unexpected answer %v", name, a))
+	case code == 4: // a limiter of a kind without a schedule
+		fail(kindConflict(name, limiter.Kind(u.str())))
 		return
-	case s == "" || s[0] != 1 && s[0] != '1': // a limiter of a kind without a schedule
-		fail(kindConflict(name, limiter.Kind(s)))
+	case code != 1:
+		u.err = fmt.Errorf("answer code %d", code)
+		fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
 		return
 	}
-	u := &unpacker{b: []byte(s)}
-	if s[0] == '1' {
-		u = &unpacker{words: strings.Fields(s), isText: true}
-	}
-	u.uint(1)
 	now, ver, inst := u.int(7)*1000, u.int(7), u.uint(1) == 1
-	for r, n := range ns {
+	for r := range m {
 		code := u.uint(1)
-		sched, start, delay, late, wait, retry := u.int(7), u.int(7), u.int(7), u.int(7), u.int(7), u.int(7)
-		o := at(r)
+		sched, start, wait, retry := u.int(7), u.int(7), u.int(7), u.int(7)
+		n, o := req(r)
 		switch {
 		case u.err != nil:
 			o.Err = fmt.Errorf("store: acquire of %q: record %d: %w", name, r, u.err)
@@ -195,17 +191,28 @@ func decodeAcquired(name string, a any, ns []int64, out []Outcome, idx []int) {
 			o.Err = &limiter.FieldError{Field: "permits", Rule: "must be ≥ 1 and at most " + strconv.FormatInt(sched, 10) + " (13 days of schedule)"}
 			continue
 		}
-		d := Decision{Granted: code == 1, Delay: delay, Wait: wait, RetryAfter: retry,
+		// A grant's delay is its start, its lateness start − sched; a
+		// denial's delay comes as start.
+		d := Decision{Granted: code == 1, Delay: start, Wait: wait, RetryAfter: retry,
 			Version: ver, Now: now, Instance: inst}
 		if d.Granted {
-			d.Permits, d.Lateness = n, late
+			d.Permits, d.Lateness = n, start-sched
 			d.Scheduled, d.Start = now+sched, now+start
 		}
 		o.Decision = d
 	}
-	if err := u.done("answer"); err != nil {
-		fail(fmt.Errorf("store: acquire of %q: %w", name, err))
+}
+
+// answerUnpacker reads acquire.lua's reply, v.
+func answerUnpacker(v any) *unpacker {
+	s, ok := v.(string)
+	if !ok {
+		return &unpacker{err: fmt.Errorf("unexpected answer %v", v)}
 	}
+	if s != "" && s[0] >= '0' && s[0] <= '9' { // binary answers start with code 1, 3 or 4
+		return &unpacker{words: strings.Fields(s), isText: true}
+	}
+	return &unpacker{b: s}
 }
 
 // Grant is k permits taken from the shared schedule in one call, for a client
@@ -333,12 +340,18 @@ func (s *Store) Reset(ctx context.Context, name string) (version int64, err erro
 // target returns the keys a per-name script takes and the template that
 // applies should the name not be a limiter (nil if none matches).
 func (s *Store) target(ctx context.Context, name string) ([]string, *compiledTemplate, error) {
-	if err := CheckName(name); err != nil {
-		return nil, nil, err
-	}
-	tpl, err := s.templates.match(ctx, s, name)
+	tpl, err := s.match(ctx, name)
 	if err != nil {
 		return nil, nil, err
 	}
 	return []string{s.limiterKey(name), s.instanceKey(name)}, tpl, nil
+}
+
+// match checks name and returns the template that applies should it not be
+// a limiter (nil if none matches).
+func (s *Store) match(ctx context.Context, name string) (*compiledTemplate, error) {
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	return s.templates.match(ctx, s, name)
 }

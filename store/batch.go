@@ -35,9 +35,17 @@ type Outcome struct {
 // Outcomes are in request order.
 func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
 	out := make([]Outcome, len(reqs))
-	calls := s.batchCalls(ctx, reqs, out)
+	s.acquireMany(ctx, reqs, out, new(batchScratch))
+	return out
+}
+
+// acquireMany is AcquireMany writing to out, with sc's memory (the batcher
+// keeps one for all its batches).
+func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, sc *batchScratch) {
+	s.batchCalls(ctx, reqs, out, sc)
+	calls := sc.calls
 	if len(calls) == 0 {
-		return out
+		return
 	}
 	script := s.scripts[lua.Acquire]
 	fn, gen := s.fn.function(lua.Acquire), s.fn.gen.Load()
@@ -45,15 +53,17 @@ func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
 	// a script.
 	exec := func(again func(i int) bool) {
 		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, c := range calls {
+			for i := range calls {
+				c := &calls[i]
 				if !again(i) {
 					continue
 				}
 				if fn != "" {
-					c.cmd = p.FCall(ctx, fn, c.keys, c.args...)
+					c.argv[0], c.argv[1] = "fcall", fn
 				} else {
-					c.cmd = script.EvalSha(ctx, p, c.keys, c.args...)
+					c.argv[0], c.argv[1] = "evalsha", script.Hash()
 				}
+				c.cmd = p.Do(ctx, c.argv...)
 			}
 			return nil
 		})
@@ -62,7 +72,7 @@ func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
 		return func(i int) bool { return is(calls[i].cmd.Err()) }
 	}
 	anyFailed := func(is func(error) bool) bool {
-		return slices.ContainsFunc(calls, func(c *batchCall) bool { return is(c.cmd.Err()) })
+		return slices.ContainsFunc(calls, func(c batchCall) bool { return is(c.cmd.Err()) })
 	}
 	exec(func(int) bool { return true })
 	// Recover what a node could not run, then run it again: a node without
@@ -96,100 +106,144 @@ retry:
 			break retry
 		}
 	}
-	for _, c := range calls {
-		// One limiter's answer comes alone, more in an array.
+	for i := range calls {
+		c := &calls[i]
 		v, err := c.cmd.Result()
-		answers, ok := v.([]any)
-		if len(c.groups) == 1 {
-			answers = []any{v}
-		} else if err == nil && (!ok || len(answers) != len(c.groups)) {
-			err = fmt.Errorf("store: acquire: %v for %d limiters", v, len(c.groups))
+		if err != nil {
+			sc.fail(c, out, wrapErr(err))
+			continue
 		}
-		for j, g := range c.groups {
-			if err != nil {
-				for _, i := range g.idx {
-					out[i].Err = wrapErr(err)
-				}
-				continue
-			}
-			decodeAcquired(g.name, answers[j], g.permits, out, g.idx)
+		u := answerUnpacker(v)
+		for _, g := range sc.groups[c.from:c.to] {
+			r := g.first
+			decodeAnswer(g.name, u, g.m, func(int) (int64, *Outcome) {
+				i := r
+				r = sc.next[i]
+				return reqs[i].Permits, &out[i]
+			})
+		}
+		if err := u.done("answer"); err != nil {
+			sc.fail(c, out, fmt.Errorf("store: acquire: %w", err))
 		}
 	}
-	return out
 }
 
 // batchCallSize bounds the requests one call of a batch decides on a single
 // Redis server, so that no call holds Redis for long.
 const batchCallSize = 128
 
-// batchGroup is the requests of one batch for one limiter.
+// batchGroup is the requests of one batch for one limiter: m of them, the
+// first at first, each next one at next[i] (-1: none).
 type batchGroup struct {
-	name    string
-	keys    []string
-	tpl     *compiledTemplate
-	idx     []int   // the requests' places in the batch
-	permits []int64 // their permits
+	name        string
+	tpl         *compiledTemplate
+	first, last int
+	m           int
 }
 
-// batchCall is one call of acquire.lua: one or more limiters' requests.
+// batchCall is one call of acquire.lua: the requests of groups[from:to].
+// argv is the command: its name and the function or script (set when it
+// runs), the count of keys, the keys, then the arguments.
 type batchCall struct {
-	groups []*batchGroup
-	keys   []string
-	args   []any
-	cmd    *redis.Cmd
+	from, to int
+	argv     []any
+	cmd      *redis.Cmd
 }
 
-// batchCalls groups reqs by limiter and the groups into calls, recording in
-// out the requests that fail before any call.
-func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome) []*batchCall {
-	var groups []*batchGroup
-	byName := make(map[string]*batchGroup)
-	failed := make(map[string]error)
+// batchScratch is the memory of a batch: its groups, its calls and their
+// commands, kept from one batch to the next.
+type batchScratch struct {
+	groups []batchGroup
+	byName map[string]int // a group's place in groups
+	failed map[string]error
+	next   []int // the next request of the same limiter, -1: none
+	calls  []batchCall
+	argv   []any // every call's argv, one after the other
+}
+
+// fail records err for every request of c that has no error yet.
+func (sc *batchScratch) fail(c *batchCall, out []Outcome, err error) {
+	for _, g := range sc.groups[c.from:c.to] {
+		for i := g.first; i >= 0; i = sc.next[i] {
+			if out[i].Err == nil {
+				out[i] = Outcome{Err: err}
+			}
+		}
+	}
+}
+
+// batchCalls groups reqs by limiter and the groups into calls (sc.calls),
+// recording in out the requests that fail before any call.
+func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome, sc *batchScratch) {
+	if sc.byName == nil {
+		sc.byName = make(map[string]int, len(reqs))
+	}
+	clear(sc.byName)
+	clear(sc.failed)
+	sc.groups, sc.calls = sc.groups[:0], sc.calls[:0]
+	sc.next = slices.Grow(sc.next[:0], len(reqs))[:len(reqs)]
 	for i, r := range reqs {
+		sc.next[i] = -1
 		if r.Permits < 1 {
 			out[i].Err = permitsErr(r.Permits)
 			continue
 		}
-		g := byName[r.Name]
-		if g == nil {
-			if err := failed[r.Name]; err != nil {
-				out[i].Err = err
-				continue
-			}
-			keys, tpl, err := s.target(ctx, r.Name)
-			if err != nil {
-				failed[r.Name] = err
-				out[i].Err = err
-				continue
-			}
-			g = &batchGroup{name: r.Name, keys: keys, tpl: tpl}
-			byName[r.Name] = g
-			groups = append(groups, g)
+		if err := sc.failed[r.Name]; err != nil {
+			out[i].Err = err
+			continue
 		}
-		g.idx = append(g.idx, i)
-		g.permits = append(g.permits, r.Permits)
+		k, seen := sc.byName[r.Name]
+		if !seen {
+			tpl, err := s.match(ctx, r.Name)
+			if err != nil {
+				if sc.failed == nil {
+					sc.failed = make(map[string]error)
+				}
+				sc.failed[r.Name] = err
+				out[i].Err = err
+				continue
+			}
+			k = len(sc.groups)
+			sc.byName[r.Name] = k
+			sc.groups = append(sc.groups, batchGroup{name: r.Name, tpl: tpl, first: i, last: i})
+		} else {
+			sc.next[sc.groups[k].last] = i
+			sc.groups[k].last = i
+		}
+		sc.groups[k].m++
 	}
 	// Only a single server takes keys of different slots in one call; a
-	// cluster or ring node gets a call per limiter.
+	// cluster or ring node gets a call per limiter. A call's argv holds its
+	// keys, then its arguments: a head per limiter and a pair per request.
 	_, single := s.rdb.(*redis.Client)
-	var calls []*batchCall
-	var c *batchCall
-	size := 0
-	for _, g := range groups {
-		if c == nil || !single || size+len(g.idx) > batchCallSize {
-			c = &batchCall{}
-			calls = append(calls, c)
-			size = 0
+	argv := sc.argv[:0]
+	for k := 0; k < len(sc.groups); {
+		from, to, nkeys, size := k, k, 0, 0
+		for ; to < len(sc.groups) && (to == from || single && size+sc.groups[to].m <= batchCallSize); to++ {
+			size += sc.groups[to].m
+			nkeys++
+			if sc.groups[to].tpl != nil {
+				nkeys++
+			}
 		}
-		size += len(g.idx)
-		c.groups = append(c.groups, g)
-		c.keys = append(c.keys, g.keys...)
-		c.args = g.tpl.acquireArgs(len(g.idx), c.args)
-		for _, i := range g.idx {
-			c.args = append(c.args, reqs[i].Permits, waitArg(reqs[i].MaxWait))
+		start := len(argv)
+		argv = append(argv, nil, nil, nkeys)
+		for _, g := range sc.groups[from:to] {
+			argv = append(argv, s.limiterKey(g.name))
+			if g.tpl != nil { // acquire.lua takes an instance key only with a template
+				argv = append(argv, s.instanceKey(g.name))
+			}
 		}
+		for _, g := range sc.groups[from:to] {
+			argv = append(argv, g.tpl.acquireHead(g.m))
+			for i := g.first; i >= 0; i = sc.next[i] {
+				argv = append(argv, reqs[i].Permits, waitArg(reqs[i].MaxWait))
+			}
+		}
+		sc.calls = append(sc.calls, batchCall{from: from, to: to, argv: argv[start:len(argv):len(argv)]})
+		k = to
 	}
-	return calls
+	sc.argv = argv
 }
 
 func isNoScript(err error) bool {
@@ -244,6 +298,8 @@ func (b *batcher) loop() {
 	defer b.wg.Done()
 	batch := make([]*call, 0, b.max)
 	reqs := make([]Request, 0, b.max)
+	outs := make([]Outcome, 0, b.max)
+	var sc batchScratch
 	for {
 		select {
 		case <-b.done:
@@ -281,7 +337,8 @@ func (b *batcher) loop() {
 		// fail the others. Callers stop waiting on their own contexts.
 		ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 		b.inflight.Add(1)
-		outs := b.s.AcquireMany(ctx, reqs)
+		outs = append(outs[:0], make([]Outcome, len(reqs))...)
+		b.s.acquireMany(ctx, reqs, outs, &sc)
 		b.inflight.Add(-1)
 		cancel()
 		for i, c := range batch {

@@ -1151,7 +1151,7 @@ func TestDiffTemplate(t *testing.T) {
 
 // TestDiffBigIdle checks lua/lib.lua's exact arithmetic for the idle time of
 // a limiter left alone for months (big_gap: d·1000 − c past 2^53) and for the
-// totals (totals, carry: int64s as hi·2^32 + lo, packed in the field t),
+// totals (totals, carry: int64s as hi·2^32 + lo, 0 ≤ lo < 2^51, packed in x),
 // against math/big, in gopher-lua (miniredis, the text form) and in Redis's
 // Lua 5.1 (struct, the binary form), and that store reads the packed totals
 // back. The differential tests reach it only through miniredis's settable
@@ -1186,21 +1186,26 @@ return out`
 	var want []*big.Int // per case: the gap, the idle total after
 	for i := range 400 {
 		// d: µs since the epoch (months to ~285 years); c = nx + FAR, the part
-		// of the gap kept; x: idle this call adds besides; tot: the idle total
-		// so far.
+		// of the gap kept; x: idle this call adds besides, up to what one
+		// call can (totals in lib.lua); tot: the idle total so far, given as
+		// lo, hi with any low part below 2^51.
 		d := int64(1)<<42 + r.Int64N(1<<53-1<<42)
 		c := r.Int64N(1<<53) - 1<<51
-		x := r.Int64N(1 << 53)
+		x := r.Int64N(1<<52+1<<41) - r.Int64N(1<<52)
 		tot := r.Int64N(1 << 62)
+		lo := tot&(1<<32-1) + r.Int64N(1<<19)<<32
 		switch i {
 		case 0:
-			d, c, x, tot = 1<<53-1, -(1<<53 - 1), 1<<53-1, 0
+			d, c, x, tot, lo = 1<<53-1, -(1<<53 - 1), 1<<52+1<<41-1, 1<<51-1, 1<<51-1
 		case 1:
 			d, c, x = 4503599627371, 4503599627370000, 0 // d·1000 − c = 1000
 		case 2:
-			d, c, x, tot = 1_000_000, 999_999_999, 1, 1<<32-1 // lo carries into hi
+			d, c, x, tot, lo = 1_000_000, 999_999_999, 1, 1<<51-1, 1<<51-1 // lo carries into hi
 		case 3:
-			d, c, x, tot = 1<<32, 1<<32*1000-5, -(1<<53 - 1), 1<<40 // negative x borrows from hi
+			d, c, x, tot, lo = 1<<32, 1<<32*1000-5, -(1<<52 - 1), 1<<40, 0 // negative x borrows from hi
+		}
+		if lo > tot {
+			lo = tot & (1<<32 - 1)
 		}
 		if d*1000 <= c {
 			continue
@@ -1210,7 +1215,7 @@ return out`
 		if !after.IsInt64() {
 			continue
 		}
-		args = append(args, d, c, x, tot&(1<<32-1), tot>>32)
+		args = append(args, d, c, x, lo, (tot-lo)>>32)
 		want = append(want, gap, after)
 	}
 	run := func(t *testing.T, rdb *redis.Client) {
@@ -1221,20 +1226,20 @@ return out`
 		if len(v) != len(want)/2*5 {
 			t.Fatalf("%d results, want %d", len(v), len(want)/2*5)
 		}
-		hilo := func(lo, hi any) *big.Int {
+		hilo := func(lo, hi any, below int64) *big.Int {
 			l, h := lo.(int64), hi.(int64)
-			if l < 0 || l >= 1<<32 {
-				t.Errorf("low part %d out of [0, 2^32)", l)
+			if l < 0 || l >= below {
+				t.Errorf("low part %d out of [0, %d)", l, below)
 			}
 			return new(big.Int).Add(new(big.Int).Lsh(big.NewInt(h), 32), big.NewInt(l))
 		}
 		for i := 0; i < len(v); i += 5 {
 			k := i / 5
 			a := args[k*5 : k*5+5]
-			if got := hilo(v[i], v[i+1]); got.Cmp(want[2*k]) != 0 {
+			if got := hilo(v[i], v[i+1], 1<<32); got.Cmp(want[2*k]) != 0 {
 				t.Errorf("case %d (d=%v c=%v): gap %s, want %s", k, a[0], a[1], got, want[2*k])
 			}
-			if got := hilo(v[i+2], v[i+3]); got.Cmp(want[2*k+1]) != 0 {
+			if got := hilo(v[i+2], v[i+3], 1<<51); got.Cmp(want[2*k+1]) != 0 {
 				t.Errorf("case %d (%v): idle %s, want %s", k, a, got, want[2*k+1])
 			}
 			packed, _ := v[i+4].(string)

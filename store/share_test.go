@@ -655,8 +655,13 @@ func shTestWrongKind(t *testing.T, f stFactory) {
 		conflict("Wait "+name, err, kind)
 		_, err = s.Reset(ctx, name)
 		conflict("Reset "+name, err, kind)
-		outs := s.AcquireMany(ctx, []Request{{Name: name, Permits: 1}, {Name: "sched", Permits: 0}})
-		conflict("AcquireMany "+name, outs[0].Err, kind)
+		// Between two rate limiters' answers in one call, each read in turn
+		// (too many permits: answered, nothing written).
+		outs := s.AcquireMany(ctx, []Request{{Name: "sched", Permits: 1e15}, {Name: name, Permits: 1},
+			{Name: "sched", Permits: 0}, {Name: "smooth", Permits: 1e15}})
+		conflict("AcquireMany "+name, outs[1].Err, kind)
+		stWantField(t, "AcquireMany sched beside "+name, outs[0].Err, "permits")
+		stWantField(t, "AcquireMany smooth beside "+name, outs[3].Err, "permits")
 	}
 	_, err := s.Capacity(ctx, "cc", CapacityRequest{ClientID: "a", Wants: 1})
 	conflict("Capacity on concurrency", err, limiter.KindConcurrency)

@@ -112,7 +112,11 @@ for i = 1, #a, 31 do
   local function x(code, from, to)
     local v = {code, 7}
     for k = from, to do v[#v + 1] = a[k] end
-    for k = i + 16, i + 30 do v[#v + 1] = a[k] end
+    -- state and totals in X_STATE's order: st ep nx pc rem, the totals'
+    -- low parts, org sto, their high parts
+    for _, k in ipairs({16, 17, 19, 20, 21, 23, 25, 27, 29, 18, 22, 24, 26, 28, 30}) do
+      v[#v + 1] = a[i + k]
+    end
     return v
   end
   local x1 = enc(X_SCHEDULE, unpack(x(1, i, i + 5)))
@@ -133,16 +137,20 @@ return out`
 		g := func(x float64) string { return strconv.FormatFloat(x, 'g', 17, 64) }
 		for k, w := range rows {
 			o := v[4*k : 4*k+4]
-			if !isPackedText(o[0]) && (len(o[0]) != 117 || len(o[1]) != 141) {
-				t.Errorf("row %d: packed lengths %d %d, want 117 141", k, len(o[0]), len(o[1]))
+			if !isPackedText(o[0]) && (len(o[0]) != 129 || len(o[1]) != 153) {
+				t.Errorf("row %d: packed lengths %d %d, want 129 153", k, len(o[0]), len(o[1]))
 			}
 			// Lua reads back what it wrote.
 			var tail []string
-			for _, x := range w.state {
-				tail = append(tail, g(x))
+			for _, i := range []int{0, 1, 3, 4, 5} { // st ep nx pc rem
+				tail = append(tail, g(w.state[i]))
 			}
 			for _, x := range w.tot {
-				tail = append(tail, g(float64(uint32(x))), g(float64(int32(x>>32))))
+				tail = append(tail, g(float64(uint32(x))))
+			}
+			tail = append(tail, g(w.state[2]), g(w.state[6])) // org sto
+			for _, x := range w.tot {
+				tail = append(tail, g(float64(int32(x>>32))))
 			}
 			want := [2][]string{{"1", "7"}, {"2", "7"}}
 			for _, x := range w.sched {
@@ -292,13 +300,13 @@ func TestStorageLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	fields := slices.Sorted(maps.Keys(m))
-	if !slices.Equal(fields, []string{"cfg", "kind", "ver", "x"}) || len(m["x"]) != 141 {
-		t.Errorf("named limiter: fields %v, x of %d bytes; want cfg kind ver x, x of 141", fields, len(m["x"]))
+	if !slices.Equal(fields, []string{"cfg", "kind", "ver", "x"}) || len(m["x"]) != 153 {
+		t.Errorf("named limiter: fields %v, x of %d bytes; want cfg kind ver x, x of 153", fields, len(m["x"]))
 	}
 	key := s.instanceKey("u:1")
 	x, err := rdb.Get(ctx, key).Result()
-	if err != nil || len(x) != 141 {
-		t.Fatalf("instance: %d bytes (%v), want x of 141", len(x), err)
+	if err != nil || len(x) != 153 {
+		t.Fatalf("instance: %d bytes (%v), want x of 153", len(x), err)
 	}
 	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
 		t.Errorf("instance TTL %v, want one", ttl)
@@ -680,6 +688,63 @@ func TestStorageDenialWritesNothing(t *testing.T) {
 		}
 		if calls := stCommandCalls(t, rdb); calls["hset"] != 1 {
 			t.Errorf("%s: a grant called %v, want one HSET", name, calls)
+		}
+	}
+}
+
+// TestStorageLeanCarry: one acquire on a named schedule limiter rewrites only
+// the low parts of its totals (acquire_one in lua/lib.lua); one whose totals
+// would reach 2^51 there carries into the high parts instead, exactly.
+func TestStorageLeanCarry(t *testing.T) {
+	t.Parallel()
+	rdb := stServerFactory(t)(t)
+	s := stStore(t, rdb)
+	const low = 1 << 51
+	stPut(t, s, "c", stSched(1000, 1))
+	stAcquire(t, s, "c", 1, Forever)
+	key := s.limiterKey("c")
+	// lows sets the low parts of the totals (al id pm lt) to ARGV and
+	// returns the low and high parts, or only returns them without ARGV.
+	lows := libSource(t) + `
+local v = {dec(X_SCHEDULE, redis.call('HGET', KEYS[1], 'x'))}
+table.remove(v, 1) -- the code
+if #ARGV > 0 then
+  for i = 1, 4 do v[12 + i] = tonumber(ARGV[i]) end
+  redis.call('HSET', KEYS[1], 'x', enc(X_SCHEDULE, 1, unpack(v, 1, 24)))
+end
+return {v[13], v[14], v[15], v[16], v[19], v[20], v[21], v[22]}`
+	parts := func(args ...any) []int64 {
+		t.Helper()
+		v, err := rdb.Eval(t.Context(), lows, []string{key}, args...).Int64Slice()
+		if err != nil || len(v) != 8 {
+			t.Fatalf("lows: %v, %v", v, err)
+		}
+		return v
+	}
+	for _, set := range [][4]int64{
+		{7, 7, 7, 7},                           // no carry: the lean write
+		{low - 1, 7, low - 1, low - 1},         // al, pm and lt carry
+		{low - 1e6, low - 1, 0, low - 1},       // al reaches 2^51 exactly
+		{1 << 32, 1 << 33, 1<<51 - 2, 1 << 40}, // pm reaches it
+	} {
+		parts(set[0], set[1], set[2], set[3])
+		before, _, err := ReadStored(t.Context(), s, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := stAcquire(t, s, "c", 1, Forever)
+		after, _, err := ReadStored(t.Context(), s, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.Allocated != before.Allocated+1e6 || after.Permits != before.Permits+1 ||
+			after.Lateness != before.Lateness+d.Lateness || after.Idle < before.Idle {
+			t.Errorf("lows %v: totals %+v after %+v and %+v", set, after, before, d)
+		}
+		for i, lo := range parts()[:4] {
+			if lo < 0 || lo >= low {
+				t.Errorf("lows %v: total %d's low part is %d, want [0, 2^51)", set, i, lo)
+			}
 		}
 	}
 }

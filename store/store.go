@@ -2,7 +2,7 @@ package store
 
 import (
 	"context"
-	"encoding/binary"
+
 	"errors"
 	"fmt"
 	"math"
@@ -229,14 +229,19 @@ func decodeStored(x any) (st stored, ok bool, err error) {
 		p.Cap, p.Initial, p.Warm = u.int(7), u.int(7), u.uint(1) == 1
 		p.Cooldown, p.Threshold, p.Slope = u.float(), u.float(), u.float()
 	}
-	// state: 'Bi7i7i7i7i4i7'
+	// state and totals (X_STATE): st ep 'Bi7', nx pc rem 'i7i7i4', the
+	// totals' low parts 'i7' x4, org sto 'i7i7', their high parts 'i4' x4
 	st.Started = u.uint(1) == 1
-	st.Epoch, st.Origin, st.Next, st.Pace = u.int(7), u.int(7), u.int(7), u.int(7)
-	st.Rem, st.Stored = u.int(4), u.int(7)
-	// totals: 'I4i4' four times, int64s
-	for _, t := range []*int64{&st.Allocated, &st.Idle, &st.Permits, &st.Lateness} {
-		lo := u.uint(4)
-		*t = u.int(4)<<32 + lo
+	st.Epoch = u.int(7)
+	st.Next, st.Pace, st.Rem = u.int(7), u.int(7), u.int(4)
+	totals := []*int64{&st.Allocated, &st.Idle, &st.Permits, &st.Lateness}
+	var lo [4]int64
+	for i := range totals {
+		lo[i] = u.int(7)
+	}
+	st.Origin, st.Stored = u.int(7), u.int(7)
+	for i, t := range totals {
+		*t = u.int(4)<<32 + lo[i]
 	}
 	if err := u.done("x"); err != nil {
 		return st, true, err
@@ -249,7 +254,7 @@ func decodeStored(x any) (st stored, ok bool, err error) {
 
 // unpacker reads the numbers of one packed field in order.
 type unpacker struct {
-	b      []byte   // binary form
+	b      string   // binary form
 	words  []string // text form
 	isText bool
 	err    error
@@ -259,37 +264,45 @@ func newUnpacker(s string) *unpacker {
 	if isPackedText(s) {
 		return &unpacker{words: strings.Fields(s), isText: true}
 	}
-	return &unpacker{b: []byte(s)}
+	return &unpacker{b: s}
 }
 
-// next returns the next n bytes (binary) or the next number (text).
-func (u *unpacker) next(n int) ([]byte, string) {
+// next returns the next n bytes (binary) or the next word (text).
+func (u *unpacker) next(n int) string {
 	if u.err != nil {
-		return nil, ""
+		return ""
 	}
 	if u.isText {
 		if len(u.words) == 0 {
 			u.err = errors.New("too few numbers")
-			return nil, ""
+			return ""
 		}
 		w := u.words[0]
 		u.words = u.words[1:]
-		return nil, w
+		return w
 	}
 	if len(u.b) < n {
 		u.err = fmt.Errorf("too short by %d bytes", n-len(u.b))
-		return nil, ""
+		return ""
 	}
 	b := u.b[:n]
 	u.b = u.b[n:]
-	return b, ""
+	return b
+}
+
+// str is a name: a length byte and its bytes (text: a word).
+func (u *unpacker) str() string {
+	if u.isText {
+		return u.next(0)
+	}
+	return u.next(int(u.uint(1)))
 }
 
 // uint is an unsigned little-endian integer of n bytes ('B', 'I4').
 func (u *unpacker) uint(n int) int64 {
-	b, w := u.next(n)
+	b := u.next(n)
 	if u.isText {
-		return u.textInt(w, 0, 1<<(8*n))
+		return u.textInt(b, 0, 1<<(8*n))
 	}
 	var x uint64
 	for i := len(b) - 1; i >= 0; i-- {
@@ -302,8 +315,7 @@ func (u *unpacker) uint(n int) int64 {
 // 'i7').
 func (u *unpacker) int(n int) int64 {
 	if u.isText {
-		_, w := u.next(n)
-		return u.textInt(w, -1<<(8*n-1), 1<<(8*n-1))
+		return u.textInt(u.next(n), -1<<(8*n-1), 1<<(8*n-1))
 	}
 	x := u.uint(n)
 	if x>>(8*n-1)&1 == 1 {
@@ -314,18 +326,22 @@ func (u *unpacker) int(n int) int64 {
 
 // float is a little-endian double ('d').
 func (u *unpacker) float() float64 {
-	b, w := u.next(8)
+	b := u.next(8)
 	if u.isText {
-		f, err := strconv.ParseFloat(w, 64)
+		f, err := strconv.ParseFloat(b, 64)
 		if err != nil && u.err == nil {
 			u.err = err
 		}
 		return f
 	}
-	if b == nil {
+	if len(b) < 8 {
 		return 0
 	}
-	return math.Float64frombits(binary.LittleEndian.Uint64(b))
+	var x uint64
+	for i := 7; i >= 0; i-- {
+		x = x<<8 | uint64(b[i])
+	}
+	return math.Float64frombits(x)
 }
 
 // textInt reads an integer the text form wrote with '%.17g', which must lie

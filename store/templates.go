@@ -9,6 +9,8 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,7 +163,8 @@ func (s *Store) Resolve(ctx context.Context, name string) (Template, error) {
 type compiledTemplate struct {
 	Template
 	params limiter.Params
-	argv   []any // the parameters as the scripts take them, built once
+	argv   []any  // the parameters as the scripts take them, built once
+	head   string // acquire.lua's head after the count: idle TTL and argv as text
 }
 
 // args are the template's engine parameters for the scripts (none: nil).
@@ -236,7 +239,13 @@ func (c *templateCache) load(ctx context.Context, s *Store) (*templateSet, error
 		if err != nil {
 			continue // written by a newer limitd with rules this one lacks
 		}
-		set.list = append(set.list, &compiledTemplate{Template: t, params: p, argv: paramArgs(&p, t.Version)})
+		ct := &compiledTemplate{Template: t, params: p, argv: paramArgs(&p, t.Version)}
+		words := []string{strconv.FormatInt(ct.idleTTLms(), 10)}
+		for _, a := range ct.argv {
+			words = append(words, fmt.Sprint(a))
+		}
+		ct.head = strings.Join(words, " ")
+		set.list = append(set.list, ct)
 	}
 	c.cur.Store(set)
 	return set, nil
