@@ -3,8 +3,9 @@
 -- nothing; one of the same kind is applied in place keeping the schedule
 -- (limiter.Reconfigure) and bumps the version; another kind replaces the
 -- limiter with a fresh one (PATCH refuses that). Every change is published.
--- KEYS: limiter hash, then any other keys of the limiter (a share limiter's
--- clients, a concurrency limiter's slots), deleted with it on a kind change.
+-- KEYS: limiter hash, state key (x, see lib.lua), then any other keys of the
+-- limiter (a share limiter's clients, a concurrency limiter's slots), deleted
+-- with it on a kind change.
 -- ARGV: mode ('put'|'patch'), expected version (patch; '' for any),
 -- config JSON (canonical), restart (1: reset after applying), channel, name,
 -- PARAMS (without meaning for 'ver', which this script assigns).
@@ -14,7 +15,8 @@ local mode, expected, cfg, restart, channel, name = ARGV[1], ARGV[2], ARGV[3], A
 local NP = {}
 params_from(NP, ARGV, 7)
 local us = time_us()
-local L = load(KEYS[1], false)
+local L = load(KEYS[2], false)
+if L and L.other then L.ver = tonumber(redis.call('HGET', KEYS[1], 'ver')) or 0 end
 if L and mode == 'patch' and expected ~= '' and tonumber(expected) ~= L.ver then return {-3, L.ver, 0} end
 if not L and mode == 'patch' then return {-1, 0, 0} end
 local code, ver = 200, 1
@@ -31,13 +33,15 @@ else
     redis.call('DEL', unpack(KEYS))
   else
     code = 201
+    redis.call('DEL', unpack(KEYS)) -- leftovers of an earlier life, if any
   end
-  L = fresh(KEYS[1])
+  L = fresh(KEYS[2])
   for _, f in ipairs(PARAMS) do L[f] = NP[f] end
   if L.kind == 'smooth' then start(L, now_rel(L, us), us) end -- Guava: starts at creation
 end
 L.ver = ver
 L.x = pack(L)
-redis.call('HSET', KEYS[1], 'kind', L.kind, 'ver', ver, 'cfg', cfg, 'x', L.x)
+redis.call('HSET', KEYS[1], 'kind', L.kind, 'ver', ver, 'cfg', cfg)
+redis.call('SET', KEYS[2], L.x)
 redis.call('PUBLISH', channel, name .. ' ' .. ver)
 return {code, ver, 1}

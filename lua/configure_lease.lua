@@ -7,8 +7,9 @@
 -- be exceeded until they are refreshed); another kind replaces the limiter and
 -- all its keys with a fresh one (PATCH refuses that). Every change bumps the
 -- version and is published.
--- KEYS: limiter hash, client hash (share), slots set (concurrency); every key
--- of the limiter, so that a kind change leaves nothing behind.
+-- KEYS: limiter hash, state key, client hash (share), slots set
+-- (concurrency); every key of the limiter, so that a kind change leaves
+-- nothing behind.
 -- ARGV: mode ('put'|'patch'), expected version (patch; '' for any), config
 -- JSON (canonical), channel, name, kind, then field/value pairs of parameters.
 -- Reply: {code, version, changed}; code 201 created, 200 ok, -1 not found,
@@ -31,9 +32,11 @@ else
   code, ver = 201, 1
   redis.call('DEL', unpack(KEYS)) -- leftovers of an earlier life, if any
 end
--- x is what the rate scripts read first (lib.lua, Storage): here, the kind.
-local kv = {'kind', kind, 'ver', string.format('%.0f', ver), 'cfg', cfg, 'x', kind}
+local kv = {'kind', kind, 'ver', string.format('%.0f', ver), 'cfg', cfg}
 for i = 7, #ARGV do kv[#kv + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(kv))
+-- The state key is what the rate scripts read (lib.lua, Storage): here, the
+-- kind.
+redis.call('SET', KEYS[2], kind)
 redis.call('PUBLISH', channel, name .. ' ' .. ver)
 return {code, ver, 1}

@@ -1,6 +1,6 @@
 -- delete: remove a limiter (all its keys) and publish the change.
--- KEYS: limiter hash, then any other keys of the limiter (a share limiter's
--- clients, a concurrency limiter's slots).
+-- KEYS: limiter hash, then every other key of the limiter (its state key, a
+-- share limiter's clients, a concurrency limiter's slots).
 -- ARGV: channel, name. Reply: 1 deleted, 0 not found.
 local n = redis.call('DEL', KEYS[1])
 if #KEYS > 1 then redis.call('DEL', unpack(KEYS, 2)) end

@@ -10,11 +10,12 @@
 -- integers in two parts (see "Storage").
 --
 -- Storage. Everything the scripts need of a rate limiter is one packed value,
--- x: kind code, version, engine parameters, state and totals. A named limiter
--- is a hash holding x beside kind, ver and cfg (the canonical config, JSON),
--- which configure.lua writes for store/ to read; a template instance is a
--- string key holding x alone, with a TTL. So a call reads one value (HGET or
--- GET) and writes one (HSET or SET ... PX).
+-- x: kind code, version, engine parameters, state and totals. It is a string
+-- key: a named limiter's state key (beside its hash of kind, ver and cfg, the
+-- canonical config as JSON, which configure.lua writes for store/ to read), or
+-- a template instance's key, with a TTL. So a call reads one value (GET, or
+-- MGET for many limiters) and writes one (SET, SET ... PX, or SETRANGE for
+-- the bytes that changed).
 --
 --   x = code ver | params | st ep | nx pc rem | al id pm lt (low parts) |
 --   org sto | al id pm lt (high parts), where code is 1 (schedule) or 2
@@ -24,8 +25,9 @@
 --   and the low parts) is one run of bytes, with only what it reads before
 --   it, so that acquire_one reads a prefix and rewrites only that run.
 --
--- A share or concurrency limiter's hash (configure_lease.lua) holds its kind's
--- name as x, so that these scripts answer {-5, kind} for it in the same read.
+-- A share or concurrency limiter's state key (configure_lease.lua) holds its
+-- kind's name as x, so that these scripts answer {-5, kind} for it in the
+-- same read.
 --
 -- Where Redis's Lua has the struct library (every real Redis), x is
 -- little-endian binary: doubles ('d') for fractional values, two's-complement
@@ -40,8 +42,7 @@
 -- first in both forms: byte 1 or 2 in binary, the digit '1' or '2' in text.
 -- The slice as a double (stable) is not stored but computed as
 -- limiter.Slice.Float does, whole + frac / den, the same two IEEE operations
--- with the same result. A hash of a limitd from before this format (no x) is
--- refused (resolve): delete the limiter and put it again.
+-- with the same result.
 
 -- Globals. A script runs this file top to bottom on every call. In a Redis
 -- Function library (lua.Library: FUNCTION LOAD, Redis >= 7) the top level runs
@@ -57,7 +58,7 @@ local B32 = 4294967296           -- 2^32: the split of a total
 local LOW = 2251799813685248     -- 2^51: a total's low part stays below (totals)
 local SETTLE = 1125899906842624  -- 2^50: changes acquire_group lets add up (totals)
 
-local floor, fmod, max, min, rcall, byte, sub
+local floor, fmod, max, min, rcall
 
 -- enc(layout, ...) packs numbers; dec(layout, s) returns them (struct.unpack
 -- adds the next position, which callers drop). See init.
@@ -70,6 +71,7 @@ local PARAMS = {'kind', 'whole', 'frac', 'den', 'maxn', 'burst', 'maxb', 'cap', 
 -- numbers): code ver, params, then the state and totals (X_STATE, 84 bytes).
 local X_STATE = 'Bi7' .. 'i7i7i4' .. 'i7i7i7i7' .. 'i7i7' .. 'i4i4i4i4'
 local X_SCHEDULE = '<Bi7' .. 'i7I4I4i7di7' .. X_STATE     -- 129 bytes
+local X_SIZE = 129
 local X_SMOOTH = '<Bi7' .. 'i7I4I4i7i7i7Bddd' .. X_STATE -- 153 bytes
 -- acquire_one reads a schedule limiter's x up to the low parts of its totals
 -- (X_LEAN) and rewrites bytes X_RUN_AT to X_RUN_AT + 45 (X_RUN: nx pc rem
@@ -77,6 +79,7 @@ local X_SMOOTH = '<Bi7' .. 'i7I4I4i7i7i7Bddd' .. X_STATE -- 153 bytes
 local X_LEAN = '<Bi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7'
 local X_RUN = '<i7i7i4i7i7i7i7'
 local X_RUN_AT = 54
+local X_RUN_OFFSET = '53' -- X_RUN_AT for SETRANGE, which counts from 0
 -- H heads acquire_many's answer for a limiter: code 1, now_us, version,
 -- instance; R is one decision: code, sched and start (relative to now), wait,
 -- retry_after. A grant's delay is its start, its lateness start - sched; a
@@ -90,6 +93,10 @@ local HR = H .. 'Bi7i7i7i7' -- an answer with one R
 local TEXT, SEP = 0, ''
 
 local function fmt(x) return string.format('%.17g', x) end
+
+-- SMALL holds the arguments most acquires take (one permit, no wait or
+-- forever), so that reading them costs a table lookup, not tonumber's strtod.
+local SMALL = {['0'] = 0, ['1'] = 1, ['-1'] = -1}
 
 -- num is tonumber for the numbers limitd writes. Go's strconv 'g' and '%.17g'
 -- write some numbers in exponent form without a point ("1e+06", "1e+21");
@@ -106,7 +113,6 @@ end
 local function init()
   if redis.replicate_commands then redis.replicate_commands() end -- Redis < 5: effects, for TIME
   floor, fmod, max, min = math.floor, math.fmod, math.max, math.min
-  byte, sub = string.byte, string.sub
   rcall = redis.call
   local struct = rawget(_G, 'struct')
   if struct then
@@ -132,16 +138,13 @@ local function time_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- load reads a limiter (inst: a template instance's key) into a table L, or
--- decodes its x when the caller has read it already (false: no such key):
+-- load reads a limiter's x at key (inst: a template instance's) into a table
+-- L, or decodes it when the caller has read it already (false: no such key):
 -- numbers for params, state and totals, nil if the key does not exist. A
 -- limiter of a kind without a schedule (share, concurrency) is {key, kind,
--- ver, other = true}. L.x keeps what was read, so that save writes only a
--- change.
+-- other = true}. L.x keeps what was read, so that save writes only a change.
 local function load(key, inst, x)
-  if x == nil then
-    if inst then x = rcall('GET', key) else x = rcall('HGET', key, 'x') end
-  end
+  if x == nil then x = rcall('GET', key) end
   if not x then return nil end
   local code = string.byte(x, 1)
   -- One table constructor with every field: adding fields later would grow
@@ -166,7 +169,7 @@ local function load(key, inst, x)
       d_al = 0, d_id = 0, d_pm = 0, d_lt = 0}
   end
   -- a share or concurrency limiter: x is its kind (configure_lease.lua)
-  return {key = key, kind = x, ver = tonumber(rcall('HGET', key, 'ver')) or 0, other = true}
+  return {key = key, kind = x, ver = 0, other = true}
 end
 
 -- params_from copies engine parameters from ARGV (in PARAMS order) into L.
@@ -378,7 +381,7 @@ local function settle_ms(L, now, idle_ttl_ms)
   return max(1, math.ceil((max(0, L.nx - now, L.pc - now) + settle) / 1e6))
 end
 
--- save writes L back if this call changed it: a named limiter's x field, or
+-- save writes L back if this call changed it: a named limiter's state key, or
 -- an instance's key with a TTL, settle_ms(L, now, idle_ttl_ms). Without now
 -- an instance keeps the TTL it has. An unchanged instance with an idle_ttl
 -- gets it anew (every use counts); one without keeps its TTL, which still
@@ -388,7 +391,7 @@ local function save(L, now, idle_ttl_ms)
   local changed = x ~= L.x
   L.x = x
   if not L.inst then
-    if changed then rcall('HSET', L.key, 'x', x) end
+    if changed then rcall('SET', L.key, x) end
     return
   end
   if not now then
@@ -441,23 +444,17 @@ local function reset(L, now)
   L.pc = max(L.pc, now)
 end
 
--- resolve finds the limiter a call is about: the named limiter (key) if it
--- exists, else the template instance (ikey) when a template matches the name
--- (tpl, see tpl_params). It returns L (nil: not found), which is an instance
--- when L.inst. An instance is created on first use and moved to a newer
--- template version in place; the template's parameters are only read then.
--- x is key's x if the caller has read it.
-local function resolve(key, ikey, tpl, us, x)
+-- resolve finds the limiter a call is about: the named limiter (its state
+-- key, key) if it exists, else the template instance (ikey) when a template
+-- matches the name (tpl, see tpl_params). It returns L (nil: not found),
+-- which is an instance when L.inst. An instance is created on first use and
+-- moved to a newer template version in place; the template's parameters are
+-- only read then. x and ix are key's and ikey's x if the caller has read them.
+local function resolve(key, ikey, tpl, us, x, ix)
   local L = load(key, false, x)
   if L then return L end
-  if not tpl then
-    -- Not found: unless an older limitd wrote key (a hash without x).
-    if rcall('HEXISTS', key, 'kind') == 1 then
-      error('limitd: ' .. key .. ' was written by an older limitd: delete the limiter and put it again')
-    end
-    return nil
-  end
-  L = load(ikey, true)
+  if not tpl then return nil end
+  L = load(ikey, true, ix)
   if L and (L.other or tpl.ver <= L.ver) then return L end
   local NP = tpl_params(tpl)
   if not L then
@@ -507,18 +504,19 @@ end
 -- rather than a table L: the same steps as acquire (now_rel without a
 -- rebase, forfeit, cost, pace) and save, in a third of the time. It reads x
 -- only up to the low parts of the totals and rewrites only what changes
--- (X_LEAN, X_RUN), so a change that would carry into a high part goes the
--- general way. It returns the answer, or nil and x (false: no such key; nil:
--- not read) for the general path.
-local function acquire_one(key, n, max_wait, us)
-  if TEXT == 1 then return nil end
-  local x = rcall('HGET', key, 'x')
-  if not x then return nil, x end
-  if byte(x, 1) ~= 1 then return nil, x end
-  local _, ver, whole, frac, den, maxn, burst, maxb, st, ep, nx, pc, rem, al, id, pm, lt = dec(X_LEAN, x)
+-- (X_LEAN, X_RUN: SETRANGE), so a change that would carry into a high part
+-- goes the general way. x is key's x if the caller has read it. It returns
+-- the answer, or nil and x (false: no such key) for the general path.
+local function acquire_one(key, n, max_wait, us, x)
+  if x == nil then x = rcall('GET', key) end
+  -- a schedule limiter's x is X_SIZE bytes long (a smooth one's longer, a
+  -- kind's name shorter) and starts with its code, 1
+  if not x or TEXT == 1 or #x ~= X_SIZE then return nil, x end
+  local code, ver, whole, frac, den, maxn, burst, maxb, st, ep, nx, pc, rem, al, id, pm, lt = dec(X_LEAN, x)
+  if code ~= 1 then return nil, x end
   local now = (us - ep) * 1000
-  n, max_wait = tonumber(n), tonumber(max_wait)
-  if st ~= 1 or now >= REBASE or n < 1 or n > maxn or n ~= floor(n) then return nil, x end
+  n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
+  if st ~= 1 or now >= REBASE or n < 1 or n > maxn or n % 1 ~= 0 then return nil, x end
   if max_wait < 0 or max_wait > HORIZON then max_wait = HORIZON end
   local late = now - nx
   if late > maxb then -- forfeit
@@ -526,32 +524,44 @@ local function acquire_one(key, n, max_wait, us)
     nx = now - maxb
   end
   local sched = nx
-  local start = max(sched, pc, now)
+  local start = sched -- max(sched, pc, now)
+  if pc > start then start = pc end
+  if now > start then start = now end
   local delay = start - now
-  local answer
   if delay > max_wait then
-    answer = enc(HR, 1, us, ver, 0, 0, 0, delay, max(0, now - sched), delay - max_wait)
+    local wait = now - sched
+    if wait < 0 then wait = 0 end
+    local answer = enc(HR, 1, us, ver, 0, 0, 0, delay, wait, delay - max_wait)
     if late <= maxb then return answer end -- a denial that forfeited nothing changes nothing
+    if id >= LOW then return nil, x end -- a carry
+    rcall('SETRANGE', key, X_RUN_OFFSET, enc(X_RUN, nx, pc, rem, al, id, pm, lt))
+    return answer
+  end
+  local c -- cost
+  if frac == 0 then
+    c = n * whole
   else
-    local b = fmod(n, den) -- cost
+    local b = fmod(n, den)
     local t = rem + b * frac
     rem = fmod(t, den)
-    local c = n * whole + (n - b) / den * frac + (t - rem) / den
-    nx = sched + c
-    if burst == 0 then pc = start else pc = start + math.ceil(c / burst) end
-    al, pm, lt = al + c, pm + n, lt + (start - sched)
-    answer = enc(HR, 1, us, ver, 0, 1, sched - now, delay, max(0, now - nx), 0)
+    c = n * whole + (n - b) / den * frac + (t - rem) / den
   end
+  nx = sched + c
+  if burst == 0 then pc = start else pc = start + math.ceil(c / burst) end
+  al, pm, lt = al + c, pm + n, lt + (start - sched)
   if al >= LOW or id >= LOW or pm >= LOW or lt >= LOW then return nil, x end -- a carry
-  rcall('HSET', key, 'x', sub(x, 1, X_RUN_AT - 1) .. enc(X_RUN, nx, pc, rem, al, id, pm, lt) .. sub(x, X_RUN_AT + 46))
-  return answer
+  rcall('SETRANGE', key, X_RUN_OFFSET, enc(X_RUN, nx, pc, rem, al, id, pm, lt))
+  local wait = now - nx
+  if wait < 0 then wait = 0 end
+  return enc(HR, 1, us, ver, 0, 1, sched - now, delay, wait, 0)
 end
 
 -- acquire_group is acquire_many's answer for the m requests of one limiter,
 -- whose pairs start at argv[q] (ikey, tpl and idle_ttl: its instance key,
--- template and idle TTL, if a template matches; x: its x, if read already).
-local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x)
-  local L = resolve(key, ikey, tpl, us, x)
+-- template and idle TTL, if a template matches; x and ix: the x of its keys,
+-- if read already).
+local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix)
+  local L = resolve(key, ikey, tpl, us, x, ix)
   if not L then return enc('<B', 3) end
   if L.other then -- its kind: a length and the name (text: the name)
     if TEXT == 1 then return '4 ' .. L.kind end
@@ -560,7 +570,8 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x)
   local now = now_rel(L, us)
   local recs, decided = {enc(H, 1, us, L.ver, L.inst and 1 or 0)}, false
   for r = 1, m do
-    local n, max_wait = tonumber(argv[q]), tonumber(argv[q + 1])
+    local n, max_wait = argv[q], argv[q + 1]
+    n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
     q = q + 2
     if n < 1 or n > L.maxn or n ~= floor(n) then
       recs[r + 1] = enc(R, 2, L.maxn, 0, 0, 0)
@@ -587,11 +598,12 @@ end
 -- number of limiters, decided at one Redis time, each limiter read and written
 -- once. A limiter's requests are decided in order, as if they came one after
 -- the other at that time.
--- KEYS: each limiter's hash, followed by its instance key when a template
--- matches its name.
+-- KEYS: each limiter's state key, followed by its instance key when a
+-- template matches its name.
 -- ARGV: per limiter, in KEYS order, a head then m pairs n, max_wait (ns;
 -- negative: forever). The head is m, or when a template matches, one string:
 -- m, the template's idle_ttl_ms and its PARAMS (ver last), one space apart.
+-- One acquire on one limiter without a template may come as the pair alone.
 -- Reply: one string, the limiters' answers in KEYS order. An answer is H (1,
 -- now_us, version, instance 0 or 1), then one R per request: code (0 denied,
 -- 1 granted, 2 n out of range, with the maximum as sched), sched, start
@@ -600,6 +612,12 @@ end
 -- the numbers and the name are one space apart.
 local function acquire_many(keys, argv)
   local us = time_us()
+  if #argv == 2 then -- one acquire on one limiter, no template
+    local answer, x = acquire_one(keys[1], argv[1], argv[2], us)
+    return answer or acquire_group(keys[1], nil, nil, 0, 1, argv, 1, us, x)
+  end
+  local xs = {} -- every key's x, read at once for many limiters
+  if #keys > 1 then xs = rcall('MGET', unpack(keys)) end
   local out = {}
   local j, k, a, na = 0, 1, 1, #argv
   while a <= na do
@@ -607,7 +625,7 @@ local function acquire_many(keys, argv)
     local head = argv[a]
     if head == '1' then -- one acquire, no template
       local x
-      out[j], x = acquire_one(keys[k], argv[a + 1], argv[a + 2], us)
+      out[j], x = acquire_one(keys[k], argv[a + 1], argv[a + 2], us, xs[k])
       if not out[j] then out[j] = acquire_group(keys[k], nil, nil, 0, 1, argv, a + 1, us, x) end
       k, a = k + 1, a + 3
     else
@@ -617,10 +635,11 @@ local function acquire_many(keys, argv)
         m, idle_ttl, ikey = tonumber(ms), tonumber(ttl), keys[k + 1]
         tpl = {text = params, ver = tonumber(string.match(params, '(%S+)$'))}
       end
-      out[j] = acquire_group(keys[k], ikey, tpl, idle_ttl, m, argv, a + 1, us)
+      out[j] = acquire_group(keys[k], ikey, tpl, idle_ttl, m, argv, a + 1, us, xs[k], ikey and xs[k + 1])
       k, a = k + (ikey and 2 or 1), a + 1 + 2 * m
     end
   end
+  if j == 1 then return out[1] end
   return table.concat(out, SEP)
 end
 

@@ -54,11 +54,15 @@ func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait
 	if n < 1 {
 		return Decision{}, permitsErr(n)
 	}
-	keys := []string{s.limiterKey(name)}
+	keys := []string{s.stateKey(name)}
 	if tpl != nil { // acquire.lua takes an instance key only with a template
 		keys = append(keys, s.instanceKey(name))
 	}
-	v, err := s.runAny(ctx, lua.Acquire, keys, tpl.acquireHead(1), n, waitArg(maxWait))
+	args := []any{n, waitArg(maxWait)} // without a template, the pair alone
+	if tpl != nil {
+		args = []any{tpl.acquireHead(1), n, waitArg(maxWait)}
+	}
+	v, err := s.runAny(ctx, lua.Acquire, keys, args...)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -344,7 +348,7 @@ func (s *Store) target(ctx context.Context, name string) ([]string, *compiledTem
 	if err != nil {
 		return nil, nil, err
 	}
-	return []string{s.limiterKey(name), s.instanceKey(name)}, tpl, nil
+	return []string{s.stateKey(name), s.instanceKey(name)}, tpl, nil
 }
 
 // match checks name and returns the template that applies should it not be

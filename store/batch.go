@@ -229,7 +229,7 @@ func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome, s
 		start := len(argv)
 		argv = append(argv, nil, nil, nkeys)
 		for _, g := range sc.groups[from:to] {
-			argv = append(argv, s.limiterKey(g.name))
+			argv = append(argv, s.stateKey(g.name))
 			if g.tpl != nil { // acquire.lua takes an instance key only with a template
 				argv = append(argv, s.instanceKey(g.name))
 			}

@@ -48,6 +48,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
@@ -85,6 +86,23 @@ type benchContender struct {
 // each leaf benchmark -count times, not this function, so one server serves
 // every variant and every repetition of the process.
 func BenchmarkAcquire(b *testing.B) {
+	rdb, contenders := benchContenders(b)
+	for _, c := range contenders {
+		b.Run(c.name, func(b *testing.B) {
+			for _, g := range []int{1, benchGoroutines} {
+				b.Run("g"+strconv.Itoa(g), func(b *testing.B) {
+					for _, ks := range c.sets {
+						b.Run(ks.name, func(b *testing.B) { benchLoop(b, rdb, g, ks) })
+					}
+				})
+			}
+		})
+	}
+}
+
+// benchContenders starts a redis-server, stopped when b ends, fills it with
+// the limiters and templates of the contenders and returns them.
+func benchContenders(b *testing.B) (*redis.Client, []benchContender) {
 	rdb := redistest.Server(b).Client()
 	ctx := context.Background()
 	names := make([]string, benchKeys)
@@ -125,17 +143,145 @@ func BenchmarkAcquire(b *testing.B) {
 		{"limitd-eval", limitd(namedEval, tplEval)},
 		{"redis_rate", []benchKeySet{{"hot", hot, rr}, {"10k-keys", names, rr}}},
 	}
-	for _, c := range contenders {
-		b.Run(c.name, func(b *testing.B) {
-			for _, g := range []int{1, benchGoroutines} {
-				b.Run("g"+strconv.Itoa(g), func(b *testing.B) {
-					for _, ks := range c.sets {
-						b.Run(ks.name, func(b *testing.B) { benchLoop(b, rdb, g, ks) })
+	return rdb, contenders
+}
+
+// benchRound is how long each contender runs in a round of BenchmarkAcquireVs.
+const benchRound = 250 * time.Millisecond
+
+// BenchmarkAcquireVs measures limitd against redis_rate in turns, for
+// figures that hold on a shared, noisy machine: each iteration is a round in
+// which each of the two runs for benchRound on the same redis-server, the one
+// going first alternating, and the figures are medians over the rounds. Load
+// that comes and goes hits both sides of a round alike, so the median ratio
+// moves much less than the ratio of two separate runs.
+//
+//	go test -run='^$' -bench=BenchmarkAcquireVs -benchtime=40x ./store/
+//
+// Names are BenchmarkAcquireVs/<goroutines>/<keys> as for BenchmarkAcquire;
+// limitd is Store.Acquire, through WithBatching(64) with 32 goroutines, and
+// redis_rate is Limiter.Allow. ns/op is the time of a round. Metrics: ratio,
+// the median of the rounds' limitd/redis_rate throughput (the figure to
+// read); limitd-ops/s and redis_rate-ops/s, the median throughputs;
+// srv-ratio, the median of the rounds' limitd/redis_rate server time per
+// acquire (INFO commandstats, EVALSHA and FCALL).
+func BenchmarkAcquireVs(b *testing.B) {
+	rdb, contenders := benchContenders(b)
+	set := func(contender, keys string) benchKeySet {
+		for _, c := range contenders {
+			if c.name == contender {
+				for _, ks := range c.sets {
+					if ks.name == keys {
+						return ks
 					}
-				})
+				}
+			}
+		}
+		b.Fatalf("no contender %s with keys %s", contender, keys)
+		return benchKeySet{}
+	}
+	for _, g := range []int{1, benchGoroutines} {
+		limitd := "limitd"
+		if g > 1 {
+			limitd = "limitd-batched"
+		}
+		b.Run("g"+strconv.Itoa(g), func(b *testing.B) {
+			for _, keys := range []string{"hot", "10k-keys"} {
+				sides := [2]benchKeySet{set(limitd, keys), set("redis_rate", keys)}
+				b.Run(keys, func(b *testing.B) { benchVs(b, rdb, g, sides) })
 			}
 		})
 	}
+}
+
+// benchVs runs b.N rounds of the two sides (limitd, then the peer) and
+// reports the medians.
+func benchVs(b *testing.B, rdb *redis.Client, goroutines int, sides [2]benchKeySet) {
+	ctx := context.Background()
+	for _, ks := range sides { // load the scripts, open connections
+		if err := ks.acquire(ctx, ks.keys[0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var ops, srv [2][]float64
+	var ratio, srvRatio []float64
+	for i := range b.N {
+		var round [2]benchRoundResult
+		for k := range 2 {
+			side := (i + k) % 2 // alternate which side goes first
+			r, err := benchRoundRun(ctx, rdb, goroutines, sides[side])
+			if err != nil {
+				b.Fatal(err)
+			}
+			round[side] = r
+		}
+		for side := range 2 {
+			ops[side] = append(ops[side], round[side].opsPerSec)
+			srv[side] = append(srv[side], round[side].srvUSPerOp)
+		}
+		ratio = append(ratio, round[0].opsPerSec/round[1].opsPerSec)
+		srvRatio = append(srvRatio, round[0].srvUSPerOp/round[1].srvUSPerOp)
+	}
+	b.ReportMetric(benchMedian(ratio), "ratio")
+	b.ReportMetric(benchMedian(ops[0]), "limitd-ops/s")
+	b.ReportMetric(benchMedian(ops[1]), "redis_rate-ops/s")
+	b.ReportMetric(benchMedian(srvRatio), "srv-ratio")
+}
+
+type benchRoundResult struct {
+	opsPerSec  float64
+	srvUSPerOp float64 // server time per acquire
+}
+
+// benchRoundRun runs ks with the given number of goroutines for benchRound.
+func benchRoundRun(ctx context.Context, rdb *redis.Client, goroutines int, ks benchKeySet) (benchRoundResult, error) {
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		return benchRoundResult{}, err
+	}
+	var (
+		stop  atomic.Bool
+		total atomic.Int64
+		next  atomic.Uint64
+		wg    sync.WaitGroup
+		errs  = make(chan error, goroutines)
+	)
+	start := time.Now()
+	for range goroutines {
+		wg.Go(func() {
+			n := int64(0)
+			for !stop.Load() {
+				i := next.Add(1)
+				if err := ks.acquire(ctx, ks.keys[i%uint64(len(ks.keys))]); err != nil {
+					errs <- err
+					break
+				}
+				n++
+			}
+			total.Add(n)
+		})
+	}
+	time.Sleep(benchRound)
+	stop.Store(true)
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return benchRoundResult{}, err
+	}
+	us, calls, err := benchScriptCost(ctx, rdb)
+	if err != nil {
+		return benchRoundResult{}, err
+	}
+	n := float64(total.Load())
+	return benchRoundResult{opsPerSec: n / elapsed.Seconds(), srvUSPerOp: us * float64(calls) / n}, nil
+}
+
+func benchMedian(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // benchLoop times b.N acquires by the given number of goroutines and reports

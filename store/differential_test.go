@@ -100,7 +100,7 @@ func diffNewMini(t testing.TB, label string, startUS int64) *diffRig {
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	g := &diffRig{t: t, ctx: context.Background(), mr: m, rdb: rdb, st: store.New(rdb),
-		name: "diff", key: store.DefaultPrefix + ":{diff}:l", label: label, ops: map[string]int{}}
+		name: "diff", key: store.DefaultPrefix + ":{diff}:x", label: label, ops: map[string]int{}}
 	g.setTime(startUS)
 	return g
 }
@@ -164,7 +164,7 @@ func (g *diffRig) putTemplate(c limiter.Config) {
 func diffNewReal(t testing.TB, label string, rdb *redis.Client, name string, opts ...store.Option) *diffRig {
 	pfx := "difftest"
 	return &diffRig{t: t, ctx: context.Background(), rdb: rdb, st: store.New(rdb, append([]store.Option{store.WithPrefix(pfx)}, opts...)...),
-		name: name, key: pfx + ":{" + name + "}:l", label: label, ops: map[string]int{}}
+		name: name, key: pfx + ":{" + name + "}:x", label: label, ops: map[string]int{}}
 }
 
 // where names the run, the op index and the last operations, for a failure.

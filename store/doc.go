@@ -1,11 +1,12 @@
 // Package store keeps limitd's shared limiters in Redis.
 //
 // A Store wraps any redis.UniversalClient (single node, sentinel or cluster).
-// Each limiter is one Redis hash, prefix:{name}:l, holding its config, its
-// version and x, one packed value with its engine parameters, live state and
-// totals; a template instance is its x alone, a string key with a TTL,
-// prefix:{name}:i. The hash tag keeps every key of one limiter in one cluster
-// slot. A decision reads and writes one value. The Lua scripts of package lua make
+// Each limiter is a Redis hash, prefix:{name}:l, holding its config and
+// version, and a state key, prefix:{name}:x, holding x, one packed value with
+// its engine parameters, live state and totals; a template instance is its x
+// alone, a string key with a TTL, prefix:{name}:i. The hash tag keeps every
+// key of one limiter in one cluster slot. A decision reads and writes one
+// value, and a batch reads all of its limiters with one MGET. The Lua scripts of package lua make
 // every decision atomically, read the only clock (Redis TIME) and agree with
 // package limiter to the nanosecond. On Redis ≥ 7 the rate limiter's calls
 // (acquire, grant, peek, release, reset) run as Redis Functions of one

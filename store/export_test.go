@@ -1,27 +1,24 @@
 package store
 
-import "context"
+import (
+	"context"
+	"errors"
 
-// Stored is a rate limiter's hash as lua/lib.lua keeps it, decoded (stored).
+	"github.com/redis/go-redis/v9"
+)
+
+// Stored is a rate limiter's x as lua/lib.lua keeps it, decoded (stored).
 type Stored = stored
 
-// ReadStored reads and decodes the limiter at key (a named limiter's hash or
-// an instance's string key); ok is false when it does not exist.
+// ReadStored reads and decodes the x at key (a named limiter's state key or
+// an instance's key); ok is false when it does not exist.
 func ReadStored(ctx context.Context, s *Store, key string) (st Stored, ok bool, err error) {
-	var x any
-	switch typ, err := s.rdb.Type(ctx, key).Result(); {
-	case err != nil:
+	x, err := s.rdb.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return Stored{}, false, nil
+	}
+	if err != nil {
 		return Stored{}, false, err
-	case typ == "hash":
-		x, err = s.rdb.HGet(ctx, key, "x").Result()
-		if err != nil {
-			return Stored{}, false, err
-		}
-	case typ == "string":
-		x, err = s.rdb.Get(ctx, key).Result()
-		if err != nil {
-			return Stored{}, false, err
-		}
 	}
 	return decodeStored(x)
 }

@@ -5,6 +5,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -263,7 +264,7 @@ func TestStorageParams(t *testing.T) {
 			}
 			name := fmt.Sprintf("p%d", i)
 			stPut(t, s, name, c)
-			st, ok, err := ReadStored(t.Context(), s, s.limiterKey(name))
+			st, ok, err := ReadStored(t.Context(), s, s.stateKey(name))
 			if err != nil || !ok {
 				t.Fatalf("%s: %v %v", name, ok, err)
 			}
@@ -277,9 +278,9 @@ func TestStorageParams(t *testing.T) {
 	})
 }
 
-// TestStorageLayout: a named limiter is a hash of kind, ver, cfg and x; a
-// template instance is x alone in a string key with a TTL, small enough for
-// millions of them (MEMORY USAGE, the widest kind).
+// TestStorageLayout: a named limiter is a hash of kind, ver and cfg and a
+// state key holding x; a template instance is x alone in a string key with a
+// TTL, small enough for millions of them (MEMORY USAGE, the widest kind).
 func TestStorageLayout(t *testing.T) {
 	t.Parallel()
 	rdb := stServerFactory(t)(t)
@@ -300,8 +301,14 @@ func TestStorageLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	fields := slices.Sorted(maps.Keys(m))
-	if !slices.Equal(fields, []string{"cfg", "kind", "ver", "x"}) || len(m["x"]) != 153 {
-		t.Errorf("named limiter: fields %v, x of %d bytes; want cfg kind ver x, x of 153", fields, len(m["x"]))
+	if !slices.Equal(fields, []string{"cfg", "kind", "ver"}) {
+		t.Errorf("named limiter: fields %v, want cfg kind ver", fields)
+	}
+	if x, err := rdb.Get(ctx, s.stateKey("w")).Result(); err != nil || len(x) != 153 {
+		t.Errorf("named limiter: x of %d bytes (%v), want 153", len(x), err)
+	}
+	if ttl := rdb.PTTL(ctx, s.stateKey("w")).Val(); ttl != -1 {
+		t.Errorf("named limiter's state: TTL %v, want none", ttl)
 	}
 	key := s.instanceKey("u:1")
 	x, err := rdb.Get(ctx, key).Result()
@@ -351,33 +358,34 @@ func TestStorageInstanceFlag(t *testing.T) {
 	})
 }
 
-// TestStorageOldFormat: a hash written by a limitd before the packed format is
-// refused with an error that says what to do, not misread.
+// TestStorageOldFormat: a hash written by a limitd before the state key (its
+// x in the hash, or a field per number) is no limiter to the rate scripts,
+// and putting the limiter again replaces it whole.
 func TestStorageOldFormat(t *testing.T) {
 	t.Parallel()
 	stBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
 		s := stStore(t, rdb)
 		ctx := t.Context()
-		// Two formats ago: a field per number; last: p, s and t.
 		if err := rdb.HSet(ctx, s.limiterKey("old"), "kind", "schedule", "whole", "1000000", "frac", "0", "den", "1",
 			"ver", "1", "st", "1", "ep", "1", "nx", "0").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := rdb.HSet(ctx, s.limiterKey("old2"), "kind", "smooth", "ver", "2", "p", "1 0 1 5 0 0 0 0 0 0", "s", "0 0 0 0 0 0 0").Err(); err != nil {
+		if err := rdb.HSet(ctx, s.limiterKey("old2"), "kind", "smooth", "ver", "2", "cfg", "{}", "x", "2 2 1 0 1 5").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Acquire(ctx, "old2", 1, 0); err == nil || !strings.Contains(err.Error(), "older limitd") {
-			t.Errorf("Acquire on an old packed hash: %v, want the older-limitd error", err)
+		for _, name := range []string{"old", "old2"} {
+			if _, err := s.Acquire(ctx, name, 1, 0); !errors.Is(err, ErrNotFound) {
+				t.Errorf("Acquire on an old hash %s: %v, want not found", name, err)
+			}
+			if _, created, err := s.Put(ctx, name, stSched(10, 1)); err != nil || !created {
+				t.Fatalf("Put over the old hash %s: created %v, %v", name, created, err)
+			}
+			fields, err := rdb.HKeys(ctx, s.limiterKey(name)).Result()
+			if slices.Sort(fields); err != nil || !slices.Equal(fields, []string{"cfg", "kind", "ver"}) {
+				t.Errorf("%s put again: fields %v (%v), want cfg kind ver", name, fields, err)
+			}
+			stAcquire(t, s, name, 1, 0)
 		}
-		_, err := s.Acquire(ctx, "old", 1, 0)
-		if err == nil || !strings.Contains(err.Error(), "older limitd") {
-			t.Errorf("Acquire on an old hash: %v, want the older-limitd error", err)
-		}
-		if err := s.Delete(ctx, "old"); err != nil {
-			t.Fatal(err)
-		}
-		stPut(t, s, "old", stSched(10, 1))
-		stAcquire(t, s, "old", 1, 0)
 	})
 }
 
@@ -680,14 +688,14 @@ func TestStorageDenialWritesNothing(t *testing.T) {
 				t.Fatalf("%s: granted %+v", name, d)
 			}
 		}
-		if calls := stCommandCalls(t, rdb); calls["hset"] != 0 || calls["fcall"] != 3 {
-			t.Errorf("%s: 3 denials called %v, want 3 FCALLs and no HSET", name, calls)
+		if calls := stCommandCalls(t, rdb); calls["set"]+calls["setrange"] != 0 || calls["fcall"] != 3 {
+			t.Errorf("%s: 3 denials called %v, want 3 FCALLs and no write", name, calls)
 		}
 		if d := stAcquire(t, s, name, 1, Forever); !d.Granted {
 			t.Errorf("%s: not granted after the denials: %+v", name, d)
 		}
-		if calls := stCommandCalls(t, rdb); calls["hset"] != 1 {
-			t.Errorf("%s: a grant called %v, want one HSET", name, calls)
+		if calls := stCommandCalls(t, rdb); calls["set"]+calls["setrange"] != 1 {
+			t.Errorf("%s: a grant called %v, want one SET or SETRANGE", name, calls)
 		}
 	}
 }
@@ -702,15 +710,15 @@ func TestStorageLeanCarry(t *testing.T) {
 	const low = 1 << 51
 	stPut(t, s, "c", stSched(1000, 1))
 	stAcquire(t, s, "c", 1, Forever)
-	key := s.limiterKey("c")
+	key := s.stateKey("c")
 	// lows sets the low parts of the totals (al id pm lt) to ARGV and
 	// returns the low and high parts, or only returns them without ARGV.
 	lows := libSource(t) + `
-local v = {dec(X_SCHEDULE, redis.call('HGET', KEYS[1], 'x'))}
+local v = {dec(X_SCHEDULE, redis.call('GET', KEYS[1]))}
 table.remove(v, 1) -- the code
 if #ARGV > 0 then
   for i = 1, 4 do v[12 + i] = tonumber(ARGV[i]) end
-  redis.call('HSET', KEYS[1], 'x', enc(X_SCHEDULE, 1, unpack(v, 1, 24)))
+  redis.call('SET', KEYS[1], enc(X_SCHEDULE, 1, unpack(v, 1, 24)))
 end
 return {v[13], v[14], v[15], v[16], v[19], v[20], v[21], v[22]}`
 	parts := func(args ...any) []int64 {

@@ -80,9 +80,11 @@ func (s *Store) Client() redis.UniversalClient { return s.rdb }
 // Prefix returns the key prefix.
 func (s *Store) Prefix() string { return s.prefix }
 
-// limiterKey is a named limiter's hash; instanceKey a template instance's. Both
-// carry the name as hash tag, so one script may touch both.
+// limiterKey is a named limiter's hash (kind, version, config), stateKey its
+// packed state (x in lua/lib.lua), instanceKey a template instance's. All
+// carry the name as hash tag, so one script may touch them all.
 func (s *Store) limiterKey(name string) string  { return s.prefix + ":{" + name + "}:l" }
+func (s *Store) stateKey(name string) string    { return s.prefix + ":{" + name + "}:x" }
 func (s *Store) instanceKey(name string) string { return s.prefix + ":{" + name + "}:i" }
 func (s *Store) indexKey() string               { return s.prefix + ":index" }
 func (s *Store) templatesKey() string           { return s.prefix + ":templates" }
@@ -93,9 +95,10 @@ func (s *Store) templateVersionKey() string     { return s.prefix + ":templates:
 func (s *Store) clientsKey(name string) string { return s.prefix + ":{" + name + "}:c" }
 func (s *Store) slotsKey(name string) string   { return s.prefix + ":{" + name + "}:s" }
 
-// limiterKeys are every key a named limiter may have, its hash first.
+// limiterKeys are every key a named limiter may have, its hash first, its
+// state key second.
 func (s *Store) limiterKeys(name string) []string {
-	return []string{s.limiterKey(name), s.clientsKey(name), s.slotsKey(name)}
+	return []string{s.limiterKey(name), s.stateKey(name), s.clientsKey(name), s.slotsKey(name)}
 }
 
 // Channel is the pub/sub channel on which every config change is published as
