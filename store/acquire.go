@@ -54,12 +54,10 @@ func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait
 	if n < 1 {
 		return Decision{}, permitsErr(n)
 	}
-	keys := []string{s.stateKey(name)}
-	if tpl != nil { // acquire.lua takes an instance key only with a template
-		keys = append(keys, s.instanceKey(name))
-	}
-	args := []any{n, waitArg(maxWait)} // without a template, the pair alone
+	// Without a template, acquire.lua takes the state key and the pair alone.
+	keys, args := []string{s.stateKey(name)}, []any{n, waitArg(maxWait)}
 	if tpl != nil {
+		keys = append(keys, s.instanceKey(name))
 		args = []any{tpl.acquireHead(1), n, waitArg(maxWait)}
 	}
 	v, err := s.runAny(ctx, lua.Acquire, keys, args...)

@@ -5,7 +5,7 @@ package store_test
 // 1e9/s, burst inf, max wait 0), so they measure the cost of a decision, not
 // waiting.
 //
-//	go test -run='^$' -bench=BenchmarkAcquire -benchtime=2s -count=5 ./store/ | tee /tmp/store-bench.txt
+//	go test -run='^$' -bench='BenchmarkAcquire$' -benchtime=2s -count=5 ./store/ | tee /tmp/store-bench.txt
 //	benchstat /tmp/store-bench.txt
 //
 // Names are BenchmarkAcquire/<contender>/<goroutines>/<keys>:
@@ -36,7 +36,10 @@ package store_test
 // comes and goes favours whichever contender ran in a quiet moment; on a shared
 // machine repeat the process instead, which interleaves the contenders:
 //
-//	for i in 1 2 3 4 5; do go test -run='^$' -bench=BenchmarkAcquire -benchtime=2s -count=1 ./store/; done | tee /tmp/store-bench.txt
+//	for i in 1 2 3 4 5; do go test -run='^$' -bench='BenchmarkAcquire$' -benchtime=2s -count=1 ./store/; done | tee /tmp/store-bench.txt
+//
+// BenchmarkAcquireVs goes further for the ratio of limitd to redis_rate: the
+// two alternate in rounds of a quarter second.
 
 import (
 	"context"
