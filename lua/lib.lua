@@ -502,7 +502,7 @@ end
 -- acquire_one is acquire_many's path for its most frequent call, one acquire
 -- on a named schedule limiter that has started, in numbers held in locals
 -- rather than a table L: the same steps as acquire (now_rel without a
--- rebase, forfeit, cost, pace) and save, in a third of the time. It reads x
+-- rebase, forfeit, cost, pace) and save. It reads x
 -- only up to the low parts of the totals and rewrites only what changes
 -- (X_LEAN, X_RUN: SETRANGE), so a change that would carry into a high part
 -- goes the general way. x is key's x if the caller has read it. It returns
