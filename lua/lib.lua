@@ -528,32 +528,32 @@ local function acquire_one(key, n, max_wait, us, x)
   if pc > start then start = pc end
   if now > start then start = now end
   local delay = start - now
+  local answer
   if delay > max_wait then
     local wait = now - sched
     if wait < 0 then wait = 0 end
-    local answer = enc(HR, 1, us, ver, 0, 0, 0, delay, wait, delay - max_wait)
+    answer = enc(HR, 1, us, ver, 0, 0, 0, delay, wait, delay - max_wait)
     if late <= maxb then return answer end -- a denial that forfeited nothing changes nothing
-    if id >= LOW then return nil, x end -- a carry
-    rcall('SETRANGE', key, X_RUN_OFFSET, enc(X_RUN, nx, pc, rem, al, id, pm, lt))
-    return answer
-  end
-  local c -- cost
-  if frac == 0 then
-    c = n * whole
   else
-    local b = fmod(n, den)
-    local t = rem + b * frac
-    rem = fmod(t, den)
-    c = n * whole + (n - b) / den * frac + (t - rem) / den
+    local c -- cost
+    if frac == 0 then
+      c = n * whole
+    else
+      local b = fmod(n, den)
+      local t = rem + b * frac
+      rem = fmod(t, den)
+      c = n * whole + (n - b) / den * frac + (t - rem) / den
+    end
+    nx = sched + c
+    if burst == 0 then pc = start else pc = start + math.ceil(c / burst) end
+    al, pm, lt = al + c, pm + n, lt + (start - sched)
+    local wait = now - nx
+    if wait < 0 then wait = 0 end
+    answer = enc(HR, 1, us, ver, 0, 1, sched - now, delay, wait, 0)
   end
-  nx = sched + c
-  if burst == 0 then pc = start else pc = start + math.ceil(c / burst) end
-  al, pm, lt = al + c, pm + n, lt + (start - sched)
   if al >= LOW or id >= LOW or pm >= LOW or lt >= LOW then return nil, x end -- a carry
   rcall('SETRANGE', key, X_RUN_OFFSET, enc(X_RUN, nx, pc, rem, al, id, pm, lt))
-  local wait = now - nx
-  if wait < 0 then wait = 0 end
-  return enc(HR, 1, us, ver, 0, 1, sched - now, delay, wait, 0)
+  return answer
 end
 
 -- acquire_group is acquire_many's answer for the m requests of one limiter,
@@ -594,6 +594,15 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix)
   return table.concat(recs, SEP)
 end
 
+-- acquire_single is the answer to one acquire on one limiter without a
+-- template, whose pair is argv[a], argv[a + 1]: acquire_one's, else the
+-- general path's.
+local function acquire_single(key, argv, a, us, x)
+  local answer
+  answer, x = acquire_one(key, argv[a], argv[a + 1], us, x)
+  return answer or acquire_group(key, nil, nil, 0, 1, argv, a, us, x)
+end
+
 -- acquire_many is the body of acquire.lua: any number of acquires on any
 -- number of limiters, decided at one Redis time, each limiter read and written
 -- once. A limiter's requests are decided in order, as if they came one after
@@ -612,10 +621,7 @@ end
 -- the numbers and the name are one space apart.
 local function acquire_many(keys, argv)
   local us = time_us()
-  if #argv == 2 then -- one acquire on one limiter, no template
-    local answer, x = acquire_one(keys[1], argv[1], argv[2], us)
-    return answer or acquire_group(keys[1], nil, nil, 0, 1, argv, 1, us, x)
-  end
+  if #argv == 2 then return acquire_single(keys[1], argv, 1, us) end -- the pair alone
   local xs = {} -- every key's x, read at once for many limiters
   if #keys > 1 then xs = rcall('MGET', unpack(keys)) end
   local out = {}
@@ -624,9 +630,7 @@ local function acquire_many(keys, argv)
     j = j + 1
     local head = argv[a]
     if head == '1' then -- one acquire, no template
-      local x
-      out[j], x = acquire_one(keys[k], argv[a + 1], argv[a + 2], us, xs[k])
-      if not out[j] then out[j] = acquire_group(keys[k], nil, nil, 0, 1, argv, a + 1, us, x) end
+      out[j] = acquire_single(keys[k], argv, a + 1, us, xs[k])
       k, a = k + 1, a + 3
     else
       local m, tpl, idle_ttl, ikey = tonumber(head), nil, 0, nil

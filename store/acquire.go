@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/limitd/limitd/limiter"
@@ -211,10 +210,7 @@ func answerUnpacker(v any) *unpacker {
 	if !ok {
 		return &unpacker{err: fmt.Errorf("unexpected answer %v", v)}
 	}
-	if s != "" && s[0] >= '0' && s[0] <= '9' { // binary answers start with code 1, 3 or 4
-		return &unpacker{words: strings.Fields(s), isText: true}
-	}
-	return &unpacker{b: s}
+	return newUnpacker(s)
 }
 
 // Grant is k permits taken from the shared schedule in one call, for a client

@@ -381,14 +381,8 @@ func (u *unpacker) done(name string) error {
 	return nil
 }
 
-// isPackedText tells the text form from the binary one: binary values always
-// hold a byte the text form has not (x starts with the code 1 or 2; a
-// decision record with its code 0, 1 or 2).
-func isPackedText(s string) bool {
-	for i := range len(s) {
-		if c := s[i]; !(c >= '0' && c <= '9' || c == ' ' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
-			return false
-		}
-	}
-	return true
-}
+// isPackedText tells the text form from the binary one by the first byte: a
+// number's digit in text, a code in binary (x starts with 1 or 2, an answer
+// of acquire.lua with 1, 3 or 4); a share or concurrency limiter's x, its
+// kind's name, is neither.
+func isPackedText(s string) bool { return s != "" && s[0] >= '0' && s[0] <= '9' }
