@@ -12,7 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd/wire"
 )
 
 // Options configure the handler New returns.
@@ -22,15 +24,20 @@ type Options struct {
 	Token          string               // LIMITD_TOKEN: needed for every other /v1 request
 	Logger         *slog.Logger         // nil: discard
 	Registry       *prometheus.Registry // nil: a new one; /metrics serves it
+	MetricsToken   string               // LIMITD_METRICS_TOKEN: needed for /metrics when set
 	BodyLimit      int64                // bytes, 0: 64 KiB
 	RequestTimeout time.Duration        // 0: 10s
+	// BodyTimeout bounds reading a request's body, from when the handler
+	// starts (0: 5s): a client that sends its body slowly, or never, holds
+	// a goroutine and a socket no longer than that.
+	BodyTimeout time.Duration
 }
 
-// Defaults of Options, and the page size of GET /v1/limiters without ?limit=.
+// Defaults of Options.
 const (
 	defaultBodyLimit      = 64 << 10
 	defaultRequestTimeout = 10 * time.Second
-	defaultListLimit      = 100
+	defaultBodyTimeout    = 5 * time.Second
 )
 
 // openapiYAML describes the API; /openapi.yaml serves it.
@@ -40,15 +47,14 @@ var openapiYAML []byte
 
 // server holds what the handlers share.
 type server struct {
-	store     *store.Store
-	log       *slog.Logger
-	m         *metrics
-	bodyLimit int64
-	timeout   time.Duration
-	auth      auth
-	routes    map[string]string // echo path → OpenAPI path, the route label
-	slots     slotHints         // names seen to be concurrency limiters
-	grants    grantBook         // grants issued, for their handback
+	core        *core.Service
+	log         *slog.Logger
+	m           *metrics
+	bodyLimit   int64
+	timeout     time.Duration
+	bodyTimeout time.Duration
+	auth        auth
+	routes      map[string]string // echo path → OpenAPI path, the route label
 }
 
 // New returns the HTTP handler of the API. It panics only if o.Store is nil or
@@ -58,7 +64,6 @@ func New(o Options) http.Handler {
 		panic("api: Options.Store is nil")
 	}
 	s := &server{
-		store:     o.Store,
 		log:       o.Logger,
 		bodyLimit: o.BodyLimit,
 		timeout:   o.RequestTimeout,
@@ -74,11 +79,16 @@ func New(o Options) http.Handler {
 	if s.timeout <= 0 {
 		s.timeout = defaultRequestTimeout
 	}
+	s.bodyTimeout = o.BodyTimeout
+	if s.bodyTimeout <= 0 {
+		s.bodyTimeout = defaultBodyTimeout
+	}
 	reg := o.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
 	s.m = newMetrics(reg)
+	s.core = core.New(o.Store, core.Options{Observer: s.m})
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -98,23 +108,33 @@ func New(o Options) http.Handler {
 		s.limits,
 	)
 
-	e.GET("/healthz", s.healthz)
-	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
-	e.GET("/openapi.yaml", func(c echo.Context) error {
+	// Every GET route answers HEAD too: the same status and headers, no body.
+	get := func(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+		e.GET(path, h, m...)
+		e.HEAD(path, h, m...)
+	}
+	metricsAuth := open
+	if o.MetricsToken != "" {
+		// /metrics names every limiter and template.
+		metricsAuth = bearer("/metrics needs the metrics token (LIMITD_METRICS_TOKEN)", o.MetricsToken)
+	}
+	get("/healthz", s.healthz)
+	get("/readyz", s.readyz)
+	get("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), metricsAuth)
+	get("/openapi.yaml", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, "application/yaml", openapiYAML)
 	})
 
 	read, admin := s.auth.read, s.auth.admin
-	e.GET("/v1/limiters", s.listLimiters, read)
+	get("/v1/limiters", s.listLimiters, read)
 	e.PUT("/v1/limiters/:name", s.putLimiter, admin)
-	e.GET("/v1/limiters/:name", s.getLimiter, read)
+	get("/v1/limiters/:name", s.getLimiter, read)
 	e.PATCH("/v1/limiters/:name", s.patchLimiter, admin)
 	e.DELETE("/v1/limiters/:name", s.deleteLimiter, admin)
 	e.POST("/v1/limiters/:name/acquire", s.acquire, read)
 	e.POST("/v1/limiters/:name/grant", s.grant, read)
 	e.POST("/v1/limiters/:name/handback", s.handback, read)
-	e.GET("/v1/limiters/:name/wait", s.wait, read)
+	get("/v1/limiters/:name/wait", s.wait, read)
 	e.POST("/v1/limiters/:name/reset", s.reset, admin)
 	// A client's own lease calls need only the read token, returning
 	// capacity included: they change no config.
@@ -122,9 +142,9 @@ func New(o Options) http.Handler {
 	e.DELETE("/v1/limiters/:name/capacity/:client_id", s.returnCapacity, read)
 	e.POST("/v1/limiters/:name/release", s.release, read)
 	e.POST("/v1/limiters/:name/renew", s.renew, read)
-	e.GET("/v1/templates", s.listTemplates, read)
+	get("/v1/templates", s.listTemplates, read)
 	e.PUT("/v1/templates/:id", s.putTemplate, admin)
-	e.GET("/v1/templates/:id", s.getTemplate, read)
+	get("/v1/templates/:id", s.getTemplate, read)
 	e.DELETE("/v1/templates/:id", s.deleteTemplate, admin)
 
 	for _, r := range e.Routes() {
@@ -146,16 +166,14 @@ func openapiPath(p string) string {
 }
 
 func (s *server) healthz(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	return c.JSON(http.StatusOK, wire.Status{Status: "ok"})
 }
 
-// readyz answers 200 only while Redis does.
+// readyz answers 200 only while limitd can decide: every Redis master it
+// needs accepts a write (store.Ready), within store.ReadyTimeout.
 func (s *server) readyz(c echo.Context) error {
-	start := time.Now()
-	err := s.store.Ping(c.Request().Context())
-	s.m.redisDone(opPing, start)
-	if err != nil {
+	if err := s.core.Ready(c.Request().Context()); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+	return c.JSON(http.StatusOK, wire.Status{Status: "ready"})
 }

@@ -21,6 +21,7 @@ func TestBadInput(t *testing.T) {
 	e.must(201, "PUT", "/v1/templates/t1", `{"pattern":"u:*","limiter":{"rate":1}}`)
 	e.must(201, "PUT", "/v1/limiters/share", `{"kind":"share","capacity":120}`)
 	e.must(201, "PUT", "/v1/limiters/conc", `{"kind":"concurrency","limit":1}`)
+	e.must(200, "POST", "/v1/limiters/conc/acquire", nil) // full: a renew of an unknown lease cannot take a slot
 
 	huge := `{"rate":1,"spec":"` + strings.Repeat("x", 64<<10) + `"}`
 	user := []string{"Authorization", "Bearer " + userToken}
@@ -91,6 +92,13 @@ func TestBadInput(t *testing.T) {
 		{"permits 0", "POST", "/v1/limiters/sched/acquire", `{"permits":0}`, user, 400, "permits"},
 		{"permits negative", "POST", "/v1/limiters/sched/acquire", `{"permits":-3}`, user, 400, "permits"},
 		{"permits 1e12", "POST", "/v1/limiters/sched/acquire", `{"permits":1000000000000}`, user, 400, "permits"},
+		// max_reserve (default 1m): 601 permits of a 10/s limiter take more
+		{"permits beyond max_reserve", "POST", "/v1/limiters/sched/acquire", `{"permits":601}`, user, 400, "permits"},
+		{"grant beyond max_reserve", "POST", "/v1/limiters/sched/grant", `{"permits":601}`, user, 400, "permits"},
+		{"permits beyond max_reserve on a template", "POST", "/v1/limiters/u:9/acquire", `{"permits":61}`, user, 400, "permits"},
+		{"max_reserve zero", "PUT", "/v1/limiters/x", `{"rate":1,"max_reserve":"0s"}`, nil, 400, "max_reserve"},
+		{"max_reserve too long", "PUT", "/v1/limiters/x", `{"rate":1,"max_reserve":"10000h"}`, nil, 400, "max_reserve"},
+		{"max_reserve on share", "PUT", "/v1/limiters/x", `{"kind":"share","capacity":1,"max_reserve":"1s"}`, nil, 400, "max_reserve"},
 		{"permits fractional", "POST", "/v1/limiters/sched/acquire", `{"permits":1.5}`, user, 400, "permits"},
 		{"permits beyond int64", "POST", "/v1/limiters/sched/acquire", `{"permits":1e19}`, user, 400, "permits"},
 		{"max_wait garbage", "POST", "/v1/limiters/sched/acquire", `{"max_wait":"soon"}`, user, 400, "max_wait"},

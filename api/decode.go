@@ -7,14 +7,19 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/wire"
 )
 
 // readBody returns the request body (nil when there is none). A body must be
@@ -22,16 +27,27 @@ import (
 // +json type.
 func readBody(c echo.Context) ([]byte, error) {
 	r := c.Request()
+	c.Set(ctxBodyRead, true)
 	b, err := io.ReadAll(r.Body)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		var (
+			mbe *http.MaxBytesError
+			ne  net.Error
+		)
+		switch {
+		case errors.As(err, &mbe):
 			return nil, tooLarge(mbe.Limit)
-		}
-		if r.Context().Err() != nil {
+		case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+			closeAfter(c) // the rest of the body may still come: not as a request
+			return nil, newProblem(http.StatusRequestTimeout, wire.ProblemBodyTimeout,
+				fmt.Sprintf("the request body did not arrive within %s", c.Get(ctxBodyTimeout)))
+		case r.Context().Err() != nil:
 			return nil, err // the client left or time ran out: problemOf says which
 		}
 		return nil, invalid("", "could not read the request body: "+err.Error())
+	}
+	if hasBody(r) {
+		_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Time{}) // see limits
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		return nil, nil
@@ -39,8 +55,8 @@ func readBody(c echo.Context) ([]byte, error) {
 	if ct := r.Header.Get(echo.HeaderContentType); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || mt != "application/json" && !strings.HasSuffix(mt, "+json") {
-			return nil, newProblem(http.StatusUnsupportedMediaType, "unsupported-media-type",
-				fmt.Sprintf("Content-Type %q is not JSON; send Content-Type: application/json", ct))
+			return nil, newProblem(http.StatusUnsupportedMediaType, wire.ProblemUnsupportedMediaType,
+				fmt.Sprintf("Content-Type %s is not JSON; send Content-Type: application/json", quote(ct)))
 		}
 	}
 	return b, nil
@@ -52,6 +68,11 @@ func readBody(c echo.Context) ([]byte, error) {
 func decodeStrict(b []byte, v any, prefix string) error {
 	if len(b) == 0 {
 		return invalid(prefix, join(prefix, "a JSON object is required"))
+	}
+	// encoding/json matches keys case-insensitively and lets the last of
+	// duplicate keys win: both would accept what the client did not mean.
+	if p := checkKeys(b, reflect.TypeOf(v), prefix); p != nil {
+		return p
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -82,18 +103,158 @@ func jsonProblem(err error, prefix string) *problem {
 		if te.Field == "" {
 			return invalid(prefix, join(prefix, "must be a JSON object (got "+te.Value+")"))
 		}
-		return invalid(field, fmt.Sprintf("%s: must be %s (got %s)", field, jsonKind(te.Type), te.Value))
+		return invalid(field, fmt.Sprintf("%s: must be %s (got %s)", field, jsonKind(te.Type), clip(te.Value)))
 	case strings.HasPrefix(err.Error(), unknown):
 		name, uerr := strconv.Unquote(strings.TrimPrefix(err.Error(), unknown))
 		if uerr != nil {
 			name = strings.TrimPrefix(err.Error(), unknown)
 		}
-		field := join(prefix, name)
+		field := clip(join(prefix, name))
 		return invalid(field, fmt.Sprintf("%s: unknown field (see /openapi.yaml)", field))
 	case errors.As(err, &mbe):
 		return tooLarge(mbe.Limit)
 	}
 	return invalid("", "malformed JSON: "+err.Error())
+}
+
+// checkKeys walks the JSON value in b beside the Go type t it is decoded
+// into, and refuses a key that appears twice in one object, or that names a
+// field of a struct in other letter case than the field's own. Malformed
+// JSON is left to the decoder, which says where it breaks.
+func checkKeys(b []byte, t reflect.Type, prefix string) *problem {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	p, _ := walkKeys(dec, t, prefix)
+	return p
+}
+
+// walkKeys checks the next value of dec; err is a syntax error, which ends
+// the walk without a problem.
+func walkKeys(dec *json.Decoder, t reflect.Type, path string) (*problem, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	t = opaque(t)
+	switch tok {
+	case json.Delim('{'):
+		var fields map[string]reflect.Type
+		if t != nil && t.Kind() == reflect.Struct {
+			fields = jsonFields(t)
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			key, _ := kt.(string)
+			field := join(path, key)
+			if seen[key] {
+				return invalid(clip(field), fmt.Sprintf("%s: appears twice in one object; send each key once", clip(field))), nil
+			}
+			seen[key] = true
+			var next reflect.Type
+			switch {
+			case fields != nil:
+				ft, ok := fields[key]
+				if !ok {
+					for name := range fields {
+						if strings.EqualFold(name, key) {
+							return invalid(clip(field), fmt.Sprintf("%s: unknown field; keys are case-sensitive: did you mean %q?", clip(field), join(path, name))), nil
+						}
+					}
+				}
+				next = ft
+			case t != nil && t.Kind() == reflect.Map:
+				next = t.Elem()
+			}
+			if p, err := walkKeys(dec, next, field); p != nil || err != nil {
+				return p, err
+			}
+		}
+	case json.Delim('['):
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		for dec.More() {
+			if p, err := walkKeys(dec, elem, path); p != nil || err != nil {
+				return p, err
+			}
+		}
+	default:
+		return nil, nil // a scalar
+	}
+	_, err = dec.Token() // the closing delimiter
+	return nil, err
+}
+
+var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+
+// opaque returns t without pointers, or nil when its keys are not known
+// from its fields: a type that decodes itself (json.RawMessage, a Duration)
+// or an interface. Its keys are still checked for duplicates.
+func opaque(t reflect.Type) reflect.Type {
+	for t != nil && t.Kind() == reflect.Pointer {
+		if t.Implements(unmarshalerType) {
+			return nil
+		}
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() == reflect.Interface || reflect.PointerTo(t).Implements(unmarshalerType) {
+		return nil
+	}
+	return t
+}
+
+// fieldCache holds jsonFields by type: the request types are few and fixed.
+var fieldCache sync.Map // reflect.Type → map[string]reflect.Type
+
+// jsonFields are a struct's JSON keys and their types, as encoding/json
+// names them (the tag's name, else the Go name; embedded structs' fields
+// promoted).
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	if m, ok := fieldCache.Load(t); ok {
+		return m.(map[string]reflect.Type)
+	}
+	m := structFields(t)
+	fieldCache.Store(t, m)
+	return m
+}
+
+func structFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		name, _, _ := strings.Cut(tag, ",")
+		if name == "-" && !strings.HasPrefix(tag, "-,") {
+			continue
+		}
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				for k, v := range structFields(ft) {
+					if _, ok := out[k]; !ok {
+						out[k] = v
+					}
+				}
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = f.Type
+	}
+	return out
 }
 
 func join(prefix, s string) string {
@@ -140,25 +301,6 @@ func jsonKind(t reflect.Type) string {
 		return jsonKind(t.Elem())
 	}
 	return "another type"
-}
-
-// specFault names "spec" when a config given as a rate spec string is at
-// fault: limiter reports the spec's parts as rate, burst and spec.verb, but
-// the client sent only "spec". prefix is the config's path in the request.
-func specFault(err error, spec, prefix string) error {
-	var fe *limiter.FieldError
-	if spec == "" || !errors.As(err, &fe) {
-		return err
-	}
-	f := fe.Field
-	if prefix != "" {
-		f = strings.TrimPrefix(f, prefix+".")
-	}
-	switch {
-	case f == "rate", f == "burst", strings.HasPrefix(f, "spec."):
-		return invalid(join(prefix, "spec"), join(prefix, "spec")+": "+fe.Error())
-	}
-	return err
 }
 
 // mergePatch applies an RFC 7386 JSON merge patch to a canonical config:

@@ -5,6 +5,7 @@
 //	PUT|GET|PATCH|DELETE /v1/limiters/{name}   create, read, reconfigure, delete
 //	GET  /v1/limiters?cursor=&limit=           list, 100 per page by default
 //	POST /v1/limiters/{name}/acquire           take permits, or a concurrency slot (429 when not granted)
+//	POST /v1/limiters/{name}/grant, /handback  permits for a client pool, and their return
 //	GET  /v1/limiters/{name}/wait              the live state: backlog, delay, totals
 //	POST /v1/limiters/{name}/reset             start a new schedule now
 //	POST /v1/limiters/{name}/release, /renew   end or extend a concurrency lease
@@ -12,6 +13,10 @@
 //	DELETE /v1/limiters/{name}/capacity/{client_id}   and gives it back
 //	PUT|GET|DELETE /v1/templates/{id}, GET /v1/templates
 //	GET  /healthz, /readyz, /metrics, /openapi.yaml
+//
+// Every GET route answers HEAD as well. /readyz is 200 only while every Redis
+// master accepts a write (store.Ready); /metrics needs Options.MetricsToken
+// when one is set.
 //
 // api/openapi.yaml describes every route, body and status; it is served at
 // /openapi.yaml and the tests validate every request and response they make
@@ -21,18 +26,25 @@
 // (with "field" naming the JSON field, path or query parameter at fault), 401
 // a missing or wrong bearer token, 404, 405, 409 a kind change through PATCH
 // or a call the limiter's kind does not take (acquire on a share limiter),
-// 413 a body over the limit, 415 a body that is not JSON, 503 when Redis does
-// not answer or the request ran out of time. Bad input changes nothing in
-// Redis and never gets a 5xx; a panic is recovered into a logged 500.
+// 408 a body that did not arrive within Options.BodyTimeout, 413 a body over
+// the limit, 415 a body that is not JSON, 503 when Redis cannot serve (the
+// detail names the condition: READONLY, OOM, timeout, ...) or the request ran
+// out of time. Bad input changes nothing in Redis and never gets a 5xx; a
+// panic is recovered into a logged 500. JSON keys must match exactly, once
+// per object. A problem repeats at most 64 characters of any input. A refused
+// request whose body was not read closes its connection, so that net/http
+// does not read up to 256 KiB of a body nobody wants, at the client's pace.
 //
 // Metrics never carry the name of a template instance (user:42 under the
 // template user:*): decisions are counted by limiter name or template id,
 // so per-key limiters cannot blow up the number of series. The same holds
 // for capacity decisions and slot acquisitions.
 //
-// Acquire dispatches on the limiter's kind. A name this process saw to be a
-// concurrency limiter (through its PUT, or an earlier acquire) goes straight
-// to the slot; any other is tried as a schedule, and the store's conflict
-// answer makes the handler look the kind up once. The hint is only a guess:
-// a stale one costs a round trip, never a wrong answer.
+// Layer: api is a front end over core (cmd → api → core → store → limiter).
+// A handler decodes the request (wire bodies, strict JSON), calls one
+// core.Service operation and encodes its result or maps its error to a
+// problem; the rules (kind dispatch of acquire, blocking, slot hints, share
+// requests, stateless grant handback, input checks) live in core. The
+// Prometheus metrics observe core (core.Observer). api imports core, wire
+// and limiter; it names store only in Options.Store.
 package api

@@ -4,6 +4,11 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/store"
 )
 
 func TestGrantHandback(t *testing.T) {
@@ -33,24 +38,17 @@ func TestGrantHandback(t *testing.T) {
 
 	// Handing the last 4 back rewinds: the next acquire starts where the 7th
 	// permit would have.
-	h := e.must(200, "POST", "/v1/limiters/pool/handback", map[string]any{"grant": json.RawMessage(r.body), "permits": 4})
-	if got := h.obj(t)["rewound"]; got != true {
-		t.Errorf("rewound = %v, want true", got)
-	}
-	if got := e.must(200, "POST", "/v1/limiters/pool/acquire", nil).num(t, "start_ns"); got != t0.UnixNano()+6e6 {
-		t.Errorf("start after handback = t0+%dns, want t0+6ms", got-t0.UnixNano())
-	}
+	handBack(t, e, e, r)
 	// Taken since: a second handback of the same grant rewinds nothing.
-	h = e.must(200, "POST", "/v1/limiters/pool/handback", map[string]any{"grant": json.RawMessage(r.body), "permits": 1})
-	if got := h.obj(t)["rewound"]; got != false {
-		t.Errorf("rewound after a later acquire = %v, want false", got)
+	if e.handback(r, 1) {
+		t.Error("rewound after a later acquire, want not")
 	}
-	// A grant the server does not know rewinds nothing.
+	// An id that is no grant token is 400 naming grant.id.
 	var other map[string]any
 	r.decode(t, &other)
 	other["id"] = "nope"
-	if got := e.must(200, "POST", "/v1/limiters/pool/handback", map[string]any{"grant": other, "permits": 1}).obj(t)["rewound"]; got != false {
-		t.Errorf("rewound of an unknown grant = %v", got)
+	if p := e.must(400, "POST", "/v1/limiters/pool/handback", map[string]any{"grant": other, "permits": 1}).problem(t); p.Field != "grant.id" {
+		t.Errorf("field of an unknown grant = %q, want grant.id", p.Field)
 	}
 	// Another limiter's grant is 400 naming grant.id.
 	e.must(201, "PUT", "/v1/limiters/pool2", `{"rate":1000}`)
@@ -81,4 +79,75 @@ func TestGrantDeniedAndErrors(t *testing.T) {
 	}
 	e.must(201, "PUT", "/v1/limiters/sem", `{"kind":"concurrency","limit":1}`)
 	e.must(409, "POST", "/v1/limiters/sem/grant", `{"permits":1}`)
+}
+
+// A grant carries what its handback needs: another server over the same
+// Redis (a replica behind a load balancer, or this one restarted) takes its
+// handback and rewinds the schedule.
+func TestHandbackToAnotherReplica(t *testing.T) {
+	e := newEnv(t)
+	other := &env{t: t, m: e.m, rdb: e.rdb, st: e.st, reg: prometheus.NewRegistry()}
+	other.h = api.New(api.Options{Store: store.New(e.rdb), Registry: other.reg})
+	e.must(201, "PUT", "/v1/limiters/pool", `{"rate":1000}`)
+	r := e.must(200, "POST", "/v1/limiters/pool/grant", `{"permits":10}`)
+	// The next acquire goes through the replica that took the handback:
+	// the issuing one still holds the grant's end as its floor
+	// (store/floors.go) and starts no permit before it, which never grants
+	// more, only forgoes the rewind there.
+	handBack(t, other, other, r)
+	// Handed back once: the same handback again, anywhere, changes nothing.
+	if e.handback(r, 4) {
+		t.Error("rewound a grant handed back already")
+	}
+}
+
+// handback hands the last permits of grant g (POST .../grant's answer on
+// limiter pool) back through e and reports whether they were rewound.
+func (e *env) handback(g *reply, permits int) bool {
+	e.t.Helper()
+	h := e.must(200, "POST", "/v1/limiters/pool/handback", map[string]any{"grant": json.RawMessage(g.body), "permits": permits})
+	return h.obj(e.t)["rewound"] == true
+}
+
+// handBack hands the last 4 of a 10-permit grant of pool (1000/s, taken at
+// t0) back through to, which must rewind them: the next acquire, through
+// next, starts where the 7th permit would have.
+func handBack(t *testing.T, to, next *env, g *reply) {
+	t.Helper()
+	if !to.handback(g, 4) {
+		t.Error("handback not rewound, want rewound")
+	}
+	if got := next.must(200, "POST", "/v1/limiters/pool/acquire", nil).num(t, "start_ns"); got != t0.UnixNano()+6e6 {
+		t.Errorf("start after handback = t0+%dns, want t0+6ms", got-t0.UnixNano())
+	}
+}
+
+// A garbled grant id is 400 naming grant.id: never a 500, never a handback.
+func TestHandbackGarbledToken(t *testing.T) {
+	e := newEnv(t)
+	e.must(201, "PUT", "/v1/limiters/pool", `{"rate":1000}`)
+	r := e.must(200, "POST", "/v1/limiters/pool/grant", `{"permits":10}`)
+	var g map[string]any
+	r.decode(t, &g)
+	id := g["id"].(string)
+	state := func() any {
+		return e.must(200, "GET", "/v1/limiters/pool/wait", nil).obj(t)["allocated_ns"]
+	}
+	want := state()
+	ids := []string{"", "g1.", "g1.!!!!", strings.Repeat("x", 300), id + "A", id[:len(id)-1], strings.Replace(id, "g1.", "g2.", 1)}
+	for i := len("g1."); i < len(id); i++ {
+		b := []byte(id)
+		b[i] ^= 1
+		ids = append(ids, string(b))
+	}
+	for _, bad := range ids {
+		g["id"] = bad
+		res := e.bad("POST", "/v1/limiters/pool/handback", map[string]any{"grant": g, "permits": 4})
+		if res.code != 400 || res.problem(t).Field != "grant.id" {
+			t.Errorf("id %q: got %s, want 400 naming grant.id", bad, res)
+		}
+	}
+	if got := state(); got != want {
+		t.Errorf("allocated_ns after garbled handbacks = %v, want %v", got, want)
+	}
 }

@@ -6,41 +6,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/limitd/limitd/core"
 )
 
-// redisOp names a store call in limitd_redis_call_duration_seconds.
-type redisOp int
-
-const (
-	opPing redisOp = iota
-	opPut
-	opGet
-	opPatch
-	opDelete
-	opList
-	opAcquire
-	opWait
-	opReset
-	opResolve
-	opPutTemplate
-	opGetTemplate
-	opDeleteTemplate
-	opTemplates
-	opCapacity
-	opReturnCapacity
-	opAcquireSlot
-	opRenewSlot
-	opReleaseSlot
-	opGrant
-	opHandback
-	numOps
-)
-
-var opNames = [numOps]string{"ping", "put", "get", "patch", "delete", "list", "acquire", "wait",
-	"reset", "resolve", "put_template", "get_template", "delete_template", "templates",
-	"capacity", "return_capacity", "acquire_slot", "renew_slot", "release_slot", "grant", "handback"}
-
-// metrics are the collectors /metrics serves.
+// metrics are the collectors /metrics serves. They observe the service
+// (core.Observer): every decision and store call; requests and problems are
+// counted by the handler's middleware.
 type metrics struct {
 	requests  *prometheus.CounterVec   // by method, route template, status
 	duration  *prometheus.HistogramVec // by method, route template
@@ -50,7 +22,7 @@ type metrics struct {
 	leases    *prometheus.CounterVec   // concurrency: renewals, releases, lost leases
 	errors    *prometheus.CounterVec   // by problem type
 	backlog   *prometheus.GaugeVec     // by limiter name; never a template instance
-	redis     [numOps]prometheus.Observer
+	redis     [core.NumOps]prometheus.Observer
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -94,8 +66,8 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		Help:    "Latency of store calls to Redis (one script or command round trip, more for list and view), by operation.",
 		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	}, []string{"op"}))
-	for op := range numOps {
-		m.redis[op] = rh.WithLabelValues(opNames[op])
+	for op := range core.NumOps {
+		m.redis[op] = rh.WithLabelValues(op.String())
 	}
 	// Runtime metrics belong on every limitd /metrics; a registry that has
 	// them already keeps its own (the error says so, and changes nothing).
@@ -119,6 +91,35 @@ func register[C prometheus.Collector](reg *prometheus.Registry, c C) C {
 	return c
 }
 
-func (m *metrics) redisDone(op redisOp, start time.Time) {
-	m.redis[op].Observe(time.Since(start).Seconds())
+// StoreCall is core.Observer's: limitd_redis_call_duration_seconds.
+func (m *metrics) StoreCall(op core.Op, took time.Duration) {
+	if op >= 0 && op < core.NumOps {
+		m.redis[op].Observe(took.Seconds())
+	}
 }
+
+// Decided is core.Observer's: the decision counters.
+func (m *metrics) Decided(e core.Event) {
+	var c *prometheus.CounterVec
+	switch e.Kind {
+	case core.EventRate:
+		c = m.decisions
+	case core.EventCapacity:
+		c = m.capacity
+	case core.EventSlot:
+		c = m.slots
+	case core.EventLease:
+		c = m.leases
+	default:
+		return
+	}
+	c.WithLabelValues(e.Limiter, e.Template, e.Outcome).Inc()
+}
+
+// Backlog is core.Observer's: limitd_limiter_backlog_seconds.
+func (m *metrics) Backlog(limiter string, wait time.Duration) {
+	m.backlog.WithLabelValues(limiter).Set(wait.Seconds())
+}
+
+// Deleted is core.Observer's: a deleted limiter's backlog series goes.
+func (m *metrics) Deleted(limiter string) { m.backlog.DeleteLabelValues(limiter) }

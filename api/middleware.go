@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/limitd/limitd/wire"
 )
 
 // dropBadRequestID removes an incoming X-Request-Id that is not a short
@@ -103,6 +105,14 @@ func (s *server) limits(next echo.HandlerFunc) echo.HandlerFunc {
 		if r.Body != nil && r.Body != http.NoBody {
 			r.Body = http.MaxBytesReader(c.Response(), r.Body, s.bodyLimit)
 		}
+		if hasBody(r) {
+			// Only while the body is read: readBody lifts it, because once a
+			// request is read net/http watches the connection, and a read
+			// deadline passing then would cancel a request still running.
+			// Servers that cannot set deadlines (a test recorder) skip it.
+			_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(s.bodyTimeout))
+			c.Set(ctxBodyTimeout, s.bodyTimeout)
+		}
 		c.SetRequest(r)
 		if err := next(c); err != nil {
 			// Classify now: once cancel runs, every error would look like a
@@ -111,6 +121,37 @@ func (s *server) limits(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return nil
 	}
+}
+
+// hasBody reports whether a request came with a body (a Content-Length
+// other than 0, or chunked).
+func hasBody(r *http.Request) bool {
+	return r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
+}
+
+// ctxBodyRead is set once a handler started reading the request body;
+// ctxBodyTimeout holds the time it has for that.
+const (
+	ctxBodyRead    = "limitd.body-read"
+	ctxBodyTimeout = "limitd.body-timeout"
+)
+
+// dropUnreadBody is called before an error response: if the request's body
+// was never read (a refused token, a body over the limit, no route), the
+// connection is closed after the answer instead of net/http reading up to
+// 256 KiB of a body nobody wants first, at whatever pace the client sends it.
+func dropUnreadBody(c echo.Context) {
+	if !hasBody(c.Request()) || c.Get(ctxBodyRead) != nil {
+		return
+	}
+	closeAfter(c)
+}
+
+// closeAfter ends the connection after this response, reading nothing more
+// from it.
+func closeAfter(c echo.Context) {
+	c.Response().Header().Set(echo.HeaderConnection, "close")
+	_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now())
 }
 
 // auth holds the route middleware that check bearer tokens.
@@ -153,7 +194,7 @@ func bearer(need string, tokens ...string) echo.MiddlewareFunc {
 		return func(c echo.Context) error {
 			scheme, got, _ := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
 			if !strings.EqualFold(scheme, "Bearer") || got == "" {
-				return newProblem(http.StatusUnauthorized, "unauthorized", "missing bearer token: "+need+"; send Authorization: Bearer <token>")
+				return newProblem(http.StatusUnauthorized, wire.ProblemUnauthorized, "missing bearer token: "+need+"; send Authorization: Bearer <token>")
 			}
 			sum := sha256.Sum256([]byte(got))
 			ok := 0
@@ -161,7 +202,7 @@ func bearer(need string, tokens ...string) echo.MiddlewareFunc {
 				ok |= subtle.ConstantTimeCompare(sum[:], sums[i][:])
 			}
 			if ok != 1 {
-				return newProblem(http.StatusUnauthorized, "unauthorized", "wrong token: "+need)
+				return newProblem(http.StatusUnauthorized, wire.ProblemUnauthorized, "wrong token: "+need)
 			}
 			return next(c)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd/wire"
 )
 
 // A panic in a handler becomes a logged problem+json 500, never a dropped
@@ -30,7 +31,7 @@ func TestPanicRecovered(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/boom", nil))
 	var p problem
 	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || rec.Code != http.StatusInternalServerError ||
-		rec.Header().Get("Content-Type") != "application/problem+json" || p.Status != 500 || p.Type != typePrefix+"internal" {
+		rec.Header().Get("Content-Type") != "application/problem+json" || p.Status != 500 || p.Type != wire.ProblemType(wire.ProblemInternal) {
 		t.Errorf("got %d %s %q (%v)", rec.Code, rec.Header().Get("Content-Type"), rec.Body, err)
 	}
 	if l := logs.String(); !strings.Contains(l, "panic serving request") || !strings.Contains(l, "boom") || !strings.Contains(l, "status=500") {

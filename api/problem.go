@@ -6,60 +6,37 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd/wire"
 )
 
-// problem is an RFC 9457 problem detail. Handlers return one as their error
-// when they have classified a failure themselves; handleError turns every
-// other error into one.
+// problem is an RFC 9457 problem detail (wire.Problem). Handlers return one
+// as their error when they have classified a failure themselves; handleError
+// turns every other error into one.
 type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	// Field names the one input at fault: a JSON field (a dotted path inside
-	// nested objects: "limiter.rate"), a path parameter or a query parameter.
-	Field string `json:"field,omitempty"`
-
+	wire.Problem
 	slug  string // the type without its prefix: the metrics label
 	cause error  // logged for a 5xx, never shown
 }
 
 func (p *problem) Error() string { return p.Detail }
 
-// typePrefix makes problem types absolute URIs (RFC 9457 §3.1.1) without
-// promising a page behind them.
-const typePrefix = "urn:limitd:problem:"
-
 // statusClientClosed is logged and counted when the client went away before
 // the answer (nginx's 499); nobody receives it.
 const statusClientClosed = 499
 
-var titles = map[string]string{
-	"invalid":                "Bad input",
-	"unauthorized":           "Missing or wrong token",
-	"not-found":              "Not found",
-	"method-not-allowed":     "Method not allowed",
-	"conflict":               "Conflict",
-	"too-large":              "Request body too large",
-	"unsupported-media-type": "Unsupported media type",
-	"client-closed":          "Client closed the request",
-	"internal":               "Internal error",
-	"unavailable":            "Redis unavailable",
-	"timeout":                "Request timed out",
-}
-
 func newProblem(status int, slug, detail string) *problem {
-	return &problem{Type: typePrefix + slug, Title: titles[slug], Status: status, Detail: detail, slug: slug}
+	return &problem{Problem: wire.NewProblem(status, slug, detail), slug: slug}
 }
 
 // invalid is a 400 naming the field at fault ("" when no one field is).
 func invalid(field, detail string) *problem {
-	p := newProblem(http.StatusBadRequest, "invalid", detail)
+	p := newProblem(http.StatusBadRequest, wire.ProblemInvalid, detail)
 	p.Field = field
 	return p
 }
@@ -79,40 +56,93 @@ func (s *server) problemOf(err error, c echo.Context) *problem {
 		fe  *limiter.FieldError
 		mbe *http.MaxBytesError
 		pe  *panicError
+		nh  *core.NotHeldError
 	)
 	ctxErr := c.Request().Context().Err()
 	switch {
 	case errors.As(err, &p):
 		return p
 	case errors.As(err, &pe):
-		p = newProblem(http.StatusInternalServerError, "internal", "limitd failed to answer this request; the failure is logged with its request id")
+		p = newProblem(http.StatusInternalServerError, wire.ProblemInternal, "limitd failed to answer this request; the failure is logged with its request id")
 	case errors.As(err, &mbe):
 		p = tooLarge(mbe.Limit)
 	case errors.As(err, &he):
 		p = s.echoProblem(he, c)
+	case errors.As(err, &nh):
+		p = newProblem(http.StatusNotFound, wire.ProblemNotFound, nh.Detail)
+		p.Field = nh.Field
 	case errors.As(err, &fe):
-		p = invalid(fe.Field, fe.Error())
+		p = invalid(fe.Field, fieldDetail(fe))
 	case errors.Is(err, limiter.ErrInvalid):
 		p = invalid("", err.Error())
-	case errors.Is(err, store.ErrNotFound):
-		p = newProblem(http.StatusNotFound, "not-found", err.Error())
-	case errors.Is(err, store.ErrConflict):
-		p = newProblem(http.StatusConflict, "conflict", err.Error())
+	case errors.Is(err, core.ErrNotFound):
+		p = newProblem(http.StatusNotFound, wire.ProblemNotFound, err.Error())
+	case errors.Is(err, core.ErrConflict):
+		p = newProblem(http.StatusConflict, wire.ProblemConflict, err.Error())
 	// The store reports a request that ran out of time as ErrUnavailable;
 	// the request's own context tells the two apart.
 	case errors.Is(ctxErr, context.DeadlineExceeded):
-		p = newProblem(http.StatusServiceUnavailable, "timeout",
+		p = newProblem(http.StatusServiceUnavailable, wire.ProblemTimeout,
 			fmt.Sprintf("the request did not finish within %s (Redis too slow or unreachable); retry later", s.timeout))
 	case errors.Is(ctxErr, context.Canceled):
-		p = newProblem(statusClientClosed, "client-closed", "the client closed the request")
-	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed):
-		p = newProblem(http.StatusServiceUnavailable, "unavailable",
-			"Redis is unavailable, so limitd can neither decide nor change limiters; retry later")
+		p = newProblem(statusClientClosed, wire.ProblemClientClosed, "the client closed the request")
+	case errors.Is(err, core.ErrUnavailable), errors.Is(err, core.ErrClosed):
+		p = newProblem(http.StatusServiceUnavailable, wire.ProblemUnavailable, unavailableDetail(err))
 	default:
-		p = newProblem(http.StatusInternalServerError, "internal", "limitd failed to answer this request; the failure is logged with its request id")
+		p = newProblem(http.StatusInternalServerError, wire.ProblemInternal, "limitd failed to answer this request; the failure is logged with its request id")
 	}
 	p.cause = err
 	return p
+}
+
+// fieldDetail is fe.Error() with the offending value clipped.
+func fieldDetail(fe *limiter.FieldError) string {
+	if fe.Value == nil {
+		return fe.Error()
+	}
+	return fmt.Sprintf("%s: %s (got %s)", fe.Field, fe.Rule, clip(fmt.Sprint(fe.Value)))
+}
+
+// unavailableDetail names the condition that keeps Redis from serving
+// (READONLY, OOM, timeout, ...) without echoing Redis' own text, which may
+// hold addresses.
+func unavailableDetail(err error) string {
+	const rest = "so limitd can neither decide nor change limiters; retry later"
+	var ue *core.UnavailableError
+	if errors.As(err, &ue) {
+		return "Redis is unavailable (" + ue.Describe() + "), " + rest
+	}
+	return "Redis is unavailable, " + rest
+}
+
+// maxEcho is how much of a client's input a problem repeats.
+const maxEcho = 64
+
+// maxDetail bounds a whole detail, whatever error it came from.
+const maxDetail = 512
+
+// clip cuts s to maxEcho characters, marking a cut with an ellipsis, so that
+// a problem never repeats a long input back (nor bloats a log line with it).
+func clip(s string) string { return clipN(s, maxEcho) }
+
+func clipN(s string, max int) string {
+	n := 0
+	for i := range s {
+		if n == max {
+			return s[:i] + "…"
+		}
+		n++
+	}
+	return s
+}
+
+// quote is %q of s clipped: the quoted prefix, then an ellipsis and the
+// whole length when s was cut.
+func quote(s string) string {
+	if c := clip(s); c != s {
+		return fmt.Sprintf("%q… (%d bytes)", strings.TrimSuffix(c, "…"), len(s))
+	}
+	return fmt.Sprintf("%q", s)
 }
 
 // echoProblem turns echo's own errors (no route, wrong method, ...) into
@@ -121,25 +151,25 @@ func (s *server) echoProblem(he *echo.HTTPError, c echo.Context) *problem {
 	r := c.Request()
 	switch he.Code {
 	case http.StatusNotFound:
-		return newProblem(http.StatusNotFound, "not-found", fmt.Sprintf("no route for %s %s; see /openapi.yaml", r.Method, r.URL.Path))
+		return newProblem(http.StatusNotFound, wire.ProblemNotFound, fmt.Sprintf("no route for %s %s; see /openapi.yaml", clip(r.Method), clip(r.URL.Path)))
 	case http.StatusMethodNotAllowed:
-		return newProblem(http.StatusMethodNotAllowed, "method-not-allowed",
-			fmt.Sprintf("%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, c.Response().Header().Get(echo.HeaderAllow)))
+		return newProblem(http.StatusMethodNotAllowed, wire.ProblemMethodNotAllowed,
+			fmt.Sprintf("%s is not allowed on %s; allowed: %s", clip(r.Method), clip(r.URL.Path), c.Response().Header().Get(echo.HeaderAllow)))
 	case http.StatusRequestEntityTooLarge:
 		return tooLarge(s.bodyLimit)
 	case http.StatusUnauthorized:
-		return newProblem(http.StatusUnauthorized, "unauthorized", fmt.Sprint(he.Message))
+		return newProblem(http.StatusUnauthorized, wire.ProblemUnauthorized, fmt.Sprint(he.Message))
 	}
 	if he.Code >= 400 && he.Code < 500 {
-		p := newProblem(he.Code, "invalid", fmt.Sprint(he.Message))
+		p := newProblem(he.Code, wire.ProblemInvalid, fmt.Sprint(he.Message))
 		p.Title = http.StatusText(he.Code)
 		return p
 	}
-	return newProblem(http.StatusInternalServerError, "internal", "limitd failed to answer this request; the failure is logged with its request id")
+	return newProblem(http.StatusInternalServerError, wire.ProblemInternal, "limitd failed to answer this request; the failure is logged with its request id")
 }
 
 func tooLarge(limit int64) *problem {
-	return newProblem(http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("the request body is over the limit of %d bytes", limit))
+	return newProblem(http.StatusRequestEntityTooLarge, wire.ProblemTooLarge, fmt.Sprintf("the request body is over the limit of %d bytes", limit))
 }
 
 // ctxProblem is the echo context key under which handleError leaves the
@@ -163,18 +193,18 @@ func (s *server) handleError(err error, c echo.Context) {
 	if res.Committed {
 		return
 	}
+	dropUnreadBody(c)
 	switch p.Status {
 	case http.StatusUnauthorized:
 		res.Header().Set("WWW-Authenticate", `Bearer realm="limitd"`)
 	case http.StatusServiceUnavailable:
 		res.Header().Set("Retry-After", "1")
 	}
-	b, _ := json.Marshal(p) // a problem always encodes
-	if c.Request().Method == http.MethodHead {
-		err = c.NoContent(p.Status)
-	} else {
-		err = c.Blob(p.Status, "application/problem+json", b)
-	}
+	p.Detail = clipN(p.Detail, maxDetail)
+	b, _ := json.Marshal(p.Problem) // a problem always encodes
+	// HEAD too: net/http sends the headers (Content-Length included) and
+	// drops the body.
+	err = c.Blob(p.Status, wire.ProblemMediaType, b)
 	if err != nil {
 		s.log.Debug("writing a problem response", "err", err, "request_id", requestID(c))
 	}

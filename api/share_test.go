@@ -5,26 +5,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd/wire"
 )
 
-// capLease is the answer of POST .../capacity.
-type capLease struct {
-	Gets         float64 `json:"gets"`
-	Expires      int64   `json:"expires_ns"`
-	Refresh      int64   `json:"refresh_ns"`
-	SafeCapacity float64 `json:"safe_capacity"`
-	Learning     bool    `json:"learning"`
-	Version      int64   `json:"version"`
-}
-
 // ask asks limiter name for capacity on behalf of a client.
-func (e *env) ask(name, client string, wants, has float64, more ...any) capLease {
+func (e *env) ask(name, client string, wants, has float64, more ...any) wire.CapacityLease {
 	e.t.Helper()
 	body := map[string]any{"client_id": client, "wants": wants, "has": has}
 	for i := 0; i+1 < len(more); i += 2 {
 		body[more[i].(string)] = more[i+1]
 	}
-	var l capLease
+	var l wire.CapacityLease
 	e.must(200, "POST", "/v1/limiters/"+name+"/capacity", body).decode(e.t, &l)
 	return l
 }
@@ -52,9 +44,9 @@ func TestShareDoormanExample(t *testing.T) {
 		wants float64
 	}{{"a", 1000}, {"b", 50}, {"c", 10}}
 	has := map[string]float64{}
-	round := func() []capLease {
+	round := func() []wire.CapacityLease {
 		t.Helper()
-		var out []capLease
+		var out []wire.CapacityLease
 		for _, c := range clients {
 			l := e.ask("doorman", c.id, c.wants, has[c.id])
 			has[c.id] = l.Gets
@@ -72,7 +64,7 @@ func TestShareDoormanExample(t *testing.T) {
 		}
 		return out
 	}
-	check := func(algorithm string, got []capLease, want ...float64) {
+	check := func(algorithm string, got []wire.CapacityLease, want ...float64) {
 		t.Helper()
 		for i, l := range got {
 			if !near(l.Gets, want[i]) {

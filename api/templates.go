@@ -1,42 +1,26 @@
 package api
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd/wire"
 )
 
-// templateRequest is the body of PUT /v1/templates/{id}. id and version are
-// accepted so that what GET answered can be PUT back: id must then equal the
-// path's, version is read-only and ignored.
-type templateRequest struct {
-	ID      *string           `json:"id"`
-	Pattern string            `json:"pattern"`
-	Order   int               `json:"order"`
-	IdleTTL *limiter.Duration `json:"idle_ttl"`
-	Limiter json.RawMessage   `json:"limiter"`
-	Version *int64            `json:"version"`
-}
-
-// id returns the {id} path parameter, checked.
-func id(c echo.Context) (string, error) {
+// templateID returns the {id} path parameter, checked before the body is
+// read.
+func templateID(c echo.Context) (string, error) {
 	v := c.Param("id")
-	if err := store.CheckName(v); err != nil {
-		return v, invalid("id", fmt.Sprintf("id: must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$ (got %q)", v))
-	}
-	return v, nil
+	return v, core.CheckName("id", v)
 }
 
 // putTemplate creates (201) or replaces (200) a template.
 func (s *server) putTemplate(c echo.Context) error {
-	tid, err := id(c)
+	tid, err := templateID(c)
 	if err != nil {
 		return err
 	}
@@ -44,12 +28,12 @@ func (s *server) putTemplate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var req templateRequest
+	var req wire.TemplateRequest
 	if err := decodeStrict(b, &req, ""); err != nil {
 		return err
 	}
 	if req.ID != nil && *req.ID != tid {
-		return invalid("id", fmt.Sprintf("id: must be left out or equal the id in the path, %q (got %q)", tid, *req.ID))
+		return invalid("id", fmt.Sprintf("id: must be left out or equal the id in the path, %q (got %s)", tid, quote(*req.ID)))
 	}
 	if len(req.Limiter) == 0 || isNull(req.Limiter) {
 		return invalid("limiter", "limiter: is required: the config of the limiters the template makes")
@@ -58,19 +42,10 @@ func (s *server) putTemplate(c echo.Context) error {
 	if err := decodeStrict(req.Limiter, &cfg, "limiter"); err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	start := time.Now()
-	_, err = s.store.GetTemplate(ctx, tid)
-	s.m.redisDone(opGetTemplate, start)
-	created := errors.Is(err, store.ErrNotFound)
-	if err != nil && !created {
-		return err
-	}
-	start = time.Now()
-	t, err := s.store.PutTemplate(ctx, store.Template{ID: tid, Pattern: req.Pattern, Order: req.Order, IdleTTL: req.IdleTTL, Limiter: cfg})
-	s.m.redisDone(opPutTemplate, start)
+	t, created, err := s.core.PutTemplate(c.Request().Context(),
+		core.Template{ID: tid, Pattern: req.Pattern, Order: req.Order, IdleTTL: req.IdleTTL, Limiter: cfg})
 	if err != nil {
-		return specFault(err, cfg.Spec, "limiter")
+		return err
 	}
 	status := http.StatusOK
 	if created {
@@ -81,13 +56,11 @@ func (s *server) putTemplate(c echo.Context) error {
 }
 
 func (s *server) getTemplate(c echo.Context) error {
-	tid, err := id(c)
+	tid, err := templateID(c)
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	t, err := s.store.GetTemplate(c.Request().Context(), tid)
-	s.m.redisDone(opGetTemplate, start)
+	t, err := s.core.GetTemplate(c.Request().Context(), tid)
 	if err != nil {
 		return err
 	}
@@ -95,14 +68,11 @@ func (s *server) getTemplate(c echo.Context) error {
 }
 
 func (s *server) deleteTemplate(c echo.Context) error {
-	tid, err := id(c)
+	tid, err := templateID(c)
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	err = s.store.DeleteTemplate(c.Request().Context(), tid)
-	s.m.redisDone(opDeleteTemplate, start)
-	if err != nil {
+	if err := s.core.DeleteTemplate(c.Request().Context(), tid); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -110,13 +80,11 @@ func (s *server) deleteTemplate(c echo.Context) error {
 
 // listTemplates answers every template in matching order.
 func (s *server) listTemplates(c echo.Context) error {
-	start := time.Now()
-	ts, err := s.store.Templates(c.Request().Context())
-	s.m.redisDone(opTemplates, start)
+	ts, err := s.core.Templates(c.Request().Context())
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, struct {
-		Templates []store.Template `json:"templates"`
+		Templates []core.Template `json:"templates"`
 	}{ts})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd/internal/clockoffset"
 	"github.com/limitd/limitd/store"
 )
 
@@ -35,62 +36,14 @@ func (f Fallback) String() string {
 	return [...]string{"safe", "optimistic", "pessimistic"}[f]
 }
 
-// Option configures a Client (defaults for its handles) or one handle.
-type Option func(*options)
-
-type options struct {
-	prefix   string
-	fallback Fallback
-	safeRate float64       // 0: estimate from this process's share
-	window   time.Duration // how much of its own demand a grant covers
-	stale    time.Duration // permits later than this are handed back unused
-	retry    time.Duration // how often to try Redis again while falling back
-	clock    func() time.Time
-	http     httpOptions // NewHTTP only
-}
-
-func defaults() options {
-	return options{prefix: store.DefaultPrefix, window: 20 * time.Millisecond,
-		stale: 100 * time.Millisecond, retry: time.Second, clock: time.Now}
-}
-
-// WithPrefix sets the Redis key prefix (New only; default "limitd").
-func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
-
-// WithFallback sets what handles do while Redis is unreachable.
-func WithFallback(f Fallback) Option { return func(o *options) { o.fallback = f } }
-
-// WithSafeRate sets the local rate of FallbackSafe, in permits per second.
-func WithSafeRate(r float64) Option { return func(o *options) { o.safeRate = r } }
-
-// WithWindow sets how much of a handle's own recent demand one grant covers
-// (default 20ms; between 1ms and 1s).
-func WithWindow(d time.Duration) Option {
-	return func(o *options) { o.window = min(max(d, time.Millisecond), time.Second) }
-}
-
-// WithStaleAfter sets how late a held permit may be before it is handed back
-// instead of used (default 100ms; never less than the lateness op bulking
-// allows, one grant window or two slices). It bounds the burst a process that
-// stalled (GC, SIGSTOP) could add on waking.
-func WithStaleAfter(d time.Duration) Option {
-	return func(o *options) { o.stale = max(d, time.Millisecond) }
-}
-
-// WithRetryInterval sets how often a handle that is falling back tries Redis
-// again (default 1s; at least 1ms).
-func WithRetryInterval(d time.Duration) Option {
-	return func(o *options) { o.retry = max(d, time.Millisecond) }
-}
-
 // Client shares limitd schedules among processes. It is safe for concurrent
 // use; create one per process and a handle per limiter with Limiter.
 type Client struct {
 	t      Transport
 	o      options
-	base   time.Time // local monotonic origin
-	clk    offsetEstimator
-	ctx    context.Context // cancelled by Close: ends fetches and the watcher
+	base   time.Time             // local monotonic origin
+	clk    clockoffset.Estimator // Redis ns − local ns, from every round trip
+	ctx    context.Context       // cancelled by Close: ends fetches and the watcher
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -104,22 +57,26 @@ type Client struct {
 
 // New returns a client that reaches the shared schedules through Redis.
 // The caller keeps ownership of rdb.
-func New(rdb redis.UniversalClient, opts ...Option) *Client {
+func New(rdb redis.UniversalClient, opts ...RedisOption) *Client {
 	o := defaults()
 	for _, f := range opts {
-		f(&o)
+		f.applyRedis(&o)
 	}
-	return NewWithTransport(redisTransport{st: store.New(rdb, store.WithPrefix(o.prefix))}, opts...)
+	return newClient(redisTransport{st: store.New(rdb, store.WithPrefix(o.prefix))}, o)
 }
 
 // NewWithTransport returns a client over any Transport.
-func NewWithTransport(t Transport, opts ...Option) *Client {
+func NewWithTransport(t Transport, opts ...ClientOption) *Client {
 	o := defaults()
 	for _, f := range opts {
-		f(&o)
+		f.applyClient(&o)
 	}
+	return newClient(t, o)
+}
+
+func newClient(t Transport, o options) *Client {
 	c := &Client{t: t, o: o, handles: map[string]*Limiter{}, leases: map[io.Closer]struct{}{}}
-	c.base = o.clock()
+	c.base = o.clock.Now()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if ch := t.Changes(c.ctx); ch != nil {
 		c.wg.Add(1)
@@ -129,7 +86,7 @@ func NewWithTransport(t Transport, opts ...Option) *Client {
 }
 
 // mono is the local monotonic clock in ns.
-func (c *Client) mono() int64 { return int64(c.o.clock().Sub(c.base)) }
+func (c *Client) mono() int64 { return int64(c.o.clock.Now().Sub(c.base)) }
 
 // Limiter returns the handle of a limiter (or template name). Handles are
 // cheap and shared: the same name gives the same handle until it is closed.
@@ -148,7 +105,7 @@ func (c *Client) Limiter(name string, opts ...Option) (*Limiter, error) {
 	}
 	o := c.o
 	for _, f := range opts {
-		f(&o)
+		f.applyHandle(&o)
 	}
 	l := &Limiter{c: c, name: name, o: o}
 	c.handles[name] = l
@@ -237,31 +194,4 @@ func parseInt(s string) int64 {
 		n = n*10 + int64(r-'0')
 	}
 	return n
-}
-
-// offsetEstimator converts Redis time to the local monotonic clock. Each round
-// trip gives a sample offset = redis − local midpoint, wrong by at most half
-// the round trip; the estimate is the sample with the shortest round trip of
-// the recent ones, kept within what the current round trip allows (Redis read
-// its clock between t0 and t1). Unclamped, an older sample could place a
-// permit that Redis granted for now a little after the reply arrived, and
-// Allow refused it.
-type offsetEstimator struct {
-	mu      sync.Mutex
-	samples [16]struct{ rtt, off int64 }
-	n       int
-}
-
-func (e *offsetEstimator) sample(redisNow, t0, t1 int64) int64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.samples[e.n%len(e.samples)] = struct{ rtt, off int64 }{t1 - t0, redisNow - (t0+t1)/2}
-	e.n++
-	best := e.samples[0]
-	for i := 1; i < min(e.n, len(e.samples)); i++ {
-		if e.samples[i].rtt < best.rtt {
-			best = e.samples[i]
-		}
-	}
-	return min(max(best.off, redisNow-t1), redisNow-t0)
 }

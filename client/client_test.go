@@ -18,12 +18,9 @@ func strict(rate float64) limiter.Config {
 }
 
 func TestAllowTakesOnlyDuePermits(t *testing.T) {
-	_, rdb, st := ctMini(t)
-	// A permit every 500ms: the pool places the schedule on the local clock
-	// within half a round trip, and round trips to miniredis under the race
-	// detector on a loaded machine take up to a few hundred ms.
-	ctPut(t, st, "api", strict(2))
-	c := client.New(rdb)
+	clk, _, st := ctDriven(t)
+	ctPut(t, st, "api", strict(2)) // a permit every 500ms
+	c := clk.client(st)
 	defer c.Close()
 	l, err := c.Limiter("api")
 	if err != nil {
@@ -35,7 +32,11 @@ func TestAllowTakesOnlyDuePermits(t *testing.T) {
 	if l.Allow() {
 		t.Fatal("second Allow at once = true, want false: the next permit is 500ms away")
 	}
-	time.Sleep(700 * time.Millisecond) // past the next start (at 500ms), before the one after (1s)
+	clk.Step(t, 499*time.Millisecond)
+	if l.Allow() {
+		t.Fatal("Allow 1ms before the next start = true, want false")
+	}
+	clk.Step(t, time.Millisecond)
 	if !l.Allow() {
 		t.Fatal("Allow after one slice = false, want true")
 	}
@@ -55,23 +56,23 @@ func TestAllowTakesOnlyDuePermits(t *testing.T) {
 // A caller slower than a low rate is never refused: the permit the pool
 // holds for it is late, not stale, when it comes.
 func TestAllowSlowerThanTheRate(t *testing.T) {
-	_, rdb, st := ctMini(t)
+	clk, _, st := ctDriven(t)
 	ctPut(t, st, "slow", strict(5)) // 200ms slices
-	c := client.New(rdb)
+	c := clk.client(st)
 	defer c.Close()
 	l, _ := c.Limiter("slow")
 	for i := range 6 {
 		if !l.Allow() {
 			t.Fatalf("Allow %d, 330ms after the one before, refused", i)
 		}
-		time.Sleep(330 * time.Millisecond)
+		clk.Step(t, 330*time.Millisecond)
 	}
 }
 
 func TestReserveCancelRewindsTheSchedule(t *testing.T) {
-	_, rdb, st := ctMini(t)
+	clk, _, st := ctDriven(t)
 	ctPut(t, st, "r", strict(10))
-	c := client.New(rdb)
+	c := clk.client(st)
 	defer c.Close()
 	l, _ := c.Limiter("r")
 	ctx := context.Background()
@@ -80,8 +81,8 @@ func TestReserveCancelRewindsTheSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := r.Delay(); d > 50*time.Millisecond {
-		t.Fatalf("first reservation's Delay = %v, want ~0", d)
+	if d := r.Delay(); d != 0 {
+		t.Fatalf("first reservation's Delay = %v, want 0", d)
 	}
 	first := r.Permit()
 	if w := ctWaitInfo(t, st, "r"); w.Allocated != int64(500*time.Millisecond) || w.Permits != 5 {
@@ -129,9 +130,9 @@ func TestReserveCancelRewindsTheSchedule(t *testing.T) {
 }
 
 func TestWaitNTakesManyPermitsAtOnce(t *testing.T) {
-	_, rdb, st := ctMini(t)
+	clk, _, st := ctDriven(t)
 	ctPut(t, st, "n", strict(100)) // 10ms slices
-	c := client.New(rdb)
+	c := clk.client(st)
 	defer c.Close()
 	l, _ := c.Limiter("n")
 	ctx := context.Background()
@@ -140,13 +141,14 @@ func TestWaitNTakesManyPermitsAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t0 := time.Now()
-	p2, err := l.WaitN(ctx, 5)
+	t0 := clk.Now()
+	var p2 client.Permit
+	clk.run(t, 1, func() { p2, err = l.WaitN(ctx, 5) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if el := time.Since(t0); el < 40*time.Millisecond {
-		t.Fatalf("second WaitN(5) returned after %v, want ≥ ~50ms (the first's 5 slices)", el)
+	if el := clk.Since(t0); el != 50*time.Millisecond {
+		t.Fatalf("second WaitN(5) returned %v later, want 50ms (the first's 5 slices)", el)
 	}
 	if got := p2.Scheduled.Sub(p1.Scheduled); got != 50*time.Millisecond {
 		t.Fatalf("WaitN(5) permits %v apart, want exactly 50ms", got)
@@ -158,30 +160,29 @@ func TestWaitNTakesManyPermitsAtOnce(t *testing.T) {
 		t.Fatalf("store permits = %d, want 10", got)
 	}
 	// WaitN(1) is Wait.
-	if _, err := l.WaitN(ctx, 1); err != nil {
+	clk.run(t, 1, func() { _, err = l.WaitN(ctx, 1) })
+	if err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestWaitNDeadlineTakesNothing(t *testing.T) {
-	_, rdb, st := ctMini(t)
+	clk, _, st := ctDriven(t)
 	ctPut(t, st, "nd", strict(1))
-	c := client.New(rdb)
+	c := clk.client(st)
 	defer c.Close()
 	l, _ := c.Limiter("nd")
 	if _, err := l.WaitN(context.Background(), 3); err != nil { // the next start is 3s away
 		t.Fatal(err)
 	}
 	before := ctWaitInfo(t, st, "nd")
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(500*time.Millisecond))
 	defer cancel()
-	t0 := time.Now()
+	// Decided before any sleep: a WaitN that slept would end, when the
+	// deadline passed in real time, with the context's own error instead.
 	_, err := l.WaitN(ctx, 2)
 	if !errors.Is(err, limiter.ErrDeadline) {
 		t.Fatalf("WaitN past the deadline: err = %v, want limiter.ErrDeadline", err)
-	}
-	if el := time.Since(t0); el >= 500*time.Millisecond {
-		t.Fatalf("WaitN past the deadline took %v, want an answer before the deadline", el)
 	}
 	if after := ctWaitInfo(t, st, "nd"); after.Permits != before.Permits || after.Allocated != before.Allocated {
 		t.Fatalf("a refused WaitN changed the schedule: permits %d→%d allocated %v→%v",
@@ -221,28 +222,31 @@ func TestCloseHandsUnusedPermitsBack(t *testing.T) {
 }
 
 func TestCloseHandsBackCancelledPermits(t *testing.T) {
-	_, rdb, st := ctMini(t)
-	ctPut(t, st, "cc", strict(2)) // 500ms slices: waits are long enough to cancel
-	c := client.New(rdb)
+	clk, _, st := ctDriven(t)
+	ctPut(t, st, "cc", strict(2)) // 500ms slices
+	c := clk.client(st)
 	l, _ := c.Limiter("cc")
 	first, err := l.Wait(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Three waits cancelled before their start put three permits back.
+	// Three waits cancelled while asleep before their start put three
+	// permits back.
+	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
-			defer cancel()
-			if _, err := l.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
-				t.Errorf("cancelled Wait: %v, want a deadline error", err)
+			if _, err := l.Wait(ctx); !errors.Is(err, context.Canceled) {
+				t.Errorf("cancelled Wait: %v, want context.Canceled", err)
 			}
 		})
 	}
+	clk.settle(t, 3, nil)
+	cancel()
 	wg.Wait()
 	// The next caller gets the earliest of them.
-	p, err := l.Wait(context.Background())
+	var p client.Permit
+	clk.run(t, 1, func() { p, err = l.Wait(context.Background()) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,9 +366,9 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestCancelledWaitKeepsItsPermit(t *testing.T) {
-	_, rdb, st := ctMini(t)
+	clk, _, st := ctDriven(t)
 	ctPut(t, st, "w", strict(2)) // 500ms slices
-	c := client.New(rdb)
+	c := clk.client(st)
 	defer c.Close()
 	l, _ := c.Limiter("w")
 	first, err := l.Wait(context.Background())
@@ -379,17 +383,19 @@ func TestCancelledWaitKeepsItsPermit(t *testing.T) {
 		t.Fatalf("Wait with a done ctx: %v, want context.Canceled", err)
 	}
 
-	// Cancelled while waiting for the next permit (500ms away).
+	// Cancelled while waiting for the next permit (500ms away): it returns
+	// though the clock never gets there.
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(50*time.Millisecond, cancel)
-	t0 := time.Now()
-	if _, err := l.Wait(ctx); !errors.Is(err, context.Canceled) {
+	res := make(chan error, 1)
+	go func() { _, err := l.Wait(ctx); res <- err }()
+	clk.settle(t, 1, nil)
+	clk.Advance(50 * time.Millisecond)
+	cancel()
+	if err := <-res; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Wait: %v, want context.Canceled", err)
 	}
-	if el := time.Since(t0); el > 400*time.Millisecond {
-		t.Fatalf("cancelled Wait returned after %v, want soon after the cancel", el)
-	}
-	next, err := l.Wait(context.Background())
+	var next client.Permit
+	clk.run(t, 1, func() { next, err = l.Wait(context.Background()) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,26 +408,25 @@ func TestCancelledWaitKeepsItsPermit(t *testing.T) {
 }
 
 func TestWaitDeadlineBeforeStartTakesNothing(t *testing.T) {
-	_, rdb, st := ctMini(t)
+	clk, _, st := ctDriven(t)
 	ctPut(t, st, "d", strict(2))
-	c := client.New(rdb)
+	c := clk.client(st)
 	defer c.Close()
 	l, _ := c.Limiter("d")
 	first, err := l.Wait(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithDeadline(context.Background(), clk.Now().Add(200*time.Millisecond))
 	defer cancel()
-	t0 := time.Now()
+	// At once, the clock standing still: a Wait that slept would end, when
+	// the deadline passed in real time, with the context's own error.
 	_, err = l.Wait(ctx)
 	if !errors.Is(err, limiter.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait with a deadline before the next start: %v, want limiter.ErrDeadline", err)
 	}
-	if el := time.Since(t0); el >= 200*time.Millisecond {
-		t.Fatalf("ErrDeadline came after %v, want at once", el)
-	}
-	next, err := l.Wait(context.Background())
+	var next client.Permit
+	clk.run(t, 1, func() { next, err = l.Wait(context.Background()) })
 	if err != nil {
 		t.Fatal(err)
 	}

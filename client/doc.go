@@ -21,9 +21,48 @@
 // the fallback mode. Semaphore takes slots of a concurrency limiter, a
 // distributed semaphore, renewing their leases while they are held.
 //
-// Middleware and EchoMiddleware limit HTTP requests per key (client IP, API
-// key) through limiter templates, answering 429 with Retry-After and the
-// RateLimit fields of the IETF draft.
+// The HTTP middleware that limits requests per key through limiter templates
+// is in package httplimit, so that a user of the client alone does not compile
+// echo.
+//
+// New takes any redis.UniversalClient. Build it with store.NewClient, which
+// reads every topology from one URL (the forms of LIMITD_REDIS_URL, parsed by
+// go-redis' own ParseURL, ParseFailoverURL and ParseClusterURL), sets short
+// timeouts so that an outage is noticed in well under a second, and follows
+// failovers within a second of a promotion:
+//
+//	redis://[user:pw@]host:port[/db]                  a single node (rediss:// for TLS)
+//	redis://[suser:spw@]sentinel:26379?master_name=NAME&addr=sentinel2:26379&username=U&password=PW
+//	                                                  the master the Sentinels name; user info
+//	                                                  authenticates to the Sentinels, username=
+//	                                                  and password= to the master
+//	redis://[user:pw@]node:7000?addr=node2:7001&addr=node3:7002
+//	                                                  a Redis Cluster, with ACL user and TLS
+//	host:port,host:port                               a Redis Cluster, no credentials
+//
+// For example:
+//
+//	rdb, err := store.NewClient(os.Getenv("LIMITD_REDIS_URL"))
+//	if err != nil {
+//		return err // names the bad part, never the password
+//	}
+//	defer rdb.Close()
+//	c := client.New(rdb)
+//
+// A client built by hand works too, but keeps go-redis' defaults: 5 s
+// timeouts, and on a cluster a slot map reloaded only every minute, so the
+// limiters of a failed master's slots stay unavailable that long.
+//
+// Options are typed by where they apply: Option (a handle's behaviour) for
+// Limiter and every constructor, ClientOption (WithClock) for every
+// constructor, RedisOption (WithPrefix) for New, HTTPOption (WithToken,
+// WithHTTPClient) for NewHTTP. An option a constructor would not honour does
+// not compile.
+//
+// Layer: client → store → limiter (and internal/clockoffset, the Redis-clock
+// offset estimator it shares with limitd bench). It uses net/http only as an
+// HTTP client, for NewHTTP; it imports no server front end (api, echo), and
+// httplimit imports it, never the reverse.
 //
 // Errors are values to test with errors.Is: limiter.ErrNotFound,
 // limiter.ErrInvalid, store.ErrUnavailable, ErrClosed, and the context's

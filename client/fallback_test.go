@@ -22,11 +22,11 @@ func TestFallbackWhileRedisIsDown(t *testing.T) {
 		check func(t *testing.T, l *client.Limiter)
 	}{
 		{client.FallbackSafe, func(t *testing.T, l *client.Limiter) {
-			// Safe rate 200/s, strict: about 200 permits a second.
-			const d = 500 * time.Millisecond
-			n := 0
-			end := time.Now().Add(d)
-			for time.Now().Before(end) {
+			// Safe rate 200/s, strict: the local limit schedules every
+			// permit at least 5ms after the one before, however fast or
+			// slow the machine runs the callers.
+			var prev client.Permit
+			for i := range 50 {
 				p, err := l.Wait(context.Background())
 				if err != nil {
 					t.Fatalf("Wait in safe fallback: %v", err)
@@ -34,12 +34,14 @@ func TestFallbackWhileRedisIsDown(t *testing.T) {
 				if p.Shared {
 					t.Fatal("a permit in fallback claims to be Shared")
 				}
-				n++
+				if d := p.Scheduled.Sub(prev.Scheduled); i > 0 && d < 5*time.Millisecond {
+					t.Fatalf("safe fallback at 200/s: permit %d scheduled %v after the one before, want ≥ 5ms", i, d)
+				}
+				if p.Start.Before(p.Scheduled) {
+					t.Fatalf("safe fallback: permit %d started %v before its scheduled time", i, p.Scheduled.Sub(p.Start))
+				}
+				prev = p
 			}
-			if n < 40 || n > 110+1 { // 100 expected; generous below, tight above (the bound that matters)
-				t.Fatalf("safe fallback at 200/s gave %d permits in %v, want about 100", n, d)
-			}
-			t.Logf("safe fallback: %d permits in %v", n, d)
 		}},
 		{client.FallbackOptimistic, func(t *testing.T, l *client.Limiter) {
 			for i := range 5000 {
@@ -47,15 +49,11 @@ func TestFallbackWhileRedisIsDown(t *testing.T) {
 					t.Fatalf("optimistic fallback refused Allow %d", i)
 				}
 			}
-			t0 := time.Now()
 			for range 1000 {
 				p, err := l.Wait(context.Background())
-				if err != nil || p.Shared {
-					t.Fatalf("optimistic fallback Wait: %+v, %v", p, err)
+				if err != nil || p.Shared || p.Lateness != 0 || !p.Start.Equal(p.Scheduled) {
+					t.Fatalf("optimistic fallback Wait: %+v, %v; want a permit for now", p, err)
 				}
-			}
-			if el := time.Since(t0); el > 500*time.Millisecond {
-				t.Fatalf("1000 optimistic Waits took %v, want no waiting", el)
 			}
 		}},
 		{client.FallbackPessimistic, func(t *testing.T, l *client.Limiter) {
@@ -91,12 +89,12 @@ func TestFallbackWhileRedisIsDown(t *testing.T) {
 			// The handle notices Redis is gone at its next fetch, a prefetch
 			// while the pool still holds permits: taking them slowly keeps
 			// some in the pool when it goes down.
-			if !ctEventually(2*time.Second, func() bool {
+			if !ctEventually(10*time.Second, func() bool {
 				p, err := l.Wait(ctx)
 				time.Sleep(5 * time.Millisecond)
 				return (err == nil && !p.Shared) || errors.Is(err, store.ErrUnavailable)
 			}) {
-				t.Fatal("the handle did not notice that Redis is down within 2s")
+				t.Fatal("the handle did not notice that Redis is down within 10s")
 			}
 			tc.check(t, l)
 
@@ -112,11 +110,11 @@ func TestFallbackWhileRedisIsDown(t *testing.T) {
 			}
 			ctPut(t, st, name, strict(1000))
 			t0 := time.Now()
-			if !ctEventually(2*time.Second, func() bool {
+			if !ctEventually(10*time.Second, func() bool { // retries every 50ms
 				p, err := l.Wait(ctx)
 				return err == nil && p.Shared
 			}) {
-				t.Fatal("the handle did not return to the shared schedule within 2s of Redis coming back")
+				t.Fatal("the handle did not return to the shared schedule within 10s of Redis coming back")
 			}
 			t.Logf("shared again %v after the limiter was re-created", time.Since(t0))
 			var shared int64
@@ -156,8 +154,8 @@ func TestCloseWhileRedisIsDown(t *testing.T) {
 	}
 	srv.Stop()
 	t0 := time.Now()
-	_ = c.Close() // the hand-back fails: Redis is gone
-	if el := time.Since(t0); el > 3*time.Second {
+	_ = c.Close()                                  // the hand-back fails: Redis is gone
+	if el := time.Since(t0); el > 10*time.Second { // a hang, not a speed: the hand-back gives up after 2s
 		t.Fatalf("Close with Redis down took %v", el)
 	}
 	_ = rdb.Close()

@@ -7,16 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd/wire"
 )
 
 // ErrUnauthorized is returned by a client over HTTP (NewHTTP) whose token the
@@ -30,11 +29,13 @@ type httpOptions struct {
 
 // WithToken sets the bearer token a client over HTTP (NewHTTP) sends: the
 // server's LIMITD_TOKEN (or its admin token).
-func WithToken(token string) Option { return func(o *options) { o.http.token = token } }
+func WithToken(token string) HTTPOption { return httpOption(func(o *options) { o.http.token = token }) }
 
 // WithHTTPClient sets the http.Client a client over HTTP (NewHTTP) sends its
 // requests with (default: http.DefaultClient).
-func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.http.client = c } }
+func WithHTTPClient(c *http.Client) HTTPOption {
+	return httpOption(func(o *options) { o.http.client = c })
+}
 
 // NewHTTP returns a client that reaches the shared schedules through a limitd
 // server at baseURL ("http://limitd:8080") instead of Redis.
@@ -45,20 +46,19 @@ func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.http.cl
 // (Time, which leases of Share and Semaphore expire on) is the Redis time of
 // the latest grant answered, advanced by the local clock since; until a
 // grant has answered one, the local clock stands in. Unused permits are
-// handed back to the server that granted them; one behind a load balancer
-// may land on a replica that does not know the grant, and those permits then
-// count as used. WithPrefix does not apply: the server has its own.
-func NewHTTP(baseURL string, opts ...Option) *Client {
+// handed back with the grant's id, which carries what the handback needs, so
+// any replica behind a load balancer takes it.
+func NewHTTP(baseURL string, opts ...HTTPOption) *Client {
 	o := defaults()
 	for _, f := range opts {
-		f(&o)
+		f.applyHTTP(&o)
 	}
 	hc := o.http.client
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	t := &httpTransport{base: strings.TrimRight(baseURL, "/"), token: o.http.token, hc: hc, ids: map[grantKey]grantRef{}}
-	return NewWithTransport(t, opts...)
+	t := &httpTransport{base: strings.TrimRight(baseURL, "/"), token: o.http.token, hc: hc, clock: o.clock, ids: map[grantKey]grantRef{}}
+	return newClient(t, o)
 }
 
 // httpTransport is a Transport over the limitd HTTP API.
@@ -66,6 +66,7 @@ type httpTransport struct {
 	base  string
 	token string
 	hc    *http.Client
+	clock Clock
 
 	mu      sync.Mutex
 	ids     map[grantKey]grantRef // grants answered, for their handback
@@ -86,54 +87,12 @@ type grantRef struct {
 	until time.Time
 }
 
-// grantKeep is how long after its end a grant's id is kept (the server keeps
-// the grant as long).
+// grantKeep is how long after its end a grant's id is kept for its
+// handback: a pool hands its grants back soon after their end, or never.
 const grantKeep = 2 * time.Minute
 
 func keyOf(g store.Grant) grantKey {
 	return grantKey{name: g.Name, start: g.Start, end: g.End, count: g.Permits}
-}
-
-// grantJSON is a grant as POST .../grant answers it.
-type grantJSON struct {
-	ID        string          `json:"id"`
-	Granted   bool            `json:"granted"`
-	Permits   int64           `json:"permits"`
-	Scheduled int64           `json:"scheduled_ns"`
-	Start     int64           `json:"start_ns"`
-	Delay     int64           `json:"delay_ns"`
-	Lateness  int64           `json:"lateness_ns"`
-	Wait      int64           `json:"wait_ns"`
-	Version   int64           `json:"version"`
-	Now       int64           `json:"now_ns"`
-	Kind      limiter.Kind    `json:"kind"`
-	Slice     sliceJSON       `json:"slice"`
-	Burst     json.RawMessage `json:"burst"`
-	RemBefore int64           `json:"rem_before"`
-	End       int64           `json:"end_ns"`
-}
-
-type sliceJSON struct {
-	Whole int64 `json:"whole"`
-	Frac  int64 `json:"frac"`
-	Den   int64 `json:"den"`
-}
-
-// deniedJSON is a 429 answer.
-type deniedJSON struct {
-	RetryAfter int64 `json:"retry_after_ns"`
-	Delay      int64 `json:"delay_ns"`
-	Wait       int64 `json:"wait_ns"`
-	Version    int64 `json:"version"`
-	Now        int64 `json:"now_ns"`
-	InUse      int64 `json:"in_use"`
-	Limit      int64 `json:"limit"`
-}
-
-type problemJSON struct {
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	Field  string `json:"field"`
 }
 
 func limiterPath(name, op string) string {
@@ -183,7 +142,7 @@ func (t *httpTransport) do(ctx context.Context, method, path string, body any) (
 
 // problemErr maps an error answer to the errors the Redis transport returns.
 func problemErr(method, path string, status int, b []byte) error {
-	var p problemJSON
+	var p wire.Problem
 	_ = json.Unmarshal(b, &p)
 	detail := p.Detail
 	if detail == "" {
@@ -219,21 +178,22 @@ func (t *httpTransport) sawNow(now int64) {
 		return
 	}
 	t.mu.Lock()
-	t.now, t.nowSeen = now, time.Now()
+	t.now, t.nowSeen = now, t.clock.Now()
 	t.mu.Unlock()
 }
 
 func (t *httpTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
-	req := map[string]any{"permits": k}
+	req := wire.GrantRequest{Permits: &k}
 	if maxWait != store.Forever {
-		req["max_wait"] = max(0, maxWait).String()
+		mw := limiter.Duration(max(0, maxWait))
+		req.MaxWait = &mw
 	}
 	status, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "grant"), req)
 	if err != nil {
 		return store.Grant{}, err
 	}
 	if status == http.StatusTooManyRequests {
-		var d deniedJSON
+		var d wire.Denied
 		if err := decode(b, &d); err != nil {
 			return store.Grant{}, err
 		}
@@ -241,21 +201,15 @@ func (t *httpTransport) Grant(ctx context.Context, name string, k int64, maxWait
 		return store.Grant{Name: name, Decision: store.Decision{RetryAfter: d.RetryAfter, Delay: d.Delay,
 			Wait: d.Wait, Version: d.Version, Now: d.Now}}, nil
 	}
-	var j grantJSON
+	var j wire.Grant
 	if err := decode(b, &j); err != nil {
 		return store.Grant{}, err
-	}
-	burst := math.Inf(1)
-	if s := string(j.Burst); s != `"inf"` && s != `"+inf"` {
-		if burst, err = strconv.ParseFloat(s, 64); err != nil {
-			return store.Grant{}, fmt.Errorf("client: undecodable burst %s from the limitd server", s)
-		}
 	}
 	g := store.Grant{
 		Decision: store.Decision{Granted: j.Granted, Permits: j.Permits, Scheduled: j.Scheduled, Start: j.Start,
 			Delay: j.Delay, Lateness: j.Lateness, Wait: j.Wait, Version: j.Version, Now: j.Now},
 		Name: name, Kind: j.Kind, Slice: limiter.Slice{Whole: j.Slice.Whole, Frac: j.Slice.Frac, Den: j.Slice.Den},
-		Burst: burst, RemBefore: j.RemBefore, End: j.End,
+		Burst: float64(j.Burst), RemBefore: j.RemBefore, End: j.End,
 	}
 	t.sawNow(j.Now)
 	t.remember(g, j.ID)
@@ -264,7 +218,7 @@ func (t *httpTransport) Grant(ctx context.Context, name string, k int64, maxWait
 
 // remember keeps the id of g for its handback, forgetting those past use.
 func (t *httpTransport) remember(g store.Grant, id string) {
-	now := time.Now()
+	now := t.clock.Now()
 	until := now.Add(time.Duration(max(0, g.End-g.Now)) + grantKeep)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -289,15 +243,11 @@ func (t *httpTransport) Release(ctx context.Context, g store.Grant, m int64) err
 	if !ok {
 		return nil // forgotten: the server has forgotten it too
 	}
-	burst := json.RawMessage(`"inf"`)
-	if !math.IsInf(g.Burst, 1) {
-		burst = strconv.AppendFloat(nil, g.Burst, 'g', -1, 64)
-	}
-	j := grantJSON{ID: ref.id, Granted: g.Granted, Permits: g.Permits, Scheduled: g.Scheduled, Start: g.Start,
+	j := wire.Grant{ID: ref.id, Granted: g.Granted, Permits: g.Permits, Scheduled: g.Scheduled, Start: g.Start,
 		Delay: g.Delay, Lateness: g.Lateness, Wait: g.Wait, Version: g.Version, Now: g.Now, Kind: g.Kind,
-		Slice: sliceJSON{Whole: g.Slice.Whole, Frac: g.Slice.Frac, Den: g.Slice.Den}, Burst: burst,
+		Slice: wire.Slice{Whole: g.Slice.Whole, Frac: g.Slice.Frac, Den: g.Slice.Den}, Burst: limiter.Burst(g.Burst),
 		RemBefore: g.RemBefore, End: g.End}
-	_, _, err := t.do(ctx, http.MethodPost, limiterPath(g.Name, "handback"), map[string]any{"grant": j, "permits": m})
+	_, _, err := t.do(ctx, http.MethodPost, limiterPath(g.Name, "handback"), wire.HandbackRequest{Grant: &j, Permits: &m})
 	return err
 }
 
@@ -307,18 +257,11 @@ func (t *httpTransport) Changes(context.Context) <-chan string { return nil }
 
 func (t *httpTransport) Capacity(ctx context.Context, name string, r store.CapacityRequest) (store.CapacityLease, error) {
 	_, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "capacity"),
-		map[string]any{"client_id": r.ClientID, "wants": r.Wants, "has": r.Has, "priority": r.Priority})
+		wire.CapacityRequest{ClientID: &r.ClientID, Wants: &r.Wants, Has: &r.Has, Priority: &r.Priority})
 	if err != nil {
 		return store.CapacityLease{}, err
 	}
-	var l struct {
-		Gets         float64 `json:"gets"`
-		Expires      int64   `json:"expires_ns"`
-		Refresh      int64   `json:"refresh_ns"`
-		SafeCapacity float64 `json:"safe_capacity"`
-		Learning     bool    `json:"learning"`
-		Version      int64   `json:"version"`
-	}
+	var l wire.CapacityLease
 	if err := decode(b, &l); err != nil {
 		return store.CapacityLease{}, err
 	}
@@ -339,13 +282,7 @@ func (t *httpTransport) AcquireSlot(ctx context.Context, name string) (store.Slo
 	if err != nil {
 		return store.SlotLease{}, err
 	}
-	var l struct {
-		LeaseID    *string `json:"lease_id"`
-		Expires    int64   `json:"expires_ns"`
-		RetryAfter int64   `json:"retry_after_ns"`
-		InUse      *int64  `json:"in_use"`
-		Limit      int64   `json:"limit"`
-	}
+	var l wire.SlotAnswer
 	if err := decode(b, &l); err != nil {
 		return store.SlotLease{}, err
 	}
@@ -362,14 +299,11 @@ func (t *httpTransport) AcquireSlot(ctx context.Context, name string) (store.Slo
 }
 
 func (t *httpTransport) RenewSlot(ctx context.Context, name, id string) (store.SlotLease, error) {
-	_, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "renew"), map[string]string{"lease_id": id})
+	_, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "renew"), wire.LeaseRequest{LeaseID: &id})
 	if err != nil {
 		return store.SlotLease{}, err
 	}
-	var l struct {
-		LeaseID string `json:"lease_id"`
-		Expires int64  `json:"expires_ns"`
-	}
+	var l wire.Renewed
 	if err := decode(b, &l); err != nil {
 		return store.SlotLease{}, err
 	}
@@ -377,7 +311,7 @@ func (t *httpTransport) RenewSlot(ctx context.Context, name, id string) (store.S
 }
 
 func (t *httpTransport) ReleaseSlot(ctx context.Context, name, id string) error {
-	_, _, err := t.do(ctx, http.MethodPost, limiterPath(name, "release"), map[string]string{"lease_id": id})
+	_, _, err := t.do(ctx, http.MethodPost, limiterPath(name, "release"), wire.LeaseRequest{LeaseID: &id})
 	return err
 }
 
@@ -390,5 +324,5 @@ func (t *httpTransport) Time(context.Context) (int64, error) {
 	if seen.IsZero() {
 		return 0, fmt.Errorf("%w: no server time yet (no grant answered over HTTP)", store.ErrUnavailable)
 	}
-	return now + int64(time.Since(seen)), nil
+	return now + int64(t.clock.Now().Sub(seen)), nil
 }

@@ -23,6 +23,15 @@ import (
 // lease, or Redis was unreachable until it ended) is reported to the
 // WithOnLost callback; the holder should stop what the slot guards.
 //
+// When Redis loses the slots while they are held (a restart without
+// persistence, a failover that lost writes), each holder registers its lease
+// again at its next renewal, while the limit leaves room. Until the holders
+// have renewed, new acquirers may take the slots they hold, so the limit
+// can be exceeded for at most one renewal interval (a third of the lease
+// time) after the loss; a holder that then finds no room is told its lease is
+// lost (WithOnLost), and from then on the slots in use never exceed the
+// limit. A shorter lease narrows the window, at the price of more renewals.
+//
 // Close releases the slots still held and ends the waits with ErrClosed.
 type Semaphore struct {
 	c      *Client
@@ -117,9 +126,9 @@ func (s *Semaphore) Acquire(ctx context.Context) (release func(), err error) {
 			d = min(d, time.Duration(l.RetryAfter))
 		}
 		backoff = min(backoff*2, s.o.maxBackoff)
-		t := time.NewTimer(d)
+		t := s.c.o.clock.NewTimer(d)
 		select {
-		case <-t.C:
+		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
 		case <-s.ctx.Done():
@@ -203,15 +212,14 @@ type heldSlot struct {
 func (h *heldSlot) renew() {
 	defer close(h.done)
 	c := h.s.c
-	t := time.NewTimer(0)
-	defer t.Stop()
 	for {
 		left := time.Duration(h.expires - c.mono())
-		t.Reset(max(left/3, semMinRenew))
+		t := c.o.clock.NewTimer(max(left/3, semMinRenew))
 		select {
 		case <-h.stop:
+			t.Stop()
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		ctx, cancel := context.WithTimeout(h.s.ctx, max(time.Duration(h.expires-c.mono()), semMinRenew))
 		l, err := c.t.RenewSlot(ctx, h.s.name, h.id)

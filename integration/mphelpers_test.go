@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd/internal/bench"
 )
 
 // mpBuild returns the limitd binary, built once for the package's tests (by
@@ -30,22 +32,9 @@ func mpBuild(t *testing.T) string {
 	return svBinary(t)
 }
 
-// mpResult is the --json summary of one bench process.
-type mpResult struct {
-	Mode        string  `json:"mode"`
-	Workers     int     `json:"workers"`
-	Permits     int64   `json:"permits"`
-	Seconds     float64 `json:"seconds"`
-	Rate        float64 `json:"rate"`
-	TargetRate  float64 `json:"target_rate"`
-	RemoteCalls int64   `json:"remote_calls"`
-	Errors      int64   `json:"errors"`
-	Lateness    struct {
-		P50 int64 `json:"p50"`
-		P99 int64 `json:"p99"`
-		Max int64 `json:"max"`
-	} `json:"lateness_ns"`
-}
+// mpResult is the --json summary of one bench process (its fields are
+// checked one by one in cmd/limitd's bench tests).
+type mpResult = bench.Result
 
 // mpProc is one `limitd bench` OS process.
 type mpProc struct {
@@ -207,9 +196,9 @@ func mpRate(logs [][]mpPermit, key func(mpPermit) int64, lo, hi int64) (rate flo
 	return float64(n) / (float64(hi-lo) / 1e9), n
 }
 
-// mpMinGap returns the smallest distance between consecutive scheduled times
-// of all permits with a scheduled time in [lo, hi), and where it is.
-func mpMinGap(logs [][]mpPermit, lo, hi int64) (gap int64, at int64, n int) {
+// mpSortedSched returns the scheduled times in [lo, hi) of every process's
+// permits, in order.
+func mpSortedSched(logs [][]mpPermit, lo, hi int64) []int64 {
 	var s []int64
 	for _, l := range logs {
 		for _, p := range l {
@@ -219,6 +208,13 @@ func mpMinGap(logs [][]mpPermit, lo, hi int64) (gap int64, at int64, n int) {
 		}
 	}
 	slices.Sort(s)
+	return s
+}
+
+// mpMinGap returns the smallest distance between consecutive scheduled times
+// of all permits with a scheduled time in [lo, hi), and where it is.
+func mpMinGap(logs [][]mpPermit, lo, hi int64) (gap int64, at int64, n int) {
+	s := mpSortedSched(logs, lo, hi)
 	gap = int64(1<<63 - 1)
 	for i := 1; i < len(s); i++ {
 		if d := s[i] - s[i-1]; d < gap {

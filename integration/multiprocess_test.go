@@ -255,19 +255,44 @@ func (s mpSpan) clip(lo, hi int64) (int64, int64) {
 	return lo, hi
 }
 
+// mpBusyLoss is how far below the rate the fleet's start times may fall on a
+// busy machine (2 cores at load 4–5: other suites run beside this one).
+// When every process is descheduled at once, a strict schedule never gives
+// the lost time back (DESIGN §3.1), so the start rate measures the machine
+// as much as the limiter: -5.4% was seen. A pool that fails to deliver
+// shows far below this (the two pool bugs this test found gave -80% and
+// -99%), and the scheduled-time rate, which the machine cannot move, is
+// held to schedTol both ways.
+const mpBusyLoss = 0.25
+
 // mpCheckRates checks the fleet's aggregate rate where every process was
-// taking permits: by scheduled time within schedTol, by start time within
-// startTol (fractions of rate).
+// taking permits: by scheduled time within schedTol, by start time at most
+// startTol above and max(startTol, mpBusyLoss) below (fractions of rate).
 func mpCheckRates(t *testing.T, logs [][]mpPermit, span mpSpan, rate, schedTol, startTol float64) {
 	t.Helper()
-	for _, m := range []struct {
-		name string
-		key  func(mpPermit) int64
-		tol  float64
-	}{{"scheduled", mpSched, schedTol}, {"start", mpStartOf, startTol}} {
-		lo, hi := span.clip(mpOverlap(logs, m.key, mpTrim))
-		r, n := mpRate(logs, m.key, lo, hi)
-		mpWithin(t, fmt.Sprintf("aggregate rate by %s time (%d permits in %.2f s)", m.name, n, float64(hi-lo)/1e9), r, rate, m.tol)
+	measure := func(name string, key func(mpPermit) int64, cut int64) (string, float64) {
+		lo, hi := span.clip(mpOverlap(logs, key, mpTrim))
+		hi = max(lo+1, hi-cut)
+		r, n := mpRate(logs, key, lo, hi)
+		return fmt.Sprintf("aggregate rate by %s time (%d permits in %.2f s)", name, n, float64(hi-lo)/1e9), r
+	}
+	// A permit scheduled less than the fleet's worst lateness before the end
+	// may still have been in a pool when its process was told to stop: a
+	// busy machine makes the lateness, not the schedule. So the scheduled
+	// span ends that much earlier (a few ms on a quiet machine).
+	var late int64
+	for _, l := range logs {
+		for _, p := range l {
+			late = max(late, p.start-p.sched)
+		}
+	}
+	what, r := measure("scheduled", mpSched, late)
+	mpWithin(t, what, r, rate, schedTol)
+	what, r = measure("start", mpStartOf, 0)
+	below, dev := max(startTol, mpBusyLoss), r/rate-1
+	t.Logf("%s: %.1f/s, %+.3f%% from %.0f/s (tolerance -%.1f%% +%.1f%%)", what, r, 100*dev, rate, 100*below, 100*startTol)
+	if dev < -below || dev > startTol {
+		t.Errorf("%s: %.1f/s is %+.3f%% from %.0f/s, beyond -%.1f%% +%.1f%%", what, r, 100*dev, rate, 100*below, 100*startTol)
 	}
 }
 

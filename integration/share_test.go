@@ -348,20 +348,23 @@ func TestShareAcrossProcesses(t *testing.T) {
 		}
 		return g
 	}
-	time.Sleep(2*refresh + 100*time.Millisecond) // every process has asked twice since the last one joined
-	g := gets()
-	t.Logf("gets %v, %v after the last process joined", g, time.Since(joined).Round(time.Millisecond))
-	for i := range ps {
-		if !shNear(g[i], want[i]) {
-			t.Fatalf("after two refresh intervals gets are %v, want %v within 2%%", g, want)
-		}
+	// Every process asks again each refresh interval: two intervals after the
+	// last one joined the shares have settled. A busy machine may delay the
+	// processes' refreshes, so the bound is generous; the values are exact.
+	settled := func() bool {
+		g := gets()
+		return shNear(g[0], want[0]) && shNear(g[1], want[1]) && shNear(g[2], want[2])
 	}
+	if !shAwait(2*refresh+5*time.Second, settled) {
+		t.Fatalf("gets %v %v after the last process joined, want %v within 2%%", gets(), time.Since(joined), want)
+	}
+	t.Logf("gets %v, %v after the last process joined", gets(), time.Since(joined).Round(time.Millisecond))
 
 	// Kill c: its lease stays until it expires, then a's next request
 	// takes what it wants (a and b together want exactly the capacity).
 	cLast, _ := ps[2].last("lease")
 	k := shKill(t, ps[2])
-	if !shAwait(lease+refresh+time.Second, func() bool { return shNear(gets()[0], 200) }) {
+	if !shAwait(lease+refresh+5*time.Second, func() bool { return shNear(gets()[0], 200) }) {
 		t.Fatalf("a's gets %v %v after c was killed, want 200 within lease + refresh (%v)", gets(), time.Since(k), lease+refresh)
 	}
 	el := time.Since(k)
@@ -370,8 +373,11 @@ func TestShareAcrossProcesses(t *testing.T) {
 	granted := aLines[aFirst].Expires - int64(lease) // on the Redis clock
 	t.Logf("a gets 200 %v after c was killed; its lease was granted %v after c's last lease ended",
 		el.Round(time.Millisecond), time.Duration(granted-cLast.Expires).Round(time.Millisecond))
-	if el > lease+refresh+400*time.Millisecond { // slack: the round trip, the 25ms report tick, a loaded machine
-		t.Fatalf("c's share absorbed %v after it was killed, want within lease + refresh (%v)", el, lease+refresh)
+	// Slack: the round trip, the 25ms report tick, and a busy machine (load
+	// 4–5 on 2 cores) delaying the processes by up to seconds. That it is
+	// not absorbed too early is checked exactly, on the Redis clock, below.
+	if el > lease+refresh+3*time.Second {
+		t.Fatalf("c's share absorbed %v after it was killed, want within lease + refresh (%v) and slack", el, lease+refresh)
 	}
 	if granted < cLast.Expires-int64(time.Millisecond) {
 		t.Fatalf("a got c's capacity at %d, before c's lease ended at %d: overshoot", granted, cLast.Expires)
@@ -471,8 +477,8 @@ func TestShareSemaphoreAcrossProcesses(t *testing.T) {
 	if n, _ := probe(); n != 4 {
 		t.Fatalf("right after the holder was killed %d slots are in use (with the probe), want its 3 + 1", n)
 	}
-	if !shAwait(lease+500*time.Millisecond, func() bool { n, _ := probe(); return n == 1 }) {
-		t.Fatalf("the killed holder's slots were not reclaimed within %v of the kill", lease+500*time.Millisecond)
+	if !shAwait(lease+3*time.Second, func() bool { n, _ := probe(); return n == 1 }) { // slack: a busy machine
+		t.Fatalf("the killed holder's slots were not reclaimed within %v of the kill", lease+3*time.Second)
 	}
 	el := time.Since(k)
 	t.Logf("the killed holder's slots were reclaimed %v after the kill", el.Round(time.Millisecond))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"time"
 
@@ -30,6 +31,10 @@ type Config struct {
 	// for a schedule limiter.
 	Spec string  `json:"spec,omitempty" yaml:"spec,omitempty"`
 	Rate float64 `json:"rate,omitempty" yaml:"rate,omitempty"` // permits per second
+	// MaxReserve bounds the schedule one request may take (schedule and
+	// smooth): a request costing more is refused (a 400 naming permits).
+	// Default DefaultMaxReserve; never less than one permit's cost.
+	MaxReserve *Duration `json:"max_reserve,omitempty" yaml:"max_reserve,omitempty"`
 
 	// schedule
 	Burst      *Burst    `json:"burst,omitempty" yaml:"burst,omitempty"`             // ≥ 1 or inf; default 1.1
@@ -60,6 +65,11 @@ const (
 	MaxLimit         = 1e6 // a concurrency limiter's slots
 )
 
+// DefaultMaxReserve is how much schedule one request may take when a config
+// sets no max_reserve: a request for more permits than fit is refused, so that
+// one caller cannot take a limiter for days.
+const DefaultMaxReserve = time.Minute
+
 // Defaults of share and concurrency limiters.
 const (
 	DefaultShareLease       = 60 * time.Second
@@ -76,7 +86,7 @@ func (c Config) Normalize() (Config, Verb, error) {
 		c.Kind = KindSchedule
 	}
 	if c.Spec != "" {
-		if c.Kind != KindSchedule {
+		if k, ok := Lookup(c.Kind); ok && !slices.Contains(k.Fields, "spec") {
 			return Config{}, "", fieldErr("spec", "is only for kind schedule", c.Kind)
 		}
 		if c.Rate != 0 || c.Burst != nil {
@@ -89,96 +99,104 @@ func (c Config) Normalize() (Config, Verb, error) {
 		b := Burst(sp.Burst)
 		c.Spec, c.Rate, c.Burst, verb = "", sp.Rate, &b, sp.Verb
 	}
-	switch c.Kind {
-	case KindSchedule:
-		if err := checkRate(c.Rate); err != nil {
-			return Config{}, "", err
-		}
-		if err := c.onlyFor(KindSchedule); err != nil {
-			return Config{}, "", err
-		}
-		if c.Burst == nil {
-			b := Burst(DefaultBurst)
-			c.Burst = &b
-		}
-		if b := float64(*c.Burst); math.IsNaN(b) || b < 1 || (b > MaxBurst && !math.IsInf(b, 1)) {
-			return Config{}, "", fieldErr("burst", "must be ≥ 1 and ≤ 1e6, or \"inf\"", b)
-		}
-		if c.MaxBacklog != nil {
-			if err := checkDuration("max_backlog", *c.MaxBacklog, 0); err != nil {
-				return Config{}, "", err
-			}
-		}
-	case KindSmooth:
-		if err := checkRate(c.Rate); err != nil {
-			return Config{}, "", err
-		}
-		if err := c.onlyFor(KindSmooth); err != nil {
-			return Config{}, "", err
-		}
-		if c.Warmup != nil && c.MaxBurstSeconds != nil {
-			return Config{}, "", fieldErr("warmup", "excludes max_burst_seconds: a limiter warms up or bursts", nil)
-		}
-		if c.Warmup == nil || *c.Warmup == 0 {
-			// A zero warm-up is a bursting limiter without stored permits, never an
-			// unlimited one.
-			if c.Warmup != nil {
-				zero := 0.0
-				c.Warmup, c.MaxBurstSeconds = nil, &zero
-			}
-			if c.ColdFactor != nil {
-				return Config{}, "", fieldErr("cold_factor", "needs a warmup", nil)
-			}
-			if c.MaxBurstSeconds == nil {
-				one := 1.0
-				c.MaxBurstSeconds = &one
-			}
-			if v := *c.MaxBurstSeconds; math.IsNaN(v) || v < 0 || v > MaxStoredSeconds {
-				return Config{}, "", fieldErr("max_burst_seconds", "must be ≥ 0 and ≤ 1e6", v)
-			}
-			if c.InitialPermits == nil {
-				zero := 0.0
-				c.InitialPermits = &zero
-			}
-		} else {
-			if err := checkDuration("warmup", *c.Warmup, 1); err != nil {
-				return Config{}, "", err
-			}
-			if time.Duration(*c.Warmup).Seconds() > MaxStoredSeconds {
-				return Config{}, "", fieldErr("warmup", "must be at most 1e6 s", c.Warmup.String())
-			}
-			if c.ColdFactor == nil {
-				three := 3.0
-				c.ColdFactor = &three
-			}
-			if v := *c.ColdFactor; math.IsNaN(v) || v < 1 || v > MaxColdFactor {
-				return Config{}, "", fieldErr("cold_factor", "must be ≥ 1 and ≤ 1e6", v)
-			}
-		}
-		if c.InitialPermits != nil {
-			if v := *c.InitialPermits; math.IsNaN(v) || v < 0 || math.IsInf(v, 0) {
-				return Config{}, "", fieldErr("initial_permits", "must be ≥ 0", v)
-			}
-		}
-	case KindShare:
-		if err := c.normalizeShare(); err != nil {
-			return Config{}, "", err
-		}
-		return c, verb, nil
-	case KindConcurrency:
-		if err := c.normalizeConcurrency(); err != nil {
-			return Config{}, "", err
-		}
-		return c, verb, nil
-	default:
-		return Config{}, "", fieldErr("kind", "must be schedule, smooth, share or concurrency", strconv.Quote(string(c.Kind)))
+	k, ok := Lookup(c.Kind)
+	if !ok {
+		return Config{}, "", unknownKind(c.Kind)
+	}
+	if err := k.normalize(&c); err != nil {
+		return Config{}, "", err
 	}
 	return c, verb, nil
 }
 
+// normalizeSchedule checks a schedule limiter's fields and fills in the
+// defaults.
+func (c *Config) normalizeSchedule() error {
+	if err := checkRate(c.Rate); err != nil {
+		return err
+	}
+	if err := c.onlyFor(KindSchedule, scheduleFields); err != nil {
+		return err
+	}
+	if c.Burst == nil {
+		b := Burst(DefaultBurst)
+		c.Burst = &b
+	}
+	if b := float64(*c.Burst); math.IsNaN(b) || b < 1 || (b > MaxBurst && !math.IsInf(b, 1)) {
+		return fieldErr("burst", "must be ≥ 1 and ≤ 1e6, or \"inf\"", b)
+	}
+	if c.MaxBacklog != nil {
+		if err := checkDuration("max_backlog", *c.MaxBacklog, 0); err != nil {
+			return err
+		}
+	}
+	if err := c.checkMaxReserve(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// normalizeSmooth checks a smooth limiter's fields and fills in the defaults.
+func (c *Config) normalizeSmooth() error {
+	if err := checkRate(c.Rate); err != nil {
+		return err
+	}
+	if err := c.onlyFor(KindSmooth, smoothFields); err != nil {
+		return err
+	}
+	if err := c.checkMaxReserve(); err != nil {
+		return err
+	}
+	if c.Warmup != nil && c.MaxBurstSeconds != nil {
+		return fieldErr("warmup", "excludes max_burst_seconds: a limiter warms up or bursts", nil)
+	}
+	if c.Warmup == nil || *c.Warmup == 0 {
+		// A zero warm-up is a bursting limiter without stored permits, never an
+		// unlimited one.
+		if c.Warmup != nil {
+			zero := 0.0
+			c.Warmup, c.MaxBurstSeconds = nil, &zero
+		}
+		if c.ColdFactor != nil {
+			return fieldErr("cold_factor", "needs a warmup", nil)
+		}
+		if c.MaxBurstSeconds == nil {
+			one := 1.0
+			c.MaxBurstSeconds = &one
+		}
+		if v := *c.MaxBurstSeconds; math.IsNaN(v) || v < 0 || v > MaxStoredSeconds {
+			return fieldErr("max_burst_seconds", "must be ≥ 0 and ≤ 1e6", v)
+		}
+		if c.InitialPermits == nil {
+			zero := 0.0
+			c.InitialPermits = &zero
+		}
+	} else {
+		if err := checkDuration("warmup", *c.Warmup, 1); err != nil {
+			return err
+		}
+		if time.Duration(*c.Warmup).Seconds() > MaxStoredSeconds {
+			return fieldErr("warmup", "must be at most 1e6 s", c.Warmup.String())
+		}
+		if c.ColdFactor == nil {
+			three := 3.0
+			c.ColdFactor = &three
+		}
+		if v := *c.ColdFactor; math.IsNaN(v) || v < 1 || v > MaxColdFactor {
+			return fieldErr("cold_factor", "must be ≥ 1 and ≤ 1e6", v)
+		}
+	}
+	if c.InitialPermits != nil {
+		if v := *c.InitialPermits; math.IsNaN(v) || v < 0 || math.IsInf(v, 0) {
+			return fieldErr("initial_permits", "must be ≥ 0", v)
+		}
+	}
+	return nil
+}
+
 // normalizeShare checks a share limiter's fields and fills in the defaults.
 func (c *Config) normalizeShare() error {
-	if err := c.onlyFor(KindShare); err != nil {
+	if err := c.onlyFor(KindShare, shareFields); err != nil {
 		return err
 	}
 	if c.Capacity == nil {
@@ -191,7 +209,7 @@ func (c *Config) normalizeShare() error {
 	if c.Algorithm == "" {
 		c.Algorithm = AlgorithmFair
 	}
-	if _, ok := Algorithms[c.Algorithm]; !ok {
+	if _, ok := algorithms[c.Algorithm]; !ok {
 		return fieldErr("algorithm", "must be none, static, proportional_share or fair_share", strconv.Quote(string(c.Algorithm)))
 	}
 	if c.Lease == nil {
@@ -227,7 +245,7 @@ func (c *Config) normalizeShare() error {
 // normalizeConcurrency checks a concurrency limiter's fields and fills in the
 // defaults.
 func (c *Config) normalizeConcurrency() error {
-	if err := c.onlyFor(KindConcurrency); err != nil {
+	if err := c.onlyFor(KindConcurrency, concurrencyFields); err != nil {
 		return err
 	}
 	if c.Limit == nil {
@@ -278,45 +296,48 @@ func (c Config) Validate() error {
 	return err
 }
 
-// onlyFor rejects fields that belong to another kind, so a typo in the kind
-// cannot silently drop a setting.
-func (c Config) onlyFor(k Kind) error {
-	var field string
-	rated := k == KindSchedule || k == KindSmooth
-	switch {
-	case !rated && c.Rate != 0:
-		field = "rate"
-	case k != KindSchedule && c.Burst != nil:
-		field = "burst"
-	case k != KindSchedule && c.MaxBacklog != nil:
-		field = "max_backlog"
-	case k != KindSmooth && c.MaxBurstSeconds != nil:
-		field = "max_burst_seconds"
-	case k != KindSmooth && c.InitialPermits != nil:
-		field = "initial_permits"
-	case k != KindSmooth && c.Warmup != nil:
-		field = "warmup"
-	case k != KindSmooth && c.ColdFactor != nil:
-		field = "cold_factor"
-	case k != KindShare && c.Capacity != nil:
-		field = "capacity"
-	case k != KindShare && c.Algorithm != "":
-		field = "algorithm"
-	case k != KindShare && c.RefreshInterval != nil:
-		field = "refresh_interval"
-	case k != KindShare && c.SafeCapacity != nil:
-		field = "safe_capacity"
-	case k != KindShare && c.Learning != nil:
-		field = "learning"
-	case k != KindShare && k != KindConcurrency && c.Lease != nil:
-		field = "lease"
-	case k != KindConcurrency && c.Limit != nil:
-		field = "limit"
-	}
-	if field != "" {
-		return fieldErr(field, "is not a setting of kind "+string(k), nil)
+// configFields are the config fields besides kind, by JSON name, in the
+// order onlyFor checks them, each with whether it is set.
+var configFields = []struct {
+	name string
+	set  func(c *Config) bool
+}{
+	{"spec", func(c *Config) bool { return c.Spec != "" }},
+	{"rate", func(c *Config) bool { return c.Rate != 0 }},
+	{"max_reserve", func(c *Config) bool { return c.MaxReserve != nil }},
+	{"burst", func(c *Config) bool { return c.Burst != nil }},
+	{"max_backlog", func(c *Config) bool { return c.MaxBacklog != nil }},
+	{"max_burst_seconds", func(c *Config) bool { return c.MaxBurstSeconds != nil }},
+	{"initial_permits", func(c *Config) bool { return c.InitialPermits != nil }},
+	{"warmup", func(c *Config) bool { return c.Warmup != nil }},
+	{"cold_factor", func(c *Config) bool { return c.ColdFactor != nil }},
+	{"capacity", func(c *Config) bool { return c.Capacity != nil }},
+	{"algorithm", func(c *Config) bool { return c.Algorithm != "" }},
+	{"refresh_interval", func(c *Config) bool { return c.RefreshInterval != nil }},
+	{"safe_capacity", func(c *Config) bool { return c.SafeCapacity != nil }},
+	{"learning", func(c *Config) bool { return c.Learning != nil }},
+	{"lease", func(c *Config) bool { return c.Lease != nil }},
+	{"limit", func(c *Config) bool { return c.Limit != nil }},
+}
+
+// onlyFor rejects fields that do not belong to kind k (fields: its
+// KindInfo.Fields), so a typo in the kind cannot silently drop a setting.
+func (c Config) onlyFor(k Kind, fields []string) error {
+	for _, f := range configFields {
+		if f.set(&c) && !slices.Contains(fields, f.name) {
+			return fieldErr(f.name, "is not a setting of kind "+string(k), nil)
+		}
 	}
 	return nil
+}
+
+// checkMaxReserve checks max_reserve: > 0 and within the horizon. A value
+// below one permit's cost is allowed and means one permit (see Compile).
+func (c Config) checkMaxReserve() error {
+	if c.MaxReserve == nil {
+		return nil
+	}
+	return checkDuration("max_reserve", *c.MaxReserve, 1)
 }
 
 func checkDuration(field string, d Duration, min Duration) error {

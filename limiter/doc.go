@@ -9,6 +9,10 @@
 // Lua scripts that keep shared limiters in Redis can be checked against this
 // package call for call, to the nanosecond.
 //
+// Kinds are listed once, in the table of kinds.go ([KindInfo]: name, class
+// rate or lease, packed-state code, config fields, compile, engine); every
+// layer asks it ([Lookup], [IsRate]). docs/kinds.md says how to add one.
+//
 // Two engines exist:
 //
 //   - schedule: a strict or bursting schedule of permits. Each permit is allocated
@@ -25,6 +29,34 @@
 // are granted. All times a limiter keeps stay within [Horizon] of the current
 // time; that bounds every value the Lua scripts hold to well under 2^53 and keeps
 // their double arithmetic exact.
+//
+// Bounds. One request may take at most max_reserve of schedule (default
+// [DefaultMaxReserve], 1m; never less than one permit): Params.MaxPermits.
+//
+// Clocks and floors (floor.go). The engines take now as an argument, and a
+// shared limiter's now is Redis TIME, which can jump:
+//
+//   - A step forward looks like idle time: a schedule limiter's backlog grows
+//     (up to max_backlog; beyond it, time is forfeited as idle) and its
+//     callers may catch up at burst×rate; a smooth limiter stores permits up to
+//     its burst (or warms down). Exactly what the same wait would do.
+//   - A step back (now earlier than the time of the state's last grant, reset
+//     or reconfiguration, [State.Last]) moves the state back by the step
+//     ([State.Observe]): the schedule continues from where it stood, on the
+//     new clock. Nobody waits out the step and nothing beyond the rate is
+//     granted. A step smaller than the time since the last grant is not seen
+//     as one: time stands still for that long, which costs a caller at most the
+//     wait the last grant gave it.
+//   - A [Floor] (the furthest schedule position a caller was told, with the
+//     time of that answer) keeps a state that came back older, or fresh, from
+//     starting the schedule before it ([Params.ApplyFloor]). A floor seen at a
+//     time later than now (the clock stepped back since) is re-anchored at
+//     now: it keeps the schedule as far ahead of now as the caller was told
+//     (Ahead), so it never holds callers back for the length of the step. In
+//     real time a re-anchored floor lies no earlier than the position the
+//     caller was told (it is later by the time since it was seen), so a step
+//     back and a lost state together still grant nothing twice; and in every
+//     case a floor makes a caller wait at most the Ahead it was told of.
 //
 // Most Go callers want [New] and [Limiter.Wait] or [Limiter.Allow].
 package limiter

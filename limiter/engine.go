@@ -10,7 +10,7 @@ import (
 type Params struct {
 	Kind       Kind
 	Slice      Slice
-	MaxPermits int64 // most permits one request may ask for
+	MaxPermits int64 // most permits one request may ask for (max_reserve of schedule, at least 1)
 
 	// schedule
 	Burst      float64 // catch-up ratio ≥ 1; +Inf: no pacing
@@ -33,42 +33,17 @@ func Compile(c Config) (Params, error) {
 	if err != nil {
 		return Params{}, err
 	}
-	switch c.Kind {
-	case KindShare:
-		return Params{}, fieldErr("kind", "has no schedule: use Config.Share (a share limiter is asked for capacity, not permits)", strconv.Quote(string(c.Kind)))
-	case KindConcurrency:
-		return Params{}, fieldErr("kind", "has no schedule: use Config.Concurrency (a concurrency limiter leases slots, not permits)", strconv.Quote(string(c.Kind)))
+	k, _ := Lookup(c.Kind) // Normalize knows it
+	if k.compile == nil {
+		return Params{}, fieldErr("kind", "has no schedule: "+k.noSchedule, strconv.Quote(string(c.Kind)))
 	}
 	sl := SliceOf(c.Rate)
-	p := Params{Kind: c.Kind, Slice: sl, MaxPermits: sl.MaxPermits(), Stable: sl.Float()}
-	switch c.Kind {
-	case KindSchedule:
-		p.Burst = float64(*c.Burst)
-		p.MaxBacklog = Horizon
-		if c.MaxBacklog != nil {
-			p.MaxBacklog = int64(*c.MaxBacklog)
-		}
-	case KindSmooth:
-		if c.Warmup == nil {
-			p.Cap = int64(math.Round(*c.MaxBurstSeconds * 1e9))
-			p.Cooldown = p.Stable
-			p.Initial = int64(min(float64(p.Cap), *c.InitialPermits*p.Stable)) // clamp before converting
-			break
-		}
-		// Guava's SmoothWarmingUp.doSetRate, in ns.
-		warmup := float64(*c.Warmup)
-		cold := p.Stable * *c.ColdFactor
-		p.Warm = true
-		p.Cap = int64(*c.Warmup)
-		p.Threshold = 0.5 * warmup / p.Stable
-		maxPermits := p.Threshold + 2.0*warmup/(p.Stable+cold)
-		p.Slope = (cold - p.Stable) / (maxPermits - p.Threshold)
-		p.Cooldown = warmup / maxPermits
-		p.Initial = p.Cap // a warming-up limiter starts cold
-		if c.InitialPermits != nil {
-			p.Initial = int64(min(float64(p.Cap), *c.InitialPermits*p.Cooldown))
-		}
+	reserve := int64(DefaultMaxReserve)
+	if c.MaxReserve != nil {
+		reserve = int64(*c.MaxReserve)
 	}
+	p := Params{Kind: c.Kind, Slice: sl, MaxPermits: sl.PermitsWithin(reserve), Stable: sl.Float()}
+	k.compile(c, &p)
 	return p, nil
 }
 
@@ -86,6 +61,7 @@ type State struct {
 	Stored    int64 // smooth: stored permits as ns of cool-down time
 	Permits   int64 // Σ permits granted
 	Lateness  int64 // Σ lateness of granted requests, ns
+	Last      int64 // the time of the latest grant, reset or reconfiguration (see Observe)
 }
 
 // Result is the outcome of one acquire. Times are ns on the caller's clock.
@@ -108,6 +84,11 @@ type View struct {
 	Allocated int64
 	Permits   int64
 	Lateness  int64
+	// Next is the schedule's position as the state holds it (State.Next
+	// before this instant's forfeit or resync, which a floor must not
+	// anticipate: a smooth limiter stores that time as permits), but not
+	// more than 2^52 ns behind now.
+	Next int64
 }
 
 // Forever is the max_wait of a caller that will wait as long as it takes.
@@ -116,7 +97,7 @@ const Forever = int64(math.MaxInt64)
 // CheckPermits reports whether n permits may be asked for in one request.
 func (p *Params) CheckPermits(n int64) error {
 	if n < 1 || n > p.MaxPermits {
-		return fieldErr("permits", "must be ≥ 1 and at most "+itoa(p.MaxPermits)+" (13 days of schedule)", n)
+		return fieldErr("permits", PermitsRule(p.MaxPermits), n)
 	}
 	return nil
 }
@@ -133,11 +114,20 @@ func (p *Params) Acquire(s *State, now, n, maxWait int64) (Result, error) {
 
 func (p *Params) acquire(s *State, now, n, maxWait int64) Result {
 	maxWait = min(max(maxWait, 0), Horizon)
+	s.Observe(now)
 	p.Start(s, now)
-	if p.Kind == KindSmooth {
-		return p.acquireSmooth(s, now, n, maxWait)
+	return p.engine().acquire(p, s, now, n, maxWait)
+}
+
+// engine is the kind's engine (KindInfo.engine); the zero Kind, as in a
+// Params made by hand, is a schedule.
+func (p *Params) engine() *engine {
+	for i := range kinds {
+		if kinds[i].Name == p.Kind && kinds[i].engine != nil {
+			return kinds[i].engine
+		}
 	}
-	return p.acquireSchedule(s, now, n, maxWait)
+	return &scheduleEngine
 }
 
 // Start starts a limiter's schedule at now, if it has not started yet (totals
@@ -148,27 +138,22 @@ func (p *Params) Start(s *State, now int64) {
 	if s.Started {
 		return
 	}
-	*s = State{Started: true, Origin: now, Next: now, Pace: now, Stored: p.Initial,
+	*s = State{Started: true, Origin: now, Next: now, Pace: now, Stored: p.Initial, Last: now,
 		Allocated: s.Allocated, Idle: s.Idle, Permits: s.Permits, Lateness: s.Lateness}
 }
 
 // StartsAtCreation reports whether a limiter of these parameters starts its
 // schedule when it is created (smooth) rather than at its first use (schedule).
-func (p *Params) StartsAtCreation() bool { return p.Kind == KindSmooth }
+func (p *Params) StartsAtCreation() bool { return p.engine().startsAtCreation }
 
 // Peek returns the view of a limiter at time now; s is not changed.
 func (p *Params) Peek(s State, now int64) View {
 	if !s.Started {
 		return View{Idle: s.Idle, Allocated: s.Allocated, Permits: s.Permits, Lateness: s.Lateness}
 	}
-	v := View{}
-	if p.Kind == KindSmooth {
-		p.resync(&s, now)
-		v.Wait, v.Delay = p.storedTime(&s), max(0, s.Next-now)
-	} else {
-		p.forfeit(&s, now, p.MaxBacklog)
-		v.Wait, v.Delay = max(0, now-s.Next), max(s.Next, s.Pace, now)-now
-	}
+	s.Observe(now)
+	v := View{Next: max(s.Next, now-floorBack)} // a schedule pointer that far back is as good as any (lua/lib.lua now_rel)
+	v.Wait, v.Delay = p.engine().peek(p, &s, now)
 	v.Idle, v.Allocated, v.Permits, v.Lateness = s.Idle, s.Allocated, s.Permits, s.Lateness
 	return v
 }
@@ -179,14 +164,9 @@ func (p *Params) Reset(s *State, now int64) {
 	if !s.Started {
 		return
 	}
-	if p.Kind == KindSmooth {
-		p.resync(s, now)
-		s.Idle += s.Stored
-		s.Stored = p.Initial
-		return
-	}
-	p.forfeit(s, now, 0)
-	s.Pace = max(s.Pace, now)
+	s.Observe(now)
+	s.Last = now
+	p.engine().reset(p, s, now)
 }
 
 // Reconfigure moves a limiter from old to new parameters of the same kind at
@@ -197,22 +177,12 @@ func Reconfigure(s *State, now int64, old, new *Params) {
 	if !s.Started {
 		return
 	}
+	s.Observe(now)
+	s.Last = now
 	if old.Slice != new.Slice {
 		s.Rem = 0 // the sub-ns carry is in old units: round it down
 	}
-	if new.Kind == KindSmooth {
-		old.resync(s, now)
-		switch {
-		case old.Cap == 0 && new.Warm:
-			s.Stored = new.Cap // Guava: a warming-up limiter without history starts cold
-		case old.Cap == 0:
-			s.Stored = 0
-		default:
-			s.Stored = min(new.Cap, int64(float64(s.Stored)*float64(new.Cap)/float64(old.Cap)))
-		}
-		return
-	}
-	old.forfeit(s, now, old.MaxBacklog)
+	new.engine().retune(s, now, old, new)
 }
 
 // Undo takes back a granted request whose result was r, given the state just
@@ -232,6 +202,12 @@ func (p *Params) Undo(s *State, before, after State, r Result) {
 	s.Idle += cost
 	s.Permits -= r.Permits
 	s.Lateness -= r.Lateness
+}
+
+// PermitsRule is the rule a request for too many permits breaks, max being the
+// limiter's MaxPermits: the same words wherever a limiter refuses it.
+func PermitsRule(max int64) string {
+	return "must be ≥ 1 and at most " + itoa(max) + " (the limiter's max_reserve of schedule)"
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -21,6 +21,11 @@ type Clock interface {
 	Sleep(ctx context.Context, d time.Duration) error
 }
 
+// SystemClock returns the machine's Clock: the monotonic clock and real
+// timers. Every context-aware sleep in limitd is its Sleep or an injected
+// Clock's.
+func SystemClock() Clock { return systemClock{} }
+
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }

@@ -387,8 +387,15 @@ func maxOut(t *testing.T, l *limiter.Limiter, rate float64) {
 	mustReserve(t, l, n)
 }
 
+// horizonReserve is strict(rate) whose requests may take the whole horizon.
+func horizonReserve(rate float64) limiter.Config {
+	c := strict(rate)
+	c.MaxReserve = limiter.D(time.Duration(limiter.Horizon))
+	return c
+}
+
 func TestReserveBeyondHorizon(t *testing.T) {
-	l, _, _ := newLimiter(t, strict(10))
+	l, _, _ := newLimiter(t, horizonReserve(10))
 	maxOut(t, l, 10)
 	before := l.Stats()
 	r, err := l.Reserve(1)
@@ -404,7 +411,7 @@ func TestReserveBeyondHorizon(t *testing.T) {
 // the horizon; ErrDeadline says the context's deadline would be exceeded, and
 // it matches context.DeadlineExceeded, but there is no deadline.
 func TestWaitBeyondHorizonWithoutDeadline(t *testing.T) {
-	l, _, _ := newLimiter(t, strict(10))
+	l, _, _ := newLimiter(t, horizonReserve(10))
 	maxOut(t, l, 10)
 	_, err := l.Wait(context.Background())
 	if !errors.Is(err, limiter.ErrTooLate) || errors.Is(err, context.DeadlineExceeded) {

@@ -39,7 +39,7 @@ func (p *Params) Release(s *State, h Handback, current bool) bool {
 		return false
 	}
 	unused := max(0, min(h.Unused, h.End-h.Sched))
-	rewound := p.Kind == KindSchedule && current && s.Next == h.End && s.Rem == h.RemAfter
+	rewound := p.engine().rewinds && current && s.Next == h.End && s.Rem == h.RemAfter
 	if rewound {
 		s.Next = h.End - unused
 		s.Rem = h.RemUsed

@@ -24,6 +24,7 @@ func (p *Params) acquireSchedule(s *State, now, n, maxWait int64) Result {
 	lateness := start - sched
 	s.Permits += n
 	s.Lateness += lateness
+	s.Last = now
 	return Result{Granted: true, Permits: n, Scheduled: sched, Start: start, Delay: delay,
 		Lateness: lateness, Wait: max(0, now-s.Next)}
 }
@@ -43,4 +44,28 @@ func (p *Params) forfeit(s *State, now, maxBacklog int64) {
 		s.Idle += late - maxBacklog
 		s.Next = now - maxBacklog
 	}
+}
+
+// compileSchedule fills in a schedule limiter's own parameters (see Compile).
+func compileSchedule(c Config, p *Params) {
+	p.Burst = float64(*c.Burst)
+	p.MaxBacklog = Horizon
+	if c.MaxBacklog != nil {
+		p.MaxBacklog = int64(*c.MaxBacklog)
+	}
+}
+
+var scheduleEngine = engine{
+	acquire: (*Params).acquireSchedule,
+	peek: func(p *Params, s *State, now int64) (int64, int64) {
+		p.forfeit(s, now, p.MaxBacklog)
+		return max(0, now-s.Next), max(s.Next, s.Pace, now) - now
+	},
+	reset: func(p *Params, s *State, now int64) {
+		p.forfeit(s, now, 0)
+		s.Pace = max(s.Pace, now)
+	},
+	retune:  func(s *State, now int64, old, _ *Params) { old.forfeit(s, now, old.MaxBacklog) },
+	floor:   func(s *State, at int64) { s.Pace = max(s.Pace, at) },
+	rewinds: true,
 }

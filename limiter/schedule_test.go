@@ -351,7 +351,7 @@ func TestEnginePermitsArgument(t *testing.T) {
 }
 
 func TestScheduleExtremeMaxWait(t *testing.T) {
-	p := engCompile(t, Config{Rate: 5, Burst: B(1)})
+	p := engCompile(t, Config{Rate: 5, Burst: B(1), MaxReserve: D(time.Duration(Horizon))})
 	var s State
 	now := int64(math.MaxInt64 / 2)
 	if r := engAcquire(t, &p, &s, now, 1, math.MinInt64); !r.Granted {
@@ -637,7 +637,7 @@ func engScheduleRandomRun(t *testing.T, seed uint64, ops int) {
 		last          *grant
 	}
 	for i := range ops {
-		now += engRandStep(rng, p.Slice.Float(), true)
+		now += engRandStep(rng, p.Slice.Float(), false)
 		now = max(now, 0)
 		switch k := rng.IntN(100); {
 		case k < 75:
@@ -827,7 +827,7 @@ func TestSchedulePropertyWindow(t *testing.T) {
 					p.Reset(&s, now)
 					continue
 				default:
-					now += engRandStep(rng, sl, true)
+					now += engRandStep(rng, sl, false)
 					n = engRandPermits(rng, min(p.MaxPermits, 20))
 					mw = engRandMaxWait(rng, sl)
 				}

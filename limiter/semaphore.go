@@ -26,14 +26,21 @@ func (s Slots) AcquireSlot(now int64, id string, limit int64, ttl int64) (expire
 	return now + ttl, true
 }
 
-// Renew extends a held lease to now+ttl; false if it expired or never was.
-func (s Slots) Renew(now int64, id string, ttl int64) (expires int64, ok bool) {
+// Renew extends a lease to now+ttl. A lease the state does not hold (it
+// expired, or the state was lost: a Redis restart without persistence, a
+// failover that lost writes) is registered again if fewer than limit slots
+// are in use, readded true, so that holders rebuild a lost state as they
+// renew; else ok is false: the lease is lost.
+func (s Slots) Renew(now int64, id string, limit, ttl int64) (expires int64, readded, ok bool) {
 	s.reclaim(now)
 	if _, held := s[id]; !held {
-		return 0, false
+		if int64(len(s)) >= limit {
+			return 0, false, false
+		}
+		readded = true
 	}
 	s[id] = now + ttl
-	return now + ttl, true
+	return now + ttl, readded, true
 }
 
 // ReleaseSlot frees a lease's slot; false if it was not held.

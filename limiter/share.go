@@ -44,8 +44,9 @@ type ShareRequest struct {
 // what is unassigned. others are the other clients' unexpired holdings.
 type AlgorithmFunc func(capacity float64, others Holdings, r ShareRequest) float64
 
-// Algorithms maps each algorithm to its function.
-var Algorithms = map[Algorithm]AlgorithmFunc{
+// algorithms maps each algorithm to its function. Unexported: lua/share.lua
+// knows these and no others, so a caller may not add one.
+var algorithms = map[Algorithm]AlgorithmFunc{
 	AlgorithmNone:         none,
 	AlgorithmStatic:       static,
 	AlgorithmProportional: ProportionalShare,
@@ -228,7 +229,7 @@ func (p *ShareParams) Request(s *ShareState, now int64, r ShareRequest, has floa
 	case p.Algorithm == AlgorithmStatic && p.SafeCapacity > 0:
 		gets = min(r.Wants, p.SafeCapacity, unassigned)
 	default:
-		gets = min(Algorithms[p.Algorithm](p.Capacity, others, r), unassigned)
+		gets = min(algorithms[p.Algorithm](p.Capacity, others, r), unassigned)
 	}
 	gets = max(gets, 0)
 	lease := Lease{Gets: gets, Expires: now + p.Lease, Refresh: p.Refresh, Learning: learning,

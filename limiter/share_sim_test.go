@@ -243,7 +243,7 @@ func runShareSim(cfg simConfig) simResult {
 					others[id] = h
 				}
 			}
-			if share := Algorithms[p.Algorithm](p.Capacity, others, r); l.Gets < share-simEpsilon {
+			if share := algorithms[p.Algorithm](p.Capacity, others, r); l.Gets < share-simEpsilon {
 				refresh = cfg.owedRefresh
 			}
 		}

@@ -133,6 +133,23 @@ func (s Slice) MaxPermits() int64 {
 	return n
 }
 
+// PermitsWithin is the most permits one request may ask for when it may take
+// at most reserve ns of schedule: the largest n with Cost(n, Den-1) ≤ reserve,
+// at least 1 (one permit may always be asked for), at most MaxPermits.
+func (s Slice) PermitsWithin(reserve int64) int64 {
+	if reserve >= Horizon {
+		return s.MaxPermits()
+	}
+	n := int64(float64(reserve) / s.Float())
+	for n > 0 && s.costCeil(n) > reserve {
+		n--
+	}
+	for s.costCeil(n+1) <= reserve {
+		n++
+	}
+	return max(1, n)
+}
+
 func (s Slice) costCeil(n int64) int64 {
 	if n > math.MaxInt64/(s.Whole+1) {
 		return math.MaxInt64

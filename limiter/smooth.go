@@ -6,6 +6,8 @@ package limiter
 // could not take from the store. A request waits only for earlier requests:
 // the caller pays later (Guava's reserveEarliestAvailable).
 
+import "math"
+
 func (p *Params) acquireSmooth(s *State, now, n, maxWait int64) Result {
 	if s.Next-now > maxWait { // Guava's canAcquire: next_free − max_wait ≤ now
 		delay := s.Next - now
@@ -34,6 +36,7 @@ func (p *Params) acquireSmooth(s *State, now, n, maxWait int64) Result {
 	s.Next += push
 	s.Allocated += push
 	s.Permits += n
+	s.Last = now
 	return Result{Granted: true, Permits: n, Scheduled: start, Start: start, Delay: start - now,
 		Wait: p.storedTime(s)}
 }
@@ -75,4 +78,53 @@ func (p *Params) storedTime(s *State) int64 {
 		return s.Stored
 	}
 	return int64(float64(s.Stored) / p.Cooldown * p.Stable)
+}
+
+// compileSmooth fills in a smooth limiter's own parameters (see Compile).
+func compileSmooth(c Config, p *Params) {
+	if c.Warmup == nil {
+		p.Cap = int64(math.Round(*c.MaxBurstSeconds * 1e9))
+		p.Cooldown = p.Stable
+		p.Initial = int64(min(float64(p.Cap), *c.InitialPermits*p.Stable)) // clamp before converting
+		return
+	}
+	// Guava's SmoothWarmingUp.doSetRate, in ns.
+	warmup := float64(*c.Warmup)
+	cold := p.Stable * *c.ColdFactor
+	p.Warm = true
+	p.Cap = int64(*c.Warmup)
+	p.Threshold = 0.5 * warmup / p.Stable
+	maxPermits := p.Threshold + 2.0*warmup/(p.Stable+cold)
+	p.Slope = (cold - p.Stable) / (maxPermits - p.Threshold)
+	p.Cooldown = warmup / maxPermits
+	p.Initial = p.Cap // a warming-up limiter starts cold
+	if c.InitialPermits != nil {
+		p.Initial = int64(min(float64(p.Cap), *c.InitialPermits*p.Cooldown))
+	}
+}
+
+var smoothEngine = engine{
+	acquire: (*Params).acquireSmooth,
+	peek: func(p *Params, s *State, now int64) (int64, int64) {
+		p.resync(s, now)
+		return p.storedTime(s), max(0, s.Next-now)
+	},
+	reset: func(p *Params, s *State, now int64) {
+		p.resync(s, now)
+		s.Idle += s.Stored
+		s.Stored = p.Initial
+	},
+	retune: func(s *State, now int64, old, new *Params) {
+		old.resync(s, now)
+		switch {
+		case old.Cap == 0 && new.Warm:
+			s.Stored = new.Cap // Guava: a warming-up limiter without history starts cold
+		case old.Cap == 0:
+			s.Stored = 0
+		default:
+			s.Stored = min(new.Cap, int64(float64(s.Stored)*float64(new.Cap)/float64(old.Cap)))
+		}
+	},
+	floor:            func(s *State, _ int64) { s.Stored = 0 },
+	startsAtCreation: true,
 }

@@ -309,7 +309,7 @@ func engSmoothRandomRun(t *testing.T, seed uint64, ops int) {
 	}
 	lastStart := int64(math.MinInt64)
 	for i := range ops {
-		now = max(0, now+engRandStep(rng, p.Slice.Float(), true))
+		now = max(0, now+engRandStep(rng, p.Slice.Float(), false))
 		before := s
 		switch k := rng.IntN(100); {
 		case k < 75:
@@ -442,7 +442,7 @@ func TestSmoothPropertyWindow(t *testing.T) {
 					p.Reset(&s, now)
 					continue
 				default:
-					now += engRandStep(rng, sl, true)
+					now += engRandStep(rng, sl, false)
 					n = engRandPermits(rng, min(p.MaxPermits, 20))
 					mw = engRandMaxWait(rng, sl)
 				}

@@ -5,8 +5,17 @@
 -- lease id → expiry, Unix µs).
 -- ARGV: op ('acquire' | 'renew' | 'release'), lease id.
 -- Reply: {code, granted (0|1), now_us, lease_ns, retry_after_ns, in_use,
--- limit}; code 1 ok, -1 no such limiter, -2 the lease is not held (renew,
--- release: it expired or never was), {-5, kind} a limiter of another kind.
+-- limit, readded (0|1)}; code 1 ok, -1 no such limiter, -2 the lease is not
+-- held (release: it expired or never was; renew: that, and no slot is free),
+-- {-5, kind} a limiter of another kind.
+--
+-- A renew of a lease the set does not hold registers it again when the limit
+-- leaves room (readded 1): the set may have been lost (a restart without
+-- persistence, a failover that lost writes) while its holders still run, and
+-- they rebuild it as they renew. Until they have, new acquirers may take the
+-- slots they hold; the holders that then find no room are told their lease
+-- is lost. So the limit can be exceeded for at most one renewal interval
+-- after a loss, and never once every holder has renewed.
 --
 -- The limiter hash holds cc_limit, cc_lease (ns) and cc_lease_us, the lease
 -- rounded up to µs: a lease taken at t µs ends at t*1000 + lease ns, and as
@@ -52,10 +61,14 @@ if op == 'acquire' then
   keep()
   return {1, 1, now, lease_ns, 0, n, limit}
 elseif op == 'renew' then
-  if not redis.call('ZSCORE', KEYS[2], id) then return {-2, 0, now, lease_ns, 0, n, limit} end
-  redis.call('ZADD', KEYS[2], 'XX', int(now + lease_us), id)
+  local readded = 0
+  if not redis.call('ZSCORE', KEYS[2], id) then
+    if n >= limit then return {-2, 0, now, lease_ns, 0, n, limit} end
+    readded, n = 1, n + 1
+  end
+  redis.call('ZADD', KEYS[2], int(now + lease_us), id)
   keep()
-  return {1, 1, now, lease_ns, 0, n, limit}
+  return {1, 1, now, lease_ns, 0, n, limit, readded}
 elseif op == 'release' then
   if redis.call('ZREM', KEYS[2], id) == 0 then return {-2, 0, now, lease_ns, 0, n, limit} end
   return {1, 1, now, lease_ns, 0, n - 1, limit}

@@ -9,39 +9,40 @@
 -- ARGV: mode ('put'|'patch'), expected version (patch; '' for any),
 -- config JSON (canonical), restart (1: reset after applying), channel, name,
 -- PARAMS (without meaning for 'ver', which this script assigns).
--- Reply: {code, version, changed}; code 201 created, 200 ok, -1 not found,
--- -3 version moved (retry), -4 kind change refused.
+-- Reply: {code, version, changed, replaced}; code 201 created, 200 ok, -1
+-- not found, -3 version moved (retry), -4 kind change refused; replaced is 1
+-- when a limiter of another kind was replaced.
 local mode, expected, cfg, restart, channel, name = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local NP = {}
 params_from(NP, ARGV, 7)
 local us = time_us()
 local L = load(KEYS[2], false)
-if L and L.other then L.ver = tonumber(redis.call('HGET', KEYS[1], 'ver')) or 0 end
-if L and mode == 'patch' and expected ~= '' and tonumber(expected) ~= L.ver then return {-3, L.ver, 0} end
-if not L and mode == 'patch' then return {-1, 0, 0} end
-local code, ver = 200, 1
+if L and L.other then L.version = tonumber(redis.call('HGET', KEYS[1], 'ver')) or 0 end
+if L and mode == 'patch' and expected ~= '' and tonumber(expected) ~= L.version then return {VERSION_MOVED, L.version, 0} end
+if not L and mode == 'patch' then return {NOT_FOUND, 0, 0} end
+local code, ver, replaced = UPDATED, 1, 0
 if L and L.kind == NP.kind then
-  if redis.call('HGET', KEYS[1], 'cfg') == cfg and restart ~= '1' then return {200, L.ver, 0} end
-  ver = L.ver + 1 -- before retune, which copies NP's (meaningless) ver into L
+  if redis.call('HGET', KEYS[1], 'cfg') == cfg and restart ~= '1' then return {UPDATED, L.version, 0} end
+  ver = L.version + 1 -- before retune, which copies NP's (meaningless) ver into L
   local now = now_rel(L, us)
   retune(L, now, NP)
   if restart == '1' then reset(L, now) end
 else
-  if L and mode == 'patch' then return {-4, L.ver, 0} end
+  if L and mode == 'patch' then return {KIND_CHANGE, L.version, 0} end
   if L then
-    ver = L.ver + 1
+    ver, replaced = L.version + 1, 1
     redis.call('DEL', unpack(KEYS))
   else
-    code = 201
+    code = CREATED
     redis.call('DEL', unpack(KEYS)) -- leftovers of an earlier life, if any
   end
   L = fresh(KEYS[2])
   for _, f in ipairs(PARAMS) do L[f] = NP[f] end
   if L.kind == 'smooth' then start(L, now_rel(L, us), us) end -- Guava: starts at creation
 end
-L.ver = ver
+L.version = ver
 L.x = pack(L)
 redis.call('HSET', KEYS[1], 'kind', L.kind, 'ver', ver, 'cfg', cfg)
 redis.call('SET', KEYS[2], L.x)
 redis.call('PUBLISH', channel, name .. ' ' .. ver)
-return {code, ver, 1}
+return {code, ver, 1, replaced}

@@ -3,7 +3,7 @@
 -- It mirrors limiter/ (engine.go, schedule.go, smooth.go, slice.go) operation for
 -- operation, so that a limiter in Redis and the Go model give the same results
 -- to the nanosecond. Lua numbers are doubles: every time here is relative to a
--- per-limiter epoch (ep, Unix microseconds, exact until year 2255), rebased
+-- per-limiter epoch (epoch, Unix microseconds, exact until year 2255), rebased
 -- as time goes on, and every value the engine keeps stays within 2^51 of the
 -- current time, so the arithmetic is exact integer arithmetic. Totals that grow
 -- without bound (allocated, idle, permits, lateness) are kept as exact 64-bit
@@ -17,13 +17,42 @@
 -- MGET for many limiters) and writes one (SET, SET ... PX, or SETRANGE for
 -- the bytes that changed).
 --
---   x = code ver | params | st ep | nx pc rem | al id pm lt (low parts) |
---   org sto | al id pm lt (high parts), where code is 1 (schedule) or 2
---   (smooth), params are whole frac den maxn burst maxb (schedule) or whole
---   frac den maxn cap init warm cool thr slope (smooth), and the totals al id
---   pm lt are each an int64 in two parts. What one acquire changes (nx pc rem
---   and the low parts) is one run of bytes, with only what it reads before
---   it, so that acquire_one reads a prefix and rewrites only that run.
+--   x = code format version | params | started epoch | next pace rem |
+--   allocated idle permits lateness (low parts) last | origin stored |
+--   allocated idle permits lateness (high parts),
+-- where code is the kind's (KIND_CODE: 1 schedule, 2 smooth), format the
+-- layout's (FORMAT), params are whole frac den max_permits burst max_backlog
+-- (schedule) or whole frac den max_permits cap initial warm cooldown
+-- threshold slope (smooth), the totals are each an int64 in two parts, and
+-- last is the time of the latest grant, reset or reconfiguration
+-- (limiter.State.Last, relative to epoch). The field groups below (HEAD,
+-- SLICE, SCHEDULE, SMOOTH, STATE, RUN, REST) are the one description of x:
+-- every layout, size and offset is computed from them. What one acquire
+-- changes (RUN: next pace rem, the low parts and last) is one run of bytes,
+-- with only what it reads before it, so that acquire_one reads a prefix and
+-- rewrites only that run. An x of an earlier format (OLD_FORMATS: 136 or 160
+-- bytes without the format byte, 129 or 153 also without last) is read with
+-- last 0 and written in the current one; an x of a format this file does not
+-- know is an error.
+
+-- Clock steps (limiter/floor.go). When TIME is earlier than last, Redis time
+-- stepped back (a failover to a host whose clock is behind): now_rel moves the
+-- epoch back by the step, so that the limiter's own time stands where it stood
+-- and its schedule continues from there, with answers on the new clock. No
+-- caller waits out the step and no time is counted twice. A step forward looks
+-- like idle time: a schedule's backlog grows (up to max_backlog), a smooth
+-- limiter stores permits (up to its burst).
+--
+-- Floors (limiter.Params.ApplyFloor). Every answer carries the schedule's
+-- position (next: the next permit's scheduled start; smooth: next_free) and the
+-- time of the answer; callers (store.Store) send the furthest they have seen
+-- as a floor, the time it was seen (Unix us) and how far ahead of that time
+-- it was (ns), and apply_floor never lets the schedule start before it, so a
+-- state that came back older (a failover that lost writes) or fresh (an empty
+-- restart) does not grant again what was granted. A floor seen at a time
+-- later than TIME (the clock stepped back since) is re-anchored at now: it
+-- keeps the schedule as far ahead of now as its caller was told, not the
+-- length of the step.
 --
 -- A share or concurrency limiter's state key (configure_lease.lua) holds its
 -- kind's name as x, so that these scripts answer {-5, kind} for it in the
@@ -38,8 +67,10 @@
 -- hi 'i4' at the end. Where struct
 -- is missing (gopher-lua in miniredis) the same numbers are decimal text, one
 -- space apart ('%.17g', exact). A server always has struct or never does, so
--- it only ever sees one form; store/ reads both (decodeStored). The code comes
--- first in both forms: byte 1 or 2 in binary, the digit '1' or '2' in text.
+-- it only ever sees one form; store/'s tests read both (decodeStored). The
+-- code comes first in both forms: byte 1 or 2 in binary, the digit '1' or '2'
+-- in text, then the format. The text form is never kept across versions of
+-- limitd (it lives in miniredis), so it has no earlier formats to read.
 -- The slice as a double (stable) is not stored but computed as
 -- limiter.Slice.Float does, whole + frac / den, the same two IEEE operations
 -- with the same result.
@@ -57,6 +88,7 @@ local FAR = 4503599627370496     -- 2^52 ns (~52 days): see now_rel
 local B32 = 4294967296           -- 2^32: the split of a total
 local LOW = 2251799813685248     -- 2^51: a total's low part stays below (totals)
 local SETTLE = 1125899906842624  -- 2^50: changes acquire_group lets add up (totals)
+local FLOOR_AGE = 4398046511104  -- 2^42 us (~51 days): an older floor counts for nothing (limiter.FloorAge)
 
 local floor, fmod, max, min, rcall
 
@@ -64,29 +96,123 @@ local floor, fmod, max, min, rcall
 -- adds the next position, which callers drop). See init.
 local enc, dec
 
-local PARAMS = {'kind', 'whole', 'frac', 'den', 'maxn', 'burst', 'maxb', 'cap', 'init', 'warm',
-  'stable', 'cool', 'thr', 'slope', 'ver'}
+-- Reply codes. The scripts of one operation answer a table whose first
+-- element is OK (configure: CREATED) or one of these; store/replies.go has
+-- the same numbers under the same names.
+local OK = 1
+local UPDATED, CREATED = 200, 201 -- configure
+local NOT_FOUND = -1         -- no such limiter (nor a template matching its name)
+local PERMITS_RANGE = -2     -- {-2, max_permits}: n outside [1, max_permits]
+local VERSION_MOVED = -3     -- configure's patch: the version is not the expected one
+local KIND_CHANGE = -4       -- configure's patch: a change of kind, refused
+local OTHER_KIND = -5        -- {-5, kind}: a limiter of a kind without a schedule
+-- acquire_many's codes: an answer's head (A_*), a request's record (R_*).
+local A_OK, A_NOT_FOUND, A_OTHER_KIND = 1, 3, 4
+local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 
--- The packed layouts of x (struct formats; the text form has the same
--- numbers): code ver, params, then the state and totals (X_STATE, 84 bytes).
-local X_STATE = 'Bi7' .. 'i7i7i4' .. 'i7i7i7i7' .. 'i7i7' .. 'i4i4i4i4'
-local X_SCHEDULE = '<Bi7' .. 'i7I4I4i7di7' .. X_STATE     -- 129 bytes
-local X_SIZE = 129
-local X_SMOOTH = '<Bi7' .. 'i7I4I4i7i7i7Bddd' .. X_STATE -- 153 bytes
--- acquire_one reads a schedule limiter's x up to the low parts of its totals
--- (X_LEAN) and rewrites bytes X_RUN_AT to X_RUN_AT + 45 (X_RUN: nx pc rem
--- and the low parts).
-local X_LEAN = '<Bi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7'
-local X_RUN = '<i7i7i4i7i7i7i7'
-local X_RUN_AT = 54
-local X_RUN_OFFSET = '53' -- X_RUN_AT for SETRANGE, which counts from 0
--- H heads acquire_many's answer for a limiter: code 1, now_us, version,
--- instance; R is one decision: code, sched and start (relative to now), wait,
--- retry_after. A grant's delay is its start, its lateness start - sched; a
--- denial's delay is in start.
-local H = '<Bi7i7B'
+-- PARAMS are a limiter's engine parameters in the order store/ sends them
+-- (paramArgs): a template's, or configure's. version is the config version.
+local PARAMS = {'kind', 'whole', 'frac', 'den', 'max_permits', 'burst', 'max_backlog', 'cap',
+  'initial', 'warm', 'stable', 'cooldown', 'threshold', 'slope', 'version'}
+
+-- The packed value x (see Storage) is described once, here, as groups of
+-- fields {name, struct format}; every layout, size and offset below is
+-- computed from them when this file loads. A change of layout (a field added,
+-- removed, reordered or resized) takes a new FORMAT, and load a migration
+-- from the previous one: x carries its format in its second byte, and an x of
+-- a format this file does not know is an error, never read by guess.
+local FORMAT = 3 -- formats 1 (before last) and 2 (before the format byte) had none
+local KIND_CODE = {schedule = 1, smooth = 2} -- x's first byte; limiter.Kinds' Code
+local KIND_NAME = {'schedule', 'smooth'}
+-- field_groups returns the groups, and the width of each struct format.
+-- A function, so that a script (which runs this file on every call) builds
+-- them only when it needs them (layouts).
+local function field_groups()
+  local HEAD = {{'code', 'B'}, {'format', 'B'}, {'version', 'i7'}}
+  local SLICE = {{'whole', 'i7'}, {'frac', 'I4'}, {'den', 'I4'}, {'max_permits', 'i7'}}
+  local SCHEDULE = {{'burst', 'd'}, {'max_backlog', 'i7'}} -- burst 0: "inf"
+  local SMOOTH = {{'cap', 'i7'}, {'initial', 'i7'}, {'warm', 'B'}, {'cooldown', 'd'},
+    {'threshold', 'd'}, {'slope', 'd'}}
+  local STATE = {{'started', 'B'}, {'epoch', 'i7'}}
+  -- RUN is what one acquire changes: the schedule (next, pace, rem), the
+  -- totals' low parts, last. It comes right after what acquire_one reads
+  -- before it, so acquire_one reads a prefix and rewrites this one run.
+  local RUN = {{'next', 'i7'}, {'pace', 'i7'}, {'rem', 'i4'}, {'allocated', 'i7'}, {'idle', 'i7'},
+    {'permits', 'i7'}, {'lateness', 'i7'}, {'last', 'i7'}}
+  local REST = {{'origin', 'i7'}, {'stored', 'i7'},
+    {'allocated_hi', 'i4'}, {'idle_hi', 'i4'}, {'permits_hi', 'i4'}, {'lateness_hi', 'i4'}}
+  local WIDTH = {B = 1, I4 = 4, i4 = 4, i7 = 7, d = 8}
+  return HEAD, SLICE, SCHEDULE, SMOOTH, STATE, RUN, REST, WIDTH
+end
+
+-- seal computes a group's own format (g.fmt) and size (g.size).
+local function seal(g, width)
+  local f, n = {}, 0
+  for i = 1, #g do
+    local w = g[i][2]
+    f[i], n = w, n + width[w]
+  end
+  g.fmt, g.size = table.concat(f), n
+end
+
+-- layout joins sealed groups of fields: {groups, format (struct, '<'
+-- first), size}.
+local function layout(...)
+  local groups = {...}
+  local f, n = {'<'}, 0
+  for i = 1, #groups do
+    f[i + 1], n = groups[i].fmt, n + groups[i].size
+  end
+  return {groups = groups, fmt = table.concat(f), size = n}
+end
+
+-- acquire_one's layout, a schedule limiter's x up to last (X_LEAN), which
+-- it rewrites from next on (X_RUN at X_RUN_AT, for SETRANGE, which counts
+-- from 0), and X_SIZE, a schedule limiter's size. They are written out, not
+-- computed, because a script runs this file on every call and its hottest
+-- path must not pay for the layouts; layouts checks them against the field
+-- groups (once per library, on every general-path call of a script, and in
+-- store's tests), so a change of the groups that they miss is an error at
+-- once, never a misread.
+local X_SIZE, X_RUN_AT = 137, '54'
+local X_LEAN = '<BBi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7i7'
+local X_RUN = '<i7i7i4i7i7i7i7i7'
+-- X_OF[code] is a kind's layout, computed by layouts. OLD_FORMATS are the
+-- earlier formats by size (binary only: they had no format byte), and where
+-- their bytes go in FORMAT's: format 2 lacks the format byte (after code),
+-- format 1 also last (after the totals' low parts); load inserts them.
+local X_OF, OLD_FORMATS
+
+local function layouts()
+  local HEAD, SLICE, SCHEDULE, SMOOTH, STATE, RUN, REST, WIDTH = field_groups()
+  for _, g in ipairs({HEAD, SLICE, SCHEDULE, SMOOTH, STATE, RUN, REST}) do seal(g, WIDTH) end
+  X_OF = {layout(HEAD, SLICE, SCHEDULE, STATE, RUN, REST), layout(HEAD, SLICE, SMOOTH, STATE, RUN, REST)}
+  local lean = layout(HEAD, SLICE, SCHEDULE, STATE, RUN)
+  local names = {}
+  for _, g in ipairs(lean.groups) do
+    for _, f in ipairs(g) do names[#names + 1] = f[1] end
+  end
+  if table.concat(names, ' ') ~= 'code format version whole frac den max_permits burst max_backlog ' ..
+      'started epoch next pace rem allocated idle permits lateness last' or lean.fmt ~= X_LEAN or
+      '<' .. RUN.fmt ~= X_RUN or X_OF[1].size ~= X_SIZE or tostring(lean.size - RUN.size) ~= X_RUN_AT then
+    error('lib.lua: acquire_one\'s layout is not the field groups\'')
+  end
+  OLD_FORMATS = {}
+  for code, x in ipairs(X_OF) do
+    local at_last = x.size - REST.size - WIDTH.i7 -- bytes before last
+    OLD_FORMATS[x.size - 1] = {code = code, last = false}                    -- format 2
+    OLD_FORMATS[x.size - 1 - WIDTH.i7] = {code = code, last = at_last - 1} -- format 1
+  end
+end
+
+-- H heads acquire_many's answer for a limiter: code A_OK, now_us, version,
+-- instance, position (next after its requests, relative to now); R is one
+-- decision: code, sched and start (relative to now), wait, retry_after. A
+-- grant's delay is its start, its lateness start - sched; a denial's delay is
+-- in start.
+local H = '<Bi7i7Bi7'
 local R = '<Bi7i7i7i7'
-local HR = H .. 'Bi7i7i7i7' -- an answer with one R
+local HR = '<Bi7i7Bi7' .. 'Bi7i7i7i7' -- an answer with one R: H .. R
 
 -- TEXT is 1 where x and replies are text (no struct), else 0; SEP joins packed
 -- records: nothing in binary, a space in text.
@@ -146,30 +272,35 @@ end
 local function load(key, inst, x)
   if x == nil then x = rcall('GET', key) end
   if not x then return nil end
-  local code = string.byte(x, 1)
+  if not X_OF then layouts() end
+  local code = string.byte(x, 1) - 48 * TEXT -- text: the digit
+  local X = X_OF[code]
+  -- a share or concurrency limiter: x is its kind (configure_lease.lua)
+  if not X then return {key = key, kind = x, version = 0, other = true} end
+  if TEXT == 0 and #x ~= X.size then -- an earlier format (see OLD_FORMATS)
+    local old = OLD_FORMATS[#x]
+    if not old or old.code ~= code then error('limitd: ' .. key .. ': packed state of ' .. #x .. ' bytes') end
+    if old.last then x = string.sub(x, 1, old.last) .. enc('<i7', 0) .. string.sub(x, old.last + 1) end
+    x = string.sub(x, 1, 1) .. enc('<B', FORMAT) .. string.sub(x, 2)
+  end
+  local v = {dec(X.fmt, x)}
+  if v[2] ~= FORMAT then
+    error('limitd: ' .. key .. ': packed state of format ' .. tostring(v[2]) .. ', not ' .. FORMAT)
+  end
   -- One table constructor with every field: adding fields later would grow
   -- (rehash) the table, which costs more than the rest of a load.
-  if code == 1 or code == 49 then
-    local _, ver, whole, frac, den, maxn, burst, maxb, st, ep, nx, pc, rem, al, id, pm, lt,
-      org, sto, alh, idh, pmh, lth = dec(X_SCHEDULE, x)
-    return {key = key, inst = inst, x = x, kind = 'schedule', ver = ver, whole = whole, frac = frac,
-      den = den, maxn = maxn, burst = burst, maxb = maxb, cap = 0, init = 0, warm = 0, cool = 0,
-      thr = 0, slope = 0, stable = whole + frac / den,
-      st = st, ep = ep, org = org, nx = nx, pc = pc, rem = rem, sto = sto,
-      al = al, alh = alh, id = id, idh = idh, pm = pm, pmh = pmh, lt = lt, lth = lth,
-      d_al = 0, d_id = 0, d_pm = 0, d_lt = 0}
-  elseif code == 2 or code == 50 then
-    local _, ver, whole, frac, den, maxn, cap, initial, warm, cool, thr, slope,
-      st, ep, nx, pc, rem, al, id, pm, lt, org, sto, alh, idh, pmh, lth = dec(X_SMOOTH, x)
-    return {key = key, inst = inst, x = x, kind = 'smooth', ver = ver, whole = whole, frac = frac,
-      den = den, maxn = maxn, burst = 0, maxb = 0, cap = cap, init = initial, warm = warm, cool = cool,
-      thr = thr, slope = slope, stable = whole + frac / den,
-      st = st, ep = ep, org = org, nx = nx, pc = pc, rem = rem, sto = sto,
-      al = al, alh = alh, id = id, idh = idh, pm = pm, pmh = pmh, lt = lt, lth = lth,
-      d_al = 0, d_id = 0, d_pm = 0, d_lt = 0}
+  local L = {key = key, inst = inst, x = x, kind = KIND_NAME[code], code = 0, format = 0, version = 0,
+    whole = 0, frac = 0, den = 0, max_permits = 0, burst = 0, max_backlog = 0, cap = 0, initial = 0,
+    warm = 0, cooldown = 0, threshold = 0, slope = 0, stable = 0,
+    started = 0, epoch = 0, origin = 0, next = 0, pace = 0, rem = 0, stored = 0, last = 0,
+    allocated = 0, allocated_hi = 0, idle = 0, idle_hi = 0, permits = 0, permits_hi = 0,
+    lateness = 0, lateness_hi = 0, d_allocated = 0, d_idle = 0, d_permits = 0, d_lateness = 0}
+  local i = 0
+  for _, g in ipairs(X.groups) do
+    for j = 1, #g do L[g[j][1]], i = v[i + 1], i + 1 end
   end
-  -- a share or concurrency limiter: x is its kind (configure_lease.lua)
-  return {key = key, kind = x, ver = 0, other = true}
+  L.stable = L.whole + L.frac / L.den
+  return L
 end
 
 -- params_from copies engine parameters from ARGV (in PARAMS order) into L.
@@ -180,7 +311,7 @@ local function params_from(L, argv, i)
 end
 
 -- tpl_params returns a template's parameters as a table of PARAMS. A
--- template (tpl) is {ver = its version} and either argv and i (PARAMS in
+-- template (tpl) is {version = its version} and either argv and i (PARAMS in
 -- argv from i on) or text (PARAMS one space apart, acquire_many).
 local function tpl_params(tpl)
   local NP = {}
@@ -211,48 +342,59 @@ local function big_gap(d, c)
   return {lo, hi}
 end
 
--- totals are L's totals with this call's changes, as al, al_hi, id, id_hi,
--- pm, pm_hi, lt, lt_hi (each total hi * 2^32 + lo, 0 <= lo < LOW). A low
--- part is carried into the high one only once it reaches LOW, so most calls
--- change low parts only (acquire_one). Exact while lo plus the changes stays
--- below 2^53: one acquire adds less than 2^52 + 2^41 (a forfeit of up to FAR
--- beyond the rebase), and acquire_group settles more at SETTLE.
+-- totals are L's totals with this call's changes, as allocated,
+-- allocated_hi, idle, idle_hi, permits, permits_hi, lateness, lateness_hi
+-- (each total hi * 2^32 + lo, 0 <= lo < LOW). A low part is carried into the
+-- high one only once it reaches LOW, so most calls change low parts only
+-- (acquire_one). Exact while lo plus the changes stays below 2^53: one
+-- acquire adds less than 2^52 + 2^41 (a forfeit of up to FAR beyond the
+-- rebase), and acquire_group settles more at SETTLE.
 local function totals(L)
-  local al, alh, id, idh, pm, pmh, lt, lth = L.al, L.alh, L.id, L.idh, L.pm, L.pmh, L.lt, L.lth
-  local x = L.xid
-  if x then id, idh = id + x[1], idh + x[2] end
-  al, id, pm, lt = al + L.d_al, id + L.d_id, pm + L.d_pm, lt + L.d_lt
-  if al >= LOW or al < 0 then al, alh = carry(al, alh) end
-  if id >= LOW or id < 0 then id, idh = carry(id, idh) end
-  if pm >= LOW or pm < 0 then pm, pmh = carry(pm, pmh) end
-  if lt >= LOW or lt < 0 then lt, lth = carry(lt, lth) end
-  return al, alh, id, idh, pm, pmh, lt, lth
+  local al, al_hi, idle, idle_hi = L.allocated, L.allocated_hi, L.idle, L.idle_hi
+  local pm, pm_hi, late, late_hi = L.permits, L.permits_hi, L.lateness, L.lateness_hi
+  local x = L.xidle
+  if x then idle, idle_hi = idle + x[1], idle_hi + x[2] end
+  al, idle, pm, late = al + L.d_allocated, idle + L.d_idle, pm + L.d_permits, late + L.d_lateness
+  if al >= LOW or al < 0 then al, al_hi = carry(al, al_hi) end
+  if idle >= LOW or idle < 0 then idle, idle_hi = carry(idle, idle_hi) end
+  if pm >= LOW or pm < 0 then pm, pm_hi = carry(pm, pm_hi) end
+  if late >= LOW or late < 0 then late, late_hi = carry(late, late_hi) end
+  return al, al_hi, idle, idle_hi, pm, pm_hi, late, late_hi
 end
 
 -- now_rel is the current time in ns relative to L's epoch; it starts the epoch
 -- for a new limiter and rebases it once it has run for REBASE ns.
 --
--- A limiter left alone for months would see nx - now fall below -2^53, where
--- a double no longer holds every ns. Nothing needs nx that far back: every use
+-- A limiter left alone for months would see next - now fall below -2^53, where
+-- a double no longer holds every ns. Nothing needs next that far back: every use
 -- of a schedule pointer behind now forfeits all but max_backlog (<= HORIZON) of
 -- the gap as idle (forfeit), and a smooth limiter stores at most cap (<= 1e15
--- ns) of it (resync). So when nx would fall more than FAR behind, the part of
--- the gap beyond FAR is counted as idle at once, exactly (L.xid, {lo, hi}), and
--- nx is kept FAR behind: the totals and every later result are those of the
+-- ns) of it (resync). So when next would fall more than FAR behind, the part of
+-- the gap beyond FAR is counted as idle at once, exactly (L.xidle, {lo, hi}), and
+-- next is kept FAR behind: the totals and every later result are those of the
 -- unsettled gap.
+--
+-- A now before last is a clock step back (see Clock steps): the epoch moves
+-- back by the step (a whole number of us: both are), so that the limiter's
+-- time stands at last, and its times, relative to the epoch, stay as they were.
 local function now_rel(L, us)
-  if L.st == 0 and L.ep == 0 then L.ep = us end
-  local now = (us - L.ep) * 1000
+  if L.started == 0 and L.epoch == 0 then L.epoch = us end
+  local now = (us - L.epoch) * 1000
+  if now < L.last then
+    L.epoch = L.epoch - (L.last - now) / 1000
+    now = L.last
+  end
   if now >= REBASE then
-    if L.st == 1 and now - L.nx > FAR then
-      L.xid = big_gap(us - L.ep, L.nx + FAR)
-      L.nx = -FAR
-      L.pc = -2 * HORIZON -- pc <= nx + 2 * HORIZON: it would be clamped below
+    if L.started == 1 and now - L.next > FAR then
+      L.xidle = big_gap(us - L.epoch, L.next + FAR)
+      L.next = -FAR
+      L.pace = -2 * HORIZON -- pace <= next + 2 * HORIZON: it would be clamped below
     else
-      L.nx = L.nx - now
-      L.pc = max(L.pc - now, -2 * HORIZON) -- a pace that far back no longer matters
+      L.next = L.next - now
+      L.pace = max(L.pace - now, -2 * HORIZON) -- a pace that far back no longer matters
     end
-    L.ep = us
+    L.last = max(L.last - now, -2 * HORIZON) -- as the pace: a step back that far is none that matters
+    L.epoch = us
     now = 0
   end
   return now
@@ -260,8 +402,25 @@ end
 
 -- start is limiter.Params.Start.
 local function start(L, now, us)
-  if L.st == 1 then return end
-  L.st, L.org, L.nx, L.pc, L.rem, L.sto = 1, us, now, now, 0, L.init
+  if L.started == 1 then return end
+  L.started, L.origin, L.next, L.pace, L.rem, L.stored, L.last = 1, us, now, now, 0, L.initial, now
+end
+
+-- apply_floor is limiter.Params.ApplyFloor for a started L: fus (Unix us)
+-- and fah (ns) are the floor's Seen and Ahead. fus - L.epoch is exact and, once
+-- the floor is younger than FLOOR_AGE, small enough that the position is too.
+local function apply_floor(L, now, us, fus, fah)
+  if us - fus >= FLOOR_AGE then return end
+  fah = min(max(fah, -FAR), 2 * HORIZON)
+  local at
+  if us < fus then at = now + fah else at = (fus - L.epoch) * 1000 + fah end
+  if at <= now - FAR or at <= L.next then return end
+  -- The state lost what the floor saw: since then, a schedule its callers
+  -- kept ahead of the clock moved on with it (see limiter.Params.ApplyFloor).
+  at = max(at, now + fah)
+  L.d_idle = L.d_idle + (at - L.next)
+  L.next = at
+  if L.kind == 'smooth' then L.stored = 0 else L.pace = max(L.pace, at) end
 end
 
 -- cost is limiter.Slice.Cost: n permits' whole ns and the new sub-ns carry.
@@ -274,26 +433,26 @@ local function cost(L, n, rem)
 end
 
 local function forfeit(L, now, maxb)
-  local late = now - L.nx
+  local late = now - L.next
   if late > maxb then
-    L.d_id = L.d_id + (late - maxb)
-    L.nx = now - maxb
+    L.d_idle = L.d_idle + (late - maxb)
+    L.next = now - maxb
   end
 end
 
 local function resync(L, now)
-  local nx = L.nx
+  local nx = L.next
   if now <= nx then return end
   local gap = now - nx
-  local into = min(gap, L.cap - L.sto)
-  L.sto = L.sto + into
-  L.d_id = L.d_id + (gap - into)
-  L.nx = now
+  local into = min(gap, L.cap - L.stored)
+  L.stored = L.stored + into
+  L.d_idle = L.d_idle + (gap - into)
+  L.next = now
 end
 
 local function stored_time(L)
-  if L.warm == 0 then return L.sto end
-  return floor(L.sto / L.cool * L.stable)
+  if L.warm == 0 then return L.stored end
+  return floor(L.stored / L.cooldown * L.stable)
 end
 
 -- acquire is limiter.Params.acquire. It returns granted (1 or 0), permits,
@@ -304,25 +463,25 @@ local function acquire(L, now, us, n, max_wait)
   if max_wait > HORIZON then max_wait = HORIZON end
   start(L, now, us)
   if L.kind == 'smooth' then
-    if L.nx - now > max_wait then
-      local delay = L.nx - now
+    if L.next - now > max_wait then
+      local delay = L.next - now
       return 0, 0, 0, 0, delay, 0, stored_time(L), delay - max_wait
     end
     resync(L, now)
-    local st, push = L.nx, 0
+    local st, push = L.next, 0
     if L.warm == 0 then
       local c, r = cost(L, n, L.rem)
-      local from = min(c, L.sto)
-      L.rem, L.sto, push = r, L.sto - from, c - from
-    elseif L.sto == 0 then
+      local from = min(c, L.stored)
+      L.rem, L.stored, push = r, L.stored - from, c - from
+    elseif L.stored == 0 then
       push, L.rem = cost(L, n, L.rem)
     else
       -- Guava's SmoothWarmingUp.storedPermitsToWaitTime, then the rest at
       -- the stable rate.
-      local stable, stored = L.stable, L.sto / L.cool
+      local stable, stored = L.stable, L.stored / L.cooldown
       local spend = min(n, stored)
       local take, wait = spend, 0
-      local above = stored - L.thr
+      local above = stored - L.threshold
       if above > 0 then
         local take_above = min(above, take)
         local length = (stable + above * L.slope) + (stable + (above - take_above) * L.slope)
@@ -330,55 +489,63 @@ local function acquire(L, now, us, n, max_wait)
         take = take - take_above
       end
       push = wait + floor(stable * take) + floor((n - spend) * stable)
-      if spend == stored then L.sto = 0 else L.sto = L.sto - min(L.sto, floor(spend * L.cool)) end
+      if spend == stored then L.stored = 0 else L.stored = L.stored - min(L.stored, floor(spend * L.cooldown)) end
     end
-    L.nx = L.nx + push
-    L.d_al, L.d_pm = L.d_al + push, L.d_pm + n
+    L.next = L.next + push
+    L.d_allocated, L.d_permits = L.d_allocated + push, L.d_permits + n
+    L.last = now
     return 1, n, st, st, st - now, 0, stored_time(L), 0
   end
-  forfeit(L, now, L.maxb)
-  local sched = L.nx
-  local st = max(sched, L.pc, now)
+  forfeit(L, now, L.max_backlog)
+  local sched = L.next
+  local st = max(sched, L.pace, now)
   local delay = st - now
   if delay > max_wait then
     return 0, 0, 0, 0, delay, 0, max(0, now - sched), delay - max_wait
   end
   local c, r = cost(L, n, L.rem)
   L.rem = r
-  L.nx = sched + c
-  if L.burst == 0 then L.pc = st else L.pc = st + math.ceil(c / L.burst) end -- burst "inf" is stored as 0
+  L.next = sched + c
+  if L.burst == 0 then L.pace = st else L.pace = st + math.ceil(c / L.burst) end -- burst "inf" is stored as 0
   local late = st - sched
-  L.d_al, L.d_pm, L.d_lt = L.d_al + c, L.d_pm + n, L.d_lt + late
-  return 1, n, sched, st, delay, late, max(0, now - L.nx), 0
+  L.d_allocated, L.d_permits, L.d_lateness = L.d_allocated + c, L.d_permits + n, L.d_lateness + late
+  L.last = now
+  return 1, n, sched, st, delay, late, max(0, now - L.next), 0
 end
 
 -- settle moves this call's changes into L's totals.
 local function settle(L)
-  L.al, L.alh, L.id, L.idh, L.pm, L.pmh, L.lt, L.lth = totals(L)
-  L.d_al, L.d_id, L.d_pm, L.d_lt, L.xid = 0, 0, 0, 0, nil
+  L.allocated, L.allocated_hi, L.idle, L.idle_hi, L.permits, L.permits_hi, L.lateness, L.lateness_hi = totals(L)
+  L.d_allocated, L.d_idle, L.d_permits, L.d_lateness, L.xidle = 0, 0, 0, 0, nil
 end
 
 -- pack returns L's x (see Storage), settling this call's changes into its
 -- totals.
 local function pack(L)
   settle(L)
-  local al, alh, id, idh, pm, pmh, lt, lth = L.al, L.alh, L.id, L.idh, L.pm, L.pmh, L.lt, L.lth
-  if L.kind == 'smooth' then
-    return enc(X_SMOOTH, 2, L.ver, L.whole, L.frac, L.den, L.maxn, L.cap, L.init, L.warm, L.cool,
-      L.thr, L.slope, L.st, L.ep, L.nx, L.pc, L.rem, al, id, pm, lt, L.org, L.sto, alh, idh, pmh, lth)
+  L.code, L.format = KIND_CODE[L.kind], FORMAT
+  if not X_OF then layouts() end
+  local X = X_OF[L.code]
+  local v, i = {}, 0
+  for _, g in ipairs(X.groups) do
+    for j = 1, #g do v[i + 1], i = L[g[j][1]], i + 1 end
   end
-  return enc(X_SCHEDULE, 1, L.ver, L.whole, L.frac, L.den, L.maxn, L.burst, L.maxb,
-    L.st, L.ep, L.nx, L.pc, L.rem, al, id, pm, lt, L.org, L.sto, alh, idh, pmh, lth)
+  return enc(X.fmt, unpack(v, 1, i))
 end
 
--- settle_ms is how long an instance must be kept: until its state is no
--- different from a fresh one (debt paid, stored time full or backlog
--- forfeited), or the template's idle_ttl when one is set.
+-- settle_ms is how long an instance must be kept: never less than its debt
+-- (while it owes, a fresh instance would grant again what it granted), then
+-- the template's idle_ttl when one is set (idle_ttl_ms > 0); else until its
+-- state is no different from a fresh one (stored time full or backlog
+-- forfeited) but at most -idle_ttl_ms after the debt (store.DefaultIdleTTL,
+-- sent negative), 0 for no bound.
 local function settle_ms(L, now, idle_ttl_ms)
-  if idle_ttl_ms > 0 then return idle_ttl_ms end
-  local settle = L.maxb
-  if L.kind == 'smooth' then settle = L.cap - L.sto end
-  return max(1, math.ceil((max(0, L.nx - now, L.pc - now) + settle) / 1e6))
+  local debt = max(0, L.next - now, L.pace - now)
+  if idle_ttl_ms > 0 then return max(idle_ttl_ms, math.ceil(debt / 1e6)) end
+  local settle = L.max_backlog
+  if L.kind == 'smooth' then settle = L.cap - L.stored end
+  if idle_ttl_ms < 0 then settle = min(settle, -idle_ttl_ms * 1e6) end
+  return max(1, math.ceil((debt + settle) / 1e6))
 end
 
 -- save writes L back if this call changed it: a named limiter's state key, or
@@ -409,23 +576,24 @@ local function save(L, now, idle_ttl_ms)
 end
 
 local function fresh(key, inst)
-  return {key = key, inst = inst, st = 0, ep = 0, org = 0, nx = 0, pc = 0, rem = 0, sto = 0,
-    al = 0, alh = 0, id = 0, idh = 0, pm = 0, pmh = 0, lt = 0, lth = 0,
-    d_al = 0, d_id = 0, d_pm = 0, d_lt = 0}
+  return {key = key, inst = inst, started = 0, epoch = 0, origin = 0, next = 0, pace = 0, rem = 0,
+    stored = 0, last = 0, allocated = 0, allocated_hi = 0, idle = 0, idle_hi = 0, permits = 0,
+    permits_hi = 0, lateness = 0, lateness_hi = 0, d_allocated = 0, d_idle = 0, d_permits = 0, d_lateness = 0}
 end
 
 -- retune is limiter.Reconfigure: settle time passed under L's old parameters,
 -- then take the new ones (NP, a table of PARAMS) keeping the schedule.
 local function retune(L, now, NP)
-  if L.st == 1 then
+  if L.started == 1 then
+    L.last = now
     if L.whole ~= NP.whole or L.frac ~= NP.frac or L.den ~= NP.den then L.rem = 0 end
     if NP.kind == 'smooth' then
       resync(L, now)
-      if L.cap == 0 and NP.warm == 1 then L.sto = NP.cap
-      elseif L.cap == 0 then L.sto = 0
-      else L.sto = min(NP.cap, floor(L.sto * NP.cap / L.cap)) end
+      if L.cap == 0 and NP.warm == 1 then L.stored = NP.cap
+      elseif L.cap == 0 then L.stored = 0
+      else L.stored = min(NP.cap, floor(L.stored * NP.cap / L.cap)) end
     else
-      forfeit(L, now, L.maxb)
+      forfeit(L, now, L.max_backlog)
     end
   end
   for _, f in ipairs(PARAMS) do L[f] = NP[f] end
@@ -433,15 +601,16 @@ end
 
 -- reset is limiter.Params.Reset.
 local function reset(L, now)
-  if L.st ~= 1 then return end
+  if L.started ~= 1 then return end
+  L.last = now
   if L.kind == 'smooth' then
     resync(L, now)
-    L.d_id = L.d_id + L.sto
-    L.sto = L.init
+    L.d_idle = L.d_idle + L.stored
+    L.stored = L.initial
     return
   end
   forfeit(L, now, 0)
-  L.pc = max(L.pc, now)
+  L.pace = max(L.pace, now)
 end
 
 -- resolve finds the limiter a call is about: the named limiter (its state
@@ -455,7 +624,7 @@ local function resolve(key, ikey, tpl, us, x, ix)
   if L then return L end
   if not tpl then return nil end
   L = load(ikey, true, ix)
-  if L and (L.other or tpl.ver <= L.ver) then return L end
+  if L and (L.other or tpl.version <= L.version) then return L end
   local NP = tpl_params(tpl)
   if not L then
     L = fresh(ikey, true)
@@ -470,70 +639,89 @@ end
 -- instance} and the template's parameters, if any, from argv[i] on.
 local function resolve_keys(keys, argv, i, us)
   local tpl
-  if #argv >= i + #PARAMS - 1 then tpl = {argv = argv, i = i, ver = tonumber(argv[i + #PARAMS - 1])} end
+  if #argv >= i + #PARAMS - 1 then tpl = {argv = argv, i = i, version = tonumber(argv[i + #PARAMS - 1])} end
   return resolve(keys[1], keys[2], tpl, us)
 end
 
 -- grant_main is the body of grant.lua: n permits for a client pool, with
 -- what the pool needs to place each permit and to hand unused ones back.
--- ARGV: n, max_wait (ns; negative: forever), idle_ttl_ms, [template PARAMS...].
--- Reply: {code, granted, permits, ep, sched, start, delay, lateness, wait,
+-- ARGV: n, max_wait (ns; negative: forever), idle_ttl_ms, floor_us,
+-- floor_ahead (a floor, see Floors; floor_us 0: none), [template PARAMS...].
+-- Reply: {code, granted, permits, epoch, sched, start, delay, lateness, wait,
 -- retry_after, version, now_us, instance, rem_before, next_after, whole,
--- frac, den, burst, kind} with times relative to ep (Unix us) and instance 1
--- when a template instance answered. code 1 is ok, -1 not found, -2 permits
--- out of range ({-2, max}), -5 a limiter of another kind ({-5, kind}).
+-- frac, den, burst, kind, max_permits} with times relative to epoch (Unix us),
+-- instance 1 when a template instance answered, next_after the position.
+-- code 1 is ok, -1 not found, -2 permits out of range ({-2, max}), -5 a
+-- limiter of another kind ({-5, kind}).
 local function grant_main(keys, argv)
   local us = time_us()
-  local L = resolve_keys(keys, argv, 4, us)
-  if not L then return {-1} end
-  if L.other then return {-5, L.kind} end
+  local L = resolve_keys(keys, argv, 6, us)
+  if not L then return {NOT_FOUND} end
+  if L.other then return {OTHER_KIND, L.kind} end
   local n, max_wait = tonumber(argv[1]), tonumber(argv[2])
-  if n < 1 or n > L.maxn or n ~= floor(n) then return {-2, L.maxn} end
+  if n < 1 or n > L.max_permits or n ~= floor(n) then return {PERMITS_RANGE, L.max_permits} end
   if max_wait < 0 then max_wait = HORIZON end
   local now = now_rel(L, us)
+  local fus = tonumber(argv[4])
+  if fus ~= 0 then
+    start(L, now, us)
+    apply_floor(L, now, us, fus, tonumber(argv[5]))
+  end
   local rem_before = L.rem
-  if L.st ~= 1 and L.kind == 'schedule' then rem_before = 0 end
+  if L.started ~= 1 and L.kind == 'schedule' then rem_before = 0 end
   local granted, permits, sched, st, delay, late, wait, retry = acquire(L, now, us, n, max_wait)
   save(L, now, tonumber(argv[3]))
-  return {1, granted, permits, L.ep, sched, st, delay, late, wait, retry, L.ver, us, L.inst and 1 or 0,
-    rem_before, L.nx, L.whole, L.frac, L.den, fmt(L.burst), L.kind}
+  return {OK, granted, permits, L.epoch, sched, st, delay, late, wait, retry, L.version, us, L.inst and 1 or 0,
+    rem_before, L.next, L.whole, L.frac, L.den, fmt(L.burst), L.kind, L.max_permits}
 end
 
 -- acquire_one is acquire_many's path for its most frequent call, one acquire
 -- on a named schedule limiter that has started, in numbers held in locals
 -- rather than a table L: the same steps as acquire (now_rel without a
--- rebase, forfeit, cost, pace) and save. It reads x
--- only up to the low parts of the totals and rewrites only what changes
--- (X_LEAN, X_RUN: SETRANGE), so a change that would carry into a high part
--- goes the general way. x is key's x if the caller has read it. It returns
--- the answer, or nil and x (false: no such key) for the general path.
-local function acquire_one(key, n, max_wait, us, x)
+-- rebase or a clock step, forfeit, cost, pace) and save. It reads x only up
+-- to last and rewrites only what changes (X_LEAN, X_RUN: SETRANGE), so a
+-- change that would carry into a high part goes the general way, and so does
+-- a floor (fus, fah: see apply_floor; nil: none) that moves the schedule. x
+-- is key's x if the caller has read it. It returns the answer, or nil and x
+-- (false: no such key) for the general path.
+local function acquire_one(key, n, max_wait, us, x, fus, fah)
   if x == nil then x = rcall('GET', key) end
   -- a schedule limiter's x is X_SIZE bytes long (a smooth one's longer, a
-  -- kind's name shorter) and starts with its code, 1
+  -- kind's name shorter, an earlier format's shorter) and starts with its
+  -- code, 1, and FORMAT
   if not x or TEXT == 1 or #x ~= X_SIZE then return nil, x end
-  local code, ver, whole, frac, den, maxn, burst, maxb, st, ep, nx, pc, rem, al, id, pm, lt = dec(X_LEAN, x)
-  if code ~= 1 then return nil, x end
-  local now = (us - ep) * 1000
+  local code, format, version, whole, frac, den, max_permits, burst, max_backlog, started, epoch,
+    next, pace, rem, allocated, idle, permits, lateness, last = dec(X_LEAN, x)
+  if code ~= 1 or format ~= FORMAT then return nil, x end
+  local now = (us - epoch) * 1000
   n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
-  if st ~= 1 or now >= REBASE or n < 1 or n > maxn or n % 1 ~= 0 then return nil, x end
-  if max_wait < 0 or max_wait > HORIZON then max_wait = HORIZON end
-  local late = now - nx
-  if late > maxb then -- forfeit
-    id = id + (late - maxb)
-    nx = now - maxb
+  if started ~= 1 or now >= REBASE or now < last or n < 1 or n > max_permits or n % 1 ~= 0 then return nil, x end
+  if fus then -- apply_floor's test, without its change
+    fus = tonumber(fus)
+    if fus ~= 0 and us - fus < FLOOR_AGE then
+      local ah = min(max(tonumber(fah), -FAR), 2 * HORIZON)
+      local at
+      if us < fus then at = now + ah else at = (fus - epoch) * 1000 + ah end
+      if at > now - FAR and at > next then return nil, x end
+    end
   end
-  local sched = nx
-  local start = sched -- max(sched, pc, now)
-  if pc > start then start = pc end
+  if max_wait < 0 or max_wait > HORIZON then max_wait = HORIZON end
+  local late = now - next
+  if late > max_backlog then -- forfeit
+    idle = idle + (late - max_backlog)
+    next = now - max_backlog
+  end
+  local sched = next
+  local start = sched -- max(sched, pace, now)
+  if pace > start then start = pace end
   if now > start then start = now end
   local delay = start - now
   local answer
   if delay > max_wait then
     local wait = now - sched
     if wait < 0 then wait = 0 end
-    answer = enc(HR, 1, us, ver, 0, 0, 0, delay, wait, delay - max_wait)
-    if late <= maxb then return answer end -- a denial that forfeited nothing changes nothing
+    answer = enc(HR, A_OK, us, version, 0, next - now, R_DENIED, 0, delay, wait, delay - max_wait)
+    if late <= max_backlog then return answer end -- a denial that forfeited nothing changes nothing
   else
     local c -- cost
     if frac == 0 then
@@ -544,63 +732,70 @@ local function acquire_one(key, n, max_wait, us, x)
       rem = fmod(t, den)
       c = n * whole + (n - b) / den * frac + (t - rem) / den
     end
-    nx = sched + c
-    if burst == 0 then pc = start else pc = start + math.ceil(c / burst) end
-    al, pm, lt = al + c, pm + n, lt + (start - sched)
-    local wait = now - nx
+    next = sched + c
+    if burst == 0 then pace = start else pace = start + math.ceil(c / burst) end
+    allocated, permits, lateness = allocated + c, permits + n, lateness + (start - sched)
+    last = now
+    local wait = now - next
     if wait < 0 then wait = 0 end
-    answer = enc(HR, 1, us, ver, 0, 1, sched - now, delay, wait, 0)
+    answer = enc(HR, A_OK, us, version, 0, next - now, R_GRANTED, sched - now, delay, wait, 0)
   end
-  if al >= LOW or id >= LOW or pm >= LOW or lt >= LOW then return nil, x end -- a carry
-  rcall('SETRANGE', key, X_RUN_OFFSET, enc(X_RUN, nx, pc, rem, al, id, pm, lt))
+  if allocated >= LOW or idle >= LOW or permits >= LOW or lateness >= LOW then return nil, x end -- a carry
+  rcall('SETRANGE', key, X_RUN_AT, enc(X_RUN, next, pace, rem, allocated, idle, permits, lateness, last))
   return answer
 end
 
 -- acquire_group is acquire_many's answer for the m requests of one limiter,
 -- whose pairs start at argv[q] (ikey, tpl and idle_ttl: its instance key,
 -- template and idle TTL, if a template matches; x and ix: the x of its keys,
--- if read already).
-local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix)
+-- if read already; fus, fah: its floor, see apply_floor, nil or 0: none).
+local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fus, fah)
   local L = resolve(key, ikey, tpl, us, x, ix)
-  if not L then return enc('<B', 3) end
+  if not L then return enc('<B', A_NOT_FOUND) end
   if L.other then -- its kind: a length and the name (text: the name)
-    if TEXT == 1 then return '4 ' .. L.kind end
-    return enc('<BB', 4, #L.kind) .. L.kind
+    if TEXT == 1 then return A_OTHER_KIND .. ' ' .. L.kind end
+    return enc('<BB', A_OTHER_KIND, #L.kind) .. L.kind
   end
   local now = now_rel(L, us)
-  local recs, decided = {enc(H, 1, us, L.ver, L.inst and 1 or 0)}, false
+  fus = fus and tonumber(fus)
+  if fus and fus ~= 0 then
+    start(L, now, us)
+    apply_floor(L, now, us, fus, tonumber(fah))
+  end
+  local recs, decided = {false}, false
   for r = 1, m do
     local n, max_wait = argv[q], argv[q + 1]
     n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
     q = q + 2
-    if n < 1 or n > L.maxn or n ~= floor(n) then
-      recs[r + 1] = enc(R, 2, L.maxn, 0, 0, 0)
+    if n < 1 or n > L.max_permits or n ~= floor(n) then
+      recs[r + 1] = enc(R, R_PERMITS_RANGE, L.max_permits, 0, 0, 0)
     else
       if max_wait < 0 then max_wait = HORIZON end
       local granted, _, sched, st, delay, _, wait, retry = acquire(L, now, us, n, max_wait)
       if granted == 1 then
-        recs[r + 1] = enc(R, 1, sched - now, st - now, wait, retry)
+        recs[r + 1] = enc(R, R_GRANTED, sched - now, st - now, wait, retry)
       else
-        recs[r + 1] = enc(R, 0, 0, delay, wait, retry)
+        recs[r + 1] = enc(R, R_DENIED, 0, delay, wait, retry)
       end
       decided = true
       -- Many requests' changes could pass 2^53 together (totals).
-      if L.d_al >= SETTLE or L.d_id >= SETTLE or L.d_pm >= SETTLE or L.d_lt >= SETTLE then settle(L) end
+      if L.d_allocated >= SETTLE or L.d_idle >= SETTLE or L.d_permits >= SETTLE or L.d_lateness >= SETTLE then settle(L) end
     end
   end
   -- Requests that were all refused change nothing (an instance is neither
   -- created nor moved to a new template version).
   if decided then save(L, now, idle_ttl) end
+  recs[1] = enc(H, A_OK, us, L.version, L.inst and 1 or 0, L.next - now)
   return table.concat(recs, SEP)
 end
 
 -- acquire_single is the answer to one acquire on one limiter without a
--- template, whose pair is argv[a], argv[a + 1]: acquire_one's, else the
--- general path's.
-local function acquire_single(key, argv, a, us, x)
+-- template, whose pair is argv[a], argv[a + 1], with the floor fus, fah (nil:
+-- none): acquire_one's, else the general path's.
+local function acquire_single(key, argv, a, us, x, fus, fah)
   local answer
-  answer, x = acquire_one(key, argv[a], argv[a + 1], us, x)
-  return answer or acquire_group(key, nil, nil, 0, 1, argv, a, us, x)
+  answer, x = acquire_one(key, argv[a], argv[a + 1], us, x, fus, fah)
+  return answer or acquire_group(key, nil, nil, 0, 1, argv, a, us, x, nil, fus, fah)
 end
 
 -- acquire_many is the body of acquire.lua: any number of acquires on any
@@ -609,38 +804,44 @@ end
 -- the other at that time.
 -- KEYS: each limiter's state key, followed by its instance key when a
 -- template matches its name.
--- ARGV: per limiter, in KEYS order, a head then m pairs n, max_wait (ns;
+-- ARGV: per limiter, in KEYS order, a head, its floor (floor_us,
+-- floor_ahead: see Floors; 0 0 for none), then m pairs n, max_wait (ns;
 -- negative: forever). The head is m, or when a template matches, one string:
 -- m, the template's idle_ttl_ms and its PARAMS (ver last), one space apart.
--- One acquire on one limiter without a template may come as the pair alone.
+-- One acquire on one limiter without a template may come as the pair alone,
+-- or as the pair and its floor (4 arguments).
 -- Reply: one string, the limiters' answers in KEYS order. An answer is H (1,
--- now_us, version, instance 0 or 1), then one R per request: code (0 denied,
+-- now_us, version, instance 0 or 1, position: next relative to now after its
+-- requests), then one R per request: code (0 denied,
 -- 1 granted, 2 n out of range, with the maximum as sched), sched, start
 -- (relative to now), wait, retry_after; or 3 (not found); or 4 (a limiter of
 -- another kind) and its kind's name, after its length. In text (no struct)
 -- the numbers and the name are one space apart.
 local function acquire_many(keys, argv)
   local us = time_us()
-  if #argv == 2 then return acquire_single(keys[1], argv, 1, us) end -- the pair alone
+  local na = #argv
+  if na == 2 then return acquire_single(keys[1], argv, 1, us) end -- the pair alone
+  if na == 4 then return acquire_single(keys[1], argv, 1, us, nil, argv[3], argv[4]) end -- and a floor
   local xs = {} -- every key's x, read at once for many limiters
   if #keys > 1 then xs = rcall('MGET', unpack(keys)) end
   local out = {}
-  local j, k, a, na = 0, 1, 1, #argv
+  local j, k, a = 0, 1, 1
   while a <= na do
     j = j + 1
-    local head = argv[a]
+    local head, fus, fah = argv[a], argv[a + 1], argv[a + 2]
+    if fus == '0' then fus = nil end
     if head == '1' then -- one acquire, no template
-      out[j] = acquire_single(keys[k], argv, a + 1, us, xs[k])
-      k, a = k + 1, a + 3
+      out[j] = acquire_single(keys[k], argv, a + 3, us, xs[k], fus, fah)
+      k, a = k + 1, a + 5
     else
       local m, tpl, idle_ttl, ikey = tonumber(head), nil, 0, nil
       if not m then
         local ms, ttl, params = string.match(head, '^(%S+) (%S+) (.*)$')
         m, idle_ttl, ikey = tonumber(ms), tonumber(ttl), keys[k + 1]
-        tpl = {text = params, ver = tonumber(string.match(params, '(%S+)$'))}
+        tpl = {text = params, version = tonumber(string.match(params, '(%S+)$'))}
       end
-      out[j] = acquire_group(keys[k], ikey, tpl, idle_ttl, m, argv, a + 1, us, xs[k], ikey and xs[k + 1])
-      k, a = k + (ikey and 2 or 1), a + 1 + 2 * m
+      out[j] = acquire_group(keys[k], ikey, tpl, idle_ttl, m, argv, a + 3, us, xs[k], ikey and xs[k + 1], fus, fah)
+      k, a = k + (ikey and 2 or 1), a + 3 + 2 * m
     end
   end
   if j == 1 then return out[1] end

@@ -53,8 +53,9 @@ func Library() Lib {
 		fn := name + "_" + op
 		l.Functions[op] = fn
 		// lib.lua's init reads the globals on the first call (see Globals
-		// there); the library's top level may not.
-		body.WriteString("\nredis.register_function('" + fn + "', function(KEYS, ARGV)\nif not rcall then init() end\n")
+		// there), and layouts computes the packed layouts once for every
+		// call to come; the library's top level may not.
+		body.WriteString("\nredis.register_function('" + fn + "', function(KEYS, ARGV)\nif not rcall then init() layouts() end\n")
 		body.WriteString(bodies[i])
 		body.WriteString("\nend)\n")
 	}

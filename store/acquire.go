@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -33,6 +34,11 @@ type Decision struct {
 	// It costs nothing to ask, so callers can label by template without a
 	// round trip of their own.
 	Instance bool
+	// Position is where the limiter's schedule stands after the call (Unix
+	// ns, Redis clock): the next permit's scheduled start (smooth: its next
+	// free time). The store remembers the furthest it has seen per name and
+	// sends it as a floor with its next call (floors.go).
+	Position int64
 }
 
 // Acquire asks the limiter (or the template matching name) for n permits,
@@ -53,11 +59,16 @@ func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait
 	if n < 1 {
 		return Decision{}, permitsErr(n)
 	}
-	// Without a template, acquire.lua takes the state key and the pair alone.
+	// Without a template, acquire.lua takes the state key and the pair
+	// alone, or the pair and a floor.
+	fus, fah := s.floors.args(name)
 	keys, args := []string{s.stateKey(name)}, []any{n, waitArg(maxWait)}
+	if fus != 0 {
+		args = []any{n, waitArg(maxWait), fus, fah}
+	}
 	if tpl != nil {
 		keys = append(keys, s.instanceKey(name))
-		args = []any{tpl.acquireHead(1), n, waitArg(maxWait)}
+		args = []any{tpl.acquireHead(1), fus, fah, n, waitArg(maxWait)}
 	}
 	v, err := s.runAny(ctx, lua.Acquire, keys, args...)
 	if err != nil {
@@ -68,6 +79,9 @@ func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait
 	decodeAnswer(name, u, 1, func(int) (int64, *Outcome) { return n, &o })
 	if err := u.done("answer"); err != nil && o.Err == nil {
 		o.Err = fmt.Errorf("store: acquire of %q: %w", name, err)
+	}
+	if o.Err == nil {
+		s.floors.see(name, o.Now, o.Position)
 	}
 	return o.Decision, o.Err
 }
@@ -90,12 +104,13 @@ func (s *Store) grantCall(ctx context.Context, name string, n int64, maxWait tim
 	if n < 1 {
 		return nil, permitsErr(n)
 	}
-	args := append([]any{n, waitArg(maxWait), tpl.idleTTLms()}, tpl.args()...)
+	fus, fah := s.floors.args(name)
+	args := append([]any{n, waitArg(maxWait), tpl.idleTTLms(), fus, fah}, tpl.args()...)
 	v, err := s.run(ctx, lua.Grant, keys, args...)
 	if err != nil {
 		return nil, err
 	}
-	return v, replyErr(name, v)
+	return v, replyErr("grant", name, v)
 }
 
 func permitsErr(n int64) error {
@@ -109,51 +124,50 @@ func waitArg(d time.Duration) int64 {
 	return max(0, int64(d))
 }
 
-func replyErr(name string, v []any) error {
-	switch toInt(v[0]) {
-	case -1:
+// replyErr maps the error codes a rate limiter's script answers (grant,
+// peek, release, reset) for op on name; a reply without a code it knows is
+// ErrBadReply.
+func replyErr(op, name string, v []any) error {
+	r := reply{v: v}
+	switch r.int(0) {
+	case replyOK:
+		return nil
+	case replyNotFound:
 		return fmt.Errorf("limiter %q: %w", name, ErrNotFound)
-	case -2:
-		// Older rate scripts refuse a share or concurrency limiter as a
-		// request for too many permits, {-2, maxn}, with the marker its
-		// hash holds as maxn (configure_lease.lua).
-		switch maxn := toInt(v[1]); {
-		case maxn == maxnShare:
-			return kindConflict(name, limiter.KindShare)
-		case maxn == maxnConcurrency:
-			return kindConflict(name, limiter.KindConcurrency)
-		case maxn < 1: // no rate limiter has fewer than 1
-			return kindConflict(name, "")
+	case replyPermitsRange:
+		if maxn := r.int(1); r.err == nil {
+			return &limiter.FieldError{Field: "permits", Rule: limiter.PermitsRule(maxn)}
 		}
-		return &limiter.FieldError{Field: "permits", Rule: "must be ≥ 1 and at most " + strconv.FormatInt(toInt(v[1]), 10) + " (13 days of schedule)"}
-	case -5: // a limiter of a kind without a schedule (share, concurrency)
-		kind := ""
-		if len(v) > 1 {
-			kind = toString(v[1])
+	case replyOtherKind: // a limiter of a kind without a schedule (share, concurrency)
+		if kind := r.str(1); r.err == nil {
+			return kindConflict(name, limiter.Kind(kind))
 		}
-		return kindConflict(name, limiter.Kind(kind))
+	default:
+		r.fail(0, "not a reply code")
 	}
-	return nil
+	return r.check(op, name)
 }
 
 func abs(ep, rel int64) int64 { return ep*1000 + rel }
 
-func decodeDecision(v []any) Decision {
-	ep := toInt(v[3])
+// decodeDecision reads grant.lua's reply (grant_main in lua/lib.lua) as far
+// as a Decision goes; r.err tells whether it could.
+func decodeDecision(r *reply) Decision {
+	ep := r.int(3)
 	d := Decision{
-		Granted: toInt(v[1]) == 1, Permits: toInt(v[2]), Delay: toInt(v[6]), Lateness: toInt(v[7]),
-		Wait: toInt(v[8]), RetryAfter: toInt(v[9]), Version: toInt(v[10]), Now: toInt(v[11]) * 1000,
-		Instance: toInt(v[12]) == 1,
+		Granted: r.flag(1), Permits: r.int(2), Delay: r.int(6), Lateness: r.int(7),
+		Wait: r.int(8), RetryAfter: r.int(9), Version: r.int(10), Now: r.int(11) * 1000,
+		Instance: r.flag(12),
 	}
 	if d.Granted {
-		d.Scheduled, d.Start = abs(ep, toInt(v[4])), abs(ep, toInt(v[5]))
+		d.Scheduled, d.Start = abs(ep, r.int(4)), abs(ep, r.int(5))
 	}
 	return d
 }
 
 // decodeAnswer reads one limiter's answer from u, the reply of acquire.lua
 // (acquire_many in lua/lib.lua): its head (code 1, now_us, version,
-// instance) and one record per request (code, then sched, start, wait,
+// instance, position) and one record per request (code, then sched, start, wait,
 // retry_after), or code 3 (not found), or code 4 and a kind's name. req
 // gives the permits of each of its m requests and where its Outcome goes; it
 // is called once for each, in order.
@@ -168,18 +182,24 @@ func decodeAnswer(name string, u *unpacker, m int, req func(r int) (int64, *Outc
 	case u.err != nil:
 		fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
 		return
-	case code == 3:
+	case code == answerNotFound:
 		fail(fmt.Errorf("limiter %q: %w", name, ErrNotFound))
 		return
-	case code == 4: // a limiter of a kind without a schedule
-		fail(kindConflict(name, limiter.Kind(u.str())))
+	case code == answerOtherKind: // a limiter of a kind without a schedule
+		kind := u.str()
+		if u.err != nil {
+			fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
+			return
+		}
+		fail(kindConflict(name, limiter.Kind(kind)))
 		return
-	case code != 1:
-		u.err = fmt.Errorf("answer code %d", code)
+	case code != answerOK:
+		u.err = badReply("answer code %d", code)
 		fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
 		return
 	}
 	now, ver, inst := u.int(7)*1000, u.int(7), u.uint(1) == 1
+	pos := now + u.int(7)
 	for r := range m {
 		code := u.uint(1)
 		sched, start, wait, retry := u.int(7), u.int(7), u.int(7), u.int(7)
@@ -188,14 +208,18 @@ func decodeAnswer(name string, u *unpacker, m int, req func(r int) (int64, *Outc
 		case u.err != nil:
 			o.Err = fmt.Errorf("store: acquire of %q: record %d: %w", name, r, u.err)
 			continue
-		case code == 2:
-			o.Err = &limiter.FieldError{Field: "permits", Rule: "must be ≥ 1 and at most " + strconv.FormatInt(sched, 10) + " (13 days of schedule)"}
+		case code == recordPermitsRange:
+			o.Err = &limiter.FieldError{Field: "permits", Rule: limiter.PermitsRule(sched)}
+			continue
+		case code != recordGranted && code != recordDenied:
+			u.err = badReply("record code %d", code)
+			o.Err = fmt.Errorf("store: acquire of %q: record %d: %w", name, r, u.err)
 			continue
 		}
 		// A grant's delay is its start, its lateness start − sched; a
 		// denial's delay comes as start.
-		d := Decision{Granted: code == 1, Delay: start, Wait: wait, RetryAfter: retry,
-			Version: ver, Now: now, Instance: inst}
+		d := Decision{Granted: code == recordGranted, Delay: start, Wait: wait, RetryAfter: retry,
+			Version: ver, Now: now, Instance: inst, Position: pos}
 		if d.Granted {
 			d.Permits, d.Lateness = n, start-sched
 			d.Scheduled, d.Start = now+sched, now+start
@@ -208,7 +232,7 @@ func decodeAnswer(name string, u *unpacker, m int, req func(r int) (int64, *Outc
 func answerUnpacker(v any) *unpacker {
 	s, ok := v.(string)
 	if !ok {
-		return &unpacker{err: fmt.Errorf("unexpected answer %v", v)}
+		return &unpacker{err: badReply("answer %v (%T), want a string", v, v)}
 	}
 	return newUnpacker(s)
 }
@@ -223,9 +247,32 @@ type Grant struct {
 	Slice     limiter.Slice
 	Burst     float64 // +Inf for "inf"
 	RemBefore int64   // the carry before the grant
-	End       int64   // the schedule pointer after the grant (Unix ns)
-	epoch     int64   // µs; Scheduled, Start and End relative to it are exact
+	End       int64   // the schedule pointer after the grant (Unix ns): the Position
+	// MaxPermits is the most permits one grant of this limiter may take
+	// (its max_reserve of schedule), for the pool to size the next one.
+	MaxPermits int64
+	epoch      int64  // µs; Scheduled, Start and End relative to it are exact
+	nonce      uint64 // tells this grant from any other (handbackKey)
 }
+
+// GrantOrigin is what of a grant only the store makes: the epoch (µs) its
+// times are exact in, and the nonce that tells it from every other grant
+// (handbackKey). A front end that hands grants out over a wire carries it
+// with the grant and restores it (SetOrigin) before Release, so that no
+// process has to keep the grants it issued.
+type GrantOrigin struct {
+	Epoch int64
+	Nonce uint64
+}
+
+// Origin returns g's origin.
+func (g *Grant) Origin() GrantOrigin { return GrantOrigin{Epoch: g.epoch, Nonce: g.nonce} }
+
+// SetOrigin restores the origin of a grant rebuilt from its wire form. With
+// the wrong epoch, the grant's end is misplaced and Release rewinds nothing
+// (it counts the permits as idle); with the wrong nonce, the grant can be
+// handed back once more, which rewinds only if nothing moved since.
+func (g *Grant) SetOrigin(o GrantOrigin) { g.epoch, g.nonce = o.Epoch, o.Nonce }
 
 // Params returns engine parameters able to compute costs and pace for the
 // grant's permits (Slice, Burst, Kind).
@@ -239,22 +286,46 @@ func (s *Store) Grant(ctx context.Context, name string, k int64, maxWait time.Du
 	if err != nil {
 		return Grant{}, err
 	}
-	g := Grant{Decision: decodeDecision(v), Name: name, epoch: toInt(v[3])}
-	g.RemBefore = toInt(v[13])
-	g.End = abs(g.epoch, toInt(v[14]))
-	g.Slice = limiter.Slice{Whole: toInt(v[15]), Frac: toInt(v[16]), Den: toInt(v[17])}
-	g.Burst, _ = strconv.ParseFloat(toString(v[18]), 64)
-	if g.Burst == 0 {
+	g, err := decodeGrant(name, v)
+	if err != nil {
+		return Grant{}, err
+	}
+	s.floors.see(name, g.Now, g.End)
+	return g, nil
+}
+
+// decodeGrant reads grant.lua's reply to a grant on name: {code, granted,
+// permits, ep, sched, start, delay, lateness, wait, retry_after, version,
+// now_us, instance, rem_before, next_after, whole, frac, den, burst, kind,
+// max_permits} (grant_main in lua/lib.lua).
+func decodeGrant(name string, v []any) (Grant, error) {
+	r := &reply{v: v}
+	g := Grant{Decision: decodeDecision(r), Name: name, epoch: r.int(3), nonce: rand.Uint64() | 1}
+	g.RemBefore = r.int(13)
+	g.End = abs(g.epoch, r.int(14))
+	g.Slice = limiter.Slice{Whole: r.int(15), Frac: r.int(16), Den: r.int(17)}
+	g.Burst = r.float(18)
+	if g.Burst == 0 { // "inf" travels as 0
 		g.Burst = math.Inf(1)
 	}
-	g.Kind = limiter.Kind(toString(v[19]))
+	g.Kind = limiter.Kind(r.str(19))
+	g.MaxPermits = r.int(20)
+	if r.err == nil && (g.Slice.Den < 1 || g.MaxPermits < 1 || !limiter.IsRate(g.Kind)) {
+		r.err = badReply("grant of kind %q, slice %+v, max permits %d", g.Kind, g.Slice, g.MaxPermits)
+	}
+	if err := r.check("grant", name); err != nil {
+		return Grant{}, err
+	}
+	g.Position = g.End
 	return g, nil
 }
 
 // Release hands back the last m permits of a grant that the pool will not use.
 // If nothing was taken from the schedule since the grant, the schedule is
 // rewound and the next caller gets them; otherwise their time is counted as
-// idle. It reports whether the schedule was rewound.
+// idle. It reports whether the schedule was rewound. A grant is handed back
+// once: a second Release of the same grant (within an hour of its end)
+// changes nothing and reports false.
 func (s *Store) Release(ctx context.Context, g Grant, m int64) (bool, error) {
 	if !g.Granted || m <= 0 {
 		return false, nil
@@ -267,15 +338,41 @@ func (s *Store) Release(ctx context.Context, g Grant, m int64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	keys = append(keys, s.handbackKey(g))
 	args := append([]any{g.Version, g.epoch, h.Sched, h.End, h.PaceUsed, h.Unused, h.Permits, h.RemUsed, h.RemAfter}, tpl.args()...)
 	v, err := s.run(ctx, lua.Release, keys, args...)
 	if err != nil {
 		return false, err
 	}
-	if err := replyErr(g.Name, v); err != nil {
+	if err := replyErr("release", g.Name, v); err != nil {
 		return false, err
 	}
-	return toInt(v[1]) == 1, nil
+	// {1, rewound, now_us, position, again}, or {1, 0} if not started
+	rep := &reply{v: v}
+	rewound := rep.flag(1)
+	if rep.has(2) {
+		now := rep.int(2) * 1000
+		pos := now + rep.int(3)
+		if rep.err == nil && rewound {
+			s.floors.lower(g.Name, now, pos)
+		} else if rep.err == nil {
+			s.floors.see(g.Name, now, pos)
+		}
+	}
+	return rewound, rep.check("release", g.Name)
+}
+
+// handbackKey is where release.lua records that a grant was handed back, so
+// that it is handed back once: a key in the limiter's hash tag named after
+// the grant's nonce, drawn when Grant took it (a Grant value made by hand has
+// none: it is named after its decision time, schedule, end and size).
+func (s *Store) handbackKey(g Grant) string {
+	id := strconv.FormatUint(g.nonce, 36)
+	if g.nonce == 0 {
+		id = strconv.FormatInt(g.Now/1000, 36) + ":" + strconv.FormatInt(g.Scheduled, 36) + ":" +
+			strconv.FormatInt(g.End, 36) + ":" + strconv.FormatInt(g.Permits, 36)
+	}
+	return s.prefix + ":{" + g.Name + "}:h:" + id
 }
 
 // WaitInfo is a limiter's live state: what GET /v1/limiters/{name}/wait returns.
@@ -289,7 +386,8 @@ type WaitInfo struct {
 	Now       int64 // Redis time, Unix ns
 	Version   int64
 	Started   bool
-	Instance  bool // a template instance answered (see Decision.Instance)
+	Instance  bool  // a template instance answered (see Decision.Instance)
+	Position  int64 // a started limiter's position (see Decision.Position), Unix ns
 }
 
 // Wait returns the live state of a limiter (or template instance) without
@@ -303,20 +401,29 @@ func (s *Store) Wait(ctx context.Context, name string) (WaitInfo, error) {
 	if err != nil {
 		return WaitInfo{}, err
 	}
-	if err := replyErr(name, v); err != nil {
+	if err := replyErr("peek", name, v); err != nil {
 		return WaitInfo{}, err
 	}
 	// {1, wait, delay, version, now_us, started, instance, then the totals
-	// allocated, idle, permits, lateness as int64 lo, hi pairs}.
-	return WaitInfo{
-		Wait: toInt(v[1]), Delay: toInt(v[2]), Version: toInt(v[3]), Now: toInt(v[4]) * 1000,
-		Started: toInt(v[5]) == 1, Instance: toInt(v[6]) == 1,
-		Allocated: total(v[7], v[8]), Idle: total(v[9], v[10]), Permits: total(v[11], v[12]), Lateness: total(v[13], v[14]),
-	}, nil
+	// allocated, idle, permits, lateness as int64 lo, hi pairs, then a
+	// started limiter's position relative to now}.
+	r := &reply{v: v}
+	w := WaitInfo{
+		Wait: r.int(1), Delay: r.int(2), Version: r.int(3), Now: r.int(4) * 1000,
+		Started: r.flag(5), Instance: r.flag(6),
+		Allocated: r.total(7), Idle: r.total(9), Permits: r.total(11), Lateness: r.total(13),
+	}
+	if w.Started {
+		w.Position = w.Now + r.int(15)
+	}
+	if err := r.check("peek", name); err != nil {
+		return WaitInfo{}, err
+	}
+	if w.Started {
+		s.floors.see(name, w.Now, w.Position)
+	}
+	return w, nil
 }
-
-// total is the int64 hi·2^32 + lo of a total the scripts reply in two parts.
-func total(lo, hi any) int64 { return toInt(hi)<<32 + toInt(lo) }
 
 // Reset starts a new schedule now: the backlog (smooth: stored permits) is
 // forfeited, totals are kept.
@@ -329,10 +436,18 @@ func (s *Store) Reset(ctx context.Context, name string) (version int64, err erro
 	if err != nil {
 		return 0, err
 	}
-	if err := replyErr(name, v); err != nil { // {-1} has no version
+	if err := replyErr("reset", name, v); err != nil { // {-1} has no version
 		return 0, err
 	}
-	return toInt(v[1]), nil
+	r := &reply{v: v}
+	version = r.int(1)
+	if r.has(2) { // a started limiter's position
+		now := r.int(2) * 1000
+		if pos := now + r.int(3); r.err == nil {
+			s.floors.see(name, now, pos)
+		}
+	}
+	return version, r.check("reset", name)
 }
 
 // target returns the keys a per-name script takes and the template that

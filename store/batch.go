@@ -121,6 +121,9 @@ retry:
 				r = sc.next[i]
 				return reqs[i].Permits, &out[i]
 			})
+			if o := out[g.last]; o.Err == nil && u.err == nil {
+				s.floors.see(g.name, o.Now, o.Position)
+			}
 		}
 		if err := u.done("answer"); err != nil {
 			sc.fail(c, out, fmt.Errorf("store: acquire: %w", err))
@@ -235,7 +238,8 @@ func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome, s
 			}
 		}
 		for _, g := range sc.groups[from:to] {
-			argv = append(argv, g.tpl.acquireHead(g.m))
+			fus, fah := s.floors.args(g.name)
+			argv = append(argv, g.tpl.acquireHead(g.m), fus, fah)
 			for i := g.first; i >= 0; i = sc.next[i] {
 				argv = append(argv, reqs[i].Permits, waitArg(reqs[i].MaxWait))
 			}
@@ -252,16 +256,26 @@ func isNoScript(err error) bool {
 
 // WithBatching makes Acquire batch concurrent callers automatically: calls
 // that arrive while a pipeline is in flight go out together in the next one,
-// up to maxBatch each. It pays when many goroutines share one store; a lone
-// caller sees no extra delay. The store's Close stops the batcher.
+// up to maxBatch each (< 1: 64). It pays when many goroutines share one
+// store; a lone caller sees no extra delay. The option only configures: New
+// starts the batcher (once, whatever the options) and Close stops it.
 func WithBatching(maxBatch int) Option {
 	return func(s *Store) {
 		if maxBatch < 1 {
 			maxBatch = 64
 		}
-		s.batcher = &batcher{s: s, max: maxBatch, in: make(chan *call, maxBatch), done: make(chan struct{})}
-		s.batcher.start(2) // two pipelines in flight keep the connection busy
+		s.batchMax = maxBatch
 	}
+}
+
+// newBatcher returns s's batcher, started, or nil without WithBatching.
+func newBatcher(s *Store) *batcher {
+	if s.batchMax == 0 {
+		return nil
+	}
+	b := &batcher{s: s, max: s.batchMax, in: make(chan *call, s.batchMax), done: make(chan struct{})}
+	b.start(2) // two pipelines in flight keep the connection busy
+	return b
 }
 
 type call struct {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,56 +25,120 @@ const (
 	MaxRetries   = 1 // one retry of a failed command, with one dial attempt each
 )
 
-// NewClient returns a Redis client for a LIMITD_REDIS_URL:
+// NewClient returns a Redis client for a LIMITD_REDIS_URL. The topology
+// follows from the form, and every URL is read by go-redis' own parsers
+// (ParseURL, ParseClusterURL, ParseFailoverURL), so every option they know
+// may be given as a query parameter (dial_timeout=2s, pool_size=50, …):
 //
-//   - redis://[user:password@]host:port[/db][?options] or rediss://… (TLS), as
-//     go-redis' ParseURL reads them: a single node;
-//   - host:port,host:port,… : the seed nodes of a Redis Cluster;
+//   - redis://[user:password@]host:port[/db] or rediss://… (TLS): a single
+//     node (redis.ParseURL).
+//   - redis[s]://[user:password@]sentinel:26379?master_name=NAME[&addr=sentinel2:26379…]:
+//     the master NAME as the Sentinels report it, following every failover
+//     (redis.ParseFailoverURL, redis.NewFailoverClient). As go-redis reads
+//     it, user:password@ authenticates to the Sentinels, and the master's
+//     own ACL user and password are the query parameters username= and
+//     password=; rediss:// speaks TLS to both.
+//   - redis[s]://[user:password@]node:7000?addr=node2:7001[&addr=…]: the
+//     seed nodes of a Redis Cluster, with its ACL user, password and TLS
+//     (redis.ParseClusterURL). A cluster has only database 0. With a single
+//     seed, repeat it: redis://node:7000?addr=node:7000.
+//   - host:port,host:port,…: the seed nodes of a Redis Cluster, without
+//     credentials or TLS.
 //   - a lone host:port: a single node.
 //
 // Timeouts the URL does not set are short (DialTimeout, ReadTimeout,
-// WriteTimeout, MaxRetries), and context deadlines are honoured. Bad input is
-// an error wrapping ErrInvalid that names the part at fault. The caller owns
-// the client and closes it.
+// WriteTimeout, MaxRetries), and context deadlines are honoured. A cluster
+// client reloads its slot map as soon as a node fails or refuses a command
+// (a failover), and a Sentinel client drops its connections to a master that
+// answers READONLY (demoted), see failover.go.
+//
+// Bad input is an error wrapping ErrInvalid that names the part at fault; no
+// password appears in it (RedactURL). The caller owns the client and closes
+// it.
 func NewClient(rawURL string) (redis.UniversalClient, error) {
 	s := strings.TrimSpace(rawURL)
 	if s == "" {
 		return nil, fmt.Errorf("%w: redis URL is empty: want redis://host:port, rediss://host:port or host:port,host:port", ErrInvalid)
 	}
-	if scheme, _, ok := strings.Cut(s, "://"); ok {
-		if strings.Contains(s, ",") {
-			return nil, fmt.Errorf("%w: redis URL %q: a cluster is a list of host:port without a scheme", ErrInvalid, redact(s))
+	rdb, err := newClient(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, scrub(err.Error(), s))
+	}
+	return rdb, nil
+}
+
+func newClient(s string) (redis.UniversalClient, error) {
+	scheme, _, isURL := strings.Cut(s, "://")
+	if !isURL {
+		return newFromList(s)
+	}
+	if scheme != "redis" && scheme != "rediss" {
+		return nil, fmt.Errorf("redis URL %q: scheme %q must be redis or rediss", RedactURL(s), scheme)
+	}
+	u, err := url.Parse(s)
+	if err == nil && strings.Contains(u.Host, ",") || err != nil && strings.Contains(s, ",redis") {
+		return nil, fmt.Errorf("redis URL %q: name further nodes with addr=host:port; a comma-separated list is host:port without a scheme", RedactURL(s))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redis URL %q: %v", RedactURL(s), parseErr(err))
+	}
+	bad := func(err error) error { return fmt.Errorf("redis URL %q: %v", RedactURL(s), parseErr(err)) }
+	q := u.Query()
+	switch {
+	case q.Has("master_name"):
+		opt, err := redis.ParseFailoverURL(s)
+		if err != nil {
+			return nil, bad(err)
 		}
-		if scheme != "redis" && scheme != "rediss" {
-			return nil, fmt.Errorf("%w: redis URL %q: scheme %q must be redis or rediss", ErrInvalid, redact(s), scheme)
+		if opt.MasterName == "" {
+			return nil, bad(errors.New("master_name is empty: name the master the Sentinels monitor"))
 		}
+		for _, a := range opt.SentinelAddrs {
+			if _, err := checkAddr(a); err != nil {
+				return nil, bad(err)
+			}
+		}
+		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
+		opt.ContextTimeoutEnabled = true
+		return followSentinel(redis.NewFailoverClient(opt)), nil
+	case q.Has("addr"):
+		if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
+			return nil, bad(fmt.Errorf("database %q: a cluster has only database 0", db))
+		}
+		opt, err := redis.ParseClusterURL(s)
+		if err != nil {
+			return nil, bad(err)
+		}
+		for _, a := range opt.Addrs {
+			if _, err := checkAddr(a); err != nil {
+				return nil, bad(err)
+			}
+		}
+		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
+		opt.ContextTimeoutEnabled = true
+		return followCluster(redis.NewClusterClient(opt)), nil
+	default:
 		opt, err := redis.ParseURL(s)
 		if err != nil {
-			var uerr *url.Error
-			if errors.As(err, &uerr) {
-				err = uerr.Err // without the URL, which may hold a password
-			}
-			return nil, fmt.Errorf("%w: redis URL %q: %v", ErrInvalid, redact(s), err)
+			return nil, bad(err)
 		}
 		if _, err := checkAddr(opt.Addr); err != nil {
-			return nil, fmt.Errorf("%w: redis URL %q: %v", ErrInvalid, redact(s), err)
+			return nil, bad(err)
 		}
-		opt.DialTimeout = orDefault(opt.DialTimeout, DialTimeout)
-		opt.ReadTimeout = orDefault(opt.ReadTimeout, ReadTimeout)
-		opt.WriteTimeout = orDefault(opt.WriteTimeout, WriteTimeout)
-		if opt.MaxRetries == 0 {
-			opt.MaxRetries = MaxRetries
-		}
-		opt.DialerRetries = 1
+		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
 		opt.ContextTimeoutEnabled = true
 		return redis.NewClient(opt), nil
 	}
+}
+
+// newFromList reads host:port[,host:port…].
+func newFromList(s string) (redis.UniversalClient, error) {
 	parts := strings.Split(s, ",")
 	addrs := make([]string, 0, len(parts))
 	for i, p := range parts {
 		a, err := checkAddr(strings.TrimSpace(p))
 		if err != nil {
-			return nil, fmt.Errorf("%w: redis address %d of %q: %v", ErrInvalid, i+1, s, err)
+			return nil, fmt.Errorf("redis address %d of %q: %v", i+1, RedactURL(s), err)
 		}
 		addrs = append(addrs, a)
 	}
@@ -82,10 +148,19 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 			WriteTimeout: WriteTimeout, MaxRetries: MaxRetries, DialerRetries: 1, ContextTimeoutEnabled: true,
 		}), nil
 	}
-	return redis.NewClusterClient(&redis.ClusterOptions{
+	return followCluster(redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: addrs, DialTimeout: DialTimeout, ReadTimeout: ReadTimeout,
 		WriteTimeout: WriteTimeout, MaxRetries: MaxRetries, DialerRetries: 1, ContextTimeoutEnabled: true,
-	}), nil
+	})), nil
+}
+
+// parseErr drops the URL from url.Parse's errors: it may hold a password.
+func parseErr(err error) error {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		return uerr.Err
+	}
+	return err
 }
 
 // checkAddr checks one host:port and returns it as given.
@@ -100,10 +175,28 @@ func checkAddr(a string) (string, error) {
 	if host == "" {
 		return "", fmt.Errorf("%q has no host", a)
 	}
+	if strings.ContainsAny(host, "@/?#") {
+		return "", fmt.Errorf("%q is not host:port: credentials need a URL, redis://user:password@host:port", a)
+	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		return "", fmt.Errorf("%q: port %q must be a number from 1 to 65535", a, port)
 	}
 	return a, nil
+}
+
+// shortTimeouts fills in NewClient's short timeouts and retries where a URL
+// left them unset; the three option types of go-redis share the fields but no
+// type.
+func shortTimeouts(dial, read, write *time.Duration, retries, dialerRetries *int) {
+	*dial = orDefault(*dial, DialTimeout)
+	*read = orDefault(*read, ReadTimeout)
+	*write = orDefault(*write, WriteTimeout)
+	if *retries == 0 {
+		*retries = MaxRetries
+	}
+	if *dialerRetries == 0 {
+		*dialerRetries = 1
+	}
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -113,16 +206,91 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-// redact hides a password in a URL for error messages.
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		if at := strings.LastIndex(s, "@"); at >= 0 {
-			if i := strings.Index(s, "://"); i >= 0 && i < at {
-				return s[:i+3] + "xxxxx" + s[at:]
+// redacted stands in for a hidden secret.
+const redacted = "xxxxx"
+
+// secretParam matches a query parameter that carries a secret (password=,
+// sentinel_password=, …) up to the end of its value.
+var secretParam = regexp.MustCompile(`(?i)([?&;][^=&;#]*(?:password|passwd|pass|pwd|secret|token)[^=&;#]*=)[^&;#]*`)
+
+// RedactURL returns a LIMITD_REDIS_URL fit for a log line or an error: the
+// password of its user info (user:xxxxx@; all of it without a colon, which
+// go-redis reads as a password) and every query parameter whose name speaks of
+// a password (password=, sentinel_password=) is replaced by xxxxx. It works
+// on any text, a URL that does not parse included.
+func RedactURL(s string) string {
+	if i := strings.Index(s, "://"); i >= 0 {
+		// Everything between the scheme and the last @ is user info, even
+		// where a password holds an unescaped / ? # or @.
+		if at := strings.LastIndex(s, "@"); at > i+3 {
+			// Keep the user name; go-redis reads a lone name as a password.
+			keep := ""
+			if user, _, ok := strings.Cut(s[i+3:at], ":"); ok {
+				keep = user + ":"
+			}
+			s = s[:i+3] + keep + redacted + s[at:]
+		}
+	} else if at := strings.LastIndex(s, "@"); at >= 0 {
+		// A host list has no user info; whatever precedes an @ may be one.
+		s = redacted + s[at:]
+	}
+	return secretParam.ReplaceAllString(s, "${1}"+redacted)
+}
+
+// scrub removes from msg every secret that raw (a URL) holds, wherever a
+// parser may have echoed it, and then anything RedactURL would hide.
+func scrub(msg, raw string) string {
+	for _, sec := range secrets(raw) {
+		msg = strings.ReplaceAll(msg, sec, redacted)
+	}
+	return msg
+}
+
+// secrets are the strings of raw that may be passwords, longest first: what
+// lies between a ':' or a delimiter and an '@' (user info, wherever a parser
+// may have cut it), and the values of password parameters, as written and
+// decoded.
+func secrets(raw string) []string {
+	seen := map[string]bool{}
+	add := func(v string) {
+		// A secret of a few characters would blot out every such letter
+		// of the message, and hides nothing worth hiding.
+		if len(v) < 4 || v == redacted || strings.Contains(v, "://") {
+			return
+		}
+		seen[v] = true
+		if d, err := url.PathUnescape(v); err == nil && len(d) >= 4 {
+			seen[d] = true
+		}
+		if d, err := url.QueryUnescape(v); err == nil && len(d) >= 4 {
+			seen[d] = true
+		}
+	}
+	// A password may hold an unescaped / ? or #, where url.Parse ends the
+	// host and quotes what it took for a port: cut there too.
+	base := 0 // user info starts after the scheme
+	if k := strings.Index(raw, "://"); k >= 0 {
+		base = k + 3
+	}
+	lastAt := strings.LastIndexByte(raw, '@')
+	for j := base; j <= lastAt; j++ {
+		if strings.IndexByte("@/?#", raw[j]) < 0 {
+			continue
+		}
+		add(raw[base:j])
+		for i := base; i < j; i++ {
+			if strings.IndexByte(":/,=&?;", raw[i]) >= 0 {
+				add(raw[i+1 : j])
 			}
 		}
-		return s
 	}
-	return u.Redacted()
+	for _, m := range secretParam.FindAllStringSubmatchIndex(raw, -1) {
+		add(raw[m[3]:m[1]])
+	}
+	out := make([]string, 0, len(seen))
+	for v := range seen {
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
 }

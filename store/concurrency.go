@@ -15,6 +15,10 @@ import (
 // reclaims expired leases on every call, so that a crashed holder cannot keep
 // a slot for ever.
 
+// ErrLeaseNotHeld is the error of RenewSlot and ReleaseSlot for a lease the
+// limiter does not hold; it matches ErrNotFound.
+var ErrLeaseNotHeld = fmt.Errorf("lease not held: %w", ErrNotFound)
+
 // SlotLease is the answer to AcquireSlot and RenewSlot.
 type SlotLease struct {
 	Granted    bool
@@ -23,6 +27,10 @@ type SlotLease struct {
 	RetryAfter int64  // ns; when not granted: until the earliest lease expires
 	InUse      int64
 	Limit      int64
+	// Readded: RenewSlot found the lease gone (it expired, or Redis lost the
+	// slots: a restart without persistence, a failover that lost writes) and
+	// registered it again, a slot being free.
+	Readded bool
 }
 
 // AcquireSlot takes a slot of a concurrency limiter if one is free. A full
@@ -45,8 +53,11 @@ func (s *Store) AcquireSlot(ctx context.Context, name string) (SlotLease, error)
 	return l, nil
 }
 
-// RenewSlot extends a held lease by the limiter's lease time from now.
-// ErrNotFound when the lease is lost (it expired, was released, or never was).
+// RenewSlot extends a lease by the limiter's lease time from now. A lease
+// the limiter does not hold (it expired, or Redis lost the slots while the
+// holder ran) is registered again if a slot is free (Readded); else the
+// lease is lost: ErrLeaseNotHeld. A limiter that does not exist is
+// ErrNotFound.
 func (s *Store) RenewSlot(ctx context.Context, name, id string) (SlotLease, error) {
 	if err := CheckName(name); err != nil {
 		return SlotLease{}, err
@@ -57,7 +68,7 @@ func (s *Store) RenewSlot(ctx context.Context, name, id string) (SlotLease, erro
 	return s.slotCall(ctx, name, "renew", id)
 }
 
-// ReleaseSlot frees a lease's slot. ErrNotFound when it is not held (it
+// ReleaseSlot frees a lease's slot. ErrLeaseNotHeld when it is not held (it
 // expired, was released, or never was).
 func (s *Store) ReleaseSlot(ctx context.Context, name, id string) error {
 	if err := CheckName(name); err != nil {
@@ -78,15 +89,20 @@ func (s *Store) slotCall(ctx context.Context, name, op, id string) (SlotLease, e
 	if err := leaseReplyErr(name, limiter.KindConcurrency, v); err != nil {
 		return SlotLease{}, err
 	}
-	if len(v) < 7 {
-		return SlotLease{}, fmt.Errorf("store: concurrency: unexpected reply %v", v)
+	// {code, granted, now_us, lease_ns, retry_after, in_use, limit[, readded]}
+	rep := &reply{v: v}
+	code, granted := rep.int(0), rep.flag(1)
+	now, lease, retry, inUse, limit := rep.int(2), rep.int(3), rep.int(4), rep.int(5), rep.int(6)
+	readded := rep.has(7) && rep.flag(7)
+	if err := rep.check("concurrency", name); err != nil {
+		return SlotLease{}, err
 	}
-	if toInt(v[0]) == -2 {
-		return SlotLease{}, fmt.Errorf("lease %q on limiter %q is not held (expired, released or never granted): %w", id, name, ErrNotFound)
+	if code == replyPermitsRange { // concurrency.lua: the lease is not held
+		return SlotLease{}, fmt.Errorf("lease %q on limiter %q (expired, released or never granted, and no slot is free to take it again): %w", id, name, ErrLeaseNotHeld)
 	}
-	l := SlotLease{Granted: toInt(v[1]) == 1, RetryAfter: toInt(v[4]), InUse: toInt(v[5]), Limit: toInt(v[6])}
+	l := SlotLease{Granted: granted, RetryAfter: retry, InUse: inUse, Limit: limit, Readded: readded}
 	if l.Granted {
-		l.ID, l.Expires = id, toInt(v[2])*1000+toInt(v[3])
+		l.ID, l.Expires = id, now*1000+lease
 	}
 	return l, nil
 }

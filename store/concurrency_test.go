@@ -32,6 +32,7 @@ func ccSuite(t *testing.T, f stFactory) {
 		{"ExpiryReclaim", ccTestExpiry},
 		{"LimitChanged", ccTestLimitChanged},
 		{"BadInputWritesNothing", ccTestBadInput},
+		{"Reregister", ccTestReregister},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}
@@ -136,29 +137,35 @@ func ccTestRenewRelease(t *testing.T, f stFactory) {
 	if err != nil || !r.Granted || r.ID != a.ID || r.Expires <= a.Expires || r.InUse != 2 {
 		t.Errorf("RenewSlot = %+v, %v; want a later expiry", r, err)
 	}
-	// The earliest lease is now b's.
-	if c := ccAcquire(t, s, "rr"); c.Granted || c.RetryAfter > b.Expires-time.Now().UnixNano()+1e6 {
+	// The earliest lease is now b's: the retry runs to b's expiry from when
+	// Redis decided, which is after before (a loaded machine may take long
+	// to read the reply, so a clock read after it proves nothing).
+	before := time.Now().UnixNano()
+	if c := ccAcquire(t, s, "rr"); c.Granted || c.RetryAfter > b.Expires-before+1e3 {
 		t.Errorf("denied lease %+v: retry after should run to b's expiry", c)
 	}
 	if err := s.ReleaseSlot(ctx, "rr", a.ID); err != nil {
 		t.Fatalf("ReleaseSlot: %v", err)
 	}
 	stWantIs(t, "ReleaseSlot twice", s.ReleaseSlot(ctx, "rr", a.ID), ErrNotFound)
-	_, err = s.RenewSlot(ctx, "rr", a.ID)
-	stWantIs(t, "RenewSlot after release", err, ErrNotFound)
 	if c := ccAcquire(t, s, "rr"); !c.Granted || c.InUse != 2 {
 		t.Errorf("after a release: %+v; want granted", c)
 	}
+	// The limiter is full again: a renew of a lease it does not hold cannot
+	// take a slot (with one free it would: see ccTestReregister).
+	_, err = s.RenewSlot(ctx, "rr", a.ID)
+	stWantIs(t, "RenewSlot after release on a full limiter", err, ErrLeaseNotHeld)
 	never := strings.Repeat("0", 32)
-	stWantIs(t, "ReleaseSlot of a lease never granted", s.ReleaseSlot(ctx, "rr", never), ErrNotFound)
+	stWantIs(t, "ReleaseSlot of a lease never granted", s.ReleaseSlot(ctx, "rr", never), ErrLeaseNotHeld)
 	_, err = s.RenewSlot(ctx, "rr", never)
-	stWantIs(t, "RenewSlot of a lease never granted", err, ErrNotFound)
+	stWantIs(t, "RenewSlot of a lease never granted on a full limiter", err, ErrLeaseNotHeld)
 	if ttl := s.Client().PTTL(ctx, s.slotsKey("rr")).Val(); ttl <= 9*time.Second || ttl > 10*time.Second+2*time.Millisecond {
 		t.Errorf("slots TTL %v, want the latest lease (about 10s)", ttl)
 	}
 }
 
-// ccTestExpiry: a lease that is not renewed is reclaimed, on real time.
+// ccTestExpiry: a lease that is not renewed is reclaimed, on real time; its
+// slot goes to the next acquirer, and the late holder's renew is refused.
 func ccTestExpiry(t *testing.T, f stFactory) {
 	s := stStore(t, f(t))
 	ctx := t.Context()
@@ -170,15 +177,79 @@ func ccTestExpiry(t *testing.T, f stFactory) {
 	for time.Now().UnixNano() < a.Expires+2e6 {
 		time.Sleep(10 * time.Millisecond)
 	}
-	_, err := s.RenewSlot(ctx, "exp", a.ID)
-	stWantIs(t, "RenewSlot after expiry", err, ErrNotFound)
 	b := ccAcquire(t, s, "exp")
 	if !b.Granted || b.InUse != 1 {
 		t.Errorf("acquire after the lease expired: %+v; want granted, 1 in use", b)
 	}
-	stWantIs(t, "ReleaseSlot after expiry", s.ReleaseSlot(ctx, "exp", a.ID), ErrNotFound)
+	_, err := s.RenewSlot(ctx, "exp", a.ID)
+	stWantIs(t, "RenewSlot after expiry, the slot taken", err, ErrLeaseNotHeld)
+	stWantIs(t, "ReleaseSlot after expiry", s.ReleaseSlot(ctx, "exp", a.ID), ErrLeaseNotHeld)
 	if n, _ := s.Client().ZCard(ctx, s.slotsKey("exp")).Result(); n != 1 {
 		t.Errorf("%d leases stored, want 1 (the expired one reclaimed)", n)
+	}
+}
+
+// ccTestReregister: Redis lost the slots (here: the set deleted mid-hold, as
+// a restart without persistence or a failover that lost writes would) while
+// three holders of a limit of 3 run. Each renew registers its lease again
+// (Readded), and once they have, new acquirers are refused while they hold.
+// A new acquirer that came first takes a slot (the one renewal interval of
+// possible over-allocation), and then the last holder to renew finds no room:
+// its lease is lost, and the count never exceeds the limit.
+func ccTestReregister(t *testing.T, f stFactory) {
+	s := stStore(t, f(t))
+	ctx := t.Context()
+	stPut(t, s, "rr3", ccConfig(3, 10*time.Second))
+	var held []SlotLease
+	for range 3 {
+		held = append(held, ccAcquire(t, s, "rr3"))
+	}
+	lose := func() {
+		t.Helper()
+		if err := s.Client().Del(ctx, s.slotsKey("rr3")).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inUse := func() int64 { return s.Client().ZCard(ctx, s.slotsKey("rr3")).Val() }
+
+	lose()
+	for i, h := range held {
+		r, err := s.RenewSlot(ctx, "rr3", h.ID)
+		if err != nil || !r.Granted || !r.Readded || r.InUse != int64(i+1) || r.Expires < h.Expires {
+			t.Fatalf("renew %d after the loss: %+v, %v; want re-added, %d in use", i, r, err, i+1)
+		}
+		if n := inUse(); n != int64(i+1) {
+			t.Fatalf("%d slots stored after %d renewals", n, i+1)
+		}
+	}
+	if a := ccAcquire(t, s, "rr3"); a.Granted || a.InUse != 3 {
+		t.Fatalf("acquire while the three holders hold again: %+v; want refused", a)
+	}
+	for _, h := range held { // a second renewal is an ordinary one
+		if r, err := s.RenewSlot(ctx, "rr3", h.ID); err != nil || r.Readded || r.InUse != 3 {
+			t.Fatalf("renew of a re-added lease: %+v, %v", r, err)
+		}
+	}
+
+	lose()
+	late := ccAcquire(t, s, "rr3") // before the holders renew
+	if !late.Granted || late.InUse != 1 {
+		t.Fatalf("acquire after the loss: %+v", late)
+	}
+	for i, h := range held {
+		r, err := s.RenewSlot(ctx, "rr3", h.ID)
+		switch {
+		case i < 2 && (err != nil || !r.Readded):
+			t.Fatalf("renew %d with room: %+v, %v; want re-added", i, r, err)
+		case i == 2 && !errors.Is(err, ErrLeaseNotHeld):
+			t.Fatalf("renew %d without room: %+v, %v; want ErrLeaseNotHeld (lost)", i, r, err)
+		}
+		if n := inUse(); n > 3 {
+			t.Fatalf("%d slots stored, limit 3", n)
+		}
+	}
+	if a := ccAcquire(t, s, "rr3"); a.Granted {
+		t.Fatalf("acquire with the limit held: %+v", a)
 	}
 }
 
@@ -312,9 +383,9 @@ func TestConcurrencyClock(t *testing.T) {
 			case op == 1:
 				id := ids[rng.IntN(len(ids))]
 				l, err := s.RenewSlot(ctx, name, id)
-				exp, ok := model.Renew(now, id, ttl)
-				if ok != (err == nil) || !ok && !errors.Is(err, ErrNotFound) || ok && l.Expires != exp {
-					t.Fatalf("seed %d step %d: RenewSlot %+v, %v; model %v %d", seed, step, l, err, ok, exp)
+				exp, readded, ok := model.Renew(now, id, limit, ttl)
+				if ok != (err == nil) || !ok && !errors.Is(err, ErrLeaseNotHeld) || ok && (l.Expires != exp || l.Readded != readded || l.InUse != model.InUse(now)) {
+					t.Fatalf("seed %d step %d: RenewSlot %+v, %v; model %v %v %d", seed, step, l, err, ok, readded, exp)
 				}
 			default:
 				id := ids[rng.IntN(len(ids))]

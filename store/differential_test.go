@@ -84,6 +84,15 @@ type diffRig struct {
 
 	lastEp float64 // the epoch last seen in the hash, to count rebases
 
+	// floors: the floor the store sends with the call under way (taken
+	// before it), applied to the model before its first request in range;
+	// snap is a copy of the limiter's keys and the model, for a fault that
+	// brings an older state back (a failover that lost writes)
+	floor    *limiter.Floor
+	snap     *diffSnap
+	maxSched int64 // the latest scheduled start granted, to check floors
+	faulted  bool  // a fault or a clock step back happened: floors may move the schedule
+
 	// template mode: the rig drives an instance of a template (g.p, g.s, g.ver
 	// are the instance as stored; tp, tver the template's latest version,
 	// which the scripts move the instance to on its next saved use)
@@ -197,6 +206,10 @@ func (g *diffRig) setTime(us int64) {
 
 func (g *diffRig) advance(dus int64) {
 	g.t.Helper()
+	if dus < 0 {
+		g.faulted = true
+		g.ops["clock-step-back"]++
+	}
 	if g.mr == nil {
 		if dus > 0 {
 			time.Sleep(time.Duration(min(dus, 3000)) * time.Microsecond)
@@ -333,9 +346,9 @@ func (g *diffRig) findTime(t1, t2 int64, what string, op func(m *diffRig, now in
 
 // diffRaw is the state lua/lib.lua keeps in a limiter's hash.
 type diffRaw struct {
-	ok                            bool
-	st, ep, org, nx, pc, rem, sto float64
-	al, id, pm, lt, ver           int64
+	ok                                bool
+	st, ep, org, nx, pc, rem, sto, ls float64
+	al, id, pm, lt, ver               int64
 }
 
 func (g *diffRig) readRaw() diffRaw {
@@ -352,7 +365,7 @@ func (g *diffRig) readRaw() diffRaw {
 		started = 1
 	}
 	return diffRaw{ok: true, st: started, ep: float64(st.Epoch), org: float64(st.Origin), nx: float64(st.Next),
-		pc: float64(st.Pace), rem: float64(st.Rem), sto: float64(st.Stored),
+		pc: float64(st.Pace), rem: float64(st.Rem), sto: float64(st.Stored), ls: float64(st.Last),
 		al: st.Allocated, id: st.Idle, pm: st.Permits, lt: st.Lateness, ver: st.Version}
 }
 
@@ -407,6 +420,9 @@ func (g *diffRig) rawDiff(r diffRaw) string {
 		}
 		cmp("rem", r.rem, s.Rem)
 		cmp("sto", r.sto, s.Stored)
+		if ls := s.Last - ep; !(ls < -2*diffHorizon && r.ls <= -2*float64(diffHorizon)) {
+			cmp("ls", r.ls, ls)
+		}
 		if s.Origin%1000 != 0 {
 			d = append(d, fmt.Sprintf("model origin %d is not whole µs", s.Origin))
 		}
@@ -456,6 +472,9 @@ func (g *diffRig) peek() {
 	v := p.Peek(st, now)
 	want := store.WaitInfo{Wait: v.Wait, Delay: v.Delay, Idle: v.Idle, Allocated: v.Allocated,
 		Permits: v.Permits, Lateness: v.Lateness, Now: now, Version: ver, Started: st.Started, Instance: g.tpl}
+	if st.Started {
+		want.Position = v.Next
+	}
 	if w != want {
 		g.fatalf("peek at %d:\n  store %+v\n  model %+v", now, w, want)
 	}
@@ -495,6 +514,7 @@ func (g *diffRig) acquire(n int64, mw time.Duration, grant bool) {
 		gr  store.Grant
 		err error
 	)
+	g.takeFloor()
 	if grant {
 		gr, err = g.st.Grant(g.ctx, g.name, n, mw)
 		d = gr.Decision
@@ -515,8 +535,28 @@ func (g *diffRig) acquireMany(ns []int64, mws []time.Duration) {
 	for i := range ns {
 		reqs[i] = store.Request{Name: g.name, Permits: ns[i], MaxWait: mws[i]}
 	}
+	g.takeFloor()
+	var pos []int64
 	for i, o := range g.st.AcquireMany(g.ctx, reqs) {
+		if o.Err == nil { // every decision carries the position after them all
+			pos = append(pos, o.Position)
+			o.Position = 0
+		}
 		g.decided("acquire", ns[i], mws[i], false, o.Decision, store.Grant{}, o.Err)
+	}
+	for _, p := range pos {
+		if p != g.s.Next {
+			g.fatalf("acquire-many: position %d, model %d", p, g.s.Next)
+		}
+	}
+}
+
+// takeFloor notes the floor the store will send with the next call.
+func (g *diffRig) takeFloor() {
+	g.floor = nil
+	if f, ok := store.FloorOf(g.st, g.name); ok {
+		g.floor = &f
+		g.ops["floor-sent"]++
 	}
 }
 
@@ -533,12 +573,25 @@ func (g *diffRig) decided(what string, n int64, mw time.Duration, grant bool, d 
 			g.tplUse(now)
 		}
 	}
-	remBefore := g.s.Rem
-	before := g.s
 	p := g.p
 	if g.tpl {
 		p, _, _ = g.tplResolve(now)
 	}
+	if g.floor != nil && p.CheckPermits(n) == nil {
+		settled := g.s
+		settled.Observe(now)
+		p.Start(&settled, now)
+		p.ApplyFloor(&g.s, now, *g.floor)
+		if g.s.Next != settled.Next {
+			g.ops["floor-raised"]++
+			if !g.faulted { // nothing was lost: a floor must change nothing
+				g.fatalf("floor %+v moved the schedule from %d to %d without a fault", *g.floor, settled.Next, g.s.Next)
+			}
+		}
+		g.floor = nil
+	}
+	remBefore := g.s.Rem
+	before := g.s
 	r, merr := p.Acquire(&g.s, now, n, diffWaitArg(mw))
 	if (err != nil) != (merr != nil) {
 		g.fatalf("%s n=%d: store error %v, model error %v", what, n, err, merr)
@@ -555,10 +608,14 @@ func (g *diffRig) decided(what string, n int64, mw time.Duration, grant bool, d 
 	}
 	want := diffDecision(r, g.ver, now)
 	want.Instance = g.tpl
+	if d.Position != 0 || what == "grant" {
+		want.Position = g.s.Next
+	}
 	if d != want {
 		g.fatalf("%s n=%d max_wait=%d at %d:\n  store %+v\n  model %+v", what, n, int64(mw), now, d, want)
 	}
 	if r.Granted {
+		g.maxSched = max(g.maxSched, r.Scheduled)
 		g.ops[what+"-granted"]++
 		g.ops["granted-"+g.kindName()]++
 		if r.Lateness > 0 {
@@ -613,6 +670,9 @@ func (g *diffRig) release(i int, m int64) {
 	}
 	h := dg.p.HandbackOf(dg.r, dg.remBefore, dg.end, dg.r.Permits, m)
 	want := g.p.Release(&g.s, h, current)
+	if g.mr != nil { // the script then sees its time (a step back moves the state)
+		g.s.Observe(g.us * 1000)
+	}
 	if got != want {
 		g.fatalf("release m=%d of %d: store rewound=%v, model %v (handback %+v)", m, dg.r.Permits, got, want, h)
 	}
@@ -654,6 +714,88 @@ func (g *diffRig) reset() {
 	if ver != g.ver {
 		g.fatalf("Reset: version %d, model %d", ver, g.ver)
 	}
+}
+
+// ---- faults: state lost or rewound ----
+
+// diffSnap is a copy of a limiter's keys in Redis and of the model.
+type diffSnap struct {
+	x, ttl             string
+	pttl               time.Duration
+	hash               map[string]string
+	exists, instExists bool
+	cfg                limiter.Config
+	cfgJSON            string
+	p                  limiter.Params
+	s                  limiter.State
+	ver                int64
+}
+
+// hashKey is a named limiter's hash (kind, ver, cfg) beside its state key.
+func (g *diffRig) hashKey() string { return strings.TrimSuffix(g.key, "x") + "l" }
+
+// snapshot copies the limiter's keys and the model, for rewind.
+func (g *diffRig) snapshot() {
+	g.t.Helper()
+	g.note("snapshot")
+	g.ops["snapshot"]++
+	x, err := g.rdb.Get(g.ctx, g.key).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		g.fatalf("GET: %v", err)
+	}
+	sn := &diffSnap{x: x, exists: g.exists, instExists: g.instExists, cfg: g.cfg, cfgJSON: g.cfgJSON,
+		p: g.p, s: g.s, ver: g.ver}
+	if g.tpl {
+		sn.pttl = g.rdb.PTTL(g.ctx, g.key).Val()
+	} else if sn.hash, err = g.rdb.HGetAll(g.ctx, g.hashKey()).Result(); err != nil {
+		g.fatalf("HGETALL: %v", err)
+	}
+	g.snap = sn
+}
+
+// rewind brings back the snapshot: a failover to a replica that lost the
+// writes since. The store keeps the floors it saw meanwhile.
+func (g *diffRig) rewind() {
+	g.t.Helper()
+	sn := g.snap
+	g.note("rewind to the snapshot")
+	g.ops["rewind"]++
+	g.faulted = true
+	g.rdb.Del(g.ctx, g.key)
+	if sn.x != "" {
+		ttl := time.Duration(0)
+		if g.tpl && sn.pttl > 0 {
+			ttl = sn.pttl
+		}
+		g.rdb.Set(g.ctx, g.key, sn.x, ttl)
+	}
+	if !g.tpl {
+		g.rdb.Del(g.ctx, g.hashKey())
+		if len(sn.hash) > 0 {
+			g.rdb.HSet(g.ctx, g.hashKey(), sn.hash)
+		}
+	}
+	g.exists, g.instExists, g.cfg, g.cfgJSON, g.p, g.s, g.ver = sn.exists, sn.instExists, sn.cfg, sn.cfgJSON, sn.p, sn.s, sn.ver
+	g.grants = nil
+}
+
+// wipe loses the limiter's state: a restart without persistence. A named
+// limiter is put again at once (the boot file's keeper); a template instance
+// starts fresh on its next use.
+func (g *diffRig) wipe() {
+	g.t.Helper()
+	g.note("wipe")
+	g.ops["wipe"]++
+	g.faulted = true
+	g.rdb.Del(g.ctx, g.key)
+	g.grants = nil
+	if g.tpl {
+		g.instExists, g.s = false, limiter.State{}
+		return
+	}
+	g.rdb.Del(g.ctx, g.hashKey())
+	g.exists = false
+	g.put(g.cfg)
 }
 
 // ---- random sequences ----
@@ -814,6 +956,8 @@ func (g *diffRig) randWait(r *rand.Rand) time.Duration {
 // with occasional gaps of minutes, hours and days.
 func (g *diffRig) stepUS(r *rand.Rand) int64 {
 	switch x := r.IntN(1000); {
+	case x < 4 && g.mr != nil: // Redis time steps back: up to a slice, a second, two minutes
+		return -[]int64{1 + r.Int64N(g.p.Slice.Whole/1000+1), 1 + r.Int64N(1_000_000), 1 + r.Int64N(120_000_000)}[r.IntN(3)]
 	case x < 200:
 		return 0
 	case x < 400:
@@ -884,6 +1028,15 @@ func (g *diffRig) step(r *rand.Rand, kindChange bool) {
 	case x < 850:
 		g.reset()
 		peek = r.IntN(2) == 0
+	case x < 856: // a fault: the state comes back older, or empty
+		switch {
+		case g.snap == nil || r.IntN(3) == 0:
+			g.snapshot()
+		case r.IntN(3) == 0:
+			g.wipe()
+		default:
+			g.rewind()
+		}
 	case x < 851 && kindChange:
 		k := limiter.KindSmooth
 		if g.p.Kind == k {
@@ -1169,12 +1322,13 @@ func TestDiffBigIdle(t *testing.T) {
 local out = {}
 for i = 1, #ARGV, 5 do
   local d, c, x = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  local L = {xid = big_gap(d, c), d_al = 0, d_id = x, d_pm = 0, d_lt = 0,
-    al = 0, alh = 0, id = tonumber(ARGV[i + 3]), idh = tonumber(ARGV[i + 4]), pm = 0, pmh = 0, lt = 0, lth = 0,
-    kind = 'schedule', ver = 1, whole = 1, frac = 0, den = 1, maxn = 1, burst = 0, maxb = 0,
-    st = 0, ep = 0, org = 0, nx = 0, pc = 0, rem = 0, sto = 0}
-  out[#out + 1] = L.xid[1]
-  out[#out + 1] = L.xid[2]
+  local L = {xidle = big_gap(d, c), d_allocated = 0, d_idle = x, d_permits = 0, d_lateness = 0,
+    allocated = 0, allocated_hi = 0, idle = tonumber(ARGV[i + 3]), idle_hi = tonumber(ARGV[i + 4]),
+    permits = 0, permits_hi = 0, lateness = 0, lateness_hi = 0,
+    kind = 'schedule', version = 1, whole = 1, frac = 0, den = 1, max_permits = 1, burst = 0, max_backlog = 0,
+    started = 0, epoch = 0, origin = 0, next = 0, pace = 0, rem = 0, stored = 0, last = 0}
+  out[#out + 1] = L.xidle[1]
+  out[#out + 1] = L.xidle[2]
   local _, _, id, idh = totals(L)
   out[#out + 1] = id
   out[#out + 1] = idh

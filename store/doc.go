@@ -24,8 +24,21 @@
 // prefix:changes. Templates map glob patterns to configs; a name that is not a
 // limiter but matches a template gets its own state, with a TTL, on first use.
 //
+// Reliability. Every answer carries the schedule's position, and a Store
+// remembers the furthest it has seen per name and sends it as a floor with its
+// next acquire or grant (floors.go): a state that comes back older after a
+// failover (replication is asynchronous) or empty after a restart without
+// persistence does not grant again what it granted. Redis time stepping back
+// moves the limiter's epoch rather than stalling it (lua/lib.lua, "Clock
+// steps"). A grant is handed back once (Release). One request takes at most
+// the limiter's max_reserve of schedule (default 1m). Template instances
+// expire DefaultIdleTTL after their debt is paid unless the template says
+// otherwise.
+//
 // Errors are values to test with errors.Is: limiter.ErrNotFound,
 // limiter.ErrInvalid (with a *limiter.FieldError naming the field),
-// ErrUnavailable (Redis did not answer) and ErrConflict (a kind change by
-// Patch).
+// ErrUnavailable (Redis cannot serve: down, hung, a read-only replica, out of
+// memory, loading, a cluster shard down; an *UnavailableError names the
+// condition) and ErrConflict (a kind change by Patch). Ready tells whether
+// every master accepts a write, within ReadyTimeout.
 package store

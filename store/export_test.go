@@ -5,6 +5,8 @@ import (
 	"errors"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd/limiter"
 )
 
 // Stored is a rate limiter's x as lua/lib.lua keeps it, decoded (stored).
@@ -29,3 +31,12 @@ var DecodeStored = decodeStored
 // WithScriptsOnly runs every operation as a script, even where Redis has
 // functions (withScriptsOnly).
 var WithScriptsOnly = withScriptsOnly
+
+// FloorOf is the floor the store would send with its next call on name.
+func FloorOf(s *Store, name string) (limiter.Floor, bool) { return s.floors.get(name) }
+
+// FloorCount is how many names' floors the store keeps.
+func FloorCount(s *Store) int { return s.floors.len() }
+
+// FloorCountOf is FloorCount for tests inside the package.
+func FloorCountOf(s *Store) int { return s.floors.len() }

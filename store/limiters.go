@@ -12,17 +12,24 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// CheckName reports whether name is a valid limiter name:
-// ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$. It is on every call's path, so it is a
-// byte loop rather than a regexp.
-func CheckName(name string) error {
-	ok := len(name) >= 1 && len(name) <= 128 && isAlnum(name[0])
-	for i := 1; ok && i < len(name); i++ {
-		c := name[i]
+// NameRule is the rule of limiter names, and of every other name that
+// shares their alphabet (template ids, share client ids, list cursors).
+const NameRule = "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+
+// CheckName reports whether name is a valid limiter name (NameRule). It is on
+// every call's path, so it is a byte loop rather than a regexp.
+func CheckName(name string) error { return CheckNameAs("name", name) }
+
+// CheckNameAs is CheckName for an input that follows the same rule under
+// another name: its error is a *limiter.FieldError naming field.
+func CheckNameAs(field, v string) error {
+	ok := len(v) >= 1 && len(v) <= 128 && isAlnum(v[0])
+	for i := 1; ok && i < len(v); i++ {
+		c := v[i]
 		ok = isAlnum(c) || c == '.' || c == '_' || c == ':' || c == '-'
 	}
 	if !ok {
-		return &limiter.FieldError{Field: "name", Rule: "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", Value: fmt.Sprintf("%q", name)}
+		return &limiter.FieldError{Field: field, Rule: NameRule, Value: fmt.Sprintf("%q", v)}
 	}
 	return nil
 }
@@ -86,8 +93,8 @@ func (s *Store) configure(ctx context.Context, mode, expected, name string, c li
 		return Info{}, false, fmt.Errorf("store: encoding config: %w", err)
 	}
 	op, args := lua.Configure, []any(nil)
-	switch norm.Kind {
-	case limiter.KindShare, limiter.KindConcurrency:
+	switch {
+	case limiter.IsLease(norm.Kind):
 		fields, err := leaseFields(norm)
 		if err != nil {
 			return Info{}, false, err
@@ -105,29 +112,35 @@ func (s *Store) configure(ctx context.Context, mode, expected, name string, c li
 		}
 		args = append([]any{mode, expected, string(cfg), restart, s.Channel(), name}, paramArgs(&p, 0)...)
 	}
-	// The index may name a limiter that a failed script then did not create;
-	// List skips such names. The reverse (a limiter missing from the index)
-	// cannot happen.
-	if mode == "put" {
-		if err := s.rdb.ZAdd(ctx, s.indexKey(), redis.Z{Member: name}).Err(); err != nil {
-			return Info{}, false, wrapErr(err)
-		}
-	}
 	v, err := s.run(ctx, op, s.limiterKeys(name), args...)
 	if err != nil {
 		return Info{}, false, err
 	}
-	switch code := toInt(v[0]); code {
-	case 200, 201:
-		return Info{Name: name, Config: norm, Version: toInt(v[1])}, code == 201, nil
-	case -1:
+	// {code, version, changed[, replaced]}: see configure.lua
+	r := &reply{v: v}
+	switch code := r.int(0); code {
+	case replyUpdated, replyCreated:
+		version := r.int(1)
+		if r.has(3) && r.flag(3) { // another kind replaced: a new schedule
+			s.floors.forget(name)
+		}
+		if err := r.check("configure", name); err != nil {
+			return Info{}, false, err
+		}
+		// The limiter exists now: index it (see syncIndex).
+		if err := s.syncIndex(ctx, name, true); err != nil {
+			return Info{}, false, err
+		}
+		return Info{Name: name, Config: norm, Version: version}, code == replyCreated, nil
+	case replyNotFound:
 		return Info{}, false, fmt.Errorf("limiter %q: %w", name, ErrNotFound)
-	case -3:
+	case replyVersionMoved:
 		return Info{}, false, errVersionMoved
-	case -4:
+	case replyKindChange:
 		return Info{}, false, fmt.Errorf("%w: limiter %q is of another kind; PUT replaces a limiter with one of another kind", ErrConflict, name)
 	default:
-		return Info{}, false, fmt.Errorf("store: configure: unexpected reply %v", v)
+		r.fail(0, "not a reply code")
+		return Info{}, false, r.check("configure", name)
 	}
 }
 
@@ -144,14 +157,19 @@ func (s *Store) Get(ctx context.Context, name string) (Info, error) {
 }
 
 func decodeInfo(name string, v []any) (Info, error) {
-	if v[0] == nil {
+	if len(v) > 0 && v[0] == nil {
 		return Info{}, fmt.Errorf("limiter %q: %w", name, ErrNotFound)
 	}
+	r := &reply{v: v} // HMGET cfg ver
+	cfg, version := r.str(0), r.int(1)
+	if err := r.check("get", name); err != nil {
+		return Info{}, err
+	}
 	var c limiter.Config
-	if err := json.Unmarshal([]byte(toString(v[0])), &c); err != nil {
+	if err := json.Unmarshal([]byte(cfg), &c); err != nil {
 		return Info{}, fmt.Errorf("store: limiter %q has an unreadable config: %w", name, err)
 	}
-	return Info{Name: name, Config: c, Version: toInt(v[1])}, nil
+	return Info{Name: name, Config: c, Version: version}, nil
 }
 
 // Delete removes a limiter and all its keys, or returns ErrNotFound.
@@ -163,8 +181,10 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return wrapErr(err)
 	}
-	if err := s.rdb.ZRem(ctx, s.indexKey(), name).Err(); err != nil {
-		return wrapErr(err)
+	s.floors.forget(name)
+	// Even when there was nothing to delete: a Put may have raced this.
+	if err := s.syncIndex(ctx, name, false); err != nil {
+		return err
 	}
 	if v == 0 {
 		return fmt.Errorf("limiter %q: %w", name, ErrNotFound)
@@ -210,7 +230,9 @@ func (s *Store) List(ctx context.Context, cursor string, limit int) ([]Info, str
 	for i, n := range names {
 		info, err := decodeInfo(n, cmds[i].Val())
 		if errors.Is(err, ErrNotFound) {
-			s.rdb.ZRem(ctx, s.indexKey(), n) // a stale index entry
+			// A stale entry (an index write that failed): drop it, unless the
+			// limiter is created meanwhile, which syncIndex sees.
+			_ = s.syncIndex(ctx, n, false)
 			continue
 		}
 		if err != nil {
@@ -219,4 +241,46 @@ func (s *Store) List(ctx context.Context, cursor string, limit int) ([]Info, str
 		out = append(out, info)
 	}
 	return out, next, nil
+}
+
+// syncIndex makes the index agree with whether limiter name exists, given
+// that it existed (exists) at some moment after the caller's own change.
+//
+// The index is one sorted set and a limiter's keys live in the limiter's own
+// cluster slot, so no script can change both atomically on a cluster. What
+// holds instead: every change of a limiter's existence (configure creating
+// it, Delete removing it) and every removal of a stale entry (List) is
+// followed by syncIndex, which writes the index from an existence it read,
+// then reads existence again and writes again until the two reads agree.
+// Once every operation has finished, the last index write for a name was
+// followed by a read that agreed with it; that read came after the last
+// change of existence (the syncIndex of the operation that made that change
+// started after it, and wrote after it), so the index holds the name exactly
+// when the limiter exists. A failed write (Redis down) leaves the error to the
+// caller: a Put answered 503 is retried, and List drops a stale entry on its
+// next pass. Writing the index before the limiter exists, as limitd once did,
+// let List remove a name whose configure had not yet run: it stayed out of
+// the index for good.
+func (s *Store) syncIndex(ctx context.Context, name string, exists bool) error {
+	// It loops only while others create and delete the same name; each of
+	// them runs syncIndex after its change too, and ctx ends it.
+	for {
+		var err error
+		if exists {
+			err = s.rdb.ZAdd(ctx, s.indexKey(), redis.Z{Member: name}).Err()
+		} else {
+			err = s.rdb.ZRem(ctx, s.indexKey(), name).Err()
+		}
+		if err != nil {
+			return wrapErr(err)
+		}
+		now, err := s.rdb.HExists(ctx, s.limiterKey(name), "cfg").Result()
+		if err != nil {
+			return wrapErr(err)
+		}
+		if now == exists {
+			return nil
+		}
+		exists = now
+	}
 }

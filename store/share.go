@@ -18,7 +18,7 @@ import (
 
 // CapacityRequest is a client's request for a share of a limiter's capacity.
 type CapacityRequest struct {
-	ClientID string  // 1..128 chars, ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$
+	ClientID string  // NameRule
 	Wants    float64 // ≥ 0, finite
 	Has      float64 // ≥ 0, finite: what the client holds now
 	Priority float64 // ≥ 0, finite; the weight of its claim (0 counts as 1)
@@ -55,17 +55,20 @@ func (s *Store) Capacity(ctx context.Context, name string, r CapacityRequest) (C
 	if err := leaseReplyErr(name, limiter.KindShare, v); err != nil {
 		return CapacityLease{}, err
 	}
-	if len(v) < 8 {
-		return CapacityLease{}, fmt.Errorf("store: share: unexpected reply %v", v)
+	// {1, gets, now_us, lease_ns, refresh_ns, safe_capacity, learning, version}
+	rep := &reply{v: v}
+	l := CapacityLease{
+		Gets:         rep.float(1),
+		Expires:      rep.int(2)*1000 + rep.int(3),
+		Refresh:      rep.int(4),
+		SafeCapacity: rep.float(5),
+		Learning:     rep.flag(6),
+		Version:      rep.int(7),
 	}
-	return CapacityLease{
-		Gets:         toFloat(v[1]),
-		Expires:      toInt(v[2])*1000 + toInt(v[3]),
-		Refresh:      toInt(v[4]),
-		SafeCapacity: toFloat(v[5]),
-		Learning:     toInt(v[6]) == 1,
-		Version:      toInt(v[7]),
-	}, nil
+	if err := rep.check("capacity", name); err != nil {
+		return CapacityLease{}, err
+	}
+	return l, nil
 }
 
 // ReturnCapacity ends a client's lease at once, freeing its capacity (the
@@ -74,7 +77,7 @@ func (s *Store) ReturnCapacity(ctx context.Context, name, clientID string) error
 	if err := CheckName(name); err != nil {
 		return err
 	}
-	if err := checkID("client_id", clientID); err != nil {
+	if err := CheckNameAs("client_id", clientID); err != nil {
 		return err
 	}
 	v, err := s.run(ctx, lua.Share, []string{s.limiterKey(name), s.clientsKey(name)}, "return", clientID)
@@ -84,14 +87,14 @@ func (s *Store) ReturnCapacity(ctx context.Context, name, clientID string) error
 	if err := leaseReplyErr(name, limiter.KindShare, v); err != nil {
 		return err
 	}
-	if toInt(v[0]) == -2 {
+	if v[0] == int64(replyPermitsRange) { // share.lua: no lease held
 		return fmt.Errorf("client %q holds no lease on limiter %q: %w", clientID, name, ErrNotFound)
 	}
 	return nil
 }
 
 func (r CapacityRequest) check() error {
-	if err := checkID("client_id", r.ClientID); err != nil {
+	if err := CheckNameAs("client_id", r.ClientID); err != nil {
 		return err
 	}
 	for _, f := range []struct {
@@ -108,23 +111,6 @@ func (r CapacityRequest) check() error {
 	return nil
 }
 
-// checkID checks a client id against the rule of names.
-func checkID(field, id string) error {
-	if err := CheckName(id); err != nil {
-		return &limiter.FieldError{Field: field, Rule: "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", Value: fmt.Sprintf("%q", id)}
-	}
-	return nil
-}
-
-// Markers in the 'maxn' field of a share or concurrency limiter's hash. The
-// rate scripts (lib.lua's acquire_main) refuse any n > maxn with {-2, maxn}
-// before touching state, so an acquire or grant on these kinds costs no extra
-// round trip to detect: see replyErr.
-const (
-	maxnShare       = -1
-	maxnConcurrency = -2
-)
-
 // leaseFields are the parameters configure_lease.lua writes into a share or
 // concurrency limiter's hash, as field/value pairs.
 func leaseFields(c limiter.Config) ([]any, error) {
@@ -133,13 +119,13 @@ func leaseFields(c limiter.Config) ([]any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return []any{"maxn", maxnConcurrency, "cc_limit", limit, "cc_lease", lease, "cc_lease_us", ceilUS(lease)}, nil
+		return []any{"cc_limit", limit, "cc_lease", lease, "cc_lease_us", ceilUS(lease)}, nil
 	}
 	p, err := c.Share()
 	if err != nil {
 		return nil, err
 	}
-	return []any{"maxn", maxnShare, "sh_cap", ff(p.Capacity), "sh_alg", string(p.Algorithm),
+	return []any{"sh_cap", ff(p.Capacity), "sh_alg", string(p.Algorithm),
 		"sh_lease", p.Lease, "sh_lease_us", ceilUS(p.Lease), "sh_refresh", p.Refresh,
 		"sh_safe", ff(p.SafeCapacity), "sh_learn_us", ceilUS(p.Learning)}, nil
 }
@@ -150,46 +136,35 @@ func ceilUS(ns int64) int64 { return (ns + 999) / 1000 }
 // leaseReplyErr maps the errors of share.lua and concurrency.lua: {-1} no such
 // limiter, {-5, kind} a limiter of another kind.
 func leaseReplyErr(name string, want limiter.Kind, v []any) error {
-	if len(v) == 0 {
-		return fmt.Errorf("store: %s: empty reply", want)
-	}
-	switch toInt(v[0]) {
-	case -1:
+	r := &reply{v: v}
+	switch r.int(0) {
+	case replyOK, replyPermitsRange: // the latter: the caller's, see there
+		return nil
+	case replyNotFound:
 		return fmt.Errorf("limiter %q: %w", name, ErrNotFound)
-	case -5:
-		kind := ""
-		if len(v) > 1 {
-			kind = toString(v[1])
+	case replyOtherKind:
+		if kind := r.str(1); r.err == nil {
+			return kindConflict(name, limiter.Kind(kind))
 		}
-		return kindConflict(name, limiter.Kind(kind))
+	default:
+		r.fail(0, "not a reply code")
 	}
-	return nil
+	return r.check(string(want), name)
 }
 
 // kindConflict is the error of a call a limiter of kind k does not take: it
 // names the kind and the calls that kind does take.
 func kindConflict(name string, k limiter.Kind) error {
 	var use string
-	switch k {
-	case limiter.KindShare:
+	switch {
+	case k == limiter.KindShare:
 		use = "ask for capacity: POST /v1/limiters/" + name + "/capacity (Store.Capacity, ReturnCapacity)"
-	case limiter.KindConcurrency:
+	case k == limiter.KindConcurrency:
 		use = "lease slots: POST /v1/limiters/" + name + "/acquire, /renew and /release (Store.AcquireSlot, RenewSlot, ReleaseSlot)"
-	case limiter.KindSchedule, limiter.KindSmooth:
+	case limiter.IsRate(k):
 		use = "acquire permits: POST /v1/limiters/" + name + "/acquire, GET /wait, POST /reset (Store.Acquire, Grant, Wait, Reset)"
 	default:
 		return fmt.Errorf("%w: limiter %q is of kind %s, which this call does not take", ErrConflict, name, strconv.Quote(string(k)))
 	}
 	return fmt.Errorf("%w: limiter %q is of kind %s: %s", ErrConflict, name, k, use)
-}
-
-func toFloat(v any) float64 {
-	switch x := v.(type) {
-	case int64:
-		return float64(x)
-	case string:
-		f, _ := strconv.ParseFloat(x, 64)
-		return f
-	}
-	return 0
 }

@@ -40,9 +40,9 @@ func TestStoragePackedRoundTrip(t *testing.T) {
 	// One row per case: params (schedule), params (smooth), state, totals,
 	// each as in lib.lua.
 	type row struct {
-		sched  [6]float64  // whole frac den maxn burst maxb
-		smooth [10]float64 // whole frac den maxn cap init warm cool thr slope
-		state  [7]float64  // st ep org nx pc rem sto
+		sched  [6]float64  // whole frac den max_permits burst max_backlog
+		smooth [10]float64 // whole frac den max_permits cap initial warm cooldown threshold slope
+		state  [8]float64  // st ep org nx pc rem sto ls
 		tot    [4]int64    // al id pm lt
 	}
 	rows := []row{
@@ -50,13 +50,13 @@ func TestStoragePackedRoundTrip(t *testing.T) {
 		{
 			[6]float64{1e15, 1<<26 - 1, 1 << 26, 1 << 50, 1.1, 1 << 50},
 			[10]float64{1e15, 1<<26 - 1, 1 << 26, 1 << 50, 1e15, 1e15, 1, 0.1 + 0.2, math.Nextafter(1, 2), 1e-300},
-			[7]float64{1, max53, max53, -(1 << 52), -(1 << 51), 1<<26 - 1, 1e15},
+			[8]float64{1, max53, max53, -(1 << 52), -(1 << 51), 1<<26 - 1, 1e15, -(1 << 51)},
 			[4]int64{math.MaxInt64, math.MinInt64, 1 << 53, -1},
 		},
 		{
 			[6]float64{1, 0, 1, 1, limiter.MaxBurst, 0},
 			[10]float64{3, 1, 3, 2, 0, 0, 0, 1 / 3.0, 2.5e-05, 123456.789e10},
-			[7]float64{0, 1795262636000000, -max53, max53, -max53, 0, 0},
+			[8]float64{0, 1795262636000000, -max53, max53, -max53, 0, 0, max53},
 			[4]int64{1<<32 - 1, 1 << 32, -(1 << 32), 1<<63 - 1<<32},
 		},
 	}
@@ -96,7 +96,7 @@ func TestStoragePackedRoundTrip(t *testing.T) {
 			args = append(args, uint32(x), int32(x>>32))
 		}
 	}
-	// Per row: x of a schedule and of a smooth limiter (code, version 7,
+	// Per row: x of a schedule and of a smooth limiter (code, format, version 7,
 	// params, state, totals), then each unpacked again as %.17g text.
 	script := libSource(t) + `
 local function back(layout, s, n)
@@ -105,24 +105,26 @@ local function back(layout, s, n)
   for i = 1, n do out[i] = string.format('%.17g', v[i]) end
   return table.concat(out, ' ')
 end
+layouts()
 local out = {}
 local a = {}
 for i = 1, #ARGV do a[i] = num(ARGV[i]) end
-for i = 1, #a, 31 do
+for i = 1, #a, 32 do
   -- code, version 7, the params from a[from..to], then state and totals
   local function x(code, from, to)
-    local v = {code, 7}
+    local v = {code, FORMAT, 7}
     for k = from, to do v[#v + 1] = a[k] end
-    -- state and totals in X_STATE's order: st ep nx pc rem, the totals'
-    -- low parts, org sto, their high parts
-    for _, k in ipairs({16, 17, 19, 20, 21, 23, 25, 27, 29, 18, 22, 24, 26, 28, 30}) do
+    -- state and totals in the order of STATE, RUN and REST: started
+    -- epoch next pace rem, the totals' low parts, last, origin stored,
+    -- their high parts
+    for _, k in ipairs({16, 17, 19, 20, 21, 24, 26, 28, 30, 23, 18, 22, 25, 27, 29, 31}) do
       v[#v + 1] = a[i + k]
     end
     return v
   end
-  local x1 = enc(X_SCHEDULE, unpack(x(1, i, i + 5)))
-  local x2 = enc(X_SMOOTH, unpack(x(2, i + 6, i + 15)))
-  for _, x in ipairs({x1, x2, back(X_SCHEDULE, x1, 23), back(X_SMOOTH, x2, 27)}) do
+  local x1 = enc(X_OF[1].fmt, unpack(x(1, i, i + 5)))
+  local x2 = enc(X_OF[2].fmt, unpack(x(2, i + 6, i + 15)))
+  for _, x in ipairs({x1, x2, back(X_OF[1].fmt, x1, 25), back(X_OF[2].fmt, x2, 29)}) do
     out[#out + 1] = x
   end
 end
@@ -138,8 +140,8 @@ return out`
 		g := func(x float64) string { return strconv.FormatFloat(x, 'g', 17, 64) }
 		for k, w := range rows {
 			o := v[4*k : 4*k+4]
-			if !isPackedText(o[0]) && (len(o[0]) != 129 || len(o[1]) != 153) {
-				t.Errorf("row %d: packed lengths %d %d, want 129 153", k, len(o[0]), len(o[1]))
+			if !isPackedText(o[0]) && (len(o[0]) != 137 || len(o[1]) != 161) {
+				t.Errorf("row %d: packed lengths %d %d, want 137 161", k, len(o[0]), len(o[1]))
 			}
 			// Lua reads back what it wrote.
 			var tail []string
@@ -149,11 +151,12 @@ return out`
 			for _, x := range w.tot {
 				tail = append(tail, g(float64(uint32(x))))
 			}
+			tail = append(tail, g(w.state[7]))                // ls
 			tail = append(tail, g(w.state[2]), g(w.state[6])) // org sto
 			for _, x := range w.tot {
 				tail = append(tail, g(float64(int32(x>>32))))
 			}
-			want := [2][]string{{"1", "7"}, {"2", "7"}}
+			want := [2][]string{{"1", "3", "7"}, {"2", "3", "7"}}
 			for _, x := range w.sched {
 				want[0] = append(want[0], g(x))
 			}
@@ -176,7 +179,7 @@ return out`
 				if st.Kind != kind || sp.Kind != kind || st.Version != 7 {
 					t.Errorf("row %d: kind %s/%s version %d, want %s 7", k, st.Kind, sp.Kind, st.Version, kind)
 				}
-				gotState := [7]float64{0, float64(st.Epoch), float64(st.Origin), float64(st.Next), float64(st.Pace), float64(st.Rem), float64(st.Stored)}
+				gotState := [8]float64{0, float64(st.Epoch), float64(st.Origin), float64(st.Next), float64(st.Pace), float64(st.Rem), float64(st.Stored), float64(st.Last)}
 				if st.Started {
 					gotState[0] = 1
 				}
@@ -304,16 +307,16 @@ func TestStorageLayout(t *testing.T) {
 	if !slices.Equal(fields, []string{"cfg", "kind", "ver"}) {
 		t.Errorf("named limiter: fields %v, want cfg kind ver", fields)
 	}
-	if x, err := rdb.Get(ctx, s.stateKey("w")).Result(); err != nil || len(x) != 153 {
-		t.Errorf("named limiter: x of %d bytes (%v), want 153", len(x), err)
+	if x, err := rdb.Get(ctx, s.stateKey("w")).Result(); err != nil || len(x) != 161 {
+		t.Errorf("named limiter: x of %d bytes (%v), want 161", len(x), err)
 	}
 	if ttl := rdb.PTTL(ctx, s.stateKey("w")).Val(); ttl != -1 {
 		t.Errorf("named limiter's state: TTL %v, want none", ttl)
 	}
 	key := s.instanceKey("u:1")
 	x, err := rdb.Get(ctx, key).Result()
-	if err != nil || len(x) != 153 {
-		t.Fatalf("instance: %d bytes (%v), want x of 153", len(x), err)
+	if err != nil || len(x) != 161 {
+		t.Fatalf("instance: %d bytes (%v), want x of 161", len(x), err)
 	}
 	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
 		t.Errorf("instance TTL %v, want one", ttl)
@@ -714,13 +717,15 @@ func TestStorageLeanCarry(t *testing.T) {
 	// lows sets the low parts of the totals (al id pm lt) to ARGV and
 	// returns the low and high parts, or only returns them without ARGV.
 	lows := libSource(t) + `
-local v = {dec(X_SCHEDULE, redis.call('GET', KEYS[1]))}
+layouts()
+local v = {dec(X_OF[1].fmt, redis.call('GET', KEYS[1]))}
 table.remove(v, 1) -- the code
+table.remove(v, 1) -- the format
 if #ARGV > 0 then
   for i = 1, 4 do v[12 + i] = tonumber(ARGV[i]) end
-  redis.call('SET', KEYS[1], enc(X_SCHEDULE, 1, unpack(v, 1, 24)))
+  redis.call('SET', KEYS[1], enc(X_OF[1].fmt, 1, FORMAT, unpack(v, 1, 23)))
 end
-return {v[13], v[14], v[15], v[16], v[19], v[20], v[21], v[22]}`
+return {v[13], v[14], v[15], v[16], v[20], v[21], v[22], v[23]}`
 	parts := func(args ...any) []int64 {
 		t.Helper()
 		v, err := rdb.Eval(t.Context(), lows, []string{key}, args...).Int64Slice()

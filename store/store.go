@@ -2,9 +2,9 @@ package store
 
 import (
 	"context"
-
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"strconv"
 	"strings"
@@ -41,7 +41,9 @@ type Store struct {
 	scripts   map[string]*redis.Script
 	fn        functions // the rate limiter's calls as Redis Functions (functions.go)
 	templates templateCache
-	batcher   *batcher
+	batchMax  int      // WithBatching's, 0 without
+	batcher   *batcher // started by New when batchMax > 0, stopped by Close
+	floors    floorSet // the furthest schedule position seen per name (floors.go)
 }
 
 // Option configures a Store.
@@ -59,9 +61,13 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 		s.scripts[name] = redis.NewScript(lua.Source(name))
 	}
 	s.templates.ttl = time.Second
+	s.templates.reload = make(chan struct{}, 1)
+	s.floors.seed = maphash.MakeSeed()
+	s.floors.setCap(DefaultFloorCap)
 	for _, o := range opts {
 		o(s)
 	}
+	s.batcher = newBatcher(s)
 	return s
 }
 
@@ -131,25 +137,30 @@ func (s *Store) runAny(ctx context.Context, op string, keys []string, args ...an
 	return v, nil
 }
 
-// wrapErr turns transport failures into ErrUnavailable, keeping the cause.
+// wrapErr turns every failure that means "Redis cannot serve now" into an
+// *UnavailableError (errors.Is(err, ErrUnavailable)) naming the condition:
+// transport failures (refused, timed out, lost connections) and the server's
+// own refusals (READONLY, OOM, LOADING, ...). Any other Redis error is kept
+// as it is: it is limitd's fault, not the operator's.
 func wrapErr(err error) error {
 	if err == nil {
 		return nil
 	}
+	var ue *UnavailableError
+	if errors.As(err, &ue) {
+		return err
+	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) && !errors.Is(err, redis.Nil) {
-		msg := rerr.Error()
-		for _, p := range []string{"LOADING", "READONLY", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "MOVED", "ASK"} {
-			if strings.HasPrefix(msg, p) {
-				return fmt.Errorf("%w: %w", ErrUnavailable, err)
-			}
+		if c := redisCondition(rerr.Error()); c != "" {
+			return &UnavailableError{Condition: c, err: err}
 		}
 		return fmt.Errorf("store: redis: %w", err)
 	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	return &UnavailableError{Condition: transportCondition(err), err: err}
 }
 
-// Ping reports whether Redis answers.
+// Ping reports whether Redis answers. Ready tells more: whether it can serve.
 func (s *Store) Ping(ctx context.Context) error { return wrapErr(s.rdb.Ping(ctx).Err()) }
 
 // paramArgs encodes engine parameters in the order of PARAMS in lua/lib.lua.
@@ -167,93 +178,6 @@ func paramArgs(p *limiter.Params, version int64) []any {
 }
 
 func ff(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
-
-func toInt(v any) int64 {
-	switch x := v.(type) {
-	case int64:
-		return x
-	case string:
-		n, _ := strconv.ParseInt(x, 10, 64)
-		return n
-	}
-	return 0
-}
-
-func toString(v any) string {
-	if s, ok := v.(string); ok {
-		return s
-	}
-	return fmt.Sprint(v)
-}
-
-// stored is a rate limiter's hash as lua/lib.lua keeps it ("Storage" there),
-// decoded: for tests and for looking into Redis by hand.
-type stored struct {
-	Kind    limiter.Kind
-	Version int64
-	// Params as the scripts see them: Burst 0 for "inf" (and for smooth),
-	// Stable computed from the slice (it is not stored).
-	Params        limiter.Params
-	Started       bool
-	Epoch, Origin int64 // Unix µs
-	// Next, Pace and Stored are ns relative to Epoch; Rem is in 1/Den ns.
-	Next, Pace, Rem, Stored            int64
-	Allocated, Idle, Permits, Lateness int64
-}
-
-// decodeStored decodes x, everything lib.lua keeps of a rate limiter in one
-// packed value ("Storage" there): a named limiter's hash field x, or a
-// template instance's string key. ok is false when x is nil (no such
-// limiter); a share or concurrency limiter's x is its kind alone. Both forms
-// are read: binary (struct.pack) and text (numbers one space apart, where Lua
-// lacks struct).
-func decodeStored(x any) (st stored, ok bool, err error) {
-	if x == nil {
-		return stored{}, false, nil
-	}
-	u := newUnpacker(toString(x))
-	switch code := u.uint(1); code {
-	case 1:
-		st.Kind = limiter.KindSchedule
-	case 2:
-		st.Kind = limiter.KindSmooth
-	default:
-		// A share or concurrency limiter (configure_lease.lua).
-		return stored{Kind: limiter.Kind(toString(x))}, true, nil
-	}
-	st.Version = u.int(7)
-	p := &st.Params
-	p.Kind = st.Kind
-	p.Slice = limiter.Slice{Whole: u.int(7), Frac: u.uint(4), Den: u.uint(4)}
-	p.MaxPermits = u.int(7)
-	if st.Kind == limiter.KindSchedule { // burst maxb: 'di7'
-		p.Burst, p.MaxBacklog = u.float(), u.int(7)
-	} else { // cap init warm cool thr slope: 'i7i7Bddd'
-		p.Cap, p.Initial, p.Warm = u.int(7), u.int(7), u.uint(1) == 1
-		p.Cooldown, p.Threshold, p.Slope = u.float(), u.float(), u.float()
-	}
-	// state and totals (X_STATE): st ep 'Bi7', nx pc rem 'i7i7i4', the
-	// totals' low parts 'i7' x4, org sto 'i7i7', their high parts 'i4' x4
-	st.Started = u.uint(1) == 1
-	st.Epoch = u.int(7)
-	st.Next, st.Pace, st.Rem = u.int(7), u.int(7), u.int(4)
-	totals := []*int64{&st.Allocated, &st.Idle, &st.Permits, &st.Lateness}
-	var lo [4]int64
-	for i := range totals {
-		lo[i] = u.int(7)
-	}
-	st.Origin, st.Stored = u.int(7), u.int(7)
-	for i, t := range totals {
-		*t = u.int(4)<<32 + lo[i]
-	}
-	if err := u.done("x"); err != nil {
-		return st, true, err
-	}
-	if p.Slice.Den > 0 {
-		p.Stable = float64(p.Slice.Whole) + float64(p.Slice.Frac)/float64(p.Slice.Den)
-	}
-	return st, true, nil
-}
 
 // unpacker reads the numbers of one packed field in order.
 type unpacker struct {
@@ -277,7 +201,7 @@ func (u *unpacker) next(n int) string {
 	}
 	if u.isText {
 		if len(u.words) == 0 {
-			u.err = errors.New("too few numbers")
+			u.err = badReply("too few numbers")
 			return ""
 		}
 		w := u.words[0]
@@ -285,7 +209,7 @@ func (u *unpacker) next(n int) string {
 		return w
 	}
 	if len(u.b) < n {
-		u.err = fmt.Errorf("too short by %d bytes", n-len(u.b))
+		u.err = badReply("too short by %d bytes", n-len(u.b))
 		return ""
 	}
 	b := u.b[:n]
@@ -333,7 +257,7 @@ func (u *unpacker) float() float64 {
 	if u.isText {
 		f, err := strconv.ParseFloat(b, 64)
 		if err != nil && u.err == nil {
-			u.err = err
+			u.err = badReply("%v", err)
 		}
 		return f
 	}
@@ -358,13 +282,13 @@ func (u *unpacker) textInt(w string, lo, hi int64) int64 {
 	if err != nil {
 		f, ferr := strconv.ParseFloat(w, 64)
 		if ferr != nil || f != math.Trunc(f) || math.Abs(f) >= 1<<62 {
-			u.err = fmt.Errorf("%q is not an integer", w)
+			u.err = badReply("%q is not an integer", w)
 			return 0
 		}
 		x = int64(f)
 	}
 	if x < lo || x >= hi {
-		u.err = fmt.Errorf("%d is out of [%d, %d)", x, lo, hi)
+		u.err = badReply("%d is out of [%d, %d)", x, lo, hi)
 		return 0
 	}
 	return x
@@ -373,7 +297,7 @@ func (u *unpacker) textInt(w string, lo, hi int64) int64 {
 // done reports a field that was short, unreadable or too long.
 func (u *unpacker) done(name string) error {
 	if u.err == nil && (len(u.b) > 0 || len(u.words) > 0) {
-		u.err = errors.New("too long")
+		u.err = badReply("too long")
 	}
 	if u.err != nil {
 		return fmt.Errorf("store: packed field %s: %w", name, u.err)

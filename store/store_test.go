@@ -1532,7 +1532,7 @@ func TestStoreExactTimeMiniredis(t *testing.T) {
 	s := stStore(t, rdb)
 	base := time.Date(2199, 12, 31, 23, 0, 0, 0, time.UTC)
 	m.SetTime(base)
-	stPut(t, s, "x", limiter.Config{Rate: 3, Burst: limiter.B(1)}) // slice 333,333,333⅓ ns
+	stPut(t, s, "x", limiter.Config{Rate: 3, Burst: limiter.B(1), MaxReserve: limiter.D(48 * time.Hour)}) // slice 333,333,333⅓ ns
 	d0 := stAcquire(t, s, "x", 1, Forever)
 	if d0.Now != base.UnixNano() || d0.Start != d0.Now {
 		t.Fatalf("first acquire %+v at %d", d0, base.UnixNano())

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,11 +22,17 @@ import (
 // Template makes limiters on demand: a name that is not a limiter but matches
 // Pattern (path.Match globs: * and ?) gets its own state with the template's
 // config on first use. Templates are tried by ascending Order (then ID).
+//
+// An instance's state is a key with a TTL, so that idle names cost nothing:
+// never shorter than the instance's debt (the time until its schedule is
+// free: while it owes, a fresh instance would grant again what it granted),
+// then IdleTTL from its last use when set, else DefaultIdleTTL (10m), or less
+// once its state is no different from a fresh one.
 type Template struct {
 	ID      string            `json:"id"`
 	Pattern string            `json:"pattern"`
 	Order   int               `json:"order"`
-	IdleTTL *limiter.Duration `json:"idle_ttl,omitempty"`
+	IdleTTL *limiter.Duration `json:"idle_ttl,omitempty"` // default DefaultIdleTTL after the debt
 	Limiter limiter.Config    `json:"limiter"`
 	Version int64             `json:"version"`
 }
@@ -36,8 +41,8 @@ var patternRE = regexp.MustCompile(`^[A-Za-z0-9*?][A-Za-z0-9._:*?-]{0,127}$`)
 
 // Normalize checks a template and returns it with its config in canonical form.
 func (t Template) Normalize() (Template, error) {
-	if err := CheckName(t.ID); err != nil {
-		return Template{}, &limiter.FieldError{Field: "id", Rule: "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", Value: fmt.Sprintf("%q", t.ID)}
+	if err := CheckNameAs("id", t.ID); err != nil {
+		return Template{}, err
 	}
 	if _, err := path.Match(t.Pattern, ""); err != nil || !patternRE.MatchString(t.Pattern) {
 		return Template{}, &limiter.FieldError{Field: "pattern", Rule: "must be name characters with * and ? wildcards", Value: fmt.Sprintf("%q", t.Pattern)}
@@ -54,7 +59,7 @@ func (t Template) Normalize() (Template, error) {
 		}
 		return Template{}, err
 	}
-	if norm.Kind == limiter.KindShare || norm.Kind == limiter.KindConcurrency {
+	if !limiter.IsRate(norm.Kind) {
 		// Instances are rate limiters (schedule, smooth); a share or
 		// concurrency limiter is created by name.
 		return Template{}, &limiter.FieldError{Field: "limiter.kind", Rule: "must be schedule or smooth: templates make rate limiters", Value: fmt.Sprintf("%q", norm.Kind)}
@@ -127,7 +132,9 @@ func (s *Store) DeleteTemplate(ctx context.Context, id string) error {
 	return nil
 }
 
-// Templates returns every template in matching order.
+// Templates returns every template in matching order. The templates hash
+// is both where templates live and what is listed (no separate index), so a
+// listing holds exactly the templates that exist, under any concurrency.
 func (s *Store) Templates(ctx context.Context) ([]Template, error) {
 	m, err := s.rdb.HGetAll(ctx, s.templatesKey()).Result()
 	if err != nil {
@@ -175,9 +182,21 @@ func (t *compiledTemplate) args() []any {
 	return t.argv
 }
 
+// DefaultIdleTTL is how long a template instance is kept once its debt is
+// paid when its template sets no idle_ttl (less if its state is by then no
+// different from a fresh one). An instance is never dropped while it owes:
+// its TTL covers its debt first, whatever the idle TTL.
+const DefaultIdleTTL = 10 * time.Minute
+
+// idleTTLms is the idle TTL as lua/lib.lua's settle_ms takes it: the
+// template's idle_ttl in ms, or, without one, DefaultIdleTTL in ms, negated
+// (at most that long after the debt).
 func (t *compiledTemplate) idleTTLms() int64 {
-	if t == nil || t.IdleTTL == nil {
+	if t == nil {
 		return 0
+	}
+	if t.IdleTTL == nil {
+		return -DefaultIdleTTL.Milliseconds()
 	}
 	return max(1, time.Duration(*t.IdleTTL).Milliseconds())
 }
@@ -187,10 +206,14 @@ func (t *compiledTemplate) idleTTLms() int64 {
 // the others go on with the old one; changes made through this store are seen
 // by the next call, others within ttl.
 type templateCache struct {
-	ttl    time.Duration
-	cur    atomic.Pointer[templateSet]
-	gen    atomic.Int64 // bumped by invalidate
-	reload sync.Mutex
+	ttl time.Duration
+	cur atomic.Pointer[templateSet]
+	gen atomic.Int64 // bumped by invalidate
+	// reload is held (a token in it) by the one caller reloading; a channel
+	// rather than a mutex, so that a caller waiting for a reload on a hung
+	// Redis gives up when its context ends instead of queueing behind every
+	// caller before it.
+	reload chan struct{}
 }
 
 type templateSet struct {
@@ -208,12 +231,20 @@ func (c *templateCache) match(ctx context.Context, s *Store, name string) (*comp
 		// snapshot is reloaded by whoever gets there first.
 		mustWait := set == nil || set.gen != c.gen.Load()
 		if mustWait {
-			c.reload.Lock()
-		} else if !c.reload.TryLock() {
-			return set.match(name), nil
+			select {
+			case c.reload <- struct{}{}:
+			case <-ctx.Done():
+				return nil, wrapErr(ctx.Err())
+			}
+		} else {
+			select {
+			case c.reload <- struct{}{}:
+			default:
+				return set.match(name), nil
+			}
 		}
 		fresh, err := c.load(ctx, s)
-		c.reload.Unlock()
+		<-c.reload
 		if err != nil {
 			return nil, err
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/internal/bench"
 	"github.com/limitd/limitd/internal/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -99,61 +100,9 @@ func TestBenchParseCreate(t *testing.T) {
 	}
 }
 
-// The histogram keeps every quantile within its bucket's width (under 1%).
-func TestBenchHistogram(t *testing.T) {
-	for v := int64(0); v < 1<<20; v += 1 + v/100 {
-		i := histBucket(v)
-		if i < 0 || i >= histBuckets {
-			t.Fatalf("bucket of %d is %d", v, i)
-		}
-		if got := histValue(i); math.Abs(float64(got-v)) > math.Max(1, float64(v)/64) {
-			t.Fatalf("value %d lands in bucket %d of value %d", v, i, got)
-		}
-		if i > 0 && histBucket(v) < histBucket(v-1) {
-			t.Fatalf("buckets not monotonic at %d", v)
-		}
-	}
-	if i := histBucket(math.MaxInt64); i != histBuckets-1 {
-		t.Errorf("bucket of MaxInt64 is %d, want the last, %d", i, histBuckets-1)
-	}
-	var h latencyHist
-	for v := int64(1); v <= 100_000; v++ {
-		h.add(v * 1000) // 1µs … 100ms, uniform
-	}
-	h.add(-5) // a negative lateness counts as 0
-	var c histCounts
-	h.addTo(&c)
-	if n := c.total(); n != 100_001 {
-		t.Fatalf("total %d", n)
-	}
-	for _, q := range []struct {
-		q    float64
-		want int64
-	}{{0.5, 50_000_000}, {0.99, 99_000_000}} {
-		got := c.quantile(q.q)
-		if math.Abs(float64(got-q.want))/float64(q.want) > 0.01 {
-			t.Errorf("p%v = %d, want %d ± 1%%", 100*q.q, got, q.want)
-		}
-	}
-	if h.max.Load() != 100_000_000 {
-		t.Errorf("max %d", h.max.Load())
-	}
-}
-
-func TestBenchOffsetEstimateKeepsTheShortestRoundTrip(t *testing.T) {
-	var e offsetEstimate
-	e.sample(1000+50, 0, 100) // rtt 100: offset 1000
-	if got := e.sample(5000+500, 4000, 5000); got != 1000 {
-		t.Errorf("offset %d after a slower sample, want 1000", got)
-	}
-	if got := e.sample(9000+10, 8000, 8020); got != 1000 {
-		t.Errorf("offset %d, want 1000", got)
-	}
-}
-
 // benchJSON decodes the --json output: exactly the contract's fields, one
 // object, one line.
-func benchJSON(t *testing.T, stdout string) benchResult {
+func benchJSON(t *testing.T, stdout string) bench.Result {
 	t.Helper()
 	if strings.Count(stdout, "\n") != 1 || !strings.HasSuffix(stdout, "}\n") {
 		t.Fatalf("--json printed %q, want one line with one object", stdout)
@@ -182,7 +131,7 @@ func benchJSON(t *testing.T, stdout string) benchResult {
 	}
 	dec := json.NewDecoder(strings.NewReader(stdout))
 	dec.DisallowUnknownFields()
-	var r benchResult
+	var r bench.Result
 	if err := dec.Decode(&r); err != nil {
 		t.Fatal(err)
 	}

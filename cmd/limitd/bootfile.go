@@ -34,8 +34,10 @@ import (
 // checked whole before anything is written, so a bad file changes nothing.
 // At boot the file wins: each entry is Put, which leaves an equal limiter
 // untouched and reconfigures a changed one in place, keeping its schedule.
-// Then serve keeps it applied: a marker key says the file is in Redis, and
-// when the marker is gone (Redis restarted empty) the file is applied again.
+// Then serve keeps it applied: every second it checks that each limiter and
+// template of the file is still in Redis (and each limiter in the index), and
+// applies again what is missing: after a restart without persistence, of a
+// single node or of any one cluster shard.
 
 // bootFile is a parsed and checked boot file.
 type bootFile struct {
@@ -297,20 +299,35 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// markerKey holds the sum of the boot file last applied to this Redis. Its
-// absence means Redis lost (or never had) the file's configuration.
+// markerKey holds the sum of the boot file last applied to this Redis, for
+// an operator to see which file it got. The keeper does not rely on it: on a
+// Redis Cluster the marker lives on one shard, and another shard restarted
+// empty loses its limiters while the marker stays.
 func markerKey(s *store.Store) string { return s.Prefix() + ":boot" }
 
 // apply writes every limiter and template of the file, then the marker. The
-// file was checked whole when it was loaded, so only Redis can fail here; the
-// marker is written last, so a failure part-way is retried in full.
+// file was checked whole when it was loaded, so only Redis can fail here.
 func (b *bootFile) apply(ctx context.Context, s *store.Store) error {
+	return b.applySome(ctx, s, nil, nil)
+}
+
+// applySome writes the named limiters and templates of the file (all of them
+// when both lists are nil), then the marker. Put leaves an equal limiter
+// untouched and lists it in the index again.
+func (b *bootFile) applySome(ctx context.Context, s *store.Store, limiters, templates []string) error {
+	all := limiters == nil && templates == nil
 	for _, l := range b.limiters {
+		if !all && !slices.Contains(limiters, l.name) {
+			continue
+		}
 		if _, _, err := s.Put(ctx, l.name, l.config); err != nil {
 			return fmt.Errorf("limiter %q: %w", l.name, err)
 		}
 	}
 	for _, t := range b.templates {
+		if !all && !slices.Contains(templates, t.ID) {
+			continue
+		}
 		if _, err := s.PutTemplate(ctx, t); err != nil {
 			return fmt.Errorf("template %q: %w", t.ID, err)
 		}
@@ -321,14 +338,28 @@ func (b *bootFile) apply(ctx context.Context, s *store.Store) error {
 	return nil
 }
 
-// bootKeeper re-applies the boot file whenever Redis lost it.
+// names are the file's limiter names and template ids.
+func (b *bootFile) names() (limiters, templates []string) {
+	for _, l := range b.limiters {
+		limiters = append(limiters, l.name)
+	}
+	for _, t := range b.templates {
+		templates = append(templates, t.ID)
+	}
+	return limiters, templates
+}
+
+// bootKeeper re-applies the parts of the boot file Redis lost. Every interval
+// it checks each limiter and template of the file (store.Lost: one pipelined
+// round trip per node), so a cluster shard restarted empty gets its own
+// limiters back, and a limiter the index no longer lists is listed again.
 type bootKeeper struct {
 	file     *bootFile
 	store    *store.Store
 	log      *slog.Logger
 	interval time.Duration // between checks
 	timeout  time.Duration // for one check and apply
-	applied  bool          // the file was applied once: a missing marker means Redis lost it
+	applied  bool          // the file was applied once: what is missing now, Redis lost
 	down     bool          // Redis failed the last check: log the outage once
 }
 
@@ -346,20 +377,26 @@ func (k *bootKeeper) run(ctx context.Context) {
 	}
 }
 
-// check re-applies the file if the marker is gone. While Redis is down it
-// logs once, when the outage starts, and once more when Redis is back.
+// check re-applies what Redis lost of the file. While Redis (or a shard) is
+// down it logs once, when the outage starts, and once more when it is back;
+// what a reachable shard lost is re-applied meanwhile.
 func (k *bootKeeper) check(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, k.timeout)
 	defer cancel()
-	n, err := k.store.Client().Exists(ctx, markerKey(k.store)).Result()
-	if err == nil && n == 0 {
-		if err = k.file.apply(ctx, k.store); err == nil {
-			msg := "redis lost the boot configuration (restarted without persistence?): applied it again"
-			if !k.applied {
-				msg = "applied the boot file"
-			}
+	if !k.applied {
+		if err := k.file.apply(ctx, k.store); err == nil {
 			k.applied = true
-			k.log.Warn(msg, "file", k.file.path, "limiters", len(k.file.limiters), "templates", len(k.file.templates))
+			k.log.Warn("applied the boot file", "file", k.file.path, "limiters", len(k.file.limiters), "templates", len(k.file.templates))
+		}
+	}
+	names, ids := k.file.names()
+	lostL, lostT, err := k.store.Lost(ctx, names, ids)
+	if len(lostL)+len(lostT) > 0 {
+		if aerr := k.file.applySome(ctx, k.store, lostL, lostT); aerr != nil {
+			err = errors.Join(err, aerr)
+		} else {
+			k.log.Warn("redis lost part of the boot configuration (a node restarted without persistence?): applied it again",
+				"file", k.file.path, "limiters", lostL, "templates", lostT)
 		}
 	}
 	switch {

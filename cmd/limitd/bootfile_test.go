@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -231,7 +232,7 @@ func TestBootKeeperOutageLoggedOnce(t *testing.T) {
 	for range 5 {
 		k.check(ctx)
 	}
-	if n := strings.Count(logs.String(), "redis unavailable"); n != 1 {
+	if n := strings.Count(logs.String(), `msg="redis unavailable`); n != 1 {
 		t.Errorf("outage logged %d times, want once:\n%s", n, logs)
 	}
 	if err := mini.Restart(); err != nil {
@@ -264,5 +265,60 @@ func TestBootFileNothingHalfApplied(t *testing.T) {
 	}
 	if keys := mini.Keys(); len(keys) != 0 {
 		t.Errorf("a bad boot file wrote %v", keys)
+	}
+}
+
+// A cluster shard restarted empty loses only its own limiters, and a lost
+// index forgets names whose limiters are still there: the keeper checks every
+// entry of the file and re-applies exactly what is missing, wherever the
+// marker is.
+func TestBootKeeperReappliesWhatOneShardLost(t *testing.T) {
+	mini, st, b := bootStore(t)
+	logs := newSyncBuffer()
+	k := &bootKeeper{file: b, store: st, log: slog.New(slog.NewTextHandler(logs, nil)),
+		interval: time.Millisecond, timeout: time.Second, applied: true}
+	ctx := context.Background()
+	search, err := st.Get(ctx, "search")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	mini.Del("boottest:{orders}:l") // orders' shard restarted
+	mini.Del("boottest:{orders}:x")
+	mini.ZRem("boottest:index", "login") // the index's shard restarted
+	mini.HDel("boottest:templates", "per-user")
+	if !mini.Exists("boottest:boot") {
+		t.Fatal("the marker should still be there: this is the case it cannot see")
+	}
+	k.check(ctx)
+	if _, err := st.Get(ctx, "orders"); err != nil {
+		t.Errorf("orders not re-applied: %v", err)
+	}
+	if _, err := st.GetTemplate(ctx, "per-user"); err != nil {
+		t.Errorf("per-user not re-applied: %v", err)
+	}
+	infos, _, err := st.List(ctx, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, i := range infos {
+		listed = append(listed, i.Name)
+	}
+	for _, name := range []string{"orders", "login", "search"} {
+		if !slices.Contains(listed, name) {
+			t.Errorf("%s not listed after the keeper's check: %v", name, listed)
+		}
+	}
+	if again, _ := st.Get(ctx, "search"); again.Version != search.Version {
+		t.Errorf("search, which nothing lost, moved from version %d to %d", search.Version, again.Version)
+	}
+	if !strings.Contains(logs.String(), "applied it again") || !strings.Contains(logs.String(), "orders") {
+		t.Errorf("the re-apply was not logged with what was lost:\n%s", logs)
+	}
+	n := strings.Count(logs.String(), "\n")
+	k.check(ctx) // nothing lost now: nothing to do, nothing to log
+	if m := strings.Count(logs.String(), "\n"); m != n {
+		t.Errorf("a check with nothing lost logged:\n%s", logs)
 	}
 }

@@ -19,15 +19,16 @@ import (
 // config is limitd serve's configuration, read from the environment. The
 // help tags feed limitd --help, so the table there cannot drift from the code.
 type config struct {
-	Addr       string `env:"LIMITD_ADDR" envDefault:"127.0.0.1:8080" help:"listen address, host:port"`
-	RedisURL   string `env:"LIMITD_REDIS_URL" help:"redis://… or rediss://… URL, or host:port,host:port,… for a cluster; empty: an embedded in-memory Redis, NOT shared across processes"`
-	Prefix     string `env:"LIMITD_PREFIX" envDefault:"limitd" help:"Redis key prefix"`
-	ConfigFile string `env:"LIMITD_CONFIG" help:"YAML file of limiters and templates applied at boot, and re-applied whenever Redis lost them"`
-	AdminToken string `env:"LIMITD_ADMIN_TOKEN" help:"bearer token every config change (PUT, PATCH, DELETE, reset) must carry"`
-	Token      string `env:"LIMITD_TOKEN" help:"bearer token every other /v1 request must carry"`
-	Insecure   bool   `env:"LIMITD_INSECURE" envDefault:"false" help:"true: listen beyond loopback even without LIMITD_ADMIN_TOKEN"`
-	LogFormat  string `env:"LIMITD_LOG_FORMAT" envDefault:"text" help:"text or json"`
-	LogLevel   string `env:"LIMITD_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
+	Addr         string `env:"LIMITD_ADDR" envDefault:"127.0.0.1:8080" help:"listen address, host:port"`
+	RedisURL     string `env:"LIMITD_REDIS_URL" help:"single node: redis://[user:pw@]host:port[/db] (rediss:// for TLS) or host:port; Sentinel: redis://[suser:spw@]sentinel:26379?master_name=NAME &addr=sentinel2:26379… &username=U&password=PW (the master's); cluster: redis://[user:pw@]node:7000?addr=node2:7001&addr=… or node:7000,node2:7001,…; go-redis options as query parameters (dial_timeout=1s); empty: an embedded in-memory Redis, NOT shared across processes"`
+	Prefix       string `env:"LIMITD_PREFIX" envDefault:"limitd" help:"Redis key prefix"`
+	ConfigFile   string `env:"LIMITD_CONFIG" help:"YAML file of limiters and templates applied at boot, and re-applied whenever Redis lost them"`
+	AdminToken   string `env:"LIMITD_ADMIN_TOKEN" help:"bearer token every config change (PUT, PATCH, DELETE, reset) must carry"`
+	Token        string `env:"LIMITD_TOKEN" help:"bearer token every other /v1 request must carry"`
+	MetricsToken string `env:"LIMITD_METRICS_TOKEN" help:"bearer token GET /metrics must carry (it names every limiter); empty: /metrics is open"`
+	Insecure     bool   `env:"LIMITD_INSECURE" envDefault:"false" help:"true: listen beyond loopback even without LIMITD_ADMIN_TOKEN"`
+	LogFormat    string `env:"LIMITD_LOG_FORMAT" envDefault:"text" help:"text or json"`
+	LogLevel     string `env:"LIMITD_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
 }
 
 var (
@@ -77,7 +78,7 @@ func (c *config) check() error {
 	if !prefixRE.MatchString(c.Prefix) {
 		return fmt.Errorf("LIMITD_PREFIX: must be 1 to 64 of A-Z a-z 0-9 . _ : - starting with a letter or digit (got %q)", c.Prefix)
 	}
-	for _, t := range []struct{ key, val string }{{"LIMITD_ADMIN_TOKEN", c.AdminToken}, {"LIMITD_TOKEN", c.Token}} {
+	for _, t := range []struct{ key, val string }{{"LIMITD_ADMIN_TOKEN", c.AdminToken}, {"LIMITD_TOKEN", c.Token}, {"LIMITD_METRICS_TOKEN", c.MetricsToken}} {
 		// A stray newline from a secrets file would make every request fail
 		// with 401 and nothing to tell why.
 		if strings.IndexFunc(t.val, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {

@@ -37,13 +37,13 @@ func TestConfigFromEnv(t *testing.T) {
 	c, err := loadConfig(map[string]string{
 		"LIMITD_ADDR": "0.0.0.0:9000", "LIMITD_REDIS_URL": "redis://r:6379", "LIMITD_PREFIX": "app1",
 		"LIMITD_CONFIG": "/etc/limitd.yaml", "LIMITD_ADMIN_TOKEN": "adm", "LIMITD_TOKEN": "tok",
-		"LIMITD_INSECURE": "false", "LIMITD_LOG_FORMAT": "JSON", "LIMITD_LOG_LEVEL": "Debug",
+		"LIMITD_METRICS_TOKEN": "met", "LIMITD_INSECURE": "false", "LIMITD_LOG_FORMAT": "JSON", "LIMITD_LOG_LEVEL": "Debug",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := config{Addr: "0.0.0.0:9000", RedisURL: "redis://r:6379", Prefix: "app1", ConfigFile: "/etc/limitd.yaml",
-		AdminToken: "adm", Token: "tok", LogFormat: "json", LogLevel: "debug"}
+		AdminToken: "adm", Token: "tok", MetricsToken: "met", LogFormat: "json", LogLevel: "debug"}
 	if c != want {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
@@ -56,7 +56,7 @@ func TestConfigVariables(t *testing.T) {
 	for i := range typ.NumField() {
 		got = append(got, typ.Field(i).Tag.Get("env"))
 	}
-	want := "LIMITD_ADDR LIMITD_REDIS_URL LIMITD_PREFIX LIMITD_CONFIG LIMITD_ADMIN_TOKEN LIMITD_TOKEN LIMITD_INSECURE LIMITD_LOG_FORMAT LIMITD_LOG_LEVEL"
+	want := "LIMITD_ADDR LIMITD_REDIS_URL LIMITD_PREFIX LIMITD_CONFIG LIMITD_ADMIN_TOKEN LIMITD_TOKEN LIMITD_METRICS_TOKEN LIMITD_INSECURE LIMITD_LOG_FORMAT LIMITD_LOG_LEVEL"
 	if strings.Join(got, " ") != want {
 		t.Errorf("variables %v, want %s", got, want)
 	}
@@ -76,6 +76,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"LIMITD_PREFIX", "has space", `LIMITD_PREFIX: must be`},
 		{"LIMITD_ADMIN_TOKEN", "secret\n", `LIMITD_ADMIN_TOKEN: must not contain spaces or control characters`},
 		{"LIMITD_TOKEN", "a b", `LIMITD_TOKEN: must not contain spaces`},
+		{"LIMITD_METRICS_TOKEN", "m\n", `LIMITD_METRICS_TOKEN: must not contain spaces`},
 	} {
 		_, err := loadConfig(map[string]string{tc.key: tc.val})
 		if err == nil {

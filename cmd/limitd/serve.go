@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +24,12 @@ import (
 // purpose: one clear default beats a knob nobody measured.
 const (
 	readHeaderTimeout = 5 * time.Second
+	// readTimeout is a backstop for reading a whole request; the API gives
+	// each body its own shorter deadline (api.Options.BodyTimeout, 5 s). It
+	// must outlast the API's request timeout (10 s): once a request is read,
+	// net/http watches the connection, and a read deadline passing then
+	// cancels the request still being served (a blocking acquire).
+	readTimeout       = 15 * time.Second
 	idleTimeout       = 2 * time.Minute
 	shutdownTimeout   = 10 * time.Second // for in-flight requests after SIGTERM
 	bootCheckInterval = time.Second      // how often serve looks for a lost boot file
@@ -140,21 +145,23 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 
 	srv := &http.Server{
 		Handler: api.New(api.Options{
-			Store:      st,
-			AdminToken: cfg.AdminToken,
-			Token:      cfg.Token,
-			Logger:     logger,
-			Registry:   prometheus.NewRegistry(),
-			// BodyLimit and RequestTimeout: the API's defaults.
+			Store:        st,
+			AdminToken:   cfg.AdminToken,
+			Token:        cfg.Token,
+			MetricsToken: cfg.MetricsToken,
+			Logger:       logger,
+			Registry:     prometheus.NewRegistry(),
+			// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
 		}),
 		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- srv.Serve(ln) })
 	logger.Info("limitd serving", "addr", ln.Addr().String(), "version", version, "redis", redisTarget(cfg.RedisURL),
-		"prefix", cfg.Prefix, "admin_token", cfg.AdminToken != "", "token", cfg.Token != "")
+		"prefix", cfg.Prefix, "admin_token", cfg.AdminToken != "", "token", cfg.Token != "", "metrics_token", cfg.MetricsToken != "")
 	if ready != nil {
 		ready(ln.Addr())
 	}
@@ -193,8 +200,5 @@ func redisTarget(raw string) string {
 	if raw == "" {
 		return "embedded (in-memory)"
 	}
-	if u, err := url.Parse(raw); err == nil && u.Scheme != "" {
-		return u.Redacted()
-	}
-	return raw
+	return store.RedactURL(raw)
 }

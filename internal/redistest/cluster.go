@@ -21,6 +21,10 @@ const (
 	clusterCreateTimeout = 30 * time.Second
 )
 
+// ClusterNodeTimeout is the --cluster-node-timeout of ClusterWithReplicas:
+// a master silent that long is failed over to its replica.
+const ClusterNodeTimeout = 2 * time.Second
+
 // ClusterInstance is a three-master Redis Cluster owned by a test.
 type ClusterInstance struct {
 	t     testing.TB
@@ -33,6 +37,27 @@ type ClusterInstance struct {
 // every node reports cluster_state:ok and stops them all when the test ends.
 func Cluster(t testing.TB) *ClusterInstance {
 	t.Helper()
+	return newCluster(t, 0, 5*time.Second)
+}
+
+// ClusterWithReplicas starts three masters and one replica of each
+// (--cluster-replicas 1) with a --cluster-node-timeout of ClusterNodeTimeout,
+// so that a killed master's replica takes over within about three seconds.
+func ClusterWithReplicas(t testing.TB) *ClusterInstance {
+	t.Helper()
+	c := newCluster(t, 1, ClusterNodeTimeout)
+	// Replicas sync after the slots are assigned; a failover before the
+	// first sync would find no replica fit to take over.
+	for _, n := range c.nodes {
+		if n.Role(context.Background()) == "slave" {
+			waitInfo(t, n, "replication", 20*time.Second, "master_link_status:up")
+		}
+	}
+	return c
+}
+
+func newCluster(t testing.TB, replicas int, nodeTimeout time.Duration) *ClusterInstance {
+	t.Helper()
 	Require(t, "redis-server", "redis-cli")
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
@@ -40,16 +65,17 @@ func Cluster(t testing.TB) *ClusterInstance {
 	}
 
 	c := &ClusterInstance{t: t}
-	for range clusterSize {
-		c.nodes = append(c.nodes, launch(t, clusterArgs))
+	args := func(dir string, port int) ([]string, error) { return clusterArgs(dir, port, nodeTimeout) }
+	for range clusterSize * (1 + replicas) {
+		c.nodes = append(c.nodes, launch(t, args))
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), clusterCreateTimeout)
 	defer cancel()
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
-		t.Fatalf("redistest: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
+	create := append([]string{"--cluster", "create"}, c.Addrs()...)
+	create = append(create, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+	if out, err := exec.CommandContext(ctx, cli, create...).CombinedOutput(); err != nil {
+		t.Fatalf("redistest: redis-cli %s: %v\n%s", strings.Join(create, " "), err, out)
 	}
 
 	c.waitHealthy(clusterReadyWithin)
@@ -59,7 +85,7 @@ func Cluster(t testing.TB) *ClusterInstance {
 // clusterArgs pins the cluster bus to its own free port: the default,
 // port+10000, was never checked for availability and could even collide with
 // an unrelated service.
-func clusterArgs(dir string, port int) ([]string, error) {
+func clusterArgs(dir string, port int, nodeTimeout time.Duration) ([]string, error) {
 	// The client port was released before this pick, so the kernel may hand
 	// it out again.
 	bus := port
@@ -75,8 +101,10 @@ func clusterArgs(dir string, port int) ([]string, error) {
 	return []string{
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", port)),
-		"--cluster-node-timeout", "5000",
+		"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
 		"--cluster-port", strconv.Itoa(bus),
+		// A master would wait 5 s for more replicas before a first sync.
+		"--repl-diskless-sync-delay", "0",
 	}, nil
 }
 
@@ -92,6 +120,9 @@ func (c *ClusterInstance) waitHealthy(timeout time.Duration) {
 	for i, n := range c.nodes {
 		clients[i] = redis.NewClient(&redis.Options{Addr: n.Addr()})
 		defer clients[i].Close()
+		if !n.Running() {
+			clients[i] = nil // killed by the test: the others know it failed
+		}
 	}
 	wantKnown := "cluster_known_nodes:" + strconv.Itoa(len(c.nodes))
 
@@ -99,6 +130,9 @@ func (c *ClusterInstance) waitHealthy(timeout time.Duration) {
 	for {
 		healthy := true
 		for i, cl := range clients {
+			if cl == nil {
+				continue
+			}
 			info, err := cl.ClusterInfo(ctx).Result()
 			if err != nil {
 				last = fmt.Sprintf("%s: CLUSTER INFO: %v", c.nodes[i].Addr(), err)
@@ -143,4 +177,83 @@ func (c *ClusterInstance) Client() *redis.ClusterClient {
 // Instance.Client or to take one down with Instance.Stop.
 func (c *ClusterInstance) Nodes() []*Instance {
 	return append([]*Instance(nil), c.nodes...)
+}
+
+// WaitHealthy waits until every running node reports cluster_state:ok.
+func (c *ClusterInstance) WaitHealthy(within time.Duration) {
+	c.t.Helper()
+	c.waitHealthy(within)
+}
+
+// Slot returns the hash slot of key, as the cluster computes it.
+func (c *ClusterInstance) Slot(ctx context.Context, key string) int {
+	c.t.Helper()
+	for _, n := range c.nodes {
+		if !n.Running() {
+			continue
+		}
+		cl := redis.NewClient(&redis.Options{Addr: n.Addr()})
+		slot, err := cl.ClusterKeySlot(ctx, key).Result()
+		cl.Close()
+		if err == nil {
+			return int(slot)
+		}
+	}
+	c.t.Fatalf("redistest: no node answers CLUSTER KEYSLOT %q", key)
+	return -1
+}
+
+// MasterOf returns the node that the running nodes agree owns key's slot as
+// its master, or nil when they do not agree (a failover under way) or the
+// owner does not answer as a master.
+func (c *ClusterInstance) MasterOf(ctx context.Context, key string) *Instance {
+	c.t.Helper()
+	slot := c.Slot(ctx, key)
+	owner := ""
+	for _, n := range c.nodes {
+		if !n.Running() {
+			continue
+		}
+		cl := redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1})
+		slots, err := cl.ClusterSlots(ctx).Result()
+		cl.Close()
+		if err != nil {
+			return nil
+		}
+		a := ""
+		for _, r := range slots {
+			if slot >= r.Start && slot <= r.End && len(r.Nodes) > 0 {
+				a = r.Nodes[0].Addr
+			}
+		}
+		if a == "" || (owner != "" && a != owner) {
+			return nil
+		}
+		owner = a
+	}
+	for _, n := range c.nodes {
+		if n.Addr() == owner && n.Running() && n.Role(ctx) == "master" {
+			return n
+		}
+	}
+	return nil
+}
+
+// WaitNewMaster waits until a node other than old owns key's slot as master
+// (every running node agreeing), and returns it and when that was first seen
+// (polling every 20 ms).
+func (c *ClusterInstance) WaitNewMaster(key string, old *Instance, within time.Duration) (*Instance, time.Time) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	for {
+		if m := c.MasterOf(ctx, key); m != nil && m != old {
+			return m, time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			c.t.Fatalf("redistest: no new master for %q within %v", key, within)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

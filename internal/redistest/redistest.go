@@ -26,7 +26,9 @@ const (
 
 	missingMsg = "%s not installed: install redis-server and redis-tools (apt-get install -y redis-server redis-tools) to run this test"
 
-	startTimeout = 5 * time.Second
+	// startTimeout is generous: on a busy 2-core machine a redis-server can take
+	// seconds to answer its first PING.
+	startTimeout = 20 * time.Second
 	// Picking a port and binding it are not atomic, so another process can
 	// grab the port in between; a few fresh picks make that race harmless.
 	startAttempts = 5
@@ -65,6 +67,10 @@ type Instance struct {
 	// args are the extra flags of the first successful start, kept so that
 	// Restart brings the server back with an identical configuration.
 	args []string
+	// conf, when set, is a config file given as the first argument (a
+	// Sentinel needs one it can rewrite), and ready the log line that says
+	// this kind of server listens.
+	conf, ready string
 
 	// mu serialises Stop and Restart so a concurrent Stop cannot observe a
 	// half-started process or return before the process is gone.
@@ -90,12 +96,22 @@ func Server(t testing.TB, args ...string) *Instance {
 // instance directory and the candidate port because cluster flags embed them.
 func launch(t testing.TB, extra func(dir string, port int) ([]string, error)) *Instance {
 	t.Helper()
+	return launchWith(t, nil, extra)
+}
+
+// launchWith is launch with a hook that sets up the instance (a config file)
+// before its first start.
+func launchWith(t testing.TB, setup func(*Instance), extra func(dir string, port int) ([]string, error)) *Instance {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
 	dir := t.TempDir()
 	inst := &Instance{t: t, bin: bin, dir: dir, logPath: filepath.Join(dir, "redis.log")}
+	if setup != nil {
+		setup(inst)
+	}
 	// Registered after t.TempDir so it runs before the directory is removed.
 	t.Cleanup(inst.Stop)
 
@@ -159,6 +175,30 @@ func (i *Instance) Restart() {
 	}
 }
 
+// Start starts a stopped server again, on the same port with the flags it
+// was first started with and an empty dataset: a node restarted "as it was"
+// configured (a demoted master comes back believing it is a master). It does
+// nothing to a running server. Like t.Fatal it must be called from the test
+// goroutine.
+func (i *Instance) Start() {
+	i.t.Helper()
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.proc != nil {
+		return
+	}
+	if err := i.startLocked(i.port, i.args); err != nil {
+		i.t.Fatalf("redistest: start on port %d: %v", i.port, err)
+	}
+}
+
+// Running reports whether the server process is up.
+func (i *Instance) Running() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.proc != nil
+}
+
 func (i *Instance) stopLocked() {
 	if i.proc == nil {
 		return
@@ -177,14 +217,18 @@ func (i *Instance) startLocked(port int, extra []string) error {
 	if err != nil {
 		return err
 	}
-	args := []string{
+	var args []string
+	if i.conf != "" {
+		args = append(args, i.conf)
+	}
+	args = append(args,
 		"--bind", "127.0.0.1",
 		"--port", strconv.Itoa(port),
 		"--save", "",
 		"--appendonly", "no",
 		"--dir", dataDir,
 		"--daemonize", "no",
-	}
+	)
 	args = append(args, extra...)
 
 	logFile, err := os.OpenFile(i.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -213,7 +257,11 @@ func (i *Instance) startLocked(port int, extra []string) error {
 	}()
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	bound := func() bool { return i.logSays(logStart, readyLine) }
+	ready := readyLine
+	if i.ready != "" {
+		ready = i.ready
+	}
+	bound := func() bool { return i.logSays(logStart, ready) }
 	if hidesNotices(extra) {
 		// The ready line is a notice; without it the process_id check in
 		// waitReady is the only guard against talking to someone else.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/limitd/limitd/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -154,4 +155,62 @@ func TestRequire(t *testing.T) {
 	if f.skipped != "" || f.fataled != "" {
 		t.Fatalf("installed binary: skipped=%q fataled=%q, want neither", f.skipped, f.fataled)
 	}
+}
+
+func TestSentinel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := redistest.Server(t)
+	r := redistest.Replica(t, m)
+	s := redistest.Sentinel(t, m, 1)
+	if err := m.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Replication is asynchronous: make sure the replica has the key.
+	if n, err := m.Client().Do(ctx, "WAIT", 1, 2000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT = %d, %v", n, err)
+	}
+	if a, err := s.MasterAddr(ctx); err != nil || a != m.Addr() {
+		t.Fatalf("sentinel names %q, %v; want %s", a, err, m.Addr())
+	}
+
+	m.Stop()
+	killed := time.Now()
+	a, at := s.WaitPromotion(m.Addr(), 15*time.Second)
+	if a != r.Addr() {
+		t.Fatalf("promoted %s, want the replica %s", a, r.Addr())
+	}
+	t.Logf("replica promoted %v after the kill", at.Sub(killed).Round(time.Millisecond))
+	if got, err := r.Client().Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("promoted replica lost the data: %q, %v", got, err)
+	}
+
+	// The old master comes back as it was configured: a master, empty. (The
+	// Sentinel demotes it within its 10 s INFO period; integration tests
+	// check that.)
+	m.Start()
+	if role := m.Role(ctx); role != "master" {
+		t.Errorf("old master back as %q, want master", role)
+	}
+	if n, err := m.Client().DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Errorf("old master back with %d keys, %v; want empty", n, err)
+	}
+}
+
+func TestClusterWithReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cl := redistest.ClusterWithReplicas(t)
+	if n := len(cl.Nodes()); n != 6 {
+		t.Fatalf("%d nodes, want 6", n)
+	}
+	old := cl.MasterOf(ctx, "{k}")
+	if old == nil || old.Role(ctx) != "master" {
+		t.Fatal("no master for {k}")
+	}
+	old.Stop()
+	killed := time.Now()
+	m, at := cl.WaitNewMaster("{k}", old, 20*time.Second)
+	t.Logf("%s took over {k} from %s %v after the kill", m.Addr(), old.Addr(), at.Sub(killed).Round(time.Millisecond))
+	cl.WaitHealthy(10 * time.Second)
 }

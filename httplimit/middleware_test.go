@@ -1,10 +1,8 @@
-package client_test
+package httplimit_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -14,40 +12,17 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/limitd/limitd/client"
-	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd/httplimit"
 )
 
-// ctTemplate serves every limiter name matching pattern at rate permits/s,
-// strict.
-func ctTemplate(t *testing.T, st *store.Store, id, pattern string, rate float64) {
-	t.Helper()
-	if _, err := st.PutTemplate(context.Background(), store.Template{ID: id, Pattern: pattern, Limiter: strict(rate)}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-var ctOK = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
-
-// ctGet sends a request from addr (with headers h) to handler.
-func ctGet(handler http.Handler, addr string, h map[string]string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodGet, "/thing", nil)
-	req.RemoteAddr = addr
-	for k, v := range h {
-		req.Header.Set(k, v)
-	}
-	rec := httptest.NewRecorder()
-	handler.ServeHTTP(rec, req)
-	return rec
-}
-
-type ctProblem struct {
+type problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
 	Status int    `json:"status"`
 	Detail string `json:"detail"`
 }
 
-func ctCheckDenied(t *testing.T, rec *httptest.ResponseRecorder) {
+func checkDenied(t *testing.T, rec *httptest.ResponseRecorder) {
 	t.Helper()
 	if rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("status %d, want 429 (body %s)", rec.Code, rec.Body)
@@ -58,7 +33,7 @@ func ctCheckDenied(t *testing.T, rec *httptest.ResponseRecorder) {
 	if ra := rec.Header().Get("Retry-After"); ra != "1" {
 		t.Fatalf("Retry-After %q, want 1 (500ms rounded up)", ra)
 	}
-	var p ctProblem
+	var p problem
 	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
 		t.Fatalf("body %s: %v", rec.Body, err)
 	}
@@ -71,13 +46,14 @@ func ctCheckDenied(t *testing.T, rec *httptest.ResponseRecorder) {
 }
 
 func TestMiddlewareLimitsPerIP(t *testing.T) {
-	_, rdb, st := ctMini(t)
-	ctTemplate(t, st, "per-ip", "ip:*", 2) // one request per 500ms per IP
-	c := client.New(rdb)
+	m, _, st := mini(t)
+	clk := newSteppedClock(m)
+	template(t, st, "per-ip", "ip:*", 2) // one request per 500ms per IP
+	c := clk.client(st)
 	defer c.Close()
-	h := client.Middleware(c, client.WithLimiterPrefix("ip:"))(ctOK)
+	h := httplimit.Middleware(c, httplimit.WithLimiterPrefix("ip:"))(okHandler)
 
-	rec := ctGet(h, "192.0.2.7:4711", nil)
+	rec := get(h, "192.0.2.7:4711", nil)
 	if rec.Code != http.StatusOK || rec.Body.String() != "ok" {
 		t.Fatalf("first request: %d %s", rec.Code, rec.Body)
 	}
@@ -87,37 +63,38 @@ func TestMiddlewareLimitsPerIP(t *testing.T) {
 	if got := rec.Header().Get("RateLimit"); got != `"default";r=0;t=1` {
 		t.Fatalf("RateLimit = %q, want r=0 (permits are spaced) t=1 (500ms, rounded up)", got)
 	}
-	ctCheckDenied(t, ctGet(h, "192.0.2.7:4712", nil)) // same IP, other port
+	checkDenied(t, get(h, "192.0.2.7:4712", nil)) // same IP, other port
 	// Another client has a limit of its own.
-	if rec := ctGet(h, "[2001:db8::1]:80", nil); rec.Code != http.StatusOK {
+	if rec := get(h, "[2001:db8::1]:80", nil); rec.Code != http.StatusOK {
 		t.Fatalf("another IP: %d", rec.Code)
 	}
 	for name, want := range map[string]int64{"ip:192.0.2.7": 1, "ip:2001:db8::1": 1} {
-		if w := ctWaitInfo(t, st, name); w.Permits < want {
-			t.Fatalf("limiter %s: %d permits, want ≥ %d", name, w.Permits, want)
+		if w := permitsOf(t, st, name); w < want {
+			t.Fatalf("limiter %s: %d permits, want ≥ %d", name, w, want)
 		}
 	}
-	// The pool places the schedule on the local clock within half a round
-	// trip, which miniredis under the race detector on a loaded machine
-	// stretches to many ms: wait well past the next permit's start.
-	time.Sleep(700 * time.Millisecond)
-	if rec := ctGet(h, "192.0.2.7:4711", nil); rec.Code != http.StatusOK {
+	clk.step(t, 499*time.Millisecond)
+	if rec := get(h, "192.0.2.7:4711", nil); rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("1ms before the next permit: %d, want 429", rec.Code)
+	}
+	clk.step(t, time.Millisecond)
+	if rec := get(h, "192.0.2.7:4711", nil); rec.Code != http.StatusOK {
 		t.Fatalf("after one slice: %d", rec.Code)
 	}
 }
 
 func TestMiddlewareKeysAndPolicy(t *testing.T) {
-	_, rdb, st := ctMini(t)
-	ctTemplate(t, st, "per-key", "key:*", 2)
+	_, rdb, st := mini(t)
+	template(t, st, "per-key", "key:*", 2)
 	c := client.New(rdb)
 	defer c.Close()
-	h := client.Middleware(c, client.KeyByHeader("X-API-Key"), client.WithLimiterPrefix("key:"),
-		client.WithPolicy("api", 120, time.Minute))(ctOK)
+	h := httplimit.Middleware(c, httplimit.KeyByHeader("X-API-Key"), httplimit.WithLimiterPrefix("key:"),
+		httplimit.WithPolicy("api", 120, time.Minute))(okHandler)
 
 	// Keys that are no valid limiter names, and keys that differ only in
 	// the characters replaced, get limiters of their own.
 	for _, key := range []string{"abc", "a b", "a/b", "ä", "", string(make([]byte, 300))} {
-		rec := ctGet(h, "192.0.2.1:1", map[string]string{"X-API-Key": key})
+		rec := get(h, "192.0.2.1:1", map[string]string{"X-API-Key": key})
 		if rec.Code != http.StatusOK {
 			t.Fatalf("first request with key %q: %d %s", key, rec.Code, rec.Body)
 		}
@@ -125,12 +102,12 @@ func TestMiddlewareKeysAndPolicy(t *testing.T) {
 			t.Fatalf("RateLimit-Policy = %q", got)
 		}
 	}
-	if rec := ctGet(h, "192.0.2.1:1", map[string]string{"X-API-Key": "a b"}); rec.Code != http.StatusTooManyRequests {
+	if rec := get(h, "192.0.2.1:1", map[string]string{"X-API-Key": "a b"}); rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("second request with key \"a b\": %d, want 429", rec.Code)
 	}
 
 	// A custom key function.
-	hf := client.Middleware(c, client.KeyFunc(func(r *http.Request) string { return "key:" + r.URL.Query().Get("user") }))(ctOK)
+	hf := httplimit.Middleware(c, httplimit.KeyFunc(func(r *http.Request) string { return "key:" + r.URL.Query().Get("user") }))(okHandler)
 	req := func(user string) int {
 		r := httptest.NewRequest(http.MethodGet, "/?user="+user, nil)
 		rec := httptest.NewRecorder()
@@ -143,15 +120,15 @@ func TestMiddlewareKeysAndPolicy(t *testing.T) {
 }
 
 func TestMiddlewareWithoutLimiterIsAnError(t *testing.T) {
-	_, rdb, _ := ctMini(t)
+	_, rdb, _ := mini(t)
 	c := client.New(rdb)
-	h := client.Middleware(c, client.WithLimiterPrefix("nothing:"))(ctOK)
-	rec := ctGet(h, "192.0.2.1:1", nil)
+	h := httplimit.Middleware(c, httplimit.WithLimiterPrefix("nothing:"))(okHandler)
+	rec := get(h, "192.0.2.1:1", nil)
 	if rec.Code != http.StatusInternalServerError || rec.Header().Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("no limiter for the key: %d %q, want 500 problem+json", rec.Code, rec.Header().Get("Content-Type"))
 	}
 	_ = c.Close()
-	rec = ctGet(h, "192.0.2.1:1", nil)
+	rec = get(h, "192.0.2.1:1", nil)
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Fatalf("closed client: %d, want 503", rec.Code)
 	}
@@ -160,22 +137,22 @@ func TestMiddlewareWithoutLimiterIsAnError(t *testing.T) {
 // The middleware keeps a bounded number of handles: evicted ones are closed,
 // handing their unused permits back.
 func TestMiddlewareEvictsHandles(t *testing.T) {
-	_, rdb, st := ctMini(t)
-	ctTemplate(t, st, "per-ip", "ip:*", 2)
+	_, rdb, st := mini(t)
+	template(t, st, "per-ip", "ip:*", 2)
 	c := client.New(rdb)
 	defer c.Close()
-	h := client.Middleware(c, client.WithLimiterPrefix("ip:"), client.WithMaxKeys(2))(ctOK)
+	h := httplimit.Middleware(c, httplimit.WithLimiterPrefix("ip:"), httplimit.WithMaxKeys(2))(okHandler)
 	for i := range 3 {
-		if rec := ctGet(h, fmt.Sprintf("192.0.2.%d:1", i), nil); rec.Code != http.StatusOK {
+		if rec := get(h, fmt.Sprintf("192.0.2.%d:1", i), nil); rec.Code != http.StatusOK {
 			t.Fatalf("request %d: %d", i, rec.Code)
 		}
 	}
 	// 192.0.2.0's handle was evicted: the permit its pool held went back.
-	if w := ctWaitInfo(t, st, "ip:192.0.2.0"); w.Permits != 1 {
-		t.Fatalf("evicted key's limiter counts %d permits, want 1 (the one used)", w.Permits)
+	if w := permitsOf(t, st, "ip:192.0.2.0"); w != 1 {
+		t.Fatalf("evicted key's limiter counts %d permits, want 1 (the one used)", w)
 	}
 	// It comes back with a new handle, and its limit held meanwhile.
-	if rec := ctGet(h, "192.0.2.0:1", nil); rec.Code != http.StatusTooManyRequests {
+	if rec := get(h, "192.0.2.0:1", nil); rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("evicted key right after: %d, want 429", rec.Code)
 	}
 }
@@ -183,16 +160,16 @@ func TestMiddlewareEvictsHandles(t *testing.T) {
 // Many requests over more keys than handles, concurrently: evictions race
 // with requests, which must never see a closed handle.
 func TestMiddlewareConcurrentEvictions(t *testing.T) {
-	_, rdb, st := ctServer(t)
-	ctTemplate(t, st, "per-ip", "ip:*", 1000)
+	_, rdb, st := server(t)
+	template(t, st, "per-ip", "ip:*", 1000)
 	c := client.New(rdb)
 	defer c.Close()
-	h := client.Middleware(c, client.WithLimiterPrefix("ip:"), client.WithMaxKeys(3))(ctOK)
+	h := httplimit.Middleware(c, httplimit.WithLimiterPrefix("ip:"), httplimit.WithMaxKeys(3))(okHandler)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 200 {
-				rec := ctGet(h, fmt.Sprintf("198.51.100.%d:1", (g+i)%10), nil)
+				rec := get(h, fmt.Sprintf("198.51.100.%d:1", (g+i)%10), nil)
 				if rec.Code != http.StatusOK && rec.Code != http.StatusTooManyRequests {
 					t.Errorf("status %d: %s", rec.Code, rec.Body)
 					return
@@ -204,18 +181,18 @@ func TestMiddlewareConcurrentEvictions(t *testing.T) {
 }
 
 func TestEchoMiddleware(t *testing.T) {
-	_, rdb, st := ctMini(t)
-	ctTemplate(t, st, "per-ip", "ip:*", 2)
+	_, rdb, st := mini(t)
+	template(t, st, "per-ip", "ip:*", 2)
 	c := client.New(rdb)
 	defer c.Close()
 	e := echo.New()
-	e.Use(client.EchoMiddleware(c, client.WithLimiterPrefix("ip:")))
+	e.Use(httplimit.EchoMiddleware(c, httplimit.WithLimiterPrefix("ip:")))
 	var calls int
 	e.GET("/thing", func(ec echo.Context) error {
 		calls++
 		return ec.String(http.StatusOK, "ok")
 	})
-	rec := ctGet(e, "203.0.113.9:1", nil)
+	rec := get(e, "203.0.113.9:1", nil)
 	if rec.Code != http.StatusOK || rec.Body.String() != "ok" {
 		t.Fatalf("first request: %d %s", rec.Code, rec.Body)
 	}
@@ -225,21 +202,21 @@ func TestEchoMiddleware(t *testing.T) {
 	if got := rec.Header().Get("RateLimit"); got != `"default";r=0;t=1` {
 		t.Fatalf("RateLimit = %q", got)
 	}
-	ctCheckDenied(t, ctGet(e, "203.0.113.9:1", nil))
+	checkDenied(t, get(e, "203.0.113.9:1", nil))
 	if calls != 1 {
 		t.Fatalf("handler ran %d times, want 1", calls)
 	}
 	// Keyed by header, prefix and policy as for net/http.
 	e2 := echo.New()
-	e2.Use(client.EchoMiddleware(c, client.KeyByHeader("X-API-Key"), client.WithLimiterPrefix("ip:k"),
-		client.WithPolicy("p", 5, 10*time.Second)))
+	e2.Use(httplimit.EchoMiddleware(c, httplimit.KeyByHeader("X-API-Key"), httplimit.WithLimiterPrefix("ip:k"),
+		httplimit.WithPolicy("p", 5, 10*time.Second)))
 	e2.GET("/thing", func(ec echo.Context) error { return ec.NoContent(http.StatusNoContent) })
-	rec = ctGet(e2, "203.0.113.9:1", map[string]string{"X-API-Key": "secret"})
+	rec = get(e2, "203.0.113.9:1", map[string]string{"X-API-Key": "secret"})
 	if rec.Code != http.StatusNoContent || rec.Header().Get("RateLimit-Policy") != `"p";q=5;w=10` {
 		t.Fatalf("keyed by header: %d %q", rec.Code, rec.Header().Get("RateLimit-Policy"))
 	}
-	if w := ctWaitInfo(t, st, "ip:ksecret"); w.Permits < 1 {
-		t.Fatalf("limiter ip:ksecret counts %d permits", w.Permits)
+	if w := permitsOf(t, st, "ip:ksecret"); w < 1 {
+		t.Fatalf("limiter ip:ksecret counts %d permits", w)
 	}
 }
 
@@ -247,18 +224,18 @@ func TestEchoMiddleware(t *testing.T) {
 // 429 until the next retry; the default safe fallback lets them through at
 // the local rate.
 func TestMiddlewareRedisDown(t *testing.T) {
-	srv, rdb, st := ctServer(t)
-	ctTemplate(t, st, "per-ip", "ip:*", 1000)
+	srv, rdb, st := server(t)
+	template(t, st, "per-ip", "ip:*", 1000)
 	c := client.New(rdb, client.WithFallback(client.FallbackPessimistic), client.WithRetryInterval(2*time.Second))
 	defer c.Close()
-	h := client.Middleware(c, client.WithLimiterPrefix("ip:"))(ctOK)
-	if rec := ctGet(h, "192.0.2.1:1", nil); rec.Code != http.StatusOK {
+	h := httplimit.Middleware(c, httplimit.WithLimiterPrefix("ip:"))(okHandler)
+	if rec := get(h, "192.0.2.1:1", nil); rec.Code != http.StatusOK {
 		t.Fatalf("Redis up: %d", rec.Code)
 	}
 	srv.Stop()
 	var rec *httptest.ResponseRecorder
-	if !ctEventually(2*time.Second, func() bool {
-		rec = ctGet(h, "192.0.2.1:1", nil)
+	if !eventually(10*time.Second, func() bool {
+		rec = get(h, "192.0.2.1:1", nil)
 		return rec.Code == http.StatusTooManyRequests && rec.Header().Get("Retry-After") == "2"
 	}) {
 		t.Fatalf("Redis down, pessimistic: %d Retry-After %q, want 429 with Retry-After 2 (the retry interval)",

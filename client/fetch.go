@@ -1,0 +1,191 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"time"
+
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/store"
+)
+
+// Grant fetching: a handle sizes its next grant from its own demand and
+// fetches it in the background before the current one runs out.
+
+// maybePrefetch starts fetching the next grant once less than half of the
+// current one is left, so a steady caller never waits on Redis.
+func (l *Limiter) maybePrefetch(now int64) {
+	if l.fetching != nil || l.closed || l.down {
+		return
+	}
+	var left, k int64
+	for _, b := range l.blocks {
+		left += b.left()
+		k = b.g.Permits
+	}
+	if left*2 <= k {
+		l.startFetch(now)
+	}
+}
+
+// grantSize is the next grant's size: about one window of this handle's own
+// demand, at least 2 permits and 1ms of schedule, at most 50ms of schedule.
+func (l *Limiter) grantSize(now int64) int64 {
+	if l.since > 0 && now > l.since {
+		obs := float64(l.taken) / (float64(now-l.since) / 1e9)
+		if l.demand == 0 {
+			l.demand = obs
+		} else {
+			l.demand = 0.5*l.demand + 0.5*obs
+		}
+	}
+	l.taken, l.since = 0, now
+	if l.rate == 0 {
+		return 2
+	}
+	k := l.demand * l.o.window.Seconds()
+	if l.starved {
+		// Callers waited on an empty pool: demand is more than we measured.
+		k, l.starved = max(k, 2*float64(l.lastK)), false
+	}
+	lo := max(2, l.rate*1e-3)
+	hi := max(1, l.rate*0.05)
+	l.lastK = int64(math.Ceil(min(max(k, lo), hi)))
+	if l.maxK > 0 { // the limiter's max_reserve bounds one grant
+		l.lastK = min(l.lastK, l.maxK)
+	}
+	return l.lastK
+}
+
+func (l *Limiter) startFetch(now int64) {
+	done := make(chan struct{})
+	l.fetching, l.fetchVer = done, l.version
+	k := l.grantSize(now)
+	l.goBg(func() {
+		defer close(done)
+		l.fetch(k)
+	})
+}
+
+// goBg runs f as the handle's background work, which Close waits for. Call
+// it with l.mu held on an open handle.
+func (l *Limiter) goBg(f func()) {
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		f()
+	}()
+}
+
+// fetch takes one grant from the shared schedule.
+func (l *Limiter) fetch(k int64) {
+	ctx, cancel := context.WithTimeout(l.c.ctx, 2*time.Second)
+	defer cancel()
+	t0 := l.c.mono()
+	g, err := l.c.t.Grant(ctx, l.name, k, store.Forever)
+	if timedOut(err) && l.c.ctx.Err() == nil {
+		// One more try before falling back: a process that was stalled (GC,
+		// SIGSTOP) across the read timeout sees a timeout though Redis is
+		// fine. A refused connection is not retried: go-redis stops dialing
+		// for a while after repeated dial errors.
+		t0 = l.c.mono()
+		g, err = l.c.t.Grant(ctx, l.name, k, store.Forever)
+	}
+	var fe *limiter.FieldError
+	if k > 1 && errors.As(err, &fe) && fe.Field == "permits" {
+		// More than the limiter's max_reserve allows one grant (the first
+		// grant, sized before the pool knows it): one permit always fits.
+		t0 = l.c.mono()
+		g, err = l.c.t.Grant(ctx, l.name, 1, store.Forever)
+	}
+	t1 := l.c.mono()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.fetching = nil
+	l.err = err
+	if err != nil {
+		if !l.closed && unreachable(err) {
+			l.goDown(t1)
+		}
+		return
+	}
+	off := l.c.clk.Sample(g.Now, t0, t1)
+	p := g.Params()
+	b := &block{g: g, p: p, sched: g.Scheduled - off, start: g.Start - off, offset: off, got: t1}
+	if l.closed {
+		l.blocks = append(l.blocks, b) // Close, waiting for this fetch, hands it back
+		return
+	}
+	l.down = false
+	switch {
+	case g.Version > l.version:
+		l.dropOlder(g.Version)
+	case g.Version < l.version && l.version != l.fetchVer:
+		// The change event arrived while this grant was in flight: it was
+		// taken under the old config, and must not be dispensed.
+		l.handBack(b)
+		return
+	case g.Version < l.version:
+		// The version went down with no event in between: the limiter was
+		// re-created (Redis lost it). What the pool holds is the lost one's.
+		l.dropLost()
+		l.version = g.Version
+	}
+	l.rate = 1e9 / p.Slice.Float()
+	if g.MaxPermits > 0 {
+		l.maxK = g.MaxPermits
+	}
+	l.estimateShare(g, p)
+	l.blocks = append(l.blocks, b)
+}
+
+// estimateShare measures this process's share of the shared schedule, the
+// fallback's safe rate: over about a second of schedule, the time our grants
+// took out of it against how far it moved.
+func (l *Limiter) estimateShare(g store.Grant, p limiter.Params) {
+	if l.shareFrom == 0 || g.End < l.shareFrom {
+		l.shareFrom, l.shareMine = g.End, 0
+		return
+	}
+	cost, _ := p.Slice.Cost(g.Permits, 0)
+	l.shareMine += cost
+	if span := g.End - l.shareFrom; span >= int64(time.Second) {
+		l.share = min(1, float64(l.shareMine)/float64(span))
+		l.shareFrom, l.shareMine = g.End, 0
+	}
+}
+
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func unreachable(err error) bool {
+	return errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// await returns the channel of the fetch in flight, starting one if needed.
+func (l *Limiter) await(now int64) chan struct{} {
+	l.starved = true
+	if l.fetching == nil {
+		l.startFetch(now)
+	}
+	return l.fetching
+}
+
+func (l *Limiter) waitFetch(ctx context.Context, done chan struct{}) error {
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	l.mu.Lock()
+	err := l.err
+	l.mu.Unlock()
+	if err != nil && !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+		return err // not found, invalid: the caller must know
+	}
+	return nil
+}

@@ -1,0 +1,88 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"github.com/limitd/limitd/store"
+)
+
+// Hand-back and change watching: permits a handle will not use go back to
+// the shared schedule, and a published config change drops those taken at
+// the old rate.
+
+// changed reacts to a published config change: permits granted under older
+// versions are handed back at once, so no permit at the old rate is used.
+func (l *Limiter) changed(version int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.closed:
+	case version == 0: // deleted: nothing granted by it may be used
+		l.dropLost()
+		l.version = 0
+	case version > l.version:
+		l.dropOlder(version)
+	}
+}
+
+func (l *Limiter) dropOlder(version int64) {
+	l.version = version
+	kept := l.blocks[:0]
+	for _, b := range l.blocks {
+		if b.g.Version < version {
+			l.handBack(b)
+		} else {
+			kept = append(kept, b)
+		}
+	}
+	clear(l.blocks[len(kept):])
+	l.blocks = kept
+	back := l.back[:0]
+	for _, s := range l.back {
+		if s.b.g.Version < version {
+			l.goBg(func() { _ = l.releaseOne(s.b.g) })
+		} else {
+			back = append(back, s)
+		}
+	}
+	l.back = back
+}
+
+// dropLost empties the pool without handing anything back: the limiter the
+// permits came from is gone, and a hand-back would land on a limiter
+// re-created under the same name and corrupt its totals.
+func (l *Limiter) dropLost() {
+	for _, b := range l.blocks {
+		b.dropped, b.lost = true, true
+	}
+	for _, s := range l.back {
+		s.b.dropped, s.b.lost = true, true
+	}
+	l.blocks, l.back = nil, nil
+}
+
+// handBack releases a block's undispensed permits in the background.
+func (l *Limiter) handBack(b *block) {
+	b.dropped = true
+	if m := b.left(); m > 0 {
+		b.i = b.g.Permits
+		l.goBg(func() { _ = l.release(b.g, m) })
+	}
+}
+
+func (l *Limiter) release(g store.Grant, m int64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return l.c.t.Release(ctx, g, m)
+}
+
+// releaseOne hands back one permit from the middle of a grant (put back by a
+// cancelled wait, never reused). Release rewinds the schedule by a grant's
+// last permits when nothing was granted since, which for a permit from the
+// middle would free a start that another permit used; so the grant is
+// presented as of no current version, and the permit's time becomes idle.
+func (l *Limiter) releaseOne(g store.Grant) error {
+	g.Version = -1
+	return l.release(g, 1)
+}

@@ -1,0 +1,269 @@
+package main
+
+// The README's examples are tested here, so that none of them rots: every
+// snippet must run as written.
+//
+//   - The sh blocks of "The HTTP API by example" run as written: each curl
+//     command, with the block's assignments before it, goes to sh against a
+//     limitd serve of this test over miniredis; only B=http://127.0.0.1:8080
+//     is rewritten to the test's address. The Redis clock is driven: it
+//     starts at a fixed instant and moves readmeStep per command, and as far
+//     as a "sleep N" line says instead of sleeping, so the answers do not
+//     depend on how fast the machine is. A command must exit 0 and answer as
+//     the lines after it show: a status line (HTTP/1.1 429 …) or a trailing
+//     "# 204" gives the status, else a problem body's "status", else any 2xx;
+//     shown headers must be there; a shown JSON body must have the keys
+//     shown, with the values shown, except times and durations (keys ending
+//     in _ns, Retry-After), whose type only is checked. "..." stands for more
+//     keys (an object without it is shown whole, so a key the README does not
+//     show is an error), for any value, or for more elements; "<cursor>" for
+//     any string.
+//   - yaml blocks, and deploy/limitd.yaml, are boot files: parseBootFile
+//     accepts them.
+//   - go blocks compile and pass go vet, each on its own. A block without a
+//     package clause is a file's declarations: it gets "package main", the
+//     imports of the packages it names, and an empty main when it has none.
+//   - Other commands are not run. Each `go test` command, in a block or
+//     inline, must name packages that exist and -run/-bench patterns of which
+//     every alternative matches a test or benchmark there; `go run` must name
+//     a main package; `limitd bench` flags must parse. A command of any other
+//     form is an error unless readmeNotRun lists it with a reason.
+//   - An inline `path` whose first element is in the repository must exist.
+//
+// Every problem is reported as README.md:LINE: what is wrong.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	readmeFile    = "README.md"
+	moduleRoot    = "../.." // from cmd/limitd, where go test runs this test
+	readmeHTTP    = "The HTTP API by example"
+	readmeBaseVar = "B=http://127.0.0.1:8080"
+	// readmeStep is how far the Redis clock moves for each command of the
+	// HTTP examples, about what a curl takes.
+	readmeStep = 50 * time.Millisecond
+	// readmeStatus is what curl writes after each answer (see curlrc).
+	readmeStatus = "\n@@readme-status "
+)
+
+// readmeEpoch is the Redis time of the first HTTP example: the instant the
+// README's first output shows.
+var readmeEpoch = time.Unix(0, 1795261877834527000)
+
+// readmeNotRun are the README's commands that are not run, and why. A
+// command is listed by its words up to where they vary; its form is still
+// checked (a go run names a main package, bench flags parse). go test
+// commands are never run (suites and benchmarks are not this test's to run)
+// and need no entry: their packages and patterns are checked.
+var readmeNotRun = []struct{ cmd, why string }{
+	{"go run ./cmd/limitd", "serves on the fixed 127.0.0.1:8080 until stopped; TestREADMEHTTP runs the same serve on a free port"},
+	{"LIMITD_REDIS_URL=redis://127.0.0.1:6379 go run ./cmd/limitd", "needs the Redis at 127.0.0.1:6379, which is not the test's to use"},
+	{"limitd bench --redis redis://127.0.0.1:6379", "needs the Redis at 127.0.0.1:6379; parseBench checks the flags"},
+}
+
+// readmeProblem is one wrong line of the README.
+type readmeProblem struct {
+	line int
+	msg  string
+}
+
+type readmeProblems []readmeProblem
+
+func (ps *readmeProblems) add(line int, format string, a ...any) {
+	*ps = append(*ps, readmeProblem{line, fmt.Sprintf(format, a...)})
+}
+
+// report fails t with every problem, in README order.
+func (ps readmeProblems) report(t *testing.T) {
+	t.Helper()
+	sort.SliceStable(ps, func(i, j int) bool { return ps[i].line < ps[j].line })
+	for _, p := range ps {
+		t.Errorf("%s:%d: %s", readmeFile, p.line, p.msg)
+	}
+}
+
+// mdBlock is a fenced code block.
+type mdBlock struct {
+	lang, section string
+	line          int // README line of the block's first line (after the fence)
+	lines         []string
+}
+
+// mdSpan is an inline code span outside the blocks.
+type mdSpan struct {
+	text, section string
+	line          int
+}
+
+var (
+	mdHeading = regexp.MustCompile("^##+ +(.*)$")
+	mdSpanRE  = regexp.MustCompile("`([^`]+)`")
+)
+
+func parseMarkdown(text string) (blocks []mdBlock, spans []mdSpan) {
+	var (
+		section string
+		cur     *mdBlock
+	)
+	for i, l := range strings.Split(text, "\n") {
+		n := i + 1
+		if cur != nil {
+			if strings.HasPrefix(l, "```") {
+				blocks = append(blocks, *cur)
+				cur = nil
+				continue
+			}
+			cur.lines = append(cur.lines, l)
+			continue
+		}
+		if lang, ok := strings.CutPrefix(l, "```"); ok {
+			cur = &mdBlock{lang: strings.TrimSpace(lang), section: section, line: n + 1}
+			continue
+		}
+		if m := mdHeading.FindStringSubmatch(l); m != nil {
+			section = strings.Trim(m[1], "` ")
+		}
+		for _, m := range mdSpanRE.FindAllStringSubmatch(l, -1) {
+			spans = append(spans, mdSpan{text: m[1], section: section, line: n})
+		}
+	}
+	return blocks, spans
+}
+
+func readREADME(t *testing.T) ([]mdBlock, []mdSpan) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(moduleRoot, readmeFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseMarkdown(string(b))
+}
+
+// ---- yaml -------------------------------------------------------------------
+
+// TestREADMEYAML parses the README's yaml blocks and deploy/limitd.yaml as
+// boot files.
+func TestREADMEYAML(t *testing.T) {
+	blocks, _ := readREADME(t)
+	var ps readmeProblems
+	n := 0
+	for _, b := range blocks {
+		if b.lang != "yaml" && b.lang != "yml" {
+			continue
+		}
+		n++
+		if _, err := parseBootFile(fmt.Sprintf("the block at line %d", b.line), []byte(strings.Join(b.lines, "\n"))); err != nil {
+			line := b.line
+			if m := regexp.MustCompile(`: line ([0-9]+): `).FindStringSubmatch(err.Error()); m != nil {
+				k, _ := strconv.Atoi(m[1])
+				line += k - 1
+			}
+			ps.add(line, "not a boot file: %v", err)
+		}
+	}
+	if n == 0 {
+		t.Error("README has no yaml block")
+	}
+	ps.report(t)
+	if _, err := loadBootFile(filepath.Join(moduleRoot, "deploy", "limitd.yaml")); err != nil {
+		t.Errorf("deploy/limitd.yaml: %v", err)
+	}
+}
+
+// ---- the checks can fail ----------------------------------------------------
+
+// Each check finds a README that is wrong, and names the line.
+func TestREADMEChecksFail(t *testing.T) {
+	wantLines := func(t *testing.T, ps readmeProblems, want map[int]string) {
+		t.Helper()
+		got := map[int]string{}
+		for _, p := range ps {
+			got[p.line] += p.msg + "; "
+			t.Logf("found %s:%d: %s", readmeFile, p.line, p.msg)
+		}
+		for line, sub := range want {
+			if !strings.Contains(got[line], sub) {
+				t.Errorf("line %d: want a problem with %q, got %q", line, sub, got[line])
+			}
+		}
+		for line, msg := range got {
+			if _, ok := want[line]; !ok {
+				t.Errorf("line %d: unexpected problem %s", line, msg)
+			}
+		}
+	}
+
+	t.Run("http", func(t *testing.T) {
+		blocks, _ := parseMarkdown("## " + readmeHTTP + "\n```sh\n" + // block at line 3
+			readmeBaseVar + "; J='Content-Type: application/json'\n" +
+			"curl -H \"$J\" -X PUT $B/v1/limiters/x -d '{\"rate\":5}'\n" +
+			"{\"name\":\"x\",\"config\":{\"kind\":\"schedule\",\"rate\":6},\n" + // line 5: wrong value
+			" \"versoin\":1,...}\n" + // line 6: wrong key
+			"curl -H \"$J\" -X POST $B/v1/limiters/x/acquire -d '{}'\n" +
+			"{\"granted\":true,\"permits\":1,\"delay_ns\":0}\n" + // line 8: keys left out without ...
+			"curl -i -H \"$J\" -X POST $B/v1/limiters/x/acquire -d '{}'\n" +
+			"HTTP/1.1 429 Too Many Requests\n" + // line 10: granted, 200
+			"curl -X DELETE $B/v1/limiters/x      # 200\n" + // line 11: 204
+			"curl $B/v1/limiters/nobody\n" + // line 12: 404, shown as a success
+			"curl -X DELETE $B/v1/limiters/x\n" + // line 13: 404, no output shown
+			"{\"status\":404,...}\n" +
+			"redis-cli flushall\n" + // line 15: not a curl
+			"curl http://127.0.0.1:8080/v1/limiters\n" + // line 16: not the test's address
+			"curl -H \"$J\" -X PUT $B/v1/limiters/y \\\n" + // line 17: continued
+			"     -d '{\"rate\":5}'\n" +
+			"{\"name\":\"y\",...}\n" +
+			"```\n")
+		var ps readmeProblems
+		checkHTTPExamples(t, blocks, &ps)
+		wantLines(t, ps, map[int]string{
+			5:  `config.rate: shows 6`,
+			6:  `shows key "versoin"`,
+			8:  `has keys lateness_ns, now_ns`,
+			10: `shows status 429; the answer to line 9 was 200`,
+			11: `shows status 200; the answer to line 11 was 204`,
+			12: `shows no error; the answer was 404`,
+			15: `"redis-cli flushall" is neither`,
+			16: "not run: a command must reach limitd as $B",
+		})
+	})
+
+	t.Run("go", func(t *testing.T) {
+		blocks, _ := parseMarkdown("```go\nfunc run() error {\n\tx := 1\n\treturn nil\n}\n```\n\n```go\nif err != nil { ... }\n```\n" +
+			"```go\nfunc f()  {}\n```\n") // line 12: not gofmt'd
+		var ps readmeProblems
+		checkGoBlocks(t, blocks, &ps)
+		wantLines(t, ps, map[int]string{3: "declared and not used: x", 9: "expected declaration, found 'if'", 12: "not gofmt'd"})
+	})
+
+	t.Run("commands", func(t *testing.T) {
+		blocks, spans := parseMarkdown("```sh\n" +
+			"go test -run 'TestParseBootFile|TestNoSuchThing' ./cmd/limitd/\n" + // line 2
+			"go test -run='^$' -bench=BenchmarkNoSuch -benchtime=1s ./store/\n" + // line 3
+			"go test -run Diff ./nosuch/\n" + // line 4
+			"limitd bench --redis redis://127.0.0.1:6379 --limiter demo --mode turbo\n" + // line 5
+			"docker run limitd\n" + // line 6
+			"go test -run TestParseBootFile/some_case -bench BenchmarkAcquire ./cmd/limitd/ ./store/\n" + // fine
+			"```\n" +
+			"See `go test -run Sim -v ./limiter/` and `limiter/no_such_test.go`, `application/json`.\n") // line 9
+		var ps readmeProblems
+		checkCommands(moduleRoot, blocks, spans, &ps)
+		wantLines(t, ps, map[int]string{
+			2: `"TestNoSuchThing" matches no test in ./cmd/limitd/`,
+			3: `"BenchmarkNoSuch" matches no benchmark`,
+			4: "go test ./nosuch/: no such package",
+			5: "--mode must be pool, direct or http",
+			6: `"docker run limitd" is neither run nor checked`,
+			9: "`limiter/no_such_test.go`: no such file",
+		})
+	})
+}

@@ -1,0 +1,170 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/store"
+)
+
+// AcquireRequest asks a limiter for permits, or a concurrency limiter for a
+// slot.
+type AcquireRequest struct {
+	Name    string
+	Permits int64         // ≥ 1
+	MaxWait time.Duration // Forever: no bound; negative is 0
+	Block   bool          // wait out the delay before answering
+	// Given names the first of the settings above the caller set
+	// ("permits", "max_wait", "block"; "" for none): a concurrency
+	// limiter's acquire takes none, and a slot hint is tried only then.
+	Given string
+}
+
+// Acquired is the answer of Acquire: Rate for a schedule or smooth limiter
+// (or template instance), Slot for a concurrency limiter; the other is nil.
+// Either may be a refusal (Granted false).
+type Acquired struct {
+	Rate *Decision
+	Slot *SlotLease
+}
+
+// blockMargin is kept from a blocking acquire's deadline for the answer.
+const blockMargin = 20 * time.Millisecond
+
+// Acquire dispatches on the limiter's kind: schedule and smooth limiters
+// (and template instances) take permits, concurrency limiters a slot; a
+// share limiter is ErrConflict (its clients ask for capacity). A name this
+// service saw to be a concurrency limiter goes to the slot first; any other
+// is tried as a schedule first and, when the store answers that it has
+// another kind, looked up once. A hint is only a guess: a stale one costs a
+// round trip, never a wrong answer.
+//
+// A blocking acquire waits out its delay before it returns (and asks, with
+// the context's deadline, only for what it can wait out); it returns the
+// context's error if that ends first.
+func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, error) {
+	if r.Given == "" && s.slots.has(r.Name) {
+		l, err := s.acquireSlot(ctx, r.Name)
+		if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
+			return Acquired{Slot: &l}, err
+		}
+		s.slots.set(r.Name, false) // replaced or deleted since: ask as for any name
+	}
+	if r.Permits < 1 {
+		return Acquired{}, invalid("permits", "must be ≥ 1", r.Permits)
+	}
+	maxWait := max(0, r.MaxWait)
+	if dl, ok := ctx.Deadline(); ok && r.Block {
+		// A grant nobody could wait out before the deadline would take
+		// permits nobody uses: ask only for what fits.
+		maxWait = min(maxWait, max(0, dl.Sub(s.clock.Now())-blockMargin))
+	}
+	start := time.Now()
+	// The decision itself has its own short bound: with Redis hung, a call
+	// queued behind a batch that is failing would otherwise wait for that
+	// batch and then its own (2 × the client's timeouts and retries).
+	dctx, cancel := context.WithTimeout(ctx, s.decide)
+	d, err := s.store.Acquire(dctx, r.Name, r.Permits, maxWait)
+	cancel()
+	s.timed(OpAcquire, start)
+	if errors.Is(err, store.ErrConflict) {
+		return s.acquireOther(ctx, r, err)
+	}
+	if err != nil {
+		return Acquired{}, err
+	}
+	s.decided(ctx, r.Name, d)
+	if r.Block && d.Granted && d.Delay > 0 {
+		if err := s.clock.Sleep(ctx, time.Duration(d.Delay)); err != nil {
+			return Acquired{}, err
+		}
+	}
+	return Acquired{Rate: &d}, nil
+}
+
+// decided reports a rate decision (acquire or grant).
+func (s *Service) decided(ctx context.Context, name string, d Decision) {
+	lim, tpl := s.sawWait(ctx, name, d.Instance, d.Wait)
+	outcome := "granted"
+	if !d.Granted {
+		outcome = "denied"
+	}
+	s.obs.Decided(Event{Kind: EventRate, Limiter: lim, Template: tpl, Outcome: outcome})
+}
+
+// acquireOther finishes an acquire the store refused as a schedule acquire
+// (conflict): a concurrency limiter gets a slot, anything else (a share
+// limiter) the store's conflict, which names the right endpoint.
+func (s *Service) acquireOther(ctx context.Context, r AcquireRequest, conflict error) (Acquired, error) {
+	start := time.Now()
+	info, err := s.store.Get(ctx, r.Name)
+	s.timed(OpGet, start)
+	if err != nil {
+		return Acquired{}, err
+	}
+	if info.Config.Kind != limiter.KindConcurrency {
+		return Acquired{}, conflict
+	}
+	if r.Given != "" {
+		return Acquired{}, invalid(r.Given, fmt.Sprintf("is not a setting of a concurrency limiter's acquire: %q is a concurrency limiter, whose acquire takes an empty body or {}", r.Name), nil)
+	}
+	s.slots.set(r.Name, true)
+	l, err := s.acquireSlot(ctx, r.Name)
+	return Acquired{Slot: &l}, err
+}
+
+// acquireSlot takes a concurrency slot and reports the decision.
+func (s *Service) acquireSlot(ctx context.Context, name string) (SlotLease, error) {
+	start := time.Now()
+	l, err := s.store.AcquireSlot(ctx, name)
+	s.timed(OpAcquireSlot, start)
+	if err != nil {
+		return l, err
+	}
+	outcome := "granted"
+	if !l.Granted {
+		outcome = "denied"
+		l.RetryAfter = max(l.RetryAfter, 0)
+	}
+	s.event(ctx, EventSlot, name, outcome)
+	return l, nil
+}
+
+// slotHints remembers which names this process saw to be concurrency
+// limiters, so that their acquire goes to the slot in one round trip. A hint
+// is only a guess: the store answers ErrConflict or ErrNotFound when it is
+// stale, and the acquire then starts over as for any name.
+type slotHints struct {
+	mu    sync.Mutex
+	names map[string]struct{}
+}
+
+// maxSlotHints bounds the hints; past it they start over.
+const maxSlotHints = 4096
+
+func (h *slotHints) has(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.names[name]
+	return ok
+}
+
+func (h *slotHints) set(name string, concurrency bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case !concurrency:
+		delete(h.names, name)
+	case h.names == nil:
+		h.names = map[string]struct{}{name: {}}
+	default:
+		if len(h.names) >= maxSlotHints {
+			clear(h.names)
+		}
+		h.names[name] = struct{}{}
+	}
+}

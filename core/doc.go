@@ -1,0 +1,22 @@
+// Package core is limitd's service: every operation the front ends offer
+// (limiters, acquire, grant and handback, wait and reset, share capacity,
+// concurrency slots, templates), over a store.Store, with typed requests,
+// results and errors and no transport of its own.
+//
+// The rules live here, once: kind dispatch of acquire (rate kinds take
+// permits, a concurrency limiter a slot, a share limiter is a conflict),
+// blocking acquires, slot hints, the checks of every input, and stateless
+// handback (a grant's token carries what its handback needs, so any replica
+// accepts it). Each decision and store call is reported to an Observer, so
+// that metrics and logs need no hooks in the front ends' handlers.
+//
+// Errors are values callers branch on: ErrNotFound, ErrConflict,
+// ErrUnavailable (and store.ErrClosed), *limiter.FieldError (bad input,
+// naming the field; matches ErrInvalid) and *NotHeldError (a lease or client
+// the limiter does not hold: not found, naming the field). Mapping them to a
+// protocol (problem details, gRPC codes) is the front end's business.
+//
+// Layer: cmd → api|grpcapi → core → store → limiter. core imports store,
+// limiter and wire (the facts the wire fixes, such as a lease id's length),
+// never a front end nor a transport.
+package core

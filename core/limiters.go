@@ -1,0 +1,145 @@
+package core
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/store"
+)
+
+// Limiter is a limiter with its live state. Share and concurrency limiters
+// have no schedule, so no state: State is nil for them.
+type Limiter struct {
+	Info
+	State *WaitInfo
+}
+
+// view returns info with its live state.
+func (s *Service) view(ctx context.Context, info Info) (Limiter, error) {
+	if !limiter.IsRate(info.Config.Kind) {
+		return Limiter{Info: info}, nil
+	}
+	start := time.Now()
+	w, err := s.store.Wait(ctx, info.Name)
+	s.timed(OpWait, start)
+	if err != nil {
+		return Limiter{}, err
+	}
+	return Limiter{Info: info, State: &w}, nil
+}
+
+// Put creates (created: true) or replaces a limiter; see store.Put.
+func (s *Service) Put(ctx context.Context, name string, cfg limiter.Config) (l Limiter, created bool, err error) {
+	start := time.Now()
+	info, created, err := s.store.Put(ctx, name, cfg)
+	s.timed(OpPut, start)
+	if err != nil {
+		return Limiter{}, false, specFault(err, cfg.Spec, "")
+	}
+	s.slots.set(name, info.Config.Kind == limiter.KindConcurrency)
+	l, err = s.view(ctx, info)
+	return l, created, err
+}
+
+// Get returns a limiter with its live state.
+func (s *Service) Get(ctx context.Context, name string) (Limiter, error) {
+	start := time.Now()
+	info, err := s.store.Get(ctx, name)
+	s.timed(OpGet, start)
+	if err != nil {
+		return Limiter{}, err
+	}
+	return s.view(ctx, info)
+}
+
+// Patch reconfigures a limiter in place with the config change makes of its
+// canonical config (a JSON merge patch, in the HTTP API). A kind change is
+// ErrConflict: Put replaces.
+func (s *Service) Patch(ctx context.Context, name string, change func(cur limiter.Config) (limiter.Config, error)) (Limiter, error) {
+	start := time.Now()
+	info, err := s.store.Patch(ctx, name, func(cur limiter.Config) (limiter.Config, error) {
+		next, err := change(cur)
+		if err != nil {
+			return limiter.Config{}, err
+		}
+		if k := cmp.Or(next.Kind, limiter.KindSchedule); k != cur.Kind {
+			return limiter.Config{}, fmt.Errorf("%w: PATCH cannot change the kind of limiter %q from %s to %s; PUT a %s config to replace it",
+				store.ErrConflict, name, cur.Kind, k, k)
+		}
+		if _, _, err := next.Normalize(); err != nil {
+			return limiter.Config{}, specFault(err, next.Spec, "")
+		}
+		return next, nil
+	})
+	s.timed(OpPatch, start)
+	if err != nil {
+		return Limiter{}, err
+	}
+	return s.view(ctx, info)
+}
+
+// Delete removes a limiter and its state.
+func (s *Service) Delete(ctx context.Context, name string) error {
+	start := time.Now()
+	err := s.store.Delete(ctx, name)
+	s.timed(OpDelete, start)
+	if err != nil {
+		return err
+	}
+	s.obs.Deleted(name)
+	s.slots.set(name, false)
+	return nil
+}
+
+// Page is one page of limiters in name order, without their state; Next is
+// the cursor of the next page, "" after the last.
+type Page struct {
+	Limiters []Info
+	Next     string
+}
+
+// List returns the page of at most limit limiters (DefaultListLimit when
+// the caller has no preference) after cursor ("" for the first).
+func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, error) {
+	if limit < 1 || limit > MaxListLimit {
+		return Page{}, invalid("limit", fmt.Sprintf("must be an integer ≥ 1 and ≤ %d", MaxListLimit), limit)
+	}
+	if cursor != "" && store.CheckName(cursor) != nil {
+		return Page{}, invalid("cursor", "must be the \"next\" of the previous page, a limiter name", quoted(cursor))
+	}
+	start := time.Now()
+	infos, next, err := s.store.List(ctx, cursor, limit)
+	s.timed(OpList, start)
+	if err != nil {
+		return Page{}, err
+	}
+	return Page{Limiters: infos, Next: next}, nil
+}
+
+// Wait returns the live state of a limiter (or template instance) without
+// changing it.
+func (s *Service) Wait(ctx context.Context, name string) (WaitInfo, error) {
+	start := time.Now()
+	w, err := s.store.Wait(ctx, name)
+	s.timed(OpWait, start)
+	if err != nil {
+		return WaitInfo{}, err
+	}
+	s.sawWait(ctx, name, w.Instance, w.Wait)
+	return w, nil
+}
+
+// Reset starts a new schedule now (the backlog is forfeited, totals kept)
+// and returns the state after it.
+func (s *Service) Reset(ctx context.Context, name string) (WaitInfo, error) {
+	start := time.Now()
+	_, err := s.store.Reset(ctx, name)
+	s.timed(OpReset, start)
+	if err != nil {
+		return WaitInfo{}, err
+	}
+	return s.Wait(ctx, name)
+}

@@ -1,0 +1,97 @@
+package core
+
+import "time"
+
+// Op names a store call in Observer.StoreCall.
+type Op int
+
+// The store calls.
+const (
+	OpPing Op = iota
+	OpPut
+	OpGet
+	OpPatch
+	OpDelete
+	OpList
+	OpAcquire
+	OpWait
+	OpReset
+	OpPutTemplate
+	OpGetTemplate
+	OpDeleteTemplate
+	OpTemplates
+	OpCapacity
+	OpReturnCapacity
+	OpAcquireSlot
+	OpRenewSlot
+	OpReleaseSlot
+	OpGrant
+	OpHandback
+	NumOps // the number of Ops
+)
+
+var opNames = [NumOps]string{"ping", "put", "get", "patch", "delete", "list", "acquire", "wait",
+	"reset", "put_template", "get_template", "delete_template", "templates",
+	"capacity", "return_capacity", "acquire_slot", "renew_slot", "release_slot", "grant", "handback"}
+
+// String is the op's name, as metrics label it ("acquire_slot").
+func (o Op) String() string {
+	if o < 0 || o >= NumOps {
+		return "unknown"
+	}
+	return opNames[o]
+}
+
+// EventKind says what an Event decided.
+type EventKind int
+
+// The kinds of events and their outcomes.
+const (
+	// EventRate: a rate decision (acquire or grant of permits); outcome
+	// "granted" or "denied".
+	EventRate EventKind = iota
+	// EventCapacity: a share limiter's capacity decision; outcome "full"
+	// (got all it wants), "partial", "none" or "learning".
+	EventCapacity
+	// EventSlot: a concurrency slot acquisition; "granted" or "denied".
+	EventSlot
+	// EventLease: a concurrency lease "renewed", "released" or "lost" (a
+	// renewal or release of a lease the limiter no longer holds).
+	EventLease
+)
+
+// Event is one decision. It names the limiter, or for a template instance
+// the template's id with Limiter empty: never an instance's name (user:42),
+// so that per-key limiters cannot blow up what an observer keeps. Both are
+// empty when the subject could not be told.
+type Event struct {
+	Kind     EventKind
+	Limiter  string
+	Template string
+	Outcome  string
+}
+
+// Observer sees what the service does: metrics, logs and event streams
+// implement it. Its methods are called on the request's goroutine, after
+// the fact; they must be fast and must not block.
+type Observer interface {
+	// StoreCall reports one store call (one Redis round trip, more for a
+	// list or a view) and how long it took, failed ones included.
+	StoreCall(op Op, took time.Duration)
+	// Decided reports a decision.
+	Decided(e Event)
+	// Backlog reports a named limiter's wait time (schedule: its backlog;
+	// smooth: its stored time) as a decision or a wait just saw it. Never
+	// called for a template instance.
+	Backlog(limiter string, wait time.Duration)
+	// Deleted reports that a limiter was deleted: forget what is kept of it.
+	Deleted(limiter string)
+}
+
+// nopObserver observes nothing.
+type nopObserver struct{}
+
+func (nopObserver) StoreCall(Op, time.Duration)   {}
+func (nopObserver) Decided(Event)                 {}
+func (nopObserver) Backlog(string, time.Duration) {}
+func (nopObserver) Deleted(string)                {}

@@ -1,0 +1,140 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/store"
+)
+
+// Types of the store that the service's results carry as they are.
+type (
+	// Info is a limiter as stored: its canonical config and version.
+	Info = store.Info
+	// WaitInfo is a limiter's live state.
+	WaitInfo = store.WaitInfo
+	// Decision is a rate decision.
+	Decision = store.Decision
+	// SlotLease is a concurrency slot, or the answer that none is free.
+	SlotLease = store.SlotLease
+	// CapacityLease is a share client's lease.
+	CapacityLease = store.CapacityLease
+	// Template makes limiters on demand.
+	Template = store.Template
+)
+
+// Forever is a MaxWait without bound.
+const Forever = store.Forever
+
+// MaxListLimit is the largest page List answers; DefaultListLimit the page
+// without a limit.
+const (
+	MaxListLimit     = store.MaxListLimit
+	DefaultListLimit = 100
+)
+
+// Options configure a Service.
+type Options struct {
+	// Observer sees every decision and store call (nil: none).
+	Observer Observer
+	// DecideTimeout bounds the Redis part of one acquire (not the wait of a
+	// blocking one); 0: 1.5 s. A healthy Redis answers in a millisecond, and
+	// a hung one must not hold callers longer than any other call (about
+	// 1 s: store.NewClient's timeouts, one retry).
+	DecideTimeout time.Duration
+	// Clock is what a blocking acquire reads and sleeps on (nil:
+	// limiter.SystemClock()).
+	Clock limiter.Clock
+}
+
+const defaultDecideTimeout = 1500 * time.Millisecond
+
+// Service is limitd's operations over one store. It is safe for concurrent
+// use; it keeps no state a replica would need from another (grants travel
+// with their token), only hints that save round trips.
+type Service struct {
+	store  *store.Store
+	obs    Observer
+	decide time.Duration
+	clock  limiter.Clock
+	slots  slotHints // names seen to be concurrency limiters
+}
+
+// New returns the service over st. It panics if st is nil.
+func New(st *store.Store, o Options) *Service {
+	if st == nil {
+		panic("core: store is nil")
+	}
+	s := &Service{store: st, obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock}
+	if s.clock == nil {
+		s.clock = limiter.SystemClock()
+	}
+	if s.obs == nil {
+		s.obs = nopObserver{}
+	}
+	if s.decide <= 0 {
+		s.decide = defaultDecideTimeout
+	}
+	return s
+}
+
+// timed reports one store call to the observer.
+func (s *Service) timed(op Op, start time.Time) { s.obs.StoreCall(op, time.Since(start)) }
+
+// Ready reports whether limitd can decide: every Redis master it needs
+// accepts a write (store.Ready).
+func (s *Service) Ready(ctx context.Context) error {
+	defer s.timed(OpPing, time.Now())
+	return s.store.Ready(ctx)
+}
+
+// subjectOf names the subject of a rate decision whose reply said whether a
+// template instance answered: the limiter's name, or the template's id
+// (never an instance's name). It costs a round trip only for an instance.
+func (s *Service) subjectOf(ctx context.Context, name string, instance bool) (lim, tpl string) {
+	if !instance {
+		return name, ""
+	}
+	if t, err := s.store.Resolve(ctx, name); err == nil {
+		return "", t.ID
+	}
+	return "", ""
+}
+
+// subject is subjectOf for kinds whose replies do not say whether a template
+// instance answered (share, concurrency): it asks Redis when a template
+// matches the name.
+func (s *Service) subject(ctx context.Context, name string) (lim, tpl string) {
+	t, err := s.store.Resolve(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return name, "" // no template matches: only a limiter could have answered
+	}
+	if err != nil {
+		return "", "" // unknown; never the name, which may be an instance's
+	}
+	start := time.Now()
+	_, err = s.store.Get(ctx, name) // a limiter of that name comes before templates
+	s.timed(OpGet, start)
+	if err == nil {
+		return name, ""
+	}
+	return "", t.ID
+}
+
+// event reports a decision on name of a kind whose reply does not say
+// whether an instance answered.
+func (s *Service) event(ctx context.Context, kind EventKind, name, outcome string) {
+	lim, tpl := s.subject(ctx, name)
+	s.obs.Decided(Event{Kind: kind, Limiter: lim, Template: tpl, Outcome: outcome})
+}
+
+// sawWait reports a rate limiter's wait time, for a named limiter only.
+func (s *Service) sawWait(ctx context.Context, name string, instance bool, wait int64) (lim, tpl string) {
+	lim, tpl = s.subjectOf(ctx, name, instance)
+	if lim != "" {
+		s.obs.Backlog(lim, time.Duration(wait))
+	}
+	return lim, tpl
+}

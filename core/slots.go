@@ -1,0 +1,88 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd/wire"
+)
+
+// Concurrency limiters: a distributed semaphore. Acquire takes a slot and
+// answers its lease, which the holder renews before it expires and releases
+// when done; an expired lease's slot is reclaimed.
+
+// ReleaseSlot frees a lease's slot; a lease the limiter does not hold
+// (released already, or expired and its slot reclaimed) is a *NotHeldError
+// naming lease_id.
+func (s *Service) ReleaseSlot(ctx context.Context, name, leaseID string) error {
+	if err := checkLeaseID(leaseID); err != nil {
+		return err
+	}
+	start := time.Now()
+	err := s.store.ReleaseSlot(ctx, name, leaseID)
+	s.timed(OpReleaseSlot, start)
+	if errors.Is(err, store.ErrNotFound) {
+		return s.notHeld(ctx, name, err, "lease_id", "lost",
+			fmt.Sprintf("lease_id: limiter %q holds no lease %q: it was released already, or it expired and its slot was reclaimed", name, leaseID))
+	}
+	if err != nil {
+		return err
+	}
+	s.event(ctx, EventLease, name, "released")
+	return nil
+}
+
+// RenewSlot extends a held lease by the limiter's lease time; a lost lease
+// (the holder must stop and acquire again) is a *NotHeldError naming
+// lease_id.
+func (s *Service) RenewSlot(ctx context.Context, name, leaseID string) (SlotLease, error) {
+	if err := checkLeaseID(leaseID); err != nil {
+		return SlotLease{}, err
+	}
+	start := time.Now()
+	l, err := s.store.RenewSlot(ctx, name, leaseID)
+	s.timed(OpRenewSlot, start)
+	if errors.Is(err, store.ErrNotFound) {
+		return SlotLease{}, s.notHeld(ctx, name, err, "lease_id", "lost",
+			fmt.Sprintf("lease_id: limiter %q holds no lease %q and has no free slot to take it again: it was released or it expired, and its slot is taken; stop using it and acquire again", name, leaseID))
+	}
+	if err != nil {
+		return SlotLease{}, err
+	}
+	s.event(ctx, EventLease, name, "renewed")
+	l.ID = leaseID
+	return l, nil
+}
+
+// notHeld turns the store's ErrNotFound for a lease or a client into a
+// *NotHeldError naming field when the limiter exists (the lease or client is
+// what is missing); when the limiter does not, the store's error stands.
+// outcome, if not empty, is reported as an EventLease.
+func (s *Service) notHeld(ctx context.Context, name string, err error, field, outcome, detail string) error {
+	start := time.Now()
+	_, gerr := s.store.Get(ctx, name)
+	s.timed(OpGet, start)
+	if gerr != nil {
+		return err
+	}
+	if outcome != "" {
+		s.event(ctx, EventLease, name, outcome)
+	}
+	return &NotHeldError{Field: field, Detail: detail, Err: err}
+}
+
+// checkLeaseID: a lease id is wire.LeaseIDLen lowercase hex digits, as the
+// store makes them (and checks them).
+func checkLeaseID(id string) error {
+	ok := len(id) == wire.LeaseIDLen
+	for i := 0; ok && i < len(id); i++ {
+		ok = id[i] >= '0' && id[i] <= '9' || id[i] >= 'a' && id[i] <= 'f'
+	}
+	if !ok {
+		return invalid("lease_id", fmt.Sprintf("must be the lease_id an acquire answered: %d lowercase hex digits", wire.LeaseIDLen), quoted(id))
+	}
+	return nil
+}

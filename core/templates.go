@@ -1,0 +1,60 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/limitd/limitd/store"
+)
+
+// PutTemplate creates (created: true) or replaces a template.
+func (s *Service) PutTemplate(ctx context.Context, t Template) (out Template, created bool, err error) {
+	if err := store.CheckNameAs("id", t.ID); err != nil {
+		return Template{}, false, err
+	}
+	start := time.Now()
+	_, err = s.store.GetTemplate(ctx, t.ID)
+	s.timed(OpGetTemplate, start)
+	created = errors.Is(err, store.ErrNotFound)
+	if err != nil && !created {
+		return Template{}, false, err
+	}
+	start = time.Now()
+	out, err = s.store.PutTemplate(ctx, t)
+	s.timed(OpPutTemplate, start)
+	if err != nil {
+		return Template{}, false, specFault(err, t.Limiter.Spec, "limiter")
+	}
+	return out, created, nil
+}
+
+// GetTemplate returns a template.
+func (s *Service) GetTemplate(ctx context.Context, id string) (Template, error) {
+	if err := store.CheckNameAs("id", id); err != nil {
+		return Template{}, err
+	}
+	start := time.Now()
+	t, err := s.store.GetTemplate(ctx, id)
+	s.timed(OpGetTemplate, start)
+	return t, err
+}
+
+// DeleteTemplate removes a template.
+func (s *Service) DeleteTemplate(ctx context.Context, id string) error {
+	if err := store.CheckNameAs("id", id); err != nil {
+		return err
+	}
+	start := time.Now()
+	err := s.store.DeleteTemplate(ctx, id)
+	s.timed(OpDeleteTemplate, start)
+	return err
+}
+
+// Templates returns every template in matching order.
+func (s *Service) Templates(ctx context.Context) ([]Template, error) {
+	start := time.Now()
+	ts, err := s.store.Templates(ctx)
+	s.timed(OpTemplates, start)
+	return ts, err
+}

@@ -1,0 +1,132 @@
+package httplimit
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd/wire"
+)
+
+// Middleware limits HTTP requests per key: each request's key (by default the
+// client's IP address) names a limiter, usually a template instance ("ip:*"
+// matching "ip:192.0.2.7"), and the request goes on only if that limiter's
+// Allow lets it. Otherwise the answer is 429 Too Many Requests with a
+// Retry-After header and an RFC 9457 application/problem+json body.
+//
+// Every answer carries the RateLimit-Policy and RateLimit fields of
+// draft-ietf-httpapi-ratelimit-headers-09, for example
+//
+//	RateLimit-Policy: "default";q=10;w=1
+//	RateLimit: "default";r=0;t=1
+//
+// limitd paces permits rather than counting them in windows, so the fields
+// describe the pace: q permits per w seconds is the limiter's rate (or what
+// WithPolicy advertises); r is how many more requests would be allowed right
+// now (0 or 1: permits are spaced), and t the seconds, rounded up, until the
+// next one would be. A client that waits t seconds whenever r is 0 is not
+// refused (unless other clients share its key).
+//
+// A limiter that does not exist (no template matches the key) answers 500,
+// an unreachable Redis or a closed client 503, both as problem+json: a
+// misconfigured limit is not the caller's fault, and it is never "allow
+// everything" (Redis outages follow the client's fallback mode instead).
+//
+// The middleware keeps one handle per recent key, at most WithMaxKeys (10000
+// by default); the least recently used is closed, handing its unused permits
+// back, when a new key needs room.
+func Middleware(c *client.Client, opts ...Option) func(http.Handler) http.Handler {
+	m := newKeyedLimits(c, opts)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if m.serve(w, r) {
+				next.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
+// EchoMiddleware is Middleware for echo. The key functions see the
+// *http.Request of the echo.Context.
+func EchoMiddleware(c *client.Client, opts ...Option) echo.MiddlewareFunc {
+	m := newKeyedLimits(c, opts)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(ec echo.Context) error {
+			if !m.serve(ec.Response(), ec.Request()) {
+				return nil // answered
+			}
+			return next(ec)
+		}
+	}
+}
+
+// serve decides one request and answers it unless it may go on.
+func (m *keyedLimits) serve(w http.ResponseWriter, r *http.Request) bool {
+	name := limiterName(m.cfg.prefix, m.cfg.key(r))
+	var (
+		l    *client.Limiter
+		ok   bool
+		next time.Duration
+		err  error
+	)
+	// Eviction never closes a handle in use, but another user of the client
+	// may close it (handles are shared by name): then a new one is made.
+	for range 3 {
+		var kh *keyedHandle
+		if kh, err = m.acquire(name); err != nil {
+			break
+		}
+		l = kh.l
+		ok, next, err = l.AllowNext(r.Context())
+		m.release(kh, errors.Is(err, client.ErrClosed))
+		if !errors.Is(err, client.ErrClosed) {
+			break
+		}
+	}
+	h := w.Header()
+	if err != nil {
+		status, slug, title := http.StatusInternalServerError, wire.ProblemInternal, "Rate limiter misconfigured"
+		detail := "the rate limit for this request cannot be decided: " + err.Error()
+		if errors.Is(err, store.ErrUnavailable) || errors.Is(err, client.ErrClosed) || r.Context().Err() != nil {
+			status, slug, title = http.StatusServiceUnavailable, wire.ProblemUnavailable, "Rate limiter unavailable"
+		}
+		writeProblem(w, status, slug, title, detail)
+		return false
+	}
+	quota, window := m.policy(l)
+	retry := int64(math.Ceil(next.Seconds()))
+	remaining := 0
+	if next == 0 {
+		remaining = 1
+	}
+	pol := sfString(m.cfg.policy)
+	h.Set("RateLimit-Policy", pol+";q="+strconv.FormatInt(quota, 10)+";w="+strconv.FormatInt(int64(window/time.Second), 10))
+	h.Set("RateLimit", pol+";r="+strconv.Itoa(remaining)+";t="+strconv.FormatInt(retry, 10))
+	if ok {
+		return true
+	}
+	retry = max(retry, 1)
+	h.Set("Retry-After", strconv.FormatInt(retry, 10))
+	writeProblem(w, http.StatusTooManyRequests, wire.ProblemRateLimited, wire.Title(wire.ProblemRateLimited),
+		"the rate limit for this client is exhausted; retry in "+strconv.FormatInt(retry, 10)+" s")
+	return false
+}
+
+// policy returns the advertised quota and window.
+func (m *keyedLimits) policy(l *client.Limiter) (int64, time.Duration) {
+	if m.cfg.quota > 0 {
+		return m.cfg.quota, m.cfg.window
+	}
+	rate := l.Rate()
+	if rate <= 0 {
+		return 1, time.Second // not known before the first grant
+	}
+	w := max(1, math.Ceil(1/rate)) // seconds holding at least one permit
+	return int64(math.Max(1, math.Floor(rate*w+1e-9))), time.Duration(w) * time.Second
+}

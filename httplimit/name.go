@@ -1,0 +1,44 @@
+package httplimit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	"github.com/limitd/limitd/store"
+)
+
+// maxName is the longest limiter name (store.CheckName).
+const maxName = 128
+
+// limiterName makes a valid limiter name of prefix+key: a valid one is kept
+// as it is; otherwise characters outside [A-Za-z0-9._:-] become '-', a name
+// not starting with a letter or digit gets a leading 'k', and a hash of the
+// original follows, so that two keys differing only in replaced characters
+// do not share a limiter. Names too long keep their start before the hash.
+func limiterName(prefix, key string) string {
+	name := prefix + key
+	if store.CheckName(name) == nil {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	hash := "-" + hex.EncodeToString(sum[:8])
+	var b strings.Builder
+	for i := 0; i < len(name) && b.Len() < maxName-len(hash)-1; i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case b.Len() > 0 && (c == '.' || c == '_' || c == ':' || c == '-'):
+		default:
+			if b.Len() == 0 {
+				b.WriteByte('k')
+			}
+			c = '-'
+		}
+		b.WriteByte(c)
+	}
+	if b.Len() == 0 {
+		b.WriteByte('k')
+	}
+	return b.String() + hash
+}

@@ -1,0 +1,111 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+)
+
+// Result is the --json object of shared/API.md, field for field.
+type Result struct {
+	Mode        string  `json:"mode"`
+	Workers     int     `json:"workers"`
+	Permits     int64   `json:"permits"`
+	Seconds     float64 `json:"seconds"`
+	Rate        float64 `json:"rate"`
+	TargetRate  float64 `json:"target_rate"`
+	RemoteCalls int64   `json:"remote_calls"`
+	Errors      int64   `json:"errors"`
+	Lateness    struct {
+		P50 int64 `json:"p50"`
+		P99 int64 `json:"p99"`
+		Max int64 `json:"max"`
+	} `json:"lateness_ns"`
+}
+
+func (b *bench) result(seconds float64) Result {
+	var counts histCounts
+	var maxLate int64
+	for _, w := range b.workers {
+		w.hist.addTo(&counts)
+		maxLate = max(maxLate, w.hist.max.Load())
+	}
+	r := Result{Mode: b.o.Mode, Workers: b.o.Workers, Permits: counts.total(), Seconds: seconds,
+		TargetRate: b.target, RemoteCalls: b.remote.Load(), Errors: b.errs.Load()}
+	if seconds > 0 {
+		r.Rate = float64(r.Permits) / seconds
+	}
+	r.Lateness.P50 = min(counts.quantile(0.50), maxLate)
+	r.Lateness.P99 = min(counts.quantile(0.99), maxLate)
+	r.Lateness.Max = maxLate
+	return r
+}
+
+// progress prints a line on stderr every second until done: permits so far,
+// and the rate and p99 lateness of the last second.
+func (b *bench) progress(done <-chan struct{}, start int64) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var prev histCounts
+	prevN, prevT := int64(0), start
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		var cur histCounts
+		for _, w := range b.workers {
+			w.hist.addTo(&cur)
+		}
+		now := b.mono()
+		n := cur.total()
+		var last histCounts
+		for i := range last {
+			last[i] = cur[i] - prev[i]
+		}
+		rate := float64(n-prevN) / (float64(now-prevT) / 1e9)
+		line := fmt.Sprintf("limitd bench: %4.0fs  %d permits  %.1f/s  p99 lateness %v",
+			float64(now-start)/1e9, n, rate, fmtNs(last.quantile(0.99)))
+		if e := b.errs.Load(); e > 0 {
+			line += fmt.Sprintf("  errors %d (last: %s)", e, oneLine(b.lastError()))
+		}
+		if f := b.fallback(); f > 0 {
+			line += fmt.Sprintf("  fallback permits %d", f)
+		}
+		fmt.Fprintln(b.stderr, line)
+		prev, prevN, prevT = cur, n, now
+	}
+}
+
+func (b *bench) printSummary(out io.Writer, r Result) {
+	target := "unknown"
+	pct := ""
+	if r.TargetRate > 0 {
+		target = strconv.FormatFloat(r.TargetRate, 'g', -1, 64) + "/s"
+		pct = fmt.Sprintf(" (%.2f%% of the target)", 100*r.Rate/r.TargetRate)
+	}
+	fmt.Fprintf(out, "limitd bench: %s mode, %d workers, limiter %q, target %s\n", r.Mode, r.Workers, b.o.Limiter, target)
+	fmt.Fprintf(out, "  permits       %d in %.3fs: %.1f/s%s\n", r.Permits, r.Seconds, r.Rate, pct)
+	fmt.Fprintf(out, "  lateness      p50 %v  p99 %v  max %v\n", fmtNs(r.Lateness.P50), fmtNs(r.Lateness.P99), fmtNs(r.Lateness.Max))
+	per := ""
+	if r.RemoteCalls > 0 {
+		per = fmt.Sprintf(" (%.1f permits per call)", float64(r.Permits)/float64(r.RemoteCalls))
+	}
+	fmt.Fprintf(out, "  remote calls  %d%s\n", r.RemoteCalls, per)
+	fmt.Fprintf(out, "  errors        %d\n", r.Errors)
+}
+
+// fmtNs shows a duration in ns rounded to what a reader needs.
+func fmtNs(ns int64) time.Duration {
+	d := time.Duration(ns)
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(time.Microsecond)
+	default:
+		return d
+	}
+}

@@ -1,0 +1,153 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Run makes one run of limitd bench: it creates the limiter if asked,
+// estimates the clock offset, drives permits from the workers until the
+// duration or the permits are done (or ctx ends: the summary is still
+// printed), and prints the summary, or with JSON the Result, on stdout, and
+// progress and warnings on stderr. It does not close cfg.Redis.
+func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
+	o := &cfg
+	b := &bench{o: o, base: time.Now(), stderr: stderr}
+	src, err := b.connect(ctx)
+	if err != nil {
+		return err
+	}
+	if o.LogPath != "" {
+		if b.log, err = openPermitLog(o.LogPath); err != nil {
+			src.close()
+			return fmt.Errorf("--log: %w", err)
+		}
+	}
+	res := b.run(ctx, src)
+	// Unused permits that cannot be handed back (Redis gone, limiter
+	// re-created) are only lost schedule time: a warning, not a failed run.
+	if err := src.close(); err != nil {
+		fmt.Fprintf(stderr, "limitd bench: handing back unused permits: %s\n", oneLine(err.Error()))
+	}
+	var logErr error
+	if b.log != nil {
+		if err := b.log.close(); err != nil {
+			logErr = fmt.Errorf("--log %s: %w", o.LogPath, err)
+		}
+	}
+	if o.JSON {
+		enc := json.NewEncoder(stdout)
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		b.printSummary(stdout, res)
+	}
+	if n := b.fallback(); n > 0 {
+		fmt.Fprintf(stderr, "limitd bench: %d permits came from the client's local fallback while Redis was unreachable\n", n)
+	}
+	if res.Errors > 0 {
+		fmt.Fprintf(stderr, "limitd bench: %d errors; the last: %s\n", res.Errors, oneLine(b.lastError()))
+	}
+	return logErr
+}
+
+// oneLine keeps an error on the line it is printed on.
+func oneLine(s string) string {
+	return strings.NewReplacer("\r\n", "; ", "\n", "; ", "\r", "; ").Replace(strings.TrimSpace(s))
+}
+
+// bench is one run.
+type bench struct {
+	o      *Config
+	base   time.Time // local monotonic origin: local times are ns since base
+	stderr io.Writer
+	off0   int64   // Redis − local ns, from the probes before the run
+	target float64 // the limiter's configured rate
+
+	remote  atomic.Int64 // grant/acquire round trips
+	errs    atomic.Int64
+	claimed atomic.Int64 // permits claimed by workers, with --permits
+	errMu   sync.Mutex
+	lastErr error
+
+	workers []*benchWorker
+	log     *permitLog
+}
+
+func (b *bench) mono() int64 { return int64(time.Since(b.base)) }
+
+func (b *bench) fail(err error) {
+	b.errs.Add(1)
+	b.errMu.Lock()
+	b.lastErr = err
+	b.errMu.Unlock()
+}
+
+func (b *bench) lastError() string {
+	b.errMu.Lock()
+	defer b.errMu.Unlock()
+	if b.lastErr == nil {
+		return ""
+	}
+	return b.lastErr.Error()
+}
+
+// run starts the workers and the progress line and waits for the end.
+func (b *bench) run(ctx context.Context, src benchSource) Result {
+	runCtx, cancel := ctx, context.CancelFunc(func() {})
+	if b.o.Duration > 0 {
+		runCtx, cancel = context.WithTimeout(ctx, b.o.Duration)
+	}
+	defer cancel()
+	b.workers = make([]*benchWorker, b.o.Workers)
+	for i := range b.workers {
+		b.workers[i] = &benchWorker{b: b, off: b.off0}
+		if b.log != nil {
+			b.workers[i].batch = b.log.batch()
+		}
+	}
+	start := b.mono()
+	var wg sync.WaitGroup
+	for _, w := range b.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.loop(runCtx, src)
+		}()
+	}
+	done := make(chan struct{})
+	var pwg sync.WaitGroup
+	if !b.o.JSON {
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			b.progress(done, start)
+		}()
+	}
+	wg.Wait()
+	end := b.mono()
+	close(done)
+	pwg.Wait()
+	for _, w := range b.workers {
+		if b.log != nil {
+			b.log.send(w.batch)
+			w.batch = nil
+		}
+	}
+	return b.result(float64(end-start) / 1e9)
+}
+
+func (b *bench) fallback() int64 {
+	var n int64
+	for _, w := range b.workers {
+		n += w.fallback.Load()
+	}
+	return n
+}

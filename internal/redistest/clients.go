@@ -1,0 +1,33 @@
+package redistest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// Mini starts a miniredis and a client of it, both closed when the test ends.
+func Mini(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return m, rdb
+}
+
+// ShortClient starts a private redis-server and a client of it with short
+// timeouts, so that a stopped server is noticed quickly. The caller may close
+// the client early; the test's end closes both.
+func ShortClient(t testing.TB) (*Instance, *redis.Client) {
+	t.Helper()
+	srv := Server(t)
+	rdb := redis.NewClient(&redis.Options{
+		Addr: srv.Addr(), DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond,
+		WriteTimeout: 500 * time.Millisecond, MaxRetries: 1, ContextTimeoutEnabled: true,
+		DialerRetries: 1, DialerRetryTimeout: 10 * time.Millisecond,
+	})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return srv, rdb
+}

@@ -1,0 +1,129 @@
+package limiter
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Class is what a kind of limiter hands out.
+type Class int
+
+const (
+	// ClassRate kinds hand out permits on a schedule (Params: Acquire,
+	// Grant, Release, Peek, Reset); store/ keeps their state in one packed
+	// value that lua/lib.lua reads and writes.
+	ClassRate Class = iota + 1
+	// ClassLease kinds lease parts of a capacity to clients (share) or
+	// slots (concurrency); each has its own script in lua/.
+	ClassLease
+)
+
+// KindInfo is everything the layers need to know of one kind. kinds holds
+// one per kind: every layer asks it (Lookup, IsRate, Kinds) instead of
+// listing kinds, so that adding a kind is adding a row (see docs/kinds.md).
+type KindInfo struct {
+	Name  Kind
+	Class Class
+	// Code is a rate kind's code in its packed state: the first byte of x
+	// (KIND_CODE in lua/lib.lua, which must agree). 0 for lease kinds.
+	Code int
+	// Fields are the config fields (JSON names) that belong to the kind,
+	// besides kind itself; any other field set is refused (onlyFor).
+	Fields []string
+	// normalize checks a config of this kind and fills in its defaults.
+	normalize func(c *Config) error
+	// compile fills in a rate kind's own engine parameters (p has Kind,
+	// Slice, MaxPermits and Stable already); nil for lease kinds.
+	compile func(c Config, p *Params)
+	// noSchedule says, for a lease kind, what to use instead of Compile.
+	noSchedule string
+	// engine is a rate kind's engine; nil for lease kinds.
+	engine *engine
+}
+
+// engine is what a rate kind's engine does differently from another's; the
+// rest (Observe, Start, totals, floors' position) is Params' for all. One
+// engine file holds each (schedule.go, smooth.go).
+type engine struct {
+	// acquire decides a request on a started state (see Params.acquire).
+	acquire func(p *Params, s *State, now, n, maxWait int64) Result
+	// peek returns a View's Wait and Delay; s is a copy it may change.
+	peek func(p *Params, s *State, now int64) (wait, delay int64)
+	// reset forfeits the backlog (Params.Reset, after Observe).
+	reset func(p *Params, s *State, now int64)
+	// retune settles time passed under old before new applies (Reconfigure).
+	retune func(s *State, now int64, old, new *Params)
+	// floor is the kind's part of ApplyFloor once Next moved to at.
+	floor func(s *State, at int64)
+	// startsAtCreation: the schedule starts when the limiter is created
+	// (StartsAtCreation), not at its first use.
+	startsAtCreation bool
+	// rewinds: a handback may rewind the schedule (Params.Release).
+	rewinds bool
+}
+
+// The config fields of each kind (KindInfo.Fields); rate kinds all take
+// rate and max_reserve.
+var (
+	scheduleFields    = []string{"rate", "max_reserve", "spec", "burst", "max_backlog"}
+	smoothFields      = []string{"rate", "max_reserve", "max_burst_seconds", "initial_permits", "warmup", "cold_factor"}
+	shareFields       = []string{"capacity", "algorithm", "lease", "refresh_interval", "safe_capacity", "learning"}
+	concurrencyFields = []string{"limit", "lease"}
+)
+
+var kinds = []KindInfo{
+	{Name: KindSchedule, Class: ClassRate, Code: 1,
+		Fields:    scheduleFields,
+		normalize: (*Config).normalizeSchedule, compile: compileSchedule, engine: &scheduleEngine},
+	{Name: KindSmooth, Class: ClassRate, Code: 2,
+		Fields:    smoothFields,
+		normalize: (*Config).normalizeSmooth, compile: compileSmooth, engine: &smoothEngine},
+	{Name: KindShare, Class: ClassLease,
+		Fields:     shareFields,
+		normalize:  (*Config).normalizeShare,
+		noSchedule: "use Config.Share (a share limiter is asked for capacity, not permits)"},
+	{Name: KindConcurrency, Class: ClassLease,
+		Fields:     concurrencyFields,
+		normalize:  (*Config).normalizeConcurrency,
+		noSchedule: "use Config.Concurrency (a concurrency limiter leases slots, not permits)"},
+}
+
+// Kinds returns every kind, in the order the docs list them. The slice is
+// the caller's.
+func Kinds() []KindInfo { return slices.Clone(kinds) }
+
+// Lookup returns the kind named k.
+func Lookup(k Kind) (KindInfo, bool) {
+	for _, i := range kinds {
+		if i.Name == k {
+			return i, true
+		}
+	}
+	return KindInfo{}, false
+}
+
+// IsRate tells whether k is a rate kind (ClassRate): one with a schedule.
+func IsRate(k Kind) bool {
+	i, ok := Lookup(k)
+	return ok && i.Class == ClassRate
+}
+
+// IsLease tells whether k is a lease kind (ClassLease).
+func IsLease(k Kind) bool {
+	i, ok := Lookup(k)
+	return ok && i.Class == ClassLease
+}
+
+// kindRule is the rule a kind must follow: "must be schedule, smooth, share
+// or concurrency".
+func kindRule() string {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = string(k.Name)
+	}
+	last := len(names) - 1
+	return "must be " + strings.Join(names[:last], ", ") + " or " + names[last]
+}
+
+func unknownKind(k Kind) error { return fieldErr("kind", kindRule(), strconv.Quote(string(k))) }

@@ -1,0 +1,408 @@
+package store
+
+// Faults a shared schedule must survive (issue 11): state lost or rewound
+// (floors.go), Redis time stepping back, a grant handed back twice, template
+// instances piling up.
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd/limiter"
+)
+
+// faultRun takes permits of name through s until its schedule runs a second
+// ahead (100/s), calling snap a few grants in and fault at the end. It
+// returns the furthest position seen before the fault and the permits
+// granted after it whose scheduled start lies before that position: permits
+// granted twice.
+func faultRun(t *testing.T, s *Store, name string, grant bool, snap, fault func()) (furthest int64, twice int64) {
+	t.Helper()
+	ctx := t.Context()
+	take := func() Decision {
+		if grant {
+			g, err := s.Grant(ctx, name, 5, Forever)
+			if err != nil {
+				t.Fatalf("Grant(%s): %v", name, err)
+			}
+			return g.Decision
+		}
+		d, err := s.Acquire(ctx, name, 5, Forever)
+		if err != nil {
+			t.Fatalf("Acquire(%s): %v", name, err)
+		}
+		return d
+	}
+	for i := range 20 { // 100 permits: a second of schedule
+		if i == 5 {
+			snap()
+		}
+		d := take()
+		furthest = max(furthest, d.Position)
+	}
+	fault()
+	for range 10 {
+		d := take()
+		if !d.Granted {
+			t.Fatalf("not granted: %+v", d)
+		}
+		if d.Scheduled < furthest {
+			// Permits scheduled before the position seen: given out twice.
+			twice += min(d.Permits, (furthest-d.Scheduled+9_999_999)/10_000_000)
+		}
+	}
+	return furthest, twice
+}
+
+// TestFloorFault loses a limiter's state mid-sequence (an empty restart: the
+// keys gone, a named limiter put back by the boot file's keeper) or brings an
+// older copy back (a failover that lost the last writes). With floors, no
+// permit granted afterwards is scheduled before the furthest position seen;
+// without (withFloorCap(0)) the schedule rewinds and grants again.
+func TestFloorFault(t *testing.T) {
+	stBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		for _, c := range []limiter.Config{stSched(100, 1), stSmooth(100, 0)} {
+			for _, fault := range []string{"rewind", "empty", "instance-empty", "instance-rewind"} {
+				for _, grant := range []bool{false, true} {
+					name := fmt.Sprintf("%s-%s-%v", c.Kind, fault, grant)
+					t.Run(name, func(t *testing.T) {
+						for _, floors := range []bool{true, false} {
+							var opts []Option
+							if !floors {
+								opts = append(opts, withFloorCap(0))
+							}
+							s := stStore(t, rdb, opts...)
+							ctx := t.Context()
+							target, key := "n", s.stateKey("n")
+							if fault == "instance-empty" || fault == "instance-rewind" {
+								if _, err := s.PutTemplate(ctx, Template{ID: "t", Pattern: "i:*", Limiter: c}); err != nil {
+									t.Fatal(err)
+								}
+								target, key = "i:1", s.instanceKey("i:1")
+							} else {
+								stPut(t, s, target, c)
+							}
+							var snap string
+							_, twice := faultRun(t, s, target, grant, func() {
+								snap = rdb.Get(ctx, key).Val()
+							}, func() {
+								switch fault {
+								case "rewind", "instance-rewind":
+									if err := rdb.Set(ctx, key, snap, 0).Err(); err != nil {
+										t.Fatal(err)
+									}
+								case "empty":
+									rdb.Del(ctx, s.stateKey(target), s.limiterKey(target))
+									stPut(t, s, target, c)
+								case "instance-empty":
+									rdb.Del(ctx, key)
+								}
+							})
+							if floors && twice != 0 {
+								t.Errorf("floors on: %d permits granted twice", twice)
+							}
+							if !floors && twice == 0 {
+								t.Errorf("floors off: no permit granted twice: the fault did not rewind the schedule (the test cannot fail)")
+							}
+							t.Logf("floors %v: %d permits granted twice", floors, twice)
+						}
+					})
+				}
+			}
+		}
+	})
+}
+
+// TestClockStepBackMiniredis steps Redis TIME back 60 s under a limiter with
+// a debt: callers wait what the schedule owed, not the step, and no more
+// than the rate is granted on the new clock.
+func TestClockStepBackMiniredis(t *testing.T) {
+	for _, c := range []limiter.Config{stSched(100, 1), stSmooth(100, 0)} {
+		t.Run(string(c.Kind), func(t *testing.T) {
+			m := miniredis.RunT(t)
+			rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+			t.Cleanup(func() { _ = rdb.Close() })
+			s := stStore(t, rdb)
+			T := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+			m.SetTime(T)
+			stPut(t, s, "c", c)
+			for range 10 { // 100 ms of debt
+				stAcquire(t, s, "c", 1, Forever)
+			}
+			back := T.Add(-60 * time.Second)
+			m.SetTime(back)
+			d := stAcquire(t, s, "c", 1, 0)
+			if d.Granted || time.Duration(d.Delay) > 100*time.Millisecond {
+				t.Fatalf("after a 60 s step back: %+v, want a denial with at most the 100 ms owed", d)
+			}
+			// One second of the new clock, a caller every ms taking what it
+			// may: at most the rate (100, and the one the step found due).
+			var n int
+			for ms := range 1000 {
+				m.SetTime(back.Add(time.Duration(ms) * time.Millisecond))
+				if d := stAcquire(t, s, "c", 1, 0); d.Granted {
+					n++
+					if d.Now != back.Add(time.Duration(ms)*time.Millisecond).UnixNano() {
+						t.Fatalf("answer not on the new clock: now %d", d.Now)
+					}
+				}
+			}
+			if n < 90 || n > 101 {
+				t.Errorf("%d permits in the second after the step, want about 100 (the rate)", n)
+			}
+			t.Logf("%s: delay after the step %v, %d permits in the next second", c.Kind, time.Duration(d.Delay), n)
+		})
+	}
+}
+
+// TestHandbackOnce: a grant handed back twice counts once.
+func TestHandbackOnce(t *testing.T) {
+	stBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		s := stStore(t, rdb)
+		ctx := t.Context()
+		stPut(t, s, "h", stSched(100, 1))
+		g, err := s.Grant(ctx, "h", 10, Forever)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []bool{true, false, false} {
+			rewound, err := s.Release(ctx, g, 5)
+			if err != nil || rewound != want {
+				t.Fatalf("hand-back %d: rewound %v, %v; want %v", i, rewound, err, want)
+			}
+		}
+		if w := stWait(t, s, "h"); w.Permits != 5 || w.Allocated != 50_000_000 {
+			t.Errorf("after three hand-backs of 5 of 10: permits %d allocated %d, want 5 and 50ms", w.Permits, w.Allocated)
+		}
+		// Not rewound (another grant followed): counted as idle, once.
+		g2, err := s.Grant(ctx, "h", 10, Forever)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stAcquire(t, s, "h", 1, Forever)
+		for range 3 {
+			if rewound, err := s.Release(ctx, g2, 10); err != nil || rewound {
+				t.Fatalf("hand-back of g2: %v, %v", rewound, err)
+			}
+		}
+		if w := stWait(t, s, "h"); w.Permits != 6 || w.Allocated != 60_000_000 {
+			t.Errorf("after three hand-backs of g2: %+v, want 6 permits and 60ms allocated", w)
+		}
+	})
+}
+
+// TestTemplateDefaultIdleTTL: instances of a template without idle_ttl get
+// a finite TTL (DefaultIdleTTL after their debt), never shorter than their
+// debt; after that time they are gone. 200,000 distinct names go through one
+// store against a real redis-server; the store's floors stay bounded.
+func TestTemplateDefaultIdleTTL(t *testing.T) {
+	t.Parallel()
+	n := 200_000
+	if testing.Short() {
+		n = 20_000
+	}
+	rdb := stServerFactory(t)(t)
+	s := stStore(t, rdb)
+	ctx := t.Context()
+	if _, err := s.PutTemplate(ctx, Template{ID: "k", Pattern: "k:*", Limiter: stSched(10, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	reqs := make([]Request, 0, 2000)
+	for i := 0; i < n; i += cap(reqs) {
+		reqs = reqs[:0]
+		for j := i; j < min(n, i+cap(reqs)); j++ {
+			reqs = append(reqs, Request{Name: fmt.Sprintf("k:%d", j), Permits: 1, MaxWait: Forever})
+		}
+		for _, o := range s.AcquireMany(ctx, reqs) {
+			if o.Err != nil || !o.Granted {
+				t.Fatalf("acquire: %+v", o)
+			}
+		}
+	}
+	if c := FloorCountOf(s); c > DefaultFloorCap {
+		t.Errorf("%d floors kept, cap %d", c, DefaultFloorCap)
+	}
+	// Every instance: a TTL of at most its debt (one slice, 100 ms) and
+	// DefaultIdleTTL.
+	limit := DefaultIdleTTL + 100*time.Millisecond
+	var keys int
+	iter := rdb.Scan(ctx, 0, s.prefix+":{k:*}:i", 5000).Iterator()
+	batch := make([]string, 0, 1000)
+	check := func() {
+		cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range batch {
+				p.PTTL(ctx, k)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range cmds {
+			ttl := c.(*redis.DurationCmd).Val()
+			if ttl <= 0 || ttl > limit {
+				t.Fatalf("%s: TTL %v, want (0, %v]", batch[i], ttl, limit)
+			}
+		}
+		keys += len(batch)
+		batch = batch[:0]
+	}
+	for iter.Next(ctx) {
+		if batch = append(batch, iter.Val()); len(batch) == cap(batch) {
+			check()
+		}
+	}
+	check()
+	if keys != n {
+		t.Errorf("%d instance keys, want %d", keys, n)
+	}
+	t.Logf("%d instances, every TTL ≤ %v; %d floors kept", keys, limit, FloorCountOf(s))
+}
+
+// TestTemplateIdleTTLExpiry (miniredis: FastForward): instances are gone once
+// DefaultIdleTTL has passed after their debt; one that owes is kept at least
+// until its debt is paid, an explicit idle_ttl too.
+func TestTemplateIdleTTLExpiry(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := stStore(t, rdb)
+	ctx := t.Context()
+	debtCfg := limiter.Config{Rate: 1, Burst: limiter.B(1), MaxReserve: limiter.D(time.Hour)}
+	for _, tp := range []Template{
+		{ID: "a", Pattern: "a:*", Limiter: stSched(10, 1)},
+		{ID: "b", Pattern: "b:*", Limiter: stSmooth(10, 1)},
+		{ID: "d", Pattern: "d:*", Limiter: debtCfg},
+		{ID: "e", Pattern: "e:*", Limiter: debtCfg, IdleTTL: durp(time.Second)},
+	} {
+		if _, err := s.PutTemplate(ctx, tp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var reqs []Request
+	for i := range 500 {
+		reqs = append(reqs, Request{Name: fmt.Sprintf("a:%d", i), Permits: 1, MaxWait: Forever},
+			Request{Name: fmt.Sprintf("b:%d", i), Permits: 1, MaxWait: Forever})
+	}
+	reqs = append(reqs, Request{Name: "d:1", Permits: 1800, MaxWait: Forever}, Request{Name: "e:1", Permits: 1800, MaxWait: Forever})
+	for _, o := range s.AcquireMany(ctx, reqs) {
+		if o.Err != nil || !o.Granted {
+			t.Fatalf("acquire: %+v", o)
+		}
+	}
+	// The owing instances: 30 minutes of debt.
+	for _, k := range []string{s.instanceKey("d:1"), s.instanceKey("e:1")} {
+		if ttl := m.TTL(k); ttl < 30*time.Minute {
+			t.Errorf("%s: TTL %v while it owes 30m", k, ttl)
+		}
+	}
+	m.FastForward(DefaultIdleTTL + time.Second)
+	for i := range 500 {
+		for _, k := range []string{s.instanceKey(fmt.Sprintf("a:%d", i)), s.instanceKey(fmt.Sprintf("b:%d", i))} {
+			if m.Exists(k) {
+				t.Fatalf("%s still exists %v after its debt", k, DefaultIdleTTL)
+			}
+		}
+	}
+	for _, k := range []string{s.instanceKey("d:1"), s.instanceKey("e:1")} {
+		if !m.Exists(k) {
+			t.Errorf("%s dropped while it owes", k)
+		}
+	}
+	m.FastForward(30*time.Minute + DefaultIdleTTL)
+	if m.Exists(s.instanceKey("d:1")) || m.Exists(s.instanceKey("e:1")) {
+		t.Errorf("owing instances kept past their debt and idle TTL")
+	}
+}
+
+func durp(d time.Duration) *limiter.Duration { v := limiter.Duration(d); return &v }
+
+// TestOldLayout: an x of an earlier format is read and written back in the
+// current one (FORMAT in lua/lib.lua): format 2 (136 bytes for a schedule
+// limiter, no format byte) as it is, format 1 (129 bytes, before last) with
+// last 0. An x of a format the scripts do not know is an error, not read.
+func TestOldLayout(t *testing.T) {
+	rdb := stServerFactory(t)(t)
+	s := stStore(t, rdb)
+	ctx := context.Background()
+	stPut(t, s, "o", stSched(100, 1))
+	stAcquire(t, s, "o", 1, Forever)
+	x := rdb.Get(ctx, s.stateKey("o")).Val()
+	if len(x) != 137 || x[1] != packedFormat {
+		t.Fatalf("x of %d bytes, format %d", len(x), x[1])
+	}
+	const lastAt = 100 // last's offset in format 3
+	for i, old := range []string{
+		x[:1] + x[2:],                      // format 2: no format byte
+		x[:1] + x[2:lastAt] + x[lastAt+7:], // format 1: nor last
+	} {
+		rdb.Set(ctx, s.stateKey("o"), old, 0)
+		d := stAcquire(t, s, "o", 1, Forever)
+		if !d.Granted || d.Scheduled-d.Now > int64(i+1)*10_000_000 { // one permit ahead per acquire
+			t.Errorf("acquire on %d bytes: %+v", len(old), d)
+		}
+		if x := rdb.Get(ctx, s.stateKey("o")).Val(); len(x) != 137 {
+			t.Errorf("x of %d bytes rewritten as %d bytes, want 137", len(old), len(x))
+		}
+	}
+	x = rdb.Get(ctx, s.stateKey("o")).Val()
+	unknown := x[:1] + string(rune(packedFormat+1)) + x[2:]
+	rdb.Set(ctx, s.stateKey("o"), unknown, 0)
+	if d, err := s.Acquire(ctx, "o", 1, Forever); err == nil {
+		t.Errorf("acquire on an x of an unknown format: %+v, want an error", d)
+	}
+	if _, err := s.Wait(ctx, "o"); err == nil {
+		t.Errorf("peek on an x of an unknown format: no error")
+	}
+	if got := rdb.Get(ctx, s.stateKey("o")).Val(); got != unknown {
+		t.Errorf("an x of an unknown format was rewritten")
+	}
+}
+
+// TestFloorForgotten: a Delete, or a Put replacing a limiter with one of
+// another kind, forgets the name's floor: the new schedule starts now, not
+// where the old one stood.
+func TestFloorForgotten(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := stStore(t, rdb)
+	ctx := t.Context()
+	m.SetTime(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	for _, change := range []string{"delete", "kind"} {
+		stPut(t, s, "f", stSched(10, 1))
+		stAcquire(t, s, "f", 100, Forever) // 10 s ahead
+		if _, ok := s.floors.get("f"); !ok {
+			t.Fatal("no floor after an acquire")
+		}
+		if change == "delete" {
+			if err := s.Delete(ctx, "f"); err != nil {
+				t.Fatal(err)
+			}
+			stPut(t, s, "f", stSched(10, 1))
+		} else {
+			stPut(t, s, "f", stSmooth(10, 0))
+		}
+		if _, ok := s.floors.get("f"); ok {
+			t.Errorf("%s: the floor is still kept", change)
+		}
+		if d := stAcquire(t, s, "f", 1, 0); !d.Granted || d.Start != d.Now {
+			t.Errorf("%s: first acquire of the new limiter %+v, want one at once", change, d)
+		}
+		if err := s.Delete(ctx, "f"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A Put of the same kind keeps the schedule, and so the floor.
+	stPut(t, s, "g", stSched(10, 1))
+	stAcquire(t, s, "g", 100, Forever)
+	stPut(t, s, "g", stSched(20, 1))
+	if _, ok := s.floors.get("g"); !ok {
+		t.Errorf("a same-kind Put dropped the floor")
+	}
+}

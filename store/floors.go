@@ -1,0 +1,164 @@
+package store
+
+import (
+	"time"
+
+	"hash/maphash"
+	"slices"
+	"sync"
+
+	"github.com/limitd/limitd/limiter"
+)
+
+// Floors: what keeps a failover or an empty restart from rewinding a
+// schedule (see lua/lib.lua, "Floors", and limiter/floor.go). Every answer of
+// a rate limiter's script carries the schedule's position and the Redis time
+// of the answer; the store remembers, per name (named limiters and template
+// instances alike), the furthest position it has seen and sends it with its
+// next acquire or grant of that name, and the script never lets the schedule
+// start before it. So a state that comes back older than what this process
+// was told (asynchronous replication lost the last writes) or fresh (a
+// restart without persistence) grants nothing again that it granted to this
+// process.
+//
+// Memory is bounded (DefaultFloorCap names, withFloorCap): when full, the
+// names whose positions lie furthest back are forgotten first, as a floor
+// only matters while it is ahead of what a rewound state could hold.
+
+// DefaultFloorCap is how many names' floors a store keeps by default.
+const DefaultFloorCap = 1 << 16
+
+// withFloorCap sets how many names' floors the store keeps (0: none, which
+// turns floors off).
+func withFloorCap(n int) Option {
+	return func(s *Store) { s.floors.setCap(n) }
+}
+
+const floorShards = 16
+
+type floorSet struct {
+	seed   maphash.Seed
+	perCap int
+	shards [floorShards]floorShard
+}
+
+type floorShard struct {
+	mu sync.Mutex
+	m  map[string]limiter.Floor
+}
+
+func (f *floorSet) setCap(n int) {
+	f.perCap = max(0, (n+floorShards-1)/floorShards)
+}
+
+func (f *floorSet) shard(name string) *floorShard {
+	return &f.shards[maphash.String(f.seed, name)%floorShards]
+}
+
+// get returns name's floor (ok false: none).
+func (f *floorSet) get(name string) (limiter.Floor, bool) {
+	if f.perCap == 0 {
+		return limiter.Floor{}, false
+	}
+	sh := f.shard(name)
+	sh.mu.Lock()
+	fl, ok := sh.m[name]
+	sh.mu.Unlock()
+	return fl, ok
+}
+
+// args are name's floor as the scripts take it: Unix µs when it was seen and
+// ns ahead of that (0 0: none).
+func (f *floorSet) args(name string) (int64, int64) {
+	fl, ok := f.get(name)
+	if !ok {
+		return 0, 0
+	}
+	return fl.Seen / 1000, fl.Ahead
+}
+
+// stepSlack is how much earlier than the floor kept an answer's Redis time
+// must be to count as a clock step back. Less is the order in which
+// concurrent calls' answers arrive: many callers of one limiter in one
+// process see their answers out of order, and the earlier ones must not lower
+// the floor.
+const stepSlack = int64(time.Second)
+
+// see records that name's schedule stood at pos (Unix ns) at Redis time now
+// (Unix ns, whole µs). The furthest position is kept; an answer from a clock
+// more than stepSlack earlier than the one kept (Redis time stepped back)
+// replaces it, as the script has re-anchored the old floor at its now (see
+// lua/lib.lua) and the new answer says where that left the schedule.
+func (f *floorSet) see(name string, now, pos int64) {
+	f.put(name, now, pos, false)
+}
+
+// lower records a position after a hand-back that rewound the schedule: the
+// process's own floor must not undo the rewind.
+func (f *floorSet) lower(name string, now, pos int64) {
+	f.put(name, now, pos, true)
+}
+
+func (f *floorSet) put(name string, now, pos int64, force bool) {
+	if f.perCap == 0 {
+		return
+	}
+	sh := f.shard(name)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	old, ok := sh.m[name]
+	if ok && !force && now > old.Seen-stepSlack && pos <= old.Seen+old.Ahead {
+		return
+	}
+	if !ok {
+		if sh.m == nil {
+			sh.m = make(map[string]limiter.Floor)
+		}
+		if len(sh.m) >= f.perCap {
+			sh.evict(f.perCap / 2)
+		}
+	}
+	sh.m[name] = limiter.Floor{Seen: now, Ahead: pos - now}
+}
+
+// forget drops name's floor (the limiter was deleted or replaced by one of
+// another kind: its schedule is no longer the one the floor was seen on).
+func (f *floorSet) forget(name string) {
+	if f.perCap == 0 {
+		return
+	}
+	sh := f.shard(name)
+	sh.mu.Lock()
+	delete(sh.m, name)
+	sh.mu.Unlock()
+}
+
+// evict keeps the keep floors whose positions lie furthest ahead. Called
+// with sh.mu held; its cost, a sort, is paid once per cap/2 new names.
+func (sh *floorShard) evict(keep int) {
+	pos := make([]int64, 0, len(sh.m))
+	for _, fl := range sh.m {
+		pos = append(pos, fl.Seen+fl.Ahead)
+	}
+	slices.Sort(pos)
+	cut := pos[len(pos)-keep-1] // positions ≤ cut go (ties may take a few more)
+	if keep == 0 {
+		cut = pos[len(pos)-1]
+	}
+	for name, fl := range sh.m {
+		if fl.Seen+fl.Ahead <= cut {
+			delete(sh.m, name)
+		}
+	}
+}
+
+func (f *floorSet) len() int {
+	n := 0
+	for i := range f.shards {
+		sh := &f.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,61 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Lost reports which of the named limiters and templates Redis lost: a
+// limiter whose config is gone or that the index (List) does not name, a
+// template the template table lacks. A Redis Cluster shard restarted without
+// persistence loses only the limiters of its own slots, so every name is
+// checked, in one pipeline (one round trip per node).
+//
+// When some checks fail (a shard down) the others still count: the names
+// found lost are returned with an error wrapping ErrUnavailable.
+func (s *Store) Lost(ctx context.Context, limiters, templates []string) (lostLimiters, lostTemplates []string, err error) {
+	if len(limiters) == 0 && len(templates) == 0 {
+		return nil, nil, nil
+	}
+	pipe := s.rdb.Pipeline()
+	exists := make([]*redis.IntCmd, len(limiters))
+	listed := make([]*redis.FloatCmd, len(limiters))
+	for i, name := range limiters {
+		exists[i] = pipe.Exists(ctx, s.limiterKey(name))
+		listed[i] = pipe.ZScore(ctx, s.indexKey(), name)
+	}
+	held := make([]*redis.BoolCmd, len(templates))
+	for i, id := range templates {
+		held[i] = pipe.HExists(ctx, s.templatesKey(), id)
+	}
+	_, _ = pipe.Exec(ctx) // each command's own error is read below
+
+	var errs []error
+	for i, name := range limiters {
+		n, err1 := exists[i].Result()
+		_, err2 := listed[i].Result()
+		switch {
+		case err1 != nil:
+			errs = append(errs, err1)
+		case n == 0 || errors.Is(err2, redis.Nil):
+			lostLimiters = append(lostLimiters, name)
+		case err2 != nil:
+			errs = append(errs, err2)
+		}
+	}
+	for i, id := range templates {
+		ok, err := held[i].Result()
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case !ok:
+			lostTemplates = append(lostTemplates, id)
+		}
+	}
+	if len(errs) > 0 {
+		return lostLimiters, lostTemplates, wrapErr(errs[0])
+	}
+	return lostLimiters, lostTemplates, nil
+}

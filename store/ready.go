@@ -1,0 +1,208 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// UnavailableError is every error that means Redis cannot serve limitd now:
+// errors.Is(err, ErrUnavailable) holds for it. Condition names what is wrong
+// in Redis' own words where Redis said it (READONLY, OOM, LOADING, ...) and
+// in a few plain ones otherwise (timeout, connection refused, ...), so that
+// an operator reading a 503 knows what to fix.
+type UnavailableError struct {
+	Condition string
+	err       error
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("%v (%s): %v", ErrUnavailable, e.Condition, e.err)
+}
+
+// Is makes errors.Is(err, ErrUnavailable) true.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+func (e *UnavailableError) Unwrap() error { return e.err }
+
+// Describe says in one sentence what the condition means and what to look
+// at. It holds no part of the underlying error text, so it is safe to show
+// to any client (no address, no password).
+func (e *UnavailableError) Describe() string {
+	if d, ok := conditionText[e.Condition]; ok {
+		return e.Condition + ": " + d
+	}
+	return e.Condition
+}
+
+// conditionText explains each condition wrapErr may name.
+var conditionText = map[string]string{
+	"READONLY":            "Redis is a read-only replica; limitd must be pointed at the master",
+	"OOM":                 "Redis is out of memory (used memory over maxmemory with a noeviction policy)",
+	"LOADING":             "Redis is loading its dataset into memory",
+	"MASTERDOWN":          "the replica lost its link to the master",
+	"CLUSTERDOWN":         "the Redis Cluster is down (a hash slot has no master)",
+	"TRYAGAIN":            "a cluster slot is being migrated",
+	"MOVED":               "the cluster's slots moved",
+	"ASK":                 "the cluster's slots are moving",
+	"NOREPLICAS":          "not enough replicas are connected to accept writes (min-replicas-to-write)",
+	"BUSY":                "Redis is busy running a script or function",
+	"FUNCTION NOT FOUND":  "limitd's function library is missing and could not be loaded (a replica, or the library was flushed)",
+	"timeout":             "Redis did not answer in time",
+	"connection refused":  "nothing listens at the Redis address",
+	"connection lost":     "the connection to Redis was closed",
+	"connection failed":   "could not reach Redis",
+	"client closed":       "the Redis client is closed (limitd is shutting down)",
+	"slots not covered":   "some cluster hash slots have no master",
+	"request interrupted": "the request ended before Redis answered",
+}
+
+// redisCondition returns the condition a Redis error reply means, or "" when
+// the reply does not mean that Redis is unavailable.
+func redisCondition(msg string) string {
+	code, _, _ := strings.Cut(msg, " ")
+	switch code {
+	case "LOADING", "READONLY", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "MOVED", "ASK", "OOM", "NOREPLICAS", "BUSY":
+		// BUSY is a word of its own; BUSYKEY and BUSYGROUP are not this.
+		return code
+	}
+	if fnMissing(errors.New(msg)) {
+		// The library is loaded again on "Function not found" (functions.go);
+		// one still missing after that is a node that cannot take it.
+		return "FUNCTION NOT FOUND"
+	}
+	return ""
+}
+
+// transportCondition names a failure that is not a Redis reply.
+func transportCondition(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, redis.ErrPoolTimeout),
+		errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "request interrupted"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, redis.ErrClosed):
+		return "client closed"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed):
+		return "connection lost"
+	}
+	return "connection failed"
+}
+
+// ReadyTimeout bounds Ready: a Redis that does not answer the probe within
+// it is not ready.
+const ReadyTimeout = time.Second
+
+// probeTTL keeps a probe key from outliving the check that wrote it.
+const probeTTL = 2 * time.Second
+
+// Ready reports whether limitd can decide now: whether every master it
+// needs accepts a write. It writes a tiny key with a short TTL under the
+// store's prefix on every master (on a cluster: one key in a slot of every
+// slot range, so each master takes one), because only a write shows what a
+// PING cannot: a read-only replica (READONLY), maxmemory with noeviction
+// (OOM), too few replicas (NOREPLICAS), a server still loading (LOADING) or
+// a script that holds it (BUSY). It takes at most ReadyTimeout; an error
+// wraps ErrUnavailable (an *UnavailableError naming the condition).
+func (s *Store) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	defer cancel()
+	probe := func(ctx context.Context, c redis.Cmdable, key string) error {
+		return c.Set(ctx, key, "1", probeTTL).Err()
+	}
+	var err error
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		err = s.readyCluster(ctx, c)
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
+			return probe(ctx, shard, s.prefix+":ready")
+		})
+	default:
+		err = probe(ctx, s.rdb, s.prefix+":ready")
+	}
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	return wrapErr(err)
+}
+
+// readyCluster writes one probe key into the first slot of every slot range
+// the cluster reports, through the cluster client, so that each key goes to
+// the master that owns it (MOVED is followed as for any command).
+func (s *Store) readyCluster(ctx context.Context, c *redis.ClusterClient) error {
+	ranges, err := c.ClusterSlots(ctx).Result()
+	if err != nil {
+		return err
+	}
+	covered := 0
+	for _, r := range ranges {
+		covered += r.End - r.Start + 1
+	}
+	if covered < clusterSlots {
+		return &UnavailableError{Condition: "slots not covered",
+			err: fmt.Errorf("the cluster's masters own %d of %d hash slots", covered, clusterSlots)}
+	}
+	cmds := make([]*redis.StatusCmd, len(ranges))
+	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range ranges {
+			cmds[i] = p.Set(ctx, s.prefix+":{"+slotTags()[r.Start]+"}:ready", "1", probeTTL)
+		}
+		return nil
+	})
+	for _, cmd := range cmds {
+		if cmd.Err() != nil {
+			return cmd.Err()
+		}
+	}
+	return err
+}
+
+// clusterSlots is the number of hash slots of a Redis Cluster.
+const clusterSlots = 16384
+
+// slotTags holds, for every cluster hash slot, a short hash tag whose key
+// lands in that slot: "ready-<n>" for the first n that does.
+var slotTags = sync.OnceValue(func() []string {
+	tags := make([]string, clusterSlots)
+	for n, left := 0, clusterSlots; left > 0; n++ {
+		tag := "ready-" + strconv.Itoa(n)
+		if sl := keySlot(tag); tags[sl] == "" {
+			tags[sl] = tag
+			left--
+		}
+	}
+	return tags
+})
+
+// keySlot is the cluster hash slot of a key without braces: CRC-16/XMODEM
+// (polynomial 0x1021, initial value 0) modulo 16384, as the Redis Cluster
+// specification defines it.
+func keySlot(key string) int {
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % clusterSlots
+}

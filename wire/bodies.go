@@ -1,0 +1,195 @@
+package wire
+
+import (
+	"encoding/json"
+
+	"github.com/limitd/limitd/limiter"
+)
+
+// Every time below is Redis time in Unix ns, every delay ns; durations in
+// requests are Go duration strings (limiter.Duration).
+
+// AcquireRequest is the body of POST /v1/limiters/{name}/acquire; every field
+// is optional. A concurrency limiter's acquire takes none of them.
+type AcquireRequest struct {
+	Permits *int64            `json:"permits,omitempty"`  // default 1
+	MaxWait *limiter.Duration `json:"max_wait,omitempty"` // default unlimited; negative is 0
+	Block   *bool             `json:"block,omitempty"`    // wait out the delay before answering
+}
+
+// Granted is a granted acquire of permits (200).
+type Granted struct {
+	Granted   bool  `json:"granted"`
+	Permits   int64 `json:"permits"`
+	Delay     int64 `json:"delay_ns"`
+	Scheduled int64 `json:"scheduled_ns"`
+	Start     int64 `json:"start_ns"`
+	Lateness  int64 `json:"lateness_ns"`
+	Wait      int64 `json:"wait_ns"`
+	Version   int64 `json:"version"`
+	Now       int64 `json:"now_ns"`
+}
+
+// Denied is an acquire or grant of permits not granted within max_wait
+// (429): besides retry_after_ns what the decision knew, the delay the
+// request would have had, the backlog, version and time.
+type Denied struct {
+	Granted    bool  `json:"granted"`
+	RetryAfter int64 `json:"retry_after_ns"`
+	Delay      int64 `json:"delay_ns"`
+	Wait       int64 `json:"wait_ns"`
+	Version    int64 `json:"version"`
+	Now        int64 `json:"now_ns"`
+}
+
+// GrantRequest is the body of POST .../grant.
+type GrantRequest struct {
+	Permits *int64            `json:"permits"`            // required, ≥ 1
+	MaxWait *limiter.Duration `json:"max_wait,omitempty"` // default unlimited; negative is 0
+}
+
+// Slice is a limiter.Slice: whole + frac/den ns per permit.
+type Slice struct {
+	Whole int64 `json:"whole"`
+	Frac  int64 `json:"frac"`
+	Den   int64 `json:"den"`
+}
+
+// Grant is a granted POST .../grant, and the grant a handback names.
+type Grant struct {
+	// ID is the grant's handle for its handback: an opaque token that
+	// carries what a handback needs, so any replica accepts it.
+	ID        string        `json:"id"`
+	Granted   bool          `json:"granted"`
+	Permits   int64         `json:"permits"`
+	Scheduled int64         `json:"scheduled_ns"`
+	Start     int64         `json:"start_ns"`
+	Delay     int64         `json:"delay_ns"`
+	Lateness  int64         `json:"lateness_ns"`
+	Wait      int64         `json:"wait_ns"`
+	Version   int64         `json:"version"`
+	Now       int64         `json:"now_ns"`
+	Kind      limiter.Kind  `json:"kind"`
+	Slice     Slice         `json:"slice"`
+	Burst     limiter.Burst `json:"burst"` // a number, or "inf"
+	RemBefore int64         `json:"rem_before"`
+	End       int64         `json:"end_ns"`
+}
+
+// HandbackRequest is the body of POST .../handback.
+type HandbackRequest struct {
+	Grant   *Grant `json:"grant"`   // as POST .../grant answered it
+	Permits *int64 `json:"permits"` // the grant's last permits handed back
+}
+
+// Handback answers a handback.
+type Handback struct {
+	Rewound bool `json:"rewound"`
+}
+
+// CapacityRequest is the body of POST .../capacity; client_id and wants are
+// required.
+type CapacityRequest struct {
+	ClientID *string  `json:"client_id"`
+	Wants    *float64 `json:"wants"`
+	Has      *float64 `json:"has,omitempty"`      // default 0
+	Priority *float64 `json:"priority,omitempty"` // default 0, which counts as 1
+}
+
+// CapacityLease answers a capacity request.
+type CapacityLease struct {
+	Gets         float64 `json:"gets"`
+	Expires      int64   `json:"expires_ns"`
+	Refresh      int64   `json:"refresh_ns"`
+	SafeCapacity float64 `json:"safe_capacity"`
+	Learning     bool    `json:"learning"`
+	Version      int64   `json:"version"`
+}
+
+// SlotGranted answers a granted concurrency acquire (200).
+type SlotGranted struct {
+	Granted bool   `json:"granted"`
+	LeaseID string `json:"lease_id"`
+	Expires int64  `json:"expires_ns"`
+	InUse   int64  `json:"in_use"` // slots held, this one included
+	Limit   int64  `json:"limit"`
+}
+
+// SlotDenied answers a concurrency acquire when every slot is held (429).
+type SlotDenied struct {
+	Granted    bool  `json:"granted"`
+	RetryAfter int64 `json:"retry_after_ns"` // until the earliest lease expires
+	InUse      int64 `json:"in_use"`
+	Limit      int64 `json:"limit"`
+}
+
+// SlotAnswer reads any answer of POST .../acquire: a slot's (granted or
+// not), or a schedule's, which has no in_use.
+type SlotAnswer struct {
+	LeaseID    *string `json:"lease_id"`
+	Expires    int64   `json:"expires_ns"`
+	RetryAfter int64   `json:"retry_after_ns"`
+	InUse      *int64  `json:"in_use"`
+	Limit      int64   `json:"limit"`
+}
+
+// LeaseRequest is the body of POST .../release and .../renew.
+type LeaseRequest struct {
+	LeaseID *string `json:"lease_id"`
+}
+
+// Renewed answers a renewal.
+type Renewed struct {
+	LeaseID string `json:"lease_id"`
+	Expires int64  `json:"expires_ns"`
+}
+
+// LeaseIDLen is the length of a lease id: 16 random bytes in lowercase hex.
+const LeaseIDLen = 32
+
+// Limiter is a limiter as GET, PUT and PATCH answer it; a list leaves out
+// State, and so do share and concurrency limiters, which have no schedule.
+type Limiter struct {
+	Name    string         `json:"name"`
+	Config  limiter.Config `json:"config"` // canonical: every default filled in
+	Version int64          `json:"version"`
+	State   *WaitState     `json:"state,omitempty"`
+}
+
+// LimiterList is one page of GET /v1/limiters; Next is the cursor of the
+// next page, "" after the last.
+type LimiterList struct {
+	Limiters []Limiter `json:"limiters"`
+	Next     string    `json:"next"`
+}
+
+// WaitState is a limiter's live state, the answer of GET .../wait.
+type WaitState struct {
+	Wait      int64 `json:"wait_ns"`      // backlog (smooth: stored time)
+	Delay     int64 `json:"delay_ns"`     // how long a new caller would wait now
+	Idle      int64 `json:"idle_ns"`      // total time forfeited
+	Allocated int64 `json:"allocated_ns"` // total time granted
+	Now       int64 `json:"now_ns"`       // Redis time, Unix ns
+	Version   int64 `json:"version"`
+	Permits   int64 `json:"permits"`     // total permits granted
+	Lateness  int64 `json:"lateness_ns"` // total lateness of granted requests
+	Started   bool  `json:"started"`     // false until the first permit
+}
+
+// Status is the body of /healthz ("ok") and /readyz ("ready").
+type Status struct {
+	Status string `json:"status"`
+}
+
+// TemplateRequest is the body of PUT /v1/templates/{id}. id and version are
+// accepted so that what GET answered can be PUT back: id must then equal the
+// path's, version is read-only and ignored. Limiter is decoded on its own,
+// so that a fault in it is named "limiter.<field>".
+type TemplateRequest struct {
+	ID      *string           `json:"id,omitempty"`
+	Pattern string            `json:"pattern"`
+	Order   int               `json:"order"`
+	IdleTTL *limiter.Duration `json:"idle_ttl,omitempty"`
+	Limiter json.RawMessage   `json:"limiter"`
+	Version *int64            `json:"version,omitempty"`
+}
