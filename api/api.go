@@ -13,13 +13,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/limitd/limitd/core"
-	"github.com/limitd/limitd/store"
 	"github.com/limitd/limitd/wire"
 )
 
 // Options configure the handler New returns.
 type Options struct {
-	Store          *store.Store
+	// Service is what the API serves: its operations over one store
+	// (core.New). Its observer, if any, sees every call beside the API's
+	// metrics.
+	Service        *core.Service
 	AdminToken     string               // LIMITD_ADMIN_TOKEN: needed for PUT, PATCH, DELETE, reset
 	Token          string               // LIMITD_TOKEN: needed for every other /v1 request
 	Logger         *slog.Logger         // nil: discard
@@ -57,11 +59,11 @@ type server struct {
 	routes      map[string]string // echo path → OpenAPI path, the route label
 }
 
-// New returns the HTTP handler of the API. It panics only if o.Store is nil or
+// New returns the HTTP handler of the API. It panics only if o.Service is nil or
 // o.Registry already holds a collector of the same name with other labels.
 func New(o Options) http.Handler {
-	if o.Store == nil {
-		panic("api: Options.Store is nil")
+	if o.Service == nil {
+		panic("api: Options.Service is nil")
 	}
 	s := &server{
 		log:       o.Logger,
@@ -88,7 +90,7 @@ func New(o Options) http.Handler {
 		reg = prometheus.NewRegistry()
 	}
 	s.m = newMetrics(reg)
-	s.core = core.New(o.Store, core.Options{Observer: s.m})
+	s.core = o.Service.Observed(s.m)
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -170,7 +172,7 @@ func (s *server) healthz(c echo.Context) error {
 }
 
 // readyz answers 200 only while limitd can decide: every Redis master it
-// needs accepts a write (store.Ready), within store.ReadyTimeout.
+// needs accepts a write (core.Service.Ready), within store.ReadyTimeout.
 func (s *server) readyz(c echo.Context) error {
 	if err := s.core.Ready(c.Request().Context()); err != nil {
 		return err

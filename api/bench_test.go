@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/internal/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -75,7 +76,7 @@ func storeAcquire(b *testing.B, st *store.Store) {
 
 func httpAcquire(b *testing.B, st *store.Store) {
 	lat := newLatencies(b.N)
-	h := api.New(api.Options{Store: st})
+	h := api.New(api.Options{Service: core.New(st, core.Options{})})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t := time.Now()
 		h.ServeHTTP(w, r)

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/core"
 )
 
 // slot is the answer of a concurrency acquire (200 or 429).
@@ -199,7 +200,7 @@ func TestConcurrencyDispatch(t *testing.T) {
 	e := newEnv(t)
 	other := *e // another limitd process on the same Redis
 	other.reg = prometheus.NewRegistry()
-	other.h = api.New(api.Options{Store: e.st, Registry: other.reg})
+	other.h = api.New(api.Options{Service: core.New(e.st, core.Options{}), Registry: other.reg})
 
 	other.must(201, "PUT", "/v1/limiters/x", `{"kind":"concurrency","limit":1}`)
 	a := e.slot(200, "x", nil) // found out through the schedule acquire's 409

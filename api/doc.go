@@ -1,4 +1,4 @@
-// Package api is limitd's HTTP API: an echo v4 handler over a store.Store.
+// Package api is limitd's HTTP API: an echo v4 handler over a core.Service.
 //
 // New returns one http.Handler serving the contract of shared/API.md:
 //
@@ -46,5 +46,5 @@
 // problem; the rules (kind dispatch of acquire, blocking, slot hints, share
 // requests, stateless grant handback, input checks) live in core. The
 // Prometheus metrics observe core (core.Observer). api imports core, wire
-// and limiter; it names store only in Options.Store.
+// and limiter, never store.
 package api

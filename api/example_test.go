@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/store"
 )
 
@@ -28,7 +29,7 @@ func ExampleNew() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	srv := httptest.NewServer(api.New(api.Options{Store: store.New(rdb), AdminToken: "s3cret"}))
+	srv := httptest.NewServer(api.New(api.Options{Service: core.New(store.New(rdb), core.Options{}), AdminToken: "s3cret"}))
 	defer srv.Close()
 
 	call := func(method, path, body string) {

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/store"
 )
 
@@ -87,7 +88,7 @@ func TestGrantDeniedAndErrors(t *testing.T) {
 func TestHandbackToAnotherReplica(t *testing.T) {
 	e := newEnv(t)
 	other := &env{t: t, m: e.m, rdb: e.rdb, st: e.st, reg: prometheus.NewRegistry()}
-	other.h = api.New(api.Options{Store: store.New(e.rdb), Registry: other.reg})
+	other.h = api.New(api.Options{Service: core.New(store.New(e.rdb), core.Options{}), Registry: other.reg})
 	e.must(201, "PUT", "/v1/limiters/pool", `{"rate":1000}`)
 	r := e.must(200, "POST", "/v1/limiters/pool/grant", `{"permits":10}`)
 	// The next acquire goes through the replica that took the handback:

@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/store"
 )
 
@@ -106,7 +107,7 @@ func newEnvRedis(t testing.TB, ro func(*redis.Options), opts ...func(*api.Option
 	rdb := redis.NewClient(rop)
 	t.Cleanup(func() { _ = rdb.Close() })
 	e := &env{t: t, m: m, rdb: rdb, st: store.New(rdb), reg: prometheus.NewRegistry()}
-	o := api.Options{Store: e.st, Registry: e.reg}
+	o := api.Options{Service: core.New(e.st, core.Options{}), Registry: e.reg}
 	for _, f := range opts {
 		f(&o)
 	}

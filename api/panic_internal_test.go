@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/store"
 	"github.com/limitd/limitd/wire"
 )
@@ -24,7 +25,7 @@ func TestPanicRecovered(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
 	var logs bytes.Buffer
-	h := New(Options{Store: store.New(rdb), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	h := New(Options{Service: core.New(store.New(rdb), core.Options{}), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	h.(*echo.Echo).GET("/boom", func(echo.Context) error { panic("boom") })
 
 	rec := httptest.NewRecorder()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -21,7 +22,7 @@ func TestHTTPWaitAndClose(t *testing.T) {
 	const rate = 2000.0
 	slice := time.Duration(1e9 / rate)
 	ctPut(t, st, "sched", strict(rate))
-	srv := httptest.NewServer(api.New(api.Options{Store: st, Token: "tok"}))
+	srv := httptest.NewServer(api.New(api.Options{Service: core.New(st, core.Options{}), Token: "tok"}))
 	defer srv.Close()
 
 	c := client.NewHTTP(srv.URL, client.WithToken("tok"), client.WithStaleAfter(time.Hour), client.WithHTTPClient(srv.Client()))
@@ -57,7 +58,7 @@ func TestHTTPWaitAndClose(t *testing.T) {
 func TestHTTPErrors(t *testing.T) {
 	_, _, st := ctMini(t)
 	ctPut(t, st, "x", strict(100))
-	srv := httptest.NewServer(api.New(api.Options{Store: st, Token: "tok"}))
+	srv := httptest.NewServer(api.New(api.Options{Service: core.New(st, core.Options{}), Token: "tok"}))
 	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

@@ -95,3 +95,30 @@ func (nopObserver) StoreCall(Op, time.Duration)   {}
 func (nopObserver) Decided(Event)                 {}
 func (nopObserver) Backlog(string, time.Duration) {}
 func (nopObserver) Deleted(string)                {}
+
+// observers reports to each of several observers in turn.
+type observers []Observer
+
+func (os observers) StoreCall(op Op, took time.Duration) {
+	for _, o := range os {
+		o.StoreCall(op, took)
+	}
+}
+
+func (os observers) Decided(e Event) {
+	for _, o := range os {
+		o.Decided(e)
+	}
+}
+
+func (os observers) Backlog(limiter string, wait time.Duration) {
+	for _, o := range os {
+		o.Backlog(limiter, wait)
+	}
+}
+
+func (os observers) Deleted(limiter string) {
+	for _, o := range os {
+		o.Deleted(limiter)
+	}
+}

@@ -80,6 +80,17 @@ func New(st *store.Store, o Options) *Service {
 	return s
 }
 
+// Observed returns a service over the same store and options whose calls and
+// decisions o sees as well as s's observer: how a front end adds its metrics
+// to a service it was given.
+func (s *Service) Observed(o Observer) *Service {
+	obs := o
+	if _, none := s.obs.(nopObserver); !none {
+		obs = observers{s.obs, o}
+	}
+	return &Service{store: s.store, obs: obs, decide: s.decide, clock: s.clock}
+}
+
 // timed reports one store call to the observer.
 func (s *Service) timed(op Op, start time.Time) { s.obs.StoreCall(op, time.Since(start)) }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/internal/bench"
 	"github.com/limitd/limitd/internal/redistest"
 	"github.com/limitd/limitd/limiter"
@@ -193,7 +194,7 @@ func checkBenchLog(t *testing.T, path string, n int64, slice int64) {
 func TestBenchModes(t *testing.T) {
 	srv := redistest.Server(t)
 	st := store.New(srv.Client())
-	ts := httptest.NewServer(api.New(api.Options{Store: st}))
+	ts := httptest.NewServer(api.New(api.Options{Service: core.New(st, core.Options{})}))
 	t.Cleanup(ts.Close)
 	redisURL := "redis://" + srv.Addr()
 	const n, rate = 400, 20000

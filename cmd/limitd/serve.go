@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/store"
 )
 
@@ -145,7 +146,7 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 
 	srv := &http.Server{
 		Handler: api.New(api.Options{
-			Store:        st,
+			Service:      core.New(st, core.Options{}),
 			AdminToken:   cfg.AdminToken,
 			Token:        cfg.Token,
 			MetricsToken: cfg.MetricsToken,

@@ -1,0 +1,85 @@
+// Package layout_test checks the one-way arrows between limitd's packages:
+// each folder may import only the packages below it (README, "Layout").
+package layout_test
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/limitd/limitd/"
+
+// may lists, for each package (its folder), the limitd packages its
+// non-test files may import. A package missing here may import nothing of
+// limitd's; a new package must be added.
+var may = map[string][]string{
+	"limiter":              nil,
+	"lua":                  nil,
+	"internal/clockoffset": nil,
+	"internal/redistest":   nil,
+	"wire":                 {"limiter"},
+	"store":                {"limiter", "lua"},
+	"core":                 {"store", "limiter", "wire"},
+	"api":                  {"core", "limiter", "wire"},
+	"client":               {"store", "limiter", "wire", "internal/clockoffset"},
+	"httplimit":            {"client", "store", "wire", "limiter"},
+	"internal/bench":       {"client", "store", "limiter", "wire", "internal/clockoffset"},
+	"cmd/limitd":           {"api", "core", "store", "limiter", "wire", "internal/bench"},
+	"integration":          nil, // tests only
+}
+
+func TestImportsPointDown(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		rel = filepath.ToSlash(rel)
+		allowed, known := may[rel]
+		if !known {
+			t.Errorf("%s: package %s is not in the layout table", path, rel)
+			return nil
+		}
+		seen[rel] = true
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			dep, ok := strings.CutPrefix(p, module)
+			if ok && !slices.Contains(allowed, dep) {
+				t.Errorf("%s imports %s: %s may import only %v", filepath.Join(rel, filepath.Base(path)), dep, rel, allowed)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"limiter", "store", "core", "api", "client", "wire"} {
+		if !seen[p] {
+			t.Errorf("no source file found in %s: is the walk rooted at the module?", p)
+		}
+	}
+}
