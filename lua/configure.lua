@@ -8,7 +8,7 @@
 -- with it on a kind change.
 -- ARGV: mode ('put'|'patch'), expected version (patch; '' for any),
 -- config JSON (canonical), restart (1: reset after applying), channel, name,
--- the kind's PARAMS_OF (lib.lua; without meaning for version, which this
+-- the kind's params (see Layouts in lib.lua; without meaning for version, which this
 -- script assigns).
 -- Reply: {code, version, changed, replaced}; code 201 created, 200 ok, -1
 -- not found, -3 version moved (retry), -4 kind change refused; replaced is 1

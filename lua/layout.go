@@ -39,7 +39,8 @@ func (k Kind) Size() int {
 }
 
 // ParamNames are the parameters the scripts take for the kind, in order
-// (PARAMS_OF in lib.lua): kind, the slice and max_permits, Params, version.
+// (X_OF's params in lib.lua): kind, the slice and max_permits, Params,
+// version.
 func (k Kind) ParamNames() []string {
 	names := []string{"kind"}
 	for _, f := range fieldGroups().slice {
@@ -59,8 +60,9 @@ var formatWidth = map[string]int{"B": 1, "I4": 4, "i4": 4, "i7": 7, "d": 8}
 func Kinds() []Kind { return slices.Clone(kinds()) }
 
 var (
-	kindRow   = regexp.MustCompile(`(?m)^KINDS\.(\w+) = \{\s*code = (\d+),\s*params = \{((?:\{'\w+', '\w+'\},?\s*)+)\}`)
+	kindRow   = regexp.MustCompile(`(?m)^KINDS\.(\w+) = \{\s*code = (\d+),\s*params = '((?:\w+:\w+ ?)+)'`)
 	fieldPair = regexp.MustCompile(`\{'(\w+)', '(\w+)'\}`)
+	paramPair = regexp.MustCompile(`(\w+):(\w+)`)
 	groupDecl = regexp.MustCompile(`(?s)local (HEAD|SLICE|STATE|RUN|REST) = \{(\{'.*?'\})\}\n`)
 )
 
@@ -81,9 +83,11 @@ var fieldGroups = sync.OnceValue(func() groups {
 	return groups{head: g["HEAD"], slice: g["SLICE"], state: g["STATE"], run: g["RUN"], rest: g["REST"]}
 })
 
-func fields(s string) []Field {
+func fields(s string) []Field { return fieldsBy(fieldPair, s) }
+
+func fieldsBy(re *regexp.Regexp, s string) []Field {
 	var fs []Field
-	for _, p := range fieldPair.FindAllStringSubmatch(s, -1) {
+	for _, p := range re.FindAllStringSubmatch(s, -1) {
 		if formatWidth[p[2]] == 0 {
 			panic("lua: field " + p[1] + ": unknown format " + p[2])
 		}
@@ -107,10 +111,10 @@ var kinds = sync.OnceValue(func() []Kind {
 		m := kindRow.FindAllStringSubmatch(src, -1)
 		if len(m) != 1 || m[0][1]+".lua" != file {
 			panic("lua: " + file + ": a kind file registers one row, KINDS." + strings.TrimSuffix(file, ".lua") +
-				" = {code = ..., params = {...}, ...}")
+				" = {code = ..., params = 'name:format ...', ...}")
 		}
 		code, _ := strconv.Atoi(m[0][2])
-		k := Kind{Name: m[0][1], Code: code, Params: fields(m[0][3]), file: file}
+		k := Kind{Name: m[0][1], Code: code, Params: fieldsBy(paramPair, m[0][3]), file: file}
 		k.Layout = slices.Concat(g.head, g.slice, k.Params, g.state, g.run, g.rest)
 		ks = append(ks, k)
 	}
@@ -129,8 +133,11 @@ var libSource = sync.OnceValue(func() string {
 	var b strings.Builder
 	b.WriteString(mustRead("lib.lua"))
 	for _, k := range kinds() {
-		b.WriteString("\n")
+		// a block of its own: its locals are its own, and closed when it
+		// ends (a closure made later walks past every open one)
+		b.WriteString("\ndo\n")
 		b.WriteString(mustRead(k.file))
+		b.WriteString("\nend\n")
 	}
 	b.WriteString("\n")
 	b.WriteString(derived())
@@ -144,7 +151,10 @@ func LibSource() string { return libSource() }
 // derived is the Lua that follows the kind files: for each kind its code,
 // name, parameters and layout (see Layouts in lib.lua), with a load and a
 // pack written out field by field. It is computed here, once, because a
-// script runs its top level on every call.
+// script runs its top level on every call; for the same reason its
+// functions take dec and enc as arguments rather than close over them (a
+// closure that captures a local of a long chunk walks past every captured
+// local declared after it, each time the script runs).
 func derived() string {
 	var b strings.Builder
 	b.WriteString("-- Derived from field_groups and the kinds' rows by lua/layout.go (see\n-- Layouts in lib.lua).\n")
@@ -178,15 +188,12 @@ func derived() string {
 	fmt.Fprintf(&b, "blank = function(key, inst)\n  return {key = key, inst = inst, %s, %s,\n    %s}\nend\n",
 		fmt.Sprintf(own, "nil", "nil"), zero(nil), strings.Join(blank, ", "))
 	for _, k := range kinds() {
-		var names, fmts, pnames, lfields, pfields []string
+		var names, fmts, lfields, pfields []string
 		for _, f := range k.Layout {
 			names = append(names, f.Name)
 			fmts = append(fmts, f.Format)
 			lfields = append(lfields, f.Name+" = "+f.Name)
 			pfields = append(pfields, "L."+f.Name)
-		}
-		for _, n := range k.ParamNames() {
-			pnames = append(pnames, "'"+n+"'")
 		}
 		rest := 0
 		for _, f := range g.rest {
@@ -194,19 +201,17 @@ func derived() string {
 		}
 		format := "<" + strings.Join(fmts, "")
 		q := strconv.Quote(k.Name)
-		fmt.Fprintf(&b, "KIND_CODE[%s], KIND_NAME[%d] = %d, %s\n", q, k.Code, k.Code, q)
-		fmt.Fprintf(&b, "PARAMS_OF[%s] = {%s}\n", q, strings.Join(pnames, ", "))
-		fmt.Fprintf(&b, "X_OF[%d] = {kind = KINDS[%s], fmt = '%s', size = %d, at_last = %d,\n  names = '%s'}\n",
-			k.Code, q, format, k.Size(), k.Size()-rest-formatWidth["i7"], strings.Join(names, " "))
-		fmt.Fprintf(&b, "X_OF[%d].load = function(key, inst, x)\n  local %s = dec('%s', x)\n"+
-			"  if format ~= FORMAT then bad_format(key, format) end\n"+
-			"  return {key = key, inst = inst, %s,\n    %s", k.Code, strings.Join(names, ", "), format,
+		fmt.Fprintf(&b, "X_OF[%d] = {kind = KINDS[%s], name = %s, fmt = '%s', size = %d, at_last = %d,\n"+
+			"  names = '%s',\n  params = '%s', plist = false,\n",
+			k.Code, q, q, format, k.Size(), k.Size()-rest-formatWidth["i7"], strings.Join(names, " "), strings.Join(k.ParamNames(), " "))
+		fmt.Fprintf(&b, "  load = function(key, inst, x, dec)\n    local %s = dec('%s', x)\n"+
+			"    return {key = key, inst = inst, %s,\n      %s", strings.Join(names, ", "), format,
 			fmt.Sprintf(own, "x", q), strings.Join(lfields, ", "))
 		if z := zero(k.Params); z != "" {
-			b.WriteString(",\n    " + z)
+			b.WriteString(",\n      " + z)
 		}
-		b.WriteString("}\nend\n")
-		fmt.Fprintf(&b, "X_OF[%d].pack = function(L)\n  return enc('%s', %s)\nend\n", k.Code, format, strings.Join(pfields, ", "))
+		b.WriteString("}\n  end,\n")
+		fmt.Fprintf(&b, "  pack = function(L, enc)\n    return enc('%s', %s)\n  end}\n", format, strings.Join(pfields, ", "))
 	}
 	return b.String()
 }

@@ -46,7 +46,7 @@ func TestKindsAreLimiters(t *testing.T) {
 		}
 		// the scripts take kind, the slice, max_permits, the kind's, version
 		if n := k.ParamNames(); n[0] != "kind" || n[len(n)-1] != "version" || !slices.Equal(n[len(n)-1-len(lp):len(n)-1], lp) {
-			t.Errorf("kind %s: PARAMS_OF %v", k.Name, n)
+			t.Errorf("kind %s: params %v", k.Name, n)
 		}
 	}
 	// The layouts as they are (FORMAT 3): a change is a new format.

@@ -113,8 +113,8 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 
 -- Kinds. A rate kind is one file, lua/<kind>.lua, which registers its row in
 -- KINDS (limiter/kinds.go's row in Lua): its code (x's first byte,
--- limiter.KindInfo.Code), its parameters in x (params: {name, struct
--- format}, after the slice), and its engine, the functions that differ from
+-- limiter.KindInfo.Code), its parameters in x (params: 'name:format ...',
+-- struct formats, after the slice), and its engine, the functions that differ from
 -- one kind to another:
 --   acquire(L, now, n, max_wait) decides a request on a started L (see acquire)
 --   peek(L, now) returns wait and delay (peek.lua; L may change, unsaved)
@@ -128,12 +128,13 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 --   rewinds: a hand-back may rewind the schedule (release.lua)
 --   fast (optional) is acquire_single's path for one acquire on a named
 --     limiter of the kind: (key, x, n, max_wait, us, fus, fah), the answer or
---     nil for the general path; lean is the layout it reads (checked in
+--     nil for the general path; lean_* are the layout it reads (checked in
 --     check_layouts)
 -- lib.lua and the operations dispatch through the row (KINDS[L.kind]) and
 -- never name a kind. The kind files follow lib.lua in every script and in
 -- the library (lua.Source, lua.Library), and then what is derived from the
--- rows and the field groups (see Layouts).
+-- rows and the field groups (see Layouts). Each kind file is a block of its
+-- own (do ... end): its locals are its own.
 local KINDS = {}
 
 -- The packed value x (see Storage) is described once, in field_groups and
@@ -144,17 +145,17 @@ local KINDS = {}
 local FORMAT = 3 -- formats 1 (before last) and 2 (before the format byte) had none
 
 -- Layouts. A kind's x is HEAD, SLICE, the kind's params, STATE, RUN, REST.
--- field_groups is read by lua/layout.go, which derives from it and from the
--- kinds' rows, once, what follows the kind files in every script and
--- library: for each kind its code and name (KIND_CODE, KIND_NAME), its
--- parameters in the order store/ sends them (PARAMS_OF[kind]: kind, the
--- slice, the kind's params, version; limiter.KindInfo.Params), and X_OF[code],
--- its layout {kind, fmt, size, names, at_last (the bytes before last)} with
--- a load and a pack written out field by field, so that no call walks the
--- field groups (a script runs this file on every call). check_layouts
--- computes the same from field_groups and the rows, in Lua, and compares:
--- on a library's first call, and in store's tests.
-local KIND_CODE, KIND_NAME, PARAMS_OF, X_OF = {}, {}, {}, {}
+-- lua/layout.go reads field_groups and the kinds' rows and derives from
+-- them, once, what follows the kind files in every script and library:
+-- X_OF[code], each kind's layout {kind (its row), fmt, size, names, at_last
+-- (the bytes before last), params (the parameters in the order store/ sends
+-- them: kind, the slice, the kind's params, version; limiter.KindInfo.Params),
+-- load, pack}, with load and pack written out field by field, so that no call
+-- walks the field groups (a script runs this file on every call, so what it
+-- builds on every call is kept to this: no table per field). check_layouts
+-- computes the same from field_groups and the rows, in Lua, and compares: on
+-- a library's first call, and in store's tests.
+local X_OF = {}
 -- OLD_FORMATS are the earlier formats by size (binary only: they had no
 -- format byte), and where their bytes go in FORMAT's: format 2 lacks the
 -- format byte (after code), format 1 also last (after the totals' low
@@ -178,10 +179,16 @@ local function field_groups()
   return HEAD, SLICE, STATE, RUN, REST, WIDTH
 end
 
+-- fields_of reads a row's params ('name:format ...') as a group of fields.
+local function fields_of(params)
+  local g = {}
+  for name, f in string.gmatch(params, '([%w_]+):(%w+)') do g[#g + 1] = {name, f} end
+  return g
+end
+
 -- check_layouts computes every kind's layout from the field groups and its
--- row and errors unless it is what lua/layout.go derived (X_OF, KIND_CODE,
--- KIND_NAME, PARAMS_OF) and what a kind's fast path reads (lean). It returns
--- the number of kinds.
+-- row and errors unless it is what lua/layout.go derived (X_OF) and what a
+-- kind's fast path reads (lean_*). It returns the number of kinds.
 local function check_layouts()
   local HEAD, SLICE, STATE, RUN, REST, WIDTH = field_groups()
   local function walk(groups)
@@ -196,31 +203,25 @@ local function check_layouts()
   local n = 0
   for name, K in pairs(KINDS) do
     n = n + 1
-    local X = X_OF[K.code]
-    local names, fmt, size = walk({HEAD, SLICE, K.params, STATE, RUN, REST})
+    local X, P = X_OF[K.code], fields_of(K.params)
+    local names, fmt, size = walk({HEAD, SLICE, P, STATE, RUN, REST})
     local _, _, rest = walk({REST})
-    local pnames = {'kind'}
-    for _, g in ipairs({SLICE, K.params}) do
-      for _, f in ipairs(g) do pnames[#pnames + 1] = f[1] end
-    end
-    pnames[#pnames + 1] = 'version'
-    if not X or X.kind ~= K or KIND_CODE[name] ~= K.code or KIND_NAME[K.code] ~= name or
-        X.names ~= names or X.fmt ~= fmt or X.size ~= size or X.at_last ~= size - rest - WIDTH.i7 or
-        table.concat(PARAMS_OF[name], ' ') ~= table.concat(pnames, ' ') then
+    local pnames = walk({SLICE, P})
+    if not X or X.kind ~= K or X.name ~= name or X.names ~= names or X.fmt ~= fmt or X.size ~= size or
+        X.at_last ~= size - rest - WIDTH.i7 or X.params ~= 'kind ' .. pnames .. ' version' then
       error('lib.lua: the layout of ' .. name .. ' is not its field groups\'')
     end
-    local lean = K.lean
-    if lean then
-      local lnames, lfmt, lsize = walk({HEAD, SLICE, K.params, STATE, RUN})
+    if K.lean_fmt then
+      local lnames, lfmt, lsize = walk({HEAD, SLICE, P, STATE, RUN})
       local _, rfmt, rsize = walk({RUN})
-      if lnames ~= lean.names or lfmt ~= lean.fmt or rfmt ~= lean.run or size ~= lean.size or
-          tostring(lsize - rsize) ~= lean.run_at then
+      if lnames ~= K.lean_names or lfmt ~= K.lean_fmt or rfmt ~= K.lean_run or size ~= K.lean_size or
+          tostring(lsize - rsize) ~= K.lean_run_at then
         error('lib.lua: the fast path of ' .. name .. ' reads a layout that is not its field groups\'')
       end
     end
   end
-  for code in pairs(X_OF) do
-    if not KINDS[KIND_NAME[code]] then error('lib.lua: a layout without a kind: ' .. code) end
+  for code, X in pairs(X_OF) do
+    if X.kind.code ~= code then error('lib.lua: a layout without its kind: ' .. code) end
   end
   return n
 end
@@ -311,24 +312,34 @@ local function load(key, inst, x)
   end
   -- X.load makes L in one table constructor with every field (adding fields
   -- later would grow, rehash, the table, which costs more than the rest of a
-  -- load), and refuses a format other than FORMAT.
-  local L = X.load(key, inst, x)
+  -- load).
+  local L = X.load(key, inst, x, dec)
+  if L.format ~= FORMAT then
+    error('limitd: ' .. key .. ': packed state of format ' .. tostring(L.format) .. ', not ' .. FORMAT)
+  end
   L.stable = L.whole + L.frac / L.den
   return L
 end
 
--- bad_format is X_OF's loads' error for an x of a format this file does not
--- know.
-local function bad_format(key, format)
-  error('limitd: ' .. key .. ': packed state of format ' .. tostring(format) .. ', not ' .. FORMAT)
+-- param_names are X's params (see Layouts) as a list, made on first use.
+local function param_names(X)
+  local P = X.plist
+  if not P then
+    P = {}
+    for f in string.gmatch(X.params, '%S+') do P[#P + 1] = f end
+    X.plist = P
+  end
+  return P
 end
 
--- params_from copies engine parameters from argv (in PARAMS_OF order: the
--- kind first) into L, and the slice as a double (stable, as load does).
+-- params_from copies engine parameters from argv (in the order of the
+-- kind's params, the kind first: see Layouts) into L, and the slice as a
+-- double (stable, as load does).
 local function params_from(L, argv, i)
   local kind = argv[i]
-  local P = PARAMS_OF[kind]
-  if not P then error('limitd: no rate kind ' .. tostring(kind)) end
+  local K = KINDS[kind]
+  if not K then error('limitd: no rate kind ' .. tostring(kind)) end
+  local P = param_names(X_OF[K.code])
   L.kind = kind
   for j = 2, #P do L[P[j]] = num(argv[i + j - 1]) end
   L.stable = L.whole + L.frac / L.den
@@ -336,13 +347,13 @@ end
 
 -- take_params gives L the parameters in NP (params_from's).
 local function take_params(L, NP)
-  for _, f in ipairs(PARAMS_OF[NP.kind]) do L[f] = NP[f] end
+  for _, f in ipairs(param_names(X_OF[KINDS[NP.kind].code])) do L[f] = NP[f] end
   L.stable = NP.stable
 end
 
 -- tpl_params returns a template's parameters as a table (params_from's). A
 -- template (tpl) is {version = its version} and either argv and i (its
--- PARAMS_OF in argv from i on) or text (the same one space apart,
+-- params, see Layouts, in argv from i on) or text (the same one space apart,
 -- acquire_many).
 local function tpl_params(tpl)
   local NP = {}
@@ -483,9 +494,9 @@ end
 -- totals.
 local function pack(L)
   settle(L)
-  local code = KIND_CODE[L.kind]
+  local code = KINDS[L.kind].code
   L.code, L.format = code, FORMAT
-  return X_OF[code].pack(L)
+  return X_OF[code].pack(L, enc)
 end
 
 -- settle_ms is how long an instance must be kept: never less than its debt
@@ -586,7 +597,7 @@ end
 -- grant_main is the body of grant.lua: n permits for a client pool, with
 -- what the pool needs to place each permit and to hand unused ones back.
 -- ARGV: n, max_wait (ns; negative: forever), idle_ttl_ms, floor_us,
--- floor_ahead (a floor, see Floors; floor_us 0: none), [template PARAMS_OF...].
+-- floor_ahead (a floor, see Floors; floor_us 0: none), [template params...].
 -- Reply: {code, granted, permits, epoch, sched, start, delay, lateness, wait,
 -- retry_after, version, now_us, instance, rem_before, next_after, whole,
 -- frac, den, burst, kind, max_permits} with times relative to epoch (Unix us),
@@ -685,7 +696,7 @@ end
 -- ARGV: per limiter, in KEYS order, a head, its floor (floor_us,
 -- floor_ahead: see Floors; 0 0 for none), then m pairs n, max_wait (ns;
 -- negative: forever). The head is m, or when a template matches, one string:
--- m, the template's idle_ttl_ms and its PARAMS_OF (version last), one space apart.
+-- m, the template's idle_ttl_ms and its params (see Layouts; version last), one space apart.
 -- One acquire on one limiter without a template may come as the pair alone,
 -- or as the pair and its floor (4 arguments).
 -- Reply: one string, the limiters' answers in KEYS order. An answer is H (1,

@@ -1,5 +1,5 @@
 -- peek: the limiter's live state now, without changing it (limiter.Params.Peek).
--- KEYS: limiter hash, template-instance key. ARGV: [template PARAMS_OF...] from 1.
+-- KEYS: limiter hash, template-instance key. ARGV: [template params...] from 1.
 -- Reply: {code, wait, delay, version, now_us, started, instance, allocated,
 -- allocated_hi, idle, idle_hi, permits, permits_hi, lateness, lateness_hi,
 -- position}: each total is the int64 hi * 2^32 + lo, exact; idle includes

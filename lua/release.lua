@@ -8,7 +8,7 @@
 -- nothing.
 -- KEYS: limiter hash, template-instance key, the grant's hand-back record.
 -- ARGV: version, grant_ep, sched, next_after, pace_used (relative to grant_ep),
--- unused_ns, unused_permits, rem_used, rem_after, [template PARAMS_OF...].
+-- unused_ns, unused_permits, rem_used, rem_after, [template params...].
 -- Reply: {code, rewound, now_us, position, again}: position is next relative
 -- to now after the hand-back (see Floors in lib.lua), again 1 for a grant
 -- handed back before (nothing changed); {1, 0} for a limiter not started;

@@ -94,7 +94,7 @@ end
 
 KINDS.schedule = {
   code = 1,
-  params = {{'burst', 'd'}, {'max_backlog', 'i7'}}, -- burst 0: "inf"
+  params = 'burst:d max_backlog:i7', -- burst 0: "inf"
   acquire = function(L, now, n, max_wait)
     forfeit(L, now, L.max_backlog)
     local sched = L.next
@@ -125,7 +125,6 @@ KINDS.schedule = {
   settle = function(L) return L.max_backlog end, -- until the backlog is forfeited
   rewinds = true,
   fast = acquire_one,
-  lean = {names = 'code format version whole frac den max_permits burst max_backlog ' ..
-    'started epoch next pace rem allocated idle permits lateness last', fmt = X_LEAN, run = X_RUN,
-    run_at = X_RUN_AT, size = X_SIZE},
+  lean_names = 'code format version whole frac den max_permits burst max_backlog started epoch next pace rem allocated idle permits lateness last',
+  lean_fmt = X_LEAN, lean_run = X_RUN, lean_run_at = X_RUN_AT, lean_size = X_SIZE,
 }

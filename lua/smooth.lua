@@ -26,8 +26,7 @@ end
 
 KINDS.smooth = {
   code = 2,
-  params = {{'cap', 'i7'}, {'initial', 'i7'}, {'warm', 'B'}, {'cooldown', 'd'},
-    {'threshold', 'd'}, {'slope', 'd'}},
+  params = 'cap:i7 initial:i7 warm:B cooldown:d threshold:d slope:d',
   acquire = function(L, now, n, max_wait)
     if L.next - now > max_wait then
       local delay = L.next - now

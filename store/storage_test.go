@@ -213,10 +213,10 @@ func libSource(t *testing.T) string {
 	return lua.LibSource() + "\n"
 }
 
-// TestStorageLayouts: what lua/library.go derives from lib.lua's field
-// groups and the kinds' rows (the layouts, written out; KIND_CODE,
-// KIND_NAME, PARAMS_OF) is what check_layouts computes from them in Lua, in
-// both Luas; and the kinds are limiter's rate kinds, codes and parameters.
+// TestStorageLayouts: what lua/layout.go derives from lib.lua's field groups
+// and the kinds' rows (X_OF: the layouts, written out, and the parameters
+// the scripts take) is what check_layouts computes from them in Lua, in both
+// Luas (lua/layout_test.go checks the rows against limiter's kinds).
 func TestStorageLayouts(t *testing.T) {
 	t.Parallel()
 	stBackends(t, func(t *testing.T, rdb redis.UniversalClient) {

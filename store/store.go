@@ -163,7 +163,7 @@ func wrapErr(err error) error {
 // Ping reports whether Redis answers. Ready tells more: whether it can serve.
 func (s *Store) Ping(ctx context.Context) error { return wrapErr(s.rdb.Ping(ctx).Err()) }
 
-// paramArgs encodes engine parameters as the scripts take them (PARAMS_OF
+// paramArgs encodes engine parameters as the scripts take them (see Layouts
 // in lua/lib.lua): the kind, the slice, max_permits, the kind's own
 // parameters (limiter.KindInfo.Params) and the version.
 func paramArgs(p *limiter.Params, version int64) []any {
