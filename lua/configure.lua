@@ -39,7 +39,7 @@ else
   end
   L = fresh(KEYS[2])
   take_params(L, NP)
-  if KINDS[L.kind].starts_at_creation then start(L, now_rel(L, us), us) end
+  if engine_of(L.kind).starts_at_creation then start(L, now_rel(L, us), us) end
 end
 L.version = ver
 L.x = pack(L)

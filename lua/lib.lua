@@ -114,8 +114,10 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 -- Kinds. A rate kind is one file, lua/<kind>.lua, which registers its row in
 -- KINDS (limiter/kinds.go's row in Lua): its code (x's first byte,
 -- limiter.KindInfo.Code), its parameters in x (params: 'name:format ...',
--- struct formats, after the slice), and its engine, the functions that differ from
--- one kind to another:
+-- struct formats, after the slice), its fast path (below), and engine, a
+-- function that makes its engine, the functions that differ from one kind to
+-- another (engine_of makes it when a call first needs it: a script runs this
+-- file on every call, and most calls, a fast path's, need none):
 --   acquire(L, now, n, max_wait) decides a request on a started L (see acquire)
 --   peek(L, now) returns wait and delay (peek.lua; L may change, unsaved)
 --   reset(L, now) forfeits the backlog or the stored time (reset)
@@ -126,16 +128,28 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 --     different from a fresh one (settle_ms)
 --   starts_at_creation: configure starts the schedule (smooth, as Guava)
 --   rewinds: a hand-back may rewind the schedule (release.lua)
+-- and in the row itself:
 --   fast (optional) is acquire_single's path for one acquire on a named
 --     limiter of the kind: (key, x, n, max_wait, us, fus, fah), the answer or
 --     nil for the general path; lean_* are the layout it reads (checked in
 --     check_layouts)
--- lib.lua and the operations dispatch through the row (KINDS[L.kind]) and
--- never name a kind. The kind files follow lib.lua in every script and in
+-- lib.lua and the operations dispatch through the engine (engine_of(L.kind))
+-- and never name a kind. The kind files follow lib.lua in every script and in
 -- the library (lua.Source, lua.Library), and then what is derived from the
 -- rows and the field groups (see Layouts). Each kind file is a block of its
 -- own (do ... end): its locals are its own.
 local KINDS = {}
+
+-- engine_of returns a kind's engine, made on first use (see above).
+local function engine_of(kind)
+  local K = KINDS[kind]
+  local E = K.made
+  if not E then
+    E = K.engine()
+    K.made = E
+  end
+  return E
+end
 
 -- The packed value x (see Storage) is described once, in field_groups and
 -- the kinds' params. A change of layout (a field added, removed, reordered
@@ -462,7 +476,7 @@ local function apply_floor(L, now, us, fus, fah)
   at = max(at, now + fah)
   L.d_idle = L.d_idle + (at - L.next)
   L.next = at
-  KINDS[L.kind].floor(L, at)
+  engine_of(L.kind).floor(L, at)
 end
 
 -- cost is limiter.Slice.Cost: n permits' whole ns and the new sub-ns carry.
@@ -481,7 +495,7 @@ local function acquire(L, now, us, n, max_wait)
   if max_wait < 0 then max_wait = 0 end
   if max_wait > HORIZON then max_wait = HORIZON end
   start(L, now, us)
-  return KINDS[L.kind].acquire(L, now, n, max_wait)
+  return engine_of(L.kind).acquire(L, now, n, max_wait)
 end
 
 -- settle moves this call's changes into L's totals.
@@ -508,7 +522,7 @@ end
 local function settle_ms(L, now, idle_ttl_ms)
   local debt = max(0, L.next - now, L.pace - now)
   if idle_ttl_ms > 0 then return max(idle_ttl_ms, math.ceil(debt / 1e6)) end
-  local settle = KINDS[L.kind].settle(L)
+  local settle = engine_of(L.kind).settle(L)
   if idle_ttl_ms < 0 then settle = min(settle, -idle_ttl_ms * 1e6) end
   return max(1, math.ceil((debt + settle) / 1e6))
 end
@@ -552,7 +566,7 @@ local function retune(L, now, NP)
   if L.started == 1 then
     L.last = now
     if L.whole ~= NP.whole or L.frac ~= NP.frac or L.den ~= NP.den then L.rem = 0 end
-    KINDS[NP.kind].retune(L, now, NP)
+    engine_of(NP.kind).retune(L, now, NP)
   end
   take_params(L, NP)
 end
@@ -561,7 +575,7 @@ end
 local function reset(L, now)
   if L.started ~= 1 then return end
   L.last = now
-  KINDS[L.kind].reset(L, now)
+  engine_of(L.kind).reset(L, now)
 end
 
 -- resolve finds the limiter a call is about: the named limiter (its state

@@ -15,7 +15,7 @@ local flag = L.inst and 1 or 0
 if L.started ~= 1 then return {OK, 0, 0, L.version, us, 0, flag, totals(L)} end
 local now = now_rel(L, us)
 local pos = math.max(L.next - now, -FAR) -- limiter.View.Next
-local wait, delay = KINDS[L.kind].peek(L, now) -- L is not saved
+local wait, delay = engine_of(L.kind).peek(L, now) -- L is not saved
 local out = {OK, wait, delay, L.version, us, 1, flag, totals(L)}
 out[16] = pos
 return out

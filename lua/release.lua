@@ -36,7 +36,7 @@ local shift = (a[2] - L.epoch) * 1000 -- grant epoch → limiter epoch
 local after = a[4] + shift
 local unused, m = math.max(0, math.min(a[6], a[4] - a[3])), a[7]
 local rewound = 0
-if KINDS[L.kind].rewinds and L.version == a[1] and L.next == after and L.rem == a[9] then
+if engine_of(L.kind).rewinds and L.version == a[1] and L.next == after and L.rem == a[9] then
   L.next = after - unused
   L.rem = a[8]
   L.pace = a[5] + shift

@@ -95,36 +95,38 @@ end
 KINDS.schedule = {
   code = 1,
   params = 'burst:d max_backlog:i7', -- burst 0: "inf"
-  acquire = function(L, now, n, max_wait)
-    forfeit(L, now, L.max_backlog)
-    local sched = L.next
-    local st = max(sched, L.pace, now)
-    local delay = st - now
-    if delay > max_wait then
-      return 0, 0, 0, 0, delay, 0, max(0, now - sched), delay - max_wait
-    end
-    local c, r = cost(L, n, L.rem)
-    L.rem = r
-    L.next = sched + c
-    if L.burst == 0 then L.pace = st else L.pace = st + math.ceil(c / L.burst) end -- burst "inf" is stored as 0
-    local late = st - sched
-    L.d_allocated, L.d_permits, L.d_lateness = L.d_allocated + c, L.d_permits + n, L.d_lateness + late
-    L.last = now
-    return 1, n, sched, st, delay, late, max(0, now - L.next), 0
-  end,
-  peek = function(L, now)
-    forfeit(L, now, L.max_backlog)
-    return max(0, now - L.next), max(L.next, L.pace, now) - now
-  end,
-  reset = function(L, now)
-    forfeit(L, now, 0)
-    L.pace = max(L.pace, now)
-  end,
-  retune = function(L, now) forfeit(L, now, L.max_backlog) end,
-  floor = function(L, at) L.pace = max(L.pace, at) end,
-  settle = function(L) return L.max_backlog end, -- until the backlog is forfeited
-  rewinds = true,
   fast = acquire_one,
   lean_names = 'code format version whole frac den max_permits burst max_backlog started epoch next pace rem allocated idle permits lateness last',
   lean_fmt = X_LEAN, lean_run = X_RUN, lean_run_at = X_RUN_AT, lean_size = X_SIZE,
+  engine = function() return {
+    acquire = function(L, now, n, max_wait)
+      forfeit(L, now, L.max_backlog)
+      local sched = L.next
+      local st = max(sched, L.pace, now)
+      local delay = st - now
+      if delay > max_wait then
+        return 0, 0, 0, 0, delay, 0, max(0, now - sched), delay - max_wait
+      end
+      local c, r = cost(L, n, L.rem)
+      L.rem = r
+      L.next = sched + c
+      if L.burst == 0 then L.pace = st else L.pace = st + math.ceil(c / L.burst) end -- burst "inf" is stored as 0
+      local late = st - sched
+      L.d_allocated, L.d_permits, L.d_lateness = L.d_allocated + c, L.d_permits + n, L.d_lateness + late
+      L.last = now
+      return 1, n, sched, st, delay, late, max(0, now - L.next), 0
+    end,
+    peek = function(L, now)
+      forfeit(L, now, L.max_backlog)
+      return max(0, now - L.next), max(L.next, L.pace, now) - now
+    end,
+    reset = function(L, now)
+      forfeit(L, now, 0)
+      L.pace = max(L.pace, now)
+    end,
+    retune = function(L, now) forfeit(L, now, L.max_backlog) end,
+    floor = function(L, at) L.pace = max(L.pace, at) end,
+    settle = function(L) return L.max_backlog end, -- until the backlog is forfeited
+    rewinds = true,
+  } end,
 }
