@@ -402,7 +402,7 @@ end
 -- allocated_hi, idle, idle_hi, permits, permits_hi, lateness, lateness_hi
 -- (each total hi * 2^32 + lo, 0 <= lo < LOW). A low part is carried into the
 -- high one only once it reaches LOW, so most calls change low parts only
--- (acquire_one). Exact while lo plus the changes stays below 2^53: one
+-- (schedule's acquire_one). Exact while lo plus the changes stays below 2^53: one
 -- acquire adds less than 2^52 + 2^41 (a forfeit of up to FAR beyond the
 -- rebase), and acquire_group settles more at SETTLE.
 local function totals(L)

@@ -715,7 +715,7 @@ func TestStorageDenialWritesNothing(t *testing.T) {
 }
 
 // TestStorageLeanCarry: one acquire on a named schedule limiter rewrites only
-// the low parts of its totals (acquire_one in lua/lib.lua); one whose totals
+// the low parts of its totals (acquire_one in lua/schedule.lua); one whose totals
 // would reach 2^51 there carries into the high parts instead, exactly.
 func TestStorageLeanCarry(t *testing.T) {
 	t.Parallel()
