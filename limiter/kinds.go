@@ -26,11 +26,17 @@ type KindInfo struct {
 	Name  Kind
 	Class Class
 	// Code is a rate kind's code in its packed state: the first byte of x
-	// (KIND_CODE in lua/lib.lua, which must agree). 0 for lease kinds.
+	// (code in lua/<kind>.lua, which must agree). 0 for lease kinds.
 	Code int
 	// Fields are the config fields (JSON names) that belong to the kind,
 	// besides kind itself; any other field set is refused (onlyFor).
 	Fields []string
+	// Params are a rate kind's own engine parameters in the order its
+	// state keeps them, after the slice and MaxPermits, which every rate
+	// kind has (params in lua/<kind>.lua, which must agree). store/ sends
+	// and reads a rate limiter's parameters by this list. nil for lease
+	// kinds.
+	Params []Param
 	// normalize checks a config of this kind and fills in its defaults.
 	normalize func(c *Config) error
 	// compile fills in a rate kind's own engine parameters (p has Kind,
@@ -63,6 +69,50 @@ type engine struct {
 	rewinds bool
 }
 
+// Param is one of a rate kind's own engine parameters (KindInfo.Params), a
+// number as the scripts keep it.
+type Param struct {
+	Name string // its name in lua/<kind>.lua (snake case)
+	get  func(p *Params) float64
+	set  func(p *Params, v float64)
+}
+
+// Value is the parameter's value in p: exact (an integer below 2^53, or a
+// float64), a bool 0 or 1, and a Burst of +Inf ("inf") 0.
+func (q Param) Value(p *Params) float64 { return q.get(p) }
+
+// Set sets the parameter in p to v, a Value: the inverse of Value, except
+// that a Burst of 0 stays 0.
+func (q Param) Set(p *Params, v float64) { q.set(p, v) }
+
+// The engine parameters of each rate kind (KindInfo.Params).
+var (
+	scheduleParams = []Param{
+		{"burst", func(p *Params) float64 {
+			if p.Burst > MaxBurst { // "inf" travels and is kept as 0
+				return 0
+			}
+			return p.Burst
+		}, func(p *Params, v float64) { p.Burst = v }},
+		{"max_backlog", func(p *Params) float64 { return float64(p.MaxBacklog) },
+			func(p *Params, v float64) { p.MaxBacklog = int64(v) }},
+	}
+	smoothParams = []Param{
+		{"cap", func(p *Params) float64 { return float64(p.Cap) }, func(p *Params, v float64) { p.Cap = int64(v) }},
+		{"initial", func(p *Params) float64 { return float64(p.Initial) },
+			func(p *Params, v float64) { p.Initial = int64(v) }},
+		{"warm", func(p *Params) float64 {
+			if p.Warm {
+				return 1
+			}
+			return 0
+		}, func(p *Params, v float64) { p.Warm = v == 1 }},
+		{"cooldown", func(p *Params) float64 { return p.Cooldown }, func(p *Params, v float64) { p.Cooldown = v }},
+		{"threshold", func(p *Params) float64 { return p.Threshold }, func(p *Params, v float64) { p.Threshold = v }},
+		{"slope", func(p *Params) float64 { return p.Slope }, func(p *Params, v float64) { p.Slope = v }},
+	}
+)
+
 // The config fields of each kind (KindInfo.Fields); rate kinds all take
 // rate and max_reserve.
 var (
@@ -74,10 +124,10 @@ var (
 
 var kinds = []KindInfo{
 	{Name: KindSchedule, Class: ClassRate, Code: 1,
-		Fields:    scheduleFields,
+		Fields: scheduleFields, Params: scheduleParams,
 		normalize: (*Config).normalizeSchedule, compile: compileSchedule, engine: &scheduleEngine},
 	{Name: KindSmooth, Class: ClassRate, Code: 2,
-		Fields:    smoothFields,
+		Fields: smoothFields, Params: smoothParams,
 		normalize: (*Config).normalizeSmooth, compile: compileSmooth, engine: &smoothEngine},
 	{Name: KindShare, Class: ClassLease,
 		Fields:     shareFields,

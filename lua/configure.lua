@@ -8,7 +8,8 @@
 -- with it on a kind change.
 -- ARGV: mode ('put'|'patch'), expected version (patch; '' for any),
 -- config JSON (canonical), restart (1: reset after applying), channel, name,
--- PARAMS (without meaning for 'ver', which this script assigns).
+-- the kind's params (see Layouts in lib.lua; without meaning for version, which this
+-- script assigns).
 -- Reply: {code, version, changed, replaced}; code 201 created, 200 ok, -1
 -- not found, -3 version moved (retry), -4 kind change refused; replaced is 1
 -- when a limiter of another kind was replaced.
@@ -37,8 +38,8 @@ else
     redis.call('DEL', unpack(KEYS)) -- leftovers of an earlier life, if any
   end
   L = fresh(KEYS[2])
-  for _, f in ipairs(PARAMS) do L[f] = NP[f] end
-  if L.kind == 'smooth' then start(L, now_rel(L, us), us) end -- Guava: starts at creation
+  take_params(L, NP)
+  if engine_of(L.kind).starts_at_creation then start(L, now_rel(L, us), us) end
 end
 L.version = ver
 L.x = pack(L)

@@ -1,13 +1,18 @@
-// Package lua holds limitd's Redis scripts. Each operation is one file; the
-// script of a rate limiter's operation is the shared library lib.lua followed
-// by the operation's file, so the engine is written once. The share and
-// concurrency scripts (and their configure) stand alone (see Standalone).
-// limiter/ is the reference the scripts must agree with to the nanosecond; see
-// lib.lua for how they stay exact in doubles.
+// Package lua holds limitd's Redis scripts. Each operation is one file, and
+// each rate kind is one file (schedule.lua, smooth.lua: its engine and its
+// parameters in the packed state, registered in lib.lua's table of kinds).
+// The script of a rate limiter's operation is the shared library lib.lua, the
+// kind files, what this package derives from them once (every kind's packed
+// layout, written out: see Layouts in lib.lua and LibSource), and the
+// operation's file, so the engine is written once. The share and concurrency
+// scripts (and their configure) stand alone (see Standalone). limiter/ is the
+// reference the scripts must agree with to the nanosecond; see lib.lua for how
+// they stay exact in doubles.
 package lua
 
 import (
 	"embed"
+	"slices"
 )
 
 //go:embed *.lua
@@ -35,20 +40,16 @@ var Ops = []string{Acquire, Grant, Peek, Release, Reset, Configure, Delete, Shar
 // lib.lua.
 var Standalone = map[string]bool{Share: true, Concurrency: true, ConfigureLease: true}
 
-// Source returns the full source of an operation's script: the library and
-// the operation, or the operation alone for a Standalone one. It panics on an
-// unknown name, which is a programming error.
+// Source returns the full source of an operation's script: the library
+// (LibSource) and the operation, or the operation alone for a Standalone one.
+// It panics on an unknown name, which is a programming error.
 func Source(op string) string {
-	body, err := files.ReadFile(op + ".lua")
-	if err != nil || op == "lib" {
+	if !slices.Contains(Ops, op) {
 		panic("lua: no script for operation " + op)
 	}
+	body := mustRead(op + ".lua")
 	if Standalone[op] {
-		return string(body)
+		return body
 	}
-	lib, err := files.ReadFile("lib.lua")
-	if err != nil {
-		panic(err)
-	}
-	return string(lib) + "\n" + string(body)
+	return libSource() + "\n" + body
 }

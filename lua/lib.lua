@@ -20,17 +20,18 @@
 --   x = code format version | params | started epoch | next pace rem |
 --   allocated idle permits lateness (low parts) last | origin stored |
 --   allocated idle permits lateness (high parts),
--- where code is the kind's (KIND_CODE: 1 schedule, 2 smooth), format the
--- layout's (FORMAT), params are whole frac den max_permits burst max_backlog
--- (schedule) or whole frac den max_permits cap initial warm cooldown
--- threshold slope (smooth), the totals are each an int64 in two parts, and
--- last is the time of the latest grant, reset or reconfiguration
--- (limiter.State.Last, relative to epoch). The field groups below (HEAD,
--- SLICE, SCHEDULE, SMOOTH, STATE, RUN, REST) are the one description of x:
--- every layout, size and offset is computed from them. What one acquire
--- changes (RUN: next pace rem, the low parts and last) is one run of bytes,
--- with only what it reads before it, so that acquire_one reads a prefix and
--- rewrites only that run. An x of an earlier format (OLD_FORMATS: 136 or 160
+-- where code is the kind's (its row's code, see Kinds: 1 schedule, 2
+-- smooth), format the layout's (FORMAT), params are whole frac den
+-- max_permits and the kind's own (its row's params: burst max_backlog in
+-- schedule.lua, cap initial warm cooldown threshold slope in smooth.lua), the
+-- totals are each an int64 in two parts, and last is the time of the latest
+-- grant, reset or reconfiguration (limiter.State.Last, relative to epoch).
+-- The field groups below (HEAD, SLICE, STATE, RUN, REST) and the kinds'
+-- params are the one description of x: every layout, size and offset is
+-- derived from them (see Layouts). What one acquire changes (RUN: next pace
+-- rem, the low parts and last) is one run of bytes, with only what it reads
+-- before it, so that a kind's fast path (schedule's acquire_one) reads a
+-- prefix and rewrites only that run. An x of an earlier format (OLD_FORMATS: 136 or 160
 -- bytes without the format byte, 129 or 153 also without last) is read with
 -- last 0 and written in the current one; an x of a format this file does not
 -- know is an error.
@@ -80,7 +81,7 @@
 -- once, where Redis offers no global but a bare redis table, and the library's
 -- functions then serve every call: so the top level only defines; init reads
 -- the globals, at the end of this file for a script, on a function's first
--- call for a library (`if not rcall then init() end`).
+-- call for a library (`if not rcall then init() check_layouts() end`).
 
 local HORIZON = 1125899906842624 -- 2^50 ns, limiter.Horizon
 local REBASE = 1099511627776     -- 2^40 ns (~18 min): move the epoch this often
@@ -110,99 +111,133 @@ local OTHER_KIND = -5        -- {-5, kind}: a limiter of a kind without a schedu
 local A_OK, A_NOT_FOUND, A_OTHER_KIND = 1, 3, 4
 local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 
--- PARAMS are a limiter's engine parameters in the order store/ sends them
--- (paramArgs): a template's, or configure's. version is the config version.
-local PARAMS = {'kind', 'whole', 'frac', 'den', 'max_permits', 'burst', 'max_backlog', 'cap',
-  'initial', 'warm', 'stable', 'cooldown', 'threshold', 'slope', 'version'}
+-- Kinds. A rate kind is one file, lua/<kind>.lua, which registers its row in
+-- KINDS (limiter/kinds.go's row in Lua): its code (x's first byte,
+-- limiter.KindInfo.Code), its parameters in x (params: 'name:format ...',
+-- struct formats, after the slice), its fast path (below), and engine, a
+-- function that makes its engine, the functions that differ from one kind to
+-- another (engine_of makes it when a call first needs it: a script runs this
+-- file on every call, and most calls, a fast path's, need none):
+--   acquire(L, now, n, max_wait) decides a request on a started L (see acquire)
+--   peek(L, now) returns wait and delay (peek.lua; L may change, unsaved)
+--   reset(L, now) forfeits the backlog or the stored time (reset)
+--   retune(L, now, NP) settles time passed under L's parameters before NP's
+--     apply (retune; dispatched on the new kind, as limiter.Reconfigure)
+--   floor(L, at) is the kind's part of apply_floor once next moved to at
+--   settle(L) is how long, in ns, a paid-up instance takes to be no
+--     different from a fresh one (settle_ms)
+--   starts_at_creation: configure starts the schedule (smooth, as Guava)
+--   rewinds: a hand-back may rewind the schedule (release.lua)
+-- and in the row itself:
+--   fast (optional) is acquire_single's path for one acquire on a named
+--     limiter of the kind: (key, x, n, max_wait, us, fus, fah), the answer or
+--     nil for the general path; lean_* are the layout it reads (checked in
+--     check_layouts)
+-- lib.lua and the operations dispatch through the engine (engine_of(L.kind))
+-- and never name a kind. The kind files follow lib.lua in every script and in
+-- the library (lua.Source, lua.Library), and then what is derived from the
+-- rows and the field groups (see Layouts). Each kind file is a block of its
+-- own (do ... end): its locals are its own.
+local KINDS = {}
 
--- The packed value x (see Storage) is described once, here, as groups of
--- fields {name, struct format}; every layout, size and offset below is
--- computed from them when this file loads. A change of layout (a field added,
--- removed, reordered or resized) takes a new FORMAT, and load a migration
--- from the previous one: x carries its format in its second byte, and an x of
--- a format this file does not know is an error, never read by guess.
+-- engine_of returns a kind's engine, made on first use (see above).
+local function engine_of(kind)
+  local K = KINDS[kind]
+  local E = K.made
+  if not E then
+    E = K.engine()
+    K.made = E
+  end
+  return E
+end
+
+-- The packed value x (see Storage) is described once, in field_groups and
+-- the kinds' params. A change of layout (a field added, removed, reordered
+-- or resized) takes a new FORMAT, and load a migration from the previous
+-- one: x carries its format in its second byte, and an x of a format this
+-- file does not know is an error, never read by guess.
 local FORMAT = 3 -- formats 1 (before last) and 2 (before the format byte) had none
-local KIND_CODE = {schedule = 1, smooth = 2} -- x's first byte; limiter.Kinds' Code
-local KIND_NAME = {'schedule', 'smooth'}
--- field_groups returns the groups, and the width of each struct format.
--- A function, so that a script (which runs this file on every call) builds
--- them only when it needs them (layouts).
+
+-- Layouts. A kind's x is HEAD, SLICE, the kind's params, STATE, RUN, REST.
+-- lua/layout.go reads field_groups and the kinds' rows and derives from
+-- them, once, what follows the kind files in every script and library:
+-- X_OF[code], each kind's layout {kind (its row), fmt, size, names, at_last
+-- (the bytes before last), params (the parameters in the order store/ sends
+-- them: kind, the slice, the kind's params, version; limiter.KindInfo.Params),
+-- load, pack}, with load and pack written out field by field, so that no call
+-- walks the field groups (a script runs this file on every call, so what it
+-- builds on every call is kept to this: no table per field). check_layouts
+-- computes the same from field_groups and the rows, in Lua, and compares: on
+-- a library's first call, and in store's tests.
+local X_OF = {}
+-- OLD_FORMATS are the earlier formats by size (binary only: they had no
+-- format byte), and where their bytes go in FORMAT's: format 2 lacks the
+-- format byte (after code), format 1 also last (after the totals' low
+-- parts); load inserts them. Built when an x of an earlier format is read.
+local OLD_FORMATS
+
+-- field_groups returns the groups, and the width of each struct format. A
+-- function, so that a script builds them only when it checks them.
 local function field_groups()
   local HEAD = {{'code', 'B'}, {'format', 'B'}, {'version', 'i7'}}
   local SLICE = {{'whole', 'i7'}, {'frac', 'I4'}, {'den', 'I4'}, {'max_permits', 'i7'}}
-  local SCHEDULE = {{'burst', 'd'}, {'max_backlog', 'i7'}} -- burst 0: "inf"
-  local SMOOTH = {{'cap', 'i7'}, {'initial', 'i7'}, {'warm', 'B'}, {'cooldown', 'd'},
-    {'threshold', 'd'}, {'slope', 'd'}}
   local STATE = {{'started', 'B'}, {'epoch', 'i7'}}
   -- RUN is what one acquire changes: the schedule (next, pace, rem), the
-  -- totals' low parts, last. It comes right after what acquire_one reads
-  -- before it, so acquire_one reads a prefix and rewrites this one run.
+  -- totals' low parts, last. It comes right after what a fast path reads
+  -- before it, so that it reads a prefix and rewrites this one run.
   local RUN = {{'next', 'i7'}, {'pace', 'i7'}, {'rem', 'i4'}, {'allocated', 'i7'}, {'idle', 'i7'},
     {'permits', 'i7'}, {'lateness', 'i7'}, {'last', 'i7'}}
   local REST = {{'origin', 'i7'}, {'stored', 'i7'},
     {'allocated_hi', 'i4'}, {'idle_hi', 'i4'}, {'permits_hi', 'i4'}, {'lateness_hi', 'i4'}}
   local WIDTH = {B = 1, I4 = 4, i4 = 4, i7 = 7, d = 8}
-  return HEAD, SLICE, SCHEDULE, SMOOTH, STATE, RUN, REST, WIDTH
+  return HEAD, SLICE, STATE, RUN, REST, WIDTH
 end
 
--- seal computes a group's own format (g.fmt) and size (g.size).
-local function seal(g, width)
-  local f, n = {}, 0
-  for i = 1, #g do
-    local w = g[i][2]
-    f[i], n = w, n + width[w]
-  end
-  g.fmt, g.size = table.concat(f), n
+-- fields_of reads a row's params ('name:format ...') as a group of fields.
+local function fields_of(params)
+  local g = {}
+  for name, f in string.gmatch(params, '([%w_]+):(%w+)') do g[#g + 1] = {name, f} end
+  return g
 end
 
--- layout joins sealed groups of fields: {groups, format (struct, '<'
--- first), size}.
-local function layout(...)
-  local groups = {...}
-  local f, n = {'<'}, 0
-  for i = 1, #groups do
-    f[i + 1], n = groups[i].fmt, n + groups[i].size
+-- check_layouts computes every kind's layout from the field groups and its
+-- row and errors unless it is what lua/layout.go derived (X_OF) and what a
+-- kind's fast path reads (lean_*). It returns the number of kinds.
+local function check_layouts()
+  local HEAD, SLICE, STATE, RUN, REST, WIDTH = field_groups()
+  local function walk(groups)
+    local names, fmts, size = {}, {}, 0
+    for _, g in ipairs(groups) do
+      for _, f in ipairs(g) do
+        names[#names + 1], fmts[#fmts + 1], size = f[1], f[2], size + WIDTH[f[2]]
+      end
+    end
+    return table.concat(names, ' '), '<' .. table.concat(fmts), size
   end
-  return {groups = groups, fmt = table.concat(f), size = n}
-end
-
--- acquire_one's layout, a schedule limiter's x up to last (X_LEAN), which
--- it rewrites from next on (X_RUN at X_RUN_AT, for SETRANGE, which counts
--- from 0), and X_SIZE, a schedule limiter's size. They are written out, not
--- computed, because a script runs this file on every call and its hottest
--- path must not pay for the layouts; layouts checks them against the field
--- groups (once per library, on every general-path call of a script, and in
--- store's tests), so a change of the groups that they miss is an error at
--- once, never a misread.
-local X_SIZE, X_RUN_AT = 137, '54'
-local X_LEAN = '<BBi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7i7'
-local X_RUN = '<i7i7i4i7i7i7i7i7'
--- X_OF[code] is a kind's layout, computed by layouts. OLD_FORMATS are the
--- earlier formats by size (binary only: they had no format byte), and where
--- their bytes go in FORMAT's: format 2 lacks the format byte (after code),
--- format 1 also last (after the totals' low parts); load inserts them.
-local X_OF, OLD_FORMATS
-
-local function layouts()
-  local HEAD, SLICE, SCHEDULE, SMOOTH, STATE, RUN, REST, WIDTH = field_groups()
-  for _, g in ipairs({HEAD, SLICE, SCHEDULE, SMOOTH, STATE, RUN, REST}) do seal(g, WIDTH) end
-  X_OF = {layout(HEAD, SLICE, SCHEDULE, STATE, RUN, REST), layout(HEAD, SLICE, SMOOTH, STATE, RUN, REST)}
-  local lean = layout(HEAD, SLICE, SCHEDULE, STATE, RUN)
-  local names = {}
-  for _, g in ipairs(lean.groups) do
-    for _, f in ipairs(g) do names[#names + 1] = f[1] end
+  local n = 0
+  for name, K in pairs(KINDS) do
+    n = n + 1
+    local X, P = X_OF[K.code], fields_of(K.params)
+    local names, fmt, size = walk({HEAD, SLICE, P, STATE, RUN, REST})
+    local _, _, rest = walk({REST})
+    local pnames = walk({SLICE, P})
+    if not X or X.kind ~= K or X.name ~= name or X.names ~= names or X.fmt ~= fmt or X.size ~= size or
+        X.at_last ~= size - rest - WIDTH.i7 or X.params ~= 'kind ' .. pnames .. ' version' then
+      error('lib.lua: the layout of ' .. name .. ' is not its field groups\'')
+    end
+    if K.lean_fmt then
+      local lnames, lfmt, lsize = walk({HEAD, SLICE, P, STATE, RUN})
+      local _, rfmt, rsize = walk({RUN})
+      if lnames ~= K.lean_names or lfmt ~= K.lean_fmt or rfmt ~= K.lean_run or size ~= K.lean_size or
+          tostring(lsize - rsize) ~= K.lean_run_at then
+        error('lib.lua: the fast path of ' .. name .. ' reads a layout that is not its field groups\'')
+      end
+    end
   end
-  if table.concat(names, ' ') ~= 'code format version whole frac den max_permits burst max_backlog ' ..
-      'started epoch next pace rem allocated idle permits lateness last' or lean.fmt ~= X_LEAN or
-      '<' .. RUN.fmt ~= X_RUN or X_OF[1].size ~= X_SIZE or tostring(lean.size - RUN.size) ~= X_RUN_AT then
-    error('lib.lua: acquire_one\'s layout is not the field groups\'')
+  for code, X in pairs(X_OF) do
+    if X.kind.code ~= code then error('lib.lua: a layout without its kind: ' .. code) end
   end
-  OLD_FORMATS = {}
-  for code, x in ipairs(X_OF) do
-    local at_last = x.size - REST.size - WIDTH.i7 -- bytes before last
-    OLD_FORMATS[x.size - 1] = {code = code, last = false}                    -- format 2
-    OLD_FORMATS[x.size - 1 - WIDTH.i7] = {code = code, last = at_last - 1} -- format 1
-  end
+  return n
 end
 
 -- H heads acquire_many's answer for a limiter: code A_OK, now_us, version,
@@ -272,47 +307,68 @@ end
 local function load(key, inst, x)
   if x == nil then x = rcall('GET', key) end
   if not x then return nil end
-  if not X_OF then layouts() end
   local code = string.byte(x, 1) - 48 * TEXT -- text: the digit
   local X = X_OF[code]
   -- a share or concurrency limiter: x is its kind (configure_lease.lua)
   if not X then return {key = key, kind = x, version = 0, other = true} end
   if TEXT == 0 and #x ~= X.size then -- an earlier format (see OLD_FORMATS)
+    if not OLD_FORMATS then
+      OLD_FORMATS = {}
+      for c, Y in pairs(X_OF) do
+        OLD_FORMATS[Y.size - 1] = {code = c, last = false}            -- format 2
+        OLD_FORMATS[Y.size - 8] = {code = c, last = Y.at_last - 1} -- format 1: 'i7' last
+      end
+    end
     local old = OLD_FORMATS[#x]
     if not old or old.code ~= code then error('limitd: ' .. key .. ': packed state of ' .. #x .. ' bytes') end
     if old.last then x = string.sub(x, 1, old.last) .. enc('<i7', 0) .. string.sub(x, old.last + 1) end
     x = string.sub(x, 1, 1) .. enc('<B', FORMAT) .. string.sub(x, 2)
   end
-  local v = {dec(X.fmt, x)}
-  if v[2] ~= FORMAT then
-    error('limitd: ' .. key .. ': packed state of format ' .. tostring(v[2]) .. ', not ' .. FORMAT)
-  end
-  -- One table constructor with every field: adding fields later would grow
-  -- (rehash) the table, which costs more than the rest of a load.
-  local L = {key = key, inst = inst, x = x, kind = KIND_NAME[code], code = 0, format = 0, version = 0,
-    whole = 0, frac = 0, den = 0, max_permits = 0, burst = 0, max_backlog = 0, cap = 0, initial = 0,
-    warm = 0, cooldown = 0, threshold = 0, slope = 0, stable = 0,
-    started = 0, epoch = 0, origin = 0, next = 0, pace = 0, rem = 0, stored = 0, last = 0,
-    allocated = 0, allocated_hi = 0, idle = 0, idle_hi = 0, permits = 0, permits_hi = 0,
-    lateness = 0, lateness_hi = 0, d_allocated = 0, d_idle = 0, d_permits = 0, d_lateness = 0}
-  local i = 0
-  for _, g in ipairs(X.groups) do
-    for j = 1, #g do L[g[j][1]], i = v[i + 1], i + 1 end
+  -- X.load makes L in one table constructor with every field (adding fields
+  -- later would grow, rehash, the table, which costs more than the rest of a
+  -- load).
+  local L = X.load(key, inst, x, dec)
+  if L.format ~= FORMAT then
+    error('limitd: ' .. key .. ': packed state of format ' .. tostring(L.format) .. ', not ' .. FORMAT)
   end
   L.stable = L.whole + L.frac / L.den
   return L
 end
 
--- params_from copies engine parameters from ARGV (in PARAMS order) into L.
-local function params_from(L, argv, i)
-  for j, f in ipairs(PARAMS) do
-    if f == 'kind' then L.kind = argv[i + j - 1] else L[f] = num(argv[i + j - 1]) end
+-- param_names are X's params (see Layouts) as a list, made on first use.
+local function param_names(X)
+  local P = X.plist
+  if not P then
+    P = {}
+    for f in string.gmatch(X.params, '%S+') do P[#P + 1] = f end
+    X.plist = P
   end
+  return P
 end
 
--- tpl_params returns a template's parameters as a table of PARAMS. A
--- template (tpl) is {version = its version} and either argv and i (PARAMS in
--- argv from i on) or text (PARAMS one space apart, acquire_many).
+-- params_from copies engine parameters from argv (in the order of the
+-- kind's params, the kind first: see Layouts) into L, and the slice as a
+-- double (stable, as load does).
+local function params_from(L, argv, i)
+  local kind = argv[i]
+  local K = KINDS[kind]
+  if not K then error('limitd: no rate kind ' .. tostring(kind)) end
+  local P = param_names(X_OF[K.code])
+  L.kind = kind
+  for j = 2, #P do L[P[j]] = num(argv[i + j - 1]) end
+  L.stable = L.whole + L.frac / L.den
+end
+
+-- take_params gives L the parameters in NP (params_from's).
+local function take_params(L, NP)
+  for _, f in ipairs(param_names(X_OF[KINDS[NP.kind].code])) do L[f] = NP[f] end
+  L.stable = NP.stable
+end
+
+-- tpl_params returns a template's parameters as a table (params_from's). A
+-- template (tpl) is {version = its version} and either argv and i (its
+-- params, see Layouts, in argv from i on) or text (the same one space apart,
+-- acquire_many).
 local function tpl_params(tpl)
   local NP = {}
   if tpl.argv then
@@ -346,7 +402,7 @@ end
 -- allocated_hi, idle, idle_hi, permits, permits_hi, lateness, lateness_hi
 -- (each total hi * 2^32 + lo, 0 <= lo < LOW). A low part is carried into the
 -- high one only once it reaches LOW, so most calls change low parts only
--- (acquire_one). Exact while lo plus the changes stays below 2^53: one
+-- (schedule's acquire_one). Exact while lo plus the changes stays below 2^53: one
 -- acquire adds less than 2^52 + 2^41 (a forfeit of up to FAR beyond the
 -- rebase), and acquire_group settles more at SETTLE.
 local function totals(L)
@@ -420,7 +476,7 @@ local function apply_floor(L, now, us, fus, fah)
   at = max(at, now + fah)
   L.d_idle = L.d_idle + (at - L.next)
   L.next = at
-  if L.kind == 'smooth' then L.stored = 0 else L.pace = max(L.pace, at) end
+  engine_of(L.kind).floor(L, at)
 end
 
 -- cost is limiter.Slice.Cost: n permits' whole ns and the new sub-ns carry.
@@ -432,85 +488,14 @@ local function cost(L, n, rem)
   return n * L.whole + (n - b) / den * L.frac + (t - r) / den, r
 end
 
-local function forfeit(L, now, maxb)
-  local late = now - L.next
-  if late > maxb then
-    L.d_idle = L.d_idle + (late - maxb)
-    L.next = now - maxb
-  end
-end
-
-local function resync(L, now)
-  local nx = L.next
-  if now <= nx then return end
-  local gap = now - nx
-  local into = min(gap, L.cap - L.stored)
-  L.stored = L.stored + into
-  L.d_idle = L.d_idle + (gap - into)
-  L.next = now
-end
-
-local function stored_time(L)
-  if L.warm == 0 then return L.stored end
-  return floor(L.stored / L.cooldown * L.stable)
-end
-
 -- acquire is limiter.Params.acquire. It returns granted (1 or 0), permits,
 -- scheduled, start, delay, lateness, wait and retry_after, times relative to
--- L's epoch.
+-- L's epoch (the kind's acquire: see Kinds).
 local function acquire(L, now, us, n, max_wait)
   if max_wait < 0 then max_wait = 0 end
   if max_wait > HORIZON then max_wait = HORIZON end
   start(L, now, us)
-  if L.kind == 'smooth' then
-    if L.next - now > max_wait then
-      local delay = L.next - now
-      return 0, 0, 0, 0, delay, 0, stored_time(L), delay - max_wait
-    end
-    resync(L, now)
-    local st, push = L.next, 0
-    if L.warm == 0 then
-      local c, r = cost(L, n, L.rem)
-      local from = min(c, L.stored)
-      L.rem, L.stored, push = r, L.stored - from, c - from
-    elseif L.stored == 0 then
-      push, L.rem = cost(L, n, L.rem)
-    else
-      -- Guava's SmoothWarmingUp.storedPermitsToWaitTime, then the rest at
-      -- the stable rate.
-      local stable, stored = L.stable, L.stored / L.cooldown
-      local spend = min(n, stored)
-      local take, wait = spend, 0
-      local above = stored - L.threshold
-      if above > 0 then
-        local take_above = min(above, take)
-        local length = (stable + above * L.slope) + (stable + (above - take_above) * L.slope)
-        wait = floor(take_above * length / 2.0)
-        take = take - take_above
-      end
-      push = wait + floor(stable * take) + floor((n - spend) * stable)
-      if spend == stored then L.stored = 0 else L.stored = L.stored - min(L.stored, floor(spend * L.cooldown)) end
-    end
-    L.next = L.next + push
-    L.d_allocated, L.d_permits = L.d_allocated + push, L.d_permits + n
-    L.last = now
-    return 1, n, st, st, st - now, 0, stored_time(L), 0
-  end
-  forfeit(L, now, L.max_backlog)
-  local sched = L.next
-  local st = max(sched, L.pace, now)
-  local delay = st - now
-  if delay > max_wait then
-    return 0, 0, 0, 0, delay, 0, max(0, now - sched), delay - max_wait
-  end
-  local c, r = cost(L, n, L.rem)
-  L.rem = r
-  L.next = sched + c
-  if L.burst == 0 then L.pace = st else L.pace = st + math.ceil(c / L.burst) end -- burst "inf" is stored as 0
-  local late = st - sched
-  L.d_allocated, L.d_permits, L.d_lateness = L.d_allocated + c, L.d_permits + n, L.d_lateness + late
-  L.last = now
-  return 1, n, sched, st, delay, late, max(0, now - L.next), 0
+  return engine_of(L.kind).acquire(L, now, n, max_wait)
 end
 
 -- settle moves this call's changes into L's totals.
@@ -523,14 +508,9 @@ end
 -- totals.
 local function pack(L)
   settle(L)
-  L.code, L.format = KIND_CODE[L.kind], FORMAT
-  if not X_OF then layouts() end
-  local X = X_OF[L.code]
-  local v, i = {}, 0
-  for _, g in ipairs(X.groups) do
-    for j = 1, #g do v[i + 1], i = L[g[j][1]], i + 1 end
-  end
-  return enc(X.fmt, unpack(v, 1, i))
+  local code = KINDS[L.kind].code
+  L.code, L.format = code, FORMAT
+  return X_OF[code].pack(L, enc)
 end
 
 -- settle_ms is how long an instance must be kept: never less than its debt
@@ -542,8 +522,7 @@ end
 local function settle_ms(L, now, idle_ttl_ms)
   local debt = max(0, L.next - now, L.pace - now)
   if idle_ttl_ms > 0 then return max(idle_ttl_ms, math.ceil(debt / 1e6)) end
-  local settle = L.max_backlog
-  if L.kind == 'smooth' then settle = L.cap - L.stored end
+  local settle = engine_of(L.kind).settle(L)
   if idle_ttl_ms < 0 then settle = min(settle, -idle_ttl_ms * 1e6) end
   return max(1, math.ceil((debt + settle) / 1e6))
 end
@@ -575,42 +554,28 @@ local function save(L, now, idle_ttl_ms)
   end
 end
 
-local function fresh(key, inst)
-  return {key = key, inst = inst, started = 0, epoch = 0, origin = 0, next = 0, pace = 0, rem = 0,
-    stored = 0, last = 0, allocated = 0, allocated_hi = 0, idle = 0, idle_hi = 0, permits = 0,
-    permits_hi = 0, lateness = 0, lateness_hi = 0, d_allocated = 0, d_idle = 0, d_permits = 0, d_lateness = 0}
-end
+-- fresh is a limiter that has never been stored, without parameters (see
+-- take_params): blank's, derived (see Layouts), has every field of L.
+local blank
+local function fresh(key, inst) return blank(key, inst) end
 
--- retune is limiter.Reconfigure: settle time passed under L's old parameters,
--- then take the new ones (NP, a table of PARAMS) keeping the schedule.
+-- retune is limiter.Reconfigure: settle time passed under L's old parameters
+-- (the new kind's retune, as limiter.Reconfigure), then take the new ones
+-- (NP, see params_from) keeping the schedule.
 local function retune(L, now, NP)
   if L.started == 1 then
     L.last = now
     if L.whole ~= NP.whole or L.frac ~= NP.frac or L.den ~= NP.den then L.rem = 0 end
-    if NP.kind == 'smooth' then
-      resync(L, now)
-      if L.cap == 0 and NP.warm == 1 then L.stored = NP.cap
-      elseif L.cap == 0 then L.stored = 0
-      else L.stored = min(NP.cap, floor(L.stored * NP.cap / L.cap)) end
-    else
-      forfeit(L, now, L.max_backlog)
-    end
+    engine_of(NP.kind).retune(L, now, NP)
   end
-  for _, f in ipairs(PARAMS) do L[f] = NP[f] end
+  take_params(L, NP)
 end
 
 -- reset is limiter.Params.Reset.
 local function reset(L, now)
   if L.started ~= 1 then return end
   L.last = now
-  if L.kind == 'smooth' then
-    resync(L, now)
-    L.d_idle = L.d_idle + L.stored
-    L.stored = L.initial
-    return
-  end
-  forfeit(L, now, 0)
-  L.pace = max(L.pace, now)
+  engine_of(L.kind).reset(L, now)
 end
 
 -- resolve finds the limiter a call is about: the named limiter (its state
@@ -628,7 +593,7 @@ local function resolve(key, ikey, tpl, us, x, ix)
   local NP = tpl_params(tpl)
   if not L then
     L = fresh(ikey, true)
-    for _, f in ipairs(PARAMS) do L[f] = NP[f] end
+    take_params(L, NP)
   else
     retune(L, now_rel(L, us), NP)
   end
@@ -639,14 +604,14 @@ end
 -- instance} and the template's parameters, if any, from argv[i] on.
 local function resolve_keys(keys, argv, i, us)
   local tpl
-  if #argv >= i + #PARAMS - 1 then tpl = {argv = argv, i = i, version = tonumber(argv[i + #PARAMS - 1])} end
+  if #argv >= i then tpl = {argv = argv, i = i, version = tonumber(argv[#argv])} end -- version: the last
   return resolve(keys[1], keys[2], tpl, us)
 end
 
 -- grant_main is the body of grant.lua: n permits for a client pool, with
 -- what the pool needs to place each permit and to hand unused ones back.
 -- ARGV: n, max_wait (ns; negative: forever), idle_ttl_ms, floor_us,
--- floor_ahead (a floor, see Floors; floor_us 0: none), [template PARAMS...].
+-- floor_ahead (a floor, see Floors; floor_us 0: none), [template params...].
 -- Reply: {code, granted, permits, epoch, sched, start, delay, lateness, wait,
 -- retry_after, version, now_us, instance, rem_before, next_after, whole,
 -- frac, den, burst, kind, max_permits} with times relative to epoch (Unix us),
@@ -668,81 +633,11 @@ local function grant_main(keys, argv)
     apply_floor(L, now, us, fus, tonumber(argv[5]))
   end
   local rem_before = L.rem
-  if L.started ~= 1 and L.kind == 'schedule' then rem_before = 0 end
+  if L.started ~= 1 then rem_before = 0 end -- start's carry
   local granted, permits, sched, st, delay, late, wait, retry = acquire(L, now, us, n, max_wait)
   save(L, now, tonumber(argv[3]))
   return {OK, granted, permits, L.epoch, sched, st, delay, late, wait, retry, L.version, us, L.inst and 1 or 0,
     rem_before, L.next, L.whole, L.frac, L.den, fmt(L.burst), L.kind, L.max_permits}
-end
-
--- acquire_one is acquire_many's path for its most frequent call, one acquire
--- on a named schedule limiter that has started, in numbers held in locals
--- rather than a table L: the same steps as acquire (now_rel without a
--- rebase or a clock step, forfeit, cost, pace) and save. It reads x only up
--- to last and rewrites only what changes (X_LEAN, X_RUN: SETRANGE), so a
--- change that would carry into a high part goes the general way, and so does
--- a floor (fus, fah: see apply_floor; nil: none) that moves the schedule. x
--- is key's x if the caller has read it. It returns the answer, or nil and x
--- (false: no such key) for the general path.
-local function acquire_one(key, n, max_wait, us, x, fus, fah)
-  if x == nil then x = rcall('GET', key) end
-  -- a schedule limiter's x is X_SIZE bytes long (a smooth one's longer, a
-  -- kind's name shorter, an earlier format's shorter) and starts with its
-  -- code, 1, and FORMAT
-  if not x or TEXT == 1 or #x ~= X_SIZE then return nil, x end
-  local code, format, version, whole, frac, den, max_permits, burst, max_backlog, started, epoch,
-    next, pace, rem, allocated, idle, permits, lateness, last = dec(X_LEAN, x)
-  if code ~= 1 or format ~= FORMAT then return nil, x end
-  local now = (us - epoch) * 1000
-  n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
-  if started ~= 1 or now >= REBASE or now < last or n < 1 or n > max_permits or n % 1 ~= 0 then return nil, x end
-  if fus then -- apply_floor's test, without its change
-    fus = tonumber(fus)
-    if fus ~= 0 and us - fus < FLOOR_AGE then
-      local ah = min(max(tonumber(fah), -FAR), 2 * HORIZON)
-      local at
-      if us < fus then at = now + ah else at = (fus - epoch) * 1000 + ah end
-      if at > now - FAR and at > next then return nil, x end
-    end
-  end
-  if max_wait < 0 or max_wait > HORIZON then max_wait = HORIZON end
-  local late = now - next
-  if late > max_backlog then -- forfeit
-    idle = idle + (late - max_backlog)
-    next = now - max_backlog
-  end
-  local sched = next
-  local start = sched -- max(sched, pace, now)
-  if pace > start then start = pace end
-  if now > start then start = now end
-  local delay = start - now
-  local answer
-  if delay > max_wait then
-    local wait = now - sched
-    if wait < 0 then wait = 0 end
-    answer = enc(HR, A_OK, us, version, 0, next - now, R_DENIED, 0, delay, wait, delay - max_wait)
-    if late <= max_backlog then return answer end -- a denial that forfeited nothing changes nothing
-  else
-    local c -- cost
-    if frac == 0 then
-      c = n * whole
-    else
-      local b = fmod(n, den)
-      local t = rem + b * frac
-      rem = fmod(t, den)
-      c = n * whole + (n - b) / den * frac + (t - rem) / den
-    end
-    next = sched + c
-    if burst == 0 then pace = start else pace = start + math.ceil(c / burst) end
-    allocated, permits, lateness = allocated + c, permits + n, lateness + (start - sched)
-    last = now
-    local wait = now - next
-    if wait < 0 then wait = 0 end
-    answer = enc(HR, A_OK, us, version, 0, next - now, R_GRANTED, sched - now, delay, wait, 0)
-  end
-  if allocated >= LOW or idle >= LOW or permits >= LOW or lateness >= LOW then return nil, x end -- a carry
-  rcall('SETRANGE', key, X_RUN_AT, enc(X_RUN, next, pace, rem, allocated, idle, permits, lateness, last))
-  return answer
 end
 
 -- acquire_group is acquire_many's answer for the m requests of one limiter,
@@ -791,11 +686,19 @@ end
 
 -- acquire_single is the answer to one acquire on one limiter without a
 -- template, whose pair is argv[a], argv[a + 1], with the floor fus, fah (nil:
--- none): acquire_one's, else the general path's.
+-- none): its kind's fast path's (see Kinds), else the general path's. x is
+-- key's x if the caller has read it.
 local function acquire_single(key, argv, a, us, x, fus, fah)
-  local answer
-  answer, x = acquire_one(key, argv[a], argv[a + 1], us, x, fus, fah)
-  return answer or acquire_group(key, nil, nil, 0, 1, argv, a, us, x, nil, fus, fah)
+  if x == nil then x = rcall('GET', key) end
+  if x and TEXT == 0 then
+    local X = X_OF[string.byte(x, 1)]
+    local fast = X and X.kind.fast
+    if fast then
+      local answer = fast(key, x, argv[a], argv[a + 1], us, fus, fah)
+      if answer then return answer end
+    end
+  end
+  return acquire_group(key, nil, nil, 0, 1, argv, a, us, x, nil, fus, fah)
 end
 
 -- acquire_many is the body of acquire.lua: any number of acquires on any
@@ -807,7 +710,7 @@ end
 -- ARGV: per limiter, in KEYS order, a head, its floor (floor_us,
 -- floor_ahead: see Floors; 0 0 for none), then m pairs n, max_wait (ns;
 -- negative: forever). The head is m, or when a template matches, one string:
--- m, the template's idle_ttl_ms and its PARAMS (ver last), one space apart.
+-- m, the template's idle_ttl_ms and its params (see Layouts; version last), one space apart.
 -- One acquire on one limiter without a template may come as the pair alone,
 -- or as the pair and its floor (4 arguments).
 -- Reply: one string, the limiters' answers in KEYS order. An answer is H (1,

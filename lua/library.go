@@ -7,7 +7,7 @@ import (
 )
 
 // LibraryOps are the operations Library serves: the rate limiter's calls,
-// every one of them lib.lua followed by the operation's file.
+// every one of them LibSource followed by the operation's file.
 var LibraryOps = []string{Acquire, Grant, Peek, Release, Reset}
 
 // Lib is a Redis Function library (Redis ≥ 7: FUNCTION LOAD, FCALL) holding
@@ -22,28 +22,21 @@ type Lib struct {
 // runs on every call, defining lib.lua's few dozen closures each time; a
 // library's runs once at FUNCTION LOAD, so a call only runs the operation.
 //
-// The library is lib.lua followed by one function per operation, whose body is
+// The library is LibSource followed by one function per operation, whose body is
 // the operation's file with KEYS and ARGV as the function's arguments: the
 // same code as the script, Lua scoping aside. Names carry a hash of the code,
 // so limitd versions with different scripts can share a server (each loads
 // its own library; old ones stay until FUNCTION DELETE).
 func Library() Lib {
-	lib, err := files.ReadFile("lib.lua")
-	if err != nil {
-		panic(err)
-	}
+	lib := libSource()
 	var body strings.Builder
-	body.Write(lib)
+	body.WriteString(lib)
 	bodies := make([]string, len(LibraryOps))
 	for i, op := range LibraryOps {
-		b, err := files.ReadFile(op + ".lua")
-		if err != nil {
-			panic("lua: no script for operation " + op)
-		}
-		bodies[i] = string(b)
+		bodies[i] = mustRead(op + ".lua")
 	}
 	sum := sha1.New()
-	sum.Write(lib)
+	sum.Write([]byte(lib))
 	for _, b := range bodies {
 		sum.Write([]byte(b))
 	}
@@ -53,9 +46,9 @@ func Library() Lib {
 		fn := name + "_" + op
 		l.Functions[op] = fn
 		// lib.lua's init reads the globals on the first call (see Globals
-		// there), and layouts computes the packed layouts once for every
-		// call to come; the library's top level may not.
-		body.WriteString("\nredis.register_function('" + fn + "', function(KEYS, ARGV)\nif not rcall then init() layouts() end\n")
+		// there), and check_layouts checks what was derived from the field
+		// groups (see Layouts); the library's top level may not call them.
+		body.WriteString("\nredis.register_function('" + fn + "', function(KEYS, ARGV)\nif not rcall then init() check_layouts() end\n")
 		body.WriteString(bodies[i])
 		body.WriteString("\nend)\n")
 	}

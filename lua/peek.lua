@@ -1,5 +1,5 @@
 -- peek: the limiter's live state now, without changing it (limiter.Params.Peek).
--- KEYS: limiter hash, template-instance key. ARGV: [template PARAMS...] from 1.
+-- KEYS: limiter hash, template-instance key. ARGV: [template params...] from 1.
 -- Reply: {code, wait, delay, version, now_us, started, instance, allocated,
 -- allocated_hi, idle, idle_hi, permits, permits_hi, lateness, lateness_hi,
 -- position}: each total is the int64 hi * 2^32 + lo, exact; idle includes
@@ -15,14 +15,7 @@ local flag = L.inst and 1 or 0
 if L.started ~= 1 then return {OK, 0, 0, L.version, us, 0, flag, totals(L)} end
 local now = now_rel(L, us)
 local pos = math.max(L.next - now, -FAR) -- limiter.View.Next
-local wait, delay
-if L.kind == 'smooth' then
-  resync(L, now)
-  wait, delay = stored_time(L), math.max(0, L.next - now)
-else
-  forfeit(L, now, L.max_backlog)
-  wait, delay = math.max(0, now - L.next), math.max(L.next, L.pace, now) - now
-end
+local wait, delay = engine_of(L.kind).peek(L, now) -- L is not saved
 local out = {OK, wait, delay, L.version, us, 1, flag, totals(L)}
 out[16] = pos
 return out

@@ -8,7 +8,7 @@
 -- nothing.
 -- KEYS: limiter hash, template-instance key, the grant's hand-back record.
 -- ARGV: version, grant_ep, sched, next_after, pace_used (relative to grant_ep),
--- unused_ns, unused_permits, rem_used, rem_after, [template PARAMS...].
+-- unused_ns, unused_permits, rem_used, rem_after, [template params...].
 -- Reply: {code, rewound, now_us, position, again}: position is next relative
 -- to now after the hand-back (see Floors in lib.lua), again 1 for a grant
 -- handed back before (nothing changed); {1, 0} for a limiter not started;
@@ -36,7 +36,7 @@ local shift = (a[2] - L.epoch) * 1000 -- grant epoch → limiter epoch
 local after = a[4] + shift
 local unused, m = math.max(0, math.min(a[6], a[4] - a[3])), a[7]
 local rewound = 0
-if L.kind == 'schedule' and L.version == a[1] and L.next == after and L.rem == a[9] then
+if engine_of(L.kind).rewinds and L.version == a[1] and L.next == after and L.rem == a[9] then
   L.next = after - unused
   L.rem = a[8]
   L.pace = a[5] + shift

@@ -1,6 +1,6 @@
 -- reset: start a new schedule now (limiter.Params.Reset): the backlog or the
 -- stored permits are forfeited as idle, totals are kept.
--- KEYS: limiter hash, template-instance key. ARGV: [template PARAMS...] from 1.
+-- KEYS: limiter hash, template-instance key. ARGV: [template params...] from 1.
 -- Reply: {code, version, now_us, position} (a started limiter's position: next
 -- relative to now, see Floors in lib.lua; {code, version} for one not
 -- started); {-1}: not found; {-5, kind}: a limiter of another kind.

@@ -28,7 +28,6 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +37,7 @@ import (
 
 	"github.com/limitd/limitd/internal/redistest"
 	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/lua"
 	"github.com/limitd/limitd/store"
 )
 
@@ -1311,14 +1311,11 @@ func TestDiffTemplate(t *testing.T) {
 // clock.
 func TestDiffBigIdle(t *testing.T) {
 	t.Parallel()
-	lib, err := os.ReadFile("../lua/lib.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lib := lua.LibSource()
 	// Per case: the gap {lo, hi}, then an idle total of tot (given as lo, hi)
 	// plus the gap plus x, as totals returns it and as packed, and packed
 	// params for store to decode the totals with.
-	script := string(lib) + `
+	script := lib + `
 local out = {}
 for i = 1, #ARGV, 5 do
   local d, c, x = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])

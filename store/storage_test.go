@@ -10,7 +10,6 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/limitd/limitd/internal/redistest"
 	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/lua"
 )
 
 // stBackends runs fn on miniredis (text form, scripts) and on a redis-server
@@ -105,7 +105,7 @@ local function back(layout, s, n)
   for i = 1, n do out[i] = string.format('%.17g', v[i]) end
   return table.concat(out, ' ')
 end
-layouts()
+check_layouts()
 local out = {}
 local a = {}
 for i = 1, #ARGV do a[i] = num(ARGV[i]) end
@@ -206,14 +206,25 @@ return out`
 	})
 }
 
-// libSource is lua/lib.lua, for scripts that test its functions.
+// libSource is lua/lib.lua with the kind files and what is derived from
+// them (lua.LibSource), for scripts that test its functions.
 func libSource(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("../lua/lib.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b) + "\n"
+	return lua.LibSource() + "\n"
+}
+
+// TestStorageLayouts: what lua/layout.go derives from lib.lua's field groups
+// and the kinds' rows (X_OF: the layouts, written out, and the parameters
+// the scripts take) is what check_layouts computes from them in Lua, in both
+// Luas (lua/layout_test.go checks the rows against limiter's kinds).
+func TestStorageLayouts(t *testing.T) {
+	t.Parallel()
+	stBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
+		n, err := rdb.Eval(t.Context(), libSource(t)+"return check_layouts()", nil).Int()
+		if err != nil || n != len(lua.Kinds()) {
+			t.Fatalf("check_layouts: %d kinds, %v; want %d", n, err, len(lua.Kinds()))
+		}
+	})
 }
 
 // TestStorageParams puts limiters of many configs and checks that the
@@ -704,7 +715,7 @@ func TestStorageDenialWritesNothing(t *testing.T) {
 }
 
 // TestStorageLeanCarry: one acquire on a named schedule limiter rewrites only
-// the low parts of its totals (acquire_one in lua/lib.lua); one whose totals
+// the low parts of its totals (acquire_one in lua/schedule.lua); one whose totals
 // would reach 2^51 there carries into the high parts instead, exactly.
 func TestStorageLeanCarry(t *testing.T) {
 	t.Parallel()
@@ -717,7 +728,7 @@ func TestStorageLeanCarry(t *testing.T) {
 	// lows sets the low parts of the totals (al id pm lt) to ARGV and
 	// returns the low and high parts, or only returns them without ARGV.
 	lows := libSource(t) + `
-layouts()
+check_layouts()
 local v = {dec(X_OF[1].fmt, redis.call('GET', KEYS[1]))}
 table.remove(v, 1) -- the code
 table.remove(v, 1) -- the format

@@ -163,18 +163,26 @@ func wrapErr(err error) error {
 // Ping reports whether Redis answers. Ready tells more: whether it can serve.
 func (s *Store) Ping(ctx context.Context) error { return wrapErr(s.rdb.Ping(ctx).Err()) }
 
-// paramArgs encodes engine parameters in the order of PARAMS in lua/lib.lua.
+// paramArgs encodes engine parameters as the scripts take them (see Layouts
+// in lua/lib.lua): the kind, the slice, max_permits, the kind's own
+// parameters (limiter.KindInfo.Params) and the version.
 func paramArgs(p *limiter.Params, version int64) []any {
-	burst := p.Burst
-	if burst > limiter.MaxBurst { // "inf" travels as 0
-		burst = 0
+	k, _ := limiter.Lookup(p.Kind)
+	args := make([]any, 0, 6+len(k.Params))
+	args = append(args, string(p.Kind), p.Slice.Whole, p.Slice.Frac, p.Slice.Den, p.MaxPermits)
+	for _, q := range k.Params {
+		args = append(args, paramArg(q.Value(p)))
 	}
-	warm := 0
-	if p.Warm {
-		warm = 1
+	return append(args, version)
+}
+
+// paramArg is a parameter's value as the scripts read it: an integer in
+// decimal, else a float in the shortest form that reads back exactly.
+func paramArg(v float64) any {
+	if v == math.Trunc(v) && math.Abs(v) < 1<<53 {
+		return int64(v)
 	}
-	return []any{string(p.Kind), p.Slice.Whole, p.Slice.Frac, p.Slice.Den, p.MaxPermits, ff(burst),
-		p.MaxBacklog, p.Cap, p.Initial, warm, ff(p.Stable), ff(p.Cooldown), ff(p.Threshold), ff(p.Slope), version}
+	return ff(v)
 }
 
 func ff(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }

@@ -2,8 +2,10 @@ package store
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/lua"
 )
 
 // packedFormat is FORMAT in lua/lib.lua: the layout decodeStored reads.
@@ -29,50 +31,90 @@ type stored struct {
 // template instance's string key. ok is false when x is nil (no such
 // limiter); a share or concurrency limiter's x is its kind alone. Both forms
 // are read: binary (struct.pack) and text (numbers one space apart, where Lua
-// lacks struct).
+// lacks struct). The layout is the kind's (lua.Kinds), its parameters the
+// kind's (limiter.KindInfo.Params).
 func decodeStored(x any) (st stored, ok bool, err error) {
 	if x == nil {
 		return stored{}, false, nil
 	}
 	u := newUnpacker(toString(x))
-	switch code := u.uint(1); code {
-	case 1:
-		st.Kind = limiter.KindSchedule
-	case 2:
-		st.Kind = limiter.KindSmooth
-	default:
-		// A share or concurrency limiter (configure_lease.lua).
+	code := u.uint(1)
+	i := slices.IndexFunc(lua.Kinds(), func(k lua.Kind) bool { return int64(k.Code) == code })
+	if i < 0 { // a share or concurrency limiter (configure_lease.lua)
 		return stored{Kind: limiter.Kind(toString(x))}, true, nil
 	}
-	if f := u.uint(1); u.err == nil && f != packedFormat {
-		return st, true, fmt.Errorf("store: packed field x: format %d, want %d", f, packedFormat)
-	}
-	st.Version = u.int(7)
+	k := lua.Kinds()[i]
+	st.Kind = limiter.Kind(k.Name)
+	info, _ := limiter.Lookup(st.Kind)
 	p := &st.Params
 	p.Kind = st.Kind
-	p.Slice = limiter.Slice{Whole: u.int(7), Frac: u.uint(4), Den: u.uint(4)}
-	p.MaxPermits = u.int(7)
-	if st.Kind == limiter.KindSchedule { // burst max_backlog: 'di7'
-		p.Burst, p.MaxBacklog = u.float(), u.int(7)
-	} else { // cap initial warm cooldown threshold slope: 'i7i7Bddd'
-		p.Cap, p.Initial, p.Warm = u.int(7), u.int(7), u.uint(1) == 1
-		p.Cooldown, p.Threshold, p.Slope = u.float(), u.float(), u.float()
-	}
-	// state and totals (STATE, RUN, REST): started epoch 'Bi7', next pace
-	// rem 'i7i7i4', the totals' low parts 'i7' x4, last 'i7', origin stored
-	// 'i7i7', their high parts 'i4' x4
-	st.Started = u.uint(1) == 1
-	st.Epoch = u.int(7)
-	st.Next, st.Pace, st.Rem = u.int(7), u.int(7), u.int(4)
+	var hi [4]int64 // the totals' high parts
 	totals := []*int64{&st.Allocated, &st.Idle, &st.Permits, &st.Lateness}
-	var lo [4]int64
-	for i := range totals {
-		lo[i] = u.int(7)
+	for _, f := range k.Layout[1:] { // after the code
+		var v int64
+		var fv float64
+		switch f.Format {
+		case "B":
+			v = u.uint(1)
+		case "I4":
+			v = u.uint(4)
+		case "i4":
+			v = u.int(4)
+		case "i7":
+			v = u.int(7)
+		case "d":
+			fv = u.float()
+		default:
+			return st, true, fmt.Errorf("store: packed field x: format %q of %s", f.Format, f.Name)
+		}
+		if f.Format != "d" {
+			fv = float64(v)
+		}
+		switch f.Name {
+		case "format":
+			if u.err == nil && v != packedFormat {
+				return st, true, fmt.Errorf("store: packed field x: format %d, want %d", v, packedFormat)
+			}
+		case "version":
+			st.Version = v
+		case "whole":
+			p.Slice.Whole = v
+		case "frac":
+			p.Slice.Frac = v
+		case "den":
+			p.Slice.Den = v
+		case "max_permits":
+			p.MaxPermits = v
+		case "started":
+			st.Started = v == 1
+		case "epoch":
+			st.Epoch = v
+		case "origin":
+			st.Origin = v
+		case "next":
+			st.Next = v
+		case "pace":
+			st.Pace = v
+		case "rem":
+			st.Rem = v
+		case "stored":
+			st.Stored = v
+		case "last":
+			st.Last = v
+		case "allocated", "idle", "permits", "lateness":
+			*totals[slices.Index(totalNames, f.Name)] += v
+		case "allocated_hi", "idle_hi", "permits_hi", "lateness_hi":
+			hi[slices.Index(totalNames, f.Name[:len(f.Name)-3])] = v
+		default:
+			j := slices.IndexFunc(info.Params, func(q limiter.Param) bool { return q.Name == f.Name })
+			if j < 0 {
+				return st, true, fmt.Errorf("store: packed field x: %s is no parameter of %s", f.Name, st.Kind)
+			}
+			info.Params[j].Set(p, fv)
+		}
 	}
-	st.Last = u.int(7)
-	st.Origin, st.Stored = u.int(7), u.int(7)
 	for i, t := range totals {
-		*t = u.int(4)<<32 + lo[i]
+		*t += hi[i] << 32
 	}
 	if err := u.done("x"); err != nil {
 		return st, true, err
@@ -82,6 +124,9 @@ func decodeStored(x any) (st stored, ok bool, err error) {
 	}
 	return st, true, nil
 }
+
+// totalNames are the totals' names in x (their low parts; _hi: high parts).
+var totalNames = []string{"allocated", "idle", "permits", "lateness"}
 
 func toString(v any) string {
 	if s, ok := v.(string); ok {

@@ -1,0 +1,82 @@
+package lua
+
+import (
+	"io/fs"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/limitd/limitd/limiter"
+)
+
+// TestKindsAreLimiters: the scripts' rate kinds (one file each) are
+// limiter's, with the same codes and parameters in the same order, so that
+// store/ can send and read a kind's parameters by limiter.KindInfo.Params.
+func TestKindsAreLimiters(t *testing.T) {
+	var want []limiter.KindInfo
+	for _, k := range limiter.Kinds() {
+		if k.Class == limiter.ClassRate {
+			want = append(want, k)
+		}
+	}
+	got := Kinds()
+	if len(got) != len(want) {
+		t.Fatalf("%d Lua kinds, %d rate kinds in limiter", len(got), len(want))
+	}
+	for _, w := range want {
+		i := slices.IndexFunc(got, func(k Kind) bool { return k.Name == string(w.Name) })
+		if i < 0 {
+			t.Errorf("kind %s: no lua/%s.lua", w.Name, w.Name)
+			continue
+		}
+		k := got[i]
+		if k.Code != w.Code {
+			t.Errorf("kind %s: code %d in Lua, %d in limiter", k.Name, k.Code, w.Code)
+		}
+		var lp, wp []string
+		for _, f := range k.Params {
+			lp = append(lp, f.Name)
+		}
+		for _, q := range w.Params {
+			wp = append(wp, q.Name)
+		}
+		if !slices.Equal(lp, wp) {
+			t.Errorf("kind %s: parameters %v in Lua, %v in limiter", k.Name, lp, wp)
+		}
+		// the scripts take kind, the slice, max_permits, the kind's, version
+		if n := k.ParamNames(); n[0] != "kind" || n[len(n)-1] != "version" || !slices.Equal(n[len(n)-1-len(lp):len(n)-1], lp) {
+			t.Errorf("kind %s: params %v", k.Name, n)
+		}
+	}
+	// The layouts as they are (FORMAT 3): a change is a new format.
+	for name, want := range map[string]int{"schedule": 137, "smooth": 161} {
+		i := slices.IndexFunc(got, func(k Kind) bool { return k.Name == name })
+		if i < 0 || got[i].Size() != want {
+			t.Errorf("kind %s: x is not %d bytes", name, want)
+		}
+	}
+}
+
+// TestKindsStayInTheirFiles: no script names a rate kind but its own file;
+// the others dispatch through KINDS (see Kinds in lib.lua).
+func TestKindsStayInTheirFiles(t *testing.T) {
+	names, err := fs.Glob(files, "*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	comment := regexp.MustCompile(`--.*`)
+	for _, k := range Kinds() {
+		quoted := regexp.MustCompile(`['"]` + k.Name + `['"]|\.` + k.Name + `\b`)
+		for _, file := range names {
+			if file == k.Name+".lua" {
+				continue
+			}
+			for i, line := range strings.Split(mustRead(file), "\n") {
+				if quoted.MatchString(comment.ReplaceAllString(line, "")) {
+					t.Errorf("%s:%d names kind %s: %s", file, i+1, k.Name, strings.TrimSpace(line))
+				}
+			}
+		}
+	}
+}

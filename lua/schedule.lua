@@ -1,0 +1,132 @@
+-- schedule: the schedule engine (limiter/schedule.go) in Redis: EngineBlock's
+-- strict limiter and nosqlbench's hybrid limiter. The schedule pointer next
+-- advances one slice per permit; time that passes without a caller becomes
+-- backlog, which callers may catch up at burst x rate (pace), and backlog
+-- beyond max_backlog is forfeited as idle time. It follows lib.lua (see
+-- Kinds there) and registers its row in KINDS.
+
+-- forfeit moves backlog beyond maxb to idle: nobody may catch it up.
+local function forfeit(L, now, maxb)
+  local late = now - L.next
+  if late > maxb then
+    L.d_idle = L.d_idle + (late - maxb)
+    L.next = now - maxb
+  end
+end
+
+-- acquire_one's layout, a schedule limiter's x up to last (X_LEAN), which
+-- it rewrites from next on (X_RUN at X_RUN_AT, for SETRANGE, which counts
+-- from 0), and X_SIZE, a schedule limiter's size. They are written out, not
+-- derived, because they are what acquire_one's locals read;
+-- check_layouts (lib.lua) checks them against the field groups (on a
+-- library's first call, and in store's tests), so a change of the groups that
+-- they miss is an error at once, never a misread.
+local X_SIZE, X_RUN_AT = 137, '54'
+local X_LEAN = '<BBi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7i7'
+local X_RUN = '<i7i7i4i7i7i7i7i7'
+
+-- acquire_one is acquire_many's path for its most frequent call, one acquire
+-- on a named schedule limiter that has started, in numbers held in locals
+-- rather than a table L: the same steps as acquire (now_rel without a
+-- rebase or a clock step, forfeit, cost, pace) and save. It reads x only up
+-- to last and rewrites only what changes (X_LEAN, X_RUN: SETRANGE), so a
+-- change that would carry into a high part goes the general way, and so does
+-- a floor (fus, fah: see apply_floor; nil: none) that moves the schedule.
+-- It returns the answer, or nil for the general path.
+local function acquire_one(key, x, n, max_wait, us, fus, fah)
+  -- x is binary and starts with schedule's code (acquire_single); its
+  -- current format is X_SIZE bytes long (an earlier format's is shorter)
+  if #x ~= X_SIZE then return nil end
+  local code, format, version, whole, frac, den, max_permits, burst, max_backlog, started, epoch,
+    next, pace, rem, allocated, idle, permits, lateness, last = dec(X_LEAN, x)
+  if format ~= FORMAT then return nil end
+  local now = (us - epoch) * 1000
+  n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
+  if started ~= 1 or now >= REBASE or now < last or n < 1 or n > max_permits or n % 1 ~= 0 then return nil end
+  if fus then -- apply_floor's test, without its change
+    fus = tonumber(fus)
+    if fus ~= 0 and us - fus < FLOOR_AGE then
+      local ah = min(max(tonumber(fah), -FAR), 2 * HORIZON)
+      local at
+      if us < fus then at = now + ah else at = (fus - epoch) * 1000 + ah end
+      if at > now - FAR and at > next then return nil end
+    end
+  end
+  if max_wait < 0 or max_wait > HORIZON then max_wait = HORIZON end
+  local late = now - next
+  if late > max_backlog then -- forfeit
+    idle = idle + (late - max_backlog)
+    next = now - max_backlog
+  end
+  local sched = next
+  local start = sched -- max(sched, pace, now)
+  if pace > start then start = pace end
+  if now > start then start = now end
+  local delay = start - now
+  local answer
+  if delay > max_wait then
+    local wait = now - sched
+    if wait < 0 then wait = 0 end
+    answer = enc(HR, A_OK, us, version, 0, next - now, R_DENIED, 0, delay, wait, delay - max_wait)
+    if late <= max_backlog then return answer end -- a denial that forfeited nothing changes nothing
+  else
+    local c -- cost
+    if frac == 0 then
+      c = n * whole
+    else
+      local b = fmod(n, den)
+      local t = rem + b * frac
+      rem = fmod(t, den)
+      c = n * whole + (n - b) / den * frac + (t - rem) / den
+    end
+    next = sched + c
+    if burst == 0 then pace = start else pace = start + math.ceil(c / burst) end
+    allocated, permits, lateness = allocated + c, permits + n, lateness + (start - sched)
+    last = now
+    local wait = now - next
+    if wait < 0 then wait = 0 end
+    answer = enc(HR, A_OK, us, version, 0, next - now, R_GRANTED, sched - now, delay, wait, 0)
+  end
+  if allocated >= LOW or idle >= LOW or permits >= LOW or lateness >= LOW then return nil end -- a carry
+  rcall('SETRANGE', key, X_RUN_AT, enc(X_RUN, next, pace, rem, allocated, idle, permits, lateness, last))
+  return answer
+end
+
+KINDS.schedule = {
+  code = 1,
+  params = 'burst:d max_backlog:i7', -- burst 0: "inf"
+  fast = acquire_one,
+  lean_names = 'code format version whole frac den max_permits burst max_backlog started epoch next pace rem allocated idle permits lateness last',
+  lean_fmt = X_LEAN, lean_run = X_RUN, lean_run_at = X_RUN_AT, lean_size = X_SIZE,
+  engine = function() return {
+    acquire = function(L, now, n, max_wait)
+      forfeit(L, now, L.max_backlog)
+      local sched = L.next
+      local st = max(sched, L.pace, now)
+      local delay = st - now
+      if delay > max_wait then
+        return 0, 0, 0, 0, delay, 0, max(0, now - sched), delay - max_wait
+      end
+      local c, r = cost(L, n, L.rem)
+      L.rem = r
+      L.next = sched + c
+      if L.burst == 0 then L.pace = st else L.pace = st + math.ceil(c / L.burst) end -- burst "inf" is stored as 0
+      local late = st - sched
+      L.d_allocated, L.d_permits, L.d_lateness = L.d_allocated + c, L.d_permits + n, L.d_lateness + late
+      L.last = now
+      return 1, n, sched, st, delay, late, max(0, now - L.next), 0
+    end,
+    peek = function(L, now)
+      forfeit(L, now, L.max_backlog)
+      return max(0, now - L.next), max(L.next, L.pace, now) - now
+    end,
+    reset = function(L, now)
+      forfeit(L, now, 0)
+      L.pace = max(L.pace, now)
+    end,
+    retune = function(L, now) forfeit(L, now, L.max_backlog) end,
+    floor = function(L, at) L.pace = max(L.pace, at) end,
+    settle = function(L) return L.max_backlog end, -- until the backlog is forfeited
+    rewinds = true,
+  } end,
+}
