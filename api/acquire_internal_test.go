@@ -2,6 +2,8 @@ package api
 
 import (
 	"errors"
+	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -64,4 +66,37 @@ func sameProblem(a, b error) bool {
 		return a == nil && b == nil
 	}
 	return pa.Problem == pb.Problem
+}
+
+// Random bodies built from the pieces of acquire bodies, most of them
+// well-formed: the hand-written reader and decodeStrict agree on each.
+func TestScanAcquireAgreesRandom(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	keys := []string{`"permits"`, `"max_wait"`, `"block"`, `"Permits"`, `"x"`, `"perm\u0069ts"`}
+	values := []string{`1`, `0`, `-0`, `-1`, `01`, `1.5`, `1e3`, `9223372036854775807`, `9223372036854775808`,
+		`-9223372036854775808`, `"1s"`, `"-5ms"`, `"1.5h"`, `"x"`, `"1\u00b5s"`, `"1µs"`, `""`, `true`, `false`, `null`,
+		`"true"`, `{}`, `[]`, `tru`}
+	space := []string{"", "", "", " ", "\n", "\t", "\r\n "}
+	pick := func(s []string) string { return s[r.IntN(len(s))] }
+	for range 20000 {
+		var b strings.Builder
+		b.WriteString(pick(space) + "{" + pick(space))
+		for i := range r.IntN(4) {
+			if i > 0 {
+				b.WriteString(pick(space) + "," + pick(space))
+			}
+			b.WriteString(pick(keys) + pick(space) + ":" + pick(space) + pick(values))
+		}
+		b.WriteString(pick(space) + "}" + pick(space))
+		body := b.String()
+		if r.IntN(10) == 0 { // break it somewhere
+			i := r.IntN(len(body) + 1)
+			body = body[:i] + pick([]string{"", ",", "}", "x", `"`}) + body[min(len(body), i+r.IntN(2)):]
+		}
+		got, gerr := decodeAcquire([]byte(body))
+		want, werr := decodeAcquireStrict([]byte(body))
+		if got != want || !sameProblem(gerr, werr) {
+			t.Fatalf("%q: decodeAcquire = %+v, %v; decodeStrict %+v, %v", body, got, gerr, want, werr)
+		}
+	}
 }
