@@ -2,13 +2,13 @@ package api
 
 import (
 	_ "embed"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -21,10 +21,13 @@ type Options struct {
 	// Service is what the API serves: its operations over one store
 	// (core.New). Its observer, if any, sees every call beside the API's
 	// metrics.
-	Service        *core.Service
-	AdminToken     string               // LIMITD_ADMIN_TOKEN: needed for PUT, PATCH, DELETE, reset
-	Token          string               // LIMITD_TOKEN: needed for every other /v1 request
-	Logger         *slog.Logger         // nil: discard
+	Service    *core.Service
+	AdminToken string       // LIMITD_ADMIN_TOKEN: needed for PUT, PATCH, DELETE, reset
+	Token      string       // LIMITD_TOKEN: needed for every other /v1 request
+	Logger     *slog.Logger // nil: discard
+	// AccessLog says which requests get an "http request" line at INFO
+	// (LIMITD_ACCESS_LOG); the zero value logs none.
+	AccessLog      AccessLog
 	Registry       *prometheus.Registry // nil: a new one; /metrics serves it
 	MetricsToken   string               // LIMITD_METRICS_TOKEN: needed for /metrics when set
 	BodyLimit      int64                // bytes, 0: 64 KiB
@@ -56,7 +59,42 @@ type server struct {
 	timeout     time.Duration
 	bodyTimeout time.Duration
 	auth        auth
-	routes      map[string]string // echo path → OpenAPI path, the route label
+	accessLog   AccessLog
+	ids         *requestIDs
+	routes      map[string]*route // by echo path
+	unmatched   *route            // no route: echo's 404 and 405
+}
+
+// AccessLog says which requests the API logs, one "http request" line each
+// at INFO. Health probes (/healthz, /readyz) are never logged.
+type AccessLog int
+
+// The access logs.
+const (
+	AccessLogOff    AccessLog = iota // none
+	AccessLogErrors                  // requests answered with a problem (status ≥ 400 but a 429 refusal)
+	AccessLogAll                     // every request
+)
+
+var accessLogNames = [...]string{"off", "errors", "all"}
+
+// String is the access log's name, as LIMITD_ACCESS_LOG spells it.
+func (a AccessLog) String() string {
+	if a < 0 || int(a) >= len(accessLogNames) {
+		return fmt.Sprintf("AccessLog(%d)", int(a))
+	}
+	return accessLogNames[a]
+}
+
+// ParseAccessLog reads an access log's name (off, errors, all; any letter
+// case).
+func ParseAccessLog(s string) (AccessLog, error) {
+	for i, n := range accessLogNames {
+		if strings.EqualFold(s, n) {
+			return AccessLog(i), nil
+		}
+	}
+	return 0, fmt.Errorf("must be one of %s (got %q)", strings.Join(accessLogNames[:], ", "), s)
 }
 
 // New returns the HTTP handler of the API. It panics only if o.Service is nil or
@@ -70,7 +108,10 @@ func New(o Options) http.Handler {
 		bodyLimit: o.BodyLimit,
 		timeout:   o.RequestTimeout,
 		auth:      newAuth(o.AdminToken, o.Token),
-		routes:    map[string]string{},
+		accessLog: o.AccessLog,
+		ids:       newRequestIDs(),
+		routes:    map[string]*route{},
+		unmatched: &route{label: "unmatched"},
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -95,20 +136,7 @@ func New(o Options) http.Handler {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	e.Pre(dropBadRequestID)
-	e.Use(
-		middleware.RequestID(),
-		s.observe, // outside Recover, so a recovered panic is logged and counted
-		middleware.RecoverWithConfig(middleware.RecoverConfig{
-			DisableStackAll: true,
-			LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
-				s.log.Error("panic serving request", "err", err, "method", c.Request().Method,
-					"path", c.Request().URL.Path, "request_id", requestID(c), "stack", string(stack))
-				return &panicError{err}
-			},
-		}),
-		s.limits,
-	)
+	e.Use(s.front)
 
 	// Every GET route answers HEAD too: the same status and headers, no body.
 	get := func(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
@@ -150,7 +178,7 @@ func New(o Options) http.Handler {
 	e.DELETE("/v1/templates/:id", s.deleteTemplate, admin)
 
 	for _, r := range e.Routes() {
-		s.routes[r.Path] = openapiPath(r.Path)
+		s.routes[r.Path] = &route{label: openapiPath(r.Path), probe: r.Path == "/healthz" || r.Path == "/readyz"}
 	}
 	return e
 }

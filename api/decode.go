@@ -27,8 +27,11 @@ import (
 // +json type.
 func readBody(c echo.Context) ([]byte, error) {
 	r := c.Request()
-	c.Set(ctxBodyRead, true)
-	b, err := io.ReadAll(r.Body)
+	lb := bodyOf(r)
+	if lb != nil {
+		lb.read = true
+	}
+	b, err := readAll(r)
 	if err != nil {
 		var (
 			mbe *http.MaxBytesError
@@ -40,19 +43,19 @@ func readBody(c echo.Context) ([]byte, error) {
 		case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 			closeAfter(c) // the rest of the body may still come: not as a request
 			return nil, newProblem(http.StatusRequestTimeout, wire.ProblemBodyTimeout,
-				fmt.Sprintf("the request body did not arrive within %s", c.Get(ctxBodyTimeout)))
+				fmt.Sprintf("the request body did not arrive within %s", lb.timeoutOrZero()))
 		case r.Context().Err() != nil:
 			return nil, err // the client left or time ran out: problemOf says which
 		}
 		return nil, invalid("", "could not read the request body: "+err.Error())
 	}
-	if hasBody(r) {
-		_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Time{}) // see limits
+	if lb != nil && lb.ctl != nil {
+		_ = lb.ctl.SetReadDeadline(time.Time{}) // see limits
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		return nil, nil
 	}
-	if ct := r.Header.Get(echo.HeaderContentType); ct != "" {
+	if ct := r.Header.Get(echo.HeaderContentType); ct != "" && ct != echo.MIMEApplicationJSON {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || mt != "application/json" && !strings.HasSuffix(mt, "+json") {
 			return nil, newProblem(http.StatusUnsupportedMediaType, wire.ProblemUnsupportedMediaType,
@@ -60,6 +63,30 @@ func readBody(c echo.Context) ([]byte, error) {
 		}
 	}
 	return b, nil
+}
+
+// readAll reads a body whole: into a buffer of its declared length when it
+// has one (the common small body in one allocation), else as io.ReadAll.
+func readAll(r *http.Request) ([]byte, error) {
+	if r.ContentLength <= 0 {
+		return io.ReadAll(r.Body)
+	}
+	// One byte more, to see the end (or a body longer than declared, which
+	// net/http cuts anyway).
+	b := make([]byte, 0, r.ContentLength+1)
+	for {
+		n, err := r.Body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // grow
+		}
+	}
 }
 
 // decodeStrict decodes one JSON value from b into v: unknown fields are

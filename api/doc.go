@@ -35,6 +35,11 @@
 // request whose body was not read closes its connection, so that net/http
 // does not read up to 256 KiB of a body nobody wants, at the client's pace.
 //
+// Options.AccessLog picks the requests logged, one "http request" line each
+// at INFO: none (the default), those answered with a problem, or all; the
+// probes /healthz and /readyz never. Every answer carries an X-Request-Id:
+// the client's when it is a short token, else a fresh one.
+//
 // Metrics never carry the name of a template instance (user:42 under the
 // template user:*): decisions are counted by limiter name or template id,
 // so per-key limiters cannot blow up the number of series. The same holds

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -109,60 +108,6 @@ func (s *server) listLimiters(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// acquire takes permits, or a concurrency limiter's slot (core.Acquire
-// dispatches on the kind): 200, or 429 with Retry-After when not granted.
-func (s *server) acquire(c echo.Context) error {
-	b, err := readBody(c)
-	if err != nil {
-		return err
-	}
-	var req wire.AcquireRequest
-	if len(b) > 0 {
-		if err := decodeStrict(b, &req, ""); err != nil {
-			return err
-		}
-	}
-	r := core.AcquireRequest{Name: c.Param("name"), Permits: 1, MaxWait: core.Forever}
-	switch {
-	case req.Permits != nil:
-		r.Given = "permits"
-	case req.MaxWait != nil:
-		r.Given = "max_wait"
-	case req.Block != nil:
-		r.Given = "block"
-	}
-	if req.Permits != nil {
-		r.Permits = *req.Permits
-	}
-	if req.MaxWait != nil {
-		r.MaxWait = time.Duration(*req.MaxWait)
-	}
-	r.Block = req.Block != nil && *req.Block
-	a, err := s.core.Acquire(c.Request().Context(), r)
-	if err != nil {
-		return err
-	}
-	if l := a.Slot; l != nil {
-		if !l.Granted {
-			setRetryAfter(c, l.RetryAfter)
-			return c.JSON(http.StatusTooManyRequests, wire.SlotDenied{RetryAfter: l.RetryAfter, InUse: l.InUse, Limit: l.Limit})
-		}
-		return c.JSON(http.StatusOK, wire.SlotGranted{Granted: true, LeaseID: l.ID, Expires: l.Expires, InUse: l.InUse, Limit: l.Limit})
-	}
-	d := a.Rate
-	if !d.Granted {
-		return deny(c, *d)
-	}
-	return c.JSON(http.StatusOK, wire.Granted{Granted: true, Permits: d.Permits, Delay: d.Delay, Scheduled: d.Scheduled,
-		Start: d.Start, Lateness: d.Lateness, Wait: d.Wait, Version: d.Version, Now: d.Now})
-}
-
-// deny answers a refused rate decision: 429 with Retry-After.
-func deny(c echo.Context, d core.Decision) error {
-	setRetryAfter(c, d.RetryAfter)
-	return c.JSON(http.StatusTooManyRequests, wire.Denied{RetryAfter: d.RetryAfter, Delay: d.Delay, Wait: d.Wait, Version: d.Version, Now: d.Now})
-}
-
 func (s *server) wait(c echo.Context) error {
 	w, err := s.core.Wait(c.Request().Context(), c.Param("name"))
 	if err != nil {
@@ -178,10 +123,4 @@ func (s *server) reset(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, stateOf(w))
-}
-
-// setRetryAfter sets the Retry-After header: ns in whole seconds, rounded
-// up.
-func setRetryAfter(c echo.Context, ns int64) {
-	c.Response().Header().Set("Retry-After", strconv.FormatInt((max(ns, 0)+1e9-1)/1e9, 10))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -313,7 +314,7 @@ func TestHealthReadyOpenAPI(t *testing.T) {
 func TestRequestIDAndAccessLog(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, nil))
-	e := newEnv(t, func(o *api.Options) { o.Logger = log })
+	e := newEnv(t, func(o *api.Options) { o.Logger, o.AccessLog = log, api.AccessLogAll })
 	r := e.must(404, "GET", "/v1/limiters/x", nil, "X-Request-Id", "req-123")
 	if got := r.header.Get("X-Request-Id"); got != "req-123" {
 		t.Errorf("X-Request-Id = %q, want the client's", got)
@@ -334,6 +335,56 @@ func TestRequestIDAndAccessLog(t *testing.T) {
 	if line.Msg != "http request" || line.Method != "GET" || line.Route != "/v1/limiters/{name}" || line.Status != 404 ||
 		line.RequestID != "req-123" || line.Problem != "not-found" || line.Latency <= 0 {
 		t.Errorf("access log line: %s", first)
+	}
+}
+
+// LIMITD_ACCESS_LOG: off logs no request, errors those answered with a
+// problem (not a 429 refusal), all every one; probes never.
+func TestAccessLogModes(t *testing.T) {
+	for _, tc := range []struct {
+		mode api.AccessLog
+		want []string // "method route status" of each line
+	}{
+		{api.AccessLogOff, nil},
+		{api.AccessLogErrors, []string{"GET /v1/limiters/{name} 404", "GET unmatched 404"}},
+		{api.AccessLogAll, []string{"PUT /v1/limiters/{name} 201", "POST /v1/limiters/{name}/acquire 200",
+			"POST /v1/limiters/{name}/acquire 429", "GET /v1/limiters/{name} 404", "GET unmatched 404"}},
+	} {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewJSONHandler(&buf, nil))
+		e := newEnv(t, func(o *api.Options) { o.Logger, o.AccessLog = log, tc.mode })
+		e.must(200, "GET", "/healthz", nil)
+		e.must(200, "GET", "/readyz", nil)
+		e.must(201, "PUT", "/v1/limiters/one", `{"kind":"smooth","rate":1}`)
+		e.must(200, "POST", "/v1/limiters/one/acquire", nil)
+		e.must(429, "POST", "/v1/limiters/one/acquire", `{"max_wait":"0s"}`)
+		e.must(404, "GET", "/v1/limiters/missing", nil)
+		e.bad("GET", "/nowhere", nil)
+		var got []string
+		for line := range strings.Lines(buf.String()) {
+			var l struct {
+				Msg, Method, Route string
+				Status             int
+			}
+			if err := json.Unmarshal([]byte(line), &l); err != nil || l.Msg != "http request" {
+				t.Fatalf("%s: log line %s (%v)", tc.mode, line, err)
+			}
+			got = append(got, fmt.Sprintf("%s %s %d", l.Method, l.Route, l.Status))
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: logged %q, want %q", tc.mode, got, tc.want)
+		}
+	}
+}
+
+func TestParseAccessLog(t *testing.T) {
+	for in, want := range map[string]api.AccessLog{"off": api.AccessLogOff, "errors": api.AccessLogErrors, "ALL": api.AccessLogAll} {
+		if got, err := api.ParseAccessLog(in); got != want || err != nil {
+			t.Errorf("ParseAccessLog(%q) = %v, %v", in, got, err)
+		}
+	}
+	if _, err := api.ParseAccessLog("verbose"); err == nil || err.Error() != `must be one of off, errors, all (got "verbose")` {
+		t.Errorf("ParseAccessLog(verbose): %v", err)
 	}
 }
 

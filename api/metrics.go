@@ -2,6 +2,10 @@ package api
 
 import (
 	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +27,14 @@ type metrics struct {
 	errors    *prometheus.CounterVec   // by problem type
 	backlog   *prometheus.GaugeVec     // by limiter name; never a template instance
 	redis     [core.NumOps]prometheus.Observer
+
+	// The series of rate decisions and backlogs, found once and kept: a
+	// label lookup hashes every value and takes the vector's lock.
+	decided   sync.Map // decisionKey → prometheus.Counter
+	nDecided  atomic.Int64
+	backlogs  sync.Map   // limiter name → prometheus.Gauge
+	backlogMu sync.Mutex // making a backlog gauge, and Deleted
+	nBacklogs atomic.Int64
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -103,7 +115,8 @@ func (m *metrics) Decided(e core.Event) {
 	var c *prometheus.CounterVec
 	switch e.Kind {
 	case core.EventRate:
-		c = m.decisions
+		m.decision(decisionKey{e.Limiter, e.Template, e.Outcome}).Inc()
+		return
 	case core.EventCapacity:
 		c = m.capacity
 	case core.EventSlot:
@@ -118,8 +131,101 @@ func (m *metrics) Decided(e core.Event) {
 
 // Backlog is core.Observer's: limitd_limiter_backlog_seconds.
 func (m *metrics) Backlog(limiter string, wait time.Duration) {
-	m.backlog.WithLabelValues(limiter).Set(wait.Seconds())
+	m.backlogOf(limiter).Set(wait.Seconds())
 }
 
 // Deleted is core.Observer's: a deleted limiter's backlog series goes.
-func (m *metrics) Deleted(limiter string) { m.backlog.DeleteLabelValues(limiter) }
+func (m *metrics) Deleted(limiter string) {
+	m.backlogMu.Lock()
+	defer m.backlogMu.Unlock()
+	if _, ok := m.backlogs.LoadAndDelete(limiter); ok {
+		m.nBacklogs.Add(-1)
+	}
+	m.backlog.DeleteLabelValues(limiter)
+}
+
+// route is one route of the API as metrics and the access log see it.
+type route struct {
+	label   string // the OpenAPI path, "unmatched" for no route
+	probe   bool   // /healthz or /readyz: never in the access log
+	methods [len(methodLabels)]atomic.Pointer[httpSeries]
+}
+
+// httpSeries are the request series of one method on one route.
+type httpSeries struct {
+	duration prometheus.Observer
+	byStatus sync.Map // int → prometheus.Counter
+}
+
+// methodLabels are the method labels; made-up methods count as "other", so
+// that they add no series.
+var methodLabels = [...]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+	http.MethodPatch, http.MethodDelete, http.MethodOptions, "other"}
+
+func methodIndex(m string) int {
+	for i, l := range methodLabels[:len(methodLabels)-1] {
+		if m == l {
+			return i
+		}
+	}
+	return len(methodLabels) - 1
+}
+
+// request counts and times one answered request.
+func (m *metrics) request(rt *route, method string, status int, took time.Duration) {
+	mi := methodIndex(method)
+	hs := rt.methods[mi].Load()
+	if hs == nil {
+		hs = &httpSeries{duration: m.duration.WithLabelValues(methodLabels[mi], rt.label)}
+		if !rt.methods[mi].CompareAndSwap(nil, hs) {
+			hs = rt.methods[mi].Load()
+		}
+	}
+	hs.duration.Observe(took.Seconds())
+	c, ok := hs.byStatus.Load(status)
+	if !ok {
+		c, _ = hs.byStatus.LoadOrStore(status, m.requests.WithLabelValues(methodLabels[mi], rt.label, strconv.Itoa(status)))
+	}
+	c.(prometheus.Counter).Inc()
+}
+
+// decisionKey names one series of limitd_acquire_decisions_total.
+type decisionKey struct{ limiter, template, outcome string }
+
+// maxKept bounds the decision and backlog series kept at hand, each; past it
+// they start over (the series stay in the registry).
+const maxKept = 1 << 14
+
+// decision returns the counter of one rate decision's series.
+func (m *metrics) decision(k decisionKey) prometheus.Counter {
+	if c, ok := m.decided.Load(k); ok {
+		return c.(prometheus.Counter)
+	}
+	if m.nDecided.Add(1) > maxKept {
+		m.decided.Clear()
+		m.nDecided.Store(1)
+	}
+	c, _ := m.decided.LoadOrStore(k, m.decisions.WithLabelValues(k.limiter, k.template, k.outcome))
+	return c.(prometheus.Counter)
+}
+
+// backlogOf returns a limiter's backlog gauge.
+func (m *metrics) backlogOf(limiter string) prometheus.Gauge {
+	if g, ok := m.backlogs.Load(limiter); ok {
+		return g.(prometheus.Gauge)
+	}
+	// Under the lock, so that Deleted cannot drop the series between its
+	// making and its keeping here: a kept gauge is always registered.
+	m.backlogMu.Lock()
+	defer m.backlogMu.Unlock()
+	if g, ok := m.backlogs.Load(limiter); ok {
+		return g.(prometheus.Gauge)
+	}
+	if m.nBacklogs.Add(1) > maxKept {
+		m.backlogs.Clear()
+		m.nBacklogs.Store(1)
+	}
+	g := m.backlog.WithLabelValues(limiter)
+	m.backlogs.Store(limiter, g)
+	return g
+}

@@ -2,13 +2,18 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -16,17 +21,34 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// dropBadRequestID removes an incoming X-Request-Id that is not a short
-// token, so that a client cannot forge or bloat log lines with it;
-// middleware.RequestID then makes a fresh one.
-func dropBadRequestID(next echo.HandlerFunc) echo.HandlerFunc {
+// front is the one middleware every request passes, no-route answers
+// included: it keeps or makes the request id, gives the request its deadline
+// and body limit, recovers a panic, writes every error as a problem at once
+// (so the status is known here), then counts, times and logs the request.
+// One middleware, not a chain: echo wraps its middleware around the handler
+// on every request.
+func (s *server) front(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		h := c.Request().Header
-		if id := h.Get(echo.HeaderXRequestID); id != "" && !tokenLike(id) {
-			h.Del(echo.HeaderXRequestID)
+		start := time.Now()
+		s.setRequestID(c)
+		err := s.limits(c, next)
+		if err != nil {
+			c.Error(err)
 		}
-		return next(c)
+		s.observe(c, err, time.Since(start))
+		return nil
 	}
+}
+
+// setRequestID keeps an incoming X-Request-Id that is a short token and
+// makes one otherwise, so that a client cannot forge or bloat log lines with
+// it; the answer carries it.
+func (s *server) setRequestID(c echo.Context) {
+	id := c.Request().Header.Get(echo.HeaderXRequestID)
+	if id == "" || !tokenLike(id) {
+		id = s.ids.next()
+	}
+	c.Response().Header().Set(echo.HeaderXRequestID, id)
 }
 
 func tokenLike(s string) bool {
@@ -41,86 +63,121 @@ func tokenLike(s string) bool {
 	return true
 }
 
-// observe writes every error as a problem at once (so the status is known
-// here), then counts, times and logs the request.
-func (s *server) observe(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		start := time.Now()
-		err := next(c)
-		if err != nil {
-			c.Error(err)
-		}
-		latency := time.Since(start)
-		r := c.Request()
-		route := s.routes[c.Path()]
-		if route == "" || errors.Is(err, echo.ErrNotFound) { // echo's "no route" handler
-			route = "unmatched"
-		}
-		method := methodLabel(r.Method)
-		status := c.Response().Status
-		s.m.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
-		s.m.duration.WithLabelValues(method, route).Observe(latency.Seconds())
-
-		if !s.log.Enabled(r.Context(), slog.LevelInfo) {
-			return nil
-		}
-		attrs := []slog.Attr{
-			slog.String("method", r.Method), slog.String("route", route), slog.String("path", r.URL.Path),
-			slog.Int("status", status), slog.Duration("latency", latency), slog.String("request_id", requestID(c)),
-		}
-		if p, ok := c.Get(ctxProblem).(*problem); ok {
-			attrs = append(attrs, slog.String("problem", p.slug), slog.String("detail", p.Detail))
-			if p.Field != "" {
-				attrs = append(attrs, slog.String("field", p.Field))
-			}
-		}
-		// The request's own context may be cancelled by now; the log line is
-		// still wanted.
-		s.log.LogAttrs(context.WithoutCancel(r.Context()), slog.LevelInfo, "http request", attrs...)
-		return nil
-	}
+// requestIDs makes request ids: 16 hex digits drawn at random once, then 16
+// of a counter. Unique in a process, and across processes but for a chance
+// of 2⁻⁶⁴ per pair, without reading crypto/rand on every request.
+type requestIDs struct {
+	prefix [16]byte
+	n      atomic.Uint64
 }
 
-// methodLabel keeps made-up methods from adding metric series.
-func methodLabel(m string) string {
-	switch m {
-	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
-		return m
+func newRequestIDs() *requestIDs {
+	var r [8]byte
+	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails
+	g := &requestIDs{}
+	hex.Encode(g.prefix[:], r[:])
+	return g
+}
+
+func (g *requestIDs) next() string {
+	var b [32]byte
+	copy(b[:16], g.prefix[:])
+	n := g.n.Add(1)
+	const digits = "0123456789abcdef"
+	for i := 31; i >= 16; i-- {
+		b[i] = digits[n&0xf]
+		n >>= 4
 	}
-	return "other"
+	return string(b[:])
+}
+
+// observe counts and times a request and writes its access log line. Probes
+// (/healthz, /readyz) are counted, never logged.
+func (s *server) observe(c echo.Context, err error, latency time.Duration) {
+	rt := s.routes[c.Path()]
+	if rt == nil || errors.Is(err, echo.ErrNotFound) { // echo's "no route" handler
+		rt = s.unmatched
+	}
+	r := c.Request()
+	status := c.Response().Status
+	s.m.request(rt, r.Method, status, latency)
+
+	if s.accessLog == AccessLogOff || rt.probe || s.accessLog == AccessLogErrors && err == nil {
+		return
+	}
+	if !s.log.Enabled(r.Context(), slog.LevelInfo) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("method", r.Method), slog.String("route", rt.label), slog.String("path", r.URL.Path),
+		slog.Int("status", status), slog.Duration("latency", latency), slog.String("request_id", requestID(c)),
+	}
+	if p, ok := c.Get(ctxProblem).(*problem); ok {
+		attrs = append(attrs, slog.String("problem", p.slug), slog.String("detail", p.Detail))
+		if p.Field != "" {
+			attrs = append(attrs, slog.String("field", p.Field))
+		}
+	}
+	// The request's own context may be cancelled by now; the log line is
+	// still wanted.
+	s.log.LogAttrs(context.WithoutCancel(r.Context()), slog.LevelInfo, "http request", attrs...)
 }
 
 // limits gives the request its deadline and caps its body: a declared
 // Content-Length over the limit is refused before reading, any other body
-// fails with http.MaxBytesError when it grows past it.
-func (s *server) limits(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		r := c.Request()
-		if r.ContentLength > s.bodyLimit {
-			return tooLarge(s.bodyLimit)
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
-		defer cancel()
-		r = r.WithContext(ctx)
-		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = http.MaxBytesReader(c.Response(), r.Body, s.bodyLimit)
-		}
-		if hasBody(r) {
-			// Only while the body is read: readBody lifts it, because once a
-			// request is read net/http watches the connection, and a read
-			// deadline passing then would cancel a request still running.
-			// Servers that cannot set deadlines (a test recorder) skip it.
-			_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(s.bodyTimeout))
-			c.Set(ctxBodyTimeout, s.bodyTimeout)
-		}
-		c.SetRequest(r)
-		if err := next(c); err != nil {
-			// Classify now: once cancel runs, every error would look like a
-			// client that went away.
-			return s.problemOf(err, c)
-		}
-		return nil
+// fails with http.MaxBytesError when it grows past it. It classifies every
+// error while the deadline's context is still live, and turns a panic into
+// a logged error.
+func (s *server) limits(c echo.Context, next echo.HandlerFunc) error {
+	r := c.Request()
+	if r.ContentLength > s.bodyLimit {
+		return tooLarge(s.bodyLimit)
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+	defer cancel()
+	r = r.WithContext(ctx)
+	if hasBody(r) {
+		b := &limitedBody{rc: r.Body, left: s.bodyLimit, limit: s.bodyLimit, timeout: s.bodyTimeout, ctl: http.NewResponseController(c.Response())}
+		r.Body = b
+		// Only while the body is read: readBody lifts it, because once a
+		// request is read net/http watches the connection, and a read
+		// deadline passing then would cancel a request still running.
+		// Servers that cannot set deadlines (a test recorder) skip it.
+		_ = b.ctl.SetReadDeadline(time.Now().Add(s.bodyTimeout))
+	} else if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &limitedBody{rc: r.Body, left: s.bodyLimit, limit: s.bodyLimit}
+	}
+	c.SetRequest(r)
+	if err := s.recovered(c, next); err != nil {
+		// Classify now: once cancel runs, every error would look like a
+		// client that went away.
+		return s.problemOf(err, c)
+	}
+	return nil
+}
+
+// recovered runs next, turning a panic into a logged *panicError (but
+// http.ErrAbortHandler, which aborts the response on purpose).
+func (s *server) recovered(c echo.Context, next echo.HandlerFunc) (err error) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		if v == http.ErrAbortHandler {
+			panic(v)
+		}
+		perr, ok := v.(error)
+		if !ok {
+			perr = fmt.Errorf("%v", v)
+		}
+		stack := make([]byte, 4<<10)
+		stack = stack[:runtime.Stack(stack, false)]
+		s.log.Error("panic serving request", "err", perr, "method", c.Request().Method,
+			"path", c.Request().URL.Path, "request_id", requestID(c), "stack", string(stack))
+		err = &panicError{perr}
+	}()
+	return next(c)
 }
 
 // hasBody reports whether a request came with a body (a Content-Length
@@ -129,19 +186,69 @@ func hasBody(r *http.Request) bool {
 	return r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
 }
 
-// ctxBodyRead is set once a handler started reading the request body;
-// ctxBodyTimeout holds the time it has for that.
-const (
-	ctxBodyRead    = "limitd.body-read"
-	ctxBodyTimeout = "limitd.body-timeout"
-)
+// limitedBody is a request body capped at the API's limit, as
+// http.MaxBytesReader caps it, that also knows whether a handler read it and
+// how long the handler has for that.
+type limitedBody struct {
+	rc      io.ReadCloser
+	ctl     *http.ResponseController // sets the body's read deadline; nil: none
+	left    int64                    // bytes it may still read
+	limit   int64
+	timeout time.Duration
+	read    bool // a handler started reading it
+	err     error
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	// Read one byte more than allowed, to tell a body of exactly the
+	// limit from a longer one.
+	if int64(len(p))-1 > b.left {
+		p = p[:b.left+1]
+	}
+	n, err := b.rc.Read(p)
+	if int64(n) <= b.left {
+		b.left -= int64(n)
+		b.err = err
+		return n, err
+	}
+	n = int(b.left)
+	b.left = 0
+	b.err = &http.MaxBytesError{Limit: b.limit}
+	return n, b.err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }
+
+// timeoutOrZero is the time the body had to arrive (b may be nil).
+func (b *limitedBody) timeoutOrZero() time.Duration {
+	if b == nil {
+		return 0
+	}
+	return b.timeout
+}
+
+// bodyOf is the request's limitedBody, nil when it came without one.
+func bodyOf(r *http.Request) *limitedBody {
+	b, _ := r.Body.(*limitedBody)
+	return b
+}
 
 // dropUnreadBody is called before an error response: if the request's body
 // was never read (a refused token, a body over the limit, no route), the
 // connection is closed after the answer instead of net/http reading up to
 // 256 KiB of a body nobody wants first, at whatever pace the client sends it.
 func dropUnreadBody(c echo.Context) {
-	if !hasBody(c.Request()) || c.Get(ctxBodyRead) != nil {
+	r := c.Request()
+	if !hasBody(r) {
+		return
+	}
+	if b := bodyOf(r); b != nil && b.read {
 		return
 	}
 	closeAfter(c)

@@ -25,7 +25,8 @@ func TestPanicRecovered(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
 	var logs bytes.Buffer
-	h := New(Options{Service: core.New(store.New(rdb), core.Options{}), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	h := New(Options{Service: core.New(store.New(rdb), core.Options{}), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		AccessLog: AccessLogErrors})
 	h.(*echo.Echo).GET("/boom", func(echo.Context) error { panic("boom") })
 
 	rec := httptest.NewRecorder()

@@ -3,6 +3,7 @@ package wire_test
 import (
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -38,5 +39,38 @@ func TestProblem(t *testing.T) {
 	want := `{"type":"urn:limitd:problem:not-found","title":"Not found","status":404,"detail":"no such limiter"}`
 	if string(raw) != want {
 		t.Errorf("problem %s, want %s", raw, want)
+	}
+}
+
+// AppendJSON writes what encoding/json writes, for every field.
+func TestAppendJSON(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	n := func() int64 {
+		switch r.IntN(4) {
+		case 0:
+			return 0
+		case 1:
+			return math.MinInt64 + r.Int64N(2)
+		case 2:
+			return math.MaxInt64 - r.Int64N(2)
+		}
+		return r.Int64() - math.MaxInt64/2
+	}
+	for range 1000 {
+		g := wire.Granted{Granted: r.IntN(2) == 0, Permits: n(), Delay: n(), Scheduled: n(), Start: n(),
+			Lateness: n(), Wait: n(), Version: n(), Now: n()}
+		d := wire.Denied{Granted: r.IntN(2) == 0, RetryAfter: n(), Delay: n(), Wait: n(), Version: n(), Now: n()}
+		for _, c := range []struct {
+			v   any
+			got []byte
+		}{{g, g.AppendJSON([]byte("x"))}, {d, d.AppendJSON([]byte("x"))}} {
+			want, err := json.Marshal(c.v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(c.got) != "x"+string(want) {
+				t.Fatalf("AppendJSON(%+v) = %s, want x%s", c.v, c.got, want)
+			}
+		}
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/limitd/limitd/api"
 )
 
 // config is limitd serve's configuration, read from the environment. The
@@ -29,6 +31,7 @@ type config struct {
 	Insecure     bool   `env:"LIMITD_INSECURE" envDefault:"false" help:"true: listen beyond loopback even without LIMITD_ADMIN_TOKEN"`
 	LogFormat    string `env:"LIMITD_LOG_FORMAT" envDefault:"text" help:"text or json"`
 	LogLevel     string `env:"LIMITD_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
+	AccessLog    string `env:"LIMITD_ACCESS_LOG" envDefault:"off" help:"which requests get an \"http request\" line at info: off, errors (answered with a problem: 4xx but a 429 refusal, 5xx) or all; /healthz and /readyz never"`
 }
 
 var (
@@ -93,6 +96,11 @@ func (c *config) check() error {
 	if _, ok := logLevels[c.LogLevel]; !ok {
 		return fmt.Errorf("LIMITD_LOG_LEVEL: must be one of debug, info, warn, error (got %q)", c.LogLevel)
 	}
+	a, err := api.ParseAccessLog(c.AccessLog)
+	if err != nil {
+		return fmt.Errorf("LIMITD_ACCESS_LOG: %w", err)
+	}
+	c.AccessLog = a.String()
 	if c.AdminToken == "" && !c.Insecure && !isLoopback(host) {
 		return fmt.Errorf("LIMITD_ADDR: %s is reachable from other machines and LIMITD_ADMIN_TOKEN is empty, "+
 			"so anyone could change limiters: set LIMITD_ADMIN_TOKEN, or LIMITD_INSECURE=true to accept that", c.Addr)
@@ -116,6 +124,12 @@ func isLoopback(host string) bool {
 	host, _, _ = strings.Cut(host, "%") // an IPv6 zone
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// accessLog is LIMITD_ACCESS_LOG, checked by check.
+func (c *config) accessLog() api.AccessLog {
+	a, _ := api.ParseAccessLog(c.AccessLog)
+	return a
 }
 
 // logger builds the process's logger from LIMITD_LOG_FORMAT and LIMITD_LOG_LEVEL.

@@ -151,6 +151,7 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 			Token:        cfg.Token,
 			MetricsToken: cfg.MetricsToken,
 			Logger:       logger,
+			AccessLog:    cfg.accessLog(),
 			Registry:     prometheus.NewRegistry(),
 			// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
 		}),

@@ -149,6 +149,31 @@ func TestServeRedisDownAtBoot(t *testing.T) {
 	}
 }
 
+// The access log is off by default; LIMITD_ACCESS_LOG=all logs every
+// request but the probes; the startup line stays.
+func TestServeAccessLog(t *testing.T) {
+	for _, tc := range []struct {
+		env    map[string]string
+		logged bool
+	}{{map[string]string{}, false}, {map[string]string{"LIMITD_ACCESS_LOG": "all"}, true}} {
+		base, logs, stop := startServe(t, tc.env)
+		get(t, base+"/healthz")
+		get(t, base+"/readyz")
+		if got := get(t, base+"/v1/limiters/missing"); got != http.StatusNotFound {
+			t.Errorf("GET a missing limiter = %d", got)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		l := logs.String()
+		if !strings.Contains(l, "limitd serving") || strings.Contains(l, "/healthz") || strings.Contains(l, "/readyz") ||
+			strings.Contains(l, `msg="http request"`) != tc.logged ||
+			tc.logged && !strings.Contains(l, `route=/v1/limiters/{name} path=/v1/limiters/missing status=404`) {
+			t.Errorf("%v: logs:\n%s", tc.env, l)
+		}
+	}
+}
+
 func TestServeAddrInUse(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1,0 +1,283 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/wire"
+)
+
+// Acquire is the API's hot path: a client may call it once per operation it
+// paces. It stays decode → core → encode, with the decoding and encoding of
+// its small bodies done by hand (same strictness, same answers) rather than
+// by reflection.
+
+// acquire takes permits, or a concurrency limiter's slot (core.Acquire
+// dispatches on the kind): 200, or 429 with Retry-After when not granted.
+func (s *server) acquire(c echo.Context) error {
+	b, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var req acquireBody
+	if len(b) > 0 {
+		if req, err = decodeAcquire(b); err != nil {
+			return err
+		}
+	}
+	r := core.AcquireRequest{Name: c.Param("name"), Permits: 1, MaxWait: core.Forever, Block: req.block, Given: req.given()}
+	if req.hasPermits {
+		r.Permits = req.permits
+	}
+	if req.hasMaxWait {
+		r.MaxWait = req.maxWait
+	}
+	a, err := s.core.Acquire(c.Request().Context(), r)
+	if err != nil {
+		return err
+	}
+	if l := a.Slot; l != nil {
+		if !l.Granted {
+			setRetryAfter(c, l.RetryAfter)
+			return c.JSON(http.StatusTooManyRequests, wire.SlotDenied{RetryAfter: l.RetryAfter, InUse: l.InUse, Limit: l.Limit})
+		}
+		return c.JSON(http.StatusOK, wire.SlotGranted{Granted: true, LeaseID: l.ID, Expires: l.Expires, InUse: l.InUse, Limit: l.Limit})
+	}
+	d := a.Rate
+	if !d.Granted {
+		return deny(c, *d)
+	}
+	g := wire.Granted{Granted: true, Permits: d.Permits, Delay: d.Delay, Scheduled: d.Scheduled,
+		Start: d.Start, Lateness: d.Lateness, Wait: d.Wait, Version: d.Version, Now: d.Now}
+	if pretty(c) {
+		return c.JSON(http.StatusOK, g)
+	}
+	return writeJSON(c, http.StatusOK, g.AppendJSON)
+}
+
+// deny answers a refused rate decision: 429 with Retry-After.
+func deny(c echo.Context, d core.Decision) error {
+	setRetryAfter(c, d.RetryAfter)
+	v := wire.Denied{RetryAfter: d.RetryAfter, Delay: d.Delay, Wait: d.Wait, Version: d.Version, Now: d.Now}
+	if pretty(c) {
+		return c.JSON(http.StatusTooManyRequests, v)
+	}
+	return writeJSON(c, http.StatusTooManyRequests, v.AppendJSON)
+}
+
+// setRetryAfter sets the Retry-After header: ns in whole seconds, rounded
+// up.
+func setRetryAfter(c echo.Context, ns int64) {
+	c.Response().Header().Set("Retry-After", strconv.FormatInt((max(ns, 0)+1e9-1)/1e9, 10))
+}
+
+// pretty reports whether the answer is to be indented, as echo's c.JSON
+// does when the query has pretty; only c.JSON indents.
+func pretty(c echo.Context) bool {
+	return c.Request().URL.RawQuery != "" && c.QueryParams().Has("pretty")
+}
+
+// jsonBuffers hold answers while they are written.
+var jsonBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// writeJSON answers the JSON appendJSON writes, with a newline, as c.JSON
+// would.
+func writeJSON(c echo.Context, status int, appendJSON func([]byte) []byte) error {
+	bp := jsonBuffers.Get().(*[]byte)
+	b := append(appendJSON((*bp)[:0]), '\n')
+	err := c.Blob(status, echo.MIMEApplicationJSON, b)
+	*bp = b[:0]
+	jsonBuffers.Put(bp)
+	return err
+}
+
+// acquireBody is an acquire's body (wire.AcquireRequest) as read.
+type acquireBody struct {
+	permits                          int64
+	maxWait                          time.Duration // negative is 0 (core)
+	block                            bool
+	hasPermits, hasMaxWait, hasBlock bool
+}
+
+// given names the first setting the body gives, in the order
+// core.AcquireRequest.Given lists them.
+func (a acquireBody) given() string {
+	switch {
+	case a.hasPermits:
+		return "permits"
+	case a.hasMaxWait:
+		return "max_wait"
+	case a.hasBlock:
+		return "block"
+	}
+	return ""
+}
+
+// decodeAcquire reads a non-empty acquire body. The bodies clients send —
+// an object of permits (an integer), max_wait (a duration string) and block
+// (true or false), each at most once, keys in their own letter case — are
+// read by scanAcquire; any other body goes to decodeStrict, which reads
+// those the same way and names the fault of every other.
+func decodeAcquire(b []byte) (acquireBody, error) { return decodeAcquireWith(b, scanAcquire) }
+
+// decodeAcquireWith is decodeAcquire with scan for scanAcquire (tests
+// compare the two ways).
+func decodeAcquireWith(b []byte, scan func([]byte) (acquireBody, bool)) (acquireBody, error) {
+	if a, ok := scan(b); ok {
+		return a, nil
+	}
+	var req wire.AcquireRequest
+	if err := decodeStrict(b, &req, ""); err != nil {
+		return acquireBody{}, err
+	}
+	var a acquireBody
+	if req.Permits != nil {
+		a.permits, a.hasPermits = *req.Permits, true
+	}
+	if req.MaxWait != nil {
+		a.maxWait, a.hasMaxWait = time.Duration(*req.MaxWait), true
+	}
+	if req.Block != nil {
+		a.block, a.hasBlock = *req.Block, true
+	}
+	return a, nil
+}
+
+// scanAcquire reads the common acquire bodies without reflection; ok is
+// false for any body it does not read exactly as decodeStrict would (a
+// fault, null, a number that is not an int64 literal, a string with
+// escapes or beyond ASCII), which decodeStrict then reads.
+func scanAcquire(b []byte) (a acquireBody, ok bool) {
+	i := skipSpace(b, 0)
+	if i == len(b) || b[i] != '{' {
+		return a, false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return a, skipSpace(b, i+1) == len(b)
+	}
+	for {
+		key, end, ok := scanString(b, i)
+		if !ok {
+			return a, false
+		}
+		i = skipSpace(b, end)
+		if i == len(b) || b[i] != ':' {
+			return a, false
+		}
+		i = skipSpace(b, i+1)
+		switch string(key) {
+		case "permits":
+			if a.hasPermits {
+				return a, false
+			}
+			if a.permits, i, ok = scanInt(b, i); !ok {
+				return a, false
+			}
+			a.hasPermits = true
+		case "max_wait":
+			if a.hasMaxWait {
+				return a, false
+			}
+			var s []byte
+			if s, i, ok = scanString(b, i); !ok {
+				return a, false
+			}
+			d, err := time.ParseDuration(string(s))
+			if err != nil {
+				return a, false
+			}
+			a.maxWait, a.hasMaxWait = d, true
+		case "block":
+			switch {
+			case a.hasBlock:
+				return a, false
+			case hasLiteral(b, i, "true"):
+				a.block, i = true, i+len("true")
+			case hasLiteral(b, i, "false"):
+				i += len("false")
+			default:
+				return a, false
+			}
+			a.hasBlock = true
+		default:
+			return a, false
+		}
+		i = skipSpace(b, i)
+		switch {
+		case i == len(b):
+			return a, false
+		case b[i] == ',':
+			i = skipSpace(b, i+1)
+		case b[i] == '}':
+			return a, skipSpace(b, i+1) == len(b)
+		default:
+			return a, false
+		}
+	}
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// scanString reads a JSON string at b[i] of printable ASCII without escapes,
+// returning its content and the index after its closing quote.
+func scanString(b []byte, i int) (s []byte, end int, ok bool) {
+	if i == len(b) || b[i] != '"' {
+		return nil, i, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return b[i+1 : j], j + 1, true
+		case c == '\\' || c < 0x20 || c >= 0x7f:
+			return nil, i, false
+		}
+	}
+	return nil, i, false
+}
+
+// scanInt reads a JSON integer literal at b[i] (no fraction or exponent,
+// no leading zeros) that fits an int64, returning the index after it.
+func scanInt(b []byte, i int) (n int64, end int, ok bool) {
+	neg := i < len(b) && b[i] == '-'
+	if neg {
+		i++
+	}
+	start := i
+	var u uint64
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		if u > (1<<63)/10 {
+			return 0, i, false
+		}
+		u = u*10 + uint64(b[i]-'0')
+	}
+	switch {
+	case i == start, b[start] == '0' && i-start > 1: // no digits, or a leading zero
+		return 0, i, false
+	case neg && u > 1<<63, !neg && u > 1<<63-1:
+		return 0, i, false
+	case i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E'):
+		return 0, i, false
+	}
+	if neg {
+		return -int64(u), i, true // -(1<<63) wraps to itself
+	}
+	return int64(u), i, true
+}
+
+// hasLiteral reports whether b holds lit at i.
+func hasLiteral(b []byte, i int, lit string) bool {
+	return len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit
+}
