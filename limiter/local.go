@@ -196,10 +196,19 @@ func (l *Limiter) reserve(r *Reservation, n int64, deadline time.Time, hasDeadli
 	return nil
 }
 
-// monotonic keeps engine time from going backwards between callers that read
-// the clock before taking the lock. Called with l.mu held.
+// monotonic returns the engine time of a decision, given a clock reading taken
+// before the lock; called with l.mu held. A reading no later than the last
+// decision's was overtaken on its way to the lock: another caller read the
+// clock after it and decided first. Deciding at the old reading (or at the
+// last decision's instant) would put this decision at or before one already
+// made, where a schedule's pace, which keeps starts apart, refuses it although
+// its caller came later; so the clock is read again, under the lock, which
+// orders it after every earlier decision. Only a clock too coarse to tell the
+// two apart leaves the decision at the last one's instant.
 func (l *Limiter) monotonic(now int64) int64 {
-	now = max(now, l.last)
+	if now <= l.last {
+		now = max(l.now(), l.last)
+	}
 	l.last = now
 	return now
 }
