@@ -42,6 +42,7 @@ type Client struct {
 	t      Transport
 	o      options
 	base   time.Time             // local monotonic origin
+	sys    bool                  // the clock is the system's (see mono)
 	clk    clockoffset.Estimator // Redis ns − local ns, from every round trip
 	ctx    context.Context       // cancelled by Close: ends fetches and the watcher
 	cancel context.CancelFunc
@@ -76,6 +77,7 @@ func NewWithTransport(t Transport, opts ...ClientOption) *Client {
 
 func newClient(t Transport, o options) *Client {
 	c := &Client{t: t, o: o, handles: map[string]*Limiter{}, leases: map[io.Closer]struct{}{}}
+	_, c.sys = o.clock.(systemClock)
 	c.base = o.clock.Now()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if ch := t.Changes(c.ctx); ch != nil {
@@ -85,8 +87,15 @@ func newClient(t Transport, o options) *Client {
 	return c
 }
 
-// mono is the local monotonic clock in ns.
-func (c *Client) mono() int64 { return int64(c.o.clock.Now().Sub(c.base)) }
+// mono is the local monotonic clock in ns. The system clock is read with
+// time.Since, which reads only the monotonic clock; Now reads the wall clock
+// too.
+func (c *Client) mono() int64 {
+	if c.sys {
+		return int64(time.Since(c.base))
+	}
+	return int64(c.o.clock.Now().Sub(c.base))
+}
 
 // Limiter returns the handle of a limiter (or template name). Handles are
 // cheap and shared: the same name gives the same handle until it is closed.

@@ -58,7 +58,7 @@ type Permit struct {
 // Allow reports whether a permit may start now, taking it if so. It waits for
 // Redis only when the pool is empty.
 func (l *Limiter) Allow() bool {
-	ok, _, _ := l.AllowNext(context.Background())
+	ok, _, _ := l.allow(context.Background(), false)
 	return ok
 }
 
@@ -68,6 +68,12 @@ func (l *Limiter) Allow() bool {
 // hides: ErrClosed, a limiter that does not exist, ctx's error while the pool
 // waits for a grant.
 func (l *Limiter) AllowNext(ctx context.Context) (ok bool, next time.Duration, err error) {
+	return l.allow(ctx, true)
+}
+
+// allow is Allow, and AllowNext if withNext (Allow does not look further
+// into the pool than the permit it takes).
+func (l *Limiter) allow(ctx context.Context, withNext bool) (ok bool, next time.Duration, err error) {
 	for {
 		l.mu.Lock()
 		if l.closed {
@@ -88,7 +94,9 @@ func (l *Limiter) AllowNext(ctx context.Context) (ok bool, next time.Duration, e
 				return false, time.Duration(s.start - now), nil
 			}
 			l.take(s, now)
-			next := l.peek(now)
+			if withNext {
+				next = l.peek(now)
+			}
 			l.mu.Unlock()
 			return true, next, nil
 		}
@@ -142,11 +150,14 @@ func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 		}
 		l.take(s, now)
 		l.mu.Unlock()
-		if err := l.c.sleep(ctx, time.Duration(s.start-now)); err != nil {
-			l.putBack(s)
-			return Permit{}, err
+		got := now // a permit already due is the caller's at the decision
+		if s.start > now {
+			if err := l.c.sleep(ctx, time.Duration(s.start-now)); err != nil {
+				l.putBack(s)
+				return Permit{}, err
+			}
+			got = max(l.c.mono(), s.start)
 		}
-		got := max(l.c.mono(), s.start)
 		return Permit{
 			Scheduled: time.Unix(0, s.sched+s.offset),
 			Start:     time.Unix(0, got+s.offset),

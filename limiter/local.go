@@ -63,6 +63,7 @@ type Limiter struct {
 	state  State
 	config Config
 	clock  Clock
+	sys    bool      // clock is the system's: read it with time.Since (one clock read, not two)
 	base   time.Time // engine time 0; engine times are ns since base
 	last   int64     // the latest engine time used
 }
@@ -78,6 +79,7 @@ func New(c Config, opts ...Option) (*Limiter, error) {
 	for _, o := range opts {
 		o(l)
 	}
+	_, l.sys = l.clock.(systemClock)
 	l.base = l.clock.Now()
 	if p.StartsAtCreation() {
 		p.Start(&l.state, 0)
@@ -95,7 +97,14 @@ type Permit struct {
 	Backlog   time.Duration // the limiter's backlog after the grant
 }
 
-func (l *Limiter) now() int64 { return int64(l.clock.Now().Sub(l.base)) }
+// now is the engine time now. The system clock is read with time.Since, which
+// reads only the monotonic clock; Now reads the wall clock too.
+func (l *Limiter) now() int64 {
+	if l.sys {
+		return int64(time.Since(l.base))
+	}
+	return int64(l.clock.Now().Sub(l.base))
+}
 
 func (l *Limiter) permit(r Result) Permit {
 	return Permit{
@@ -115,11 +124,10 @@ func (l *Limiter) Allow() bool { return l.AllowN(1) }
 func (l *Limiter) AllowN(n int) bool {
 	now := l.now()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.params.CheckPermits(int64(n)) != nil {
-		return false
-	}
-	return l.params.acquire(&l.state, l.monotonic(now), int64(n), 0).Granted
+	ok := int64(n) >= 1 && int64(n) <= l.params.MaxPermits && // CheckPermits, without building its error
+		l.params.acquire(&l.state, l.monotonic(now), int64(n), 0).Granted
+	l.mu.Unlock()
+	return ok
 }
 
 // Wait blocks until one permit may start. See WaitN.
@@ -196,10 +204,19 @@ func (l *Limiter) reserve(r *Reservation, n int64, deadline time.Time, hasDeadli
 	return nil
 }
 
-// monotonic keeps engine time from going backwards between callers that read
-// the clock before taking the lock. Called with l.mu held.
+// monotonic returns the engine time of a decision, given a clock reading taken
+// before the lock; called with l.mu held. A reading no later than the last
+// decision's was overtaken on its way to the lock: another caller read the
+// clock after it and decided first. Deciding at the old reading (or at the
+// last decision's instant) would put this decision at or before one already
+// made, where a schedule's pace, which keeps starts apart, refuses it although
+// its caller came later; so the clock is read again, under the lock, which
+// orders it after every earlier decision. Only a clock too coarse to tell the
+// two apart leaves the decision at the last one's instant.
 func (l *Limiter) monotonic(now int64) int64 {
-	now = max(now, l.last)
+	if now <= l.last {
+		now = max(l.now(), l.last)
+	}
 	l.last = now
 	return now
 }

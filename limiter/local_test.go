@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -631,4 +632,117 @@ func TestLimiterConcurrentRealClock(t *testing.T) {
 		t.Errorf("%d permits granted in %v, more than rate·elapsed·burst + 1 = %d", s.Permits, elapsed, bound)
 	}
 	t.Logf("%d permits granted (bound %d), %d refused in %v", granted.Load(), bound, refused.Load(), elapsed)
+}
+
+// raceClock hands out strictly increasing instants, one nanosecond apart, one
+// per read. A read can be held after it has taken its instant, as a goroutine
+// is when it is preempted between reading the clock and taking the limiter's
+// lock, so that later readers decide first; or every read can yield the
+// processor after taking its instant, so that goroutines overtake each other
+// at random.
+type raceClock struct {
+	n     atomic.Int64
+	yield bool
+	mu    sync.Mutex
+	hold  chan struct{} // non-nil: the next read waits for it to be closed
+	held  chan struct{} // closed once that read has taken its instant
+}
+
+func (c *raceClock) Now() time.Time {
+	t := clockEpoch.Add(time.Duration(c.n.Add(1)))
+	c.mu.Lock()
+	hold, held := c.hold, c.held
+	c.hold, c.held = nil, nil
+	c.mu.Unlock()
+	if hold != nil {
+		close(held)
+		<-hold
+	}
+	if c.yield {
+		runtime.Gosched()
+	}
+	return t
+}
+
+func (c *raceClock) Sleep(ctx context.Context, d time.Duration) error { return ctx.Err() }
+
+// holdNext holds the next read; wait for the returned channel to be closed
+// (the read has its instant), then close release to let it go on.
+func (c *raceClock) holdNext() (held <-chan struct{}, release func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hold, h := make(chan struct{}), make(chan struct{})
+	c.hold, c.held = hold, h
+	return h, func() { close(hold) }
+}
+
+// neverDenying are limiters at one permit a nanosecond: on a clock that moves
+// at least a nanosecond between two decisions, none refuses an Allow.
+var neverDenying = []struct {
+	name string
+	cfg  limiter.Config
+}{
+	{"schedule", limiter.Config{Rate: limiter.MaxRate, Burst: limiter.B(limiter.MaxBurst)}},
+	{"schedule strict", limiter.Config{Rate: limiter.MaxRate, Burst: limiter.B(1)}},
+	{"smooth", limiter.Config{Kind: limiter.KindSmooth, Rate: limiter.MaxRate}},
+}
+
+// BUG: a caller that read the clock before another caller's decision but took
+// the lock after it was decided at the other's instant, where the schedule's
+// pace (a start at most every slice/burst) refused it: 6–8 % of parallel Allows
+// on a limiter that should never refuse one.
+func TestAllowOvertakenOnTheWayToTheLock(t *testing.T) {
+	for _, c := range neverDenying {
+		t.Run(c.name, func(t *testing.T) {
+			clk := &raceClock{}
+			l, err := limiter.New(c.cfg, limiter.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !l.Allow() {
+				t.Fatal("the first Allow was refused")
+			}
+			held, release := clk.holdNext()
+			late := make(chan bool)
+			go func() { late <- l.Allow() }() // reads the clock first, takes the lock last
+			<-held
+			if !l.Allow() {
+				t.Error("the overtaking Allow was refused")
+			}
+			release()
+			if !<-late {
+				t.Error("the Allow that read the clock before the other's decision was refused")
+			}
+		})
+	}
+}
+
+// Parallel callers on a never-refusing limiter are never refused, however
+// they overtake each other between the clock and the lock.
+func TestAllowParallelNeverRefused(t *testing.T) {
+	const goroutines, calls = 8, 2000
+	for _, c := range neverDenying {
+		t.Run(c.name, func(t *testing.T) {
+			clk := &raceClock{yield: true}
+			l, err := limiter.New(c.cfg, limiter.WithClock(clk))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var refused atomic.Int64
+			var wg sync.WaitGroup
+			for range goroutines {
+				wg.Go(func() {
+					for range calls {
+						if !l.Allow() {
+							refused.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if n := refused.Load(); n != 0 {
+				t.Errorf("%d of %d parallel Allows refused", n, goroutines*calls)
+			}
+		})
+	}
 }
