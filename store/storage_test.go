@@ -302,7 +302,10 @@ func TestStorageLayout(t *testing.T) {
 	ctx := t.Context()
 	warm := limiter.Config{Kind: limiter.KindSmooth, Rate: 1100.5, Warmup: limiter.D(time.Second)}
 	stPut(t, s, "w", warm)
-	if _, err := s.PutTemplate(ctx, Template{ID: "t", Pattern: "u:*", Limiter: warm}); err != nil {
+	// An idle_ttl of an hour: without one, an instance settled (its stored
+	// time full, about 1 s here) is dropped, and a busy machine may take
+	// that long between the acquires and the reads below.
+	if _, err := s.PutTemplate(ctx, Template{ID: "t", Pattern: "u:*", Limiter: warm, IdleTTL: limiter.D(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"w", "u:1"} {
