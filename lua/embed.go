@@ -13,6 +13,7 @@ package lua
 import (
 	"embed"
 	"slices"
+	"sync"
 )
 
 //go:embed *.lua
@@ -47,9 +48,20 @@ func Source(op string) string {
 	if !slices.Contains(Ops, op) {
 		panic("lua: no script for operation " + op)
 	}
-	body := mustRead(op + ".lua")
-	if Standalone[op] {
-		return body
-	}
-	return libSource() + "\n" + body
+	return sources()[op]
 }
+
+// sources are every operation's script, made once (fold reads the whole
+// library).
+var sources = sync.OnceValue(func() map[string]string {
+	m := map[string]string{}
+	for _, op := range Ops {
+		body := mustRead(op + ".lua")
+		if Standalone[op] {
+			m[op] = body
+		} else {
+			m[op] = fold(libSource() + "\n" + body)
+		}
+	}
+	return m
+})

@@ -213,6 +213,17 @@ func derived() string {
 		b.WriteString("}\n  end,\n")
 		fmt.Fprintf(&b, "  pack = function(L, enc)\n    return enc('%s', %s)\n  end}\n", format, strings.Join(pfields, ", "))
 	}
+	// FAST: a kind's fast path by its x's size, where no other kind's x has
+	// that size (nil for a kind without one).
+	sizes := map[int]int{}
+	for _, k := range kinds() {
+		sizes[k.Size()]++
+	}
+	for _, k := range kinds() {
+		if sizes[k.Size()] == 1 {
+			fmt.Fprintf(&b, "FAST[%d] = KINDS[%s].fast\n", k.Size(), strconv.Quote(k.Name))
+		}
+	}
 	return b.String()
 }
 

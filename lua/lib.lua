@@ -54,6 +54,11 @@
 -- later than TIME (the clock stepped back since) is re-anchored at now: it
 -- keeps the schedule as far ahead of now as its caller was told, not the
 -- length of the step.
+-- A floor comes as two arguments in hexadecimal (store/floors.go): the time
+-- seen, and the ns ahead plus FAR (so never negative; clamped, as
+-- apply_floor does), or '0' '0' for none. Lua reads a decimal number with
+-- strtod, which on the 16 digits of a time in us costs several times the
+-- strtoul that reads hexadecimal (tonumber(s, 16)); floor_args reads them.
 --
 -- A share or concurrency limiter's state key (configure_lease.lua) holds its
 -- kind's name as x, so that these scripts answer {-5, kind} for it in the
@@ -131,8 +136,8 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 -- and in the row itself:
 --   fast (optional) is acquire_single's path for one acquire on a named
 --     limiter of the kind: (key, x, n, max_wait, us, fus, fah), the answer or
---     nil for the general path; lean_* are the layout it reads (checked in
---     check_layouts)
+--     nil for the general path; lean_* are the layout it reads and the code
+--     it checks (checked in check_layouts)
 -- lib.lua and the operations dispatch through the engine (engine_of(L.kind))
 -- and never name a kind. The kind files follow lib.lua in every script and in
 -- the library (lua.Source, lua.Library), and then what is derived from the
@@ -170,6 +175,10 @@ local FORMAT = 3 -- formats 1 (before last) and 2 (before the format byte) had n
 -- computes the same from field_groups and the rows, in Lua, and compares: on
 -- a library's first call, and in store's tests.
 local X_OF = {}
+-- FAST[size] is the fast path (its row's fast) of the kind whose x has that
+-- size, derived with X_OF: acquire_single finds it by x's length, without a
+-- call. A fast path checks x's code; kinds of one size have none here.
+local FAST = {}
 -- OLD_FORMATS are the earlier formats by size (binary only: they had no
 -- format byte), and where their bytes go in FORMAT's: format 2 lacks the
 -- format byte (after code), format 1 also last (after the totals' low
@@ -229,6 +238,7 @@ local function check_layouts()
       local lnames, lfmt, lsize = walk({HEAD, SLICE, P, STATE, RUN})
       local _, rfmt, rsize = walk({RUN})
       if lnames ~= K.lean_names or lfmt ~= K.lean_fmt or rfmt ~= K.lean_run or size ~= K.lean_size or
+          K.lean_code ~= K.code or (FAST[size] and FAST[size] ~= K.fast) or
           tostring(lsize - rsize) ~= K.lean_run_at then
         error('lib.lua: the fast path of ' .. name .. ' reads a layout that is not its field groups\'')
       end
@@ -462,6 +472,13 @@ local function start(L, now, us)
   L.started, L.origin, L.next, L.pace, L.rem, L.stored, L.last = 1, us, now, now, 0, L.initial, now
 end
 
+-- floor_args reads a floor's arguments (see Floors): fus, fah, fus 0 for none.
+local function floor_args(s, a)
+  local fus = tonumber(s, 16)
+  if fus == 0 then return 0, 0 end
+  return fus, tonumber(a, 16) - FAR
+end
+
 -- apply_floor is limiter.Params.ApplyFloor for a started L: fus (Unix us)
 -- and fah (ns) are the floor's Seen and Ahead. fus - L.epoch is exact and, once
 -- the floor is younger than FLOOR_AGE, small enough that the position is too.
@@ -627,10 +644,10 @@ local function grant_main(keys, argv)
   if n < 1 or n > L.max_permits or n ~= floor(n) then return {PERMITS_RANGE, L.max_permits} end
   if max_wait < 0 then max_wait = HORIZON end
   local now = now_rel(L, us)
-  local fus = tonumber(argv[4])
+  local fus, fah = floor_args(argv[4], argv[5])
   if fus ~= 0 then
     start(L, now, us)
-    apply_floor(L, now, us, fus, tonumber(argv[5]))
+    apply_floor(L, now, us, fus, fah)
   end
   local rem_before = L.rem
   if L.started ~= 1 then rem_before = 0 end -- start's carry
@@ -652,10 +669,10 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fu
     return enc('<BB', A_OTHER_KIND, #L.kind) .. L.kind
   end
   local now = now_rel(L, us)
-  fus = fus and tonumber(fus)
+  if fus then fus, fah = floor_args(fus, fah) end
   if fus and fus ~= 0 then
     start(L, now, us)
-    apply_floor(L, now, us, fus, tonumber(fah))
+    apply_floor(L, now, us, fus, fah)
   end
   local recs, decided = {false}, false
   for r = 1, m do
@@ -691,8 +708,7 @@ end
 local function acquire_single(key, argv, a, us, x, fus, fah)
   if x == nil then x = rcall('GET', key) end
   if x and TEXT == 0 then
-    local X = X_OF[string.byte(x, 1)]
-    local fast = X and X.kind.fast
+    local fast = FAST[#x]
     if fast then
       local answer = fast(key, x, argv[a], argv[a + 1], us, fus, fah)
       if answer then return answer end

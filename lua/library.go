@@ -3,7 +3,9 @@ package lua
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"maps"
 	"strings"
+	"sync"
 )
 
 // LibraryOps are the operations Library serves: the rate limiter's calls,
@@ -11,11 +13,12 @@ import (
 var LibraryOps = []string{Acquire, Grant, Peek, Release, Reset}
 
 // Lib is a Redis Function library (Redis ≥ 7: FUNCTION LOAD, FCALL) holding
-// the scripts of LibraryOps.
+// the scripts of LibraryOps, its constants folded (see fold).
 type Lib struct {
 	Name      string            // the library's name: limitd_ and a hash of its code
 	Source    string            // what FUNCTION LOAD takes
 	Functions map[string]string // operation → function name
+	text      string            // Source before fold, without the first line
 }
 
 // Library returns the function library of LibraryOps. A script's top level
@@ -28,6 +31,12 @@ type Lib struct {
 // so limitd versions with different scripts can share a server (each loads
 // its own library; old ones stay until FUNCTION DELETE).
 func Library() Lib {
+	l := library()
+	l.Functions = maps.Clone(l.Functions)
+	return l
+}
+
+var library = sync.OnceValue(func() Lib {
 	lib := libSource()
 	var body strings.Builder
 	body.WriteString(lib)
@@ -52,6 +61,7 @@ func Library() Lib {
 		body.WriteString(bodies[i])
 		body.WriteString("\nend)\n")
 	}
-	l.Source = "#!lua name=" + name + "\n" + body.String()
+	l.text = body.String()
+	l.Source = "#!lua name=" + name + "\n" + fold(l.text)
 	return l
-}
+})

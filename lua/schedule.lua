@@ -21,7 +21,7 @@ end
 -- check_layouts (lib.lua) checks them against the field groups (on a
 -- library's first call, and in store's tests), so a change of the groups that
 -- they miss is an error at once, never a misread.
-local X_SIZE, X_RUN_AT = 137, '54'
+local CODE, X_SIZE, X_RUN_AT = 1, 137, '54'
 local X_LEAN = '<BBi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7i7'
 local X_RUN = '<i7i7i4i7i7i7i7i7'
 
@@ -34,19 +34,19 @@ local X_RUN = '<i7i7i4i7i7i7i7i7'
 -- a floor (fus, fah: see apply_floor; nil: none) that moves the schedule.
 -- It returns the answer, or nil for the general path.
 local function acquire_one(key, x, n, max_wait, us, fus, fah)
-  -- x is binary and starts with schedule's code (acquire_single); its
-  -- current format is X_SIZE bytes long (an earlier format's is shorter)
-  if #x ~= X_SIZE then return nil end
+  -- x is binary and X_SIZE bytes long (FAST, acquire_single), the size of
+  -- a schedule limiter's x in the current format
   local code, format, version, whole, frac, den, max_permits, burst, max_backlog, started, epoch,
     next, pace, rem, allocated, idle, permits, lateness, last = dec(X_LEAN, x)
-  if format ~= FORMAT then return nil end
+  if code ~= CODE or format ~= FORMAT then return nil end
   local now = (us - epoch) * 1000
   n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
   if started ~= 1 or now >= REBASE or now < last or n < 1 or n > max_permits or n % 1 ~= 0 then return nil end
-  if fus then -- apply_floor's test, without its change
-    fus = tonumber(fus)
+  if fus then -- apply_floor's test, without its change (floor_args, inline)
+    fus = tonumber(fus, 16)
     if fus ~= 0 and us - fus < FLOOR_AGE then
-      local ah = min(max(tonumber(fah), -FAR), 2 * HORIZON)
+      local ah = tonumber(fah, 16) - FAR -- >= -FAR
+      if ah > 2 * HORIZON then ah = 2 * HORIZON end
       local at
       if us < fus then at = now + ah else at = (fus - epoch) * 1000 + ah end
       if at > now - FAR and at > next then return nil end
@@ -97,7 +97,7 @@ KINDS.schedule = {
   params = 'burst:d max_backlog:i7', -- burst 0: "inf"
   fast = acquire_one,
   lean_names = 'code format version whole frac den max_permits burst max_backlog started epoch next pace rem allocated idle permits lateness last',
-  lean_fmt = X_LEAN, lean_run = X_RUN, lean_run_at = X_RUN_AT, lean_size = X_SIZE,
+  lean_code = CODE, lean_fmt = X_LEAN, lean_run = X_RUN, lean_run_at = X_RUN_AT, lean_size = X_SIZE,
   engine = function() return {
     acquire = function(L, now, n, max_wait)
       forfeit(L, now, L.max_backlog)

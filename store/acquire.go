@@ -61,9 +61,9 @@ func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait
 	}
 	// Without a template, acquire.lua takes the state key and the pair
 	// alone, or the pair and a floor.
-	fus, fah := s.floors.args(name)
+	fus, fah := s.floors.floorArgs(name)
 	keys, args := []string{s.stateKey(name)}, []any{n, waitArg(maxWait)}
-	if fus != 0 {
+	if fus != "0" {
 		args = []any{n, waitArg(maxWait), fus, fah}
 	}
 	if tpl != nil {
@@ -104,7 +104,7 @@ func (s *Store) grantCall(ctx context.Context, name string, n int64, maxWait tim
 	if n < 1 {
 		return nil, permitsErr(n)
 	}
-	fus, fah := s.floors.args(name)
+	fus, fah := s.floors.floorArgs(name)
 	args := append([]any{n, waitArg(maxWait), tpl.idleTTLms(), fus, fah}, tpl.args()...)
 	v, err := s.run(ctx, lua.Grant, keys, args...)
 	if err != nil {

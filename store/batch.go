@@ -238,7 +238,7 @@ func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome, s
 			}
 		}
 		for _, g := range sc.groups[from:to] {
-			fus, fah := s.floors.args(g.name)
+			fus, fah := s.floors.floorArgs(g.name)
 			argv = append(argv, g.tpl.acquireHead(g.m), fus, fah)
 			for i := g.first; i >= 0; i = sc.next[i] {
 				argv = append(argv, reqs[i].Permits, waitArg(reqs[i].MaxWait))

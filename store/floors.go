@@ -1,11 +1,11 @@
 package store
 
 import (
-	"time"
-
 	"hash/maphash"
 	"slices"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/limitd/limitd/limiter"
 )
@@ -75,6 +75,24 @@ func (f *floorSet) args(name string) (int64, int64) {
 		return 0, 0
 	}
 	return fl.Seen / 1000, fl.Ahead
+}
+
+// floorAheadOffset is what floorArgs adds to a floor's ahead so that it is
+// never negative: lua/lib.lua's FAR, below which the scripts clamp it.
+const floorAheadOffset = 1 << 52
+
+// floorArgs are name's floor as the scripts read it (see Floors in
+// lua/lib.lua): args in hexadecimal, ahead clamped to what the scripts take
+// and offset by floorAheadOffset, or "0" "0" for none. Lua reads a decimal
+// number with strtod, several times slower on these 16 digits than the
+// strtoul it uses for hexadecimal, on every acquire.
+func (f *floorSet) floorArgs(name string) (any, any) {
+	seen, ahead := f.args(name)
+	if seen == 0 {
+		return "0", "0"
+	}
+	ahead = min(max(ahead, -floorAheadOffset), 2*limiter.Horizon) + floorAheadOffset
+	return strconv.FormatInt(seen, 16), strconv.FormatInt(ahead, 16)
 }
 
 // stepSlack is how much earlier than the floor kept an answer's Redis time
