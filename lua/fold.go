@@ -92,12 +92,13 @@ func splitValues(s string) []string {
 	return append(out, strings.TrimSpace(s[start:]))
 }
 
-// redeclared reports whether name is assigned after its declaration or
+// redeclared reports whether name is assigned after its declaration (a
+// statement at a line's start or after `)`, `;`, then, do, else or end) or
 // declared a second time in src.
 func redeclared(src, name string) bool {
 	n := regexp.QuoteMeta(name)
 	decl := regexp.MustCompile(`(?m)^\s*local\s+(?:\w+\s*,\s*)*` + n + `\b|\bfor\s+(?:\w+\s*,\s*)*` + n +
-		`\b|\bfunction\s*[\w.:]*\([^)]*\b` + n + `\b[^)]*\)|(?m)^\s*(?:[\w.\[\]]+\s*,\s*)*` + n + `\s*(?:,\s*[\w.\[\]]+\s*)*=[^=]`)
+		`\b|\bfunction\s*[\w.:]*\([^)]*\b` + n + `\b[^)]*\)|(?m)(?:^|\b(?:then|do|else|end)\b|[;)])\s*(?:[\w.\[\]]+\s*,\s*)*` + n + `\s*(?:,\s*[\w.\[\]]+\s*)*=[^=]`)
 	return len(decl.FindAllStringIndex(stripComments(src), 2)) > 1
 }
 

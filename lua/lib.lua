@@ -134,9 +134,10 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 --   starts_at_creation: configure starts the schedule (smooth, as Guava)
 --   rewinds: a hand-back may rewind the schedule (release.lua)
 -- and in the row itself:
---   fast (optional) is acquire_single's path for one acquire on a named
---     limiter of the kind: (key, x, n, max_wait, us, fus, fah), the answer or
---     nil for the general path; lean_* are the layout it reads and the code
+--   fast (optional) is the path for one acquire on a named limiter of the
+--     kind (acquire_single) or an instance (acquire_many): (key, x, n,
+--     max_wait, us, fus, fah, [tver, idle_ttl]), the answer or nil for the
+--     general path; lean_* are the layout it reads and the code
 --     it checks (checked in check_layouts)
 -- lib.lua and the operations dispatch through the engine (engine_of(L.kind))
 -- and never name a kind. The kind files follow lib.lua in every script and in
@@ -530,6 +531,15 @@ local function pack(L)
   return X_OF[code].pack(L, enc)
 end
 
+-- ttl_ms is settle_ms for an instance with the given debt (ns); settle is
+-- its kind's settle, or L to ask its engine for it only if needed.
+local function ttl_ms(debt, idle_ttl_ms, settle)
+  if idle_ttl_ms > 0 then return max(idle_ttl_ms, math.ceil(debt / 1e6)) end
+  if type(settle) == 'table' then settle = engine_of(settle.kind).settle(settle) end
+  if idle_ttl_ms < 0 then settle = min(settle, -idle_ttl_ms * 1e6) end
+  return max(1, math.ceil((debt + settle) / 1e6))
+end
+
 -- settle_ms is how long an instance must be kept: never less than its debt
 -- (while it owes, a fresh instance would grant again what it granted), then
 -- the template's idle_ttl when one is set (idle_ttl_ms > 0); else until its
@@ -537,11 +547,7 @@ end
 -- forfeited) but at most -idle_ttl_ms after the debt (store.DefaultIdleTTL,
 -- sent negative), 0 for no bound.
 local function settle_ms(L, now, idle_ttl_ms)
-  local debt = max(0, L.next - now, L.pace - now)
-  if idle_ttl_ms > 0 then return max(idle_ttl_ms, math.ceil(debt / 1e6)) end
-  local settle = engine_of(L.kind).settle(L)
-  if idle_ttl_ms < 0 then settle = min(settle, -idle_ttl_ms * 1e6) end
-  return max(1, math.ceil((debt + settle) / 1e6))
+  return ttl_ms(max(0, L.next - now, L.pace - now), idle_ttl_ms, L)
 end
 
 -- save writes L back if this call changed it: a named limiter's state key, or
@@ -753,13 +759,23 @@ local function acquire_many(keys, argv)
       out[j] = acquire_single(keys[k], argv, a + 3, us, xs[k], fus, fah)
       k, a = k + 1, a + 5
     else
-      local m, tpl, idle_ttl, ikey = tonumber(head), nil, 0, nil
+      local m, tpl, idle_ttl, ikey, answer = tonumber(head), nil, 0, nil, nil
       if not m then
         local ms, ttl, params = string.match(head, '^(%S+) (%S+) (.*)$')
-        m, idle_ttl, ikey = tonumber(ms), tonumber(ttl), keys[k + 1]
-        tpl = {text = params, version = tonumber(string.match(params, '(%S+)$'))}
+        m, idle_ttl, ikey = SMALL[ms] or tonumber(ms), tonumber(ttl), keys[k + 1]
+        -- the version is the last word (anchored: a pattern that is not
+        -- tries every position, each to the end)
+        local version = string.match(params, '^.* (%S+)$')
+        version = SMALL[version] or tonumber(version)
+        -- one acquire on an instance (no named limiter) of a kind with a
+        -- fast path: that path, as for a named limiter
+        local ix = xs[k + 1]
+        local fast = m == 1 and not xs[k] and ix and TEXT == 0 and FAST[#ix]
+        if fast then answer = fast(ikey, ix, argv[a + 3], argv[a + 4], us, fus, fah, version, idle_ttl) end
+        if not answer then tpl = {text = params, version = version} end
       end
-      out[j] = acquire_group(keys[k], ikey, tpl, idle_ttl, m, argv, a + 3, us, xs[k], ikey and xs[k + 1], fus, fah)
+      out[j] = answer or
+        acquire_group(keys[k], ikey, tpl, idle_ttl, m, argv, a + 3, us, xs[k], ikey and xs[k + 1], fus, fah)
       k, a = k + (ikey and 2 or 1), a + 3 + 2 * m
     end
   end

@@ -26,19 +26,23 @@ local X_LEAN = '<BBi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7i7'
 local X_RUN = '<i7i7i4i7i7i7i7i7'
 
 -- acquire_one is acquire_many's path for its most frequent call, one acquire
--- on a named schedule limiter that has started, in numbers held in locals
+-- on a named schedule limiter or a template instance that has started, in numbers held in locals
 -- rather than a table L: the same steps as acquire (now_rel without a
 -- rebase or a clock step, forfeit, cost, pace) and save. It reads x only up
 -- to last and rewrites only what changes (X_LEAN, X_RUN: SETRANGE), so a
 -- change that would carry into a high part goes the general way, and so does
 -- a floor (fus, fah: see apply_floor; nil: none) that moves the schedule.
--- It returns the answer, or nil for the general path.
-local function acquire_one(key, x, n, max_wait, us, fus, fah)
+-- For a template instance, tver is the template's version and idle_ttl its
+-- idle TTL (acquire_group's): an instance of an older version goes the
+-- general way (to be moved to the new one), and what changes is saved with
+-- its TTL (save, settle_ms). It returns the answer, or nil for the general
+-- path.
+local function acquire_one(key, x, n, max_wait, us, fus, fah, tver, idle_ttl)
   -- x is binary and X_SIZE bytes long (FAST, acquire_single), the size of
   -- a schedule limiter's x in the current format
   local code, format, version, whole, frac, den, max_permits, burst, max_backlog, started, epoch,
     next, pace, rem, allocated, idle, permits, lateness, last = dec(X_LEAN, x)
-  if code ~= CODE or format ~= FORMAT then return nil end
+  if code ~= CODE or format ~= FORMAT or (tver and version < tver) then return nil end
   local now = (us - epoch) * 1000
   n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
   if started ~= 1 or now >= REBASE or now < last or n < 1 or n > max_permits or n % 1 ~= 0 then return nil end
@@ -67,8 +71,14 @@ local function acquire_one(key, x, n, max_wait, us, fus, fah)
   if delay > max_wait then
     local wait = now - sched
     if wait < 0 then wait = 0 end
-    answer = enc(HR, A_OK, us, version, 0, next - now, R_DENIED, 0, delay, wait, delay - max_wait)
-    if late <= max_backlog then return answer end -- a denial that forfeited nothing changes nothing
+    answer = enc(HR, A_OK, us, version, tver and 1 or 0, next - now, R_DENIED, 0, delay, wait, delay - max_wait)
+    if late <= max_backlog then -- a denial that forfeited nothing changes nothing
+      -- but an instance with an idle TTL gets it anew (save)
+      if tver and idle_ttl > 0 then
+        rcall('PEXPIRE', key, ttl_ms(max(0, next - now, pace - now), idle_ttl, max_backlog))
+      end
+      return answer
+    end
   else
     local c -- cost
     if frac == 0 then
@@ -85,10 +95,13 @@ local function acquire_one(key, x, n, max_wait, us, fus, fah)
     last = now
     local wait = now - next
     if wait < 0 then wait = 0 end
-    answer = enc(HR, A_OK, us, version, 0, next - now, R_GRANTED, sched - now, delay, wait, 0)
+    answer = enc(HR, A_OK, us, version, tver and 1 or 0, next - now, R_GRANTED, sched - now, delay, wait, 0)
   end
   if allocated >= LOW or idle >= LOW or permits >= LOW or lateness >= LOW then return nil end -- a carry
   rcall('SETRANGE', key, X_RUN_AT, enc(X_RUN, next, pace, rem, allocated, idle, permits, lateness, last))
+  if tver then -- schedule's settle: until the backlog is forfeited
+    rcall('PEXPIRE', key, ttl_ms(max(0, next - now, pace - now), idle_ttl, max_backlog))
+  end
   return answer
 end
 

@@ -1410,3 +1410,57 @@ return out`
 		run(t, redistest.Server(t).Client())
 	})
 }
+
+// TestDiffRealRedisInstance runs acquires on a template instance against a
+// real redis-server, where one acquire on an instance of a schedule template
+// takes the fast path of a named limiter (acquire_one), and new template
+// versions (of either kind) move it to the general path and back. The state
+// Redis keeps is checked to the byte against the model, and so is the TTL the
+// fast path gives the instance.
+func TestDiffRealRedisInstance(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Server(t)
+	ops := 1500
+	if testing.Short() {
+		ops = 400
+	}
+	for i, mode := range []string{"functions", "scripts"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			var opts []store.Option
+			if mode == "scripts" {
+				opts = []store.Option{store.WithScriptsOnly()}
+			}
+			pfx := "diffinst-" + mode
+			rdb := srv.Client()
+			g := &diffRig{t: t, ctx: context.Background(), rdb: rdb, st: store.New(rdb, append([]store.Option{store.WithPrefix(pfx)}, opts...)...),
+				name: "t:diff", key: pfx + ":{t:diff}:i", label: "real redis instance (" + mode + ")", ops: map[string]int{}, tpl: true}
+			r := rand.New(rand.NewPCG(uint64(7100+i), 0x696e7374))
+			g.put(g.config(r, limiter.KindSchedule))
+			for op := range ops {
+				switch x := r.IntN(100); {
+				case x < 2:
+					k := limiter.KindSchedule
+					if r.IntN(3) == 0 {
+						k = limiter.KindSmooth
+					}
+					g.put(g.config(r, k))
+				default:
+					g.acquire(g.randN(r), g.randWait(r), false)
+				}
+				if !g.instExists {
+					continue
+				}
+				g.checkRaw()
+				ttl := rdb.PTTL(g.ctx, g.key).Val()
+				// the default idle TTL (store.DefaultIdleTTL) bounds the
+				// time kept after the debt; the debt is at most the
+				// schedule's horizon ahead of now
+				if ttl <= 0 || ttl > store.DefaultIdleTTL+time.Duration(limiter.Horizon) {
+					g.fatalf("op %d: instance PTTL %v", op, ttl)
+				}
+			}
+			t.Logf("%s: %s", mode, g.summary())
+		})
+	}
+}
