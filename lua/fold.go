@@ -19,9 +19,14 @@ import (
 // constants. So the scripts are written with named constants and run
 // without them. Comments and string literals are left as they are.
 func fold(src string) string {
-	consts := map[string]string{}
-	var order []string
 	lines := strings.Split(src, "\n")
+	code := make([]string, len(lines)) // the lines without comments and strings
+	for i, l := range lines {
+		code[i] = codeOnly(l)
+	}
+	declared, assigned := bindings(strings.Join(code, "\n"))
+	consts := map[string]string{}
+	var names []string
 	for i, line := range lines {
 		if j := commentStart(line); j >= 0 {
 			line = line[:j]
@@ -30,40 +35,34 @@ func fold(src string) string {
 		if m == nil {
 			continue
 		}
-		names, values := strings.Split(m[1], ", "), splitValues(m[2])
-		if len(names) != len(values) {
-			continue
-		}
-		ok := true
-		for _, v := range values {
-			ok = ok && constValue.MatchString(v)
-		}
-		for _, n := range names {
-			ok = ok && consts[n] == "" && !redeclared(src, n)
+		ns, vs := strings.Split(m[1], ", "), splitValues(m[2])
+		ok := len(ns) == len(vs)
+		for k := 0; ok && k < len(vs); k++ {
+			ok = constValue.MatchString(vs[k]) && declared[ns[k]] == 1 && assigned[ns[k]] == 0
 		}
 		if !ok {
 			continue
 		}
-		for j, n := range names {
-			v := values[j]
-			if strings.Contains(v, "' .. '") {
-				v = strings.ReplaceAll(v, "' .. '", "")
-			}
+		for k, n := range ns {
+			v := strings.ReplaceAll(vs[k], "' .. '", "")
 			if strings.HasPrefix(v, "-") {
 				v = "(" + v + ")" // never x --1, a comment
 			}
 			consts[n] = v
-			order = append(order, n)
+			names = append(names, n)
 		}
 		lines[i] = "-- " + lines[i] // a comment keeps the lines where they were
 	}
 	if len(consts) == 0 {
 		return src
 	}
-	names := regexp.MustCompile(`\b(?:` + strings.Join(order, "|") + `)\b`)
+	uses := regexp.MustCompile(`\b(?:` + strings.Join(names, "|") + `)\b`)
 	for i, line := range lines {
-		lines[i] = mapCode(line, func(code string) string {
-			return names.ReplaceAllStringFunc(code, func(n string) string { return consts[n] })
+		if strings.HasPrefix(line, "-- ") || !uses.MatchString(code[i]) {
+			continue
+		}
+		lines[i] = mapCode(line, func(c string) string {
+			return uses.ReplaceAllStringFunc(c, func(n string) string { return consts[n] })
 		})
 	}
 	return strings.Join(lines, "\n")
@@ -72,7 +71,35 @@ func fold(src string) string {
 var (
 	constDecl  = regexp.MustCompile(`^local ([A-Z][A-Z0-9_]*(?:, [A-Z][A-Z0-9_]*)*) = (.*)$`)
 	constValue = regexp.MustCompile(`^(?:-?\d+|'[^'\\]*'(?: \.\. '[^'\\]*')*)$`)
+
+	// what binds a name: a local (or local function), a loop variable, a
+	// parameter; and the head of an assignment, a statement at a line's
+	// start or after `)`, `;`, then, do, else or end
+	localDecl = regexp.MustCompile(`\blocal\s+(?:function\s+)?(\w+(?:\s*,\s*\w+)*)`)
+	forDecl   = regexp.MustCompile(`\bfor\s+(\w+(?:\s*,\s*\w+)*)`)
+	paramDecl = regexp.MustCompile(`\bfunction\s*[\w.:]*\(([^)]*)\)`)
+	assign    = regexp.MustCompile(`(?m)(?:^|\b(?:then|do|else|end)\b|[;)])\s*([\w.\[\]]+(?:\s*,\s*[\w.\[\]]+)*)\s*=[^=]`)
+	word      = regexp.MustCompile(`\w+`)
 )
+
+// bindings counts, in code without comments and strings, the declarations
+// and the assignments of each name.
+func bindings(code string) (declared, assigned map[string]int) {
+	declared, assigned = map[string]int{}, map[string]int{}
+	for _, re := range []*regexp.Regexp{localDecl, forDecl, paramDecl} {
+		for _, m := range re.FindAllStringSubmatch(code, -1) {
+			for _, n := range word.FindAllString(m[1], -1) {
+				declared[n]++
+			}
+		}
+	}
+	for _, m := range assign.FindAllStringSubmatch(code, -1) {
+		for _, n := range strings.Split(m[1], ",") {
+			assigned[strings.TrimSpace(n)]++
+		}
+	}
+	return declared, assigned
+}
 
 // splitValues splits a declaration's values at the commas outside quotes.
 func splitValues(s string) []string {
@@ -92,29 +119,21 @@ func splitValues(s string) []string {
 	return append(out, strings.TrimSpace(s[start:]))
 }
 
-// redeclared reports whether name is assigned after its declaration (a
-// statement at a line's start or after `)`, `;`, then, do, else or end) or
-// declared a second time in src.
-func redeclared(src, name string) bool {
-	n := regexp.QuoteMeta(name)
-	decl := regexp.MustCompile(`(?m)^\s*local\s+(?:\w+\s*,\s*)*` + n + `\b|\bfor\s+(?:\w+\s*,\s*)*` + n +
-		`\b|\bfunction\s*[\w.:]*\([^)]*\b` + n + `\b[^)]*\)|(?m)(?:^|\b(?:then|do|else|end)\b|[;)])\s*(?:[\w.\[\]]+\s*,\s*)*` + n + `\s*(?:,\s*[\w.\[\]]+\s*)*=[^=]`)
-	return len(decl.FindAllStringIndex(stripComments(src), 2)) > 1
-}
-
-func stripComments(src string) string {
-	lines := strings.Split(src, "\n")
-	for i, l := range lines {
-		if j := commentStart(l); j >= 0 {
-			lines[i] = l[:j]
-		}
+// codeOnly is a line without its comment, its string literals emptied.
+func codeOnly(line string) string {
+	if j := commentStart(line); j >= 0 {
+		line = line[:j]
 	}
-	return strings.Join(lines, "\n")
+	return scanCode(line, func(c string) string { return c }, true)
 }
 
 // mapCode applies f to the parts of a line that are code: neither a string
 // literal nor the comment that ends the line.
-func mapCode(line string, f func(string) string) string {
+func mapCode(line string, f func(string) string) string { return scanCode(line, f, false) }
+
+// scanCode is mapCode; with drop, string literals come out as ” and the
+// comment is dropped.
+func scanCode(line string, f func(string) string, drop bool) string {
 	var b strings.Builder
 	start := 0
 	for i := 0; i < len(line); i++ {
@@ -122,7 +141,9 @@ func mapCode(line string, f func(string) string) string {
 		switch {
 		case c == '-' && i+1 < len(line) && line[i+1] == '-':
 			b.WriteString(f(line[start:i]))
-			b.WriteString(line[i:])
+			if !drop {
+				b.WriteString(line[i:])
+			}
 			return b.String()
 		case c == '\'' || c == '"':
 			b.WriteString(f(line[start:i]))
@@ -134,7 +155,11 @@ func mapCode(line string, f func(string) string) string {
 				j++
 			}
 			j = min(j+1, len(line))
-			b.WriteString(line[i:j])
+			if drop {
+				b.WriteString("''")
+			} else {
+				b.WriteString(line[i:j])
+			}
 			start, i = j, j-1
 		}
 	}
