@@ -732,7 +732,8 @@ end
 -- ARGV: per limiter, in KEYS order, a head, its floor (floor_us,
 -- floor_ahead: see Floors; 0 0 for none), then m pairs n, max_wait (ns;
 -- negative: forever). The head is m, or when a template matches, one string:
--- m, the template's idle_ttl_ms and its params (see Layouts; version last), one space apart.
+-- m, the template's version, its idle_ttl_ms and its params (see Layouts;
+-- version last, again), one space apart.
 -- One acquire on one limiter without a template may come as the pair alone,
 -- or as the pair and its floor (4 arguments).
 -- Reply: one string, the limiters' answers in KEYS order. An answer is H (1,
@@ -761,11 +762,8 @@ local function acquire_many(keys, argv)
     else
       local m, tpl, idle_ttl, ikey, answer = tonumber(head), nil, 0, nil, nil
       if not m then
-        local ms, ttl, params = string.match(head, '^(%S+) (%S+) (.*)$')
+        local ms, version, ttl, params = string.match(head, '^(%S+) (%S+) (%S+) (.*)$')
         m, idle_ttl, ikey = SMALL[ms] or tonumber(ms), tonumber(ttl), keys[k + 1]
-        -- the version is the last word (anchored: a pattern that is not
-        -- tries every position, each to the end)
-        local version = string.match(params, '^.* (%S+)$')
         version = SMALL[version] or tonumber(version)
         -- one acquire on an instance (no named limiter) of a kind with a
         -- fast path: that path, as for a named limiter

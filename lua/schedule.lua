@@ -75,7 +75,7 @@ local function acquire_one(key, x, n, max_wait, us, fus, fah, tver, idle_ttl)
     if late <= max_backlog then -- a denial that forfeited nothing changes nothing
       -- but an instance with an idle TTL gets it anew (save)
       if tver and idle_ttl > 0 then
-        rcall('PEXPIRE', key, ttl_ms(max(0, next - now, pace - now), idle_ttl, max_backlog))
+        rcall('PEXPIRE', key, string.format('%d', ttl_ms(max(0, next - now, pace - now), idle_ttl, max_backlog)))
       end
       return answer
     end
@@ -99,8 +99,9 @@ local function acquire_one(key, x, n, max_wait, us, fus, fah, tver, idle_ttl)
   end
   if allocated >= LOW or idle >= LOW or permits >= LOW or lateness >= LOW then return nil end -- a carry
   rcall('SETRANGE', key, X_RUN_AT, enc(X_RUN, next, pace, rem, allocated, idle, permits, lateness, last))
-  if tver then -- schedule's settle: until the backlog is forfeited
-    rcall('PEXPIRE', key, ttl_ms(max(0, next - now, pace - now), idle_ttl, max_backlog))
+  if tver then -- schedule's settle: until the backlog is forfeited ('%d': an
+    -- argument that is a number is written with '%.14g', which costs more)
+    rcall('PEXPIRE', key, string.format('%d', ttl_ms(max(0, next - now, pace - now), idle_ttl, max_backlog)))
   end
   return answer
 end

@@ -87,7 +87,8 @@ func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait
 }
 
 // acquireHead is the head acquire.lua takes for one limiter's m requests: m,
-// or with a template m, its idle TTL and its parameters in one string.
+// or with a template m, its version, its idle TTL and its parameters in one
+// string.
 func (t *compiledTemplate) acquireHead(m int) any {
 	if t == nil {
 		return m

@@ -171,7 +171,7 @@ type compiledTemplate struct {
 	Template
 	params limiter.Params
 	argv   []any  // the parameters as the scripts take them, built once
-	head   string // acquire.lua's head after the count: idle TTL and argv as text
+	head   string // acquire.lua's head after the count: version, idle TTL and argv as text
 }
 
 // args are the template's engine parameters for the scripts (none: nil).
@@ -271,7 +271,7 @@ func (c *templateCache) load(ctx context.Context, s *Store) (*templateSet, error
 			continue // written by a newer limitd with rules this one lacks
 		}
 		ct := &compiledTemplate{Template: t, params: p, argv: paramArgs(&p, t.Version)}
-		words := []string{strconv.FormatInt(ct.idleTTLms(), 10)}
+		words := []string{strconv.FormatInt(t.Version, 10), strconv.FormatInt(ct.idleTTLms(), 10)}
 		for _, a := range ct.argv {
 			words = append(words, fmt.Sprint(a))
 		}
