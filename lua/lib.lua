@@ -137,7 +137,9 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 --   fast (optional) is the path for one acquire on a named limiter of the
 --     kind (acquire_single) or an instance (acquire_many): (key, x, n,
 --     max_wait, us, fus, fah, [tver, idle_ttl]), the answer or nil for the
---     general path; lean_* are the layout it reads and the code
+--     general path; create (optional) the same for an instance that does not
+--     exist: (key, params, n, us, fus, fah, tver, idle_ttl), params the
+--     template's as acquire_many has them (text); lean_* are the layout it reads and the code
 --     it checks (checked in check_layouts)
 -- lib.lua and the operations dispatch through the engine (engine_of(L.kind))
 -- and never name a kind. The kind files follow lib.lua in every script and in
@@ -240,6 +242,7 @@ local function check_layouts()
       local _, rfmt, rsize = walk({RUN})
       if lnames ~= K.lean_names or lfmt ~= K.lean_fmt or rfmt ~= K.lean_run or size ~= K.lean_size or
           K.lean_code ~= K.code or (FAST[size] and FAST[size] ~= K.fast) or
+          (K.create and (K.lean_full ~= fmt or K.lean_params ~= X.params)) or
           tostring(lsize - rsize) ~= K.lean_run_at then
         error('lib.lua: the fast path of ' .. name .. ' reads a layout that is not its field groups\'')
       end
@@ -762,14 +765,21 @@ local function acquire_many(keys, argv)
     else
       local m, tpl, idle_ttl, ikey, answer = tonumber(head), nil, 0, nil, nil
       if not m then
-        local ms, version, ttl, params = string.match(head, '^(%S+) (%S+) (%S+) (.*)$')
+        local ms, version, ttl, params, kind = string.match(head, '^(%S+) (%S+) (%S+) ((%S+) .*)$')
         m, idle_ttl, ikey = SMALL[ms] or tonumber(ms), tonumber(ttl), keys[k + 1]
         version = SMALL[version] or tonumber(version)
         -- one acquire on an instance (no named limiter) of a kind with a
-        -- fast path: that path, as for a named limiter
+        -- fast path: that path, as for a named limiter, or when the
+        -- instance does not exist its kind's create
         local ix = xs[k + 1]
-        local fast = m == 1 and not xs[k] and ix and TEXT == 0 and FAST[#ix]
-        if fast then answer = fast(ikey, ix, argv[a + 3], argv[a + 4], us, fus, fah, version, idle_ttl) end
+        if m == 1 and not xs[k] and TEXT == 0 then
+          local fast = ix and FAST[#ix]
+          if fast then
+            answer = fast(ikey, ix, argv[a + 3], argv[a + 4], us, fus, fah, version, idle_ttl)
+          elseif not ix and KINDS[kind] and KINDS[kind].create then
+            answer = KINDS[kind].create(ikey, params, argv[a + 3], us, fus, fah, version, idle_ttl)
+          end
+        end
         if not answer then tpl = {text = params, version = version} end
       end
       out[j] = answer or

@@ -24,6 +24,22 @@ end
 local CODE, X_SIZE, X_RUN_AT = 1, 137, '54'
 local X_LEAN = '<BBi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7i7'
 local X_RUN = '<i7i7i4i7i7i7i7i7'
+-- create_one's: the whole x, and the template's params as acquire_many
+-- has them (X_OF's params: kind whole frac den max_permits burst
+-- max_backlog version), one word each.
+local X_FULL = '<BBi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7i7i7i7i4i4i4i4'
+local X_PARAMS = 'kind whole frac den max_permits burst max_backlog version'
+local P_WORDS = '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$'
+
+-- slice_cost is cost (lib.lua) in numbers: n permits' whole ns and the new
+-- sub-ns carry.
+local function slice_cost(n, whole, frac, den, rem)
+  if frac == 0 then return n * whole, rem end
+  local b = fmod(n, den)
+  local t = rem + b * frac
+  local r = fmod(t, den)
+  return n * whole + (n - b) / den * frac + (t - r) / den, r
+end
 
 -- acquire_one is acquire_many's path for its most frequent call, one acquire
 -- on a named schedule limiter or a template instance that has started, in numbers held in locals
@@ -80,15 +96,8 @@ local function acquire_one(key, x, n, max_wait, us, fus, fah, tver, idle_ttl)
       return answer
     end
   else
-    local c -- cost
-    if frac == 0 then
-      c = n * whole
-    else
-      local b = fmod(n, den)
-      local t = rem + b * frac
-      rem = fmod(t, den)
-      c = n * whole + (n - b) / den * frac + (t - rem) / den
-    end
+    local c
+    c, rem = slice_cost(n, whole, frac, den, rem)
     next = sched + c
     if burst == 0 then pace = start else pace = start + math.ceil(c / burst) end
     allocated, permits, lateness = allocated + c, permits + n, lateness + (start - sched)
@@ -106,12 +115,49 @@ local function acquire_one(key, x, n, max_wait, us, fus, fah, tver, idle_ttl)
   return answer
 end
 
+-- create_one is acquire_many's path for one acquire on a template
+-- instance that does not exist yet (and no named limiter of its name): the
+-- instance made from the template's params (X_PARAMS, as text) and started
+-- at us, as resolve, now_rel and start make it, and the acquire decided on
+-- it, which a fresh schedule grants at once (nothing is scheduled before
+-- it: delay 0), saved with its TTL. It returns the answer, or nil for the
+-- general path (n out of range, or a floor ahead of the fresh schedule, see
+-- apply_floor).
+local function create_one(key, params, n, us, fus, fah, tver, idle_ttl)
+  local _, whole, frac, den, max_permits, burst, max_backlog = string.match(params, P_WORDS)
+  if not max_backlog then return nil end
+  whole, frac, den = tonumber(whole), SMALL[frac] or tonumber(frac), SMALL[den] or tonumber(den)
+  max_permits, burst, max_backlog = tonumber(max_permits), SMALL[burst] or tonumber(burst), tonumber(max_backlog)
+  n = SMALL[n] or tonumber(n)
+  if n < 1 or n > max_permits or n % 1 ~= 0 then return nil end
+  if fus then -- apply_floor's test at now 0, epoch us (floor_args, inline)
+    fus = tonumber(fus, 16)
+    if fus ~= 0 and us - fus < FLOOR_AGE then
+      local ah = tonumber(fah, 16) - FAR
+      if ah > 2 * HORIZON then ah = 2 * HORIZON end
+      local at = ah
+      if us >= fus then at = (fus - us) * 1000 + ah end
+      if at > -FAR and at > 0 then return nil end
+    end
+  end
+  local c, rem = slice_cost(n, whole, frac, den, 0)
+  local pace = 0 -- burst 0: "inf"
+  if burst ~= 0 then pace = math.ceil(c / burst) end
+  -- code format version | params | started epoch | next pace rem allocated
+  -- idle permits lateness last | origin stored | the totals' high parts
+  rcall('SET', key, enc(X_FULL, CODE, FORMAT, tver, whole, frac, den, max_permits, burst, max_backlog,
+    1, us, c, pace, rem, c, 0, n, 0, 0, us, 0, 0, 0, 0, 0),
+    'PX', string.format('%d', ttl_ms(max(c, pace), idle_ttl, max_backlog)))
+  return enc(HR, A_OK, us, tver, 1, c, R_GRANTED, 0, 0, 0, 0)
+end
+
 KINDS.schedule = {
   code = 1,
   params = 'burst:d max_backlog:i7', -- burst 0: "inf"
   fast = acquire_one,
   lean_names = 'code format version whole frac den max_permits burst max_backlog started epoch next pace rem allocated idle permits lateness last',
   lean_code = CODE, lean_fmt = X_LEAN, lean_run = X_RUN, lean_run_at = X_RUN_AT, lean_size = X_SIZE,
+  create = create_one, lean_full = X_FULL, lean_params = X_PARAMS,
   engine = function() return {
     acquire = function(L, now, n, max_wait)
       forfeit(L, now, L.max_backlog)

@@ -1413,8 +1413,9 @@ return out`
 
 // TestDiffRealRedisInstance runs acquires on a template instance against a
 // real redis-server, where one acquire on an instance of a schedule template
-// takes the fast path of a named limiter (acquire_one), and new template
-// versions (of either kind) move it to the general path and back. The state
+// takes the fast path of a named limiter (acquire_one), or when the instance
+// does not exist creates it there (create_one), and new template versions
+// (of either kind) move it to the general path and back. The state
 // Redis keeps is checked to the byte against the model, and so is the TTL the
 // fast path gives the instance.
 func TestDiffRealRedisInstance(t *testing.T) {
@@ -1437,6 +1438,7 @@ func TestDiffRealRedisInstance(t *testing.T) {
 				name: "t:diff", key: pfx + ":{t:diff}:i", label: "real redis instance (" + mode + ")", ops: map[string]int{}, tpl: true}
 			r := rand.New(rand.NewPCG(uint64(7100+i), 0x696e7374))
 			g.put(g.config(r, limiter.KindSchedule))
+			fresh := 0
 			for op := range ops {
 				switch x := r.IntN(100); {
 				case x < 2:
@@ -1445,6 +1447,20 @@ func TestDiffRealRedisInstance(t *testing.T) {
 						k = limiter.KindSmooth
 					}
 					g.put(g.config(r, k))
+				case x < 8: // an instance of a name never used: created by this acquire
+					fresh++
+					name := fmt.Sprintf("t:fresh%d", fresh)
+					f := *g
+					f.name, f.key, f.instExists, f.s, f.ver, f.p, f.grants = name, pfx+":{"+name+"}:i", false, limiter.State{}, g.tver, g.tp, nil
+					f.hist = nil
+					f.acquire(g.randN(r), g.randWait(r), false)
+					if f.instExists {
+						f.checkRaw()
+						if ttl := rdb.PTTL(g.ctx, f.key).Val(); ttl == -1 || ttl > store.DefaultIdleTTL+time.Duration(limiter.Horizon) {
+							f.fatalf("op %d: new instance PTTL %v", op, ttl)
+						}
+					}
+					continue
 				default:
 					g.acquire(g.randN(r), g.randWait(r), false)
 				}
@@ -1453,10 +1469,11 @@ func TestDiffRealRedisInstance(t *testing.T) {
 				}
 				g.checkRaw()
 				ttl := rdb.PTTL(g.ctx, g.key).Val()
-				// the default idle TTL (store.DefaultIdleTTL) bounds the
-				// time kept after the debt; the debt is at most the
-				// schedule's horizon ahead of now
-				if ttl <= 0 || ttl > store.DefaultIdleTTL+time.Duration(limiter.Horizon) {
+				// an instance has a TTL (-1: none; it may be gone already,
+				// -2, when it settles within a ms), which the default idle
+				// TTL (store.DefaultIdleTTL) bounds after the debt; the debt
+				// is at most the schedule's horizon ahead of now
+				if ttl == -1 || ttl > store.DefaultIdleTTL+time.Duration(limiter.Horizon) {
 					g.fatalf("op %d: instance PTTL %v", op, ttl)
 				}
 			}
