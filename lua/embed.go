@@ -4,7 +4,9 @@
 // The script of a rate limiter's operation is the shared library lib.lua, the
 // kind files, what this package derives from them once (every kind's packed
 // layout, written out: see Layouts in lib.lua and LibSource), and the
-// operation's file, so the engine is written once. The share and concurrency
+// operation's file, so the engine is written once; as a script (EVAL) it is
+// arranged so that a call a fast path answers runs little of it (Source), as
+// a function library (FCALL) it is loaded once (Library). The share and concurrency
 // scripts (and their configure) stand alone (see Standalone). limiter/ is the
 // reference the scripts must agree with to the nanosecond; see lib.lua for how
 // they stay exact in doubles.
@@ -41,9 +43,11 @@ var Ops = []string{Acquire, Grant, Peek, Release, Reset, Configure, Delete, Shar
 // lib.lua.
 var Standalone = map[string]bool{Share: true, Concurrency: true, ConfigureLease: true}
 
-// Source returns the full source of an operation's script: the library
-// (LibSource) and the operation, or the operation alone for a Standalone one.
-// It panics on an unknown name, which is a programming error.
+// Source returns the full source of an operation's script: the code of
+// LibSource and the operation, arranged so that a fast path runs little of it
+// (see scriptText), its constants folded (see fold); or the operation alone
+// for a Standalone one. It panics on an unknown name, which is a programming
+// error.
 func Source(op string) string {
 	if !slices.Contains(Ops, op) {
 		panic("lua: no script for operation " + op)
@@ -60,7 +64,7 @@ var sources = sync.OnceValue(func() map[string]string {
 		if Standalone[op] {
 			m[op] = body
 		} else {
-			m[op] = fold(libSource() + "\n" + body)
+			m[op] = fold(scriptText(op))
 		}
 	}
 	return m

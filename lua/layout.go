@@ -127,22 +127,69 @@ var kinds = sync.OnceValue(func() []Kind {
 	return ks
 })
 
-// libSource is what every rate limiter's script and the library start
-// with: lib.lua, the kind files, and what is derived from them (derived).
+// libSource is what the library starts with: lib.lua, the kind files, and
+// what is derived from them (derived).
 var libSource = sync.OnceValue(func() string {
 	var b strings.Builder
 	b.WriteString(mustRead("lib.lua"))
+	writeKinds(&b)
+	b.WriteString("\n")
+	b.WriteString(derived())
+	b.WriteString(derivedFast())
+	return b.String()
+})
+
+// writeKinds writes the kind files, each a block of its own: its locals are
+// its own, and closed when it ends (a closure made later walks past every
+// open one).
+func writeKinds(b *strings.Builder) {
 	for _, k := range kinds() {
-		// a block of its own: its locals are its own, and closed when it
-		// ends (a closure made later walks past every open one)
 		b.WriteString("\ndo\n")
 		b.WriteString(mustRead(k.file))
 		b.WriteString("\nend\n")
 	}
+}
+
+// restMark is the line of lib.lua after which comes what only the general
+// path needs (see scriptText).
+const restMark = "\n-- [rest]"
+
+// fastEntries are the operations whose script first tries a function of
+// lib.lua's hot part, (keys, argv, us), which answers or returns nil.
+var fastEntries = map[string]string{Acquire: "acquire_fast"}
+
+// scriptText is an operation's script before fold: the same code as the
+// library's, arranged so that a call a fast path answers runs little of it.
+// A script runs its whole top level on every call (EVAL), and most of its
+// cost is making lib.lua's closures; the fast paths need a few. So the
+// script is lib.lua's hot part (up to restMark), the kind files and FAST;
+// then a function holding the rest of lib.lua, the layouts and the
+// operation's file, which the script calls only when its fast entry (if it
+// has one) does not answer.
+func scriptText(op string) string {
+	lib := mustRead("lib.lua")
+	i := strings.Index(lib, restMark)
+	if i < 0 {
+		panic("lua: lib.lua has no line " + strings.TrimSpace(restMark))
+	}
+	var b strings.Builder
+	b.WriteString(lib[:i+1])
+	writeKinds(&b)
+	b.WriteString("\n")
+	b.WriteString(derivedFast())
+	b.WriteString("\nlocal function rest_of_library(KEYS, ARGV)\n")
+	b.WriteString(lib[i+1:])
 	b.WriteString("\n")
 	b.WriteString(derived())
+	b.WriteString("\n")
+	b.WriteString(mustRead(op + ".lua"))
+	b.WriteString("\nend\n\ninit()\n")
+	if fn := fastEntries[op]; fn != "" {
+		b.WriteString("local answer = " + fn + "(KEYS, ARGV, time_us())\nif answer then return answer end\n")
+	}
+	b.WriteString("return rest_of_library(KEYS, ARGV)\n")
 	return b.String()
-})
+}
 
 // LibSource returns lib.lua with the kind files and what is derived from
 // them, without an operation: for tests that call its functions.
@@ -213,8 +260,13 @@ func derived() string {
 		b.WriteString("}\n  end,\n")
 		fmt.Fprintf(&b, "  pack = function(L, enc)\n    return enc('%s', %s)\n  end}\n", format, strings.Join(pfields, ", "))
 	}
-	// FAST: a kind's fast path by its x's size, where no other kind's x has
-	// that size (nil for a kind without one).
+	return b.String()
+}
+
+// derivedFast is FAST (see lib.lua): a kind's fast path by its x's size,
+// where no other kind's x has that size (nil for a kind without one).
+func derivedFast() string {
+	var b strings.Builder
 	sizes := map[int]int{}
 	for _, k := range kinds() {
 		sizes[k.Size()]++

@@ -135,7 +135,7 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 --   rewinds: a hand-back may rewind the schedule (release.lua)
 -- and in the row itself:
 --   fast (optional) is the path for one acquire on a named limiter of the
---     kind (acquire_single) or an instance (acquire_many): (key, x, n,
+--     kind (fast_named) or an instance (fast_instance): (key, x, n,
 --     max_wait, us, fus, fah, [tver, idle_ttl]), the answer or nil for the
 --     general path; create (optional) the same for an instance that does not
 --     exist: (key, params, n, us, fus, fah, tver, idle_ttl), params the
@@ -147,17 +147,6 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 -- rows and the field groups (see Layouts). Each kind file is a block of its
 -- own (do ... end): its locals are its own.
 local KINDS = {}
-
--- engine_of returns a kind's engine, made on first use (see above).
-local function engine_of(kind)
-  local K = KINDS[kind]
-  local E = K.made
-  if not E then
-    E = K.engine()
-    K.made = E
-  end
-  return E
-end
 
 -- The packed value x (see Storage) is described once, in field_groups and
 -- the kinds' params. A change of layout (a field added, removed, reordered
@@ -179,14 +168,162 @@ local FORMAT = 3 -- formats 1 (before last) and 2 (before the format byte) had n
 -- a library's first call, and in store's tests.
 local X_OF = {}
 -- FAST[size] is the fast path (its row's fast) of the kind whose x has that
--- size, derived with X_OF: acquire_single finds it by x's length, without a
--- call. A fast path checks x's code; kinds of one size have none here.
+-- size, derived with X_OF: fast_named and fast_instance find it by x's
+-- length, without a call. A fast path checks x's code; kinds of one size
+-- have none here.
 local FAST = {}
 -- OLD_FORMATS are the earlier formats by size (binary only: they had no
 -- format byte), and where their bytes go in FORMAT's: format 2 lacks the
 -- format byte (after code), format 1 also last (after the totals' low
 -- parts); load inserts them. Built when an x of an earlier format is read.
 local OLD_FORMATS
+
+-- H heads acquire_many's answer for a limiter: code A_OK, now_us, version,
+-- instance, position (next after its requests, relative to now); R is one
+-- decision: code, sched and start (relative to now), wait, retry_after. A
+-- grant's delay is its start, its lateness start - sched; a denial's delay is
+-- in start.
+local H = '<Bi7i7Bi7'
+local R = '<Bi7i7i7i7'
+local HR = '<Bi7i7Bi7' .. 'Bi7i7i7i7' -- an answer with one R: H .. R
+
+-- TEXT is 1 where x and replies are text (no struct), else 0; SEP joins packed
+-- records: nothing in binary, a space in text.
+local TEXT, SEP = 0, ''
+
+-- SMALL holds the arguments most acquires take (one permit, no wait or
+-- forever), so that reading them costs a table lookup, not tonumber's strtod.
+local SMALL = {['0'] = 0, ['1'] = 1, ['-1'] = -1}
+
+-- num is tonumber for the numbers limitd writes. Go's strconv 'g' and '%.17g'
+-- write some numbers in exponent form without a point ("1e+06", "1e+21");
+-- Redis's Lua reads them, but gopher-lua's tonumber (miniredis) returns nil for
+-- any string without a '.' that is not an integer, so give it one.
+local function num(s)
+  local x = tonumber(s)
+  if x == nil and type(s) == 'string' then x = tonumber((string.gsub(s, '[eE]', '.0e', 1))) end
+  return x
+end
+
+-- init reads the globals (see above) and picks the packed form: binary where
+-- Lua has struct, text otherwise.
+local function init()
+  if redis.replicate_commands then redis.replicate_commands() end -- Redis < 5: effects, for TIME
+  floor, fmod, max, min = math.floor, math.fmod, math.max, math.min
+  rcall = redis.call
+  local struct = rawget(_G, 'struct')
+  if struct then
+    enc, dec = struct.pack, struct.unpack
+    return
+  end
+  TEXT, SEP = 1, ' '
+  enc = function(_, ...)
+    return (string.format(string.rep('%.17g ', select('#', ...)), ...):sub(1, -2))
+  end
+  dec = function(_, s)
+    local t, n = {}, 0
+    for w in string.gmatch(s, '%S+') do
+      n = n + 1
+      t[n] = num(w)
+    end
+    return unpack(t, 1, n)
+  end
+end
+
+local function time_us()
+  local t = rcall('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- cost is limiter.Slice.Cost: n permits' whole ns and the new sub-ns carry.
+local function cost(L, n, rem)
+  local den = L.den
+  local b = fmod(n, den)
+  local t = rem + b * L.frac
+  local r = fmod(t, den)
+  return n * L.whole + (n - b) / den * L.frac + (t - r) / den, r
+end
+
+-- ttl_ms is settle_ms for an instance with the given debt (ns) and its
+-- kind's settle (ns).
+local function ttl_ms(debt, idle_ttl_ms, settle)
+  if idle_ttl_ms > 0 then return max(idle_ttl_ms, math.ceil(debt / 1e6)) end
+  if idle_ttl_ms < 0 then settle = min(settle, -idle_ttl_ms * 1e6) end
+  return max(1, math.ceil((debt + settle) / 1e6))
+end
+
+-- head_of reads the head of a template's requests (acquire_many): m, the
+-- template's version, its idle_ttl_ms, its params (text) and its kind.
+local function head_of(head)
+  local m, version, ttl, params, kind = string.match(head, '^(%S+) (%S+) (%S+) ((%S+) .*)$')
+  return SMALL[m] or tonumber(m), SMALL[version] or tonumber(version), tonumber(ttl), params, kind
+end
+
+-- fast_named is one acquire on a named limiter whose x was read (false: no
+-- such key) by its kind's fast path (see Kinds): the answer, or nil.
+local function fast_named(key, x, n, max_wait, us, fus, fah)
+  if not x or TEXT == 1 then return nil end
+  local fast = FAST[#x]
+  return fast and fast(key, x, n, max_wait, us, fus, fah)
+end
+
+-- fast_instance is one acquire on an instance of a template (head_of's
+-- version, idle_ttl, params and kind), x and ix its name's state key's and
+-- instance key's values: its kind's fast path, or its create for an
+-- instance that does not exist; nil when a named limiter has the name, or
+-- for the general path.
+local function fast_instance(ikey, x, ix, n, max_wait, us, fus, fah, version, idle_ttl, params, kind)
+  if x or TEXT == 1 then return nil end
+  if ix then
+    local fast = FAST[#ix]
+    return fast and fast(ikey, ix, n, max_wait, us, fus, fah, version, idle_ttl)
+  end
+  local K = KINDS[kind]
+  return K and K.create and K.create(ikey, params, n, us, fus, fah, version, idle_ttl)
+end
+
+-- acquire_fast is acquire_many's answer to a call a fast path decides alone:
+-- one acquire on one named limiter (the pair, or the pair and a floor) or on
+-- one template's name (a head with one request). Otherwise it returns nil
+-- and the keys' values it read (nil: none), for the general path.
+local function acquire_fast(keys, argv, us)
+  local na = #argv
+  if na == 2 or na == 4 then
+    local x = rcall('GET', keys[1])
+    local fus = argv[3]
+    if fus == '0' then fus = nil end
+    local answer = fast_named(keys[1], x, argv[1], argv[2], us, fus, argv[4])
+    if answer then return answer end
+    return nil, {x}
+  end
+  if na == 5 and #keys == 2 then
+    local xs = rcall('MGET', keys[1], keys[2])
+    local m, version, idle_ttl, params, kind = head_of(argv[1])
+    if m == 1 then
+      local fus = argv[2]
+      if fus == '0' then fus = nil end
+      local answer = fast_instance(keys[2], xs[1], xs[2], argv[4], argv[5], us, fus, argv[3], version, idle_ttl,
+        params, kind)
+      if answer then return answer end
+    end
+    return nil, xs
+  end
+  return nil, nil
+end
+
+-- [rest] What follows is needed only off the fast paths: a script (not a
+-- library) runs it only when acquire_fast does not answer (see lua.Source).
+
+-- engine_of returns a kind's engine, made on first use (see above).
+local function engine_of(kind)
+  local K = KINDS[kind]
+  local E = K.made
+  if not E then
+    E = K.engine()
+    K.made = E
+  end
+  return E
+end
 
 -- field_groups returns the groups, and the width of each struct format. A
 -- function, so that a script builds them only when it checks them.
@@ -254,64 +391,8 @@ local function check_layouts()
   return n
 end
 
--- H heads acquire_many's answer for a limiter: code A_OK, now_us, version,
--- instance, position (next after its requests, relative to now); R is one
--- decision: code, sched and start (relative to now), wait, retry_after. A
--- grant's delay is its start, its lateness start - sched; a denial's delay is
--- in start.
-local H = '<Bi7i7Bi7'
-local R = '<Bi7i7i7i7'
-local HR = '<Bi7i7Bi7' .. 'Bi7i7i7i7' -- an answer with one R: H .. R
-
--- TEXT is 1 where x and replies are text (no struct), else 0; SEP joins packed
--- records: nothing in binary, a space in text.
-local TEXT, SEP = 0, ''
-
 local function fmt(x) return string.format('%.17g', x) end
 
--- SMALL holds the arguments most acquires take (one permit, no wait or
--- forever), so that reading them costs a table lookup, not tonumber's strtod.
-local SMALL = {['0'] = 0, ['1'] = 1, ['-1'] = -1}
-
--- num is tonumber for the numbers limitd writes. Go's strconv 'g' and '%.17g'
--- write some numbers in exponent form without a point ("1e+06", "1e+21");
--- Redis's Lua reads them, but gopher-lua's tonumber (miniredis) returns nil for
--- any string without a '.' that is not an integer, so give it one.
-local function num(s)
-  local x = tonumber(s)
-  if x == nil and type(s) == 'string' then x = tonumber((string.gsub(s, '[eE]', '.0e', 1))) end
-  return x
-end
-
--- init reads the globals (see above) and picks the packed form: binary where
--- Lua has struct, text otherwise.
-local function init()
-  if redis.replicate_commands then redis.replicate_commands() end -- Redis < 5: effects, for TIME
-  floor, fmod, max, min = math.floor, math.fmod, math.max, math.min
-  rcall = redis.call
-  local struct = rawget(_G, 'struct')
-  if struct then
-    enc, dec = struct.pack, struct.unpack
-    return
-  end
-  TEXT, SEP = 1, ' '
-  enc = function(_, ...)
-    return (string.format(string.rep('%.17g ', select('#', ...)), ...):sub(1, -2))
-  end
-  dec = function(_, s)
-    local t, n = {}, 0
-    for w in string.gmatch(s, '%S+') do
-      n = n + 1
-      t[n] = num(w)
-    end
-    return unpack(t, 1, n)
-  end
-end
-
-local function time_us()
-  local t = rcall('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 
 -- load reads a limiter's x at key (inst: a template instance's) into a table
 -- L, or decodes it when the caller has read it already (false: no such key):
@@ -500,15 +581,6 @@ local function apply_floor(L, now, us, fus, fah)
   engine_of(L.kind).floor(L, at)
 end
 
--- cost is limiter.Slice.Cost: n permits' whole ns and the new sub-ns carry.
-local function cost(L, n, rem)
-  local den = L.den
-  local b = fmod(n, den)
-  local t = rem + b * L.frac
-  local r = fmod(t, den)
-  return n * L.whole + (n - b) / den * L.frac + (t - r) / den, r
-end
-
 -- acquire is limiter.Params.acquire. It returns granted (1 or 0), permits,
 -- scheduled, start, delay, lateness, wait and retry_after, times relative to
 -- L's epoch (the kind's acquire: see Kinds).
@@ -534,15 +606,6 @@ local function pack(L)
   return X_OF[code].pack(L, enc)
 end
 
--- ttl_ms is settle_ms for an instance with the given debt (ns); settle is
--- its kind's settle, or L to ask its engine for it only if needed.
-local function ttl_ms(debt, idle_ttl_ms, settle)
-  if idle_ttl_ms > 0 then return max(idle_ttl_ms, math.ceil(debt / 1e6)) end
-  if type(settle) == 'table' then settle = engine_of(settle.kind).settle(settle) end
-  if idle_ttl_ms < 0 then settle = min(settle, -idle_ttl_ms * 1e6) end
-  return max(1, math.ceil((debt + settle) / 1e6))
-end
-
 -- settle_ms is how long an instance must be kept: never less than its debt
 -- (while it owes, a fresh instance would grant again what it granted), then
 -- the template's idle_ttl when one is set (idle_ttl_ms > 0); else until its
@@ -550,7 +613,9 @@ end
 -- forfeited) but at most -idle_ttl_ms after the debt (store.DefaultIdleTTL,
 -- sent negative), 0 for no bound.
 local function settle_ms(L, now, idle_ttl_ms)
-  return ttl_ms(max(0, L.next - now, L.pace - now), idle_ttl_ms, L)
+  local settle = 0
+  if idle_ttl_ms <= 0 then settle = engine_of(L.kind).settle(L) end
+  return ttl_ms(max(0, L.next - now, L.pace - now), idle_ttl_ms, settle)
 end
 
 -- save writes L back if this call changed it: a named limiter's state key, or
@@ -710,22 +775,6 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fu
   return table.concat(recs, SEP)
 end
 
--- acquire_single is the answer to one acquire on one limiter without a
--- template, whose pair is argv[a], argv[a + 1], with the floor fus, fah (nil:
--- none): its kind's fast path's (see Kinds), else the general path's. x is
--- key's x if the caller has read it.
-local function acquire_single(key, argv, a, us, x, fus, fah)
-  if x == nil then x = rcall('GET', key) end
-  if x and TEXT == 0 then
-    local fast = FAST[#x]
-    if fast then
-      local answer = fast(key, x, argv[a], argv[a + 1], us, fus, fah)
-      if answer then return answer end
-    end
-  end
-  return acquire_group(key, nil, nil, 0, 1, argv, a, us, x, nil, fus, fah)
-end
-
 -- acquire_many is the body of acquire.lua: any number of acquires on any
 -- number of limiters, decided at one Redis time, each limiter read and written
 -- once. A limiter's requests are decided in order, as if they came one after
@@ -748,44 +797,45 @@ end
 -- the numbers and the name are one space apart.
 local function acquire_many(keys, argv)
   local us = time_us()
+  local answer, xs = acquire_fast(keys, argv, us)
+  if answer then return answer end
   local na = #argv
-  if na == 2 then return acquire_single(keys[1], argv, 1, us) end -- the pair alone
-  if na == 4 then return acquire_single(keys[1], argv, 1, us, nil, argv[3], argv[4]) end -- and a floor
-  local xs = {} -- every key's x, read at once for many limiters
-  if #keys > 1 then xs = rcall('MGET', unpack(keys)) end
+  if na == 2 or na == 4 then -- the pair alone, or and a floor
+    local fus = argv[3]
+    if fus == '0' then fus = nil end
+    return acquire_group(keys[1], nil, nil, 0, 1, argv, 1, us, xs[1], nil, fus, argv[4])
+  end
+  if not xs then -- every key's x, read at once for many limiters
+    xs = {}
+    if #keys > 1 then xs = rcall('MGET', unpack(keys)) end
+  end
   local out = {}
   local j, k, a = 0, 1, 1
   while a <= na do
     j = j + 1
     local head, fus, fah = argv[a], argv[a + 1], argv[a + 2]
     if fus == '0' then fus = nil end
-    if head == '1' then -- one acquire, no template
-      out[j] = acquire_single(keys[k], argv, a + 3, us, xs[k], fus, fah)
-      k, a = k + 1, a + 5
+    local m = SMALL[head] or tonumber(head)
+    if m then -- no template
+      local x = xs[k]
+      if x == nil then x = rcall('GET', keys[k]) end
+      if m == 1 then answer = fast_named(keys[k], x, argv[a + 3], argv[a + 4], us, fus, fah) end
+      out[j] = answer or acquire_group(keys[k], nil, nil, 0, m, argv, a + 3, us, x, nil, fus, fah)
+      k = k + 1
     else
-      local m, tpl, idle_ttl, ikey, answer = tonumber(head), nil, 0, nil, nil
-      if not m then
-        local ms, version, ttl, params, kind = string.match(head, '^(%S+) (%S+) (%S+) ((%S+) .*)$')
-        m, idle_ttl, ikey = SMALL[ms] or tonumber(ms), tonumber(ttl), keys[k + 1]
-        version = SMALL[version] or tonumber(version)
-        -- one acquire on an instance (no named limiter) of a kind with a
-        -- fast path: that path, as for a named limiter, or when the
-        -- instance does not exist its kind's create
-        local ix = xs[k + 1]
-        if m == 1 and not xs[k] and TEXT == 0 then
-          local fast = ix and FAST[#ix]
-          if fast then
-            answer = fast(ikey, ix, argv[a + 3], argv[a + 4], us, fus, fah, version, idle_ttl)
-          elseif not ix and KINDS[kind] and KINDS[kind].create then
-            answer = KINDS[kind].create(ikey, params, argv[a + 3], us, fus, fah, version, idle_ttl)
-          end
-        end
-        if not answer then tpl = {text = params, version = version} end
+      local version, idle_ttl, params, kind
+      m, version, idle_ttl, params, kind = head_of(head)
+      local ikey = keys[k + 1]
+      if m == 1 then
+        answer = fast_instance(ikey, xs[k], xs[k + 1], argv[a + 3], argv[a + 4], us, fus, fah, version, idle_ttl,
+          params, kind)
       end
-      out[j] = answer or
-        acquire_group(keys[k], ikey, tpl, idle_ttl, m, argv, a + 3, us, xs[k], ikey and xs[k + 1], fus, fah)
-      k, a = k + (ikey and 2 or 1), a + 3 + 2 * m
+      out[j] = answer or acquire_group(keys[k], ikey, {text = params, version = version}, idle_ttl, m, argv, a + 3, us,
+        xs[k], xs[k + 1], fus, fah)
+      k = k + 2
     end
+    answer = nil
+    a = a + 3 + 2 * m
   end
   if j == 1 then return out[1] end
   return table.concat(out, SEP)

@@ -54,7 +54,7 @@ end
 -- its TTL (save, settle_ms). It returns the answer, or nil for the general
 -- path.
 local function acquire_one(key, x, n, max_wait, us, fus, fah, tver, idle_ttl)
-  -- x is binary and X_SIZE bytes long (FAST, acquire_single), the size of
+  -- x is binary and X_SIZE bytes long (FAST, fast_named), the size of
   -- a schedule limiter's x in the current format
   local code, format, version, whole, frac, den, max_permits, burst, max_backlog, started, epoch,
     next, pace, rem, allocated, idle, permits, lateness, last = dec(X_LEAN, x)
