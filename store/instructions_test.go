@@ -1,0 +1,222 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/store"
+)
+
+// TestInstructionsPerDecision counts the instructions redis-server executes
+// per decision (valgrind's callgrind, on a private redis-server started
+// here), for limitd's paths and for a redis_rate that writes. Instruction
+// counts do not move with the machine's load, unlike times, so they are how
+// the scripts' cost is compared across changes on a shared machine. It runs
+// only when asked (it takes a minute, and valgrind):
+//
+//	LIMITD_CALLGRIND=1 go test -count=1 -run TestInstructionsPerDecision -v ./store/
+//
+// Every figure is redis-server's whole work for the call (reading the
+// command, the script, the reply), divided by the decisions it made: a
+// batch of 64 counts 64. The test fails if an instance decision costs more
+// than 1.6× a named limiter's, or a script (EVAL) more than 1.8× the same
+// call as a function.
+func TestInstructionsPerDecision(t *testing.T) {
+	if os.Getenv("LIMITD_CALLGRIND") != "1" {
+		t.Skip("set LIMITD_CALLGRIND=1 to count redis-server's instructions per decision (valgrind)")
+	}
+	for _, bin := range []string{"valgrind", "callgrind_control", "redis-server"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s not installed: apt-get install -y valgrind redis-server", bin)
+		}
+	}
+	cg := startCallgrindRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: cg.addr, ReadTimeout: -1, WriteTimeout: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	cfg := limiter.Config{Rate: 1e6, Burst: limiter.B(math.Inf(1))}
+	s := store.New(rdb, store.WithPrefix("cg"))
+	eval := store.New(rdb, store.WithPrefix("cg"), store.WithScriptsOnly())
+	if _, _, err := s.Put(ctx, "hot", cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PutTemplate(ctx, store.Template{ID: "k", Pattern: "k:*", Limiter: cfg}); err != nil {
+		t.Fatal(err)
+	}
+	named := make([]string, 64)
+	for i := range named {
+		named[i] = "n:" + strconv.Itoa(i)
+		if _, _, err := s.Put(ctx, named[i], cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	known := func(i int) string { return "k:" + strconv.Itoa(i%64) }
+	fresh := 0
+	newKey := func(int) string { fresh++; return "k:new" + strconv.Itoa(fresh) }
+	one := func(st *store.Store, key func(int) string) func(int) int {
+		return func(i int) int {
+			if d, err := st.Acquire(ctx, key(i), 1, 0); err != nil || !d.Granted {
+				t.Fatalf("acquire %s: %+v, %v", key(i), d, err)
+			}
+			return 1
+		}
+	}
+	batch := func(key func(int) string) func(int) int {
+		return func(i int) int {
+			reqs := make([]store.Request, 64)
+			for j := range reqs {
+				reqs[j] = store.Request{Name: key(i*64 + j), Permits: 1}
+			}
+			for _, o := range s.AcquireMany(ctx, reqs) {
+				if o.Err != nil || !o.Granted {
+					t.Fatalf("batch: %+v", o)
+				}
+			}
+			return len(reqs)
+		}
+	}
+	rr := redis_rate.NewLimiter(rdb)
+	warm := true // while warming up, check that redis_rate writes (outside the counts)
+	peer := func(key func(int) string) func(int) int {
+		return func(i int) int {
+			k := key(i)
+			var before string
+			if warm {
+				before = rdb.Get(ctx, "rate:"+k).Val()
+			}
+			if r, err := rr.Allow(ctx, k, redis_rate.PerSecond(int(cfg.Rate))); err != nil || r.Allowed != 1 {
+				t.Fatalf("redis_rate: %+v, %v", r, err)
+			}
+			if warm && rdb.Get(ctx, "rate:"+k).Val() == before {
+				t.Fatalf("redis_rate left its key unchanged at %g/s: it did not decide", cfg.Rate)
+			}
+			return 1
+		}
+	}
+	cases := []struct {
+		name string
+		call func(int) int
+	}{
+		{"function, named, hot", one(s, func(int) string { return "hot" })},
+		{"function, named, 64 keys", one(s, func(i int) string { return named[i%64] })},
+		{"function, instance, known", one(s, known)},
+		{"function, instance, new", one(s, newKey)},
+		{"script, named, hot", one(eval, func(int) string { return "hot" })},
+		{"script, instance, known", one(eval, known)},
+		{"batch of 64, named", batch(func(i int) string { return named[i%64] })},
+		{"batch of 64, instances, known", batch(known)},
+		{"redis_rate, writing, hot", peer(func(int) string { return "hot" })},
+		{"redis_rate, writing, 64 keys", peer(func(i int) string { return "r:" + strconv.Itoa(i%64) })},
+	}
+	per := map[string]float64{}
+	var out strings.Builder
+	for _, c := range cases {
+		warm = true
+		for i := range 64 { // the instances exist, the scripts are loaded
+			c.call(i)
+		}
+		warm = false
+		per[c.name] = cg.count(t, 300, c.call)
+		fmt.Fprintf(&out, "%-32s %8.0f instructions per decision\n", c.name, per[c.name])
+	}
+	t.Log("\n" + out.String())
+	ratio := func(a, b string, most float64) {
+		if r := per[a] / per[b]; r > most {
+			t.Errorf("%s / %s = %.2f, want ≤ %.2f", a, b, r, most)
+		}
+	}
+	ratio("function, instance, known", "function, named, 64 keys", 1.6)
+	ratio("function, instance, new", "function, named, 64 keys", 1.7)
+	ratio("script, named, hot", "function, named, hot", 1.8)
+}
+
+// callgrindRedis is a redis-server under callgrind, instrumenting nothing
+// until count asks.
+type callgrindRedis struct {
+	addr, dir string
+	pid       int
+}
+
+func startCallgrindRedis(t *testing.T) *callgrindRedis {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	dir := t.TempDir()
+	cmd := exec.Command("valgrind", "--tool=callgrind", "--instr-atstart=no",
+		"--callgrind-out-file="+filepath.Join(dir, "callgrind.out"),
+		"redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	cmd.Dir = dir
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cg := &callgrindRedis{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, pid: cmd.Process.Pid}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if c, err := net.DialTimeout("tcp", cg.addr, time.Second); err == nil {
+			_ = c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("redis-server under valgrind did not listen within 60 s")
+		}
+	}
+	return cg
+}
+
+// count runs call n times with instrumentation on and returns the
+// instructions per decision (call returns how many it made).
+func (cg *callgrindRedis) count(t *testing.T, n int, call func(int) int) float64 {
+	t.Helper()
+	ctl := func(args ...string) {
+		if b, err := exec.Command("callgrind_control", append(args, strconv.Itoa(cg.pid))...).CombinedOutput(); err != nil {
+			t.Fatalf("callgrind_control %v: %v\n%s", args, err, b)
+		}
+	}
+	ctl("-z")
+	ctl("-i", "on")
+	decisions := 0
+	for i := range n {
+		decisions += call(i)
+	}
+	ctl("-i", "off")
+	ctl("-d")
+	dumps, _ := filepath.Glob(filepath.Join(cg.dir, "callgrind.out.*"))
+	if len(dumps) == 0 {
+		t.Fatal("callgrind wrote no dump")
+	}
+	defer func() {
+		for _, d := range dumps {
+			_ = os.Remove(d)
+		}
+	}()
+	var total float64
+	for _, d := range dumps {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "totals: "); ok {
+				x, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				total += x
+			}
+		}
+	}
+	return total / float64(decisions)
+}
