@@ -11,7 +11,8 @@ package client_test
 //     shares nothing: the cost to match. Goal: the pool within 2× of it,
 //     while sharing one schedule across processes.
 //   - redis-rate: github.com/go-redis/redis_rate/v10 Allow on the same
-//     redis-server, one round trip per permit: the throughput to beat.
+//     redis-server, one round trip per permit, at 1e6/s (cbPeerRate: a rate
+//     at which it writes, checked): the throughput to beat.
 //     Goal: the pool at least 100× its permits/s.
 //
 // Each contender runs from one goroutine (g1) and from 8 goroutines per CPU
@@ -25,20 +26,43 @@ package client_test
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/rounds"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
 
 const cbRate = 1e8 // permits/s: far above what one process can take, so nothing waits
+
+// cbPeerRate is redis_rate's rate: at 1e8/s its floating-point GCRA would
+// never write (the increment is below its clock's precision), deciding
+// nothing; at 1e6/s it writes on every call, which cbPeerWrites checks, and
+// one round trip per permit stays far below it, so it never refuses.
+const cbPeerRate = 1e6
+
+// cbPeerWrites fails b unless a redis_rate Allow at lim changes its key in
+// Redis: a peer that does not write makes no decision worth comparing.
+func cbPeerWrites(b testing.TB, rdb *redis.Client, rr *redis_rate.Limiter, key string, lim redis_rate.Limit) {
+	b.Helper()
+	ctx := context.Background()
+	before := rdb.Get(ctx, "rate:"+key).Val()
+	if res, err := rr.Allow(ctx, key, lim); err != nil || res.Allowed != 1 {
+		b.Fatalf("redis_rate Allow: %+v, %v", res, err)
+	}
+	if rdb.Get(ctx, "rate:"+key).Val() == before {
+		b.Fatalf("redis_rate at %d/s left its key unchanged: it decided nothing", lim.Rate)
+	}
+}
 
 // cbTransport is the client's Redis transport, counting grants.
 type cbTransport struct {
@@ -153,10 +177,8 @@ func BenchmarkPermit(b *testing.B) {
 		}
 	}
 	rr := redis_rate.NewLimiter(rdb)
-	rrLimit := redis_rate.Limit{Rate: int(cbRate), Burst: int(cbRate), Period: time.Second}
-	if _, err := rr.Allow(ctx, "cb-redis-rate", rrLimit); err != nil {
-		b.Fatal(err)
-	}
+	rrLimit := redis_rate.PerSecond(cbPeerRate)
+	cbPeerWrites(b, rdb, rr, "cb-redis-rate", rrLimit)
 
 	for _, par := range []struct {
 		name     string
@@ -187,6 +209,48 @@ func BenchmarkPermit(b *testing.B) {
 				}
 				return res.Allowed > 0, nil
 			}, nil)
+		})
+	}
+}
+
+// BenchmarkPermitVs is BenchmarkPermit side by side in alternating rounds
+// (internal/rounds): 100 ms per contender per round, the one going first
+// rotating, medians over the rounds. pool/xtime is the pool's time per
+// permit over x/time/rate's local Allow (goal ≤ 1.0), pool/redis_rate over a
+// writing redis_rate's (its inverse is the pool's permits per redis_rate
+// permit; goal ≥ 100×).
+//
+//	go test -run='^$' -bench=BenchmarkPermitVs -benchtime=20x ./client/
+func BenchmarkPermitVs(b *testing.B) {
+	srv := redistest.Server(b)
+	rdb := srv.Client()
+	st := store.New(rdb)
+	ctx := context.Background()
+	if _, _, err := st.Put(ctx, "cb-pool", limiter.Config{Rate: cbRate, Burst: limiter.B(1.1)}); err != nil {
+		b.Fatal(err)
+	}
+	rr := redis_rate.NewLimiter(rdb)
+	rrLimit := redis_rate.PerSecond(cbPeerRate)
+	cbPeerWrites(b, rdb, rr, "cb-redis-rate-vs", rrLimit)
+	for _, g := range []struct {
+		name string
+		n    int
+	}{{"g1", 1}, {"p8", 8 * runtime.GOMAXPROCS(0)}} {
+		b.Run(g.name, func(b *testing.B) {
+			c := client.New(rdb)
+			b.Cleanup(func() { _ = c.Close() })
+			l, err := c.Limiter("cb-pool")
+			if err != nil {
+				b.Fatal(err)
+			}
+			x := rate.NewLimiter(rate.Limit(cbRate), int(cbRate))
+			rounds.Run(b, g.n, 100*time.Millisecond,
+				rounds.Side{Name: "pool", Op: l.Allow},
+				rounds.Side{Name: "xtime", Op: x.Allow},
+				rounds.Side{Name: "redis_rate", Op: func() bool {
+					res, err := rr.Allow(ctx, "cb-redis-rate-vs", rrLimit)
+					return err == nil && res.Allowed == 1
+				}})
 		})
 	}
 }

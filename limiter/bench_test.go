@@ -10,6 +10,7 @@ package limiter_test
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/ratelimit"
 	"golang.org/x/time/rate"
 
+	"github.com/limitd/limitd/internal/rounds"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -184,4 +186,45 @@ func TestAllowDoesNotAllocate(t *testing.T) {
 			t.Errorf("Reserve on %s: %v allocs/op, want at most 1", c.name, a)
 		}
 	}
+}
+
+// BenchmarkAllowVs is BenchmarkAllow and BenchmarkAllowParallel side by side
+// in alternating rounds (internal/rounds): each iteration is a round of 100
+// ms per contender, the one going first rotating; the figures are medians
+// over the rounds, limitd's time per call divided by x/time/rate's the one to
+// read (goal ≤ 1.0). Every call must be granted.
+//
+//	go test -run='^$' -bench=BenchmarkAllowVs -benchtime=20x ./limiter/
+func BenchmarkAllowVs(b *testing.B) {
+	for _, g := range []struct {
+		name string
+		n    int
+	}{{"g1", 1}, {"parallel", runtime.GOMAXPROCS(0)}} {
+		for _, kind := range []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth} {
+			b.Run(g.name+"/"+string(kind), func(b *testing.B) {
+				cfg := limiter.Config{Rate: decideRate, Burst: limiter.B(limiter.MaxBurst)}
+				if kind == limiter.KindSmooth {
+					cfg = limiter.Config{Kind: limiter.KindSmooth, Rate: decideRate}
+				}
+				l := mustNew(b, cfg)
+				x := rate.NewLimiter(rate.Limit(decideRate), int(decideRate))
+				rounds.Run(b, g.n, 100*time.Millisecond,
+					rounds.Side{Name: "limitd", Op: l.Allow},
+					rounds.Side{Name: "xtime", Op: x.Allow})
+			})
+		}
+	}
+}
+
+// BenchmarkTakeVs is BenchmarkTake in alternating rounds: limitd's Wait
+// that need not sleep against uber's Take (limitd/uber: goal ≤ 1.0).
+//
+//	go test -run='^$' -bench=BenchmarkTakeVs -benchtime=20x ./limiter/
+func BenchmarkTakeVs(b *testing.B) {
+	l := mustNew(b, limiter.Config{Rate: takeRate, Burst: limiter.B(1)})
+	rl := ratelimit.New(takeRate, ratelimit.WithoutSlack)
+	ctx := context.Background()
+	rounds.Run(b, 1, 100*time.Millisecond,
+		rounds.Side{Name: "limitd", Op: func() bool { _, err := l.Wait(ctx); return err == nil }},
+		rounds.Side{Name: "uber", Op: func() bool { rl.Take(); return true }})
 }

@@ -2,8 +2,8 @@ package store_test
 
 // Benchmarks of Store.Acquire beside github.com/go-redis/redis_rate/v10, on the
 // same redis-server in the same run (DESIGN §9). Every permit is granted (rate
-// 1e9/s, burst inf, max wait 0), so they measure the cost of a decision, not
-// waiting.
+// 1e6/s, burst inf, max wait 0), so they measure the cost of a decision, not
+// waiting, and at that rate redis_rate writes on every call (benchPeerWrites).
 //
 //	go test -run='^$' -bench='BenchmarkAcquire$' -benchtime=2s -count=5 ./store/ | tee /tmp/store-bench.txt
 //	benchstat /tmp/store-bench.txt
@@ -12,12 +12,14 @@ package store_test
 //   - limitd: Store.Acquire, one round trip a call (FCALL on Redis ≥ 7);
 //     limitd-batched: the same through WithBatching(64); limitd-eval: the
 //     same as scripts (EVALSHA), as on Redis < 7; redis_rate: Limiter.Allow
-//     with PerSecond(1e9).
+//     with PerSecond(1e6).
 //   - g1: one caller in a loop; g32: RunParallel with 32 goroutines (rounded
 //     up to a multiple of GOMAXPROCS).
 //   - hot: one key; 10k-keys: keys taken round-robin from 10,000 (for limitd
 //     named limiters made by Put); 10k-tpl (limitd only): the same names as
-//     instances of the template "k:*", created before timing starts.
+//     instances of the template "k:*", created before timing starts; 1M-tpl
+//     (limitd) and 1M-keys (redis_rate): round-robin over 1,000,000 names,
+//     most touched for the first time in a run.
 //
 // Metrics besides ns/op: ops/s, the throughput to compare; srv-us/call, the
 // server time of one script or function call (EVALSHA and FCALL in INFO
@@ -62,8 +64,14 @@ import (
 )
 
 const (
-	benchRate       = 1e9 // one permit a nanosecond: never a denial, never a wait
+	// benchRate is every contender's rate: far above what one key sees here
+	// (never a denial, never a wait), and low enough that redis_rate's
+	// floating-point GCRA writes on every call (above ~1e7/s its increment is
+	// below its clock's precision and it decides nothing): benchPeerWrites
+	// checks it.
+	benchRate       = 1e6
 	benchKeys       = 10_000
+	benchBigKeys    = 1_000_000
 	benchGoroutines = 32
 )
 
@@ -132,21 +140,45 @@ func benchContenders(b *testing.B) (*redis.Client, []benchContender) {
 	namedEval := store.New(rdb, store.WithPrefix("bench-named"), store.WithScriptsOnly())
 	tplEval := store.New(rdb, store.WithPrefix("bench-tpl"), store.WithScriptsOnly())
 
+	big := make([]string, benchBigKeys)
+	for i := range big {
+		big[i] = "k:big:" + strconv.Itoa(i)
+	}
 	limitd := func(named, tpl *store.Store) []benchKeySet {
 		return []benchKeySet{
 			{"hot", hot, benchStoreAcquire(named)},
 			{"10k-keys", names, benchStoreAcquire(named)},
 			{"10k-tpl", names, benchStoreAcquire(tpl)},
+			{"1M-tpl", big, benchStoreAcquire(tpl)},
 		}
 	}
-	rr := benchRedisRate(redis_rate.NewLimiter(rdb))
+	rrl := redis_rate.NewLimiter(rdb)
+	benchPeerWrites(b, rdb, rrl)
+	rr := benchRedisRate(rrl)
 	contenders := []benchContender{
 		{"limitd", limitd(named, tpl)},
 		{"limitd-batched", limitd(namedBatched, tplBatched)},
 		{"limitd-eval", limitd(namedEval, tplEval)},
-		{"redis_rate", []benchKeySet{{"hot", hot, rr}, {"10k-keys", names, rr}}},
+		{"redis_rate", []benchKeySet{{"hot", hot, rr}, {"10k-keys", names, rr}, {"1M-keys", big, rr}}},
 	}
 	return rdb, contenders
+}
+
+// benchPeerWrites fails b unless a redis_rate Allow at benchRate changes its
+// key in Redis: a peer that does not write decides nothing, and a comparison
+// with it says nothing.
+func benchPeerWrites(b testing.TB, rdb *redis.Client, l *redis_rate.Limiter) {
+	b.Helper()
+	ctx := context.Background()
+	for range 2 {
+		before := rdb.Get(ctx, "rate:bench-peer-check").Val()
+		if r, err := l.Allow(ctx, "bench-peer-check", redis_rate.PerSecond(benchRate)); err != nil || r.Allowed != 1 {
+			b.Fatalf("redis_rate Allow: %+v, %v", r, err)
+		}
+		if rdb.Get(ctx, "rate:bench-peer-check").Val() == before {
+			b.Fatalf("redis_rate at %g/s left its key unchanged: it decided nothing", float64(benchRate))
+		}
+	}
 }
 
 // benchRound is how long each contender runs in a round of BenchmarkAcquireVs.
@@ -193,6 +225,15 @@ func BenchmarkAcquireVs(b *testing.B) {
 				sides := [2]benchKeySet{set(limitd, keys), set("redis_rate", keys)}
 				b.Run(keys, func(b *testing.B) { benchVs(b, rdb, g, sides) })
 			}
+			// template instances: 10,000 that exist, and 1,000,000 names of
+			// which a run touches a few hundred thousand, most for the first
+			// time (instances created, as redis_rate's keys are)
+			b.Run("10k-tpl", func(b *testing.B) {
+				benchVs(b, rdb, g, [2]benchKeySet{set(limitd, "10k-tpl"), set("redis_rate", "10k-keys")})
+			})
+			b.Run("1M-tpl", func(b *testing.B) {
+				benchVs(b, rdb, g, [2]benchKeySet{set(limitd, "1M-tpl"), set("redis_rate", "1M-keys")})
+			})
 		})
 	}
 }
@@ -408,5 +449,26 @@ func benchTouch(b *testing.B, s *store.Store, names []string) {
 				b.Fatalf("%s: granted %v, err %v", chunk[i], o.Granted, o.Err)
 			}
 		}
+	}
+}
+
+// TestPeerWrites: at the benchmarks' rate the peer they compare with,
+// redis_rate, writes its key on every call, as benchPeerWrites checks before
+// every benchmark; and at 1e9/s, where it would not, the check fails.
+func TestPeerWrites(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Server(t).Client()
+	benchPeerWrites(t, rdb, redis_rate.NewLimiter(rdb))
+	ctx := context.Background()
+	l := redis_rate.NewLimiter(rdb)
+	if _, err := l.Allow(ctx, "fast", redis_rate.PerSecond(1e9)); err != nil {
+		t.Fatal(err)
+	}
+	before := rdb.Get(ctx, "rate:fast").Val()
+	if _, err := l.Allow(ctx, "fast", redis_rate.PerSecond(1e9)); err != nil {
+		t.Fatal(err)
+	}
+	if after := rdb.Get(ctx, "rate:fast").Val(); after != before {
+		t.Errorf("redis_rate at 1e9/s wrote its key (%q → %q): the rate no longer shows a peer that decides nothing", before, after)
 	}
 }

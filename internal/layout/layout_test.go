@@ -24,6 +24,7 @@ var may = map[string][]string{
 	"lua":                  nil,
 	"internal/clockoffset": nil,
 	"internal/redistest":   nil,
+	"internal/rounds":      nil,
 	"wire":                 {"limiter"},
 	"store":                {"limiter", "lua"},
 	"core":                 {"store", "limiter", "wire"},
