@@ -69,6 +69,7 @@ var readmeNotRun = []struct{ cmd, why string }{
 	{"go run ./cmd/limitd", "serves on the fixed 127.0.0.1:8080 until stopped; TestREADMEHTTP runs the same serve on a free port"},
 	{"LIMITD_REDIS_URL=redis://127.0.0.1:6379 go run ./cmd/limitd", "needs the Redis at 127.0.0.1:6379, which is not the test's to use"},
 	{"limitd bench --redis redis://127.0.0.1:6379", "needs the Redis at 127.0.0.1:6379; parseBench checks the flags"},
+	{"scripts/bench-tables.sh", "runs every side-by-side benchmark for minutes; TestBenchTablesScript checks what it runs exists"},
 }
 
 // readmeProblem is one wrong line of the README.
