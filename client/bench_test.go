@@ -140,14 +140,24 @@ func cbPermits(b *testing.B, st *store.Store) int64 {
 	return w.Permits
 }
 
-func BenchmarkPermit(b *testing.B) {
-	srv := redistest.Server(b)
-	rdb := srv.Client()
+// cbServer starts a redis-server for b with the pool's limiter, cb-pool, and
+// returns it, a store on it and a redis_rate limiter on it, checked to write
+// at cbPeerRate.
+func cbServer(b *testing.B) (*redis.Client, *store.Store, *redis_rate.Limiter, redis_rate.Limit) {
+	b.Helper()
+	rdb := redistest.Server(b).Client()
 	st := store.New(rdb)
-	ctx := context.Background()
-	if _, _, err := st.Put(ctx, "cb-pool", limiter.Config{Rate: cbRate, Burst: limiter.B(1.1)}); err != nil {
+	if _, _, err := st.Put(context.Background(), "cb-pool", limiter.Config{Rate: cbRate, Burst: limiter.B(1.1)}); err != nil {
 		b.Fatal(err)
 	}
+	rr, lim := redis_rate.NewLimiter(rdb), redis_rate.PerSecond(cbPeerRate)
+	cbPeerWrites(b, rdb, rr, "cb-redis-rate", lim)
+	return rdb, st, rr, lim
+}
+
+func BenchmarkPermit(b *testing.B) {
+	_, st, rr, rrLimit := cbServer(b)
+	ctx := context.Background()
 
 	// pool returns a fresh client's handle for one benchmark run, and a check
 	// to call after the run: with the client closed (unused permits handed
@@ -176,9 +186,6 @@ func BenchmarkPermit(b *testing.B) {
 			}
 		}
 	}
-	rr := redis_rate.NewLimiter(rdb)
-	rrLimit := redis_rate.PerSecond(cbPeerRate)
-	cbPeerWrites(b, rdb, rr, "cb-redis-rate", rrLimit)
 
 	for _, par := range []struct {
 		name     string
@@ -222,16 +229,8 @@ func BenchmarkPermit(b *testing.B) {
 //
 //	go test -run='^$' -bench=BenchmarkPermitVs -benchtime=20x ./client/
 func BenchmarkPermitVs(b *testing.B) {
-	srv := redistest.Server(b)
-	rdb := srv.Client()
-	st := store.New(rdb)
+	rdb, _, rr, rrLimit := cbServer(b)
 	ctx := context.Background()
-	if _, _, err := st.Put(ctx, "cb-pool", limiter.Config{Rate: cbRate, Burst: limiter.B(1.1)}); err != nil {
-		b.Fatal(err)
-	}
-	rr := redis_rate.NewLimiter(rdb)
-	rrLimit := redis_rate.PerSecond(cbPeerRate)
-	cbPeerWrites(b, rdb, rr, "cb-redis-rate-vs", rrLimit)
 	for _, g := range []struct {
 		name string
 		n    int
@@ -248,7 +247,7 @@ func BenchmarkPermitVs(b *testing.B) {
 				rounds.Side{Name: "pool", Op: l.Allow},
 				rounds.Side{Name: "xtime", Op: x.Allow},
 				rounds.Side{Name: "redis_rate", Op: func() bool {
-					res, err := rr.Allow(ctx, "cb-redis-rate-vs", rrLimit)
+					res, err := rr.Allow(ctx, "cb-redis-rate", rrLimit)
 					return err == nil && res.Allowed == 1
 				}})
 		})
