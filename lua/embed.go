@@ -45,8 +45,7 @@ var Standalone = map[string]bool{Share: true, Concurrency: true, ConfigureLease:
 
 // Source returns the full source of an operation's script: the code of
 // LibSource and the operation, arranged so that a fast path runs little of it
-// (see scriptText), its constants folded (see fold); or the operation alone
-// for a Standalone one. It panics on an unknown name, which is a programming
+// (see scriptText); or the operation alone for a Standalone one. It panics on an unknown name, which is a programming
 // error.
 func Source(op string) string {
 	if !slices.Contains(Ops, op) {
@@ -55,8 +54,7 @@ func Source(op string) string {
 	return sources()[op]
 }
 
-// sources are every operation's script, made once (fold reads the whole
-// library).
+// sources are every operation's script, made once.
 var sources = sync.OnceValue(func() map[string]string {
 	m := map[string]string{}
 	for _, op := range Ops {
@@ -64,7 +62,7 @@ var sources = sync.OnceValue(func() map[string]string {
 		if Standalone[op] {
 			m[op] = body
 		} else {
-			m[op] = fold(scriptText(op))
+			m[op] = scriptText(op)
 		}
 	}
 	return m

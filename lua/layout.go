@@ -158,7 +158,7 @@ const restMark = "\n-- [rest]"
 // lib.lua's hot part, (keys, argv, us), which answers or returns nil.
 var fastEntries = map[string]string{Acquire: "acquire_fast"}
 
-// scriptText is an operation's script before fold: the same code as the
+// scriptText is an operation's script (Source): the same code as the
 // library's, arranged so that a call a fast path answers runs little of it.
 // A script runs its whole top level on every call (EVAL), and most of its
 // cost is making lib.lua's closures; the fast paths need a few. So the

@@ -13,12 +13,11 @@ import (
 var LibraryOps = []string{Acquire, Grant, Peek, Release, Reset}
 
 // Lib is a Redis Function library (Redis ≥ 7: FUNCTION LOAD, FCALL) holding
-// the scripts of LibraryOps, its constants folded (see fold).
+// the scripts of LibraryOps.
 type Lib struct {
 	Name      string            // the library's name: limitd_ and a hash of its code
 	Source    string            // what FUNCTION LOAD takes
 	Functions map[string]string // operation → function name
-	text      string            // Source before fold, without the first line
 }
 
 // Library returns the function library of LibraryOps. A script's top level
@@ -61,7 +60,6 @@ var library = sync.OnceValue(func() Lib {
 		body.WriteString(bodies[i])
 		body.WriteString("\nend)\n")
 	}
-	l.text = body.String()
-	l.Source = "#!lua name=" + name + "\n" + fold(l.text)
+	l.Source = "#!lua name=" + name + "\n" + body.String()
 	return l
 })

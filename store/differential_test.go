@@ -102,6 +102,7 @@ type diffRig struct {
 	tp         limiter.Params
 	tver       int64
 	instExists bool
+	tplIdle    *limiter.Duration // the template's idle_ttl (nil: store's default)
 }
 
 func diffNewMini(t testing.TB, label string, startUS int64) *diffRig {
@@ -155,7 +156,7 @@ func (g *diffRig) putTemplate(c limiter.Config) {
 	}
 	g.note("put template %s", diffJSON(norm))
 	g.ops["put-template"]++
-	tp, err := g.st.PutTemplate(g.ctx, store.Template{ID: "diff-tpl", Pattern: "t:*", Limiter: c})
+	tp, err := g.st.PutTemplate(g.ctx, store.Template{ID: "diff-tpl", Pattern: "t:*", Limiter: c, IdleTTL: g.tplIdle})
 	if err != nil {
 		g.fatalf("PutTemplate: %v", err)
 	}
@@ -1434,8 +1435,12 @@ func TestDiffRealRedisInstance(t *testing.T) {
 			}
 			pfx := "diffinst-" + mode
 			rdb := srv.Client()
+			// The model does not expire instances: an idle TTL of an hour
+			// keeps them while the test runs, however slow the machine
+			// (TestInstanceTTL checks the TTLs the fast paths set).
 			g := &diffRig{t: t, ctx: context.Background(), rdb: rdb, st: store.New(rdb, append([]store.Option{store.WithPrefix(pfx)}, opts...)...),
-				name: "t:diff", key: pfx + ":{t:diff}:i", label: "real redis instance (" + mode + ")", ops: map[string]int{}, tpl: true}
+				name: "t:diff", key: pfx + ":{t:diff}:i", label: "real redis instance (" + mode + ")", ops: map[string]int{}, tpl: true,
+				tplIdle: limiter.D(time.Hour)}
 			r := rand.New(rand.NewPCG(uint64(7100+i), 0x696e7374))
 			g.put(g.config(r, limiter.KindSchedule))
 			fresh := 0
@@ -1479,5 +1484,38 @@ func TestDiffRealRedisInstance(t *testing.T) {
 			}
 			t.Logf("%s: %s", mode, g.summary())
 		})
+	}
+}
+
+// TestInstanceTTL: the TTL the fast paths give an instance, created
+// (create_one) and used (acquire_one), on a real redis-server: without an
+// idle_ttl its debt and then the time until it settles, at most
+// store.DefaultIdleTTL (its backlog of an hour would take longer); with one,
+// that idle_ttl, renewed by every use. Read right after the acquire: a
+// machine stalled for 10 s between the two would fail it.
+func TestInstanceTTL(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Server(t).Client()
+	ctx := context.Background()
+	s := store.New(rdb, store.WithPrefix("ttl"))
+	cfg := limiter.Config{Rate: 1000, Burst: limiter.B(1), MaxBacklog: limiter.D(time.Hour)}
+	for _, c := range []struct {
+		id   string
+		idle *limiter.Duration
+		want time.Duration
+	}{{"bounded", nil, store.DefaultIdleTTL}, {"idle", limiter.D(30 * time.Minute), 30 * time.Minute}} {
+		if _, err := s.PutTemplate(ctx, store.Template{ID: c.id, Pattern: c.id + ":*", Limiter: cfg, IdleTTL: c.idle}); err != nil {
+			t.Fatal(err)
+		}
+		for i, what := range []string{"created", "used", "used again"} {
+			if d, err := s.Acquire(ctx, c.id+":a", 1, time.Second); err != nil || !d.Granted || !d.Instance {
+				t.Fatalf("%s, %s: %+v, %v", c.id, what, d, err)
+			}
+			ttl := rdb.PTTL(ctx, "ttl:{"+c.id+":a}:i").Val()
+			// the debt is what is scheduled ahead of now: at most i+1 ms
+			if ttl > c.want+time.Duration(i+2)*time.Millisecond || ttl < c.want-10*time.Second {
+				t.Errorf("%s, %s: PTTL %v, want about %v", c.id, what, ttl, c.want)
+			}
+		}
 	}
 }
