@@ -23,8 +23,10 @@ import (
 // TestInstructionsPerDecision counts the instructions redis-server executes
 // per decision (valgrind's callgrind, on a private redis-server started
 // here), for limitd's paths and for a redis_rate that writes. Instruction
-// counts do not move with the machine's load, unlike times, so they are how
-// the scripts' cost is compared across changes on a shared machine. It runs
+// counts hardly move with the machine's load, unlike times (redis-server's
+// periodic tasks, which run during a count, add a few percent on a busy
+// machine), so they are how the scripts' cost is compared across changes on
+// a shared machine. It runs
 // only when asked (it takes a minute, and valgrind):
 //
 //	LIMITD_CALLGRIND=1 go test -count=1 -run TestInstructionsPerDecision -v ./store/
