@@ -54,11 +54,14 @@
 -- later than TIME (the clock stepped back since) is re-anchored at now: it
 -- keeps the schedule as far ahead of now as its caller was told, not the
 -- length of the step.
--- A floor comes as two arguments in hexadecimal (store/floors.go): the time
--- seen, and the ns ahead plus FAR (so never negative; clamped, as
--- apply_floor does), or '0' '0' for none. Lua reads a decimal number with
--- strtod, which on the 16 digits of a time in us costs several times the
--- strtoul that reads hexadecimal (tonumber(s, 16)); floor_args reads them.
+-- A floor is FLOOR_WIDTH hexadecimal digits (store/floors.go): 14 for the
+-- time seen, 14 for the ns ahead plus FAR (so never negative; clamped, as
+-- apply_floor does); the time seen 0 means none. The floors of a call's
+-- limiters come as one argument, one after the other in KEYS order (or '0'
+-- when none has one), and floor_at reads the one at a position: one argument
+-- per call costs Redis far less than two per limiter (each argument is a Lua
+-- string made, hashed and collected), and hexadecimal is read with strtoul,
+-- several times cheaper on these digits than the strtod of decimal.
 --
 -- A share or concurrency limiter's state key (configure_lease.lua) holds its
 -- kind's name as x, so that these scripts answer {-5, kind} for it in the
@@ -95,8 +98,9 @@ local B32 = 4294967296           -- 2^32: the split of a total
 local LOW = 2251799813685248     -- 2^51: a total's low part stays below (totals)
 local SETTLE = 1125899906842624  -- 2^50: changes acquire_group lets add up (totals)
 local FLOOR_AGE = 4398046511104  -- 2^42 us (~51 days): an older floor counts for nothing (limiter.FloorAge)
+local FLOOR_WIDTH = 28           -- hexadecimal digits of a floor (see Floors; store/floors.go floorWidth)
 
-local floor, fmod, max, min, rcall
+local floor, fmod, max, min, sub, rcall
 
 -- enc(layout, ...) packs numbers; dec(layout, s) returns them (struct.unpack
 -- adds the next position, which callers drop). See init.
@@ -136,9 +140,10 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 -- and in the row itself:
 --   fast (optional) is the path for one acquire on a named limiter of the
 --     kind (fast_named) or an instance (fast_instance): (key, x, n,
---     max_wait, us, fus, fah, [tver, idle_ttl]), the answer or nil for the
+--     max_wait, us, fl, fp, [tver, idle_ttl]), fl and fp the call's floors
+--     and the position of this one's (floor_at), the answer or nil for the
 --     general path; create (optional) the same for an instance that does not
---     exist: (key, params, n, us, fus, fah, tver, idle_ttl), params the
+--     exist: (key, params, n, us, fl, fp, tver, idle_ttl), params the
 --     template's as acquire_many has them (text); lean_* are the layout it reads and the code
 --     it checks (checked in check_layouts)
 -- lib.lua and the operations dispatch through the engine (engine_of(L.kind))
@@ -209,7 +214,7 @@ end
 -- Lua has struct, text otherwise.
 local function init()
   if redis.replicate_commands then redis.replicate_commands() end -- Redis < 5: effects, for TIME
-  floor, fmod, max, min = math.floor, math.fmod, math.max, math.min
+  floor, fmod, max, min, sub = math.floor, math.fmod, math.max, math.min, string.sub
   rcall = redis.call
   local struct = rawget(_G, 'struct')
   if struct then
@@ -230,9 +235,12 @@ local function init()
   end
 end
 
+-- time_us is Redis's TIME in Unix us. Arithmetic converts TIME's two strings
+-- itself, with one strtod each: tonumber converts a decimal string twice
+-- (lua_isnumber, then lua_tonumber), at the cost of TIME's whole call again.
 local function time_us()
   local t = rcall('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return t[1] * 1000000 + t[2]
 end
 
 -- cost is limiter.Slice.Cost: n permits' whole ns and the new sub-ns carry.
@@ -256,15 +264,15 @@ end
 -- template's version, its idle_ttl_ms, its params (text) and its kind.
 local function head_of(head)
   local m, version, ttl, params, kind = string.match(head, '^(%S+) (%S+) (%S+) ((%S+) .*)$')
-  return SMALL[m] or tonumber(m), SMALL[version] or tonumber(version), tonumber(ttl), params, kind
+  return SMALL[m] or tonumber(m), SMALL[version] or version + 0, ttl + 0, params, kind
 end
 
 -- fast_named is one acquire on a named limiter whose x was read (false: no
 -- such key) by its kind's fast path (see Kinds): the answer, or nil.
-local function fast_named(key, x, n, max_wait, us, fus, fah)
+local function fast_named(key, x, n, max_wait, us, fl, fp)
   if not x or TEXT == 1 then return nil end
   local fast = FAST[#x]
-  return fast and fast(key, x, n, max_wait, us, fus, fah)
+  return fast and fast(key, x, n, max_wait, us, fl, fp)
 end
 
 -- fast_instance is one acquire on an instance of a template (head_of's
@@ -272,37 +280,35 @@ end
 -- instance key's values: its kind's fast path, or its create for an
 -- instance that does not exist; nil when a named limiter has the name, or
 -- for the general path.
-local function fast_instance(ikey, x, ix, n, max_wait, us, fus, fah, version, idle_ttl, params, kind)
+local function fast_instance(ikey, x, ix, n, max_wait, us, fl, fp, version, idle_ttl, params, kind)
   if x or TEXT == 1 then return nil end
   if ix then
     local fast = FAST[#ix]
-    return fast and fast(ikey, ix, n, max_wait, us, fus, fah, version, idle_ttl)
+    return fast and fast(ikey, ix, n, max_wait, us, fl, fp, version, idle_ttl)
   end
   local K = KINDS[kind]
-  return K and K.create and K.create(ikey, params, n, us, fus, fah, version, idle_ttl)
+  return K and K.create and K.create(ikey, params, n, us, fl, fp, version, idle_ttl)
 end
 
 -- acquire_fast is acquire_many's answer to a call a fast path decides alone:
--- one acquire on one named limiter (the pair, or the pair and a floor) or on
--- one template's name (a head with one request). Otherwise it returns nil
--- and the keys' values it read (nil: none), for the general path.
+-- one acquire on one named limiter (the pair, or the pair and its floor) or
+-- on one template's name (the floors, a head with one request). Otherwise it
+-- returns nil and the keys' values it read (nil: none), for the general path.
 local function acquire_fast(keys, argv, us)
   local na = #argv
-  if na == 2 or na == 4 then
+  if na <= 3 then
     local x = rcall('GET', keys[1])
-    local fus = argv[3]
-    if fus == '0' then fus = nil end
-    local answer = fast_named(keys[1], x, argv[1], argv[2], us, fus, argv[4])
+    local answer = fast_named(keys[1], x, argv[1], argv[2], us, argv[3], 1)
     if answer then return answer end
     return nil, {x}
   end
-  if na == 5 and #keys == 2 then
+  if na == 4 and #keys == 2 then
     local xs = rcall('MGET', keys[1], keys[2])
-    local m, version, idle_ttl, params, kind = head_of(argv[1])
+    local m, version, idle_ttl, params, kind = head_of(argv[2])
     if m == 1 then
-      local fus = argv[2]
-      if fus == '0' then fus = nil end
-      local answer = fast_instance(keys[2], xs[1], xs[2], argv[4], argv[5], us, fus, argv[3], version, idle_ttl,
+      local fl = argv[1]
+      if fl == '0' then fl = nil end
+      local answer = fast_instance(keys[2], xs[1], xs[2], argv[3], argv[4], us, fl, 1, version, idle_ttl,
         params, kind)
       if answer then return answer end
     end
@@ -557,11 +563,13 @@ local function start(L, now, us)
   L.started, L.origin, L.next, L.pace, L.rem, L.stored, L.last = 1, us, now, now, 0, L.initial, now
 end
 
--- floor_args reads a floor's arguments (see Floors): fus, fah, fus 0 for none.
-local function floor_args(s, a)
-  local fus = tonumber(s, 16)
+-- floor_at reads the floor at position p of fl (see Floors): fus, fah, fus
+-- 0 for none (fl nil or '0': none at all).
+local function floor_at(fl, p)
+  if not fl or fl == '0' then return 0, 0 end
+  local fus = tonumber(sub(fl, p, p + 13), 16)
   if fus == 0 then return 0, 0 end
-  return fus, tonumber(a, 16) - FAR
+  return fus, tonumber(sub(fl, p + 14, p + FLOOR_WIDTH - 1), 16) - FAR
 end
 
 -- apply_floor is limiter.Params.ApplyFloor for a started L: fus (Unix us)
@@ -701,8 +709,8 @@ end
 
 -- grant_main is the body of grant.lua: n permits for a client pool, with
 -- what the pool needs to place each permit and to hand unused ones back.
--- ARGV: n, max_wait (ns; negative: forever), idle_ttl_ms, floor_us,
--- floor_ahead (a floor, see Floors; floor_us 0: none), [template params...].
+-- ARGV: n, max_wait (ns; negative: forever), idle_ttl_ms, floor (see Floors;
+-- '0': none), [template params...].
 -- Reply: {code, granted, permits, epoch, sched, start, delay, lateness, wait,
 -- retry_after, version, now_us, instance, rem_before, next_after, whole,
 -- frac, den, burst, kind, max_permits} with times relative to epoch (Unix us),
@@ -711,14 +719,14 @@ end
 -- limiter of another kind ({-5, kind}).
 local function grant_main(keys, argv)
   local us = time_us()
-  local L = resolve_keys(keys, argv, 6, us)
+  local L = resolve_keys(keys, argv, 5, us)
   if not L then return {NOT_FOUND} end
   if L.other then return {OTHER_KIND, L.kind} end
   local n, max_wait = tonumber(argv[1]), tonumber(argv[2])
   if n < 1 or n > L.max_permits or n ~= floor(n) then return {PERMITS_RANGE, L.max_permits} end
   if max_wait < 0 then max_wait = HORIZON end
   local now = now_rel(L, us)
-  local fus, fah = floor_args(argv[4], argv[5])
+  local fus, fah = floor_at(argv[4], 1)
   if fus ~= 0 then
     start(L, now, us)
     apply_floor(L, now, us, fus, fah)
@@ -734,8 +742,9 @@ end
 -- acquire_group is acquire_many's answer for the m requests of one limiter,
 -- whose pairs start at argv[q] (ikey, tpl and idle_ttl: its instance key,
 -- template and idle TTL, if a template matches; x and ix: the x of its keys,
--- if read already; fus, fah: its floor, see apply_floor, nil or 0: none).
-local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fus, fah)
+-- if read already; fl, fp: the floors and its floor's position, see
+-- floor_at).
+local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl, fp)
   local L = resolve(key, ikey, tpl, us, x, ix)
   if not L then return enc('<B', A_NOT_FOUND) end
   if L.other then -- its kind: a length and the name (text: the name)
@@ -743,8 +752,8 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fu
     return enc('<BB', A_OTHER_KIND, #L.kind) .. L.kind
   end
   local now = now_rel(L, us)
-  if fus then fus, fah = floor_args(fus, fah) end
-  if fus and fus ~= 0 then
+  local fus, fah = floor_at(fl, fp)
+  if fus ~= 0 then
     start(L, now, us)
     apply_floor(L, now, us, fus, fah)
   end
@@ -781,13 +790,13 @@ end
 -- the other at that time.
 -- KEYS: each limiter's state key, followed by its instance key when a
 -- template matches its name.
--- ARGV: per limiter, in KEYS order, a head, its floor (floor_us,
--- floor_ahead: see Floors; 0 0 for none), then m pairs n, max_wait (ns;
--- negative: forever). The head is m, or when a template matches, one string:
--- m, the template's version, its idle_ttl_ms and its params (see Layouts;
--- version last, again), one space apart.
+-- ARGV: the floors (see Floors: FLOOR_WIDTH digits per limiter in KEYS
+-- order, or '0' for none), then per limiter, in KEYS order, a head and m
+-- pairs n, max_wait (ns; negative: forever). The head is m, or when a
+-- template matches, one string: m, the template's version, its idle_ttl_ms
+-- and its params (see Layouts; version last, again), one space apart.
 -- One acquire on one limiter without a template may come as the pair alone,
--- or as the pair and its floor (4 arguments).
+-- or as the pair and its floor (3 arguments).
 -- Reply: one string, the limiters' answers in KEYS order. An answer is H (1,
 -- now_us, version, instance 0 or 1, position: next relative to now after its
 -- requests), then one R per request: code (0 denied,
@@ -800,42 +809,41 @@ local function acquire_many(keys, argv)
   local answer, xs = acquire_fast(keys, argv, us)
   if answer then return answer end
   local na = #argv
-  if na == 2 or na == 4 then -- the pair alone, or and a floor
-    local fus = argv[3]
-    if fus == '0' then fus = nil end
-    return acquire_group(keys[1], nil, nil, 0, 1, argv, 1, us, xs[1], nil, fus, argv[4])
+  if na <= 3 then -- the pair alone, or and its floor
+    return acquire_group(keys[1], nil, nil, 0, 1, argv, 1, us, xs[1], nil, argv[3], 1)
   end
   if not xs then -- every key's x, read at once for many limiters
     xs = {}
     if #keys > 1 then xs = rcall('MGET', unpack(keys)) end
   end
+  local fl = argv[1]
+  if fl == '0' then fl = nil end
   local out = {}
-  local j, k, a = 0, 1, 1
+  local j, k, a, fp = 0, 1, 2, 1
   while a <= na do
     j = j + 1
-    local head, fus, fah = argv[a], argv[a + 1], argv[a + 2]
-    if fus == '0' then fus = nil end
+    local head = argv[a]
     local m = SMALL[head] or tonumber(head)
     if m then -- no template
       local x = xs[k]
       if x == nil then x = rcall('GET', keys[k]) end
-      if m == 1 then answer = fast_named(keys[k], x, argv[a + 3], argv[a + 4], us, fus, fah) end
-      out[j] = answer or acquire_group(keys[k], nil, nil, 0, m, argv, a + 3, us, x, nil, fus, fah)
+      if m == 1 then answer = fast_named(keys[k], x, argv[a + 1], argv[a + 2], us, fl, fp) end
+      out[j] = answer or acquire_group(keys[k], nil, nil, 0, m, argv, a + 1, us, x, nil, fl, fp)
       k = k + 1
     else
       local version, idle_ttl, params, kind
       m, version, idle_ttl, params, kind = head_of(head)
       local ikey = keys[k + 1]
       if m == 1 then
-        answer = fast_instance(ikey, xs[k], xs[k + 1], argv[a + 3], argv[a + 4], us, fus, fah, version, idle_ttl,
+        answer = fast_instance(ikey, xs[k], xs[k + 1], argv[a + 1], argv[a + 2], us, fl, fp, version, idle_ttl,
           params, kind)
       end
-      out[j] = answer or acquire_group(keys[k], ikey, {text = params, version = version}, idle_ttl, m, argv, a + 3, us,
-        xs[k], xs[k + 1], fus, fah)
+      out[j] = answer or acquire_group(keys[k], ikey, {text = params, version = version}, idle_ttl, m, argv, a + 1, us,
+        xs[k], xs[k + 1], fl, fp)
       k = k + 2
     end
     answer = nil
-    a = a + 3 + 2 * m
+    a, fp = a + 1 + 2 * m, fp + FLOOR_WIDTH
   end
   if j == 1 then return out[1] end
   return table.concat(out, SEP)

@@ -60,15 +60,19 @@ func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait
 		return Decision{}, permitsErr(n)
 	}
 	// Without a template, acquire.lua takes the state key and the pair
-	// alone, or the pair and a floor.
-	fus, fah := s.floors.floorArgs(name)
-	keys, args := []string{s.stateKey(name)}, []any{n, waitArg(maxWait)}
-	if fus != "0" {
-		args = []any{n, waitArg(maxWait), fus, fah}
-	}
-	if tpl != nil {
-		keys = append(keys, s.instanceKey(name))
-		args = []any{tpl.acquireHead(1), fus, fah, n, waitArg(maxWait)}
+	// alone, or the pair and its floor; with one, the floors, a head and the
+	// pair.
+	fl := s.floors.floorArg(name)
+	var keys []string
+	var args []any
+	switch {
+	case tpl != nil:
+		keys = []string{s.stateKey(name), s.instanceKey(name)}
+		args = []any{fl, tpl.acquireHead(1), n, waitArg(maxWait)}
+	case fl == noFloors:
+		keys, args = []string{s.stateKey(name)}, []any{n, waitArg(maxWait)}
+	default:
+		keys, args = []string{s.stateKey(name)}, []any{n, waitArg(maxWait), fl}
 	}
 	v, err := s.runAny(ctx, lua.Acquire, keys, args...)
 	if err != nil {
@@ -105,8 +109,7 @@ func (s *Store) grantCall(ctx context.Context, name string, n int64, maxWait tim
 	if n < 1 {
 		return nil, permitsErr(n)
 	}
-	fus, fah := s.floors.floorArgs(name)
-	args := append([]any{n, waitArg(maxWait), tpl.idleTTLms(), fus, fah}, tpl.args()...)
+	args := append([]any{n, waitArg(maxWait), tpl.idleTTLms(), s.floors.floorArg(name)}, tpl.args()...)
 	v, err := s.run(ctx, lua.Grant, keys, args...)
 	if err != nil {
 		return nil, err

@@ -161,7 +161,8 @@ type batchScratch struct {
 	failed map[string]error
 	next   []int // the next request of the same limiter, -1: none
 	calls  []batchCall
-	argv   []any // every call's argv, one after the other
+	argv   []any  // every call's argv, one after the other
+	floors []byte // a call's floors (appendFloor), before they become its argument
 }
 
 // fail records err for every request of c that has no error yet.
@@ -231,15 +232,24 @@ func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome, s
 		}
 		start := len(argv)
 		argv = append(argv, nil, nil, nkeys)
+		floors, some := sc.floors[:0], false
 		for _, g := range sc.groups[from:to] {
 			argv = append(argv, s.stateKey(g.name))
 			if g.tpl != nil { // acquire.lua takes an instance key only with a template
 				argv = append(argv, s.instanceKey(g.name))
 			}
+			var ok bool
+			floors, ok = s.floors.appendFloor(floors, g.name)
+			some = some || ok
+		}
+		sc.floors = floors
+		if some { // the floors of the call's limiters, one argument
+			argv = append(argv, string(floors))
+		} else {
+			argv = append(argv, noFloors)
 		}
 		for _, g := range sc.groups[from:to] {
-			fus, fah := s.floors.floorArgs(g.name)
-			argv = append(argv, g.tpl.acquireHead(g.m), fus, fah)
+			argv = append(argv, g.tpl.acquireHead(g.m))
 			for i := g.first; i >= 0; i = sc.next[i] {
 				argv = append(argv, reqs[i].Permits, waitArg(reqs[i].MaxWait))
 			}

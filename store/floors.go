@@ -3,7 +3,6 @@ package store
 import (
 	"hash/maphash"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -67,32 +66,52 @@ func (f *floorSet) get(name string) (limiter.Floor, bool) {
 	return fl, ok
 }
 
-// args are name's floor as the scripts take it: Unix µs when it was seen and
-// ns ahead of that (0 0: none).
-func (f *floorSet) args(name string) (int64, int64) {
-	fl, ok := f.get(name)
-	if !ok {
-		return 0, 0
-	}
-	return fl.Seen / 1000, fl.Ahead
-}
-
-// floorAheadOffset is what floorArgs adds to a floor's ahead so that it is
+// floorAheadOffset is what appendFloor adds to a floor's ahead so that it is
 // never negative: lua/lib.lua's FAR, below which the scripts clamp it.
 const floorAheadOffset = 1 << 52
 
-// floorArgs are name's floor as the scripts read it (see Floors in
-// lua/lib.lua): args in hexadecimal, ahead clamped to what the scripts take
-// and offset by floorAheadOffset, or "0" "0" for none. Lua reads a decimal
-// number with strtod, several times slower on these 16 digits than the
-// strtoul it uses for hexadecimal, on every acquire.
-func (f *floorSet) floorArgs(name string) (any, any) {
-	seen, ahead := f.args(name)
-	if seen == 0 {
-		return "0", "0"
+// floorWidth is how many hexadecimal digits a floor takes in the scripts'
+// arguments (lua/lib.lua FLOOR_WIDTH): 14 for the µs it was seen, 14 for
+// its ahead plus floorAheadOffset.
+const floorWidth = 28
+
+// noFloors is the scripts' argument for a call whose limiters have none.
+const noFloors = "0"
+
+// appendFloor appends name's floor as the scripts read it (see Floors in
+// lua/lib.lua): its µs seen and its ahead (clamped to what the scripts take,
+// plus floorAheadOffset) in hexadecimal, floorWidth digits, or zeros where
+// there is none; ok reports whether there was one. The floors of a call's
+// limiters travel as one argument, and in hexadecimal, which Lua reads with
+// strtoul, several times cheaper than the strtod of decimal.
+func (f *floorSet) appendFloor(b []byte, name string) (_ []byte, ok bool) {
+	fl, ok := f.get(name)
+	if !ok || fl.Seen/1000 <= 0 {
+		return append(b, zeroFloor...), false
 	}
-	ahead = min(max(ahead, -floorAheadOffset), 2*limiter.Horizon) + floorAheadOffset
-	return strconv.FormatInt(seen, 16), strconv.FormatInt(ahead, 16)
+	ahead := min(max(fl.Ahead, -floorAheadOffset), 2*limiter.Horizon) + floorAheadOffset
+	return appendHex(appendHex(b, uint64(fl.Seen/1000)), uint64(ahead)), true
+}
+
+const zeroFloor = "0000000000000000000000000000"
+
+// appendHex appends v in floorWidth/2 lowercase hexadecimal digits.
+func appendHex(b []byte, v uint64) []byte {
+	const digits = "0123456789abcdef"
+	for i := floorWidth/2 - 1; i >= 0; i-- {
+		b = append(b, digits[v>>(4*i)&15])
+	}
+	return b
+}
+
+// floorArg is name's floor as the one floor of a call, or noFloors.
+func (f *floorSet) floorArg(name string) string {
+	var buf [floorWidth]byte
+	b, ok := f.appendFloor(buf[:0], name)
+	if !ok {
+		return noFloors
+	}
+	return string(b)
 }
 
 // stepSlack is how much earlier than the floor kept an answer's Redis time

@@ -5,6 +5,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"testing"
+
+	"github.com/limitd/limitd/limiter"
 )
 
 // TestFloorSet: the furthest position is kept, a rewinding hand-back lowers
@@ -36,8 +38,24 @@ func TestFloorSet(t *testing.T) {
 	if fl, _ := f.get("a"); fl.Seen != 102*us-step || fl.Ahead != 10*us {
 		t.Errorf("after a step back: %+v", fl)
 	}
-	if fus, fah := f.args("a"); fus != (102*us-step)/1000 || fah != 10*us {
-		t.Errorf("args %d %d", fus, fah)
+	const t0 = int64(1_764_000_000_123_456_789) // a Unix time in ns
+	f.see("b", t0, t0+10*us)
+	if got, want := f.floorArg("b"), fmt.Sprintf("%014x%014x", t0/1000, 10*us+floorAheadOffset); got != want {
+		t.Errorf("floor argument %s, want %s", got, want)
+	}
+	f.see("c", t0, t0-2*floorAheadOffset) // further back than the scripts take: clamped
+	f.see("d", t0, t0+4*limiter.Horizon)
+	if got, want := f.floorArg("c"), fmt.Sprintf("%014x%014x", t0/1000, 0); got != want {
+		t.Errorf("floor argument far behind %s, want %s", got, want)
+	}
+	if got, want := f.floorArg("d"), fmt.Sprintf("%014x%014x", t0/1000, 2*limiter.Horizon+floorAheadOffset); got != want {
+		t.Errorf("floor argument far ahead %s, want %s", got, want)
+	}
+	if got := f.floorArg("none"); got != noFloors {
+		t.Errorf("floor argument of a name without one: %q", got)
+	}
+	if b, ok := f.appendFloor(nil, "none"); ok || string(b) != zeroFloor || len(b) != floorWidth {
+		t.Errorf("a missing floor among others: %q %v", b, ok)
 	}
 	f.forget("a")
 	if _, ok := f.get("a"); ok {
@@ -70,7 +88,7 @@ func TestFloorSet(t *testing.T) {
 			for i := range 5000 {
 				name := fmt.Sprint("c", i%300)
 				f.see(name, int64(i), int64(i+g))
-				f.args(name)
+				f.floorArg(name)
 				if i%97 == 0 {
 					f.forget(name)
 				}
