@@ -113,6 +113,7 @@ func (l *Limiter) bulkBound(b *block) int64 {
 // take removes the permit next returned.
 func (l *Limiter) take(s slot, now int64) {
 	l.taken++
+	l.lastTake = max(l.lastTake, now)
 	if s.back {
 		l.back = l.back[1:]
 		return
@@ -146,6 +147,7 @@ func (l *Limiter) putBack(s slot) {
 		return
 	}
 	s.back = false
+	l.mayChange()
 	i, _ := slices.BinarySearchFunc(l.back, s.sched, func(x slot, t int64) int { return cmp.Compare(x.sched, t) })
 	l.back = slices.Insert(l.back, i, s)
 	l.mu.Unlock()

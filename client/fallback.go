@@ -14,6 +14,7 @@ import (
 // Redis may come back empty (a restart without persistence), and its permits
 // then belong to a limiter that no longer exists (see dropLost).
 func (l *Limiter) goDown(now int64) {
+	l.mayChange()
 	if !l.down {
 		l.down = true
 		l.dropLost()

@@ -103,6 +103,7 @@ func (l *Limiter) fetch(k int64) {
 	t1 := l.c.mono()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.mayChange()
 	l.fetching = nil
 	l.err = err
 	if err != nil {

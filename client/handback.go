@@ -16,6 +16,7 @@ import (
 func (l *Limiter) changed(version int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.mayChange()
 	switch {
 	case l.closed:
 	case version == 0: // deleted: nothing granted by it may be used

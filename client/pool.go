@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitd/limitd/limiter"
@@ -38,6 +39,14 @@ type Limiter struct {
 	lastK     int64   // the last grant's size
 	maxK      int64   // the most permits one grant may take (max_reserve), 0: unknown
 	starved   bool    // a caller found the pool empty since the last fetch
+	lastTake  int64   // the local clock reading at which take last dispensed
+	// refuseUntil is when, on the local clock, the pool's next permit may
+	// start, as the last refusal found it: Allow refuses before then without
+	// the lock, which callers refused in a loop would otherwise fight over.
+	// Every change that may bring a permit earlier or empty the pool (a
+	// grant, a put-back, a config change, the fallback, Close) clears it
+	// (mayChange), so it never refuses what the pool would give.
+	refuseUntil atomic.Int64
 
 	// fallback while Redis is unreachable
 	down     bool
@@ -62,6 +71,9 @@ func (l *Limiter) Allow() bool {
 	return ok
 }
 
+// mayChange clears refuseUntil: the pool is about to change (l.mu held).
+func (l *Limiter) mayChange() { l.refuseUntil.Store(0) }
+
 // AllowNext is Allow for callers that advertise the limit, as the HTTP
 // middleware of package httplimit does: it tells besides how long from now
 // until the next permit may start (0: one may start now), and the errors Allow
@@ -75,12 +87,23 @@ func (l *Limiter) AllowNext(ctx context.Context) (ok bool, next time.Duration, e
 // into the pool than the permit it takes).
 func (l *Limiter) allow(ctx context.Context, withNext bool) (ok bool, next time.Duration, err error) {
 	for {
+		now := l.c.mono() // outside the lock, which it then holds for less
+		if !withNext && now < l.refuseUntil.Load() {
+			return false, 0, nil
+		}
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
 			return false, 0, ErrClosed
 		}
-		now := l.c.mono()
+		if now <= l.lastTake {
+			// Overtaken on the way to the lock: another caller read the
+			// clock after this one and took a permit first, pacing the next
+			// from its reading. Deciding at the older reading would refuse
+			// a permit this caller, who came later, may take; so read the
+			// clock again, under the lock, which orders it after them.
+			now = max(l.c.mono(), l.lastTake)
+		}
 		if l.down {
 			l.retryInBackground(now)
 			ok := l.fallbackAllow()
@@ -90,6 +113,7 @@ func (l *Limiter) allow(ctx context.Context, withNext bool) (ok bool, next time.
 		}
 		if s, ok := l.next(now); ok {
 			if s.start > now {
+				l.refuseUntil.Store(s.start)
 				l.mu.Unlock()
 				return false, time.Duration(s.start - now), nil
 			}
@@ -181,6 +205,7 @@ func (l *Limiter) Close() error {
 		return nil
 	}
 	l.closed = true
+	l.mayChange()
 	l.mu.Unlock()
 	l.bg.Wait() // a grant in flight joins the pool, to be handed back below
 	l.mu.Lock()

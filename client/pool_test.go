@@ -455,3 +455,36 @@ func TestPoolGrantsWithinMaxReserve(t *testing.T) {
 		t.Errorf("%d grant calls for %d permits: grants beyond max_reserve were asked for", g, w.Permits)
 	}
 }
+
+// A refused Allow keeps when the pool's next permit starts, so that callers
+// refused in a loop do not fight over the pool's lock; any change of the pool
+// forgets it. Here the limiter is deleted and made again: its fresh schedule
+// has a permit now, which Allow must see at once, not when the old pool's
+// next permit was due.
+func TestAllowRefusalForgottenOnChange(t *testing.T) {
+	clk, _, st := ctDriven(t)
+	ctPut(t, st, "again", strict(2)) // 500ms slices
+	tr := ctCounting(st)
+	c := client.NewWithTransport(clk.transport(tr), client.WithClock(clk))
+	defer c.Close()
+	l, err := c.Limiter("again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Allow() {
+		t.Fatal("first Allow = false, want true")
+	}
+	for range 3 {
+		if l.Allow() {
+			t.Fatal("Allow before the next slice = true, want false")
+		}
+	}
+	if err := st.Delete(context.Background(), "again"); err != nil {
+		t.Fatal(err)
+	}
+	ctPut(t, st, "again", strict(2))
+	tr.flush(t)
+	if !l.Allow() {
+		t.Fatal("Allow on the limiter made again = false: the old pool's refusal held")
+	}
+}

@@ -46,7 +46,7 @@ var svBin struct {
 }
 
 // svModuleRoot is the directory of the module's go.mod.
-func svModuleRoot(t *testing.T) string {
+func svModuleRoot(t testing.TB) string {
 	t.Helper()
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	gomod := strings.TrimSpace(string(out))
@@ -57,7 +57,7 @@ func svModuleRoot(t *testing.T) string {
 }
 
 // svBinary builds cmd/limitd once per test run and returns its path.
-func svBinary(t *testing.T) string {
+func svBinary(t testing.TB) string {
 	t.Helper()
 	root := svModuleRoot(t)
 	svBin.once.Do(func() {
@@ -78,7 +78,7 @@ func svBinary(t *testing.T) string {
 }
 
 // svFreePort returns a loopback port nobody listens on (never 6379).
-func svFreePort(t *testing.T) int {
+func svFreePort(t testing.TB) int {
 	t.Helper()
 	for {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -113,7 +113,7 @@ func (l *svLog) String() string {
 
 // svProc is one limitd OS process.
 type svProc struct {
-	t      *testing.T
+	t      testing.TB
 	cmd    *exec.Cmd
 	base   string // http://127.0.0.1:port
 	stderr *svLog
@@ -123,7 +123,7 @@ type svProc struct {
 
 // svRun starts limitd with exactly env as its environment (nothing of the
 // test's own environment leaks in) and returns at once.
-func svRun(t *testing.T, env map[string]string, args ...string) *svProc {
+func svRun(t testing.TB, env map[string]string, args ...string) *svProc {
 	t.Helper()
 	p := &svProc{t: t, stderr: &svLog{}, done: make(chan struct{})}
 	p.cmd = exec.Command(svBinary(t), args...)
@@ -154,7 +154,7 @@ func svRun(t *testing.T, env map[string]string, args ...string) *svProc {
 
 // svServe starts limitd serve on a free port with env and waits until
 // /healthz answers.
-func svServe(t *testing.T, env map[string]string) *svProc {
+func svServe(t testing.TB, env map[string]string) *svProc {
 	t.Helper()
 	port := svFreePort(t)
 	env["LIMITD_ADDR"] = "127.0.0.1:" + strconv.Itoa(port)

@@ -17,8 +17,8 @@ echo "Measured $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores, $(go version | cut
   "$(redis-server --version | cut -d' ' -f3 | tr -d 'v='), load average before: $(load)."
 echo
 
-bench() { # bench PKG REGEX: the benchmark lines of one alternating-rounds run
-  go test -run='^$' -bench="$2" -benchtime="${rounds}x" "$1" | grep '^Benchmark' | sed 's/-[0-9]* / /'
+bench() { # bench PKG REGEX [BENCHTIME]: the benchmark lines of one run (default: alternating rounds)
+  go test -run='^$' -bench="$2" -benchtime="${3:-${rounds}x}" "$1" | grep '^Benchmark' | sed 's/-[0-9]* / /'
 }
 # metric NAME LINE: the value reported for a metric on a benchmark line
 metric() { awk -v m="$1" '{for (i = 3; i < NF; i++) if ($(i + 1) == m) print $i}' <<<"$2"; }
@@ -66,6 +66,22 @@ while read -r line; do
       "$(metric xtime-ns/op "$line")" "$(metric limitd/xtime "$line")"
   fi
 done <"$out/limiter"
+echo
+
+httptime=3s
+[ "${QUICK:-}" = 1 ] && httptime=300ms
+echo "**HTTP acquire through \`limitd serve\`** (BenchmarkHTTPAcquire: the binary over a private redis-server,"
+echo "$httptime per row, the load generator on the same cores; 10k-keys = round-robin over 10,000 template instances;"
+echo "CPU per request from /proc for limitd and INFO cpu for Redis):"
+echo
+echo "| connections, keys | requests/s | limitd CPU per request | goal | Redis CPU per request |"
+echo "|---|---|---|---|---|"
+bench ./integration/ BenchmarkHTTPAcquire "$httptime" >"$out/http"
+while read -r line; do
+  name=$(cut -d' ' -f1 <<<"$line" | sed 's|BenchmarkHTTPAcquire/||')
+  printf '| %s | %.0f | **%.1f µs** | ≤ 16 µs | %.1f µs |\n' "$name" "$(metric req/s "$line")" \
+    "$(metric serve-cpu-us/req "$line")" "$(metric redis-cpu-us/req "$line")"
+done <"$out/http"
 echo
 
 if command -v valgrind >/dev/null 2>&1; then
