@@ -89,7 +89,7 @@
 -- once, where Redis offers no global but a bare redis table, and the library's
 -- functions then serve every call: so the top level only defines; init reads
 -- the globals, at the end of this file for a script, on a function's first
--- call for a library (`if not rcall then init() check_layouts() end`).
+-- call for a library (`if not rcall then init(true) check_layouts() end`).
 
 local HORIZON = 1125899906842624 -- 2^50 ns, limiter.Horizon
 local REBASE = 1099511627776     -- 2^40 ns (~18 min): move the epoch this often
@@ -210,9 +210,21 @@ local function num(s)
   return x
 end
 
+-- Readings kept between calls: heads (head_of's) and made (a kind's create
+-- reading a template's params). A function library's locals outlive its
+-- calls, and a template's head (and its params) is the same string on every
+-- call for it, of which Lua keeps one copy: so what was read of it once is
+-- found again by a table lookup, far cheaper than the pattern match and
+-- conversions that read it. A library's init makes them; a script, whose
+-- tables would not outlive the call, keeps none (nil). Each counts its
+-- entries at [0] and is emptied at 256.
+local heads, made
+
 -- init reads the globals (see above) and picks the packed form: binary where
--- Lua has struct, text otherwise.
-local function init()
+-- Lua has struct, text otherwise; keep (a library) makes the tables of
+-- readings kept between calls.
+local function init(keep)
+  if keep then heads, made = {[0] = 0}, {[0] = 0} end
   if redis.replicate_commands then redis.replicate_commands() end -- Redis < 5: effects, for TIME
   floor, fmod, max, min, sub = math.floor, math.fmod, math.max, math.min, string.sub
   rcall = redis.call
@@ -263,8 +275,15 @@ end
 -- head_of reads the head of a template's requests (acquire_many): m, the
 -- template's version, its idle_ttl_ms, its params (text) and its kind.
 local function head_of(head)
+  local h = heads and heads[head]
+  if h then return h[1], h[2], h[3], h[4], h[5] end
   local m, version, ttl, params, kind = string.match(head, '^(%S+) (%S+) (%S+) ((%S+) .*)$')
-  return SMALL[m] or tonumber(m), SMALL[version] or version + 0, ttl + 0, params, kind
+  m, version, ttl = SMALL[m] or tonumber(m), SMALL[version] or version + 0, ttl + 0
+  if heads then
+    if heads[0] >= 256 then heads = {[0] = 0} end
+    heads[head], heads[0] = {m, version, ttl, params, kind}, heads[0] + 1
+  end
+  return m, version, ttl, params, kind
 end
 
 -- fast_named is one acquire on a named limiter whose x was read (false: no

@@ -56,7 +56,7 @@ var library = sync.OnceValue(func() Lib {
 		// lib.lua's init reads the globals on the first call (see Globals
 		// there), and check_layouts checks what was derived from the field
 		// groups (see Layouts); the library's top level may not call them.
-		body.WriteString("\nredis.register_function('" + fn + "', function(KEYS, ARGV)\nif not rcall then init() check_layouts() end\n")
+		body.WriteString("\nredis.register_function('" + fn + "', function(KEYS, ARGV)\nif not rcall then init(true) check_layouts() end\n")
 		body.WriteString(bodies[i])
 		body.WriteString("\nend)\n")
 	}

@@ -24,7 +24,7 @@ func TestLibrary(t *testing.T) {
 		}
 		// The function's body is the operation's file.
 		body, _ := files.ReadFile(op + ".lua")
-		if !strings.Contains(l.Source, "if not rcall then init() check_layouts() end\n"+string(body)+"\nend)\n") {
+		if !strings.Contains(l.Source, "if not rcall then init(true) check_layouts() end\n"+string(body)+"\nend)\n") {
 			t.Errorf("operation %s: the function does not run %s.lua after init", op, op)
 		}
 	}

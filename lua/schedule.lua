@@ -124,12 +124,20 @@ end
 -- general path (n out of range, or a floor ahead of the fresh schedule, see
 -- apply_floor).
 local function create_one(key, params, n, us, fl, fp, tver, idle_ttl)
-  local _, whole, frac, den, max_permits, burst, max_backlog = string.match(params, P_WORDS)
-  if not max_backlog then return nil end
-  -- (binary only: Redis's Lua, whose arithmetic reads a decimal string with
-  -- one strtod, where tonumber takes two; see time_us)
-  whole, frac, den = whole + 0, SMALL[frac] or frac + 0, SMALL[den] or den + 0
-  max_permits, burst, max_backlog = max_permits + 0, SMALL[burst] or burst + 0, max_backlog + 0
+  local p = made and made[params] -- (see "Readings kept between calls" in lib.lua)
+  if not p then
+    local _, whole, frac, den, max_permits, burst, max_backlog = string.match(params, P_WORDS)
+    if not max_backlog then return nil end
+    -- (binary only: Redis's Lua, whose arithmetic reads a decimal string
+    -- with one strtod, where tonumber takes two; see time_us)
+    p = {whole + 0, SMALL[frac] or frac + 0, SMALL[den] or den + 0, max_permits + 0, SMALL[burst] or burst + 0,
+      max_backlog + 0}
+    if made then
+      if made[0] >= 256 then made = {[0] = 0} end
+      made[params], made[0] = p, made[0] + 1
+    end
+  end
+  local whole, frac, den, max_permits, burst, max_backlog = p[1], p[2], p[3], p[4], p[5], p[6]
   n = SMALL[n] or tonumber(n)
   if n < 1 or n > max_permits or n % 1 ~= 0 then return nil end
   if fl then -- apply_floor's test at now 0, epoch us (floor_at, inline)
