@@ -23,6 +23,24 @@ func viewOf(l core.Limiter) wire.Limiter {
 	if l.State != nil {
 		v.State = stateOf(*l.State)
 	}
+	if h := l.Holders; h != nil {
+		v.Now, v.Holders = h.Now, []wire.Holder{}
+		switch h.Kind {
+		case limiter.KindShare:
+			held, learning := h.Held, h.Learning
+			v.Held, v.Learning = &held, &learning
+			for _, x := range h.Share {
+				v.Holders = append(v.Holders, wire.Holder{ClientID: x.ClientID, Has: &x.Has, Wants: &x.Wants,
+					Priority: &x.Priority, Expires: x.Expires})
+			}
+		case limiter.KindConcurrency:
+			inUse := len(h.Slots)
+			v.InUse = &inUse
+			for _, x := range h.Slots {
+				v.Holders = append(v.Holders, wire.Holder{LeaseID: x.LeaseID, Expires: x.Expires})
+			}
+		}
+	}
 	return v
 }
 

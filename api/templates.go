@@ -64,7 +64,20 @@ func (s *server) getTemplate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, t)
+	n, exact, err := s.core.Instances(c.Request().Context(), tid)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, templateView{Template: t, Instances: n, InstancesExact: exact})
+}
+
+// templateView is GET /v1/templates/{id}: the template and how many of its
+// instances live now, counted exactly or, where Redis holds many keys,
+// estimated from a sample (InstancesExact false).
+type templateView struct {
+	core.Template
+	Instances      int64 `json:"instances"`
+	InstancesExact bool  `json:"instances_exact"`
 }
 
 func (s *server) deleteTemplate(c echo.Context) error {

@@ -479,10 +479,25 @@ func TestAllowRefusalForgottenOnChange(t *testing.T) {
 			t.Fatal("Allow before the next slice = true, want false")
 		}
 	}
+	// The first grant's prefetch lands before the change: a grant of the
+	// old limiter arriving after it would be taken for the new one's (the
+	// same version, 1).
+	if !ctEventually(5*time.Second, func() bool { return !client.Fetching(l) }) {
+		t.Fatal("the pool's prefetch never arrived")
+	}
 	if err := st.Delete(context.Background(), "again"); err != nil {
 		t.Fatal(err)
 	}
 	ctPut(t, st, "again", strict(2))
+	// Both changes taken by the handle's watcher (they come through Redis),
+	// then applied (flush).
+	if !ctEventually(5*time.Second, func() bool {
+		_, deleted := tr.eventAt("again 0")
+		_, made := tr.eventAt("again 1")
+		return deleted && made
+	}) {
+		t.Fatal("the handle never heard of the limiter's deletion and re-creation")
+	}
 	tr.flush(t)
 	if !l.Allow() {
 		t.Fatal("Allow on the limiter made again = false: the old pool's refusal held")

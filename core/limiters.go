@@ -14,13 +14,21 @@ import (
 // have no schedule, so no state: State is nil for them.
 type Limiter struct {
 	Info
-	State *WaitInfo
+	State   *WaitInfo // a rate limiter's
+	Holders *Holders  // a share or concurrency limiter's
 }
 
-// view returns info with its live state.
+// view returns info with its live state: a rate limiter's schedule, or a
+// lease limiter's holders.
 func (s *Service) view(ctx context.Context, info Info) (Limiter, error) {
 	if !limiter.IsRate(info.Config.Kind) {
-		return Limiter{Info: info}, nil
+		start := time.Now()
+		h, err := s.store.Holders(ctx, info.Name)
+		s.timed(OpHolders, start)
+		if err != nil {
+			return Limiter{}, err
+		}
+		return Limiter{Info: info, Holders: &h}, nil
 	}
 	start := time.Now()
 	w, err := s.store.Wait(ctx, info.Name)

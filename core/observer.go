@@ -27,12 +27,14 @@ const (
 	OpReleaseSlot
 	OpGrant
 	OpHandback
+	OpHolders
+	OpInstances
 	NumOps // the number of Ops
 )
 
 var opNames = [NumOps]string{"ping", "put", "get", "patch", "delete", "list", "acquire", "wait",
 	"reset", "put_template", "get_template", "delete_template", "templates",
-	"capacity", "return_capacity", "acquire_slot", "renew_slot", "release_slot", "grant", "handback"}
+	"capacity", "return_capacity", "acquire_slot", "renew_slot", "release_slot", "grant", "handback", "holders", "instances"}
 
 // String is the op's name, as metrics label it ("acquire_slot").
 func (o Op) String() string {

@@ -23,6 +23,8 @@ type (
 	CapacityLease = store.CapacityLease
 	// Template makes limiters on demand.
 	Template = store.Template
+	// Holders are a share or concurrency limiter's leases now.
+	Holders = store.Holders
 )
 
 // Forever is a MaxWait without bound.

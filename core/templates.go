@@ -40,6 +40,19 @@ func (s *Service) GetTemplate(ctx context.Context, id string) (Template, error) 
 	return t, err
 }
 
+// Instances counts the live instances of template id: exact, or estimated
+// from a sample of the keys when Redis holds many (see store.InstanceCount).
+func (s *Service) Instances(ctx context.Context, id string) (n int64, exact bool, err error) {
+	t, err := s.GetTemplate(ctx, id)
+	if err != nil {
+		return 0, false, err
+	}
+	start := time.Now()
+	n, exact, err = s.store.InstanceCount(ctx, t.Pattern)
+	s.timed(OpInstances, start)
+	return n, exact, err
+}
+
 // DeleteTemplate removes a template.
 func (s *Service) DeleteTemplate(ctx context.Context, id string) error {
 	if err := store.CheckNameAs("id", id); err != nil {

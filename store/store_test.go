@@ -77,6 +77,7 @@ func stSuite(t *testing.T, f stFactory) {
 		{"ChangeEvents", stTestChangeEvents},
 		{"AcquireManyInOrder", stTestAcquireMany},
 		{"Batching", stTestBatching},
+		{"Inspect", stTestInspect},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}

@@ -153,7 +153,26 @@ type Limiter struct {
 	Name    string         `json:"name"`
 	Config  limiter.Config `json:"config"` // canonical: every default filled in
 	Version int64          `json:"version"`
-	State   *WaitState     `json:"state,omitempty"`
+	State   *WaitState     `json:"state,omitempty"` // a rate limiter's
+	// A share or concurrency limiter's holders now, at Now (Redis time, Unix
+	// ns): a share limiter's with Held, the sum of what they have, and
+	// Learning; a concurrency limiter's with InUse, the slots they hold.
+	Holders  []Holder `json:"holders,omitzero"`
+	Held     *float64 `json:"held,omitempty"`
+	Learning *bool    `json:"learning,omitempty"`
+	InUse    *int     `json:"in_use,omitempty"`
+	Now      int64    `json:"now_ns,omitempty"`
+}
+
+// Holder is one lease on a share limiter (ClientID, Has, Wants, Priority)
+// or a concurrency limiter (LeaseID), and when it expires (Unix ns).
+type Holder struct {
+	ClientID string   `json:"client_id,omitempty"`
+	LeaseID  string   `json:"lease_id,omitempty"`
+	Has      *float64 `json:"has,omitempty"`
+	Wants    *float64 `json:"wants,omitempty"`
+	Priority *float64 `json:"priority,omitempty"`
+	Expires  int64    `json:"expires_ns"`
 }
 
 // LimiterList is one page of GET /v1/limiters; Next is the cursor of the
@@ -191,5 +210,9 @@ type TemplateRequest struct {
 	Order   int               `json:"order"`
 	IdleTTL *limiter.Duration `json:"idle_ttl,omitempty"`
 	Limiter json.RawMessage   `json:"limiter"`
-	Version *int64            `json:"version,omitempty"`
+	// Read-only: what GET answers besides the template, ignored, so that a
+	// template read can be put back as it is.
+	Version        *int64 `json:"version,omitempty"`
+	Instances      *int64 `json:"instances,omitempty"`
+	InstancesExact *bool  `json:"instances_exact,omitempty"`
 }

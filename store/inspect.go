@@ -1,0 +1,192 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd/limiter"
+)
+
+// Holders is what the holders of a lease limiter (share or concurrency) hold
+// now, read in one transaction with Redis's time: the leases that have not
+// expired at Now, as lua/share.lua and lua/concurrency.lua count them.
+type Holders struct {
+	Kind limiter.Kind
+	Now  int64 // Redis time, Unix ns
+	// Share: every client's lease, in client id order; Held is the sum of
+	// what they have; Learning is true while the limiter is in learning mode
+	// (it grants what clients say they have, see limiter.ShareParams).
+	Share    []ShareHolder
+	Held     float64
+	Learning bool
+	// Concurrency: the leased slots, earliest expiry first.
+	Slots []SlotHolder
+}
+
+// ShareHolder is one client's capacity lease on a share limiter.
+type ShareHolder struct {
+	ClientID string
+	Has      float64 // what the limiter granted it
+	Wants    float64
+	Priority float64
+	Expires  int64 // Unix ns
+}
+
+// SlotHolder is one leased slot of a concurrency limiter.
+type SlotHolder struct {
+	LeaseID string
+	Expires int64 // Unix ns
+}
+
+// Holders reads the holders of the share or concurrency limiter name. A
+// limiter of a rate kind is ErrConflict.
+func (s *Store) Holders(ctx context.Context, name string) (Holders, error) {
+	if err := CheckName(name); err != nil {
+		return Holders{}, err
+	}
+	var (
+		now   *redis.TimeCmd
+		head  *redis.SliceCmd
+		share *redis.MapStringStringCmd
+		slots *redis.ZSliceCmd
+	)
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		now = p.Time(ctx)
+		head = p.HMGet(ctx, s.limiterKey(name), "kind", "sh_until")
+		share = p.HGetAll(ctx, s.clientsKey(name))
+		slots = p.ZRangeWithScores(ctx, s.slotsKey(name), 0, -1)
+		return nil
+	})
+	if err != nil {
+		return Holders{}, wrapErr(err)
+	}
+	h := head.Val()
+	if len(h) != 2 {
+		return Holders{}, fmt.Errorf("store: leases of %q: %w", name, badReply("HMGET answered %d values", len(h)))
+	}
+	if h[0] == nil {
+		return Holders{}, fmt.Errorf("limiter %q: %w", name, ErrNotFound)
+	}
+	kind, _ := h[0].(string)
+	t := now.Val()
+	l := Holders{Kind: limiter.Kind(kind), Now: t.UnixNano()}
+	us := t.UnixMicro()
+	switch l.Kind {
+	case limiter.KindShare:
+		if u, ok := h[1].(string); ok {
+			until, err := strconv.ParseInt(u, 10, 64)
+			if err != nil {
+				return Holders{}, fmt.Errorf("store: leases of %q: %w", name, badReply("sh_until %q", u))
+			}
+			l.Learning = us < until
+		}
+		for id, v := range share.Val() {
+			lease, err := parseShareHolder(id, v)
+			if err != nil {
+				return Holders{}, fmt.Errorf("store: leases of %q: %w", name, err)
+			}
+			if lease.Expires > l.Now { // expired at now: Expires <= now (share.lua)
+				l.Share = append(l.Share, lease)
+				l.Held += lease.Has
+			}
+		}
+		slices.SortFunc(l.Share, func(a, b ShareHolder) int { return strings.Compare(a.ClientID, b.ClientID) })
+	case limiter.KindConcurrency:
+		for _, z := range slots.Val() {
+			id, _ := z.Member.(string)
+			if exp := int64(z.Score); exp > us { // expired at now: score <= now (concurrency.lua)
+				l.Slots = append(l.Slots, SlotHolder{LeaseID: id, Expires: exp * 1000})
+			}
+		}
+	default:
+		return Holders{}, kindConflict(name, l.Kind)
+	}
+	return l, nil
+}
+
+// parseShareHolder reads a client's entry in a share limiter's client hash:
+// "wants has weight expires_us" (lua/share.lua).
+func parseShareHolder(id, v string) (ShareHolder, error) {
+	f := strings.Fields(v)
+	if len(f) != 4 {
+		return ShareHolder{}, badReply("share lease of %q: %q", id, v)
+	}
+	var n [4]float64
+	for i, w := range f {
+		x, err := strconv.ParseFloat(w, 64)
+		if err != nil {
+			return ShareHolder{}, badReply("share lease of %q: %q", id, v)
+		}
+		n[i] = x
+	}
+	return ShareHolder{ClientID: id, Wants: n[0], Has: n[1], Priority: n[2], Expires: int64(n[3]) * 1000}, nil
+}
+
+// instanceScanBudget bounds the keys InstanceCount looks at per Redis node.
+const instanceScanBudget = 100_000
+
+// InstanceCount counts the live instances of the template whose pattern is
+// given: the instance keys whose names match it (an instance whose name an
+// earlier template also matches counts here too). It scans at most
+// instanceScanBudget keys per Redis node; when a node has more, the count is
+// extrapolated from the part scanned and exact is false.
+func (s *Store) InstanceCount(ctx context.Context, pattern string) (n int64, exact bool, err error) {
+	match := s.prefix + ":{" + pattern + "}:i"
+	count := func(ctx context.Context, c redis.Cmdable) error {
+		var cursor uint64
+		var seen, found int64
+		for {
+			keys, next, err := c.Scan(ctx, cursor, match, 1000).Result()
+			if err != nil {
+				return err
+			}
+			found += int64(len(keys))
+			seen += 1000
+			cursor = next
+			if cursor == 0 {
+				n += found
+				return nil
+			}
+			if seen >= instanceScanBudget {
+				size, err := c.DBSize(ctx).Result()
+				if err != nil {
+					return err
+				}
+				exact = false
+				n += int64(float64(found) / float64(seen) * float64(size))
+				return nil
+			}
+		}
+	}
+	exact = true
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		err = forEachNode(ctx, c.ForEachMaster, count)
+	case *redis.Ring:
+		err = forEachNode(ctx, c.ForEachShard, count)
+	default:
+		err = count(ctx, s.rdb)
+	}
+	if err != nil {
+		return 0, false, wrapErr(err)
+	}
+	return n, exact, nil
+}
+
+// forEachNode runs count on every node of a cluster or ring, one at a time
+// (each runs nodes concurrently; count adds to shared totals).
+func forEachNode(ctx context.Context, each func(context.Context, func(context.Context, *redis.Client) error) error,
+	count func(context.Context, redis.Cmdable) error) error {
+	var mu sync.Mutex
+	return each(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return count(ctx, c)
+	})
+}
