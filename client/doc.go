@@ -66,5 +66,9 @@
 //
 // Errors are values to test with errors.Is: limiter.ErrNotFound,
 // limiter.ErrInvalid, store.ErrUnavailable, ErrClosed, and the context's
-// errors.
+// errors. A handle on a limiter that does not exist answers
+// limiter.ErrNotFound from AllowNext and Wait (Allow: false) and remembers
+// it: it asks Redis again a second later, or at once when a change event
+// says the limiter was created, so a missing limiter costs no round trip per
+// call.
 package client

@@ -106,7 +106,11 @@ func (l *Limiter) fetch(k int64) {
 	l.mayChange()
 	l.fetching = nil
 	l.err = err
+	l.missingUntil = 0
 	if err != nil {
+		if errors.Is(err, limiter.ErrNotFound) {
+			l.missingUntil = t1 + int64(missingFor)
+		}
 		if !l.closed && unreachable(err) {
 			l.goDown(t1)
 		}
@@ -174,6 +178,21 @@ func (l *Limiter) await(now int64) chan struct{} {
 		l.startFetch(now)
 	}
 	return l.fetching
+}
+
+// missingFor is how long a handle whose limiter does not exist answers
+// limiter.ErrNotFound (Allow: false) from memory before it asks Redis again:
+// a missing limiter costs no round trip per call. A change event that
+// creates the limiter ends it at once.
+const missingFor = time.Second
+
+// knownMissing is the error of the last fetch while it says the limiter does
+// not exist and is younger than missingFor (l.mu held).
+func (l *Limiter) knownMissing(now int64) error {
+	if now < l.missingUntil {
+		return l.err
+	}
+	return nil
 }
 
 func (l *Limiter) waitFetch(ctx context.Context, done chan struct{}) error {

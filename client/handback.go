@@ -17,6 +17,9 @@ func (l *Limiter) changed(version int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.mayChange()
+	if version > 0 {
+		l.missingUntil = 0 // made (again): ask for it at once
+	}
 	switch {
 	case l.closed:
 	case version == 0: // deleted: nothing granted by it may be used

@@ -40,6 +40,10 @@ type Limiter struct {
 	maxK      int64   // the most permits one grant may take (max_reserve), 0: unknown
 	starved   bool    // a caller found the pool empty since the last fetch
 	lastTake  int64   // the local clock reading at which take last dispensed
+	// missingUntil: a fetch found no such limiter (l.err says so); until
+	// then (local clock) callers are told so without asking Redis again,
+	// unless a change event announces the limiter first.
+	missingUntil int64
 	// refuseUntil is when, on the local clock, the pool's next permit may
 	// start, as the last refusal found it: Allow refuses before then without
 	// the lock, which callers refused in a loop would otherwise fight over.
@@ -124,6 +128,10 @@ func (l *Limiter) allow(ctx context.Context, withNext bool) (ok bool, next time.
 			l.mu.Unlock()
 			return true, next, nil
 		}
+		if err := l.knownMissing(now); err != nil {
+			l.mu.Unlock()
+			return false, 0, err
+		}
 		wait := l.await(now)
 		l.mu.Unlock()
 		if err := l.waitFetch(ctx, wait); err != nil {
@@ -161,6 +169,10 @@ func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 		}
 		s, ok := l.next(now)
 		if !ok {
+			if err := l.knownMissing(now); err != nil {
+				l.mu.Unlock()
+				return Permit{}, err
+			}
 			wait := l.await(now)
 			l.mu.Unlock()
 			if err := l.waitFetch(ctx, wait); err != nil {

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
@@ -501,5 +502,47 @@ func TestAllowRefusalForgottenOnChange(t *testing.T) {
 	tr.flush(t)
 	if !l.Allow() {
 		t.Fatal("Allow on the limiter made again = false: the old pool's refusal held")
+	}
+}
+
+// A handle on a limiter that does not exist says so (AllowNext, Wait:
+// limiter.ErrNotFound; Allow: false) and asks Redis again only after a
+// second, or at once when the limiter is created: a missing limiter costs no
+// round trip per call.
+func TestMissingLimiterIsRemembered(t *testing.T) {
+	clk, _, st := ctDriven(t)
+	tr := ctCounting(st)
+	c := client.NewWithTransport(clk.transport(tr), client.WithClock(clk))
+	defer c.Close()
+	l, err := c.Limiter("ghost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.AllowNext(context.Background()); !errors.Is(err, limiter.ErrNotFound) {
+		t.Fatalf("AllowNext on a missing limiter: %v, want limiter.ErrNotFound", err)
+	}
+	asked := tr.grants.Load()
+	for range 100 {
+		if l.Allow() {
+			t.Fatal("Allow on a missing limiter = true")
+		}
+	}
+	if _, err := l.Wait(context.Background()); !errors.Is(err, limiter.ErrNotFound) {
+		t.Fatalf("Wait on a missing limiter: %v, want limiter.ErrNotFound", err)
+	}
+	if got := tr.grants.Load(); got != asked {
+		t.Fatalf("101 calls on a known-missing limiter asked Redis %d more times, want none", got-asked)
+	}
+	clk.Step(t, 1100*time.Millisecond) // remembered for a second: then asked again
+	if l.Allow() || tr.grants.Load() != asked+1 {
+		t.Fatalf("after a second: %d grants asked, want %d", tr.grants.Load(), asked+1)
+	}
+	ctPut(t, st, "ghost", strict(2))
+	if !ctEventually(5*time.Second, func() bool { _, ok := tr.eventAt("ghost 1"); return ok }) {
+		t.Fatal("the handle never heard of the limiter's creation")
+	}
+	tr.flush(t)
+	if !l.Allow() {
+		t.Fatal("Allow right after the limiter was created = false: the missing limiter was remembered past its creation")
 	}
 }
