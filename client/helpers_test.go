@@ -136,6 +136,13 @@ func (t *ctTransport) flush(tb testing.TB) {
 	}
 }
 
+// eventCount is how many events the watcher took.
+func (t *ctTransport) eventCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.events)
+}
+
 // eventAt returns when the watcher took the event msg, or false.
 func (t *ctTransport) eventAt(msg string) (time.Time, bool) {
 	t.mu.Lock()

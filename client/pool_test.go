@@ -518,6 +518,17 @@ func TestMissingLimiterIsRemembered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The client's subscription to change events is live once it has taken
+	// one: change another limiter until it does (an event published before
+	// the subscription is lost).
+	rate := 1.0
+	if !ctEventually(5*time.Second, func() bool {
+		rate++
+		ctPut(t, st, "other", strict(rate))
+		return tr.eventCount() > 0
+	}) {
+		t.Fatal("the client never heard of a change")
+	}
 	if _, _, err := l.AllowNext(context.Background()); !errors.Is(err, limiter.ErrNotFound) {
 		t.Fatalf("AllowNext on a missing limiter: %v, want limiter.ErrNotFound", err)
 	}
