@@ -59,6 +59,8 @@ type server struct {
 	timeout     time.Duration
 	bodyTimeout time.Duration
 	auth        auth
+	changer     string     // who may change configs, for the audit line (changerOf)
+	failures    failureLog // which 503s are logged
 	accessLog   AccessLog
 	ids         *requestIDs
 	routes      map[string]*route // by echo path
@@ -108,6 +110,7 @@ func New(o Options) http.Handler {
 		bodyLimit: o.BodyLimit,
 		timeout:   o.RequestTimeout,
 		auth:      newAuth(o.AdminToken, o.Token),
+		changer:   changerOf(o),
 		accessLog: o.AccessLog,
 		ids:       newRequestIDs(),
 		routes:    map[string]*route{},

@@ -59,6 +59,9 @@ func (s *server) putLimiter(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if l.Changed {
+		s.audit(c, "put", "limiter", n, l.Version-1, l.Version)
+	}
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
@@ -95,6 +98,9 @@ func (s *server) patchLimiter(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if l.Changed {
+		s.audit(c, "patch", "limiter", l.Name, l.Version-1, l.Version)
+	}
 	return c.JSON(http.StatusOK, viewOf(l))
 }
 
@@ -102,6 +108,7 @@ func (s *server) deleteLimiter(c echo.Context) error {
 	if err := s.core.Delete(c.Request().Context(), c.Param("name")); err != nil {
 		return err
 	}
+	s.audit(c, "delete", "limiter", c.Param("name"))
 	return c.NoContent(http.StatusNoContent)
 }
 
@@ -140,5 +147,6 @@ func (s *server) reset(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.audit(c, "reset", "limiter", c.Param("name"), w.Version, w.Version)
 	return c.JSON(http.StatusOK, stateOf(w))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -187,7 +188,12 @@ func (s *server) handleError(err error, c echo.Context) {
 	case p.Status == http.StatusInternalServerError && !errors.As(p.cause, &pe): // Recover logged a panic with its stack
 		s.log.Error("request failed", "err", p.cause, "request_id", requestID(c))
 	case p.Status == http.StatusServiceUnavailable:
-		s.log.Warn("request failed", "problem", p.slug, "err", p.cause, "request_id", requestID(c))
+		// An outage fails every request alike: its first is logged, then a
+		// line per failureWindow with how many more there were.
+		if ok, leftOut := s.failures.log(p.slug, time.Now()); ok {
+			s.log.Warn("request failed", "problem", p.slug, "err", p.cause, "request_id", requestID(c),
+				"more_since_last_logged", leftOut)
+		}
 	}
 	res := c.Response()
 	if res.Committed {

@@ -42,6 +42,10 @@ func (s *server) putTemplate(c echo.Context) error {
 	if err := decodeStrict(req.Limiter, &cfg, "limiter"); err != nil {
 		return err
 	}
+	var before int64 // for the audit line
+	if old, err := s.core.GetTemplate(c.Request().Context(), tid); err == nil {
+		before = old.Version
+	}
 	t, created, err := s.core.PutTemplate(c.Request().Context(),
 		core.Template{ID: tid, Pattern: req.Pattern, Order: req.Order, IdleTTL: req.IdleTTL, Limiter: cfg})
 	if err != nil {
@@ -51,6 +55,9 @@ func (s *server) putTemplate(c echo.Context) error {
 	if created {
 		status = http.StatusCreated
 		c.Response().Header().Set(echo.HeaderLocation, "/v1/templates/"+tid)
+	}
+	if created || t.Version != before {
+		s.audit(c, "put", "template", tid, before, t.Version)
 	}
 	return c.JSON(status, t)
 }
@@ -88,6 +95,7 @@ func (s *server) deleteTemplate(c echo.Context) error {
 	if err := s.core.DeleteTemplate(c.Request().Context(), tid); err != nil {
 		return err
 	}
+	s.audit(c, "delete", "template", tid)
 	return c.NoContent(http.StatusNoContent)
 }
 

@@ -46,6 +46,10 @@ type Info struct {
 	// Template is the id of the template a template instance follows; empty
 	// for a named limiter.
 	Template string
+	// Changed is set by Put and Patch: the call changed the limiter, whose
+	// version went up by one (from 0 when it was created); false for a
+	// config equal to the current one.
+	Changed bool
 }
 
 // Put creates or replaces a limiter. A config equal to the current one changes
@@ -120,7 +124,7 @@ func (s *Store) configure(ctx context.Context, mode, expected, name string, c li
 	r := &reply{v: v}
 	switch code := r.int(0); code {
 	case replyUpdated, replyCreated:
-		version := r.int(1)
+		version, changed := r.int(1), r.flag(2)
 		if r.has(3) && r.flag(3) { // another kind replaced: a new schedule
 			s.floors.forget(name)
 		}
@@ -131,7 +135,7 @@ func (s *Store) configure(ctx context.Context, mode, expected, name string, c li
 		if err := s.syncIndex(ctx, name, true); err != nil {
 			return Info{}, false, err
 		}
-		return Info{Name: name, Config: norm, Version: version}, code == replyCreated, nil
+		return Info{Name: name, Config: norm, Version: version, Changed: changed}, code == replyCreated, nil
 	case replyNotFound:
 		return Info{}, false, fmt.Errorf("limiter %q: %w", name, ErrNotFound)
 	case replyVersionMoved:

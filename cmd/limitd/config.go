@@ -30,7 +30,7 @@ type config struct {
 	MetricsToken string `env:"LIMITD_METRICS_TOKEN" help:"bearer token GET /metrics must carry (it names every limiter); empty: /metrics is open"`
 	Insecure     bool   `env:"LIMITD_INSECURE" envDefault:"false" help:"true: listen beyond loopback even without LIMITD_ADMIN_TOKEN"`
 	LogFormat    string `env:"LIMITD_LOG_FORMAT" envDefault:"text" help:"text or json"`
-	LogLevel     string `env:"LIMITD_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
+	LogLevel     string `env:"LIMITD_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error; the startup line shows at every level"`
 	AccessLog    string `env:"LIMITD_ACCESS_LOG" envDefault:"off" help:"which requests get an \"http request\" line at info: off, errors (answered with a problem: 4xx but a 429 refusal, 5xx) or all; /healthz and /readyz never"`
 }
 
@@ -134,7 +134,17 @@ func (c *config) accessLog() api.AccessLog {
 
 // logger builds the process's logger from LIMITD_LOG_FORMAT and LIMITD_LOG_LEVEL.
 func (c *config) logger(w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: logLevels[c.LogLevel]}
+	return c.loggerAt(w, logLevels[c.LogLevel])
+}
+
+// announcer is the logger of the lines every level shows (the startup
+// line): at info, or below where LIMITD_LOG_LEVEL is lower.
+func (c *config) announcer(w io.Writer) *slog.Logger {
+	return c.loggerAt(w, min(logLevels[c.LogLevel], slog.LevelInfo))
+}
+
+func (c *config) loggerAt(w io.Writer, level slog.Level) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
 	if c.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}

@@ -162,7 +162,8 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 	}
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- srv.Serve(ln) })
-	logger.Info("limitd serving", "addr", ln.Addr().String(), "version", version, "redis", redisTarget(cfg.RedisURL),
+	// The startup line shows whatever LIMITD_LOG_LEVEL is.
+	cfg.announcer(logOut).Info("limitd serving", "addr", ln.Addr().String(), "version", version, "redis", redisTarget(cfg.RedisURL),
 		"prefix", cfg.Prefix, "admin_token", cfg.AdminToken != "", "token", cfg.Token != "", "metrics_token", cfg.MetricsToken != "")
 	if ready != nil {
 		ready(ln.Addr())

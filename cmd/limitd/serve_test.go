@@ -200,3 +200,18 @@ func TestRedisTargetHidesPassword(t *testing.T) {
 		}
 	}
 }
+
+// The startup line shows whatever LIMITD_LOG_LEVEL is; the rest of the info
+// lines (shutting down, stopped) follow the level.
+func TestServeStartupLineAlwaysShown(t *testing.T) {
+	for _, level := range []string{"warn", "error"} {
+		_, logs, stop := startServe(t, map[string]string{"LIMITD_LOG_LEVEL": level})
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		l := logs.String()
+		if !strings.Contains(l, `msg="limitd serving"`) || strings.Contains(l, `msg=stopped`) {
+			t.Errorf("LIMITD_LOG_LEVEL=%s: logs:\n%s", level, l)
+		}
+	}
+}
