@@ -337,6 +337,10 @@ func checkCommand(root string, c shCommand, ps *readmeProblems) {
 		if _, err := parseBench(words[2:]); err != nil {
 			ps.add(c.line, "limitd bench: %v", err)
 		}
+	case len(words) >= 2 && words[0] == "limitd" && words[1] == "ctl":
+		if _, err := checkCtl(words[2:]); err != nil {
+			ps.add(c.line, "limitd ctl: %v", err)
+		}
 	}
 }
 

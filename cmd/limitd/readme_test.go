@@ -26,7 +26,8 @@ package main
 //   - Other commands are not run. Each `go test` command, in a block or
 //     inline, must name packages that exist and -run/-bench patterns of which
 //     every alternative matches a test or benchmark there; `go run` must name
-//     a main package; `limitd bench` flags must parse. A command of any other
+//     a main package; `limitd bench` flags must parse, `limitd ctl` arguments
+//     pass checkCtl. A command of any other
 //     form is an error unless readmeNotRun lists it with a reason.
 //   - An inline `path` whose first element is in the repository must exist.
 //
@@ -70,6 +71,7 @@ var readmeNotRun = []struct{ cmd, why string }{
 	{"LIMITD_REDIS_URL=redis://127.0.0.1:6379 go run ./cmd/limitd", "needs the Redis at 127.0.0.1:6379, which is not the test's to use"},
 	{"limitd bench --redis redis://127.0.0.1:6379", "needs the Redis at 127.0.0.1:6379; parseBench checks the flags"},
 	{"scripts/bench-tables.sh", "runs every side-by-side benchmark for minutes; TestBenchTablesScript checks what it runs exists"},
+	{"limitd ctl", "talks to the server at LIMITD_URL; checkCtl checks the verb and its arguments, TestCtl runs every verb"},
 }
 
 // readmeProblem is one wrong line of the README.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/internal/clockoffset"
+	"github.com/limitd/limitd/internal/httpjson"
 	"github.com/limitd/limitd/wire"
 )
 
@@ -42,7 +43,7 @@ func (b *bench) connectHTTP(ctx context.Context) (benchSource, error) {
 	}
 	if b.o.Create != nil {
 		var view wire.Limiter
-		if _, err := httpJSON(ctx, hc, http.MethodPut, limURL, os.Getenv("LIMITD_ADMIN_TOKEN"), b.o.CreateBody, &view); err != nil {
+		if _, err := httpjson.Do(ctx, hc, http.MethodPut, limURL, os.Getenv("LIMITD_ADMIN_TOKEN"), b.o.CreateBody, &view); err != nil {
 			return fail(fmt.Errorf("--create: %w", err))
 		}
 	}
@@ -50,7 +51,7 @@ func (b *bench) connectHTTP(ctx context.Context) (benchSource, error) {
 	for range offsetProbes {
 		var w wire.WaitState
 		t0 := b.mono()
-		status, err := httpJSON(ctx, hc, http.MethodGet, limURL+"/wait", token, nil, &w)
+		status, err := httpjson.Do(ctx, hc, http.MethodGet, limURL+"/wait", token, nil, &w)
 		t1 := b.mono()
 		if status == http.StatusNotFound {
 			return fail(fmt.Errorf("limiter %q does not exist: create it with --create or the API", b.o.Limiter))
@@ -61,7 +62,7 @@ func (b *bench) connectHTTP(ctx context.Context) (benchSource, error) {
 		b.off0 = est.Sample(w.Now, t0, t1)
 	}
 	var view wire.Limiter
-	if _, err := httpJSON(ctx, hc, http.MethodGet, limURL, token, nil, &view); err == nil {
+	if _, err := httpjson.Do(ctx, hc, http.MethodGet, limURL, token, nil, &view); err == nil {
 		b.target = configRate(view.Config)
 	}
 	return &httpSource{b: b, hc: hc, acquireURL: limURL + "/acquire", token: token}, nil
@@ -83,9 +84,9 @@ func (s *httpSource) take(ctx context.Context, w *benchWorker) (int64, int64, er
 	if err != nil {
 		return 0, 0, err
 	}
-	defer drainClose(resp.Body)
+	defer httpjson.Drain(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, httpProblem(resp)
+		return 0, 0, httpjson.ProblemOf(resp)
 	}
 	var g wire.Granted
 	if err := json.NewDecoder(resp.Body).Decode(&g); err != nil {

@@ -25,14 +25,15 @@ var may = map[string][]string{
 	"internal/clockoffset": nil,
 	"internal/redistest":   nil,
 	"internal/rounds":      nil,
+	"internal/httpjson":    {"wire"},
 	"wire":                 {"limiter"},
 	"store":                {"limiter", "lua"},
 	"core":                 {"store", "limiter", "wire"},
 	"api":                  {"core", "limiter", "wire"},
 	"client":               {"store", "limiter", "wire", "internal/clockoffset"},
 	"httplimit":            {"client", "store", "wire", "limiter"},
-	"internal/bench":       {"client", "store", "limiter", "wire", "internal/clockoffset"},
-	"cmd/limitd":           {"api", "core", "store", "limiter", "wire", "internal/bench"},
+	"internal/bench":       {"client", "store", "limiter", "wire", "internal/clockoffset", "internal/httpjson"},
+	"cmd/limitd":           {"api", "core", "store", "limiter", "wire", "internal/bench", "internal/httpjson"},
 	"integration":          nil, // tests only
 }
 

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// ctlRun runs limitd ctl args against base with env's tokens and returns
+// what it printed and its error.
+func ctlRun(t *testing.T, base string, env map[string]string, args ...string) (string, error) {
+	t.Helper()
+	e := map[string]string{"LIMITD_URL": base}
+	for k, v := range env {
+		e[k] = v
+	}
+	var out bytes.Buffer
+	c, err := newCtl(e, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.hc.CloseIdleConnections()
+	c.tick, c.ticks = 50*time.Millisecond, 2
+	err = c.run(context.Background(), args)
+	return out.String(), err
+}
+
+func mustCtl(t *testing.T, base string, env map[string]string, args ...string) string {
+	t.Helper()
+	out, err := ctlRun(t, base, env, args...)
+	if err != nil {
+		t.Fatalf("limitd ctl %s: %v", strings.Join(args, " "), err)
+	}
+	return out
+}
+
+// Every verb against a running server, with the admin token for changes.
+func TestCtl(t *testing.T) {
+	base, _, _ := startServe(t, map[string]string{"LIMITD_ADMIN_TOKEN": "adm"})
+	admin := map[string]string{"LIMITD_ADMIN_TOKEN": "adm"}
+	check := func(what, out string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s printed %q, want it to contain %q", what, out, w)
+			}
+		}
+	}
+	check("put a spec", mustCtl(t, base, admin, "put", "orders", "1000,1.1"), `"name": "orders"`, `"rate": 1000`, `"burst": 1.1`)
+	check("put JSON", mustCtl(t, base, admin, "put", "pool", `{"kind":"concurrency","limit":3}`), `"in_use": 0`)
+	check("get", mustCtl(t, base, nil, "get", "orders"), `"version": 1`, `"state": {`)
+	check("patch", mustCtl(t, base, admin, "patch", "orders", `{"rate":2000}`), `"rate": 2000`, `"version": 2`)
+	check("wait", mustCtl(t, base, nil, "wait", "orders"), `"wait_ns"`, `"delay_ns"`)
+	check("reset", mustCtl(t, base, admin, "reset", "orders"), `"idle_ns"`)
+	ls := mustCtl(t, base, nil, "ls")
+	check("ls", ls, "NAME", "KIND", "orders", "schedule", `{"rate":2000,"burst":1.1}`, "pool", "concurrency")
+	if lines := strings.Count(ls, "\n"); lines != 3 {
+		t.Errorf("ls printed %d lines, want a header and 2 limiters:\n%s", lines, ls)
+	}
+	w := mustCtl(t, base, nil, "watch")
+	check("watch", w, "orders", "granted -", "granted 0.0/s", "backlog", "pool", "in use 0 of 3")
+	if lines := strings.Count(w, "\n"); lines != 4 {
+		t.Errorf("watch of 2 limiters for 2 ticks printed %d lines:\n%s", lines, w)
+	}
+	check("rm", mustCtl(t, base, admin, "rm", "orders"), "deleted orders")
+	if _, err := ctlRun(t, base, nil, "get", "orders"); err == nil || !strings.Contains(err.Error(), `limiter "orders": not found`) {
+		t.Errorf("get of a deleted limiter: %v", err)
+	}
+	if _, err := ctlRun(t, base, nil, "put", "x", "10"); err == nil || !strings.Contains(err.Error(), "set LIMITD_ADMIN_TOKEN") {
+		t.Errorf("put without the admin token: %v", err)
+	}
+	if _, err := ctlRun(t, base, admin, "put", "x", `{"rate":-1}`); err == nil || !strings.Contains(err.Error(), "rate") {
+		t.Errorf("put of a bad config: %v", err)
+	}
+}
+
+// Mistakes on the command line exit 2 with the reason and a pointer to the
+// help, before anything is sent; an unreachable server exits 1 and says
+// where it looked.
+func TestCtlErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"ctl"}, 2, "a verb is required"},
+		{[]string{"ctl", "list"}, 2, `unknown verb "list"`},
+		{[]string{"ctl", "get"}, 2, "get takes 1 argument(s): limitd ctl get NAME (got 0)"},
+		{[]string{"ctl", "get", "bad name"}, 2, "get: "},
+		{[]string{"ctl", "put", "x", "fast"}, 2, "CONFIG is neither a JSON config"},
+		{[]string{"ctl", "put", "x", "{rate"}, 2, "CONFIG is not valid JSON"},
+		{[]string{"ctl", "patch", "x", "[1]"}, 2, "PATCH must be a JSON object"},
+		{[]string{"ctl", "get", "x"}, 1, "cannot reach limitd at http://127.0.0.1:1"},
+	} {
+		t.Setenv("LIMITD_URL", "http://127.0.0.1:1")
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tc.args, &stdout, &stderr)
+		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("limitd %s: exit %d, stderr %q; want %d and %q", strings.Join(tc.args, " "), code, stderr.String(), tc.code, tc.want)
+		}
+		if tc.code == 2 && !strings.Contains(stderr.String(), "Run 'limitd help ctl' for usage.") {
+			t.Errorf("limitd %s: no pointer to the help: %q", strings.Join(tc.args, " "), stderr.String())
+		}
+	}
+	t.Setenv("LIMITD_URL", "ftp://x")
+	var stderr bytes.Buffer
+	if code := run(context.Background(), []string{"ctl", "ls"}, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), "LIMITD_URL") {
+		t.Errorf("a bad LIMITD_URL: exit %d, %q", code, stderr.String())
+	}
+}
