@@ -29,6 +29,7 @@ type Options struct {
 	// (LIMITD_ACCESS_LOG); the zero value logs none.
 	AccessLog      AccessLog
 	Registry       *prometheus.Registry // nil: a new one; /metrics serves it
+	Version        string               // limitd's version, for limitd_build_info ("": dev)
 	MetricsToken   string               // LIMITD_METRICS_TOKEN: needed for /metrics when set
 	BodyLimit      int64                // bytes, 0: 64 KiB
 	RequestTimeout time.Duration        // 0: 10s
@@ -133,7 +134,7 @@ func New(o Options) http.Handler {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	s.m = newMetrics(reg)
+	s.m = newMetrics(reg, o.Version)
 	s.core = o.Service.Observed(s.m)
 
 	e := echo.New()

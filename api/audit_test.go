@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -92,5 +94,70 @@ func TestFailuresSummarised(t *testing.T) {
 	got := logLines(t, &buf, "request failed")
 	if len(got) != 1 || got[0].Problem != "unavailable" || got[0].More == nil || *got[0].More != 0 {
 		t.Errorf("20 failures in a row logged as %+v, want one line", got)
+	}
+}
+
+// /metrics counts permits (an acquire of 3 counts 3), times grants' delays
+// and lateness, and says which limitd serves.
+func TestPermitMetrics(t *testing.T) {
+	e := newEnv(t, func(o *api.Options) { o.Version = "v9.9.9" })
+	e.must(201, "PUT", "/v1/limiters/m", `{"rate":10,"burst":1}`)
+	e.must(200, "POST", "/v1/limiters/m/acquire", `{"permits":3}`)                   // now: delay 0
+	e.must(200, "POST", "/v1/limiters/m/acquire", `{"permits":2}`)                   // after the 3: 300 ms
+	e.must(429, "POST", "/v1/limiters/m/acquire", `{"permits":5,"max_wait":"10ms"}`) // 500 ms away: refused
+	m := string(e.must(200, "GET", "/metrics", nil).body)
+	for _, want := range []string{
+		`limitd_permits_total{decision="granted",limiter="m",template=""} 5`,
+		`limitd_permits_total{decision="denied",limiter="m",template=""} 5`,
+		`limitd_acquire_decisions_total{decision="granted",limiter="m",template=""} 2`,
+		`limitd_acquire_delay_seconds_count{limiter="m",template=""} 2`,
+		`limitd_acquire_delay_seconds_sum{limiter="m",template=""} 0.3`,
+		`limitd_acquire_delay_seconds_bucket{limiter="m",template="",le="0"} 1`,
+		`limitd_acquire_lateness_seconds_count{limiter="m",template=""} 2`,
+		`limitd_build_info{goversion="go`, `version="v9.9.9"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// The README's metrics table names every limitd_ metric /metrics serves,
+// with its type, and no other.
+func TestMetricsTableInREADME(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]string{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(limitd_[a-z_]+)` \\| ([a-z]+)").FindAllStringSubmatch(string(readme), -1) {
+		documented[m[1]] = m[2]
+	}
+	e := newEnv(t)
+	// Activity of every kind, so that every vector has a series.
+	e.must(201, "PUT", "/v1/limiters/r", `{"rate":10}`)
+	e.must(200, "POST", "/v1/limiters/r/acquire", nil)
+	e.must(201, "PUT", "/v1/limiters/s", `{"kind":"share","capacity":10}`)
+	e.ask("s", "a", 1, 0)
+	e.must(201, "PUT", "/v1/limiters/c", `{"kind":"concurrency","limit":1}`)
+	l := e.slot(200, "c", nil)
+	e.must(204, "POST", "/v1/limiters/c/release", lease(l.LeaseID))
+	e.must(404, "GET", "/v1/limiters/none", nil)
+	served := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (limitd_[a-z_]+) ([a-z]+)$`).FindAllStringSubmatch(string(e.must(200, "GET", "/metrics", nil).body), -1) {
+		served[m[1]] = m[2]
+	}
+	if len(served) < 13 || len(documented) < 13 {
+		t.Fatalf("%d metrics served, %d documented: the activity above should make all 13", len(served), len(documented))
+	}
+	for name, typ := range served {
+		if d, ok := documented[name]; !ok || d != typ {
+			t.Errorf("/metrics serves %s (%s); the README's table says %q", name, typ, d)
+		}
+	}
+	for name := range documented {
+		if _, ok := served[name]; !ok {
+			t.Errorf("the README's table names %s, which /metrics does not serve", name)
+		}
 	}
 }

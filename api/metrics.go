@@ -1,8 +1,10 @@
 package api
 
 import (
+	"cmp"
 	"errors"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -21,6 +23,9 @@ type metrics struct {
 	requests  *prometheus.CounterVec   // by method, route template, status
 	duration  *prometheus.HistogramVec // by method, route template
 	decisions *prometheus.CounterVec   // by limiter name or template id, and decision
+	permits   *prometheus.CounterVec   // the same, counting permits
+	delay     *prometheus.HistogramVec // granted: the caller's wait, by limiter name or template id
+	lateness  *prometheus.HistogramVec // granted: start − scheduled, the same
 	capacity  *prometheus.CounterVec   // share: capacity decisions, labelled as decisions
 	slots     *prometheus.CounterVec   // concurrency: slot acquisitions, labelled as decisions
 	leases    *prometheus.CounterVec   // concurrency: renewals, releases, lost leases
@@ -30,14 +35,18 @@ type metrics struct {
 
 	// The series of rate decisions and backlogs, found once and kept: a
 	// label lookup hashes every value and takes the vector's lock.
-	decided   sync.Map // decisionKey → prometheus.Counter
+	decided   sync.Map // decisionKey → *rateSeries
 	nDecided  atomic.Int64
 	backlogs  sync.Map   // limiter name → prometheus.Gauge
 	backlogMu sync.Mutex // making a backlog gauge, and Deleted
 	nBacklogs atomic.Int64
 }
 
-func newMetrics(reg *prometheus.Registry) *metrics {
+// delayBuckets are the buckets of the delay and lateness histograms: 0 (a
+// caller that starts at once) apart, from 1 ms to 1 min.
+var delayBuckets = []float64{0, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+func newMetrics(reg *prometheus.Registry, version string) *metrics {
 	m := &metrics{
 		requests: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_http_requests_total",
@@ -52,6 +61,20 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "limitd_acquire_decisions_total",
 			Help: "Acquire decisions (granted, denied) by limiter name, or by template id (limiter=\"\") for template instances.",
 		}, []string{"limiter", "template", "decision"})),
+		permits: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "limitd_permits_total",
+			Help: "Permits asked for in acquires and pool grants, granted or denied (an acquire of 100 counts 100), by limiter name, or by template id (limiter=\"\") for template instances.",
+		}, []string{"limiter", "template", "decision"})),
+		delay: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "limitd_acquire_delay_seconds",
+			Help:    "How long a granted caller waits before it may start (0: at once), by limiter name, or by template id (limiter=\"\").",
+			Buckets: delayBuckets,
+		}, []string{"limiter", "template"})),
+		lateness: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "limitd_acquire_lateness_seconds",
+			Help:    "How late a granted request starts against its place on the schedule (start − scheduled: the backlog it caught up), by limiter name, or by template id (limiter=\"\").",
+			Buckets: delayBuckets,
+		}, []string{"limiter", "template"})),
 		capacity: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_capacity_decisions_total",
 			Help: "Capacity decisions of share limiters (full: got all it wants; partial; none: got 0 of a positive want; learning: got what it reported holding), by limiter name, or by template id (limiter=\"\") for template instances.",
@@ -81,6 +104,11 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	for op := range core.NumOps {
 		m.redis[op] = rh.WithLabelValues(op.String())
 	}
+	info := register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "limitd_build_info",
+		Help: "Always 1: the version of limitd serving and the Go version it was built with.",
+	}, []string{"version", "goversion"}))
+	info.WithLabelValues(cmp.Or(version, "dev"), runtime.Version()).Set(1)
 	// Runtime metrics belong on every limitd /metrics; a registry that has
 	// them already keeps its own (the error says so, and changes nothing).
 	_ = reg.Register(collectors.NewGoCollector())
@@ -115,7 +143,13 @@ func (m *metrics) Decided(e core.Event) {
 	var c *prometheus.CounterVec
 	switch e.Kind {
 	case core.EventRate:
-		m.decision(decisionKey{e.Limiter, e.Template, e.Outcome}).Inc()
+		r := m.decision(decisionKey{e.Limiter, e.Template, e.Outcome})
+		r.decisions.Inc()
+		r.permits.Add(float64(e.Permits))
+		if r.delay != nil {
+			r.delay.Observe(e.Delay.Seconds())
+			r.lateness.Observe(e.Lateness.Seconds())
+		}
 		return
 	case core.EventCapacity:
 		c = m.capacity
@@ -192,21 +226,33 @@ func (m *metrics) request(rt *route, method string, status int, took time.Durati
 // decisionKey names one series of limitd_acquire_decisions_total.
 type decisionKey struct{ limiter, template, outcome string }
 
+// rateSeries are the series one rate decision adds to: its decision and
+// permits counters and, for a grant, the delay and lateness histograms.
+type rateSeries struct {
+	decisions, permits prometheus.Counter
+	delay, lateness    prometheus.Observer // nil for a denial
+}
+
 // maxKept bounds the decision and backlog series kept at hand, each; past it
 // they start over (the series stay in the registry).
 const maxKept = 1 << 14
 
 // decision returns the counter of one rate decision's series.
-func (m *metrics) decision(k decisionKey) prometheus.Counter {
-	if c, ok := m.decided.Load(k); ok {
-		return c.(prometheus.Counter)
+func (m *metrics) decision(k decisionKey) *rateSeries {
+	if r, ok := m.decided.Load(k); ok {
+		return r.(*rateSeries)
 	}
 	if m.nDecided.Add(1) > maxKept {
 		m.decided.Clear()
 		m.nDecided.Store(1)
 	}
-	c, _ := m.decided.LoadOrStore(k, m.decisions.WithLabelValues(k.limiter, k.template, k.outcome))
-	return c.(prometheus.Counter)
+	r := &rateSeries{decisions: m.decisions.WithLabelValues(k.limiter, k.template, k.outcome),
+		permits: m.permits.WithLabelValues(k.limiter, k.template, k.outcome)}
+	if k.outcome == "granted" {
+		r.delay, r.lateness = m.delay.WithLabelValues(k.limiter, k.template), m.lateness.WithLabelValues(k.limiter, k.template)
+	}
+	v, _ := m.decided.LoadOrStore(k, r)
+	return v.(*rateSeries)
 }
 
 // backlogOf returns a limiter's backlog gauge.

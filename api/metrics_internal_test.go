@@ -13,7 +13,7 @@ import (
 // The series kept at hand are the registry's: a deleted limiter's backlog
 // series goes, and comes back with its next backlog.
 func TestMetricsKeptSeries(t *testing.T) {
-	m := newMetrics(prometheus.NewRegistry())
+	m := newMetrics(prometheus.NewRegistry(), "test")
 	m.Backlog("a", time.Second)
 	m.Decided(core.Event{Kind: core.EventRate, Limiter: "a", Outcome: "granted"})
 	m.Decided(core.Event{Kind: core.EventRate, Limiter: "a", Outcome: "granted"})

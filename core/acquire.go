@@ -77,7 +77,7 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 	if err != nil {
 		return Acquired{}, err
 	}
-	s.decided(ctx, r.Name, d)
+	s.decided(ctx, r.Name, r.Permits, d)
 	if r.Block && d.Granted && d.Delay > 0 {
 		if err := s.clock.Sleep(ctx, time.Duration(d.Delay)); err != nil {
 			return Acquired{}, err
@@ -87,13 +87,15 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 }
 
 // decided reports a rate decision (acquire or grant).
-func (s *Service) decided(ctx context.Context, name string, d Decision) {
+func (s *Service) decided(ctx context.Context, name string, permits int64, d Decision) {
 	lim, tpl := s.sawWait(ctx, name, d.Instance, d.Wait)
-	outcome := "granted"
-	if !d.Granted {
-		outcome = "denied"
+	e := Event{Kind: EventRate, Limiter: lim, Template: tpl, Outcome: "granted", Permits: permits}
+	if d.Granted {
+		e.Delay, e.Lateness = time.Duration(d.Delay), time.Duration(d.Lateness)
+	} else {
+		e.Outcome = "denied"
 	}
-	s.obs.Decided(Event{Kind: EventRate, Limiter: lim, Template: tpl, Outcome: outcome})
+	s.obs.Decided(e)
 }
 
 // acquireOther finishes an acquire the store refused as a schedule acquire

@@ -122,7 +122,8 @@ func TestObserverSeesDecisions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := []Event{{EventRate, "a", "", "granted"}, {EventRate, "a", "", "denied"}}
+	want := []Event{{Kind: EventRate, Limiter: "a", Outcome: "granted", Permits: 1},
+		{Kind: EventRate, Limiter: "a", Outcome: "denied", Permits: 1}}
 	if len(rec.events) != 2 || rec.events[0] != want[0] || rec.events[1] != want[1] {
 		t.Errorf("events %+v, want %+v", rec.events, want)
 	}
@@ -159,7 +160,7 @@ func TestObserved(t *testing.T) {
 	if _, err := o.Acquire(ctx, AcquireRequest{Name: "a", Permits: 1}); err != nil {
 		t.Fatal(err)
 	}
-	want := Event{EventRate, "a", "", "granted"}
+	want := Event{Kind: EventRate, Limiter: "a", Outcome: "granted", Permits: 1}
 	for i, rec := range []*recorder{first, second} {
 		if len(rec.events) != 1 || rec.events[0] != want {
 			t.Errorf("observer %d saw %+v, want %+v", i, rec.events, want)

@@ -44,7 +44,7 @@ func (s *Service) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	if err != nil {
 		return Grant{}, err
 	}
-	s.decided(ctx, r.Name, g.Decision)
+	s.decided(ctx, r.Name, r.Permits, g.Decision)
 	if !g.Granted {
 		return Grant{Grant: g}, nil
 	}

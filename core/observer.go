@@ -71,6 +71,11 @@ type Event struct {
 	Limiter  string
 	Template string
 	Outcome  string
+	// A rate decision's: the permits asked for (granted or denied), and for
+	// a grant how long its caller waits (Delay) and how late it starts
+	// against the schedule (Lateness).
+	Permits         int64
+	Delay, Lateness time.Duration
 }
 
 // Observer sees what the service does: metrics, logs and event streams

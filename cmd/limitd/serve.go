@@ -153,6 +153,7 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 			Logger:       logger,
 			AccessLog:    cfg.accessLog(),
 			Registry:     prometheus.NewRegistry(),
+			Version:      version,
 			// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
 		}),
 		ReadHeaderTimeout: readHeaderTimeout,
