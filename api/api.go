@@ -161,6 +161,7 @@ func New(o Options) http.Handler {
 
 	read, admin := s.auth.read, s.auth.admin
 	get("/v1/limiters", s.listLimiters, read)
+	e.GET(eventsPath, s.events, read)
 	e.PUT("/v1/limiters/:name", s.putLimiter, admin)
 	get("/v1/limiters/:name", s.getLimiter, read)
 	e.PATCH("/v1/limiters/:name", s.patchLimiter, admin)

@@ -133,9 +133,11 @@ func (s *server) limits(c echo.Context, next echo.HandlerFunc) error {
 	if r.ContentLength > s.bodyLimit {
 		return tooLarge(s.bodyLimit)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
-	defer cancel()
-	r = r.WithContext(ctx)
+	if c.Path() != eventsPath { // a stream lasts as long as its client listens
+		ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+	}
 	if hasBody(r) {
 		b := &limitedBody{rc: r.Body, left: s.bodyLimit, limit: s.bodyLimit, timeout: s.bodyTimeout, ctl: http.NewResponseController(c.Response())}
 		r.Body = b

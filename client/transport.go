@@ -81,28 +81,4 @@ func (t redisTransport) Time(ctx context.Context) (int64, error) {
 	return now.UnixNano(), nil
 }
 
-func (t redisTransport) Changes(ctx context.Context) <-chan string {
-	sub := t.st.Client().Subscribe(ctx, t.st.Channel())
-	out := make(chan string, 16)
-	go func() {
-		defer close(out)
-		defer sub.Close()
-		ch := sub.Channel()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case m, ok := <-ch:
-				if !ok {
-					return
-				}
-				select {
-				case out <- m.Payload:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-	}()
-	return out
-}
+func (t redisTransport) Changes(ctx context.Context) <-chan string { return t.st.Changes(ctx) }
