@@ -155,6 +155,8 @@ func New(o Options) http.Handler {
 	get("/healthz", s.healthz)
 	get("/readyz", s.readyz)
 	get("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), metricsAuth)
+	get("/ui/", s.ui)
+	e.GET("/ui", func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, "/ui/") })
 	get("/openapi.yaml", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, "application/yaml", openapiYAML)
 	})

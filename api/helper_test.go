@@ -56,6 +56,10 @@ var covered sync.Map
 func TestMain(m *testing.M) {
 	flag.Parse()
 	// The event stream is text: its body is checked as a string.
+	openapi3filter.RegisterBodyDecoder("text/html", func(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+		b, err := io.ReadAll(body)
+		return string(b), err
+	})
 	openapi3filter.RegisterBodyDecoder("text/event-stream",
 		func(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
 			b, err := io.ReadAll(body)
