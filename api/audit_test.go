@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -133,20 +134,7 @@ func TestMetricsTableInREADME(t *testing.T) {
 	for _, m := range regexp.MustCompile("(?m)^\\| `(limitd_[a-z_]+)` \\| ([a-z]+)").FindAllStringSubmatch(string(readme), -1) {
 		documented[m[1]] = m[2]
 	}
-	e := newEnv(t)
-	// Activity of every kind, so that every vector has a series.
-	e.must(201, "PUT", "/v1/limiters/r", `{"rate":10}`)
-	e.must(200, "POST", "/v1/limiters/r/acquire", nil)
-	e.must(201, "PUT", "/v1/limiters/s", `{"kind":"share","capacity":10}`)
-	e.ask("s", "a", 1, 0)
-	e.must(201, "PUT", "/v1/limiters/c", `{"kind":"concurrency","limit":1}`)
-	l := e.slot(200, "c", nil)
-	e.must(204, "POST", "/v1/limiters/c/release", lease(l.LeaseID))
-	e.must(404, "GET", "/v1/limiters/none", nil)
-	served := map[string]string{}
-	for _, m := range regexp.MustCompile(`(?m)^# TYPE (limitd_[a-z_]+) ([a-z]+)$`).FindAllStringSubmatch(string(e.must(200, "GET", "/metrics", nil).body), -1) {
-		served[m[1]] = m[2]
-	}
+	served := servedMetrics(t)
 	if len(served) < 13 || len(documented) < 13 {
 		t.Fatalf("%d metrics served, %d documented: the activity above should make all 13", len(served), len(documented))
 	}
@@ -159,5 +147,113 @@ func TestMetricsTableInREADME(t *testing.T) {
 		if _, ok := served[name]; !ok {
 			t.Errorf("the README's table names %s, which /metrics does not serve", name)
 		}
+	}
+}
+
+// servedMetrics is every limitd_ metric family /metrics serves, and its
+// type, after activity of every kind (so that every vector has a series).
+func servedMetrics(t *testing.T) map[string]string {
+	t.Helper()
+	e := newEnv(t)
+	e.must(201, "PUT", "/v1/limiters/r", `{"rate":10}`)
+	e.must(200, "POST", "/v1/limiters/r/acquire", nil)
+	e.must(201, "PUT", "/v1/limiters/s", `{"kind":"share","capacity":10}`)
+	e.ask("s", "a", 1, 0)
+	e.must(201, "PUT", "/v1/limiters/c", `{"kind":"concurrency","limit":1}`)
+	l := e.slot(200, "c", nil)
+	e.must(204, "POST", "/v1/limiters/c/release", lease(l.LeaseID))
+	e.must(404, "GET", "/v1/limiters/none", nil)
+	served := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (limitd_[a-z_]+) ([a-z]+)$`).FindAllStringSubmatch(string(e.must(200, "GET", "/metrics", nil).body), -1) {
+		served[m[1]] = m[2]
+	}
+	return served
+}
+
+// queriedMetrics are the limitd_ metrics an expression queries, a
+// histogram's _bucket, _sum and _count series under its own name.
+func queriedMetrics(expr string, served map[string]string) []string {
+	var out []string
+	for _, n := range regexp.MustCompile(`limitd_[a-z_]+`).FindAllString(expr, -1) {
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(n, suffix); ok && served[base] == "histogram" {
+				n = base
+			}
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// Every query of the Grafana dashboard in deploy/ is of metrics /metrics
+// serves.
+func TestGrafanaDashboard(t *testing.T) {
+	raw, err := os.ReadFile("../deploy/grafana/limitd-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	served := servedMetrics(t)
+	queries := 0
+	for _, p := range dash.Panels {
+		for _, q := range p.Targets {
+			queries++
+			names := queriedMetrics(q.Expr, served)
+			if len(names) == 0 {
+				t.Errorf("panel %q queries no limitd metric: %s", p.Title, q.Expr)
+			}
+			for _, n := range names {
+				if served[n] == "" {
+					t.Errorf("panel %q queries %s, which /metrics does not serve", p.Title, n)
+				}
+			}
+		}
+	}
+	if queries < 10 {
+		t.Errorf("%d queries in the dashboard", queries)
+	}
+}
+
+// The alert rules in deploy/ pass promtool check rules (Debian's
+// prometheus package; a missing promtool skips, or fails with
+// LIMITD_REQUIRE_REDIS=1 as in CI), and every metric they use is served.
+func TestAlertRules(t *testing.T) {
+	const path = "../deploy/prometheus/limitd-alerts.yml"
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := servedMetrics(t)
+	exprs := regexp.MustCompile(`(?ms)expr: (\|\n.*?\n\s+for:|.*?$)`).FindAllString(string(raw), -1)
+	if len(exprs) < 5 {
+		t.Fatalf("%d alert expressions found", len(exprs))
+	}
+	for _, x := range exprs {
+		for _, n := range queriedMetrics(x, served) {
+			if served[n] == "" {
+				t.Errorf("an alert uses %s, which /metrics does not serve: %s", n, x)
+			}
+		}
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		msg := "promtool not installed: apt-get install -y prometheus to check the alert rules"
+		if os.Getenv("LIMITD_REQUIRE_REDIS") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	if out, err := exec.Command(promtool, "check", "rules", path).CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules: %v\n%s", err, out)
 	}
 }
