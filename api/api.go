@@ -136,6 +136,7 @@ func New(o Options) http.Handler {
 	}
 	s.m = newMetrics(reg, o.Version)
 	s.core = o.Service.Observed(s.m)
+	register(reg, newStateCollector(s.core))
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -255,5 +257,36 @@ func TestAlertRules(t *testing.T) {
 	}
 	if out, err := exec.Command(promtool, "check", "rules", path).CombinedOutput(); err != nil {
 		t.Errorf("promtool check rules: %v\n%s", err, out)
+	}
+}
+
+// The state gauges are read from Redis at the scrape, whoever took the
+// permits: here the store directly, as a client pool in another process
+// does, never this API.
+func TestStateGaugesFromRedis(t *testing.T) {
+	e := newEnv(t)
+	e.must(201, "PUT", "/v1/limiters/b", `{"rate":10,"burst":1}`)
+	e.must(201, "PUT", "/v1/limiters/q", `{"kind":"share","capacity":10,"learning":"0s"}`)
+	e.must(201, "PUT", "/v1/limiters/sem", `{"kind":"concurrency","limit":3}`)
+	if _, err := e.st.Acquire(context.Background(), "b", 1, 0); err != nil { // 100 ms of schedule, at t0
+		t.Fatal(err)
+	}
+	if _, err := e.st.AcquireSlot(context.Background(), "sem"); err != nil {
+		t.Fatal(err)
+	}
+	e.ask("q", "w", 4, 0)
+	e.at(3 * time.Second)
+	m := string(e.must(200, "GET", "/metrics", nil).body)
+	for _, want := range []string{
+		`limitd_limiter_backlog_seconds{limiter="b"} 2.9`,
+		`limitd_share_held{limiter="q"} 4`,
+		`limitd_share_capacity{limiter="q"} 10`,
+		`limitd_slots_in_use{limiter="sem"} 1`,
+		`limitd_slots_limit{limiter="sem"} 3`,
+		`limitd_limiters_scraped 3`,
+	} {
+		if !strings.Contains(m, want+"\n") {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }

@@ -30,16 +30,12 @@ type metrics struct {
 	slots     *prometheus.CounterVec   // concurrency: slot acquisitions, labelled as decisions
 	leases    *prometheus.CounterVec   // concurrency: renewals, releases, lost leases
 	errors    *prometheus.CounterVec   // by problem type
-	backlog   *prometheus.GaugeVec     // by limiter name; never a template instance
 	redis     [core.NumOps]prometheus.Observer
 
-	// The series of rate decisions and backlogs, found once and kept: a
-	// label lookup hashes every value and takes the vector's lock.
-	decided   sync.Map // decisionKey → *rateSeries
-	nDecided  atomic.Int64
-	backlogs  sync.Map   // limiter name → prometheus.Gauge
-	backlogMu sync.Mutex // making a backlog gauge, and Deleted
-	nBacklogs atomic.Int64
+	// The series of rate decisions, found once and kept: a label lookup
+	// hashes every value and takes the vector's lock.
+	decided  sync.Map // decisionKey → *rateSeries
+	nDecided atomic.Int64
 }
 
 // delayBuckets are the buckets of the delay and lateness histograms: 0 (a
@@ -91,10 +87,6 @@ func newMetrics(reg *prometheus.Registry, version string) *metrics {
 			Name: "limitd_errors_total",
 			Help: "Problem responses by problem type (invalid, unauthorized, not-found, ..., unavailable, timeout, internal).",
 		}, []string{"type"})),
-		backlog: register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "limitd_limiter_backlog_seconds",
-			Help: "A named limiter's wait time (schedule: its backlog behind schedule; smooth: its stored time) as last seen by an acquire or /wait through this process.",
-		}, []string{"limiter"})),
 	}
 	rh := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "limitd_redis_call_duration_seconds",
@@ -163,20 +155,13 @@ func (m *metrics) Decided(e core.Event) {
 	c.WithLabelValues(e.Limiter, e.Template, e.Outcome).Inc()
 }
 
-// Backlog is core.Observer's: limitd_limiter_backlog_seconds.
-func (m *metrics) Backlog(limiter string, wait time.Duration) {
-	m.backlogOf(limiter).Set(wait.Seconds())
-}
+// Backlog is core.Observer's. The backlog gauges are read from Redis when
+// /metrics is scraped (stateCollector), for every limiter, not as this
+// process saw them.
+func (m *metrics) Backlog(string, time.Duration) {}
 
-// Deleted is core.Observer's: a deleted limiter's backlog series goes.
-func (m *metrics) Deleted(limiter string) {
-	m.backlogMu.Lock()
-	defer m.backlogMu.Unlock()
-	if _, ok := m.backlogs.LoadAndDelete(limiter); ok {
-		m.nBacklogs.Add(-1)
-	}
-	m.backlog.DeleteLabelValues(limiter)
-}
+// Deleted is core.Observer's; a deleted limiter is gone from the next scrape.
+func (m *metrics) Deleted(string) {}
 
 // route is one route of the API as metrics and the access log see it.
 type route struct {
@@ -233,7 +218,7 @@ type rateSeries struct {
 	delay, lateness    prometheus.Observer // nil for a denial
 }
 
-// maxKept bounds the decision and backlog series kept at hand, each; past it
+// maxKept bounds the decision series kept at hand; past it
 // they start over (the series stay in the registry).
 const maxKept = 1 << 14
 
@@ -253,25 +238,4 @@ func (m *metrics) decision(k decisionKey) *rateSeries {
 	}
 	v, _ := m.decided.LoadOrStore(k, r)
 	return v.(*rateSeries)
-}
-
-// backlogOf returns a limiter's backlog gauge.
-func (m *metrics) backlogOf(limiter string) prometheus.Gauge {
-	if g, ok := m.backlogs.Load(limiter); ok {
-		return g.(prometheus.Gauge)
-	}
-	// Under the lock, so that Deleted cannot drop the series between its
-	// making and its keeping here: a kept gauge is always registered.
-	m.backlogMu.Lock()
-	defer m.backlogMu.Unlock()
-	if g, ok := m.backlogs.Load(limiter); ok {
-		return g.(prometheus.Gauge)
-	}
-	if m.nBacklogs.Add(1) > maxKept {
-		m.backlogs.Clear()
-		m.nBacklogs.Store(1)
-	}
-	g := m.backlog.WithLabelValues(limiter)
-	m.backlogs.Store(limiter, g)
-	return g
 }

@@ -10,29 +10,17 @@ import (
 	"github.com/limitd/limitd/core"
 )
 
-// The series kept at hand are the registry's: a deleted limiter's backlog
-// series goes, and comes back with its next backlog.
+// The decision series are kept at hand; a request counts under its method
+// (made-up ones as other), route and status.
 func TestMetricsKeptSeries(t *testing.T) {
 	m := newMetrics(prometheus.NewRegistry(), "test")
-	m.Backlog("a", time.Second)
 	m.Decided(core.Event{Kind: core.EventRate, Limiter: "a", Outcome: "granted"})
 	m.Decided(core.Event{Kind: core.EventRate, Limiter: "a", Outcome: "granted"})
-	if got := value(t, m.backlog.WithLabelValues("a")); got != 1 {
-		t.Errorf("backlog %v, want 1", got)
-	}
 	if got := value(t, m.decisions.WithLabelValues("a", "", "granted")); got != 2 {
 		t.Errorf("granted %v, want 2", got)
 	}
 	if n := count(m.decisions); n != 1 {
 		t.Errorf("%d decision series, want 1 (no denied series before a denial)", n)
-	}
-	m.Deleted("a")
-	if n := count(m.backlog); n != 0 {
-		t.Errorf("%d backlog series after Deleted, want 0", n)
-	}
-	m.Backlog("a", 2*time.Second)
-	if got := value(t, m.backlog.WithLabelValues("a")); got != 2 {
-		t.Errorf("backlog after Deleted and a new backlog %v, want 2", got)
 	}
 
 	rt := &route{label: "/x"}
