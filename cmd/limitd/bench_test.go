@@ -352,3 +352,36 @@ func TestBenchCountsErrorsAndGoesOn(t *testing.T) {
 		t.Errorf("summary %+v, stderr %q", r, stderr)
 	}
 }
+
+// Two benches sharing one limiter: each summary says what all processes
+// were granted meanwhile and its own part, so that half the target does not
+// read as a failure.
+func TestBenchSharedSummary(t *testing.T) {
+	srv := redistest.Server(t)
+	args := []string{"--redis", "redis://" + srv.Addr(), "--mode", "direct", "--limiter", "shared",
+		"--workers", "2", "--duration", "1s"}
+	st := store.New(srv.Client())
+	if _, _, err := st.Put(context.Background(), "shared", limiter.Config{Rate: 400, Burst: limiter.B(1)}); err != nil {
+		t.Fatal(err)
+	}
+	outs := make([]string, 2)
+	done := make(chan int, 2)
+	for i := range outs {
+		go func() {
+			code, stdout, stderr := benchRun(context.Background(), args...)
+			outs[i] = stdout + stderr
+			done <- code
+		}()
+	}
+	for range outs {
+		if code := <-done; code != 0 {
+			t.Fatalf("exit %d: %q", code, outs)
+		}
+	}
+	for _, out := range outs {
+		if !strings.Contains(out, "all processes ") || !strings.Contains(out, "granted on the limiter meanwhile") ||
+			!strings.Contains(out, "(shared)") {
+			t.Errorf("a shared run's summary does not say so:\n%s", out)
+		}
+	}
+}

@@ -13,6 +13,10 @@ type directSource struct {
 	st *store.Store
 }
 
+func (s *directSource) granted(ctx context.Context) (int64, error) {
+	return grantedIn(ctx, s.st, s.b.o.Limiter)
+}
+
 func (s *directSource) take(ctx context.Context, w *benchWorker) (int64, int64, error) {
 	t0 := s.b.mono()
 	d, err := s.st.Acquire(ctx, s.b.o.Limiter, 1, store.Forever)

@@ -21,7 +21,14 @@ type httpSource struct {
 	b          *bench
 	hc         *http.Client
 	acquireURL string
+	waitURL    string
 	token      string
+}
+
+func (s *httpSource) granted(ctx context.Context) (int64, error) {
+	var w wire.WaitState
+	_, err := httpjson.Do(ctx, s.hc, http.MethodGet, s.waitURL, s.token, nil, &w)
+	return w.Permits, err
 }
 
 var acquireBody = []byte(`{"permits":1}`)
@@ -65,7 +72,7 @@ func (b *bench) connectHTTP(ctx context.Context) (benchSource, error) {
 	if _, err := httpjson.Do(ctx, hc, http.MethodGet, limURL, token, nil, &view); err == nil {
 		b.target = configRate(view.Config)
 	}
-	return &httpSource{b: b, hc: hc, acquireURL: limURL + "/acquire", token: token}, nil
+	return &httpSource{b: b, hc: hc, acquireURL: limURL + "/acquire", waitURL: limURL + "/wait", token: token}, nil
 }
 
 func (s *httpSource) take(ctx context.Context, w *benchWorker) (int64, int64, error) {

@@ -11,9 +11,14 @@ import (
 
 // poolSource takes permits through the client's local pool.
 type poolSource struct {
-	b *bench
-	c *client.Client
-	l *client.Limiter
+	b  *bench
+	c  *client.Client
+	l  *client.Limiter
+	st *store.Store
+}
+
+func (s *poolSource) granted(ctx context.Context) (int64, error) {
+	return grantedIn(ctx, s.st, s.b.o.Limiter)
 }
 
 func (s *poolSource) take(ctx context.Context, w *benchWorker) (int64, int64, error) {

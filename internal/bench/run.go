@@ -113,6 +113,9 @@ func (b *bench) run(ctx context.Context, src benchSource) Result {
 			b.workers[i].batch = b.log.batch()
 		}
 	}
+	// The limiter's total before and after: what every process sharing it
+	// was granted meanwhile.
+	all0, allErr := src.granted(ctx)
 	start := b.mono()
 	var wg sync.WaitGroup
 	for _, w := range b.workers {
@@ -141,7 +144,16 @@ func (b *bench) run(ctx context.Context, src benchSource) Result {
 			w.batch = nil
 		}
 	}
-	return b.result(float64(end-start) / 1e9)
+	r := b.result(float64(end-start) / 1e9)
+	if allErr == nil {
+		if all1, err := src.granted(context.WithoutCancel(ctx)); err == nil && all1 >= all0 {
+			r.AllPermits = all1 - all0
+			if r.Seconds > 0 {
+				r.AllRate = float64(r.AllPermits) / r.Seconds
+			}
+		}
+	}
+	return r
 }
 
 func (b *bench) fallback() int64 {

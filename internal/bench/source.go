@@ -17,6 +17,9 @@ import (
 // start and returns its scheduled and start times, Unix ns on the Redis clock.
 type benchSource interface {
 	take(ctx context.Context, w *benchWorker) (sched, start int64, err error)
+	// granted reads the limiter's total of permits granted, to every
+	// process, from Redis (limiter.State.Permits).
+	granted(ctx context.Context) (int64, error)
 	close() error
 }
 
@@ -67,8 +70,14 @@ func (b *bench) connectRedis(ctx context.Context, rdb redis.UniversalClient) (be
 			c.Close()
 			return nil, err
 		}
-		return &poolSource{b: b, c: c, l: l}, nil
+		return &poolSource{b: b, c: c, l: l, st: st}, nil
 	}
+}
+
+// grantedIn is the total of permits st's limiter name has granted.
+func grantedIn(ctx context.Context, st *store.Store, name string) (int64, error) {
+	w, err := st.Wait(ctx, name)
+	return w.Permits, err
 }
 
 // configRate is a config's rate in permits per second (0 if unreadable).
