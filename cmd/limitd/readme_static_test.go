@@ -321,6 +321,12 @@ func checkCommand(root string, c shCommand, ps *readmeProblems) {
 	case len(words) >= 2 && words[0] == "go" && words[1] == "test":
 		checkGoTest(root, c.line, words[2:], ps)
 		return
+	case len(words) == 3 && words[0] == "go" && words[1] == "install":
+		// installs a binary: not run, but it must name a main package
+		if !isMainPackage(filepath.Join(root, words[2])) {
+			ps.add(c.line, "go install %s: no main package there", words[2])
+		}
+		return
 	case !notRun(c.text):
 		ps.add(c.line, "%q is neither run nor checked: make it a checked form or list it in readmeNotRun with the reason", c.text)
 		return

@@ -26,7 +26,7 @@ package main
 //   - Other commands are not run. Each `go test` command, in a block or
 //     inline, must name packages that exist and -run/-bench patterns of which
 //     every alternative matches a test or benchmark there; `go run` must name
-//     a main package; `limitd bench` flags must parse, `limitd ctl` arguments
+//     a main package, as must `go install`; `limitd bench` flags must parse, `limitd ctl` arguments
 //     pass checkCtl. A command of any other
 //     form is an error unless readmeNotRun lists it with a reason.
 //   - An inline `path` whose first element is in the repository must exist.
