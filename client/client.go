@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -119,6 +120,23 @@ func (c *Client) Limiter(name string, opts ...Option) (*Limiter, error) {
 	l := &Limiter{c: c, name: name, o: o}
 	c.handles[name] = l
 	return l, nil
+}
+
+// Stats reports what each of the client's handles did, in name order (see
+// package clientmetrics for them as Prometheus metrics).
+func (c *Client) Stats() []LimiterStats {
+	c.mu.Lock()
+	hs := make([]*Limiter, 0, len(c.handles))
+	for _, l := range c.handles {
+		hs = append(hs, l)
+	}
+	c.mu.Unlock()
+	out := make([]LimiterStats, len(hs))
+	for i, l := range hs {
+		out[i] = l.Stats()
+	}
+	slices.SortFunc(out, func(a, b LimiterStats) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // Close hands every handle's unused permits back and stops the client's

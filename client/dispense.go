@@ -113,6 +113,7 @@ func (l *Limiter) bulkBound(b *block) int64 {
 // take removes the permit next returned.
 func (l *Limiter) take(s slot, now int64) {
 	l.taken++
+	l.sharedPermits.Add(1)
 	l.lastTake = max(l.lastTake, now)
 	if s.back {
 		l.back = l.back[1:]

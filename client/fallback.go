@@ -58,19 +58,25 @@ func (l *Limiter) retryInBackground(now int64) {
 }
 
 func (l *Limiter) fallbackAllow() bool {
+	ok := false
 	switch l.o.fallback {
 	case FallbackOptimistic:
-		return true
+		ok = true
 	case FallbackPessimistic:
-		return false
+	default:
+		ok = l.fallback != nil && l.fallback.Allow() // no rate known yet: refuse
 	}
-	return l.fallback != nil && l.fallback.Allow() // no rate known yet: refuse
+	if ok {
+		l.fallbackPermits.Add(1)
+	}
+	return ok
 }
 
 func (l *Limiter) fallbackWait(ctx context.Context) (Permit, error) {
 	switch l.o.fallback {
 	case FallbackOptimistic:
 		now := l.c.o.clock.Now()
+		l.fallbackPermits.Add(1)
 		return Permit{Scheduled: now, Start: now}, nil
 	case FallbackPessimistic:
 		return Permit{}, store.ErrUnavailable
@@ -85,5 +91,6 @@ func (l *Limiter) fallbackWait(ctx context.Context) (Permit, error) {
 	if err != nil {
 		return Permit{}, err
 	}
+	l.fallbackPermits.Add(1)
 	return Permit{Scheduled: p.Scheduled, Start: p.Start, Lateness: p.Lateness}, nil
 }

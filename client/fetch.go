@@ -84,6 +84,7 @@ func (l *Limiter) fetch(k int64) {
 	ctx, cancel := context.WithTimeout(l.c.ctx, 2*time.Second)
 	defer cancel()
 	t0 := l.c.mono()
+	l.remoteCalls.Add(1)
 	g, err := l.c.t.Grant(ctx, l.name, k, store.Forever)
 	if timedOut(err) && l.c.ctx.Err() == nil {
 		// One more try before falling back: a process that was stalled (GC,
@@ -91,6 +92,7 @@ func (l *Limiter) fetch(k int64) {
 		// fine. A refused connection is not retried: go-redis stops dialing
 		// for a while after repeated dial errors.
 		t0 = l.c.mono()
+		l.remoteCalls.Add(1)
 		g, err = l.c.t.Grant(ctx, l.name, k, store.Forever)
 	}
 	var fe *limiter.FieldError
@@ -98,6 +100,7 @@ func (l *Limiter) fetch(k int64) {
 		// More than the limiter's max_reserve allows one grant (the first
 		// grant, sized before the pool knows it): one permit always fits.
 		t0 = l.c.mono()
+		l.remoteCalls.Add(1)
 		g, err = l.c.t.Grant(ctx, l.name, 1, store.Forever)
 	}
 	t1 := l.c.mono()

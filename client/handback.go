@@ -76,6 +76,7 @@ func (l *Limiter) handBack(b *block) {
 }
 
 func (l *Limiter) release(g store.Grant, m int64) error {
+	l.remoteCalls.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	return l.c.t.Release(ctx, g, m)

@@ -52,6 +52,10 @@ type Limiter struct {
 	// (mayChange), so it never refuses what the pool would give.
 	refuseUntil atomic.Int64
 
+	// For Stats: permits handed to callers from the shared schedule and from
+	// the fallback, and calls to Redis (or the limitd server).
+	sharedPermits, fallbackPermits, remoteCalls atomic.Int64
+
 	// fallback while Redis is unreachable
 	down     bool
 	retryAt  int64 // local ns of the next attempt to reach Redis
@@ -73,6 +77,29 @@ type Permit struct {
 func (l *Limiter) Allow() bool {
 	ok, _, _ := l.allow(context.Background(), false)
 	return ok
+}
+
+// LimiterStats is what a handle did since it was made (see Client.Stats).
+type LimiterStats struct {
+	Name string
+	// SharedPermits were taken from the shared schedule (Allow, Wait, and
+	// Reserve's n); FallbackPermits came from the local fallback while
+	// Redis was unreachable.
+	SharedPermits, FallbackPermits int64
+	// RemoteCalls are the grants, reservations and hand-backs the handle
+	// sent to Redis (or the limitd server), failed ones included.
+	RemoteCalls int64
+	// Fallback is true while the handle is in its fallback mode.
+	Fallback bool
+}
+
+// Stats reports what the handle did since it was made.
+func (l *Limiter) Stats() LimiterStats {
+	l.mu.Lock()
+	down := l.down
+	l.mu.Unlock()
+	return LimiterStats{Name: l.name, SharedPermits: l.sharedPermits.Load(), FallbackPermits: l.fallbackPermits.Load(),
+		RemoteCalls: l.remoteCalls.Load(), Fallback: down}
 }
 
 // mayChange clears refuseUntil: the pool is about to change (l.mu held).

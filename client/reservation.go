@@ -52,10 +52,12 @@ func (l *Limiter) Reserve(ctx context.Context, n int64) (*Reservation, error) {
 		return nil, &limiter.FieldError{Field: "permits", Rule: "must be ≥ 1", Value: n}
 	}
 	t0 := l.c.mono()
+	l.remoteCalls.Add(1)
 	g, err := l.c.t.Grant(ctx, l.name, n, store.Forever)
 	if err != nil {
 		return nil, err
 	}
+	l.sharedPermits.Add(n)
 	t1 := l.c.mono()
 	return &Reservation{l: l, g: g, offset: l.c.clk.Sample(g.Now, t0, t1)}, nil
 }

@@ -32,6 +32,7 @@ var may = map[string][]string{
 	"api":                  {"core", "limiter", "wire"},
 	"client":               {"store", "limiter", "wire", "internal/clockoffset"},
 	"httplimit":            {"client", "store", "wire", "limiter"},
+	"client/clientmetrics": {"client"},
 	"internal/bench":       {"client", "store", "limiter", "wire", "internal/clockoffset", "internal/httpjson"},
 	"cmd/limitd":           {"api", "core", "store", "limiter", "wire", "internal/bench", "internal/httpjson"},
 	"integration":          nil, // tests only
