@@ -129,6 +129,16 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 	// then close the store and Redis (deferred above).
 	defer wg.Wait()
 	defer stopBackground()
+	if boot == nil {
+		// Said once, at the start; requests then answer 503 (logged once per
+		// run of failures) until Redis answers. With a boot file, its keeper
+		// says it.
+		pctx, cancel := context.WithTimeout(ctx, bootTimeout)
+		if err := st.Ready(pctx); err != nil {
+			logger.Warn("redis unavailable at start: requests answer 503 until it answers", "redis", redisTarget(cfg.RedisURL), "err", err)
+		}
+		cancel()
+	}
 	if boot != nil {
 		k := &bootKeeper{file: boot, store: st, log: logger, interval: bootCheckInterval, timeout: bootTimeout}
 		applyCtx, cancel := context.WithTimeout(ctx, bootTimeout)

@@ -215,3 +215,31 @@ func TestServeStartupLineAlwaysShown(t *testing.T) {
 		}
 	}
 }
+
+// Redis unreachable from the start: said once at the start, and the 503s
+// that follow are logged once, not per request.
+func TestServeRedisDownSaidOnce(t *testing.T) {
+	mini := miniredis.RunT(t)
+	addr := mini.Addr()
+	mini.Close()
+	base, logs, stop := startServe(t, map[string]string{"LIMITD_REDIS_URL": "redis://" + addr})
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for range 20 {
+		resp, err := c.Post(base+"/v1/limiters/x/acquire", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("acquire with Redis down = %d, want 503", resp.StatusCode)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	l := logs.String()
+	if strings.Count(l, "redis unavailable at start") != 1 || strings.Count(l, `msg="request failed"`) != 1 {
+		t.Errorf("logs of 20 requests while Redis is down:\n%s", l)
+	}
+}
