@@ -54,14 +54,18 @@
 -- later than TIME (the clock stepped back since) is re-anchored at now: it
 -- keeps the schedule as far ahead of now as its caller was told, not the
 -- length of the step.
--- A floor is FLOOR_WIDTH hexadecimal digits (store/floors.go): 14 for the
--- time seen, 14 for the ns ahead plus FAR (so never negative; clamped, as
--- apply_floor does); the time seen 0 means none. The floors of a call's
--- limiters come as one argument, one after the other in KEYS order (or '0'
--- when none has one), and floor_at reads the one at a position: one argument
--- per call costs Redis far less than two per limiter (each argument is a Lua
--- string made, hashed and collected), and hexadecimal is read with strtoul,
--- several times cheaper on these digits than the strtod of decimal.
+-- A floor is the time seen (us) and the ns ahead plus FAR (so never
+-- negative; clamped, as apply_floor does); the time seen 0 means none. The
+-- floors of a call's limiters come as one argument, one after the other in
+-- KEYS order (or '0' when none has one), in one of two forms
+-- (store/floors.go): 'B' then 16 bytes per limiter, the two as
+-- little-endian int64s, which one struct.unpack reads (the store sends it
+-- once it has seen a binary answer, so only where Lua has struct); or
+-- FLOOR_WIDTH hexadecimal digits per limiter, 14 for each, read with strtoul
+-- (several times cheaper on these digits than the strtod of decimal).
+-- floor_read reads the j-th. One argument per call costs Redis far less
+-- than two per limiter: each argument is a Lua string made, hashed and
+-- collected.
 --
 -- A share or concurrency limiter's state key (configure_lease.lua) holds its
 -- kind's name as x, so that these scripts answer {-5, kind} for it in the
@@ -100,7 +104,7 @@ local SETTLE = 1125899906842624  -- 2^50: changes acquire_group lets add up (tot
 local FLOOR_AGE = 4398046511104  -- 2^42 us (~51 days): an older floor counts for nothing (limiter.FloorAge)
 local FLOOR_WIDTH = 28           -- hexadecimal digits of a floor (see Floors; store/floors.go floorWidth)
 
-local floor, fmod, max, min, sub, rcall
+local floor, fmod, max, min, sub, byte, rcall
 
 -- enc(layout, ...) packs numbers; dec(layout, s) returns them (struct.unpack
 -- adds the next position, which callers drop). See init.
@@ -140,10 +144,10 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 -- and in the row itself:
 --   fast (optional) is the path for one acquire on a named limiter of the
 --     kind (fast_named) or an instance (fast_instance): (key, x, n,
---     max_wait, us, fl, fp, [tver, idle_ttl]), fl and fp the call's floors
---     and the position of this one's (floor_at), the answer or nil for the
+--     max_wait, us, fl, fj, [tver, idle_ttl]), fl and fj the call's floors
+--     and this limiter's place in them (floor_read), the answer or nil for the
 --     general path; create (optional) the same for an instance that does not
---     exist: (key, params, n, us, fl, fp, tver, idle_ttl), params the
+--     exist: (key, params, n, us, fl, fj, tver, idle_ttl), params the
 --     template's as acquire_many has them (text); lean_* are the layout it reads and the code
 --     it checks (checked in check_layouts)
 -- lib.lua and the operations dispatch through the engine (engine_of(L.kind))
@@ -226,7 +230,7 @@ local heads, made
 local function init(keep)
   if keep then heads, made = {[0] = 0}, {[0] = 0} end
   if redis.replicate_commands then redis.replicate_commands() end -- Redis < 5: effects, for TIME
-  floor, fmod, max, min, sub = math.floor, math.fmod, math.max, math.min, string.sub
+  floor, fmod, max, min, sub, byte = math.floor, math.fmod, math.max, math.min, string.sub, string.byte
   rcall = redis.call
   local struct = rawget(_G, 'struct')
   if struct then
@@ -245,6 +249,20 @@ local function init(keep)
     end
     return unpack(t, 1, n)
   end
+end
+
+-- floor_read reads the floor of the j-th limiter of a call's floors fl (see
+-- Floors): fus and fah (ns ahead, FAR taken off), fus 0 for none.
+local function floor_read(fl, j)
+  if TEXT == 0 and byte(fl, 1) == 66 then -- 'B': binary
+    local fus, fah = dec('<i8i8', fl, 2 + 16 * (j - 1))
+    if fus == 0 then return 0, 0 end
+    return fus, fah - FAR
+  end
+  local p = 1 + FLOOR_WIDTH * (j - 1)
+  local fus = tonumber(sub(fl, p, p + 13), 16)
+  if fus == 0 then return 0, 0 end
+  return fus, tonumber(sub(fl, p + 14, p + FLOOR_WIDTH - 1), 16) - FAR
 end
 
 -- time_us is Redis's TIME in Unix us. Arithmetic converts TIME's two strings
@@ -288,10 +306,10 @@ end
 
 -- fast_named is one acquire on a named limiter whose x was read (false: no
 -- such key) by its kind's fast path (see Kinds): the answer, or nil.
-local function fast_named(key, x, n, max_wait, us, fl, fp)
+local function fast_named(key, x, n, max_wait, us, fl, fj)
   if not x or TEXT == 1 then return nil end
   local fast = FAST[#x]
-  return fast and fast(key, x, n, max_wait, us, fl, fp)
+  return fast and fast(key, x, n, max_wait, us, fl, fj)
 end
 
 -- fast_instance is one acquire on an instance of a template (head_of's
@@ -299,14 +317,14 @@ end
 -- instance key's values: its kind's fast path, or its create for an
 -- instance that does not exist; nil when a named limiter has the name, or
 -- for the general path.
-local function fast_instance(ikey, x, ix, n, max_wait, us, fl, fp, version, idle_ttl, params, kind)
+local function fast_instance(ikey, x, ix, n, max_wait, us, fl, fj, version, idle_ttl, params, kind)
   if x or TEXT == 1 then return nil end
   if ix then
     local fast = FAST[#ix]
-    return fast and fast(ikey, ix, n, max_wait, us, fl, fp, version, idle_ttl)
+    return fast and fast(ikey, ix, n, max_wait, us, fl, fj, version, idle_ttl)
   end
   local K = KINDS[kind]
-  return K and K.create and K.create(ikey, params, n, us, fl, fp, version, idle_ttl)
+  return K and K.create and K.create(ikey, params, n, us, fl, fj, version, idle_ttl)
 end
 
 -- acquire_fast is acquire_many's answer to a call a fast path decides alone:
@@ -582,13 +600,11 @@ local function start(L, now, us)
   L.started, L.origin, L.next, L.pace, L.rem, L.stored, L.last = 1, us, now, now, 0, L.initial, now
 end
 
--- floor_at reads the floor at position p of fl (see Floors): fus, fah, fus
--- 0 for none (fl nil or '0': none at all).
-local function floor_at(fl, p)
+-- floor_at reads the floor of the j-th limiter of fl (floor_read): fus,
+-- fah, fus 0 for none (fl nil or '0': none at all).
+local function floor_at(fl, j)
   if not fl or fl == '0' then return 0, 0 end
-  local fus = tonumber(sub(fl, p, p + 13), 16)
-  if fus == 0 then return 0, 0 end
-  return fus, tonumber(sub(fl, p + 14, p + FLOOR_WIDTH - 1), 16) - FAR
+  return floor_read(fl, j)
 end
 
 -- apply_floor is limiter.Params.ApplyFloor for a started L: fus (Unix us)
@@ -761,9 +777,9 @@ end
 -- acquire_group is acquire_many's answer for the m requests of one limiter,
 -- whose pairs start at argv[q] (ikey, tpl and idle_ttl: its instance key,
 -- template and idle TTL, if a template matches; x and ix: the x of its keys,
--- if read already; fl, fp: the floors and its floor's position, see
--- floor_at).
-local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl, fp)
+-- if read already; fl, fj: the call's floors and this limiter's place in
+-- them, see floor_at).
+local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl, fj)
   local L = resolve(key, ikey, tpl, us, x, ix)
   if not L then return enc('<B', A_NOT_FOUND) end
   if L.other then -- its kind: a length and the name (text: the name)
@@ -771,7 +787,7 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl
     return enc('<BB', A_OTHER_KIND, #L.kind) .. L.kind
   end
   local now = now_rel(L, us)
-  local fus, fah = floor_at(fl, fp)
+  local fus, fah = floor_at(fl, fj)
   if fus ~= 0 then
     start(L, now, us)
     apply_floor(L, now, us, fus, fah)
@@ -838,7 +854,7 @@ local function acquire_many(keys, argv)
   local fl = argv[1]
   if fl == '0' then fl = nil end
   local out = {}
-  local j, k, a, fp = 0, 1, 2, 1
+  local j, k, a = 0, 1, 2
   while a <= na do
     j = j + 1
     local head = argv[a]
@@ -846,23 +862,23 @@ local function acquire_many(keys, argv)
     if m then -- no template
       local x = xs[k]
       if x == nil then x = rcall('GET', keys[k]) end
-      if m == 1 then answer = fast_named(keys[k], x, argv[a + 1], argv[a + 2], us, fl, fp) end
-      out[j] = answer or acquire_group(keys[k], nil, nil, 0, m, argv, a + 1, us, x, nil, fl, fp)
+      if m == 1 then answer = fast_named(keys[k], x, argv[a + 1], argv[a + 2], us, fl, j) end
+      out[j] = answer or acquire_group(keys[k], nil, nil, 0, m, argv, a + 1, us, x, nil, fl, j)
       k = k + 1
     else
       local version, idle_ttl, params, kind
       m, version, idle_ttl, params, kind = head_of(head)
       local ikey = keys[k + 1]
       if m == 1 then
-        answer = fast_instance(ikey, xs[k], xs[k + 1], argv[a + 1], argv[a + 2], us, fl, fp, version, idle_ttl,
+        answer = fast_instance(ikey, xs[k], xs[k + 1], argv[a + 1], argv[a + 2], us, fl, j, version, idle_ttl,
           params, kind)
       end
       out[j] = answer or acquire_group(keys[k], ikey, {text = params, version = version}, idle_ttl, m, argv, a + 1, us,
-        xs[k], xs[k + 1], fl, fp)
+        xs[k], xs[k + 1], fl, j)
       k = k + 2
     end
     answer = nil
-    a, fp = a + 1 + 2 * m, fp + FLOOR_WIDTH
+    a = a + 1 + 2 * m
   end
   if j == 1 then return out[1] end
   return table.concat(out, SEP)

@@ -47,13 +47,13 @@ end
 -- rebase or a clock step, forfeit, cost, pace) and save. It reads x only up
 -- to last and rewrites only what changes (X_LEAN, X_RUN: SETRANGE), so a
 -- change that would carry into a high part goes the general way, and so does
--- a floor (fl, fp: see floor_at and apply_floor) that moves the schedule.
+-- a floor (fl, fj: see floor_read and apply_floor) that moves the schedule.
 -- For a template instance, tver is the template's version and idle_ttl its
 -- idle TTL (acquire_group's): an instance of an older version goes the
 -- general way (to be moved to the new one), and what changes is saved with
 -- its TTL (save, settle_ms). It returns the answer, or nil for the general
 -- path.
-local function acquire_one(key, x, n, max_wait, us, fl, fp, tver, idle_ttl)
+local function acquire_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl)
   -- x is binary and X_SIZE bytes long (FAST, fast_named), the size of
   -- a schedule limiter's x in the current format
   local code, format, version, whole, frac, den, max_permits, burst, max_backlog, started, epoch,
@@ -62,10 +62,9 @@ local function acquire_one(key, x, n, max_wait, us, fl, fp, tver, idle_ttl)
   local now = (us - epoch) * 1000
   n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
   if started ~= 1 or now >= REBASE or now < last or n < 1 or n > max_permits or n % 1 ~= 0 then return nil end
-  if fl then -- apply_floor's test, without its change (floor_at, inline)
-    local fus = tonumber(sub(fl, fp, fp + 13), 16)
+  if fl then -- apply_floor's test, without its change
+    local fus, ah = floor_read(fl, fj) -- ah >= -FAR
     if fus ~= 0 and us - fus < FLOOR_AGE then
-      local ah = tonumber(sub(fl, fp + 14, fp + FLOOR_WIDTH - 1), 16) - FAR -- >= -FAR
       if ah > 2 * HORIZON then ah = 2 * HORIZON end
       local at
       if us < fus then at = now + ah else at = (fus - epoch) * 1000 + ah end
@@ -123,7 +122,7 @@ end
 -- it: delay 0), saved with its TTL. It returns the answer, or nil for the
 -- general path (n out of range, or a floor ahead of the fresh schedule, see
 -- apply_floor).
-local function create_one(key, params, n, us, fl, fp, tver, idle_ttl)
+local function create_one(key, params, n, us, fl, fj, tver, idle_ttl)
   local p = made and made[params] -- (see "Readings kept between calls" in lib.lua)
   if not p then
     local _, whole, frac, den, max_permits, burst, max_backlog = string.match(params, P_WORDS)
@@ -140,10 +139,9 @@ local function create_one(key, params, n, us, fl, fp, tver, idle_ttl)
   local whole, frac, den, max_permits, burst, max_backlog = p[1], p[2], p[3], p[4], p[5], p[6]
   n = SMALL[n] or tonumber(n)
   if n < 1 or n > max_permits or n % 1 ~= 0 then return nil end
-  if fl then -- apply_floor's test at now 0, epoch us (floor_at, inline)
-    local fus = tonumber(sub(fl, fp, fp + 13), 16)
+  if fl then -- apply_floor's test at now 0, epoch us
+    local fus, ah = floor_read(fl, fj)
     if fus ~= 0 and us - fus < FLOOR_AGE then
-      local ah = tonumber(sub(fl, fp + 14, fp + FLOOR_WIDTH - 1), 16) - FAR
       if ah > 2 * HORIZON then ah = 2 * HORIZON end
       local at = ah
       if us >= fus then at = (fus - us) * 1000 + ah end

@@ -80,6 +80,9 @@ func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait
 	}
 	var o Outcome
 	u := answerUnpacker(v)
+	if !u.isText && u.err == nil {
+		s.floors.useBinary()
+	}
 	decodeAnswer(name, u, 1, func(int) (int64, *Outcome) { return n, &o })
 	if err := u.done("answer"); err != nil && o.Err == nil {
 		o.Err = fmt.Errorf("store: acquire of %q: %w", name, err)

@@ -114,6 +114,9 @@ retry:
 			continue
 		}
 		u := answerUnpacker(v)
+		if !u.isText && u.err == nil {
+			s.floors.useBinary()
+		}
 		for _, g := range sc.groups[c.from:c.to] {
 			r := g.first
 			decodeAnswer(g.name, u, g.m, func(int) (int64, *Outcome) {
@@ -232,7 +235,7 @@ func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome, s
 		}
 		start := len(argv)
 		argv = append(argv, nil, nil, nkeys)
-		floors, some := sc.floors[:0], false
+		floors, some := s.floors.startFloors(sc.floors[:0]), false
 		for _, g := range sc.groups[from:to] {
 			argv = append(argv, s.stateKey(g.name))
 			if g.tpl != nil { // acquire.lua takes an instance key only with a template

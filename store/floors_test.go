@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -56,6 +57,15 @@ func TestFloorSet(t *testing.T) {
 	}
 	if b, ok := f.appendFloor(nil, "none"); ok || string(b) != zeroFloor || len(b) != floorWidth {
 		t.Errorf("a missing floor among others: %q %v", b, ok)
+	}
+	// Once a binary answer came: 'B', then the two as little-endian int64s.
+	f.useBinary()
+	want := append([]byte{floorBinary}, binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, uint64(t0/1000)), uint64(10*us+floorAheadOffset))...)
+	if got := f.floorArg("b"); got != string(want) {
+		t.Errorf("binary floor argument %q, want %q", got, want)
+	}
+	if b, ok := f.appendFloor(f.startFloors(nil), "none"); ok || len(b) != 1+floorBinWidth || string(b[1:]) != string(make([]byte, floorBinWidth)) {
+		t.Errorf("a missing binary floor among others: %q %v", b, ok)
 	}
 	f.forget("a")
 	if _, ok := f.get("a"); ok {
