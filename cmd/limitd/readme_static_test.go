@@ -22,6 +22,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/store"
 )
 
 // ---- sh: commands -----------------------------------------------------------
@@ -615,5 +618,61 @@ func TestREADMECommands(t *testing.T) {
 			t.Errorf("readmeNotRun lists %q, which the README no longer has: remove it", n.cmd)
 		}
 		t.Logf("not run: %s: %s", n.cmd, n.why)
+	}
+}
+
+// TestREADMEGoClientRuns runs the README's Go client example as written,
+// with its Redis address pointed at a private redis-server: run creates the
+// limiter, opens a handle and takes permits until its context ends, which
+// is the only error it may return.
+func TestREADMEGoClientRuns(t *testing.T) {
+	srv := redistest.Server(t)
+	blocks, _ := readREADME(t)
+	i := slices.IndexFunc(blocks, func(b mdBlock) bool {
+		return b.lang == "go" && slices.Contains(b.lines, "func run(ctx context.Context) error {")
+	})
+	if i < 0 {
+		t.Fatal("README has no go block with func run(ctx context.Context) error")
+	}
+	const readmeRedis = "redis://127.0.0.1:6379"
+	src := snippetFile(blocks[i])
+	if !strings.Contains(src, readmeRedis) {
+		t.Fatalf("the client example does not connect to %s", readmeRedis)
+	}
+	src = strings.Replace(src, readmeRedis, "redis://"+srv.Addr(), 1)
+	src = strings.Replace(src, "\nfunc main() {}\n", `
+func main() {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if err := run(ctx); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, limiter.ErrDeadline) {
+		panic(err)
+	}
+}
+`, 1)
+	root, err := filepath.Abs(moduleRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(root, "_readme-run-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := filepath.Rel(root, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "run", "./"+filepath.ToSlash(rel))
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=readonly", "GOWORK=off", "GOTOOLCHAIN=local")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the README's client example, run: %v\n%s", err, out)
+	}
+	// It created the limiter and took permits from it.
+	w, err := store.New(srv.Client()).Wait(context.Background(), "orders")
+	if err != nil || w.Permits < 10 {
+		t.Errorf("after the example ran, orders: %+v, %v (want some hundred permits taken)", w, err)
 	}
 }

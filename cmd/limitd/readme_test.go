@@ -20,7 +20,9 @@ package main
 //     any string.
 //   - yaml blocks, and deploy/limitd.yaml, are boot files: parseBootFile
 //     accepts them.
-//   - go blocks compile and pass go vet, each on its own. A block without a
+//   - go blocks compile and pass go vet, each on its own; the Go client
+//     example also runs, against a private redis-server
+//     (TestREADMEGoClientRuns). A block without a
 //     package clause is a file's declarations: it gets "package main", the
 //     imports of the packages it names, and an empty main when it has none.
 //   - Other commands are not run. Each `go test` command, in a block or
