@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/internal/redistest"
 )
 
 type logLine struct {
@@ -91,12 +92,16 @@ func TestFailuresSummarised(t *testing.T) {
 		func(o *api.Options) { o.Logger = log })
 	e.must(201, "PUT", "/v1/limiters/r", `{"rate":100}`)
 	e.m.Close()
+	start := time.Now()
 	for range 20 {
 		e.must(503, "POST", "/v1/limiters/r/acquire", nil)
 	}
+	// One line per 10 s window of the run: one, unless the machine took
+	// longer than that for 20 requests (TestFailureLog drives the window).
+	most := 1 + int(time.Since(start)/(10*time.Second))
 	got := logLines(t, &buf, "request failed")
-	if len(got) != 1 || got[0].Problem != "unavailable" || got[0].More == nil || *got[0].More != 0 {
-		t.Errorf("20 failures in a row logged as %+v, want one line", got)
+	if len(got) < 1 || len(got) > most || got[0].Problem != "unavailable" || got[0].More == nil || *got[0].More != 0 {
+		t.Errorf("20 failures in a row logged as %+v, want %d line(s) at most", got, most)
 	}
 }
 
@@ -250,7 +255,7 @@ func TestAlertRules(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		msg := "promtool not installed: apt-get install -y prometheus to check the alert rules"
-		if os.Getenv("LIMITD_REQUIRE_REDIS") == "1" {
+		if os.Getenv(redistest.RequireEnv) == "1" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)

@@ -155,14 +155,6 @@ func (m *metrics) Decided(e core.Event) {
 	c.WithLabelValues(e.Limiter, e.Template, e.Outcome).Inc()
 }
 
-// Backlog is core.Observer's. The backlog gauges are read from Redis when
-// /metrics is scraped (stateCollector), for every limiter, not as this
-// process saw them.
-func (m *metrics) Backlog(string, time.Duration) {}
-
-// Deleted is core.Observer's; a deleted limiter is gone from the next scrape.
-func (m *metrics) Deleted(string) {}
-
 // route is one route of the API as metrics and the access log see it.
 type route struct {
 	label   string // the OpenAPI path, "unmatched" for no route

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,11 +18,12 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/internal/redistest"
 	"github.com/limitd/limitd/wire"
 )
 
 // chromium returns the path of a Chromium (Debian's chromium) or skips the
-// test; with LIMITD_REQUIRE_REDIS=1 (CI) a missing browser fails it.
+// test; with redistest.RequireEnv set (CI) a missing browser fails it.
 func chromium(t *testing.T) string {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
@@ -29,7 +31,7 @@ func chromium(t *testing.T) string {
 		}
 	}
 	msg := "chromium not installed: apt-get install -y chromium to run the dashboard's browser test"
-	if os.Getenv("LIMITD_REQUIRE_REDIS") == "1" {
+	if os.Getenv(redistest.RequireEnv) == "1" {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
@@ -155,7 +157,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("after the page's change the API has rate %v, version %d; want 250, 2", l.Config.Rate, l.Version)
 	}
 	eventually("the new version on the page", `document.querySelector("#cfg") && document.querySelector("#cfg").textContent.includes("rate 250")`)
-	dir := cmpOr(os.Getenv("LIMITD_SCREENSHOT_DIR"), os.TempDir())
+	dir := cmp.Or(os.Getenv("LIMITD_SCREENSHOT_DIR"), os.TempDir())
 	save := func(name string) {
 		t.Helper()
 		shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
@@ -176,13 +178,6 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	run("back to the overview", js(`location.hash = "#/"`), chromedp.Sleep(1500*time.Millisecond))
 	save("limitd-dashboard.png")
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // The dashboard page is served without a token, with a content policy that

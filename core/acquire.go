@@ -88,7 +88,7 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 
 // decided reports a rate decision (acquire or grant).
 func (s *Service) decided(ctx context.Context, name string, permits int64, d Decision) {
-	lim, tpl := s.sawWait(ctx, name, d.Instance, d.Wait)
+	lim, tpl := s.subjectOf(ctx, name, d.Instance)
 	e := Event{Kind: EventRate, Limiter: lim, Template: tpl, Outcome: "granted", Permits: permits}
 	if d.Granted {
 		e.Delay, e.Lateness = time.Duration(d.Delay), time.Duration(d.Lateness)

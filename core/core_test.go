@@ -17,21 +17,12 @@ var t0 = time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
 
 // recorder is an Observer that keeps what it saw.
 type recorder struct {
-	calls   []Op
-	events  []Event
-	backlog map[string]time.Duration
-	deleted []string
+	calls  []Op
+	events []Event
 }
 
 func (r *recorder) StoreCall(op Op, _ time.Duration) { r.calls = append(r.calls, op) }
 func (r *recorder) Decided(e Event)                  { r.events = append(r.events, e) }
-func (r *recorder) Backlog(l string, w time.Duration) {
-	if r.backlog == nil {
-		r.backlog = map[string]time.Duration{}
-	}
-	r.backlog[l] = w
-}
-func (r *recorder) Deleted(l string) { r.deleted = append(r.deleted, l) }
 
 func newService(t *testing.T) (*Service, *store.Store, *recorder) {
 	t.Helper()
@@ -127,14 +118,8 @@ func TestObserverSeesDecisions(t *testing.T) {
 	if len(rec.events) != 2 || rec.events[0] != want[0] || rec.events[1] != want[1] {
 		t.Errorf("events %+v, want %+v", rec.events, want)
 	}
-	if _, ok := rec.backlog["a"]; !ok {
-		t.Errorf("no backlog seen for a: %v", rec.backlog)
-	}
 	if err := s.Delete(ctx, "a"); err != nil {
 		t.Fatal(err)
-	}
-	if len(rec.deleted) != 1 || rec.deleted[0] != "a" {
-		t.Errorf("deleted %v", rec.deleted)
 	}
 	seen := map[Op]bool{}
 	for _, op := range rec.calls {

@@ -97,7 +97,6 @@ func (s *Service) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	s.obs.Deleted(name)
 	s.slots.set(name, false)
 	return nil
 }
@@ -136,7 +135,6 @@ func (s *Service) Wait(ctx context.Context, name string) (WaitInfo, error) {
 	if err != nil {
 		return WaitInfo{}, err
 	}
-	s.sawWait(ctx, name, w.Instance, w.Wait)
 	return w, nil
 }
 

@@ -87,21 +87,13 @@ type Observer interface {
 	StoreCall(op Op, took time.Duration)
 	// Decided reports a decision.
 	Decided(e Event)
-	// Backlog reports a named limiter's wait time (schedule: its backlog;
-	// smooth: its stored time) as a decision or a wait just saw it. Never
-	// called for a template instance.
-	Backlog(limiter string, wait time.Duration)
-	// Deleted reports that a limiter was deleted: forget what is kept of it.
-	Deleted(limiter string)
 }
 
 // nopObserver observes nothing.
 type nopObserver struct{}
 
-func (nopObserver) StoreCall(Op, time.Duration)   {}
-func (nopObserver) Decided(Event)                 {}
-func (nopObserver) Backlog(string, time.Duration) {}
-func (nopObserver) Deleted(string)                {}
+func (nopObserver) StoreCall(Op, time.Duration) {}
+func (nopObserver) Decided(Event)               {}
 
 // observers reports to each of several observers in turn.
 type observers []Observer
@@ -115,17 +107,5 @@ func (os observers) StoreCall(op Op, took time.Duration) {
 func (os observers) Decided(e Event) {
 	for _, o := range os {
 		o.Decided(e)
-	}
-}
-
-func (os observers) Backlog(limiter string, wait time.Duration) {
-	for _, o := range os {
-		o.Backlog(limiter, wait)
-	}
-}
-
-func (os observers) Deleted(limiter string) {
-	for _, o := range os {
-		o.Deleted(limiter)
 	}
 }

@@ -142,12 +142,3 @@ func (s *Service) event(ctx context.Context, kind EventKind, name, outcome strin
 	lim, tpl := s.subject(ctx, name)
 	s.obs.Decided(Event{Kind: kind, Limiter: lim, Template: tpl, Outcome: outcome})
 }
-
-// sawWait reports a rate limiter's wait time, for a named limiter only.
-func (s *Service) sawWait(ctx context.Context, name string, instance bool, wait int64) (lim, tpl string) {
-	lim, tpl = s.subjectOf(ctx, name, instance)
-	if lim != "" {
-		s.obs.Backlog(lim, time.Duration(wait))
-	}
-	return lim, tpl
-}

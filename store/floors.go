@@ -119,7 +119,7 @@ func (f *floorSet) appendFloor(b []byte, name string) (_ []byte, ok bool) {
 	fl, ok := f.get(name)
 	if !ok || fl.Seen/1000 <= 0 {
 		if bin {
-			return append(b, make([]byte, floorBinWidth)...), false
+			return append(b, zeroBinFloor[:]...), false
 		}
 		return append(b, zeroFloor...), false
 	}
@@ -131,6 +131,8 @@ func (f *floorSet) appendFloor(b []byte, name string) (_ []byte, ok bool) {
 }
 
 const zeroFloor = "0000000000000000000000000000"
+
+var zeroBinFloor [floorBinWidth]byte
 
 // appendHex appends v in floorWidth/2 lowercase hexadecimal digits.
 func appendHex(b []byte, v uint64) []byte {

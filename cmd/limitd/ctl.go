@@ -227,10 +227,25 @@ func (c *ctl) show(ctx context.Context, method, path, token string, body []byte)
 	return err
 }
 
-// ls prints every limiter, a page at a time.
+// ls prints every limiter.
 func (c *ctl) ls(ctx context.Context) error {
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tKIND\tCONFIG\tVERSION")
+	err := c.eachLimiter(ctx, func(l wire.Limiter) {
+		cfg := l.Config
+		kind := cfg.Kind
+		cfg.Kind = ""
+		b, _ := json.Marshal(cfg)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", l.Name, kind, b, l.Version)
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Flush()
+}
+
+// eachLimiter calls f with every limiter, in name order, a page at a time.
+func (c *ctl) eachLimiter(ctx context.Context, f func(wire.Limiter)) error {
 	cursor := ""
 	for {
 		var page wire.LimiterList
@@ -238,17 +253,12 @@ func (c *ctl) ls(ctx context.Context) error {
 			return err
 		}
 		for _, l := range page.Limiters {
-			cfg := l.Config
-			kind := cfg.Kind
-			cfg.Kind = ""
-			b, _ := json.Marshal(cfg)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", l.Name, kind, b, l.Version)
+			f(l)
 		}
 		if cursor = page.Next; cursor == "" {
-			break
+			return nil
 		}
 	}
-	return tw.Flush()
 }
 
 // watch prints, every tick, a line per limiter: a rate limiter's permits
@@ -290,19 +300,8 @@ func (c *ctl) watch(ctx context.Context, names []string) error {
 // names lists every limiter's name.
 func (c *ctl) names(ctx context.Context) ([]string, error) {
 	var names []string
-	cursor := ""
-	for {
-		var page wire.LimiterList
-		if err := c.call(ctx, http.MethodGet, "/v1/limiters?limit=1000&cursor="+url.QueryEscape(cursor), c.token, nil, &page); err != nil {
-			return nil, err
-		}
-		for _, l := range page.Limiters {
-			names = append(names, l.Name)
-		}
-		if cursor = page.Next; cursor == "" {
-			return names, nil
-		}
-	}
+	err := c.eachLimiter(ctx, func(l wire.Limiter) { names = append(names, l.Name) })
+	return names, err
 }
 
 // watchLine is one limiter's line (see watch); last keeps each rate

@@ -220,19 +220,7 @@ func checkGoBlocks(t *testing.T, blocks []mdBlock, ps *readmeProblems) (n int) {
 	if len(goBlocks) == 0 {
 		return 0
 	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the README's go blocks are compiled with the go command: %v", err)
-	}
-	root, err := filepath.Abs(moduleRoot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp(root, "_readme-go-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	root, dir := moduleScratch(t, "_readme-go-")
 	args := []string{"vet"}
 	for _, b := range goBlocks {
 		checkGofmt(b, ps)
@@ -248,11 +236,7 @@ func checkGoBlocks(t *testing.T, blocks []mdBlock, ps *readmeProblems) (n int) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goTool, args...)
-	cmd.Dir = root
-	// Nothing to download: the blocks may use only what the module has.
-	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=readonly", "GOWORK=off", "GOTOOLCHAIN=local")
-	out, err := cmd.CombinedOutput()
+	out, err := goCommand(ctx, t, root, args...).CombinedOutput()
 	if err == nil {
 		return len(goBlocks)
 	}
@@ -268,6 +252,37 @@ func checkGoBlocks(t *testing.T, blocks []mdBlock, ps *readmeProblems) (n int) {
 		ps.add(goBlocks[0].line, "go vet of the go blocks failed: %v\n%s", err, out)
 	}
 	return len(goBlocks)
+}
+
+// moduleScratch makes a directory in the module (so that a main package
+// there resolves the module's packages; a leading _ keeps ./... from seeing
+// it), removed when t ends, and returns the module's root and it.
+func moduleScratch(t *testing.T, prefix string) (root, dir string) {
+	t.Helper()
+	root, err := filepath.Abs(moduleRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err = os.MkdirTemp(root, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return root, dir
+}
+
+// goCommand is the go command in root with nothing to download: the README's
+// blocks may use only what the module has.
+func goCommand(ctx context.Context, t *testing.T, root string, args ...string) *exec.Cmd {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the README's go blocks need the go command: %v", err)
+	}
+	cmd := exec.CommandContext(ctx, goTool, args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=readonly", "GOWORK=off", "GOTOOLCHAIN=local")
+	return cmd
 }
 
 // TestREADMEGo compiles and vets the README's go blocks.
@@ -649,25 +664,14 @@ func main() {
 	}
 }
 `, 1)
-	root, err := filepath.Abs(moduleRoot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp(root, "_readme-run-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	root, dir := moduleScratch(t, "_readme-run-")
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	rel, _ := filepath.Rel(root, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "run", "./"+filepath.ToSlash(rel))
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=readonly", "GOWORK=off", "GOTOOLCHAIN=local")
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := goCommand(ctx, t, root, "run", "./"+filepath.ToSlash(rel)).CombinedOutput(); err != nil {
 		t.Fatalf("the README's client example, run: %v\n%s", err, out)
 	}
 	// It created the limiter and took permits from it.

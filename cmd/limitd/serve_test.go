@@ -224,6 +224,7 @@ func TestServeRedisDownSaidOnce(t *testing.T) {
 	mini.Close()
 	base, logs, stop := startServe(t, map[string]string{"LIMITD_REDIS_URL": "redis://" + addr})
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	start := time.Now()
 	for range 20 {
 		resp, err := c.Post(base+"/v1/limiters/x/acquire", "application/json", strings.NewReader(`{}`))
 		if err != nil {
@@ -238,8 +239,10 @@ func TestServeRedisDownSaidOnce(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
+	// A line per 10 s window of failures: one, unless the machine took longer.
+	most := 1 + int(time.Since(start)/(10*time.Second))
 	l := logs.String()
-	if strings.Count(l, "redis unavailable at start") != 1 || strings.Count(l, `msg="request failed"`) != 1 {
-		t.Errorf("logs of 20 requests while Redis is down:\n%s", l)
+	if n := strings.Count(l, `msg="request failed"`); strings.Count(l, "redis unavailable at start") != 1 || n < 1 || n > most {
+		t.Errorf("logs of 20 requests while Redis is down (at most %d failure lines):\n%s", most, l)
 	}
 }
