@@ -268,6 +268,10 @@ local function init(keep)
   end
 end
 
+-- floors_bin is the last floors argument a fast path found in binary: the
+-- next limiters of the same call need not check its form again.
+local floors_bin
+
 -- floor_read reads the floor of the j-th limiter of a call's floors fl (see
 -- Floors): fus and fah (ns ahead, FAR taken off), fus 0 for none.
 local function floor_read(fl, j)

@@ -73,7 +73,13 @@ local function acquire_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl)
   n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
   if started ~= 1 or now >= REBASE or now < last or n < 1 or n > max_permits or n % 1 ~= 0 then return nil end
   if fl then -- apply_floor's test, without its change
-    local fus, ah = floor_read(fl, fj) -- ah >= -FAR
+    local fus, ah -- floor_read's, without its call, and its check of the form once per call's floors
+    if fl == floors_bin or byte(fl, 1) == 66 then
+      floors_bin, fus, ah = fl, dec('<i8i8', fl, 16 * fj - 14)
+      ah = ah - FAR
+    else
+      fus, ah = floor_read(fl, fj)
+    end -- ah >= -FAR
     if fus ~= 0 and us - fus < FLOOR_AGE then
       if ah > 2 * HORIZON then ah = 2 * HORIZON end
       local at
