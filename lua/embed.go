@@ -30,18 +30,23 @@ const (
 	Reset     = "reset"
 	Configure = "configure"
 	Delete    = "delete"
+	// AcquireAll decides several limiters all or nothing (acquire_all.lua).
+	AcquireAll = "acquire_all"
 
 	Share          = "share"           // capacity leases of a share limiter (standalone)
 	Concurrency    = "concurrency"     // slots of a concurrency limiter (standalone)
 	ConfigureLease = "configure_lease" // Put/Patch of a share or concurrency limiter (standalone)
+	// Restore undoes an acquire_all write another shard's refusal voided (standalone).
+	Restore = "restore"
 )
 
 // Ops are the names of every operation.
-var Ops = []string{Acquire, Grant, Peek, Release, Reset, Configure, Delete, Share, Concurrency, ConfigureLease}
+var Ops = []string{Acquire, Grant, Peek, Release, Reset, Configure, Delete, Share, Concurrency, ConfigureLease,
+	AcquireAll, Restore}
 
 // Standalone are the operations whose script is their file alone, without
 // lib.lua.
-var Standalone = map[string]bool{Share: true, Concurrency: true, ConfigureLease: true}
+var Standalone = map[string]bool{Share: true, Concurrency: true, ConfigureLease: true, Restore: true}
 
 // Source returns the full source of an operation's script: the code of
 // LibSource and the operation, arranged so that a fast path runs little of it
