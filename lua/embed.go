@@ -7,7 +7,9 @@
 // operation's file, so the engine is written once; as a script (EVAL) it is
 // arranged so that a call a fast path answers runs little of it (Source), as
 // a function library (FCALL) it is loaded once (Library). The share and concurrency
-// scripts (and their configure) stand alone (see Standalone). limiter/ is the
+// scripts (and their configure) stand alone (see Standalone), and so does
+// restore.lua, which undoes acquire_all.lua's write on one cluster slot when
+// another slot of the same call refused. limiter/ is the
 // reference the scripts must agree with to the nanosecond; see lib.lua for how
 // they stay exact in doubles.
 package lua
