@@ -100,7 +100,7 @@ func (s *Store) AcquireAll(ctx context.Context, reqs []MultiRequest, maxWait tim
 		groups[i] = multiGroup{req: r, tpl: tpl, index: i}
 	}
 	out := MultiDecision{Decisions: make([]Decision, len(reqs))}
-	if _, single := s.rdb.(*redis.Client); single {
+	if _, single := s.rdb.(*redis.Client); single && s.spread == nil {
 		granted, _, err := s.acquireCall(ctx, groups, maxWait, "1", &out)
 		if err != nil {
 			return MultiDecision{}, err
@@ -122,6 +122,9 @@ func (s *Store) AcquireAll(ctx context.Context, reqs []MultiRequest, maxWait tim
 	}
 	if !out.Granted {
 		return out, nil
+	}
+	if s.spread != nil && s.spread.afterCheck != nil {
+		s.spread.afterCheck()
 	}
 	var taken []written
 	for i := range groups {
@@ -154,6 +157,16 @@ func (s *Store) seeAll(groups []multiGroup, out MultiDecision) {
 		d := out.Decisions[g.index]
 		s.floors.see(g.req.Name, d.Now, d.Position)
 	}
+}
+
+// spreadHooks make a store on one server decide AcquireAll as on a cluster,
+// one limiter at a time, for tests; afterCheck runs between the dry run and
+// the takes (another caller's moment).
+type spreadHooks struct{ afterCheck func() }
+
+// withSpread sets spreadHooks (tests).
+func withSpread(afterCheck func()) Option {
+	return func(s *Store) { s.spread = &spreadHooks{afterCheck: afterCheck} }
 }
 
 // multiGroup is one limiter of an AcquireAll call.

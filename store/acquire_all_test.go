@@ -216,6 +216,19 @@ func TestAcquireAllCluster(t *testing.T) {
 	multiSuite(t, rdb, s, multiNames{names[0], names[1], names[2], "m-fresh"}, time.Second)
 
 	t.Run("Restore", func(t *testing.T) { multiRestore(t, rdb, s, names[0]) })
+	t.Run("Raced", func(t *testing.T) {
+		// Three more names on three masters: the raced call's a, b and c.
+		var raced []string
+		masters := map[string]bool{}
+		for i := 0; len(raced) < 3 && i < 1000; i++ {
+			name := fmt.Sprintf("r%d", i)
+			if addr := cl.MasterOf(ctx, s.stateKey(name)).Addr(); !masters[addr] {
+				masters[addr] = true
+				raced = append(raced, name)
+			}
+		}
+		multiRaced(t, rdb, func(f func()) *Store { return stStore(t, rdb, withSpread(f)) }, raced[0], raced[1], raced[2])
+	})
 }
 
 func TestAcquireAllRestoreMiniredis(t *testing.T) {
@@ -270,4 +283,41 @@ func multiRestore(t *testing.T, rdb redis.UniversalClient, s *Store, name string
 		t.Fatalf("raced restore: kept %d, %v", kept, err)
 	}
 	sameKeys(t, "after a raced restore", mid, readKeys(t, rdb, keys...), time.Second)
+}
+
+// multiRaced: on a cluster (or as on one), the dry run grants, another
+// caller then takes c's only permit, so c refuses when taken: what a and b
+// took is put back exactly, and c is as the other caller left it. mk makes
+// the store with the hook given.
+func multiRaced(t *testing.T, rdb redis.UniversalClient, mk func(afterCheck func()) *Store, a, b, c string) {
+	ctx := t.Context()
+	var s *Store
+	var mid []keyState
+	s = mk(func() {
+		stAcquire(t, s, c, 1, 0)
+		mid = readKeys(t, rdb, s.stateKey(c))
+	})
+	stPut(t, s, a, stSched(1000, 1))
+	stPut(t, s, b, stSmooth(10, 1))
+	stPut(t, s, c, stSched(1, 1)) // not started: one permit now, the next 1 s later
+	stAcquire(t, s, a, 1, Forever)
+	keys := []string{s.stateKey(a), s.stateKey(b)}
+	before := readKeys(t, rdb, keys...)
+	md, err := s.AcquireAll(ctx, []MultiRequest{{Name: a, Permits: 2}, {Name: b, Permits: 1}, {Name: c, Permits: 1}}, 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.Granted || md.Unrestored != 0 || !md.Decisions[0].Granted || !md.Decisions[1].Granted || md.Decisions[2].Granted {
+		t.Fatalf("raced call: %+v", md)
+	}
+	sameKeys(t, "a and b after the undo", before, readKeys(t, rdb, keys...), time.Second)
+	sameKeys(t, "c after the raced call", mid, readKeys(t, rdb, s.stateKey(c)), time.Second)
+	if w, err := s.Wait(ctx, a); err != nil || w.Permits != 1 {
+		t.Errorf("a's permits after the undo: %+v, %v, want 1", w, err)
+	}
+}
+
+func TestAcquireAllRacedMiniredis(t *testing.T) {
+	rdb := stMiniredisFactory(t)(t)
+	multiRaced(t, rdb, func(f func()) *Store { return stStore(t, rdb, withSpread(f)) }, "ra", "rb", "rc")
 }
