@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -118,5 +119,32 @@ func TestShadow(t *testing.T) {
 		if err != nil || !a.Rate.Granted || a.Rate.Shadow != (i == 1) {
 			t.Errorf("instance acquire %d: %+v, %v", i, a.Rate, err)
 		}
+	}
+}
+
+// A blocking AcquireAll waits out the longest delay of its grants.
+func TestAcquireAllBlocks(t *testing.T) {
+	_, st, _ := newService(t)
+	clk := &fakeClock{}
+	s := New(st, Options{Clock: clk})
+	ctx := t.Context()
+	for _, c := range []struct {
+		name string
+		rate float64
+	}{{"fast", 10}, {"slow", 4}} {
+		if _, _, err := s.Put(ctx, c.name, limiter.Config{Rate: c.rate, Burst: limiter.B(1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := AcquireAllRequest{Requests: []LimiterPermits{{"fast", 1}, {"slow", 1}}, MaxWait: Forever, Block: true}
+	for range 2 {
+		if r, err := s.AcquireAll(ctx, req); err != nil || !r.Granted {
+			t.Fatalf("%+v, %v", r, err)
+		}
+	}
+	// The first call starts at once; the second waits 100 ms for fast and
+	// 250 ms for slow.
+	if len(clk.slept) != 1 || clk.slept[0] != 250*time.Millisecond {
+		t.Errorf("slept %v, want [250ms]", clk.slept)
 	}
 }

@@ -321,3 +321,43 @@ func TestAcquireAllRacedMiniredis(t *testing.T) {
 	rdb := stMiniredisFactory(t)(t)
 	multiRaced(t, rdb, func(f func()) *Store { return stStore(t, rdb, withSpread(f)) }, "ra", "rb", "rc")
 }
+
+// Floors hold for AcquireAll: an instance whose state was lost (a failover
+// that lost the write, an empty restart) does not grant again what the
+// store saw granted; a refused call records no position of its own.
+func TestAcquireAllFloors(t *testing.T) {
+	rdb := stMiniredisFactory(t)(t)
+	s := stStore(t, rdb)
+	ctx := t.Context()
+	if _, err := s.PutTemplate(ctx, Template{ID: "f", Pattern: "f-*", Limiter: stSched(1, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	stPut(t, s, "g", stSched(1, 1))
+	md, err := s.AcquireAll(ctx, []MultiRequest{{Name: "f-1", Permits: 3}}, Forever)
+	if err != nil || !md.Granted {
+		t.Fatalf("first call: %+v, %v", md, err)
+	}
+	end := md.Decisions[0].Position // 3 s after the first permit
+	if fl, ok := FloorOf(s, "f-1"); !ok || fl.Seen+fl.Ahead != end {
+		t.Fatalf("floor after a granted call: %+v, %v, want the position %d", fl, ok, end)
+	}
+	if err := rdb.Del(ctx, s.instanceKey("f-1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	md, err = s.AcquireAll(ctx, []MultiRequest{{Name: "f-1", Permits: 1}, {Name: "g", Permits: 1}}, Forever)
+	if err != nil || !md.Granted {
+		t.Fatalf("call after the loss: %+v, %v", md, err)
+	}
+	if d := md.Decisions[0]; d.Scheduled < end {
+		t.Errorf("the lost instance scheduled its permit at %d, before the floor %d", d.Scheduled, end)
+	}
+	// g owes 1 s now; a refused call (g, then a fresh instance that would
+	// grant) leaves the instance's floor unrecorded.
+	md, err = s.AcquireAll(ctx, []MultiRequest{{Name: "g", Permits: 1}, {Name: "f-2", Permits: 1}}, 0)
+	if err != nil || md.Granted || !md.Decisions[1].Granted {
+		t.Fatalf("refused call: %+v, %v", md, err)
+	}
+	if fl, ok := FloorOf(s, "f-2"); ok {
+		t.Errorf("a refused call recorded a floor for f-2: %+v", fl)
+	}
+}
