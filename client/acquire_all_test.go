@@ -27,13 +27,13 @@ func TestAcquireAllTransports(t *testing.T) {
 			defer c.c.Close()
 			ctx := t.Context()
 			a, b := c.name+"-a", c.name+"-b"
-			ctPut(t, st, a, strict(1))
-			ctPut(t, st, b, strict(1))
+			ctPut(t, st, a, strict(0.01))
+			ctPut(t, st, b, strict(0.01))
 			r, err := c.c.AcquireAll(ctx, []client.Permits{{Name: a, Permits: 1}, {Name: b, Permits: 0}}, 0)
 			if err != nil || !r.Granted || len(r.Decisions) != 2 || r.Decisions[0].Permits != 1 || !r.Decisions[1].Granted {
 				t.Fatalf("first call: %+v, %v", r, err)
 			}
-			// a owes a second now: refused, b untouched.
+			// a owes 100 s now: refused, b untouched.
 			r, err = c.c.AcquireAll(ctx, []client.Permits{{Name: b, Permits: 1}, {Name: a, Permits: 1}}, 0)
 			if err != nil || r.Granted || !r.Decisions[0].Granted || r.Decisions[1].Granted || r.Decisions[1].RetryAfter <= 0 {
 				t.Fatalf("refused call: %+v, %v", r, err)
@@ -47,7 +47,7 @@ func TestAcquireAllTransports(t *testing.T) {
 		})
 	}
 	// Shadow mode over HTTP.
-	sh := strict(1)
+	sh := strict(0.01)
 	sh.Shadow = true
 	ctPut(t, st, "sh", sh)
 	c := client.NewHTTP(srv.URL, client.WithHTTPClient(srv.Client()))

@@ -61,10 +61,10 @@ func multiSetup(t *testing.T, s *Store, n multiNames) {
 	t.Helper()
 	stPut(t, s, n.sched, stSched(1000, 1))
 	stPut(t, s, n.smooth, stSmooth(10, 1))
-	if _, err := s.PutTemplate(t.Context(), Template{ID: "m", Pattern: "m-*", Limiter: stSched(1, 1)}); err != nil {
+	if _, err := s.PutTemplate(t.Context(), Template{ID: "m", Pattern: "m-*", Limiter: stSched(0.01, 1)}); err != nil {
 		t.Fatal(err)
 	}
-	// Every limiter started; the instance owes its next permit for 1 s.
+	// Every limiter started; the instance owes its next permit for 100 s.
 	stAcquire(t, s, n.sched, 1, Forever)
 	stAcquire(t, s, n.smooth, 1, Forever)
 	stAcquire(t, s, n.inst, 1, Forever)
@@ -78,7 +78,7 @@ func multiSuite(t *testing.T, rdb redis.UniversalClient, s *Store, n multiNames,
 	multiSetup(t, s, n)
 	keys := []string{s.stateKey(n.sched), s.stateKey(n.smooth), s.instanceKey(n.inst), s.instanceKey(n.fresh)}
 
-	// The instance refuses (it owes 1 s), the others would grant within
+	// The instance refuses (it owes 100 s), the others would grant within
 	// half a second: nothing changes.
 	const half = 500 * time.Millisecond
 	before := readKeys(t, rdb, keys...)
@@ -299,7 +299,7 @@ func multiRaced(t *testing.T, rdb redis.UniversalClient, mk func(afterCheck func
 	})
 	stPut(t, s, a, stSched(1000, 1))
 	stPut(t, s, b, stSmooth(10, 1))
-	stPut(t, s, c, stSched(1, 1)) // not started: one permit now, the next 1 s later
+	stPut(t, s, c, stSched(0.01, 1)) // not started: one permit now, the next 100 s later
 	stAcquire(t, s, a, 1, Forever)
 	keys := []string{s.stateKey(a), s.stateKey(b)}
 	before := readKeys(t, rdb, keys...)
