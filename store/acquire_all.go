@@ -65,6 +65,10 @@ type MultiDecision struct {
 	Unrestored int
 }
 
+// restoreTimeout bounds the undo of a cluster AcquireAll that another
+// limiter refused, which runs whether or not the caller's context ended.
+const restoreTimeout = 2 * time.Second
+
 // MaxMultiRequests bounds the limiters of one AcquireAll call.
 const MaxMultiRequests = 64
 
@@ -134,8 +138,11 @@ func (s *Store) AcquireAll(ctx context.Context, reqs []MultiRequest, maxWait tim
 			continue
 		}
 		out.Granted = false
-		// Refused (or failed) after others took: undo what was taken.
-		n, uerr := s.restore(ctx, taken)
+		// Refused (or failed) after others took: undo what was taken, even
+		// when the caller's context ended (the undo must not be cut short).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
+		n, uerr := s.restore(rctx, taken)
+		cancel()
 		out.Unrestored = n
 		if err == nil {
 			err = uerr
