@@ -89,7 +89,9 @@ local function acquire_all(keys, argv)
     local before, pttl = L.x, -1
     if mode == '2' and before and L.inst then pttl = rcall('PTTL', L.key) end
     save(L, now, idle_ttl)
-    if mode == '2' and L.x ~= before then
+    -- an instance with an idle TTL gets it anew even unchanged: its TTL
+    -- is to be restored too
+    if mode == '2' and (L.x ~= before or (L.inst and idle_ttl > 0)) then
       local n = #reply
       reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4] = L.key, before or '', pttl, L.x
     end
