@@ -42,6 +42,9 @@ func (s *server) acquire(c echo.Context) error {
 		return err
 	}
 	if l := a.Slot; l != nil {
+		if l.Shadow {
+			return c.JSON(http.StatusOK, wire.SlotShadowed{Granted: true, Shadow: true, RetryAfter: l.RetryAfter, InUse: l.InUse, Limit: l.Limit})
+		}
 		if !l.Granted {
 			setRetryAfter(c, l.RetryAfter)
 			return c.JSON(http.StatusTooManyRequests, wire.SlotDenied{RetryAfter: l.RetryAfter, InUse: l.InUse, Limit: l.Limit})

@@ -102,3 +102,20 @@ func TestShadowHTTP(t *testing.T) {
 		t.Errorf("config after PATCH back: %v", cfg)
 	}
 }
+
+// A concurrency limiter in shadow mode: a refused slot is 200 without a
+// lease.
+func TestShadowSlotHTTP(t *testing.T) {
+	e := newEnv(t)
+	e.must(201, "PUT", "/v1/limiters/sem", `{"kind":"concurrency","limit":1,"shadow":true}`)
+	e.must(200, "POST", "/v1/limiters/sem/acquire", nil)
+	r := e.must(200, "POST", "/v1/limiters/sem/acquire", nil)
+	o := r.obj(t)
+	if o["shadow"] != true || o["lease_id"] != nil || o["in_use"] != 1.0 {
+		t.Errorf("shadow slot: %s", r.body)
+	}
+	m := string(e.must(200, "GET", "/metrics", nil).body)
+	if !strings.Contains(m, `limitd_slot_acquisitions_total{decision="shadow",limiter="sem",template=""} 1`) {
+		t.Errorf("metrics lack the shadow slot:\n%s", m)
+	}
+}

@@ -77,7 +77,7 @@ func newMetrics(reg *prometheus.Registry, version string) *metrics {
 		}, []string{"limiter", "template", "decision"})),
 		slots: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_slot_acquisitions_total",
-			Help: "Slot acquisitions of concurrency limiters (granted, denied), by limiter name, or by template id (limiter=\"\") for template instances.",
+			Help: "Slot acquisitions of concurrency limiters (granted, denied, shadow: refused and let through in shadow mode), by limiter name, or by template id (limiter=\"\") for template instances.",
 		}, []string{"limiter", "template", "decision"})),
 		leases: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_slot_lease_events_total",

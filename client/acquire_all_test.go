@@ -1,12 +1,15 @@
 package client_test
 
 import (
+	"context"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
 
@@ -58,4 +61,35 @@ func TestAcquireAllTransports(t *testing.T) {
 			t.Errorf("shadow call %d: %+v, %v", i, r, err)
 		}
 	}
+}
+
+// Over HTTP a Semaphore of a limiter in shadow mode is never refused: a slot
+// let through holds no lease and its release does nothing.
+func TestSemaphoreShadowHTTP(t *testing.T) {
+	_, _, st := ctServer(t)
+	srv := httptest.NewServer(api.New(api.Options{Service: core.New(st, core.Options{})}))
+	defer srv.Close()
+	one := int64(1)
+	ctPut(t, st, "sem-sh", limiter.Config{Kind: limiter.KindConcurrency, Limit: &one, Shadow: true})
+	c := client.NewHTTP(srv.URL, client.WithHTTPClient(srv.Client()))
+	defer c.Close()
+	sem, err := c.Semaphore("sem-sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	first, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := sem.Acquire(ctx) // refused, let through
+	if err != nil {
+		t.Fatalf("second acquire in shadow mode: %v", err)
+	}
+	if n := sem.InUse(); n != 1 {
+		t.Errorf("InUse %d, want 1 (the shadow slot holds nothing)", n)
+	}
+	second()
+	first()
 }

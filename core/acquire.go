@@ -136,6 +136,10 @@ func (s *Service) acquireSlot(ctx context.Context, name string) (SlotLease, erro
 	if !l.Granted {
 		outcome = "denied"
 		l.RetryAfter = max(l.RetryAfter, 0)
+		if s.slotInShadow(ctx, name) {
+			outcome = "shadow"
+			l = SlotLease{Granted: true, Shadow: true, RetryAfter: l.RetryAfter, InUse: l.InUse, Limit: l.Limit}
+		}
 	}
 	s.event(ctx, EventSlot, name, outcome)
 	return l, nil

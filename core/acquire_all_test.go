@@ -148,3 +148,25 @@ func TestAcquireAllBlocks(t *testing.T) {
 		t.Errorf("slept %v, want [250ms]", clk.slept)
 	}
 }
+
+// A concurrency limiter in shadow mode lets a refused slot through without
+// a lease.
+func TestShadowSlot(t *testing.T) {
+	s, st, rec := newService(t)
+	ctx := t.Context()
+	if _, _, err := s.Put(ctx, "sem", limiter.Config{Kind: limiter.KindConcurrency, Limit: ptr[int64](1), Shadow: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		a, err := s.Acquire(ctx, AcquireRequest{Name: "sem", Permits: 1, MaxWait: Forever})
+		if err != nil || a.Slot == nil || !a.Slot.Granted || a.Slot.Shadow != (i == 1) || (a.Slot.ID == "") != (i == 1) {
+			t.Fatalf("slot acquire %d: %+v, %v", i, a.Slot, err)
+		}
+	}
+	if n := len(rec.events); n != 2 || rec.events[1].Kind != EventSlot || rec.events[1].Outcome != "shadow" {
+		t.Errorf("events %+v", rec.events)
+	}
+	if h, err := st.Holders(ctx, "sem"); err != nil || len(h.Slots) != 1 {
+		t.Errorf("holders after a shadow slot: %+v, %v, want the one lease", h, err)
+	}
+}

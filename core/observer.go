@@ -58,7 +58,8 @@ const (
 	// EventCapacity: a share limiter's capacity decision; outcome "full"
 	// (got all it wants), "partial", "none" or "learning".
 	EventCapacity
-	// EventSlot: a concurrency slot acquisition; "granted" or "denied".
+	// EventSlot: a concurrency slot acquisition; "granted", "denied" or
+	// "shadow" (refused and let through in shadow mode: no lease).
 	EventSlot
 	// EventLease: a concurrency lease "renewed", "released" or "lost" (a
 	// renewal or release of a lease the limiter no longer holds).

@@ -11,11 +11,11 @@ import (
 // refusal is reported as granted, with Decision.Shadow set, and takes
 // nothing; the observer sees outcome "shadow" (so metrics count what the
 // limit would have refused). The service applies it to the acquires of rate
-// limiters (Acquire, AcquireAll), so every front end gets it. A pool's grant
-// (Grant) is left as decided, its permits having a place on the schedule; a
-// share limiter never refuses (it gives less); a concurrency limiter's slot
-// is not shadowed yet (a lease without a slot would have nothing to renew
-// or release), so shadow is accepted there and has no effect.
+// limiters (Acquire, AcquireAll) and of concurrency slots (a refusal is a
+// grant without a lease: SlotLease.Shadow, nothing to renew or release), so
+// every front end gets it. A pool's grant (Grant) is left as decided, its
+// permits having a place on the schedule; a share limiter never refuses (it
+// gives less), so shadow has no effect there.
 //
 // Only a refusal asks whether its limiter is in shadow mode: a named
 // limiter's config (remembered by version, which every decision carries),
@@ -50,6 +50,19 @@ func (s *Service) inShadow(ctx context.Context, name string, d Decision) bool {
 	}
 	s.shadows.set(name, info.Version, info.Config.Shadow)
 	return info.Config.Shadow
+}
+
+// slotInShadow reports whether the concurrency limiter name, which refused
+// a slot, is in shadow mode: its refusal is then a grant without a lease
+// (SlotLease.Shadow), which its holder neither renews nor releases.
+func (s *Service) slotInShadow(ctx context.Context, name string) bool {
+	if s.shadow {
+		return true
+	}
+	start := time.Now()
+	info, err := s.store.Get(ctx, name)
+	s.timed(OpGet, start)
+	return err == nil && info.Config.Shadow
 }
 
 // shadowHints remember named limiters' shadow setting by config version.

@@ -123,10 +123,22 @@ type SlotDenied struct {
 	Limit      int64 `json:"limit"`
 }
 
+// SlotShadowed answers a concurrency acquire that a limiter in shadow mode
+// refused and let through (200): no slot was taken, there is no lease to
+// renew or release.
+type SlotShadowed struct {
+	Granted    bool  `json:"granted"` // true
+	Shadow     bool  `json:"shadow"`  // true
+	RetryAfter int64 `json:"retry_after_ns"`
+	InUse      int64 `json:"in_use"`
+	Limit      int64 `json:"limit"`
+}
+
 // SlotAnswer reads any answer of POST .../acquire: a slot's (granted or
 // not), or a schedule's, which has no in_use.
 type SlotAnswer struct {
 	LeaseID    *string `json:"lease_id"`
+	Shadow     bool    `json:"shadow"` // a SlotShadowed: no lease
 	Expires    int64   `json:"expires_ns"`
 	RetryAfter int64   `json:"retry_after_ns"`
 	InUse      *int64  `json:"in_use"`
