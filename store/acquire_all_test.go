@@ -361,3 +361,24 @@ func TestAcquireAllFloors(t *testing.T) {
 		t.Errorf("a refused call recorded a floor for f-2: %+v", fl)
 	}
 }
+
+// A check (permits 0) on a smooth limiter: refused while it owes more than
+// max_wait, granted with the delay a caller would have, and never a change.
+func TestAcquireAllCheckSmooth(t *testing.T) {
+	m, rdb := redistest.Mini(t)
+	m.SetTime(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	s := stStore(t, rdb)
+	stPut(t, s, "sm", stSmooth(1, 0)) // a metronome: one permit a second
+	stAcquire(t, s, "sm", 1, Forever)
+	stAcquire(t, s, "sm", 1, Forever) // Guava: it waits 1 s, and the next is free 2 s later
+	before := readKeys(t, rdb, s.stateKey("sm"))
+	md, err := s.AcquireAll(t.Context(), []MultiRequest{{Name: "sm", Permits: 0}}, 500*time.Millisecond)
+	if err != nil || md.Granted || md.Decisions[0].RetryAfter != int64(1500*time.Millisecond) {
+		t.Fatalf("check within 500ms: %+v, %v", md, err)
+	}
+	md, err = s.AcquireAll(t.Context(), []MultiRequest{{Name: "sm", Permits: 0}}, Forever)
+	if err != nil || !md.Granted || md.Decisions[0].Delay != int64(2*time.Second) || md.Decisions[0].Permits != 0 {
+		t.Fatalf("check without bound: %+v, %v", md, err)
+	}
+	sameKeys(t, "the checked smooth limiter", before, readKeys(t, rdb, s.stateKey("sm")), 0)
+}
