@@ -122,6 +122,9 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 	if cfg.Insecure && cfg.AdminToken == "" && cfg.exposed() {
 		logger.Warn("LIMITD_INSECURE=true: listening beyond loopback without LIMITD_ADMIN_TOKEN; anyone who reaches this address can change limiters", "addr", cfg.Addr)
 	}
+	if cfg.ShadowMode {
+		logger.Warn("LIMITD_SHADOW_MODE=true: every limiter is in shadow mode; acquires are counted but never refused")
+	}
 
 	var wg sync.WaitGroup
 	bgCtx, stopBackground := context.WithCancel(context.Background())
@@ -156,7 +159,7 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 
 	srv := &http.Server{
 		Handler: api.New(api.Options{
-			Service:      core.New(st, core.Options{}),
+			Service:      core.New(st, core.Options{Shadow: cfg.ShadowMode}),
 			AdminToken:   cfg.AdminToken,
 			Token:        cfg.Token,
 			MetricsToken: cfg.MetricsToken,
