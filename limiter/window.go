@@ -71,7 +71,7 @@ var calendarNames = map[string]Calendar{"day": Day, "week": Week, "month": Month
 
 // Limits of a window limiter.
 const (
-	MaxWindowLimit  = 1e9                   // permits per window
+	MaxWindowLimit  = 1e9                  // permits per window
 	MaxWindowPeriod = 366 * 24 * time.Hour // a duration period
 )
 
