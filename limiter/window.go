@@ -73,6 +73,9 @@ var calendarNames = map[string]Calendar{"day": Day, "week": Week, "month": Month
 const (
 	MaxWindowLimit  = 1e9                  // permits per window
 	MaxWindowPeriod = 366 * 24 * time.Hour // a duration period
+	// MaxSlidingPeriod bounds a sliding window's period: its retry times
+	// reach into the next window, and stay below 2^53 ns.
+	MaxSlidingPeriod = 2400 * time.Hour
 )
 
 // windowFields are the config fields of kind window.
@@ -110,6 +113,9 @@ func (c *Config) normalizeWindow() error {
 		return err
 	}
 	if cal == 0 {
+		if c.Sliding && period > MaxSlidingPeriod {
+			return fieldErr("sliding", "is for a period of at most 2400h (100 days): a denied request may wait into the next window", c.Period)
+		}
 		if c.Zone != "" {
 			return fieldErr("zone", "is only for a calendar period (day, week, month or year)", c.Zone)
 		}
@@ -230,7 +236,8 @@ func (p *Params) windowAt(now int64) (start, end int64) {
 
 // roll moves s to the window containing now once its window has ended: the
 // count starts over, and a sliding window keeps the ended window's count as
-// the previous one if it is the window just before.
+// the previous one if it is the window just before. The time from the ended
+// window's end to now, when no window was open, counts as idle.
 func (p *Params) roll(s *State, now int64) {
 	if now < s.Next {
 		return
@@ -240,6 +247,7 @@ func (p *Params) roll(s *State, now int64) {
 	if p.Sliding && start == s.Next {
 		prev = min(s.Stored, p.Limit) // a floor's full window is Limit
 	}
+	s.Idle += now - s.Next
 	s.Rem, s.Stored, s.Next = prev, 0, end
 }
 
@@ -308,14 +316,10 @@ var windowEngine = engine{
 		p.roll(s, now)
 		s.Stored, s.Rem = 0, 0
 	},
-	// A change of the limit or of sliding keeps the counts; a change of the
-	// windows (period, calendar, zone) starts over with the window
-	// containing the next call.
+	// A change keeps the current window and its count: a new period or
+	// zone applies from the window that follows it (a floor a caller holds
+	// stays the window's end); sliding off forgets the previous count.
 	retune: func(s *State, now int64, old, new *Params) {
-		if old.Period != new.Period || old.Calendar != new.Calendar || old.Zone != new.Zone {
-			s.Next, s.Stored, s.Rem = now, 0, 0
-			return
-		}
 		old.roll(s, now)
 		if !new.Sliding {
 			s.Rem = 0
