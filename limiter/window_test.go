@@ -63,7 +63,7 @@ func TestWindowSlidingRetryExact(t *testing.T) {
 	for _, c := range []struct {
 		limit  int64
 		period string
-	}{{10, "1s"}, {7, "3ms"}, {1000, "1h"}, {3, "8760h"}} {
+	}{{10, "1s"}, {7, "3ms"}, {1000, "1h"}, {3, "2400h"}} {
 		p := windowParamsOf(t, Config{Limit: limitOf(c.limit), Period: c.period, Sliding: true})
 		start := int64(1_700_000_000) * 1e9
 		start -= start % p.Period
@@ -217,6 +217,7 @@ func TestWindowConfigErrors(t *testing.T) {
 		{Config{Limit: limitOf(1), Period: "-1s"}, "period"},
 		{Config{Limit: limitOf(1), Period: "9000h"}, "period"},
 		{Config{Limit: limitOf(1), Period: "month", Sliding: true}, "sliding"},
+		{Config{Limit: limitOf(1), Period: "2401h", Sliding: true}, "sliding"},
 		{Config{Limit: limitOf(1), Period: "day", Zone: "Mars/Olympus"}, "zone"},
 		{Config{Limit: limitOf(1), Period: "day", Zone: "Local"}, "zone"},
 		{Config{Limit: limitOf(1), Period: "1h", Zone: "UTC"}, "zone"},
