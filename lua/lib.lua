@@ -121,7 +121,7 @@ local VERSION_MOVED = -3     -- configure's patch: the version is not the expect
 local KIND_CHANGE = -4       -- configure's patch: a change of kind, refused
 local OTHER_KIND = -5        -- {-5, kind}: a limiter of a kind without a schedule
 -- acquire_many's codes: an answer's head (A_*), a request's record (R_*).
-local A_OK, A_NOT_FOUND, A_OTHER_KIND = 1, 3, 4
+local A_OK, A_NOT_FOUND, A_OTHER_KIND, A_COUNTED = 1, 3, 4, 5
 local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 
 -- Kinds. A rate kind is one file, lua/<kind>.lua, which registers its row in
@@ -141,6 +141,9 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 --     different from a fresh one (settle_ms)
 --   starts_at_creation: configure starts the schedule (smooth, as Guava)
 --   rewinds: a hand-back may rewind the schedule (release.lua)
+--   counts: a kind that counts permits against L.limit (window): its
+--     answers carry the limit (acquire_many's A_COUNTED, peek's last field),
+--     its wait is the permits left and its position the window's end
 -- and in the row itself:
 --   fast (optional) is the path for one acquire on a named limiter of the
 --     kind (fast_named) or an instance (fast_instance): (key, x, n,
@@ -793,6 +796,7 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl
     apply_floor(L, now, us, fus, fah)
   end
   local recs, decided = {false}, false
+  local counts = engine_of(L.kind).counts -- A_COUNTED: the limit in place of sched
   for r = 1, m do
     local n, max_wait = argv[q], argv[q + 1]
     n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
@@ -802,7 +806,9 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl
     else
       if max_wait < 0 then max_wait = HORIZON end
       local granted, _, sched, st, delay, _, wait, retry = acquire(L, now, us, n, max_wait)
-      if granted == 1 then
+      if counts then
+        recs[r + 1] = enc(R, granted, L.limit, delay, wait, retry)
+      elseif granted == 1 then
         recs[r + 1] = enc(R, R_GRANTED, sched - now, st - now, wait, retry)
       else
         recs[r + 1] = enc(R, R_DENIED, 0, delay, wait, retry)
@@ -815,7 +821,7 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl
   -- Requests that were all refused change nothing (an instance is neither
   -- created nor moved to a new template version).
   if decided then save(L, now, idle_ttl) end
-  recs[1] = enc(H, A_OK, us, L.version, L.inst and 1 or 0, L.next - now)
+  recs[1] = enc(H, counts and A_COUNTED or A_OK, us, L.version, L.inst and 1 or 0, L.next - now)
   return table.concat(recs, SEP)
 end
 
@@ -837,7 +843,9 @@ end
 -- requests), then one R per request: code (0 denied,
 -- 1 granted, 2 n out of range, with the maximum as sched), sched, start
 -- (relative to now), wait, retry_after; or 3 (not found); or 4 (a limiter of
--- another kind) and its kind's name, after its length. In text (no struct)
+-- another kind) and its kind's name, after its length; or 5 (A_COUNTED, a
+-- kind that counts: a window) as 1 but each R is code, limit, delay (0 for a
+-- grant, which starts now), permits left, retry_after. In text (no struct)
 -- the numbers and the name are one space apart.
 local function acquire_many(keys, argv)
   local us = time_us()

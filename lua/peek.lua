@@ -5,7 +5,8 @@
 -- position}: each total is the int64 hi * 2^32 + lo, exact; idle includes
 -- the backlog that would be forfeited now; position (a started limiter's) is
 -- next relative to now as stored, before forfeit or resync (see Floors in
--- lib.lua; limiter.View.Next). code -1: not found; {-5,
+-- lib.lua; limiter.View.Next), and for a kind that counts (window) its limit
+-- (wait is then the permits left). code -1: not found; {-5,
 -- kind}: a limiter of another kind.
 local us = time_us()
 local L = resolve_keys(KEYS, ARGV, 1, us)
@@ -18,4 +19,5 @@ local pos = math.max(L.next - now, -FAR) -- limiter.View.Next
 local wait, delay = engine_of(L.kind).peek(L, now) -- L is not saved
 local out = {OK, wait, delay, L.version, us, 1, flag, totals(L)}
 out[16] = pos
+if engine_of(L.kind).counts then out[17] = L.limit end -- wait is the permits left
 return out

@@ -123,6 +123,7 @@ KINDS.window = {
       roll(L, now)
       if NP.sliding == 0 then L.rem = 0 end
     end,
+    counts = true,
     floor = function(L) L.stored, L.rem = 1e9, 0 end, -- limiter.MaxWindowLimit: full
     settle = function(L) -- a sliding window's count matters for one more period
       if L.sliding == 1 then return L.period end

@@ -39,6 +39,11 @@ type Decision struct {
 	// free time). The store remembers the furthest it has seen per name and
 	// sends it as a floor with its next call (floors.go).
 	Position int64
+	// Limit is a window limiter's permits per window (0 for other kinds).
+	// For a window, Wait is then the permits left in it (limiter.Result),
+	// Position the end of its window (the instant its count resets), and a
+	// grant starts now.
+	Limit int64
 }
 
 // Acquire asks the limiter (or the template matching name) for n permits,
@@ -185,7 +190,8 @@ func decodeAnswer(name string, u *unpacker, m int, req func(r int) (int64, *Outc
 			o.Err = err
 		}
 	}
-	switch code := u.uint(1); {
+	code := u.uint(1)
+	switch {
 	case u.err != nil:
 		fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
 		return
@@ -200,16 +206,21 @@ func decodeAnswer(name string, u *unpacker, m int, req func(r int) (int64, *Outc
 		}
 		fail(kindConflict(name, limiter.Kind(kind)))
 		return
-	case code != answerOK:
+	case code != answerOK && code != answerCounted:
 		u.err = badReply("answer code %d", code)
 		fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
 		return
 	}
+	counted := code == answerCounted
 	now, ver, inst := u.int(7)*1000, u.int(7), u.uint(1) == 1
 	pos := now + u.int(7)
 	for r := range m {
 		code := u.uint(1)
 		sched, start, wait, retry := u.int(7), u.int(7), u.int(7), u.int(7)
+		var limit int64
+		if counted && code != recordPermitsRange { // the limit, and a grant starts now
+			limit, sched = sched, 0
+		}
 		n, o := req(r)
 		switch {
 		case u.err != nil:
@@ -226,7 +237,7 @@ func decodeAnswer(name string, u *unpacker, m int, req func(r int) (int64, *Outc
 		// A grant's delay is its start, its lateness start − sched; a
 		// denial's delay comes as start.
 		d := Decision{Granted: code == recordGranted, Delay: start, Wait: wait, RetryAfter: retry,
-			Version: ver, Now: now, Instance: inst, Position: pos}
+			Version: ver, Now: now, Instance: inst, Position: pos, Limit: limit}
 		if d.Granted {
 			d.Permits, d.Lateness = n, start-sched
 			d.Scheduled, d.Start = now+sched, now+start
@@ -324,6 +335,9 @@ func decodeGrant(name string, v []any) (Grant, error) {
 		return Grant{}, err
 	}
 	g.Position = g.End
+	if g.Kind == limiter.KindWindow {
+		g.Limit = g.MaxPermits
+	}
 	return g, nil
 }
 
@@ -395,6 +409,10 @@ type WaitInfo struct {
 	Started   bool
 	Instance  bool  // a template instance answered (see Decision.Instance)
 	Position  int64 // a started limiter's position (see Decision.Position), Unix ns
+	// Limit is a window limiter's permits per window (0 for other kinds):
+	// Wait is then the permits left, Delay the time until one is, and
+	// Position the end of the current window.
+	Limit int64
 }
 
 // Wait returns the live state of a limiter (or template instance) without
@@ -422,6 +440,9 @@ func (s *Store) Wait(ctx context.Context, name string) (WaitInfo, error) {
 	}
 	if w.Started {
 		w.Position = w.Now + r.int(15)
+		if len(v) > 16 {
+			w.Limit = r.int(16)
+		}
 	}
 	if err := r.check("peek", name); err != nil {
 		return WaitInfo{}, err

@@ -480,6 +480,9 @@ func (g *diffRig) peek() {
 		Permits: v.Permits, Lateness: v.Lateness, Now: now, Version: ver, Started: st.Started, Instance: g.tpl}
 	if st.Started {
 		want.Position = v.Next
+		if p.Kind == limiter.KindWindow {
+			want.Limit = p.Limit
+		}
 	}
 	if w != want {
 		g.fatalf("peek at %d:\n  store %+v\n  model %+v", now, w, want)
@@ -614,6 +617,9 @@ func (g *diffRig) decided(what string, n int64, mw time.Duration, grant bool, d 
 	}
 	want := diffDecision(r, g.ver, now)
 	want.Instance = g.tpl
+	if p.Kind == limiter.KindWindow {
+		want.Limit = p.Limit
+	}
 	if d.Position != 0 || what == "grant" {
 		want.Position = g.s.Next
 	}

@@ -32,6 +32,7 @@ const (
 	answerOK        = 1
 	answerNotFound  = 3
 	answerOtherKind = 4
+	answerCounted   = 5 // a window's: each record has the limit in place of sched
 
 	recordDenied       = 0
 	recordGranted      = 1
