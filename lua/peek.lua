@@ -13,7 +13,11 @@ local L = resolve_keys(KEYS, ARGV, 1, us)
 if not L then return {NOT_FOUND} end
 if L.other then return {OTHER_KIND, L.kind} end
 local flag = L.inst and 1 or 0
-if L.started ~= 1 then return {OK, 0, 0, L.version, us, 0, flag, totals(L)} end
+if L.started ~= 1 then
+  local out = {OK, 0, 0, L.version, us, 0, flag, totals(L)}
+  if engine_of(L.kind).counts then out[16], out[17] = 0, L.limit end
+  return out
+end
 local now = now_rel(L, us)
 local pos = math.max(L.next - now, -FAR) -- limiter.View.Next
 local wait, delay = engine_of(L.kind).peek(L, now) -- L is not saved

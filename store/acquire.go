@@ -440,9 +440,9 @@ func (s *Store) Wait(ctx context.Context, name string) (WaitInfo, error) {
 	}
 	if w.Started {
 		w.Position = w.Now + r.int(15)
-		if len(v) > 16 {
-			w.Limit = r.int(16)
-		}
+	}
+	if len(v) > 16 {
+		w.Limit = r.int(16)
 	}
 	if err := r.check("peek", name); err != nil {
 		return WaitInfo{}, err

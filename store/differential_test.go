@@ -480,9 +480,9 @@ func (g *diffRig) peek() {
 		Permits: v.Permits, Lateness: v.Lateness, Now: now, Version: ver, Started: st.Started, Instance: g.tpl}
 	if st.Started {
 		want.Position = v.Next
-		if p.Kind == limiter.KindWindow {
-			want.Limit = p.Limit
-		}
+	}
+	if p.Kind == limiter.KindWindow {
+		want.Limit = p.Limit
 	}
 	if w != want {
 		g.fatalf("peek at %d:\n  store %+v\n  model %+v", now, w, want)
