@@ -32,6 +32,7 @@ type Params struct {
 	Sliding  bool     // a sliding window (duration periods only)
 	Calendar Calendar // a calendar period (Day, Week, Month, Year), in Zone
 	Zone     string   // the IANA zone of a calendar period
+	ZoneID   uint32   // FNV-32a of Zone, as the scripts keep it (they see a change of zone)
 }
 
 // Compile checks a config and computes its engine parameters.

@@ -48,6 +48,7 @@ package limiter
 // (never granting again what was granted; at worst refusing until then).
 
 import (
+	"hash/fnv"
 	"math/bits"
 	"strconv"
 	"strings"
@@ -93,6 +94,7 @@ var windowParams = []Param{
 	}, func(p *Params, v float64) { p.Sliding = v == 1 }},
 	{"calendar", func(p *Params) float64 { return float64(p.Calendar) },
 		func(p *Params, v float64) { p.Calendar = Calendar(v) }},
+	{"zone", func(p *Params) float64 { return float64(p.ZoneID) }, func(p *Params, v float64) { p.ZoneID = uint32(v) }},
 }
 
 // normalizeWindow checks a window limiter's fields and fills in the
@@ -157,6 +159,11 @@ func compileWindow(c Config, p *Params) {
 	p.Limit, p.MaxPermits, p.Sliding = *c.Limit, *c.Limit, c.Sliding
 	cal, d, _ := parsePeriod(c.Period) // Normalize checked it
 	p.Calendar, p.Period, p.Zone = cal, int64(d), c.Zone
+	if c.Zone != "" {
+		h := fnv.New32a()
+		h.Write([]byte(c.Zone))
+		p.ZoneID = h.Sum32()
+	}
 }
 
 // locations caches time.LoadLocation, which reads the zone's data each time.
@@ -238,8 +245,30 @@ func (p *Params) windowAt(now int64) (start, end int64) {
 // count starts over, and a sliding window keeps the ended window's count as
 // the previous one if it is the window just before. The time from the ended
 // window's end to now, when no window was open, counts as idle.
-func (p *Params) roll(s *State, now int64) {
+//
+// A calendar window's boundaries come from the store (see CalendarWindow and
+// NeedsBounds): the state keeps the end of the current window (Next) and,
+// when known, of the one after it (Pace > Next). roll moves into that one on
+// its own; past it, only an acquire or a peek does (bounds: the store has
+// sent the boundaries around now), not a reset or a reconfiguration.
+func (p *Params) roll(s *State, now int64, bounds bool) {
 	if now < s.Next {
+		return
+	}
+	if p.Calendar != 0 {
+		if now < s.Pace && s.Pace > s.Next { // the window after: known
+			s.Idle += now - s.Next
+			s.Rem, s.Stored, s.Next = 0, 0, s.Pace
+			return
+		}
+		if bounds {
+			_, end, after, err := CalendarBounds(p.Calendar, p.Zone, now)
+			if err != nil { // a zone Compile accepted loads: not reached
+				return
+			}
+			s.Idle += now - s.Next
+			s.Rem, s.Stored, s.Next, s.Pace = 0, 0, end, after
+		}
 		return
 	}
 	start, end := p.windowAt(now)
@@ -249,6 +278,40 @@ func (p *Params) roll(s *State, now int64) {
 	}
 	s.Idle += now - s.Next
 	s.Rem, s.Stored, s.Next = prev, 0, end
+}
+
+// NeedsBounds reports whether a call on a calendar window at now needs the
+// store to send the window's boundaries first (lua/window.lua's bounds): its
+// window has ended and the state does not know the next.
+func (p *Params) NeedsBounds(s State, now int64) bool {
+	s.Observe(now)
+	return p.Calendar != 0 && s.Started && now >= s.Next && !(now < s.Pace && s.Pace > s.Next)
+}
+
+// CalendarBounds is what the store sends a calendar window whose window has
+// ended (lua/bounds.lua): the start and end of the window containing now,
+// and the end of the one after it, which the state keeps so that it moves
+// into that window on its own; for a year, the end again (unknown: the end
+// of the year after lies beyond what the scripts keep, 2^55 ns).
+func CalendarBounds(cal Calendar, zone string, now int64) (start, end, after int64, err error) {
+	start, end, err = CalendarWindow(cal, zone, now)
+	if err != nil || cal == Year {
+		return start, end, end, err
+	}
+	_, after, err = CalendarWindow(cal, zone, end)
+	return start, end, after, err
+}
+
+// Bound is the store's bounds call (lua/bounds.lua) at now: the limiter
+// starts, takes the floor f (if any), and a calendar window whose window has
+// ended moves to the one containing now.
+func (p *Params) Bound(s *State, now int64, f *Floor) {
+	s.Observe(now)
+	p.Start(s, now)
+	if f != nil {
+		p.ApplyFloor(s, now, *f)
+	}
+	p.roll(s, now, true)
 }
 
 // used is the count a request at now is measured against (see the top of
@@ -289,7 +352,7 @@ func (p *Params) retryAfter(s *State, now, n int64) int64 {
 }
 
 func (p *Params) acquireWindow(s *State, now, n, _ int64) Result {
-	p.roll(s, now)
+	p.roll(s, now, true)
 	if used := p.used(s, now); used+n > p.Limit {
 		retry := p.retryAfter(s, now, n)
 		return Result{Delay: retry, RetryAfter: retry, Wait: max(0, p.Limit-used)}
@@ -304,7 +367,7 @@ var windowEngine = engine{
 	acquire: (*Params).acquireWindow,
 	// wait: the permits left; delay: until one permit would be granted
 	peek: func(p *Params, s *State, now int64) (int64, int64) {
-		p.roll(s, now)
+		p.roll(s, now, true)
 		left := max(0, p.Limit-p.used(s, now))
 		if left >= 1 {
 			return left, 0
@@ -313,16 +376,19 @@ var windowEngine = engine{
 	},
 	// reset: the counts start over; the window stays where it is
 	reset: func(p *Params, s *State, now int64) {
-		p.roll(s, now)
+		p.roll(s, now, false)
 		s.Stored, s.Rem = 0, 0
 	},
 	// A change keeps the current window and its count: a new period or
 	// zone applies from the window that follows it (a floor a caller holds
 	// stays the window's end); sliding off forgets the previous count.
 	retune: func(s *State, now int64, old, new *Params) {
-		old.roll(s, now)
+		old.roll(s, now, false)
 		if !new.Sliding {
 			s.Rem = 0
+		}
+		if old.Calendar != new.Calendar || old.ZoneID != new.ZoneID {
+			s.Pace = s.Next // the window after is another one
 		}
 	},
 	// the state lost grants of the window the floor saw: it is full

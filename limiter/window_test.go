@@ -84,7 +84,7 @@ func TestWindowSlidingRetryExact(t *testing.T) {
 				continue
 			}
 			rolled := before
-			p.roll(&rolled, at)
+			p.roll(&rolled, at, true)
 			if s != rolled { // rolling depends on time alone
 				t.Errorf("%v: a denied request changed more than the window", c)
 			}

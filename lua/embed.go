@@ -30,6 +30,7 @@ const (
 	Reset     = "reset"
 	Configure = "configure"
 	Delete    = "delete"
+	Bounds    = "bounds" // a calendar window's boundaries (window.lua)
 
 	Share          = "share"           // capacity leases of a share limiter (standalone)
 	Concurrency    = "concurrency"     // slots of a concurrency limiter (standalone)
@@ -37,7 +38,7 @@ const (
 )
 
 // Ops are the names of every operation.
-var Ops = []string{Acquire, Grant, Peek, Release, Reset, Configure, Delete, Share, Concurrency, ConfigureLease}
+var Ops = []string{Acquire, Grant, Peek, Release, Reset, Configure, Delete, Bounds, Share, Concurrency, ConfigureLease}
 
 // Standalone are the operations whose script is their file alone, without
 // lib.lua.

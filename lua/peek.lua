@@ -6,7 +6,8 @@
 -- the backlog that would be forfeited now; position (a started limiter's) is
 -- next relative to now as stored, before forfeit or resync (see Floors in
 -- lib.lua; limiter.View.Next), and for a kind that counts (window) its limit
--- (wait is then the permits left). code -1: not found; {-5,
+-- (wait is then the permits left). {-6, now_us}: a calendar window needs
+-- its bounds first (bounds.lua). code -1: not found; {-5,
 -- kind}: a limiter of another kind.
 local us = time_us()
 local L = resolve_keys(KEYS, ARGV, 1, us)
@@ -19,6 +20,8 @@ if L.started ~= 1 then
   return out
 end
 local now = now_rel(L, us)
+local E = engine_of(L.kind)
+if E.bounds and E.bounds(L, now) then return {NEED_BOUNDS, us} end
 local pos = math.max(L.next - now, -FAR) -- limiter.View.Next
 local wait, delay = engine_of(L.kind).peek(L, now) -- L is not saved
 local out = {OK, wait, delay, L.version, us, 1, flag, totals(L)}

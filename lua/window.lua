@@ -10,9 +10,14 @@
 -- stored the permits granted in it, rem those of the previous window
 -- (sliding). A grant's start is now; wait is the permits left.
 --
--- A calendar period (calendar ~= 0) has windows only Go can compute (a zone's
--- rules): limitd refuses such configs until the scripts are told the
--- boundaries (see docs/kinds.md).
+-- A calendar period (calendar ~= 0, in the zone whose FNV-32a is zone) has
+-- boundaries only Go can compute (Redis's Lua has no zone rules), so the
+-- store sends them (bounds.lua): the state keeps the current window's end
+-- (next) and, when known, the end of the window after it (pace > next). A
+-- call past both asks for them first (the engine's bounds: acquire_many's
+-- A_BOUNDS, the other scripts' NEED_BOUNDS, with the script's TIME); the
+-- store computes the windows around that time and calls bounds.lua, which
+-- moves the limiter into them (set_bounds), then calls again.
 
 local TWO53 = 9007199254740992
 
@@ -57,6 +62,13 @@ end
 -- moves with a clock step as the Go model's state does.
 local function roll(L, now)
   if now < L.next then return end
+  if L.calendar ~= 0 then
+    if now < L.pace and L.pace > L.next then -- the window after: known
+      L.d_idle = L.d_idle + (now - L.next)
+      L.rem, L.stored, L.next = 0, 0, L.pace
+    end
+    return -- else the call asked for the bounds first (bounds)
+  end
   local pu = L.period / 1000
   local us = L.epoch + now / 1000
   local start = (us - fmod(us, pu) - L.epoch) * 1000
@@ -94,7 +106,7 @@ end
 
 KINDS.window = {
   code = 3,
-  params = 'limit:i7 period:i7 sliding:B calendar:B',
+  params = 'limit:i7 period:i7 sliding:B calendar:B zone:I4',
   engine = function() return {
     acquire = function(L, now, n)
       roll(L, now)
@@ -122,6 +134,20 @@ KINDS.window = {
     retune = function(L, now, NP)
       roll(L, now)
       if NP.sliding == 0 then L.rem = 0 end
+      if L.calendar ~= NP.calendar or L.zone ~= NP.zone then L.pace = L.next end
+    end,
+    -- bounds: the call needs the store's calendar bounds first
+    -- (limiter.Params.NeedsBounds)
+    bounds = function(L, now)
+      return L.calendar ~= 0 and now >= L.next and not (now < L.pace and L.pace > L.next)
+    end,
+    -- set_bounds moves a calendar window that has ended into the window that
+    -- ends at e (relative to epoch), followed by one ending at f
+    set_bounds = function(L, now, e, f)
+      if now < L.next then return end
+      if now < L.pace and L.pace > L.next then roll(L, now) return end
+      L.d_idle = L.d_idle + (now - L.next)
+      L.rem, L.stored, L.next, L.pace = 0, 0, e, f
     end,
     counts = true,
     floor = function(L) L.stored, L.rem = 1e9, 0 end, -- limiter.MaxWindowLimit: full

@@ -50,6 +50,14 @@ type Decision struct {
 // waiting at most maxWait (Forever: no bound). A granted caller should start
 // at Decision.Start; a denied one may retry after RetryAfter.
 func (s *Store) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (Decision, error) {
+	d, err := s.acquireOnce(ctx, name, n, maxWait)
+	if s.boundsSent(ctx, name, &err) {
+		d, err = s.acquireOnce(ctx, name, n, maxWait)
+	}
+	return d, err
+}
+
+func (s *Store) acquireOnce(ctx context.Context, name string, n int64, maxWait time.Duration) (Decision, error) {
 	if s.batcher != nil {
 		return s.batcher.acquire(ctx, Request{Name: name, Permits: n, MaxWait: maxWait})
 	}
@@ -154,6 +162,10 @@ func replyErr(op, name string, v []any) error {
 		if kind := r.str(1); r.err == nil {
 			return kindConflict(name, limiter.Kind(kind))
 		}
+	case replyNeedBounds:
+		if now := r.int(1); r.err == nil {
+			return &needBounds{now: now * 1000}
+		}
 	default:
 		r.fail(0, "not a reply code")
 	}
@@ -197,6 +209,13 @@ func decodeAnswer(name string, u *unpacker, m int, req func(r int) (int64, *Outc
 		return
 	case code == answerNotFound:
 		fail(fmt.Errorf("limiter %q: %w", name, ErrNotFound))
+		return
+	case code == answerBounds:
+		if now := u.int(7); u.err == nil {
+			fail(&needBounds{now: now * 1000})
+		} else {
+			fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
+		}
 		return
 	case code == answerOtherKind: // a limiter of a kind without a schedule
 		kind := u.str()
@@ -301,6 +320,9 @@ func (g *Grant) Params() limiter.Params {
 // Grant takes k permits for a client pool (see Grant), waiting at most maxWait.
 func (s *Store) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (Grant, error) {
 	v, err := s.grantCall(ctx, name, k, maxWait)
+	if s.boundsSent(ctx, name, &err) {
+		v, err = s.grantCall(ctx, name, k, maxWait)
+	}
 	if err != nil {
 		return Grant{}, err
 	}
@@ -426,7 +448,13 @@ func (s *Store) Wait(ctx context.Context, name string) (WaitInfo, error) {
 	if err != nil {
 		return WaitInfo{}, err
 	}
-	if err := replyErr("peek", name, v); err != nil {
+	err = replyErr("peek", name, v)
+	if s.boundsSent(ctx, name, &err) {
+		if v, err = s.run(ctx, lua.Peek, keys, tpl.args()...); err == nil {
+			err = replyErr("peek", name, v)
+		}
+	}
+	if err != nil {
 		return WaitInfo{}, err
 	}
 	// {1, wait, delay, version, now_us, started, instance, then the totals

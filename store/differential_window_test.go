@@ -7,6 +7,7 @@ package store_test
 // exactly on, and 1 µs either side of, window boundaries and retry instants.
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -252,4 +253,198 @@ func (g *diffRig) stepWindowReal(r *rand.Rand) {
 		g.peek()
 	}
 	g.checkRaw()
+}
+
+// Calendar windows: the store computes their bounds in Go and sends them
+// (bounds.go); the scripts and the model still agree to the ns. The runs
+// start just before a leap day, the daylight-saving changes of Berlin and
+// New York, and a year's end, with steps that land on local midnights ±1 µs.
+
+var diffCalendarZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe"}
+
+func diffCalendarConfig(r *rand.Rand) limiter.Config {
+	l := diffWindowLimits[r.IntN(6)]
+	return limiter.Config{Kind: limiter.KindWindow, Limit: &l,
+		Period: []string{"day", "day", "week", "month", "year"}[r.IntN(5)],
+		Zone:   diffCalendarZones[r.IntN(len(diffCalendarZones))]}
+}
+
+// calendarPeek is peek for a calendar window: a Wait that finds its window
+// ended sends the bounds first (with the call's floor), which the model
+// takes as the store does (Params.Bound).
+func (g *diffRig) calendarPeek() {
+	g.t.Helper()
+	now := g.now()
+	p, st, _ := g.p, g.s, g.ver
+	if g.tpl {
+		p, st, _ = g.tplResolve(now)
+	}
+	if p.NeedsBounds(st, now) {
+		g.takeFloor()
+		if g.tpl {
+			g.tplUse(now)
+		}
+		g.p.Bound(&g.s, now, g.floor)
+		g.floor = nil
+		g.ops["bounds-on-peek"]++
+	}
+	g.peek()
+}
+
+func (g *diffRig) stepCalendar(r *rand.Rand) {
+	g.t.Helper()
+	if g.p.Calendar != 0 && g.p.NeedsBounds(g.s, g.now()) {
+		g.ops["bounds-needed"]++
+	}
+	switch x := r.IntN(1000); {
+	case x < 450:
+		g.acquire(g.windowN(r), g.randWait(r), false)
+	case x < 520:
+		ns, mws := []int64{g.windowN(r), g.windowN(r), g.windowN(r)}, []time.Duration{0, store.Forever, 0}
+		g.acquireMany(ns, mws)
+	case x < 600:
+		g.acquire(g.windowN(r), g.randWait(r), true)
+	case x < 640: // another limit, period or zone (the window after is then another)
+		c := diffCalendarConfig(r)
+		if r.IntN(3) == 0 {
+			c = diffWindowConfig(r)
+		}
+		g.put(c)
+	case x < 670:
+		g.reset()
+	case x < 676:
+		switch {
+		case g.snap == nil || r.IntN(3) == 0:
+			g.snapshot()
+		case r.IntN(3) == 0:
+			g.wipe()
+		default:
+			g.rewind()
+		}
+	default:
+		g.note("peek")
+		g.ops["peek"]++
+		g.checkRaw()
+		g.calendarPeek()
+	}
+	g.checkRaw()
+}
+
+// calendarStepUS steps to the window's end ±1 µs often, else by minutes,
+// hours or days.
+func (g *diffRig) calendarStepUS(r *rand.Rand) int64 {
+	now := g.now()
+	switch x := r.IntN(100); {
+	case x < 25:
+		return 0
+	case x < 55: // to the window's end (or the one after), ±1 µs
+		end := g.s.Next
+		if r.IntN(3) == 0 && g.s.Pace > end {
+			end = g.s.Pace
+		}
+		if end > now && end-now < 40*86_400_000_000_000 {
+			return max(0, (end-now)/1000+r.Int64N(3)-1)
+		}
+		return 1
+	case x < 70:
+		return r.Int64N(60_000_000)
+	case x < 85:
+		return r.Int64N(6 * 3_600_000_000)
+	case x < 98:
+		return r.Int64N(3 * 86_400_000_000)
+	case x < 99 && g.mr != nil:
+		return -r.Int64N(3_600_000_000) // a clock step back
+	default:
+		return r.Int64N(40 * 86_400_000_000)
+	}
+}
+
+func TestDiffCalendar(t *testing.T) {
+	t.Parallel()
+	ops := 3000
+	if testing.Short() {
+		ops = 800
+	}
+	starts := map[string]time.Time{
+		"leap-day":    time.Date(2024, 2, 27, 22, 0, 0, 0, time.UTC),
+		"berlin-dst":  time.Date(2025, 3, 29, 20, 0, 0, 0, time.UTC),
+		"newyork-dst": time.Date(2025, 10, 31, 12, 0, 0, 0, time.UTC),
+		"year-end":    time.Date(2025, 12, 30, 10, 0, 0, 123456000, time.UTC),
+	}
+	seed := uint64(0)
+	for name, at := range starts {
+		seed++
+		for _, tpl := range []bool{false, true} {
+			label := name
+			if tpl {
+				label += "/template"
+			}
+			t.Run(label, func(t *testing.T) {
+				t.Parallel()
+				r := rand.New(rand.NewPCG(seed, 0x63616c))
+				g := diffNewMini(t, "calendar "+label, at.UnixMicro())
+				if tpl {
+					g = diffNewTemplate(t, "calendar "+label, at.UnixMicro())
+				}
+				g.put(diffCalendarConfig(r))
+				g.check()
+				for range ops {
+					g.advance(g.calendarStepUS(r))
+					g.stepCalendar(r)
+				}
+				g.calendarPeek()
+				if g.ops["bounds-needed"] == 0 {
+					t.Error("no window ended")
+				}
+				t.Logf("%s: %s", label, g.summary())
+			})
+		}
+	}
+}
+
+// TestWindowCalendarRealRedis: a calendar window on a real redis-server
+// (functions and scripts) gets its bounds from the store on its first call
+// and counts to the local midnight (or month's end) of its zone.
+func TestWindowCalendarRealRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Server(t)
+	for i, mode := range []string{"functions", "scripts"} {
+		var opts []store.Option
+		if mode == "scripts" {
+			opts = []store.Option{store.WithScriptsOnly()}
+		}
+		for _, c := range []struct{ period, zone string }{{"day", "Europe/Berlin"}, {"month", "America/New_York"}, {"year", "UTC"}} {
+			t.Run(mode+"/"+c.period, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				st := store.New(srv.Client(), append([]store.Option{store.WithPrefix(fmt.Sprint("cal", i))}, opts...)...)
+				l := int64(3)
+				name := "cal-" + c.period
+				if _, _, err := st.Put(ctx, name, limiter.Config{Kind: limiter.KindWindow, Limit: &l, Period: c.period, Zone: c.zone}); err != nil {
+					t.Fatal(err)
+				}
+				cal := map[string]limiter.Calendar{"day": limiter.Day, "month": limiter.Month, "year": limiter.Year}[c.period]
+				for k := range 4 {
+					d, err := st.Acquire(ctx, name, 1, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					_, end, err := limiter.CalendarWindow(cal, c.zone, d.Now)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d.Granted != (k < 3) || d.Wait != max(0, 2-int64(k)) || d.Limit != 3 || d.Position != end {
+						t.Errorf("acquire %d: %+v, want the window to end at %d", k, d, end)
+					}
+					if !d.Granted && d.RetryAfter != end-d.Now {
+						t.Errorf("retry after %d, want %d (until the window's end)", d.RetryAfter, end-d.Now)
+					}
+				}
+				w, err := st.Wait(ctx, name)
+				if err != nil || w.Limit != 3 || w.Wait != 0 {
+					t.Errorf("wait: %+v %v", w, err)
+				}
+			})
+		}
+	}
 }
