@@ -1,6 +1,8 @@
 // Package lua holds limitd's Redis scripts. Each operation is one file, and
-// each rate kind is one file (schedule.lua, smooth.lua: its engine and its
-// parameters in the packed state, registered in lib.lua's table of kinds).
+// each rate kind is one file (schedule.lua, smooth.lua, window.lua: its engine
+// and its parameters in the packed state, registered in lib.lua's table of
+// kinds). bounds.lua gives a calendar window the boundaries that only Go can
+// compute (store/bounds.go).
 // The script of a rate limiter's operation is the shared library lib.lua, the
 // kind files, what this package derives from them once (every kind's packed
 // layout, written out: see Layouts in lib.lua and LibSource), and the
