@@ -67,6 +67,9 @@ type engine struct {
 	startsAtCreation bool
 	// rewinds: a handback may rewind the schedule (Params.Release).
 	rewinds bool
+	// counts: the kind counts permits against a limit (window): a grant's
+	// permits are not handed back (Params.Release changes nothing).
+	counts bool
 }
 
 // Param is one of a rate kind's own engine parameters (KindInfo.Params), a

@@ -392,7 +392,8 @@ var windowEngine = engine{
 		}
 	},
 	// the state lost grants of the window the floor saw: it is full
-	floor: func(s *State, _ int64) { s.Stored, s.Rem = MaxWindowLimit, 0 },
+	floor:  func(s *State, _ int64) { s.Stored, s.Rem = MaxWindowLimit, 0 },
+	counts: true,
 }
 
 // Remaining is the number of permits a window limiter has left at now in

@@ -92,9 +92,9 @@ func (g *diffRig) windowStep(r *rand.Rand, x int, now, pu int64) int64 {
 	}
 }
 
-// stepWindow runs one random operation on a window limiter. Hand-backs of
-// grants are not among them: a client pool does not take grants of a window
-// limiter (see client.Pool).
+// stepWindow runs one random operation on a window limiter. A hand-back of
+// a grant changes nothing (a window's permits are not handed back; a client
+// pool does not take a window's grants).
 func (g *diffRig) stepWindow(r *rand.Rand) {
 	g.t.Helper()
 	peek := false
@@ -110,6 +110,10 @@ func (g *diffRig) stepWindow(r *rand.Rand) {
 		g.acquireMany(ns, mws)
 	case x < 650:
 		g.acquire(g.windowN(r), g.randWait(r), true)
+		if n := len(g.grants); n > 0 && r.IntN(4) == 0 { // a hand-back changes nothing
+			g.checkRaw()
+			g.release(n-1, 1+r.Int64N(g.grants[n-1].r.Permits))
+		}
 	case x < 700: // another limit or sliding keeps the counts; another period starts over
 		c := diffWindowConfig(r)
 		if r.IntN(2) == 0 {
