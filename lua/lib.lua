@@ -21,9 +21,10 @@
 --   allocated idle permits lateness (low parts) last | origin stored |
 --   allocated idle permits lateness (high parts),
 -- where code is the kind's (its row's code, see Kinds: 1 schedule, 2
--- smooth), format the layout's (FORMAT), params are whole frac den
+-- smooth, 3 window), format the layout's (FORMAT), params are whole frac den
 -- max_permits and the kind's own (its row's params: burst max_backlog in
--- schedule.lua, cap initial warm cooldown threshold slope in smooth.lua), the
+-- schedule.lua, cap initial warm cooldown threshold slope in smooth.lua,
+-- limit period sliding calendar zone in window.lua), the
 -- totals are each an int64 in two parts, and last is the time of the latest
 -- grant, reset or reconfiguration (limiter.State.Last, relative to epoch).
 -- The field groups below (HEAD, SLICE, STATE, RUN, REST) and the kinds'
