@@ -27,6 +27,9 @@ type Kind struct {
 	// Params, STATE, RUN, REST.
 	Layout []Field
 	file   string
+	// fast: its row has a fast path (fast = ...), which a script's hot part
+	// needs (see scriptText).
+	fast bool
 }
 
 // Size is x's size in bytes (binary form).
@@ -114,7 +117,8 @@ var kinds = sync.OnceValue(func() []Kind {
 				" = {code = ..., params = 'name:format ...', ...}")
 		}
 		code, _ := strconv.Atoi(m[0][2])
-		k := Kind{Name: m[0][1], Code: code, Params: fieldsBy(paramPair, m[0][3]), file: file}
+		k := Kind{Name: m[0][1], Code: code, Params: fieldsBy(paramPair, m[0][3]), file: file,
+			fast: fastField.MatchString(src)}
 		k.Layout = slices.Concat(g.head, g.slice, k.Params, g.state, g.run, g.rest)
 		ks = append(ks, k)
 	}
@@ -132,18 +136,24 @@ var kinds = sync.OnceValue(func() []Kind {
 var libSource = sync.OnceValue(func() string {
 	var b strings.Builder
 	b.WriteString(mustRead("lib.lua"))
-	writeKinds(&b)
+	writeKinds(&b, func(Kind) bool { return true })
 	b.WriteString("\n")
 	b.WriteString(derived())
 	b.WriteString(derivedFast())
 	return b.String()
 })
 
-// writeKinds writes the kind files, each a block of its own: its locals are
-// its own, and closed when it ends (a closure made later walks past every
-// open one).
-func writeKinds(b *strings.Builder) {
+// fastField is a kind row's fast path (see Kinds in lib.lua).
+var fastField = regexp.MustCompile(`\n\s*fast = `)
+
+// writeKinds writes the kind files for which keep is true, each a block of
+// its own: its locals are its own, and closed when it ends (a closure made
+// later walks past every open one).
+func writeKinds(b *strings.Builder, keep func(Kind) bool) {
 	for _, k := range kinds() {
+		if !keep(k) {
+			continue
+		}
 		b.WriteString("\ndo\n")
 		b.WriteString(mustRead(k.file))
 		b.WriteString("\nend\n")
@@ -162,10 +172,12 @@ var fastEntries = map[string]string{Acquire: "acquire_fast"}
 // library's, arranged so that a call a fast path answers runs little of it.
 // A script runs its whole top level on every call (EVAL), and most of its
 // cost is making lib.lua's closures; the fast paths need a few. So the
-// script is lib.lua's hot part (up to restMark), the kind files and FAST;
-// then a function holding the rest of lib.lua, the layouts and the
-// operation's file, which the script calls only when its fast entry (if it
-// has one) does not answer.
+// script is lib.lua's hot part (up to restMark), the files of the kinds
+// with a fast path and FAST; then a function holding the rest of lib.lua,
+// the other kinds' files (each costs a script call its closures, a fast
+// path needs none of them), the layouts and the operation's file, which
+// the script calls only when its fast entry (if it has one) does not
+// answer.
 func scriptText(op string) string {
 	lib := mustRead("lib.lua")
 	i := strings.Index(lib, restMark)
@@ -174,11 +186,12 @@ func scriptText(op string) string {
 	}
 	var b strings.Builder
 	b.WriteString(lib[:i+1])
-	writeKinds(&b)
+	writeKinds(&b, func(k Kind) bool { return k.fast })
 	b.WriteString("\n")
 	b.WriteString(derivedFast())
 	b.WriteString("\nlocal function rest_of_library(KEYS, ARGV)\n")
 	b.WriteString(lib[i+1:])
+	writeKinds(&b, func(k Kind) bool { return !k.fast })
 	b.WriteString("\n")
 	b.WriteString(derived())
 	b.WriteString("\n")
@@ -272,7 +285,7 @@ func derivedFast() string {
 		sizes[k.Size()]++
 	}
 	for _, k := range kinds() {
-		if sizes[k.Size()] == 1 {
+		if sizes[k.Size()] == 1 && k.fast {
 			fmt.Fprintf(&b, "FAST[%d] = KINDS[%s].fast\n", k.Size(), strconv.Quote(k.Name))
 		}
 	}
