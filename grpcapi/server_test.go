@@ -1,0 +1,325 @@
+package grpcapi
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+const perUser = `
+domains:
+  - domain: api
+    descriptors:
+      - key: user
+        limiter: {kind: schedule, rate: 2, burst: 1}
+`
+
+// A descriptor may name a limitd config instead of a window: a strict
+// schedule of 2/s per distinct user, counted in instances of one template.
+func TestLimiterRule(t *testing.T) {
+	e := newEnv(t, perUser)
+	r := e.call("api", desc("user", "a"))
+	if r.OverallCode != ok {
+		t.Fatalf("first: %v", r)
+	}
+	st := r.Statuses[0]
+	if st.CurrentLimit.GetRequestsPerUnit() != 2 || st.CurrentLimit.GetUnit() != rlv3.RateLimitResponse_RateLimit_SECOND {
+		t.Errorf("current_limit %v, want 2 per second", st.CurrentLimit)
+	}
+	r = e.call("api", desc("user", "a"))
+	if r.OverallCode != over || r.Statuses[0].Code != over {
+		t.Fatalf("second at once: %v, want OVER_LIMIT", r)
+	}
+	if got := r.Statuses[0].DurationUntilReset.AsDuration(); got != 500*time.Millisecond {
+		t.Errorf("duration_until_reset %v, want the schedule's 500ms", got)
+	}
+	if r := e.call("api", desc("user", "b")); r.OverallCode != ok {
+		t.Errorf("another user has its own counter: %v", r)
+	}
+	e.advance(500 * time.Millisecond)
+	if r := e.call("api", desc("user", "a")); r.OverallCode != ok {
+		t.Errorf("after 500ms: %v", r)
+	}
+	for vec, want := range map[string]float64{"hits": 4, "within": 3, "over": 1, "near": 0, "shadow": 0} {
+		if got := e.counter(e.srv.m.vec(vec), "api", "user"); got != want {
+			t.Errorf("%s: %v, want %v", vec, got, want)
+		}
+	}
+	// The counters are instances of the rule's template.
+	tpls, err := e.svc.Templates(context.Background())
+	if err != nil || len(tpls) != 1 || tpls[0].Pattern != tpls[0].ID+":*" {
+		t.Fatalf("templates %+v, %v", tpls, err)
+	}
+	n, _, err := e.svc.Instances(context.Background(), tpls[0].ID)
+	if err != nil || n != 2 {
+		t.Errorf("instances: %d, %v; want 2 (users a and b)", n, err)
+	}
+}
+
+// Several descriptors in one call: each has its status, in order, and one
+// over its limit makes the call OVER_LIMIT.
+func TestSeveralDescriptors(t *testing.T) {
+	e := newEnv(t, perUser)
+	e.call("api", desc("user", "a"))
+	r := e.call("api", desc("user", "b"), desc("user", "a"), desc("path", "/x"))
+	if r.OverallCode != over || len(r.Statuses) != 3 {
+		t.Fatalf("%v", r)
+	}
+	if r.Statuses[0].Code != ok || r.Statuses[1].Code != over || r.Statuses[2].Code != ok {
+		t.Errorf("statuses %v, want OK, OVER_LIMIT, OK", r.Statuses)
+	}
+	if r.Statuses[2].CurrentLimit != nil {
+		t.Errorf("a descriptor no rule matches has no current_limit: %v", r.Statuses[2])
+	}
+}
+
+// hits_addend: the request's 0 counts 1, a descriptor's own 0 checks
+// without taking, and more than 1 takes as many.
+func TestHitsAddend(t *testing.T) {
+	e := newEnv(t, `
+domains:
+  - domain: d
+    descriptors:
+      - key: k
+        limiter: {kind: schedule, rate: 1, burst: 1}
+`)
+	ctx := context.Background()
+	// A check of 0 hits takes nothing: the next hit is still granted.
+	if r := e.call("d", hits(desc("k", "v"), 0)); r.OverallCode != ok {
+		t.Fatalf("check on a fresh counter: %v", r)
+	}
+	resp, err := e.client.ShouldRateLimit(ctx, &rlv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonDescriptor{desc("k", "v")}, HitsAddend: 0})
+	if err != nil || resp.OverallCode != ok {
+		t.Fatalf("request hits_addend 0 counts 1: %v, %v", resp, err)
+	}
+	if r := e.call("d", hits(desc("k", "v"), 0)); r.OverallCode != over {
+		t.Errorf("check after the one permit of this second: %v, want OVER_LIMIT", r)
+	}
+	// 3 hits at once on a fresh counter: granted, and paid for by the
+	// next 3 s.
+	if r := e.call("d", hits(desc("k", "w"), 3)); r.OverallCode != ok {
+		t.Fatalf("3 hits: %v", r)
+	}
+	r := e.call("d", desc("k", "w"))
+	if r.OverallCode != over || r.Statuses[0].DurationUntilReset.AsDuration() != 3*time.Second {
+		t.Errorf("after 3 hits: %v, want OVER_LIMIT for 3s", r)
+	}
+	if got := e.counter(e.srv.m.hits, "d", "k"); got != 0+1+0+3+1 {
+		t.Errorf("hits %v, want 5", got)
+	}
+}
+
+// shadow_mode decides and counts, and answers OK.
+func TestShadowMode(t *testing.T) {
+	e := newEnv(t, `
+domains:
+  - domain: d
+    descriptors:
+      - key: k
+        shadow_mode: true
+        limiter: {kind: schedule, rate: 1, burst: 1}
+`)
+	e.call("d", desc("k", "v"))
+	r := e.call("d", desc("k", "v"))
+	if r.OverallCode != ok || r.Statuses[0].Code != ok {
+		t.Errorf("shadow: %v, want OK", r)
+	}
+	if got := e.counter(e.srv.m.shadow, "d", "k"); got != 1 {
+		t.Errorf("shadow_mode counter %v, want 1", got)
+	}
+	if got := e.counter(e.srv.m.over, "d", "k"); got != 1 {
+		t.Errorf("over_limit counter %v, want 1", got)
+	}
+}
+
+// The global shadow mode answers OK and counts the calls it let through.
+func TestGlobalShadowMode(t *testing.T) {
+	e := newEnv(t, perUser, func(o *Options) { o.ShadowMode = true })
+	e.call("api", desc("user", "a"))
+	r := e.call("api", desc("user", "a"))
+	if r.OverallCode != ok || r.Statuses[0].Code != over {
+		t.Errorf("%v: want overall OK, the descriptor's OVER_LIMIT kept", r)
+	}
+	if got := e.srv.m.globalShadow; got == nil || testutilValue(got) != 1 {
+		t.Errorf("global shadow counter %v, want 1", testutilValue(got))
+	}
+}
+
+// unlimited answers OK with limit_remaining at its maximum, without Redis.
+func TestUnlimited(t *testing.T) {
+	e := newEnv(t, `
+domains:
+  - domain: internal
+    descriptors:
+      - key: ldap
+        rate_limit:
+          unlimited: true
+`)
+	e.mini.Close() // no Redis needed
+	r := e.call("internal", desc("ldap", "x"))
+	if r.OverallCode != ok || r.Statuses[0].LimitRemaining != math.MaxUint32 || r.Statuses[0].CurrentLimit != nil {
+		t.Errorf("%v", r)
+	}
+}
+
+// replaces: a matched rule drops the rules it names; they are not counted.
+func TestReplaces(t *testing.T) {
+	e := newEnv(t, `
+domains:
+  - domain: d
+    descriptors:
+      - key: key_1
+        value: value_1
+        descriptors:
+          - key: user
+            value: bkthomps
+            name: specific_limit
+            limiter: {kind: schedule, rate: 1, burst: 1}
+      - key: key_2
+        value: value_2
+        descriptors:
+          - key: user
+            value: bkthomps
+            replaces: [{name: specific_limit}]
+            limiter: {kind: schedule, rate: 10, burst: 1}
+`)
+	a, b := desc("key_1", "value_1", "user", "bkthomps"), desc("key_2", "value_2", "user", "bkthomps")
+	r := e.call("d", a, b)
+	if r.OverallCode != ok || r.Statuses[0].CurrentLimit != nil || r.Statuses[1].CurrentLimit.GetRequestsPerUnit() != 10 {
+		t.Fatalf("both: %v, want the first replaced", r)
+	}
+	if r := e.call("d", a, b); r.OverallCode != over || r.Statuses[0].Code != ok {
+		t.Errorf("again at once: %v, want the 10/s rule over and the replaced one OK", r)
+	}
+	// The replaced rule's counter was not touched.
+	if r := e.call("d", a); r.OverallCode != ok {
+		t.Errorf("the replaced rule alone: %v, want OK (never counted)", r)
+	}
+}
+
+// A Redis failure is UNAVAILABLE, never an answer.
+func TestRedisDown(t *testing.T) {
+	e := newEnv(t, perUser)
+	e.mini.Close()
+	_, err := e.client.ShouldRateLimit(context.Background(), &rlv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommonDescriptor{desc("user", "a")}})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("%v, want Unavailable", err)
+	}
+	// A descriptor no rule matches needs no Redis.
+	if r := e.call("api", desc("other", "a")); r.OverallCode != ok {
+		t.Errorf("%v", r)
+	}
+}
+
+// Rules missing from Redis (lost, not applied yet) are UNAVAILABLE too.
+func TestTemplatesMissing(t *testing.T) {
+	e := newEnv(t, perUser)
+	e.mini.FlushAll()
+	_, err := e.client.ShouldRateLimit(context.Background(), &rlv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommonDescriptor{desc("user", "a")}})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("%v, want Unavailable", err)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	e := newEnv(t, perUser)
+	withLimit := desc("user", "a")
+	withLimit.Limit = &rlcommonOverride{RequestsPerUnit: 5}
+	for _, c := range []struct {
+		name string
+		req  *rlv3.RateLimitRequest
+	}{
+		{"no domain", &rlv3.RateLimitRequest{Descriptors: []*rlcommonDescriptor{desc("user", "a")}}},
+		{"no descriptors", &rlv3.RateLimitRequest{Domain: "api"}},
+		{"no entries", &rlv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommonDescriptor{desc()}}},
+		{"empty key", &rlv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommonDescriptor{desc("", "a")}}},
+		{"limit override", &rlv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommonDescriptor{withLimit}}},
+		{"too many hits", &rlv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommonDescriptor{hits(desc("user", "a"), 1<<40)}}},
+	} {
+		_, err := e.client.ShouldRateLimit(context.Background(), c.req)
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", c.name, err)
+		}
+	}
+	// Hits the limiter refuses as input (more than max_reserve allows) are
+	// bad input too, not a refusal.
+	_, err := e.client.ShouldRateLimit(context.Background(), &rlv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommonDescriptor{hits(desc("user", "a"), 1000)}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("1000 hits of a 2/s limit: %v, want InvalidArgument", err)
+	}
+}
+
+func TestUnauthenticated(t *testing.T) {
+	e := newEnv(t, perUser, func(o *Options) { o.Token, o.AdminToken = "tok", "adm" })
+	req := &rlv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommonDescriptor{desc("user", "a")}}
+	for _, md := range []metadata.MD{nil, metadata.Pairs("authorization", "Bearer nope"), metadata.Pairs("authorization", "tok")} {
+		ctx := metadata.NewOutgoingContext(context.Background(), md)
+		if _, err := e.client.ShouldRateLimit(ctx, req); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("metadata %v: %v, want Unauthenticated", md, err)
+		}
+	}
+	for _, tok := range []string{"tok", "adm"} {
+		ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+tok))
+		if _, err := e.client.ShouldRateLimit(ctx, req); err != nil {
+			t.Errorf("token %s: %v", tok, err)
+		}
+	}
+	// Health is open, like /healthz.
+	h, err := healthpb.NewHealthClient(e.conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: ServiceName})
+	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health: %v, %v", h, err)
+	}
+}
+
+func TestHealth(t *testing.T) {
+	e := newEnv(t, perUser)
+	hc := healthpb.NewHealthClient(e.conn)
+	for _, svc := range []string{"", ServiceName} {
+		h, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("%q: %v, %v", svc, h, err)
+		}
+	}
+	e.srv.Shutdown()
+	h, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: ServiceName})
+	if err != nil || h.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("after Shutdown: %v, %v", h, err)
+	}
+}
+
+// SetRules swaps the rules for the calls after it.
+func TestSetRules(t *testing.T) {
+	e := newEnv(t, perUser)
+	e.call("api", desc("user", "a"))
+	if r := e.call("api", desc("user", "a")); r.OverallCode != over {
+		t.Fatalf("%v", r)
+	}
+	next := compile(t, `
+domains:
+  - domain: api
+    descriptors:
+      - key: user
+        limiter: {kind: schedule, rate: 1000, burst: 1}
+      - key: path
+        limiter: {kind: schedule, rate: 1, burst: 1}
+`)
+	e.apply(next)
+	e.srv.SetRules(next)
+	// A changed rule keeps its counters' state (a reconfigured schedule
+	// keeps its debt) and answers with its new limit.
+	r := e.call("api", desc("user", "a"), desc("path", "/"), desc("path", "/"))
+	if r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1000 || r.Statuses[1].Code != ok || r.Statuses[2].Code != over {
+		t.Errorf("after SetRules: %v", r)
+	}
+	e.advance(500 * time.Millisecond)
+	if r := e.call("api", desc("user", "a"), desc("user", "a")); r.Statuses[0].Code != ok || r.Statuses[1].Code != over {
+		t.Errorf("1000/s strict: %v, want one grant then a refusal", r)
+	}
+}
