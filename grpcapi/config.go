@@ -309,6 +309,9 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 	} else {
 		c := *d.Limiter
 		norm, _, err := c.Normalize()
+		if err == nil && norm.Kind != limiter.KindSchedule && norm.Kind != limiter.KindSmooth && norm.Kind != kindWindow {
+			return nil, fieldErr(path+".limiter.kind", "must be a rate kind (schedule, smooth or window): a descriptor counts requests", quote(string(norm.Kind)))
+		}
 		if err == nil {
 			_, err = limiter.Compile(norm)
 		}
@@ -317,9 +320,6 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 				return nil, fieldErr(path+".limiter."+fe.Field, fe.Rule, fe.Value)
 			}
 			return nil, fieldErr(path+".limiter", err.Error(), nil)
-		}
-		if norm.Kind != limiter.KindSchedule && norm.Kind != limiter.KindSmooth && norm.Kind != kindWindow {
-			return nil, fieldErr(path+".limiter.kind", "must be a rate kind (schedule, smooth or window): a descriptor counts requests", quote(string(norm.Kind)))
 		}
 		rl.config = norm
 		rl.window = norm.Kind == kindWindow
