@@ -8,16 +8,21 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/grpcapi"
 	"github.com/limitd/limitd/store"
 )
 
@@ -34,6 +39,7 @@ const (
 	idleTimeout       = 2 * time.Minute
 	shutdownTimeout   = 10 * time.Second // for in-flight requests after SIGTERM
 	bootCheckInterval = time.Second      // how often serve looks for a lost boot file
+	bootReloadEvery   = 3 * time.Second  // how often serve reads the boot file for changes
 	bootTimeout       = 10 * time.Second // to apply the boot file once
 	batchSize         = 64               // acquires per pipeline (store.WithBatching)
 )
@@ -102,6 +108,13 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		return fmt.Errorf("LIMITD_ADDR: %w", err)
 	}
 	defer ln.Close() // Shutdown closes it too; this covers the early returns
+	var gln net.Listener
+	if cfg.GRPCAddr != "" {
+		if gln, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			return fmt.Errorf("LIMITD_GRPC_ADDR: %w", err)
+		}
+		defer gln.Close() // Stop closes it too
+	}
 
 	if rdb == nil {
 		mini := miniredis.NewMiniRedis()
@@ -139,8 +152,28 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		}
 		cancel()
 	}
+	reg := prometheus.NewRegistry()
+	svc := core.New(st, core.Options{})
+	var rls *grpcapi.Server
+	if gln != nil {
+		o := grpcapi.Options{
+			Service: svc.Observed(api.Observer(reg, version)), Token: cfg.Token, AdminToken: cfg.AdminToken,
+			Logger: logger, AccessLog: cfg.AccessLog, Registry: reg,
+		}
+		if boot != nil {
+			o.Rules = boot.rules
+		}
+		rls = grpcapi.New(o)
+	}
 	if boot != nil {
-		k := &bootKeeper{file: boot, store: st, log: logger, interval: bootCheckInterval, timeout: bootTimeout}
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		k := &bootKeeper{file: boot, store: st, log: logger, interval: bootCheckInterval, timeout: bootTimeout,
+			reloadEvery: bootReloadEvery, hup: hup}
+		if rls != nil {
+			k.reloaded = func(b *bootFile) { rls.SetRules(b.rules) }
+		}
 		applyCtx, cancel := context.WithTimeout(ctx, bootTimeout)
 		err := boot.apply(applyCtx, st)
 		cancel()
@@ -149,20 +182,21 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 			logger.Warn("could not apply the boot file; it will be applied once Redis answers", "file", boot.path, "err", err)
 		} else {
 			k.applied = true
-			logger.Info("applied the boot file", "file", boot.path, "limiters", len(boot.limiters), "templates", len(boot.templates))
+			logger.Info("applied the boot file", "file", boot.path, "limiters", len(boot.limiters), "templates", len(boot.templates),
+				"domains", boot.rules.Domains(), "rules", boot.rules.Len())
 		}
 		wg.Go(func() { k.run(bgCtx) })
 	}
 
 	srv := &http.Server{
 		Handler: api.New(api.Options{
-			Service:      core.New(st, core.Options{}),
+			Service:      svc,
 			AdminToken:   cfg.AdminToken,
 			Token:        cfg.Token,
 			MetricsToken: cfg.MetricsToken,
 			Logger:       logger,
 			AccessLog:    cfg.accessLog(),
-			Registry:     prometheus.NewRegistry(),
+			Registry:     reg,
 			Version:      version,
 			// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
 		}),
@@ -173,8 +207,17 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 	}
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- srv.Serve(ln) })
+	var gsrv *grpc.Server
+	grpcErr := make(chan error, 1)
+	grpcAddr := ""
+	if rls != nil {
+		gsrv = grpc.NewServer()
+		rls.Register(gsrv)
+		grpcAddr = gln.Addr().String()
+		wg.Go(func() { grpcErr <- gsrv.Serve(gln) })
+	}
 	// The startup line shows whatever LIMITD_LOG_LEVEL is.
-	cfg.announcer(logOut).Info("limitd serving", "addr", ln.Addr().String(), "version", version, "redis", redisTarget(cfg.RedisURL),
+	cfg.announcer(logOut).Info("limitd serving", "addr", ln.Addr().String(), "grpc_addr", grpcAddr, "version", version, "redis", redisTarget(cfg.RedisURL),
 		"prefix", cfg.Prefix, "admin_token", cfg.AdminToken != "", "token", cfg.Token != "", "metrics_token", cfg.MetricsToken != "")
 	if ready != nil {
 		ready(ln.Addr())
@@ -182,12 +225,26 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 
 	select {
 	case err := <-serveErr:
+		if gsrv != nil {
+			gsrv.Stop()
+		}
 		return fmt.Errorf("http server: %w", err)
+	case err := <-grpcErr:
+		srv.Close()
+		return fmt.Errorf("grpc server: %w", err)
 	case <-ctx.Done():
 	}
 	logger.Info("shutting down", "timeout", shutdownTimeout)
 	shutCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
+	grpcStopped := make(chan struct{})
+	if gsrv != nil {
+		// Health watchers hear NOT_SERVING first; calls in flight finish.
+		rls.Shutdown()
+		wg.Go(func() { gracefulStop(shutCtx, gsrv, logger); close(grpcStopped) })
+	} else {
+		close(grpcStopped)
+	}
 	err = srv.Shutdown(shutCtx)
 	if err != nil {
 		logger.Warn("in-flight requests did not finish in time; closing their connections", "err", err)
@@ -196,8 +253,23 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("http server: %w", err)
 	}
+	<-grpcStopped
 	logger.Info("stopped")
 	return nil
+}
+
+// gracefulStop stops g once its calls in flight finish, or at once when
+// ctx ends first.
+func gracefulStop(ctx context.Context, g *grpc.Server, logger *slog.Logger) {
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		logger.Warn("in-flight gRPC calls did not finish in time; closing their connections")
+		g.Stop()
+		<-done
+	}
 }
 
 var setRedisLogger sync.Once
