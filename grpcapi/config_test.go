@@ -9,7 +9,7 @@ import (
 
 // A rule with a schedule limiter, for the matching tests (no window kind
 // needed).
-const lim = "limiter: {rate: 1}"
+const schedRule = "limiter: {rate: 1}"
 
 // Matching follows the reference: exact value, then the first pattern of
 // the key in the config's order, then the key alone; a rule applies only at
@@ -19,24 +19,24 @@ func TestMatch(t *testing.T) {
 domains:
   - domain: d
     descriptors:
-      - {key: remote_address, `+lim+`}
-      - {key: remote_address, value: 50.0.0.5, `+lim+`}
-      - {key: path, value: "/api/*/action", `+lim+`}
-      - {key: path, value: "/api/*", `+lim+`}
-      - {key: route, value: "/api/*/resource/*/action", `+lim+`}
+      - {key: remote_address, `+schedRule+`}
+      - {key: remote_address, value: 50.0.0.5, `+schedRule+`}
+      - {key: path, value: "/api/*/action", `+schedRule+`}
+      - {key: path, value: "/api/*", `+schedRule+`}
+      - {key: route, value: "/api/*/resource/*/action", `+schedRule+`}
       - key: message_type
         value: marketing
         descriptors:
-          - {key: to_number, `+lim+`}
-      - {key: to_number, `+lim+`}
+          - {key: to_number, `+schedRule+`}
+      - {key: to_number, `+schedRule+`}
       - key: key
         value: value
-        `+lim+`
+        `+schedRule+`
         descriptors:
-          - {key: subkey, `+lim+`}
+          - {key: subkey, `+schedRule+`}
       - key: parent
         descriptors:
-          - {key: child, value: "x*", `+lim+`}
+          - {key: child, value: "x*", `+schedRule+`}
 `)
 	for _, c := range []struct {
 		entries []string
@@ -105,10 +105,10 @@ domains:
       - key: message_type
         value: marketing
         descriptors:
-          - {key: to_number, `+lim+`}
-      - {key: files, value: "files/*", share_threshold: true, `+lim+`}
-      - {key: own, value: "own/*", `+lim+`}
-      - {key: fixed, value: v, `+lim+`}
+          - {key: to_number, `+schedRule+`}
+      - {key: files, value: "files/*", share_threshold: true, `+schedRule+`}
+      - {key: own, value: "own/*", `+schedRule+`}
+      - {key: fixed, value: v, `+schedRule+`}
 `)
 	domain := "my domain/with unsafe chars and a very long name indeed, longer than forty"
 	name := func(kv ...string) string {
@@ -170,12 +170,12 @@ func TestMetricLabel(t *testing.T) {
 domains:
   - domain: d
     descriptors:
-      - {key: key1, detailed_metric: true, `+lim+`}
-      - {key: key1, value: value1, `+lim+`}
+      - {key: key1, detailed_metric: true, `+schedRule+`}
+      - {key: key1, value: value1, `+schedRule+`}
       - key: route
         value_to_metric: true
         descriptors:
-          - {key: method, `+lim+`}
+          - {key: method, `+schedRule+`}
 `)
 	for _, c := range []struct {
 		entries []Entry
@@ -196,20 +196,20 @@ func TestCompileErrors(t *testing.T) {
 	for _, c := range []struct{ yaml, want string }{
 		{"- descriptors: []", "domains[0].domain: must not be empty"},
 		{"- {domain: a}\n- {domain: a}", "domains[1].domain: must be unique"},
-		{"- {domain: a, descriptors: [{value: v, " + lim + "}]}", "domains[0].descriptors[0].key: must not be empty"},
-		{"- {domain: a, descriptors: [{key: k, " + lim + "}, {key: k, " + lim + "}]}", "domains[0].descriptors[1].key: must be unique"},
+		{"- {domain: a, descriptors: [{value: v, " + schedRule + "}]}", "domains[0].descriptors[0].key: must not be empty"},
+		{"- {domain: a, descriptors: [{key: k, " + schedRule + "}, {key: k, " + schedRule + "}]}", "domains[0].descriptors[1].key: must be unique"},
 		{"- {domain: a, descriptors: [{key: k, value: v}, {key: k, value: v}]}", "domains[0].descriptors[1].value: must be unique"},
 		{"- {domain: a, descriptors: [{key: k, rate_limit: {unit: fortnight, requests_per_unit: 1}}]}", "domains[0].descriptors[0].rate_limit.unit: must be one of second"},
 		{"- {domain: a, descriptors: [{key: k, rate_limit: {unlimited: true, unit: second}}]}", "rate_limit.unit: must not be given when unlimited"},
 		{"- {domain: a, descriptors: [{key: k, rate_limit: {unlimited: true, name: x, replaces: [{name: x}]}}]}", "rate_limit.replaces[0].name: must not name the rule itself"},
 		{"- {domain: a, descriptors: [{key: k, rate_limit: {unlimited: true, replaces: [{}]}}]}", "rate_limit.replaces[0].name: must not be empty"},
-		{"- {domain: a, descriptors: [{key: k, share_threshold: true, " + lim + "}]}", "share_threshold: needs a value with a wildcard"},
-		{"- {domain: a, descriptors: [{key: k, quota_mode: true, " + lim + "}]}", "quota_mode: is not supported"},
+		{"- {domain: a, descriptors: [{key: k, share_threshold: true, " + schedRule + "}]}", "share_threshold: needs a value with a wildcard"},
+		{"- {domain: a, descriptors: [{key: k, quota_mode: true, " + schedRule + "}]}", "quota_mode: is not supported"},
 		{"- {domain: a, descriptors: [{key: k, limiter: {rate: -1}}]}", "domains[0].descriptors[0].limiter.rate"},
 		{"- {domain: a, descriptors: [{key: k, limiter: {kind: concurrency, limit: 3}}]}", "limiter.kind: must be a rate kind"},
 		{"- {domain: a, descriptors: [{key: k, limiter: {rate: 1}, rate_limit: {unlimited: true}}]}", "limiter: must not be given with rate_limit"},
 		{"- {domain: a, descriptors: [{key: k, name: x}]}", "domains[0].descriptors[0].name: names a rule: it needs a limiter"},
-		{"- {domain: a, descriptors: [{key: k, descriptors: [{key: s, value: v, " + lim + ", replaces: [{}]}]}]}", "domains[0].descriptors[0].descriptors[0].replaces[0].name: must not be empty"},
+		{"- {domain: a, descriptors: [{key: k, descriptors: [{key: s, value: v, " + schedRule + ", replaces: [{}]}]}]}", "domains[0].descriptors[0].descriptors[0].replaces[0].name: must not be empty"},
 	} {
 		_, err := Compile(parseDomains(t, "domains:\n"+indent(c.yaml)))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
