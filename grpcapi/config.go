@@ -411,3 +411,6 @@ func fieldErr(field, rule string, value any) error {
 }
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }
+
+// Has reports whether the rules define domain.
+func (r *Rules) Has(domain string) bool { return r.domains[domain] != nil }
