@@ -108,6 +108,34 @@ func (s *Server) Register(g *grpc.Server) {
 	healthpb.RegisterHealthServer(g, s.health)
 }
 
+// Watch keeps the rate limit service's health (grpc.health.v1, service
+// ServiceName) true to Redis, as /readyz is: SERVING while the service is
+// ready (core.Service.Ready), NOT_SERVING while it is not, checked every
+// interval until ctx ends. The overall status ("") stays SERVING while the
+// process runs, as /healthz does.
+func (s *Server) Watch(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
+		err := s.svc.Ready(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		st := healthpb.HealthCheckResponse_SERVING
+		if err != nil {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		s.health.SetServingStatus(ServiceName, st)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // Shutdown tells health watchers that the server is stopping (NOT_SERVING)
 // before the gRPC server stops.
 func (s *Server) Shutdown() { s.health.Shutdown() }

@@ -323,3 +323,41 @@ domains:
 		t.Errorf("1000/s strict: %v, want one grant then a refusal", r)
 	}
 }
+
+// Watch keeps the service's health true to Redis; the overall status stays
+// SERVING.
+func TestHealthFollowsRedis(t *testing.T) {
+	e := newEnv(t, perUser)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.srv.Watch(ctx, 5*time.Millisecond); close(done) }()
+	defer func() { cancel(); <-done }()
+	hc := healthpb.NewHealthClient(e.conn)
+	stream, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: ServiceName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		for {
+			h, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("waiting for %v: %v", want, err)
+			}
+			if h.Status == want {
+				return
+			}
+		}
+	}
+	next(healthpb.HealthCheckResponse_SERVING)
+	e.mini.Close()
+	next(healthpb.HealthCheckResponse_NOT_SERVING)
+	h, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("overall: %v, %v; want SERVING while the process runs", h, err)
+	}
+	if err := e.mini.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	next(healthpb.HealthCheckResponse_SERVING)
+}

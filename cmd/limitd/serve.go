@@ -40,6 +40,7 @@ const (
 	shutdownTimeout   = 10 * time.Second // for in-flight requests after SIGTERM
 	bootCheckInterval = time.Second      // how often serve looks for a lost boot file
 	bootReloadEvery   = 3 * time.Second  // how often serve reads the boot file for changes
+	grpcHealthEvery   = 2 * time.Second  // how often the gRPC health service asks Redis
 	bootTimeout       = 10 * time.Second // to apply the boot file once
 	batchSize         = 64               // acquires per pipeline (store.WithBatching)
 )
@@ -164,6 +165,7 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 			o.Rules = boot.rules
 		}
 		rls = grpcapi.New(o)
+		wg.Go(func() { rls.Watch(bgCtx, grpcHealthEvery) })
 	}
 	if boot != nil {
 		hup := make(chan os.Signal, 1)
