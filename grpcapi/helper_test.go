@@ -82,10 +82,19 @@ func reference(file string) string {
 
 func newEnv(t *testing.T, domains string, opts ...func(*Options)) *env {
 	t.Helper()
-	e := &env{t: t, mini: miniredis.RunT(t), now: t0, reg: prometheus.NewRegistry()}
-	e.mini.SetTime(t0)
-	rdb := redis.NewClient(&redis.Options{Addr: e.mini.Addr(), MaxRetries: -1})
+	mini := miniredis.RunT(t)
+	mini.SetTime(t0)
+	rdb := redis.NewClient(&redis.Options{Addr: mini.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
+	e := newEnvOver(t, rdb, domains, opts...)
+	e.mini = mini
+	return e
+}
+
+// newEnvOver is newEnv over any Redis.
+func newEnvOver(t *testing.T, rdb redis.UniversalClient, domains string, opts ...func(*Options)) *env {
+	t.Helper()
+	e := &env{t: t, now: t0, reg: prometheus.NewRegistry()}
 	e.st = store.New(rdb)
 	e.svc = core.New(e.st, core.Options{})
 	rules := compile(t, domains)

@@ -11,6 +11,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/limitd/limitd/internal/redistest"
 )
 
 const perUser = `
@@ -360,4 +362,30 @@ func TestHealthFollowsRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	next(healthpb.HealthCheckResponse_SERVING)
+}
+
+// Over a real redis-server (Redis functions where it has them): the same
+// decisions, and UNAVAILABLE once it stops.
+func TestRealRedis(t *testing.T) {
+	redistest.Require(t)
+	srv, rdb := redistest.ShortClient(t)
+	e := newEnvOver(t, rdb, `
+domains:
+  - domain: d
+    descriptors:
+      - key: k
+        limiter: {rate: 0.001, burst: 1}
+`)
+	if r := e.call("d", desc("k", "v")); r.OverallCode != ok {
+		t.Fatalf("first: %v", r)
+	}
+	r := e.call("d", desc("k", "v"))
+	if r.OverallCode != over || r.Statuses[0].DurationUntilReset.AsDuration() < 999*time.Second {
+		t.Fatalf("second within 1000 s: %v, want OVER_LIMIT for about 1000 s", r)
+	}
+	srv.Stop()
+	_, err := e.client.ShouldRateLimit(context.Background(), &rlv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommonDescriptor{desc("k", "v")}})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("Redis stopped: %v, want Unavailable", err)
+	}
 }
