@@ -42,6 +42,9 @@ func (s *server) acquire(c echo.Context) error {
 		return err
 	}
 	if l := a.Slot; l != nil {
+		if l.Shadow {
+			return c.JSON(http.StatusOK, wire.SlotShadowed{Granted: true, Shadow: true, RetryAfter: l.RetryAfter, InUse: l.InUse, Limit: l.Limit})
+		}
 		if !l.Granted {
 			setRetryAfter(c, l.RetryAfter)
 			return c.JSON(http.StatusTooManyRequests, wire.SlotDenied{RetryAfter: l.RetryAfter, InUse: l.InUse, Limit: l.Limit})
@@ -52,8 +55,10 @@ func (s *server) acquire(c echo.Context) error {
 	if !d.Granted {
 		return deny(c, *d)
 	}
-	g := wire.Granted{Granted: true, Permits: d.Permits, Delay: d.Delay, Scheduled: d.Scheduled,
-		Start: d.Start, Lateness: d.Lateness, Wait: d.Wait, Version: d.Version, Now: d.Now}
+	if d.Shadow { // a refusal in shadow mode, let through
+		return c.JSON(http.StatusOK, shadowedOf(*d))
+	}
+	g := grantedOf(*d)
 	if pretty(c) {
 		return c.JSON(http.StatusOK, g)
 	}
@@ -63,7 +68,7 @@ func (s *server) acquire(c echo.Context) error {
 // deny answers a refused rate decision: 429 with Retry-After.
 func deny(c echo.Context, d core.Decision) error {
 	setRetryAfter(c, d.RetryAfter)
-	v := wire.Denied{RetryAfter: d.RetryAfter, Delay: d.Delay, Wait: d.Wait, Version: d.Version, Now: d.Now}
+	v := deniedOf(d)
 	if pretty(c) {
 		return c.JSON(http.StatusTooManyRequests, v)
 	}

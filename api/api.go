@@ -170,6 +170,7 @@ func New(o Options) http.Handler {
 	e.PATCH("/v1/limiters/:name", s.patchLimiter, admin)
 	e.DELETE("/v1/limiters/:name", s.deleteLimiter, admin)
 	e.POST("/v1/limiters/:name/acquire", s.acquire, read)
+	e.POST("/v1/acquire", s.acquireAll, read)
 	e.POST("/v1/limiters/:name/grant", s.grant, read)
 	e.POST("/v1/limiters/:name/handback", s.handback, read)
 	get("/v1/limiters/:name/wait", s.wait, read)

@@ -55,11 +55,11 @@ func newMetrics(reg *prometheus.Registry, version string) *metrics {
 		}, []string{"method", "route"})),
 		decisions: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_acquire_decisions_total",
-			Help: "Acquire decisions (granted, denied) by limiter name, or by template id (limiter=\"\") for template instances.",
+			Help: "Acquire decisions (granted, denied, shadow: refused and let through in shadow mode, voided: would have granted in a several-limit call another limiter refused) by limiter name, or by template id (limiter=\"\") for template instances.",
 		}, []string{"limiter", "template", "decision"})),
 		permits: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_permits_total",
-			Help: "Permits asked for in acquires and pool grants, granted or denied (an acquire of 100 counts 100), by limiter name, or by template id (limiter=\"\") for template instances.",
+			Help: "Permits asked for in acquires and pool grants, by decision as limitd_acquire_decisions_total (an acquire of 100 counts 100), by limiter name, or by template id (limiter=\"\") for template instances.",
 		}, []string{"limiter", "template", "decision"})),
 		delay: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "limitd_acquire_delay_seconds",
@@ -77,7 +77,7 @@ func newMetrics(reg *prometheus.Registry, version string) *metrics {
 		}, []string{"limiter", "template", "decision"})),
 		slots: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_slot_acquisitions_total",
-			Help: "Slot acquisitions of concurrency limiters (granted, denied), by limiter name, or by template id (limiter=\"\") for template instances.",
+			Help: "Slot acquisitions of concurrency limiters (granted, denied, shadow: refused and let through in shadow mode), by limiter name, or by template id (limiter=\"\") for template instances.",
 		}, []string{"limiter", "template", "decision"})),
 		leases: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_slot_lease_events_total",

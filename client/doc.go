@@ -21,6 +21,10 @@
 // the fallback mode. Semaphore takes slots of a concurrency limiter, a
 // distributed semaphore, renewing their leases while they are held.
 //
+// AcquireAll takes permits from several limiters in one call, all or
+// nothing, over either transport (no local pool: straight from the shared
+// schedules).
+//
 // The HTTP middleware that limits requests per key through limiter templates
 // is in package httplimit, so that a user of the client alone does not compile
 // echo.

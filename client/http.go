@@ -292,6 +292,9 @@ func (t *httpTransport) AcquireSlot(ctx context.Context, name string) (store.Slo
 	if status == http.StatusTooManyRequests {
 		return store.SlotLease{RetryAfter: l.RetryAfter, InUse: *l.InUse, Limit: l.Limit}, nil
 	}
+	if l.Shadow { // a refusal in shadow mode, let through: no lease
+		return store.SlotLease{Granted: true, Shadow: true, RetryAfter: l.RetryAfter, InUse: *l.InUse, Limit: l.Limit}, nil
+	}
 	if l.LeaseID == nil {
 		return store.SlotLease{}, fmt.Errorf("client: the limitd server answered a slot without a lease_id: %s", b)
 	}

@@ -77,6 +77,9 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 	if err != nil {
 		return Acquired{}, err
 	}
+	if !d.Granted && s.inShadow(ctx, r.Name, d) {
+		d = shadowGrant(d, r.Permits)
+	}
 	s.decided(ctx, r.Name, r.Permits, d)
 	if r.Block && d.Granted && d.Delay > 0 {
 		if err := s.clock.Sleep(ctx, time.Duration(d.Delay)); err != nil {
@@ -90,7 +93,9 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 func (s *Service) decided(ctx context.Context, name string, permits int64, d Decision) {
 	lim, tpl := s.subjectOf(ctx, name, d.Instance)
 	e := Event{Kind: EventRate, Limiter: lim, Template: tpl, Outcome: "granted", Permits: permits}
-	if d.Granted {
+	if d.Shadow {
+		e.Outcome = "shadow"
+	} else if d.Granted {
 		e.Delay, e.Lateness = time.Duration(d.Delay), time.Duration(d.Lateness)
 	} else {
 		e.Outcome = "denied"
@@ -131,6 +136,10 @@ func (s *Service) acquireSlot(ctx context.Context, name string) (SlotLease, erro
 	if !l.Granted {
 		outcome = "denied"
 		l.RetryAfter = max(l.RetryAfter, 0)
+		if s.slotInShadow(ctx, name) {
+			outcome = "shadow"
+			l = SlotLease{Granted: true, Shadow: true, RetryAfter: l.RetryAfter, InUse: l.InUse, Limit: l.Limit}
+		}
 	}
 	s.event(ctx, EventSlot, name, outcome)
 	return l, nil

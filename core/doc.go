@@ -5,7 +5,11 @@
 //
 // The rules live here, once: kind dispatch of acquire (rate kinds take
 // permits, a concurrency limiter a slot, a share limiter is a conflict),
-// blocking acquires, slot hints, the checks of every input, and stateless
+// several limits in one call (AcquireAll, all or nothing, results in
+// request order: what the HTTP API's POST /v1/acquire and a rate limit
+// service's descriptors call), shadow mode (shadow.go: a refusal let
+// through, applied here once for every front end), blocking acquires, slot
+// hints, the checks of every input, and stateless
 // handback (a grant's token carries what its handback needs, so any replica
 // accepts it). Each decision and store call is reported to an Observer, so
 // that metrics and logs need no hooks in the front ends' handlers.

@@ -29,12 +29,13 @@ const (
 	OpHandback
 	OpHolders
 	OpInstances
+	OpAcquireAll
 	NumOps // the number of Ops
 )
 
 var opNames = [NumOps]string{"ping", "put", "get", "patch", "delete", "list", "acquire", "wait",
 	"reset", "put_template", "get_template", "delete_template", "templates",
-	"capacity", "return_capacity", "acquire_slot", "renew_slot", "release_slot", "grant", "handback", "holders", "instances"}
+	"capacity", "return_capacity", "acquire_slot", "renew_slot", "release_slot", "grant", "handback", "holders", "instances", "acquire_all"}
 
 // String is the op's name, as metrics label it ("acquire_slot").
 func (o Op) String() string {
@@ -50,12 +51,15 @@ type EventKind int
 // The kinds of events and their outcomes.
 const (
 	// EventRate: a rate decision (acquire or grant of permits); outcome
-	// "granted" or "denied".
+	// "granted", "denied", "shadow" (a refusal in shadow mode, let through:
+	// nothing taken) or "voided" (a limiter of an AcquireAll call another
+	// limiter refused: it would have granted, nothing taken).
 	EventRate EventKind = iota
 	// EventCapacity: a share limiter's capacity decision; outcome "full"
 	// (got all it wants), "partial", "none" or "learning".
 	EventCapacity
-	// EventSlot: a concurrency slot acquisition; "granted" or "denied".
+	// EventSlot: a concurrency slot acquisition; "granted", "denied" or
+	// "shadow" (refused and let through in shadow mode: no lease).
 	EventSlot
 	// EventLease: a concurrency lease "renewed", "released" or "lost" (a
 	// renewal or release of a lease the limiter no longer holds).

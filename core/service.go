@@ -49,6 +49,9 @@ type Options struct {
 	// Clock is what a blocking acquire reads and sleeps on (nil:
 	// limiter.SystemClock()).
 	Clock limiter.Clock
+	// Shadow puts every limiter in shadow mode (see shadow.go), whatever
+	// its config says: LIMITD_SHADOW_MODE.
+	Shadow bool
 }
 
 const defaultDecideTimeout = 1500 * time.Millisecond
@@ -62,6 +65,9 @@ type Service struct {
 	decide time.Duration
 	clock  limiter.Clock
 	slots  slotHints // names seen to be concurrency limiters
+	shadow bool      // every limiter in shadow mode (Options.Shadow)
+	// shadows remembers named limiters' shadow mode by version (shadow.go).
+	shadows *shadowHints
 }
 
 // New returns the service over st. It panics if st is nil.
@@ -69,7 +75,7 @@ func New(st *store.Store, o Options) *Service {
 	if st == nil {
 		panic("core: store is nil")
 	}
-	s := &Service{store: st, obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock}
+	s := &Service{store: st, obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, shadows: &shadowHints{}}
 	if s.clock == nil {
 		s.clock = limiter.SystemClock()
 	}
@@ -90,7 +96,7 @@ func (s *Service) Observed(o Observer) *Service {
 	if _, none := s.obs.(nopObserver); !none {
 		obs = observers{s.obs, o}
 	}
-	return &Service{store: s.store, obs: obs, decide: s.decide, clock: s.clock}
+	return &Service{store: s.store, obs: obs, decide: s.decide, clock: s.clock, shadow: s.shadow, shadows: s.shadows}
 }
 
 // timed reports one store call to the observer.

@@ -56,6 +56,11 @@ type Config struct {
 
 	// concurrency
 	Limit *int64 `json:"limit,omitempty" yaml:"limit,omitempty"` // slots, ≥ 1 and ≤ 1e6; required
+
+	// Shadow (every kind) decides and counts but never refuses: a refusal
+	// is reported as granted, marked shadow, and takes nothing (for trying
+	// a limit on live traffic). core applies it.
+	Shadow bool `json:"shadow,omitempty" yaml:"shadow,omitempty"`
 }
 
 // Limits on config values.

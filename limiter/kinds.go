@@ -114,12 +114,12 @@ var (
 )
 
 // The config fields of each kind (KindInfo.Fields); rate kinds all take
-// rate and max_reserve.
+// rate and max_reserve, every kind shadow.
 var (
-	scheduleFields    = []string{"rate", "max_reserve", "spec", "burst", "max_backlog"}
-	smoothFields      = []string{"rate", "max_reserve", "max_burst_seconds", "initial_permits", "warmup", "cold_factor"}
-	shareFields       = []string{"capacity", "algorithm", "lease", "refresh_interval", "safe_capacity", "learning"}
-	concurrencyFields = []string{"limit", "lease"}
+	scheduleFields    = []string{"rate", "max_reserve", "spec", "burst", "max_backlog", "shadow"}
+	smoothFields      = []string{"rate", "max_reserve", "max_burst_seconds", "initial_permits", "warmup", "cold_factor", "shadow"}
+	shareFields       = []string{"capacity", "algorithm", "lease", "refresh_interval", "safe_capacity", "learning", "shadow"}
+	concurrencyFields = []string{"limit", "lease", "shadow"}
 )
 
 var kinds = []KindInfo{

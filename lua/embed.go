@@ -7,7 +7,9 @@
 // operation's file, so the engine is written once; as a script (EVAL) it is
 // arranged so that a call a fast path answers runs little of it (Source), as
 // a function library (FCALL) it is loaded once (Library). The share and concurrency
-// scripts (and their configure) stand alone (see Standalone). limiter/ is the
+// scripts (and their configure) stand alone (see Standalone), and so does
+// restore.lua, which undoes acquire_all.lua's write on one cluster slot when
+// another slot of the same call refused. limiter/ is the
 // reference the scripts must agree with to the nanosecond; see lib.lua for how
 // they stay exact in doubles.
 package lua
@@ -30,18 +32,23 @@ const (
 	Reset     = "reset"
 	Configure = "configure"
 	Delete    = "delete"
+	// AcquireAll decides several limiters all or nothing (acquire_all.lua).
+	AcquireAll = "acquire_all"
 
 	Share          = "share"           // capacity leases of a share limiter (standalone)
 	Concurrency    = "concurrency"     // slots of a concurrency limiter (standalone)
 	ConfigureLease = "configure_lease" // Put/Patch of a share or concurrency limiter (standalone)
+	// Restore undoes an acquire_all write another shard's refusal voided (standalone).
+	Restore = "restore"
 )
 
 // Ops are the names of every operation.
-var Ops = []string{Acquire, Grant, Peek, Release, Reset, Configure, Delete, Share, Concurrency, ConfigureLease}
+var Ops = []string{Acquire, Grant, Peek, Release, Reset, Configure, Delete, Share, Concurrency, ConfigureLease,
+	AcquireAll, Restore}
 
 // Standalone are the operations whose script is their file alone, without
 // lib.lua.
-var Standalone = map[string]bool{Share: true, Concurrency: true, ConfigureLease: true}
+var Standalone = map[string]bool{Share: true, Concurrency: true, ConfigureLease: true, Restore: true}
 
 // Source returns the full source of an operation's script: the code of
 // LibSource and the operation, arranged so that a fast path runs little of it

@@ -19,22 +19,37 @@
 --
 --   x = code format version | params | started epoch | next pace rem |
 --   allocated idle permits lateness (low parts) last | origin stored |
---   allocated idle permits lateness (high parts),
+--   allocated idle permits lateness (high parts) expires,
 -- where code is the kind's (its row's code, see Kinds: 1 schedule, 2
 -- smooth), format the layout's (FORMAT), params are whole frac den
 -- max_permits and the kind's own (its row's params: burst max_backlog in
 -- schedule.lua, cap initial warm cooldown threshold slope in smooth.lua), the
--- totals are each an int64 in two parts, and last is the time of the latest
--- grant, reset or reconfiguration (limiter.State.Last, relative to epoch).
+-- totals are each an int64 in two parts, expires is when an instance's key
+-- expires at the earliest (Unix ms; 0: unknown, named limiters; see
+-- "Instance TTLs"), and last is the time of the latest grant, reset or
+-- reconfiguration (limiter.State.Last, relative to epoch).
 -- The field groups below (HEAD, SLICE, STATE, RUN, REST) and the kinds'
 -- params are the one description of x: every layout, size and offset is
 -- derived from them (see Layouts). What one acquire changes (RUN: next pace
 -- rem, the low parts and last) is one run of bytes, with only what it reads
 -- before it, so that a kind's fast path (schedule's acquire_one) reads a
--- prefix and rewrites only that run. An x of an earlier format (OLD_FORMATS: 136 or 160
--- bytes without the format byte, 129 or 153 also without last) is read with
--- last 0 and written in the current one; an x of a format this file does not
--- know is an error.
+-- prefix and rewrites only that run. An x of an earlier format (OLD_FORMATS:
+-- 137 or 161 bytes without expires, 136 or 160 also without the format byte,
+-- 129 or 153 also without last) is read with expires and last 0 and written
+-- in the current one; an x of a format this file does not know is an error.
+-- expires comes last, out of the run a fast path reads: a named limiter never
+-- reads it, an instance's fast path reads it alone and writes it only when it
+-- sets a TTL.
+--
+-- Instance TTLs. An instance's key must live while it owes (its schedule
+-- runs ahead of now) and then until it settles or for its template's
+-- idle_ttl (ttl_ms). A PEXPIRE per acquire costs about as much as the rest of
+-- the fast path's Redis work, so the fast path sets a TTL an eighth longer
+-- than needed and records the deadline in expires; while a later acquire's
+-- deadline falls within it, it sets none. So an instance lives at most an
+-- eighth longer than its TTL after its last use; it never lives shorter. Any
+-- other write of an instance sets its TTL exactly and records it, or records
+-- 0 (unknown).
 
 -- Clock steps (limiter/floor.go). When TIME is earlier than last, Redis time
 -- stepped back (a failover to a host whose clock is behind): now_rel moves the
@@ -162,7 +177,7 @@ local KINDS = {}
 -- or resized) takes a new FORMAT, and load a migration from the previous
 -- one: x carries its format in its second byte, and an x of a format this
 -- file does not know is an error, never read by guess.
-local FORMAT = 3 -- formats 1 (before last) and 2 (before the format byte) had none
+local FORMAT = 4 -- formats 1 (before last) and 2 (before the format byte) had none; 3 had no expires
 
 -- Layouts. A kind's x is HEAD, SLICE, the kind's params, STATE, RUN, REST.
 -- lua/layout.go reads field_groups and the kinds' rows and derives from
@@ -181,10 +196,12 @@ local X_OF = {}
 -- length, without a call. A fast path checks x's code; kinds of one size
 -- have none here.
 local FAST = {}
--- OLD_FORMATS are the earlier formats by size (binary only: they had no
--- format byte), and where their bytes go in FORMAT's: format 2 lacks the
--- format byte (after code), format 1 also last (after the totals' low
--- parts); load inserts them. Built when an x of an earlier format is read.
+-- OLD_FORMATS are the earlier formats by size (binary only), and what load
+-- inserts to make FORMAT's: format 3 lacks expires (at the end), format 2
+-- also the format byte (after code), format 1 also last (after the totals'
+-- low parts).
+-- Only schedule (1) and smooth (2) had them. Built when an x of an earlier
+-- format is read.
 local OLD_FORMATS
 
 -- H heads acquire_many's answer for a limiter: code A_OK, now_us, version,
@@ -251,6 +268,10 @@ local function init(keep)
   end
 end
 
+-- floors_bin is the last floors argument a fast path found in binary: the
+-- next limiters of the same call need not check its form again.
+local floors_bin
+
 -- floor_read reads the floor of the j-th limiter of a call's floors fl (see
 -- Floors): fus and fah (ns ahead, FAR taken off), fus 0 for none.
 local function floor_read(fl, j)
@@ -284,10 +305,21 @@ end
 
 -- ttl_ms is settle_ms for an instance with the given debt (ns) and its
 -- kind's settle (ns).
+-- (In arithmetic, without a C function's call: the fast paths call it on
+-- every acquire on an instance.)
 local function ttl_ms(debt, idle_ttl_ms, settle)
-  if idle_ttl_ms > 0 then return max(idle_ttl_ms, math.ceil(debt / 1e6)) end
-  if idle_ttl_ms < 0 then settle = min(settle, -idle_ttl_ms * 1e6) end
-  return max(1, math.ceil((debt + settle) / 1e6))
+  local ms
+  if idle_ttl_ms > 0 then -- max(idle_ttl_ms, ceil(debt / 1e6))
+    ms = debt / 1e6
+    if ms <= idle_ttl_ms then return idle_ttl_ms end
+  else -- max(1, ceil((debt + settle) / 1e6)), settle at most -idle_ttl_ms
+    if idle_ttl_ms < 0 and settle > -idle_ttl_ms * 1e6 then settle = -idle_ttl_ms * 1e6 end
+    ms = (debt + settle) / 1e6
+    if ms <= 1 then return 1 end
+  end
+  local r = ms % 1
+  if r == 0 then return ms end
+  return ms - r + 1
 end
 
 -- head_of reads the head of a template's requests (acquire_many): m, the
@@ -380,7 +412,7 @@ local function field_groups()
   local RUN = {{'next', 'i7'}, {'pace', 'i7'}, {'rem', 'i4'}, {'allocated', 'i7'}, {'idle', 'i7'},
     {'permits', 'i7'}, {'lateness', 'i7'}, {'last', 'i7'}}
   local REST = {{'origin', 'i7'}, {'stored', 'i7'},
-    {'allocated_hi', 'i4'}, {'idle_hi', 'i4'}, {'permits_hi', 'i4'}, {'lateness_hi', 'i4'}}
+    {'allocated_hi', 'i4'}, {'idle_hi', 'i4'}, {'permits_hi', 'i4'}, {'lateness_hi', 'i4'}, {'expires', 'i7'}}
   local WIDTH = {B = 1, I4 = 4, i4 = 4, i7 = 7, d = 8}
   return HEAD, SLICE, STATE, RUN, REST, WIDTH
 end
@@ -423,7 +455,8 @@ local function check_layouts()
       if lnames ~= K.lean_names or lfmt ~= K.lean_fmt or rfmt ~= K.lean_run or size ~= K.lean_size or
           K.lean_code ~= K.code or (FAST[size] and FAST[size] ~= K.fast) or
           (K.create and (K.lean_full ~= fmt or K.lean_params ~= X.params)) or
-          tostring(lsize - rsize) ~= K.lean_run_at then
+          tostring(lsize - rsize) ~= K.lean_run_at or
+          (K.lean_expires_at and (REST[#REST][1] ~= 'expires' or K.lean_expires_at ~= tostring(size - WIDTH.i7))) then
         error('lib.lua: the fast path of ' .. name .. ' reads a layout that is not its field groups\'')
       end
     end
@@ -452,15 +485,17 @@ local function load(key, inst, x)
   if TEXT == 0 and #x ~= X.size then -- an earlier format (see OLD_FORMATS)
     if not OLD_FORMATS then
       OLD_FORMATS = {}
-      for c, Y in pairs(X_OF) do
-        OLD_FORMATS[Y.size - 1] = {code = c, last = false}            -- format 2
-        OLD_FORMATS[Y.size - 8] = {code = c, last = Y.at_last - 1} -- format 1: 'i7' last
+      for c = 1, 2 do
+        local Y = X_OF[c]
+        OLD_FORMATS[Y.size - 7] = {code = c, byte = 2}                    -- format 3
+        OLD_FORMATS[Y.size - 8] = {code = c, byte = 1}                    -- format 2
+        OLD_FORMATS[Y.size - 15] = {code = c, byte = 1, last = Y.at_last - 1} -- format 1
       end
     end
     local old = OLD_FORMATS[#x]
     if not old or old.code ~= code then error('limitd: ' .. key .. ': packed state of ' .. #x .. ' bytes') end
     if old.last then x = string.sub(x, 1, old.last) .. enc('<i7', 0) .. string.sub(x, old.last + 1) end
-    x = string.sub(x, 1, 1) .. enc('<B', FORMAT) .. string.sub(x, 2)
+    x = string.sub(x, 1, 1) .. enc('<B', FORMAT) .. string.sub(x, old.byte + 1) .. enc('<i7', 0)
   end
   -- X.load makes L in one table constructor with every field (adding fields
   -- later would grow, rehash, the table, which costs more than the rest of a
@@ -662,10 +697,11 @@ local function settle_ms(L, now, idle_ttl_ms)
 end
 
 -- save writes L back if this call changed it: a named limiter's state key, or
--- an instance's key with a TTL, settle_ms(L, now, idle_ttl_ms). Without now
--- an instance keeps the TTL it has. An unchanged instance with an idle_ttl
--- gets it anew (every use counts); one without keeps its TTL, which still
--- covers an unchanged state.
+-- an instance's key with a TTL, settle_ms(L, now, idle_ttl_ms), recorded in
+-- expires (see Instance TTLs). Without now an instance keeps the TTL it has
+-- (expires 0: PTTL's whole ms may fall short of it). An unchanged instance
+-- with an idle_ttl gets it anew (every use counts); one without keeps its
+-- TTL, which still covers an unchanged state.
 local function save(L, now, idle_ttl_ms)
   local x = pack(L)
   local changed = x ~= L.x
@@ -677,14 +713,18 @@ local function save(L, now, idle_ttl_ms)
   if not now then
     if not changed then return end
     local ttl = rcall('PTTL', L.key)
-    if ttl > 0 then rcall('SET', L.key, x, 'PX', ttl) else rcall('SET', L.key, x) end
+    L.expires = 0
+    L.x = pack(L)
+    if ttl > 0 then rcall('SET', L.key, L.x, 'PX', ttl) else rcall('SET', L.key, L.x) end
     return
   end
   local ttl = settle_ms(L, now, idle_ttl_ms)
-  if changed then
-    rcall('SET', L.key, x, 'PX', ttl)
-  elseif idle_ttl_ms > 0 then
-    rcall('PEXPIRE', L.key, ttl)
+  if changed or idle_ttl_ms > 0 then
+    -- Redis counts the TTL from its time at the call's start, at most a ms
+    -- before TIME's: the deadline recorded is that much earlier
+    L.expires = floor((L.epoch + floor(now / 1000)) / 1000) + ttl - 1
+    L.x = pack(L)
+    rcall('SET', L.key, L.x, 'PX', ttl)
   end
 end
 

@@ -21,15 +21,25 @@ end
 -- check_layouts (lib.lua) checks them against the field groups (on a
 -- library's first call, and in store's tests), so a change of the groups that
 -- they miss is an error at once, never a misread.
-local CODE, X_SIZE, X_RUN_AT = 1, 137, '54'
+local CODE, X_SIZE, X_RUN_AT, X_EXPIRES_AT = 1, 144, '54', '137'
 local X_LEAN = '<BBi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7i7'
 local X_RUN = '<i7i7i4i7i7i7i7i7'
 -- create_one's: the whole x, and the template's params as acquire_many
 -- has them (X_OF's params: kind whole frac den max_permits burst
 -- max_backlog version), one word each.
-local X_FULL = '<BBi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7i7i7i7i4i4i4i4'
+local X_FULL = '<BBi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7i7i7i7i4i4i4i4i7'
 local X_PARAMS = 'kind whole frac den max_permits burst max_backlog version'
 local P_WORDS = '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$'
+
+-- instance_ttl is the TTL the fast paths give an instance whose key must
+-- live ttl ms from now (now_ms, Unix ms) and whose recorded deadline does
+-- not cover that (see Instance TTLs in lib.lua): ttl and an eighth more,
+-- and the deadline to record, a ms early (Redis counts the TTL from its time
+-- at the call's start).
+local function instance_ttl(now_ms, ttl)
+  local more = ttl + (ttl - ttl % 8) / 8
+  return string.format('%d', more), now_ms + more - 1 -- ('%d': a number argument would be written with '%.14g')
+end
 
 -- slice_cost is cost (lib.lua) in numbers: n permits' whole ns and the new
 -- sub-ns carry.
@@ -63,7 +73,13 @@ local function acquire_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl)
   n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
   if started ~= 1 or now >= REBASE or now < last or n < 1 or n > max_permits or n % 1 ~= 0 then return nil end
   if fl then -- apply_floor's test, without its change
-    local fus, ah = floor_read(fl, fj) -- ah >= -FAR
+    local fus, ah -- floor_read's, without its call, and its check of the form once per call's floors
+    if fl == floors_bin or byte(fl, 1) == 66 then
+      floors_bin, fus, ah = fl, dec('<i8i8', fl, 16 * fj - 14)
+      ah = ah - FAR
+    else
+      fus, ah = floor_read(fl, fj)
+    end -- ah >= -FAR
     if fus ~= 0 and us - fus < FLOOR_AGE then
       if ah > 2 * HORIZON then ah = 2 * HORIZON end
       local at
@@ -89,8 +105,12 @@ local function acquire_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl)
     answer = enc(HR, A_OK, us, version, tver and 1 or 0, next - now, R_DENIED, 0, delay, wait, delay - max_wait)
     if late <= max_backlog then -- a denial that forfeited nothing changes nothing
       -- but an instance with an idle TTL gets it anew (save)
-      if tver and idle_ttl > 0 then
-        rcall('PEXPIRE', key, string.format('%d', ttl_ms(max(0, next - now, pace - now), idle_ttl, max_backlog)))
+      -- (only idle_ttl from now is new: its debt, unchanged, is covered)
+      local now_ms = (us - us % 1000) / 1000
+      if tver and idle_ttl > 0 and now_ms + idle_ttl > dec('<i7', x, X_SIZE - 6) then
+        local ttl, at = instance_ttl(now_ms, ttl_ms(max(0, next - now, pace - now), idle_ttl, max_backlog))
+        rcall('PEXPIRE', key, ttl)
+        rcall('SETRANGE', key, X_EXPIRES_AT, enc('<i7', at))
       end
       return answer
     end
@@ -107,9 +127,17 @@ local function acquire_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl)
   end
   if allocated >= LOW or idle >= LOW or permits >= LOW or lateness >= LOW then return nil end -- a carry
   rcall('SETRANGE', key, X_RUN_AT, enc(X_RUN, next, pace, rem, allocated, idle, permits, lateness, last))
-  if tver then -- schedule's settle: until the backlog is forfeited ('%d': an
-    -- argument that is a number is written with '%.14g', which costs more)
-    rcall('PEXPIRE', key, string.format('%d', ttl_ms(max(0, next - now, pace - now), idle_ttl, max_backlog)))
+  if tver then -- schedule's settle: until the backlog is forfeited
+    local debt = next - now -- max(0, next - now, pace - now)
+    if pace - now > debt then debt = pace - now end
+    if debt < 0 then debt = 0 end
+    local now_ms, ttl = (us - us % 1000) / 1000, ttl_ms(debt, idle_ttl, max_backlog)
+    if now_ms + ttl > dec('<i7', x, X_SIZE - 6) then
+      local at
+      ttl, at = instance_ttl(now_ms, ttl)
+      rcall('PEXPIRE', key, ttl)
+      rcall('SETRANGE', key, X_EXPIRES_AT, enc('<i7', at))
+    end
   end
   return answer
 end
@@ -153,9 +181,10 @@ local function create_one(key, params, n, us, fl, fj, tver, idle_ttl)
   if burst ~= 0 then pace = math.ceil(c / burst) end
   -- code format version | params | started epoch | next pace rem allocated
   -- idle permits lateness last | origin stored | the totals' high parts
+  -- expires
+  local ttl, expires = instance_ttl((us - us % 1000) / 1000, ttl_ms(max(c, pace), idle_ttl, max_backlog))
   rcall('SET', key, enc(X_FULL, CODE, FORMAT, tver, whole, frac, den, max_permits, burst, max_backlog,
-    1, us, c, pace, rem, c, 0, n, 0, 0, us, 0, 0, 0, 0, 0),
-    'PX', string.format('%d', ttl_ms(max(c, pace), idle_ttl, max_backlog)))
+    1, us, c, pace, rem, c, 0, n, 0, 0, us, 0, 0, 0, 0, 0, expires), 'PX', ttl)
   return enc(HR, A_OK, us, tver, 1, c, R_GRANTED, 0, 0, 0, 0)
 end
 
@@ -165,6 +194,7 @@ KINDS.schedule = {
   fast = acquire_one,
   lean_names = 'code format version whole frac den max_permits burst max_backlog started epoch next pace rem allocated idle permits lateness last',
   lean_code = CODE, lean_fmt = X_LEAN, lean_run = X_RUN, lean_run_at = X_RUN_AT, lean_size = X_SIZE,
+  lean_expires_at = X_EXPIRES_AT,
   create = create_one, lean_full = X_FULL, lean_params = X_PARAMS,
   engine = function() return {
     acquire = function(L, now, n, max_wait)

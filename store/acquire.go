@@ -39,6 +39,9 @@ type Decision struct {
 	// free time). The store remembers the furthest it has seen per name and
 	// sends it as a floor with its next call (floors.go).
 	Position int64
+	// Shadow marks a refusal by a limiter in shadow mode that core reports
+	// as granted: it took nothing (the store never sets it).
+	Shadow bool
 }
 
 // Acquire asks the limiter (or the template matching name) for n permits,

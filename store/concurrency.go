@@ -31,6 +31,10 @@ type SlotLease struct {
 	// slots: a restart without persistence, a failover that lost writes) and
 	// registered it again, a slot being free.
 	Readded bool
+	// Shadow marks a refusal by a limiter in shadow mode that core reports
+	// as granted: no slot was taken and there is no lease (ID ""); the
+	// store never sets it.
+	Shadow bool
 }
 
 // AcquireSlot takes a slot of a concurrency limiter if one is free. A full

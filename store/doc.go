@@ -19,6 +19,10 @@
 // requests of many limiters. WithBatching does this for concurrent callers of
 // Acquire automatically.
 //
+// Several limits in one call: AcquireAll takes permits from several limiters
+// all or nothing (acquire_all.go says exactly how atomic that is on one
+// server and across cluster slots).
+//
 // Configs live in Redis: Put creates, replaces or reconfigures a limiter in one
 // script (never half-written), bumping its version and publishing the change on
 // prefix:changes. Templates map glob patterns to configs; a name that is not a

@@ -228,8 +228,8 @@ func TestTemplateDefaultIdleTTL(t *testing.T) {
 		t.Errorf("%d floors kept, cap %d", c, DefaultFloorCap)
 	}
 	// Every instance: a TTL of at most its debt (one slice, 100 ms) and
-	// DefaultIdleTTL.
-	limit := DefaultIdleTTL + 100*time.Millisecond
+	// DefaultIdleTTL, and an eighth more (lua/lib.lua, Instance TTLs).
+	limit := (DefaultIdleTTL + 100*time.Millisecond) * 9 / 8
 	var keys int
 	iter := rdb.Scan(ctx, 0, s.prefix+":{k:*}:i", 5000).Iterator()
 	batch := make([]string, 0, 1000)
@@ -323,9 +323,11 @@ func TestTemplateIdleTTLExpiry(t *testing.T) {
 func durp(d time.Duration) *limiter.Duration { v := limiter.Duration(d); return &v }
 
 // TestOldLayout: an x of an earlier format is read and written back in the
-// current one (FORMAT in lua/lib.lua): format 2 (136 bytes for a schedule
-// limiter, no format byte) as it is, format 1 (129 bytes, before last) with
-// last 0. An x of a format the scripts do not know is an error, not read.
+// current one (FORMAT in lua/lib.lua): format 3 (137 bytes for a schedule
+// limiter, without expires, the last field now) with expires 0, format 2
+// (136 bytes, nor the format byte) likewise, format 1 (129 bytes, nor last)
+// with last 0 too. An x of a
+// format the scripts do not know is an error, not read.
 func TestOldLayout(t *testing.T) {
 	rdb := stServerFactory(t)(t)
 	s := stStore(t, rdb)
@@ -333,21 +335,22 @@ func TestOldLayout(t *testing.T) {
 	stPut(t, s, "o", stSched(100, 1))
 	stAcquire(t, s, "o", 1, Forever)
 	x := rdb.Get(ctx, s.stateKey("o")).Val()
-	if len(x) != 137 || x[1] != packedFormat {
+	if len(x) != 144 || x[1] != packedFormat {
 		t.Fatalf("x of %d bytes, format %d", len(x), x[1])
 	}
-	const lastAt = 100 // last's offset in format 3
+	const lastAt = 100 // last's offset; expires is the last 7 bytes
 	for i, old := range []string{
-		x[:1] + x[2:],                      // format 2: no format byte
-		x[:1] + x[2:lastAt] + x[lastAt+7:], // format 1: nor last
+		x[:1] + "\x03" + x[2:137],             // format 3: no expires
+		x[:1] + x[2:137],                      // format 2: nor the format byte
+		x[:1] + x[2:lastAt] + x[lastAt+7:137], // format 1: nor last
 	} {
 		rdb.Set(ctx, s.stateKey("o"), old, 0)
 		d := stAcquire(t, s, "o", 1, Forever)
 		if !d.Granted || d.Scheduled-d.Now > int64(i+1)*10_000_000 { // one permit ahead per acquire
 			t.Errorf("acquire on %d bytes: %+v", len(old), d)
 		}
-		if x := rdb.Get(ctx, s.stateKey("o")).Val(); len(x) != 137 {
-			t.Errorf("x of %d bytes rewritten as %d bytes, want 137", len(old), len(x))
+		if x := rdb.Get(ctx, s.stateKey("o")).Val(); len(x) != 144 {
+			t.Errorf("x of %d bytes rewritten as %d bytes, want 144", len(old), len(x))
 		}
 	}
 	x = rdb.Get(ctx, s.stateKey("o")).Val()

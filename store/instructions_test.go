@@ -34,8 +34,8 @@ import (
 // Every figure is redis-server's whole work for the call (reading the
 // command, the script, the reply), divided by the decisions it made: a
 // batch of 64 counts 64. The test fails if an instance decision costs more
-// than 1.6× a named limiter's, or a script (EVAL) more than 2.3× the same
-// call as a function or 1.9× a writing redis_rate's.
+// than 1.3× a named limiter's (1.35× new, or batched), or a script (EVAL)
+// more than 2.4× the same call as a function or 1.9× a writing redis_rate's.
 func TestInstructionsPerDecision(t *testing.T) {
 	if os.Getenv("LIMITD_CALLGRIND") != "1" {
 		t.Skip("set LIMITD_CALLGRIND=1 to count redis-server's instructions per decision (valgrind)")
@@ -140,13 +140,18 @@ func TestInstructionsPerDecision(t *testing.T) {
 			t.Errorf("%s / %s = %.2f, want ≤ %.2f", a, b, r, most)
 		}
 	}
-	ratio("function, instance, known", "function, named, 64 keys", 1.6)
-	ratio("function, instance, new", "function, named, 64 keys", 1.7)
+	// An instance's TTL is set once per eighth of it (lua/lib.lua, Instance
+	// TTLs): about 1.22×, 1.26× and 1.25× as measured when that came; a PEXPIRE
+	// per acquire was 1.36×, 1.25× and 1.45×.
+	ratio("function, instance, known", "function, named, 64 keys", 1.3)
+	ratio("function, instance, new", "function, named, 64 keys", 1.35)
+	ratio("batch of 64, instances, known", "batch of 64, named", 1.35)
 	// A script runs the library's hot part on every call, which the function
 	// library does once: each function the fast path calls is a closure made
 	// per script call. Against a writing redis_rate too, which does not move
-	// when the function path gets cheaper.
-	ratio("script, named, hot", "function, named, hot", 2.3)
+	// when the function path gets cheaper. (2.26× and 1.83× as measured once
+	// the hot part kept an instance's TTL deadline.)
+	ratio("script, named, hot", "function, named, hot", 2.4)
 	ratio("script, named, hot", "redis_rate, writing, hot", 1.9)
 }
 

@@ -116,15 +116,15 @@ for i = 1, #a, 32 do
     for k = from, to do v[#v + 1] = a[k] end
     -- state and totals in the order of STATE, RUN and REST: started
     -- epoch next pace rem, the totals' low parts, last, origin stored,
-    -- their high parts
-    for _, k in ipairs({16, 17, 19, 20, 21, 24, 26, 28, 30, 23, 18, 22, 25, 27, 29, 31}) do
+    -- their high parts, expires (epoch's value again)
+    for _, k in ipairs({16, 17, 19, 20, 21, 24, 26, 28, 30, 23, 18, 22, 25, 27, 29, 31, 17}) do
       v[#v + 1] = a[i + k]
     end
     return v
   end
   local x1 = enc(X_OF[1].fmt, unpack(x(1, i, i + 5)))
   local x2 = enc(X_OF[2].fmt, unpack(x(2, i + 6, i + 15)))
-  for _, x in ipairs({x1, x2, back(X_OF[1].fmt, x1, 25), back(X_OF[2].fmt, x2, 29)}) do
+  for _, x in ipairs({x1, x2, back(X_OF[1].fmt, x1, 26), back(X_OF[2].fmt, x2, 30)}) do
     out[#out + 1] = x
   end
 end
@@ -140,8 +140,8 @@ return out`
 		g := func(x float64) string { return strconv.FormatFloat(x, 'g', 17, 64) }
 		for k, w := range rows {
 			o := v[4*k : 4*k+4]
-			if !isPackedText(o[0]) && (len(o[0]) != 137 || len(o[1]) != 161) {
-				t.Errorf("row %d: packed lengths %d %d, want 137 161", k, len(o[0]), len(o[1]))
+			if !isPackedText(o[0]) && (len(o[0]) != 144 || len(o[1]) != 168) {
+				t.Errorf("row %d: packed lengths %d %d, want 144 168", k, len(o[0]), len(o[1]))
 			}
 			// Lua reads back what it wrote.
 			var tail []string
@@ -156,7 +156,9 @@ return out`
 			for _, x := range w.tot {
 				tail = append(tail, g(float64(int32(x>>32))))
 			}
-			want := [2][]string{{"1", "3", "7"}, {"2", "3", "7"}}
+			tail = append(tail, g(w.state[1])) // expires
+			f := strconv.Itoa(packedFormat)
+			want := [2][]string{{"1", f, "7"}, {"2", f, "7"}}
 			for _, x := range w.sched {
 				want[0] = append(want[0], g(x))
 			}
@@ -321,16 +323,16 @@ func TestStorageLayout(t *testing.T) {
 	if !slices.Equal(fields, []string{"cfg", "kind", "ver"}) {
 		t.Errorf("named limiter: fields %v, want cfg kind ver", fields)
 	}
-	if x, err := rdb.Get(ctx, s.stateKey("w")).Result(); err != nil || len(x) != 161 {
-		t.Errorf("named limiter: x of %d bytes (%v), want 161", len(x), err)
+	if x, err := rdb.Get(ctx, s.stateKey("w")).Result(); err != nil || len(x) != 168 {
+		t.Errorf("named limiter: x of %d bytes (%v), want 168", len(x), err)
 	}
 	if ttl := rdb.PTTL(ctx, s.stateKey("w")).Val(); ttl != -1 {
 		t.Errorf("named limiter's state: TTL %v, want none", ttl)
 	}
 	key := s.instanceKey("u:1")
 	x, err := rdb.Get(ctx, key).Result()
-	if err != nil || len(x) != 161 {
-		t.Fatalf("instance: %d bytes (%v), want x of 161", len(x), err)
+	if err != nil || len(x) != 168 {
+		t.Fatalf("instance: %d bytes (%v), want x of 168", len(x), err)
 	}
 	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
 		t.Errorf("instance TTL %v, want one", ttl)
@@ -737,7 +739,7 @@ table.remove(v, 1) -- the code
 table.remove(v, 1) -- the format
 if #ARGV > 0 then
   for i = 1, 4 do v[12 + i] = tonumber(ARGV[i]) end
-  redis.call('SET', KEYS[1], enc(X_OF[1].fmt, 1, FORMAT, unpack(v, 1, 23)))
+  redis.call('SET', KEYS[1], enc(X_OF[1].fmt, 1, FORMAT, unpack(v, 1, 24)))
 end
 return {v[13], v[14], v[15], v[16], v[20], v[21], v[22], v[23]}`
 	parts := func(args ...any) []int64 {

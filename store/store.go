@@ -41,9 +41,10 @@ type Store struct {
 	scripts   map[string]*redis.Script
 	fn        functions // the rate limiter's calls as Redis Functions (functions.go)
 	templates templateCache
-	batchMax  int      // WithBatching's, 0 without
-	batcher   *batcher // started by New when batchMax > 0, stopped by Close
-	floors    floorSet // the furthest schedule position seen per name (floors.go)
+	batchMax  int          // WithBatching's, 0 without
+	batcher   *batcher     // started by New when batchMax > 0, stopped by Close
+	floors    floorSet     // the furthest schedule position seen per name (floors.go)
+	spread    *spreadHooks // tests: AcquireAll as on a cluster (acquire_all.go)
 }
 
 // Option configures a Store.

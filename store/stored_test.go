@@ -9,7 +9,7 @@ import (
 )
 
 // packedFormat is FORMAT in lua/lib.lua: the layout decodeStored reads.
-const packedFormat = 3
+const packedFormat = 4
 
 // stored is a rate limiter's hash as lua/lib.lua keeps it ("Storage" there),
 // decoded: for tests and for looking into Redis by hand.
@@ -22,11 +22,14 @@ type stored struct {
 	Started       bool
 	Epoch, Origin int64 // Unix µs
 	// Next, Pace, Stored and Last are ns relative to Epoch; Rem is in 1/Den ns.
-	Next, Pace, Rem, Stored, Last      int64
+	Next, Pace, Rem, Stored, Last int64
+	// Expires is when an instance's key expires at the earliest (Unix ms;
+	// 0: unknown).
+	Expires                            int64
 	Allocated, Idle, Permits, Lateness int64
 }
 
-// decodeStored decodes x (FORMAT 3), everything lib.lua keeps of a rate limiter in one
+// decodeStored decodes x (FORMAT 4), everything lib.lua keeps of a rate limiter in one
 // packed value ("Storage" there): a named limiter's hash field x, or a
 // template instance's string key. ok is false when x is nil (no such
 // limiter); a share or concurrency limiter's x is its kind alone. Both forms
@@ -101,6 +104,8 @@ func decodeStored(x any) (st stored, ok bool, err error) {
 			st.Stored = v
 		case "last":
 			st.Last = v
+		case "expires":
+			st.Expires = v
 		case "allocated", "idle", "permits", "lateness":
 			*totals[slices.Index(totalNames, f.Name)] += v
 		case "allocated_hi", "idle_hi", "permits_hi", "lateness_hi":

@@ -123,10 +123,22 @@ type SlotDenied struct {
 	Limit      int64 `json:"limit"`
 }
 
+// SlotShadowed answers a concurrency acquire that a limiter in shadow mode
+// refused and let through (200): no slot was taken, there is no lease to
+// renew or release.
+type SlotShadowed struct {
+	Granted    bool  `json:"granted"` // true
+	Shadow     bool  `json:"shadow"`  // true
+	RetryAfter int64 `json:"retry_after_ns"`
+	InUse      int64 `json:"in_use"`
+	Limit      int64 `json:"limit"`
+}
+
 // SlotAnswer reads any answer of POST .../acquire: a slot's (granted or
 // not), or a schedule's, which has no in_use.
 type SlotAnswer struct {
 	LeaseID    *string `json:"lease_id"`
+	Shadow     bool    `json:"shadow"` // a SlotShadowed: no lease
 	Expires    int64   `json:"expires_ns"`
 	RetryAfter int64   `json:"retry_after_ns"`
 	InUse      *int64  `json:"in_use"`
@@ -215,4 +227,53 @@ type TemplateRequest struct {
 	Version        *int64 `json:"version,omitempty"`
 	Instances      *int64 `json:"instances,omitempty"`
 	InstancesExact *bool  `json:"instances_exact,omitempty"`
+}
+
+// AcquireAllRequest is the body of POST /v1/acquire: several limiters, all
+// or nothing, each named once.
+type AcquireAllRequest struct {
+	Requests []LimiterPermits  `json:"requests"`           // required, 1 to 64
+	MaxWait  *limiter.Duration `json:"max_wait,omitempty"` // for each limiter; default unlimited; negative is 0
+	Block    *bool             `json:"block,omitempty"`    // wait out the longest delay before answering
+}
+
+// LimiterPermits is one limiter of an AcquireAllRequest.
+type LimiterPermits struct {
+	Name    string `json:"name"`              // a limiter or a template instance
+	Permits *int64 `json:"permits,omitempty"` // default 1; 0 checks without taking
+}
+
+// AcquireAll answers POST /v1/acquire: 200 when every limiter granted (and
+// took its permits), 429 when one refused (nothing was taken). Results are
+// each limiter's answer in request order, the body its own acquire would
+// answer: a Granted, a Denied or a Shadowed. In a 429, a limiter that would
+// have granted answers granted although it took nothing.
+type AcquireAll struct {
+	Granted bool              `json:"granted"`
+	Results []json.RawMessage `json:"results"`
+}
+
+// Shadowed answers an acquire a limiter in shadow mode refused and let
+// through (200): a grant that starts now and took nothing, with the
+// retry_after_ns the refusal had.
+type Shadowed struct {
+	Granted
+	Shadow     bool  `json:"shadow"` // true
+	RetryAfter int64 `json:"retry_after_ns"`
+}
+
+// Answer reads any acquire answer of permits: a Granted, a Denied or a
+// Shadowed.
+type Answer struct {
+	Granted    bool  `json:"granted"`
+	Shadow     bool  `json:"shadow"`
+	Permits    int64 `json:"permits"`
+	Delay      int64 `json:"delay_ns"`
+	Scheduled  int64 `json:"scheduled_ns"`
+	Start      int64 `json:"start_ns"`
+	Lateness   int64 `json:"lateness_ns"`
+	Wait       int64 `json:"wait_ns"`
+	RetryAfter int64 `json:"retry_after_ns"`
+	Version    int64 `json:"version"`
+	Now        int64 `json:"now_ns"`
 }

@@ -322,3 +322,16 @@ func TestBootKeeperReappliesWhatOneShardLost(t *testing.T) {
 		t.Errorf("a check with nothing lost logged:\n%s", logs)
 	}
 }
+
+// shadow is a setting of every kind in the boot file too.
+func TestParseBootFileShadow(t *testing.T) {
+	b, err := parseBootFile("boot.yaml", []byte("limiters:\n  trial: {rate: 5, shadow: true}\n  login: {kind: smooth, rate: 5, shadow: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range b.limiters {
+		if !l.config.Shadow {
+			t.Errorf("%s: shadow not read: %+v", l.name, l.config)
+		}
+	}
+}

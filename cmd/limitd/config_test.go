@@ -38,13 +38,13 @@ func TestConfigFromEnv(t *testing.T) {
 		"LIMITD_ADDR": "0.0.0.0:9000", "LIMITD_REDIS_URL": "redis://r:6379", "LIMITD_PREFIX": "app1",
 		"LIMITD_CONFIG": "/etc/limitd.yaml", "LIMITD_ADMIN_TOKEN": "adm", "LIMITD_TOKEN": "tok",
 		"LIMITD_METRICS_TOKEN": "met", "LIMITD_INSECURE": "false", "LIMITD_LOG_FORMAT": "JSON", "LIMITD_LOG_LEVEL": "Debug",
-		"LIMITD_ACCESS_LOG": "Errors",
+		"LIMITD_ACCESS_LOG": "Errors", "LIMITD_SHADOW_MODE": "true",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := config{Addr: "0.0.0.0:9000", RedisURL: "redis://r:6379", Prefix: "app1", ConfigFile: "/etc/limitd.yaml",
-		AdminToken: "adm", Token: "tok", MetricsToken: "met", LogFormat: "json", LogLevel: "debug", AccessLog: "errors"}
+		AdminToken: "adm", Token: "tok", MetricsToken: "met", LogFormat: "json", LogLevel: "debug", AccessLog: "errors", ShadowMode: true}
 	if c != want {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
@@ -57,7 +57,7 @@ func TestConfigVariables(t *testing.T) {
 	for i := range typ.NumField() {
 		got = append(got, typ.Field(i).Tag.Get("env"))
 	}
-	want := "LIMITD_ADDR LIMITD_GRPC_ADDR LIMITD_REDIS_URL LIMITD_PREFIX LIMITD_CONFIG LIMITD_ADMIN_TOKEN LIMITD_TOKEN LIMITD_METRICS_TOKEN LIMITD_INSECURE LIMITD_LOG_FORMAT LIMITD_LOG_LEVEL LIMITD_ACCESS_LOG"
+	want := "LIMITD_ADDR LIMITD_GRPC_ADDR LIMITD_REDIS_URL LIMITD_PREFIX LIMITD_CONFIG LIMITD_ADMIN_TOKEN LIMITD_TOKEN LIMITD_METRICS_TOKEN LIMITD_INSECURE LIMITD_LOG_FORMAT LIMITD_LOG_LEVEL LIMITD_ACCESS_LOG LIMITD_SHADOW_MODE"
 	if strings.Join(got, " ") != want {
 		t.Errorf("variables %v, want %s", got, want)
 	}
@@ -71,6 +71,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"LIMITD_ACCESS_LOG", "on", `LIMITD_ACCESS_LOG: must be one of off, errors, all (got "on")`},
 		{"LIMITD_LOG_FORMAT", "xml", `LIMITD_LOG_FORMAT: must be one of text, json (got "xml")`},
 		{"LIMITD_INSECURE", "yes", `LIMITD_INSECURE: must be true or false (got "yes")`},
+		{"LIMITD_SHADOW_MODE", "on", `LIMITD_SHADOW_MODE: must be true or false (got "on")`},
 		{"LIMITD_ADDR", "8080", `LIMITD_ADDR: must be host:port, like 127.0.0.1:8080 or 0.0.0.0:8080 (got "8080")`},
 		{"LIMITD_ADDR", "127.0.0.1:http", `LIMITD_ADDR: the port must be a number from 0 to 65535 (got "127.0.0.1:http")`},
 		{"LIMITD_ADDR", "127.0.0.1:70000", `LIMITD_ADDR: the port must be`},

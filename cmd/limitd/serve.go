@@ -136,6 +136,9 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 	if cfg.Insecure && cfg.AdminToken == "" && cfg.exposed() {
 		logger.Warn("LIMITD_INSECURE=true: listening beyond loopback without LIMITD_ADMIN_TOKEN; anyone who reaches this address can change limiters", "addr", cfg.Addr)
 	}
+	if cfg.ShadowMode {
+		logger.Warn("LIMITD_SHADOW_MODE=true: every limiter is in shadow mode; acquires are counted but never refused")
+	}
 
 	var wg sync.WaitGroup
 	bgCtx, stopBackground := context.WithCancel(context.Background())
@@ -154,12 +157,12 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		cancel()
 	}
 	reg := prometheus.NewRegistry()
-	svc := core.New(st, core.Options{})
+	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode})
 	var rls *grpcapi.Server
 	if gln != nil {
 		o := grpcapi.Options{
 			Service: svc.Observed(api.Observer(reg, version)), Token: cfg.Token, AdminToken: cfg.AdminToken,
-			Logger: logger, AccessLog: cfg.AccessLog, Registry: reg,
+			Logger: logger, AccessLog: cfg.AccessLog, Registry: reg, ShadowMode: cfg.ShadowMode,
 		}
 		if boot != nil {
 			o.Rules = boot.rules

@@ -246,3 +246,25 @@ func TestServeRedisDownSaidOnce(t *testing.T) {
 		t.Errorf("logs of 20 requests while Redis is down (at most %d failure lines):\n%s", most, l)
 	}
 }
+
+// LIMITD_SHADOW_MODE=true: every limiter lets its refusals through, and the
+// log says so at the start.
+func TestServeShadowMode(t *testing.T) {
+	boot := writeFile(t, "boot.yaml", "limiters:\n  strict: {rate: 0.001, burst: 1}\n")
+	base, logs, _ := startServe(t, map[string]string{"LIMITD_CONFIG": boot, "LIMITD_SHADOW_MODE": "true"})
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range 2 {
+		resp, err := c.Post(base+"/v1/limiters/strict/acquire", "application/json", strings.NewReader(`{"max_wait":"0s"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || strings.Contains(string(b), `"shadow":true`) != (i == 1) {
+			t.Errorf("acquire %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	if !strings.Contains(logs.String(), "LIMITD_SHADOW_MODE=true") {
+		t.Errorf("no shadow mode warning:\n%s", logs)
+	}
+}

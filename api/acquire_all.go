@@ -1,0 +1,105 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/wire"
+)
+
+// acquireAllBody is POST /v1/acquire's body as read: each request is decoded
+// on its own, so that a fault in one is named requests[i].<field>.
+type acquireAllBody struct {
+	Requests []json.RawMessage `json:"requests"`
+	MaxWait  *limiter.Duration `json:"max_wait,omitempty"`
+	Block    *bool             `json:"block,omitempty"`
+}
+
+// acquireAll takes permits from several limiters, all or nothing
+// (core.AcquireAll): 200 when all granted, 429 with Retry-After (the
+// longest refusal's) and every limiter's answer when one refused.
+func (s *server) acquireAll(c echo.Context) error {
+	b, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var body acquireAllBody
+	if err := decodeStrict(b, &body, ""); err != nil {
+		return err
+	}
+	if len(body.Requests) == 0 {
+		return invalid("requests", "requests: is required: a list of {\"name\",\"permits\"}, one per limiter")
+	}
+	if len(body.Requests) > core.MaxAcquireAll {
+		return invalid("requests", "requests: at most "+strconv.Itoa(core.MaxAcquireAll)+" limiters in one call")
+	}
+	r := core.AcquireAllRequest{Requests: make([]core.LimiterPermits, len(body.Requests)), MaxWait: core.Forever}
+	for i, raw := range body.Requests {
+		prefix := "requests[" + strconv.Itoa(i) + "]"
+		var q wire.LimiterPermits
+		if err := decodeStrict(raw, &q, prefix); err != nil {
+			return err
+		}
+		if q.Name == "" {
+			return invalid(prefix+".name", prefix+".name: is required: the limiter's name")
+		}
+		r.Requests[i] = core.LimiterPermits{Name: q.Name, Permits: 1}
+		if q.Permits != nil {
+			r.Requests[i].Permits = *q.Permits
+		}
+	}
+	if body.MaxWait != nil {
+		r.MaxWait = time.Duration(*body.MaxWait)
+	}
+	if body.Block != nil {
+		r.Block = *body.Block
+	}
+	res, err := s.core.AcquireAll(c.Request().Context(), r)
+	if err != nil {
+		return err
+	}
+	out := wire.AcquireAll{Granted: res.Granted, Results: make([]json.RawMessage, len(res.Results))}
+	var retry int64
+	for i, d := range res.Results {
+		out.Results[i] = answerJSON(d)
+		if !d.Granted {
+			retry = max(retry, d.RetryAfter)
+		}
+	}
+	if !res.Granted {
+		setRetryAfter(c, retry)
+		return c.JSON(http.StatusTooManyRequests, out)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// answerJSON is a rate decision's answer, as its own acquire answers it.
+func answerJSON(d core.Decision) json.RawMessage {
+	switch {
+	case d.Shadow:
+		b, _ := json.Marshal(shadowedOf(d)) // plain integers and booleans: cannot fail
+		return b
+	case d.Granted:
+		return grantedOf(d).AppendJSON(nil)
+	}
+	return deniedOf(d).AppendJSON(nil)
+}
+
+func grantedOf(d core.Decision) wire.Granted {
+	return wire.Granted{Granted: true, Permits: d.Permits, Delay: d.Delay, Scheduled: d.Scheduled,
+		Start: d.Start, Lateness: d.Lateness, Wait: d.Wait, Version: d.Version, Now: d.Now}
+}
+
+func deniedOf(d core.Decision) wire.Denied {
+	return wire.Denied{RetryAfter: d.RetryAfter, Delay: d.Delay, Wait: d.Wait, Version: d.Version, Now: d.Now}
+}
+
+func shadowedOf(d core.Decision) wire.Shadowed {
+	return wire.Shadowed{Granted: grantedOf(d), Shadow: true, RetryAfter: d.RetryAfter}
+}

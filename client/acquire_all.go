@@ -1,0 +1,107 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd/wire"
+)
+
+// Permits names a limiter (or template instance) and the permits an
+// AcquireAll takes from it; 0 checks it without taking.
+type Permits struct {
+	Name    string
+	Permits int64
+}
+
+// AllResult is the answer of AcquireAll: Granted when every limiter granted
+// and took its permits (false: nothing was taken), and each limiter's own
+// decision in request order. Over HTTP a refusal by a limiter in shadow mode
+// is a decision with Granted and Shadow set (it took nothing).
+type AllResult struct {
+	Granted   bool
+	Decisions []store.Decision
+}
+
+// Delay is how long to wait before starting: the longest delay of the
+// granted decisions.
+func (r AllResult) Delay() time.Duration {
+	var d int64
+	for _, x := range r.Decisions {
+		if x.Granted {
+			d = max(d, x.Delay)
+		}
+	}
+	return time.Duration(d)
+}
+
+// allAcquirer is a Transport that takes several limiters in one call. Both
+// transports of this package are; a Transport of its own may be too.
+type allAcquirer interface {
+	AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error)
+}
+
+// AcquireAll takes permits from several limiters in one call, all or
+// nothing, each within maxWait (store.Forever: no bound); it does not wait
+// out the delay (see AllResult.Delay). It goes to Redis (New: one script on
+// one server, store.Store.AcquireAll on a cluster) or to the limitd server
+// (NewHTTP: POST /v1/acquire, where shadow mode applies; over Redis it does
+// not, being the server's). Local pools are not used: the permits come from
+// the shared schedules. A transport that cannot is errors.ErrUnsupported.
+func (c *Client) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error) {
+	a, ok := c.t.(allAcquirer)
+	if !ok {
+		return AllResult{}, fmt.Errorf("client: AcquireAll over %T: %w", c.t, errors.ErrUnsupported)
+	}
+	return a.AcquireAll(ctx, reqs, maxWait)
+}
+
+func (t redisTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error) {
+	mr := make([]store.MultiRequest, len(reqs))
+	for i, r := range reqs {
+		mr[i] = store.MultiRequest{Name: r.Name, Permits: r.Permits}
+	}
+	md, err := t.st.AcquireAll(ctx, mr, maxWait)
+	if err != nil {
+		return AllResult{}, err
+	}
+	return AllResult{Granted: md.Granted, Decisions: md.Decisions}, nil
+}
+
+func (t *httpTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error) {
+	body := wire.AcquireAllRequest{Requests: make([]wire.LimiterPermits, len(reqs))}
+	for i := range reqs {
+		body.Requests[i] = wire.LimiterPermits{Name: reqs[i].Name, Permits: &reqs[i].Permits}
+	}
+	if maxWait != store.Forever {
+		mw := limiter.Duration(max(0, maxWait))
+		body.MaxWait = &mw
+	}
+	_, b, err := t.do(ctx, http.MethodPost, "/v1/acquire", body)
+	if err != nil {
+		return AllResult{}, err
+	}
+	var v struct {
+		Granted bool          `json:"granted"`
+		Results []wire.Answer `json:"results"`
+	}
+	if err := decode(b, &v); err != nil {
+		return AllResult{}, err
+	}
+	if len(v.Results) != len(reqs) {
+		return AllResult{}, fmt.Errorf("client: the limitd server answered %d results for %d limiters", len(v.Results), len(reqs))
+	}
+	out := AllResult{Granted: v.Granted, Decisions: make([]store.Decision, len(reqs))}
+	for i, a := range v.Results {
+		out.Decisions[i] = store.Decision{Granted: a.Granted, Shadow: a.Shadow, Permits: a.Permits,
+			Scheduled: a.Scheduled, Start: a.Start, Delay: a.Delay, Lateness: a.Lateness, Wait: a.Wait,
+			RetryAfter: a.RetryAfter, Version: a.Version, Now: a.Now}
+		t.sawNow(a.Now)
+	}
+	return out, nil
+}

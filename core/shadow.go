@@ -1,0 +1,96 @@
+package core
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Shadow mode: a limiter whose config says "shadow": true (or every limiter,
+// with Options.Shadow) decides and counts as usual but never refuses. A
+// refusal is reported as granted, with Decision.Shadow set, and takes
+// nothing; the observer sees outcome "shadow" (so metrics count what the
+// limit would have refused). The service applies it to the acquires of rate
+// limiters (Acquire, AcquireAll) and of concurrency slots (a refusal is a
+// grant without a lease: SlotLease.Shadow, nothing to renew or release), so
+// every front end gets it. A pool's grant (Grant) is left as decided, its
+// permits having a place on the schedule; a share limiter never refuses (it
+// gives less), so shadow has no effect there.
+//
+// Only a refusal asks whether its limiter is in shadow mode: a named
+// limiter's config (remembered by version, which every decision carries),
+// a template instance's template (the store's template cache).
+
+// shadowGrant is d, a refusal in shadow mode of n permits, as reported: a
+// grant that starts now and took nothing.
+func shadowGrant(d Decision, n int64) Decision {
+	return Decision{Granted: true, Shadow: true, Permits: n, Scheduled: d.Now, Start: d.Now,
+		Wait: d.Wait, RetryAfter: d.RetryAfter, Version: d.Version, Now: d.Now, Instance: d.Instance, Position: d.Position}
+}
+
+// inShadow reports whether the limiter that refused d (name; d.Instance: a
+// template's instance) is in shadow mode. Unknown (Redis failing) is false:
+// the refusal stands.
+func (s *Service) inShadow(ctx context.Context, name string, d Decision) bool {
+	if s.shadow {
+		return true
+	}
+	if d.Instance {
+		t, err := s.store.Resolve(ctx, name)
+		return err == nil && t.Limiter.Shadow
+	}
+	if sh, ok := s.shadows.get(name, d.Version); ok {
+		return sh
+	}
+	start := time.Now()
+	info, err := s.store.Get(ctx, name)
+	s.timed(OpGet, start)
+	if err != nil {
+		return false
+	}
+	s.shadows.set(name, info.Version, info.Config.Shadow)
+	return info.Config.Shadow
+}
+
+// slotInShadow reports whether the concurrency limiter name, which refused
+// a slot, is in shadow mode: its refusal is then a grant without a lease
+// (SlotLease.Shadow), which its holder neither renews nor releases.
+func (s *Service) slotInShadow(ctx context.Context, name string) bool {
+	if s.shadow {
+		return true
+	}
+	start := time.Now()
+	info, err := s.store.Get(ctx, name)
+	s.timed(OpGet, start)
+	return err == nil && info.Config.Shadow
+}
+
+// shadowHints remember named limiters' shadow setting by config version.
+type shadowHints struct {
+	mu    sync.Mutex
+	names map[string]shadowHint
+}
+
+type shadowHint struct {
+	version int64
+	shadow  bool
+}
+
+// maxShadowHints bounds the hints; past it they start over.
+const maxShadowHints = 4096
+
+func (h *shadowHints) get(name string, version int64) (shadow, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e, ok := h.names[name]
+	return e.shadow, ok && e.version == version
+}
+
+func (h *shadowHints) set(name string, version int64, shadow bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.names == nil || len(h.names) >= maxShadowHints {
+		h.names = map[string]shadowHint{}
+	}
+	h.names[name] = shadowHint{version, shadow}
+}

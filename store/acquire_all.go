@@ -1,0 +1,294 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/lua"
+)
+
+// Several limits in one call (AcquireAll): a request passes only if every
+// limiter it names grants, and a refusal leaves every limiter as it was.
+//
+// On one Redis server (a *redis.Client: single node, or the master of a
+// Sentinel) the call is one script (lua/acquire_all.lua) that decides every
+// limiter in memory, at one Redis time, and writes only when all grant: a
+// refused call writes nothing, so every key is left exactly as it was,
+// bytes and TTL, and no instance is created. Atomic: no other call sees a
+// part of it.
+//
+// On a Redis Cluster (or a ring) keys of different slots cannot share a
+// script, and every limiter has its own hash tag, so each limiter is a
+// group of its own, decided by the same script. The call first decides
+// every group without writing (a dry run); if one refuses, nothing was
+// written anywhere. Otherwise it takes the groups one after the other;
+// should one now refuse (another caller took its permits since the dry
+// run), the groups already taken are undone by lua/restore.lua: a key that
+// still holds what this call wrote gets back, exactly, what it held (its x,
+// and its TTL less the time since; an instance this call created is
+// deleted). A key that another caller wrote in between is left as that
+// caller left it — its decision counted the permits this call took, which
+// cannot be taken back from under it — and MultiDecision.Unrestored counts
+// it. Across shards, then, the call is all or nothing in what it reports
+// and, unless another caller used one of its limiters during the call, in
+// what it leaves; other callers may see its permits taken for the moment
+// between the take and the undo.
+
+// MultiRequest is one limiter's part of an AcquireAll call.
+type MultiRequest struct {
+	Name    string
+	Permits int64 // ≥ 0; 0 checks the limiter (as if for 0 permits) and takes nothing
+	// Optional marks a request whose refusal does not refuse the call (a
+	// limiter in shadow mode): refused, it takes nothing, and the others
+	// are decided as if it had granted.
+	Optional bool
+}
+
+// MultiDecision is the outcome of AcquireAll.
+type MultiDecision struct {
+	// Granted is true when every request granted (or was Optional): the
+	// permits of each granted request were taken. False: nothing was taken.
+	Granted bool
+	// Decisions are each limiter's own decision, in request order. In a
+	// refused call a limiter that granted reports its decision as it would
+	// have been (Granted true) although nothing was taken.
+	Decisions []Decision
+	// Unrestored counts, on a cluster, the limiters of a refused call that
+	// another caller used between this call's take and its undo, which kept
+	// the permits this call took (see above); 0 on one server.
+	Unrestored int
+}
+
+// restoreTimeout bounds the undo of a cluster AcquireAll that another
+// limiter refused, which runs whether or not the caller's context ended.
+const restoreTimeout = 2 * time.Second
+
+// MaxMultiRequests bounds the limiters of one AcquireAll call.
+const MaxMultiRequests = 64
+
+// AcquireAll asks every limiter (or template instance) of reqs for its
+// permits, all or nothing, each waiting at most maxWait (Forever: no bound).
+// A limiter named twice, an empty call or one over MaxMultiRequests, and
+// permits out of range are a *limiter.FieldError naming requests[i].name or
+// requests[i].permits; a missing limiter is ErrNotFound, a share or
+// concurrency limiter ErrConflict, both naming the limiter. On an error
+// nothing is taken.
+func (s *Store) AcquireAll(ctx context.Context, reqs []MultiRequest, maxWait time.Duration) (MultiDecision, error) {
+	if len(reqs) == 0 || len(reqs) > MaxMultiRequests {
+		return MultiDecision{}, &limiter.FieldError{Field: "requests", Rule: "must name 1 to " + strconv.Itoa(MaxMultiRequests) + " limiters", Value: len(reqs)}
+	}
+	groups := make([]multiGroup, len(reqs))
+	seen := make(map[string]int, len(reqs))
+	for i, r := range reqs {
+		field := "requests[" + strconv.Itoa(i) + "]"
+		if err := CheckNameAs(field+".name", r.Name); err != nil {
+			return MultiDecision{}, err
+		}
+		if j, dup := seen[r.Name]; dup {
+			return MultiDecision{}, &limiter.FieldError{Field: field + ".name", Rule: fmt.Sprintf("names the limiter of requests[%d] again: name each limiter once", j), Value: r.Name}
+		}
+		seen[r.Name] = i
+		if r.Permits < 0 {
+			return MultiDecision{}, &limiter.FieldError{Field: field + ".permits", Rule: "must be ≥ 0 (0 checks without taking)", Value: r.Permits}
+		}
+		tpl, err := s.templates.match(ctx, s, r.Name)
+		if err != nil {
+			return MultiDecision{}, err
+		}
+		groups[i] = multiGroup{req: r, tpl: tpl, index: i}
+	}
+	out := MultiDecision{Decisions: make([]Decision, len(reqs))}
+	if _, single := s.rdb.(*redis.Client); single && s.spread == nil {
+		granted, _, err := s.acquireCall(ctx, groups, maxWait, "1", &out)
+		if err != nil {
+			return MultiDecision{}, err
+		}
+		out.Granted = granted
+		if granted {
+			s.seeAll(groups, out)
+		}
+		return out, nil
+	}
+	// A cluster or ring: one group per limiter. First a dry run.
+	out.Granted = true
+	for i := range groups {
+		granted, _, err := s.acquireCall(ctx, groups[i:i+1], maxWait, "0", &out)
+		if err != nil {
+			return MultiDecision{}, err
+		}
+		out.Granted = out.Granted && granted
+	}
+	if !out.Granted {
+		return out, nil
+	}
+	if s.spread != nil && s.spread.afterCheck != nil {
+		s.spread.afterCheck()
+	}
+	var taken []written
+	for i := range groups {
+		granted, w, err := s.takeGroup(ctx, groups[i:i+1], maxWait, &out)
+		taken = append(taken, w...)
+		if err == nil && granted {
+			continue
+		}
+		out.Granted = false
+		// Refused (or failed) after others took: undo what was taken, even
+		// when the caller's context ended (the undo must not be cut short).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
+		n, uerr := s.restore(rctx, taken)
+		cancel()
+		out.Unrestored = n
+		if err == nil {
+			err = uerr
+		}
+		if err != nil {
+			return MultiDecision{Unrestored: n}, err
+		}
+		return out, nil
+	}
+	s.seeAll(groups, out)
+	return out, nil
+}
+
+// seeAll records the positions of a granted call's limiters (floors.go). A
+// refused call's are not recorded: they are where its permits would have
+// put the schedules, which it did not write.
+func (s *Store) seeAll(groups []multiGroup, out MultiDecision) {
+	for _, g := range groups {
+		d := out.Decisions[g.index]
+		s.floors.see(g.req.Name, d.Now, d.Position)
+	}
+}
+
+// spreadHooks make a store on one server decide AcquireAll as on a cluster,
+// one limiter at a time, for tests; afterCheck runs between the dry run and
+// the takes (another caller's moment).
+type spreadHooks struct{ afterCheck func() }
+
+// withSpread sets spreadHooks (tests).
+func withSpread(afterCheck func()) Option {
+	return func(s *Store) { s.spread = &spreadHooks{afterCheck: afterCheck} }
+}
+
+// multiGroup is one limiter of an AcquireAll call.
+type multiGroup struct {
+	req   MultiRequest
+	tpl   *compiledTemplate
+	index int // in the call's requests
+}
+
+// written is what acquire_all.lua's mode '2' wrote to one key.
+type written struct {
+	key, before, after string
+	pttl               int64
+	us                 int64 // the Redis time of the write
+}
+
+// takeGroup takes groups writing (mode '2') and returns whether they all
+// granted and what was written.
+func (s *Store) takeGroup(ctx context.Context, groups []multiGroup, maxWait time.Duration, out *MultiDecision) (bool, []written, error) {
+	granted, rest, err := s.acquireCall(ctx, groups, maxWait, "2", out)
+	if err != nil || len(rest) == 0 {
+		return granted, nil, err
+	}
+	r := &reply{v: rest}
+	us := r.int(len(rest) - 1)
+	var ws []written
+	for i := 0; i+4 < len(rest); i += 4 {
+		ws = append(ws, written{key: r.str(i), before: r.str(i + 1), pttl: r.int(i + 2), after: r.str(i + 3), us: us})
+	}
+	return granted, ws, r.check("acquire_all", groups[0].req.Name)
+}
+
+// acquireCall runs acquire_all.lua for groups (mode '0': a dry run, '1':
+// writing if all grant, '2': and telling what it wrote), sets their
+// decisions in out, and returns whether all granted (or were optional) and
+// the reply's part after the answers.
+func (s *Store) acquireCall(ctx context.Context, groups []multiGroup, maxWait time.Duration, mode string, out *MultiDecision) (bool, []any, error) {
+	keys := make([]string, 0, 2*len(groups))
+	floors, some := s.floors.startFloors(nil), false
+	for _, g := range groups {
+		keys = append(keys, s.stateKey(g.req.Name))
+		if g.tpl != nil {
+			keys = append(keys, s.instanceKey(g.req.Name))
+		}
+		var ok bool
+		floors, ok = s.floors.appendFloor(floors, g.req.Name)
+		some = some || ok
+	}
+	args := make([]any, 0, 2+4*len(groups))
+	if some {
+		args = append(args, string(floors))
+	} else {
+		args = append(args, noFloors)
+	}
+	args = append(args, mode)
+	for _, g := range groups {
+		opt := 0
+		if g.req.Optional {
+			opt = 1
+		}
+		args = append(args, g.tpl.acquireHead(1), g.req.Permits, waitArg(maxWait), opt)
+	}
+	v, err := s.runAny(ctx, lua.AcquireAll, keys, args...)
+	if err != nil {
+		return false, nil, err
+	}
+	rep, ok := v.([]any)
+	if !ok || len(rep) == 0 {
+		return false, nil, fmt.Errorf("store: acquire_all: %w", badReply("reply %v (%T), want an array", v, v))
+	}
+	u := answerUnpacker(rep[0])
+	if !u.isText && u.err == nil {
+		s.floors.useBinary()
+	}
+	granted := true
+	for _, g := range groups {
+		o := Outcome{}
+		decodeAnswer(g.req.Name, u, 1, func(int) (int64, *Outcome) { return g.req.Permits, &o })
+		if o.Err != nil {
+			var fe *limiter.FieldError
+			if errors.As(o.Err, &fe) && fe.Field == "permits" {
+				o.Err = &limiter.FieldError{Field: "requests[" + strconv.Itoa(g.index) + "].permits", Rule: fe.Rule, Value: g.req.Permits}
+			}
+			return false, nil, o.Err
+		}
+		out.Decisions[g.index] = o.Decision
+		if !o.Decision.Granted && !g.req.Optional {
+			granted = false
+		}
+	}
+	if err := u.done("answer"); err != nil {
+		return false, nil, fmt.Errorf("store: acquire_all: %w", err)
+	}
+	return granted, rep[1:], nil
+}
+
+// restore undoes takes (restore.lua), one call per key (each its own slot),
+// and returns how many keys were written since by another caller and so
+// kept.
+func (s *Store) restore(ctx context.Context, ws []written) (int, error) {
+	kept := 0
+	var first error
+	for _, w := range ws {
+		v, err := s.run(ctx, lua.Restore, []string{w.key}, w.us, w.before, w.pttl, w.after)
+		if err != nil {
+			kept++
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		r := &reply{v: v}
+		if r.int(0) != 1 {
+			kept++
+		}
+	}
+	return kept, first
+}
