@@ -325,6 +325,9 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 		rl.window = norm.Kind == kindWindow
 		rl.unit, rl.limit = limitOf(norm)
 	}
+	// shadow_mode is the limit's shadow mode: it never refuses, so that a
+	// call's other rules count as if it were not there (core.AcquireAll).
+	rl.config.Shadow = d.ShadowMode
 	rl.template = templateID(domain, rl.label)
 	r.templates = append(r.templates, core.Template{ID: rl.template, Pattern: rl.template + ":*", Order: templateOrder, Limiter: rl.config})
 	r.count++

@@ -96,13 +96,15 @@ func newEnvOver(t *testing.T, rdb redis.UniversalClient, domains string, opts ..
 	t.Helper()
 	e := &env{t: t, now: t0, reg: prometheus.NewRegistry()}
 	e.st = store.New(rdb)
-	e.svc = core.New(e.st, core.Options{})
 	rules := compile(t, domains)
-	e.apply(rules)
-	o := Options{Service: e.svc, Rules: rules, Registry: e.reg}
+	o := Options{Rules: rules, Registry: e.reg}
 	for _, f := range opts {
 		f(&o)
 	}
+	// The global shadow mode is the service's, as serve sets it.
+	e.svc = core.New(e.st, core.Options{Shadow: o.ShadowMode})
+	o.Service = e.svc
+	e.apply(rules)
 	e.srv = New(o)
 	ln := bufconn.Listen(1 << 20)
 	g := grpc.NewServer()

@@ -220,12 +220,11 @@ func parseRequest(req *rlv3.RateLimitRequest) ([]descriptor, error) {
 
 // check is one descriptor's rule and what it decided.
 type check struct {
-	rl      *rule
-	name    string // its counter's limitd name
-	label   string // its metrics' rule label
-	hits    uint64
-	status  *rlv3.RateLimitResponse_DescriptorStatus
-	granted bool
+	rl     *rule
+	name   string // its counter's limitd name
+	label  string // its metrics' rule label
+	hits   uint64
+	status *rlv3.RateLimitResponse_DescriptorStatus
 }
 
 func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) (*rlv3.RateLimitResponse, error) {
@@ -268,6 +267,8 @@ func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) 
 			resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
+	// With LIMITD_SHADOW_MODE nothing is refused: the descriptors say what
+	// the rules decided, the call is OK.
 	if s.shadow && resp.OverallCode == rlv3.RateLimitResponse_OVER_LIMIT {
 		resp.OverallCode = rlv3.RateLimitResponse_OK
 		s.m.globalShadow.Inc()
@@ -275,19 +276,47 @@ func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) 
 	return resp, nil
 }
 
-// count decides every check with a counter, in order, and fills its status
-// and the rule's counters.
+// count decides every check with a counter in one core.AcquireAll, all or
+// nothing (a refusal takes nothing from any counter; a shadow-mode rule never
+// refuses), and fills each check's status and its rule's counters.
+// Descriptors that name the same counter ask it once, for their hits
+// together, and share its answer.
 func (s *Server) count(ctx context.Context, checks []check) error {
+	var reqs []core.LimiterPermits
+	at := make([]int, len(checks)) // check → its request
+	seen := map[string]int{}
 	for i := range checks {
 		c := &checks[i]
-		if c.status != nil {
-			continue
+		switch {
+		case c.status != nil:
+		case c.rl.template == "":
+			// requests_per_unit 0 refuses every hit: nothing to count in
+			// Redis.
+			s.answer(c, outcome{granted: c.hits == 0, shadowed: c.hits > 0 && c.rl.shadow}, true)
+		default:
+			j, ok := seen[c.name]
+			if !ok {
+				j = len(reqs)
+				seen[c.name] = j
+				reqs = append(reqs, core.LimiterPermits{Name: c.name})
+			}
+			reqs[j].Permits += int64(c.hits)
+			at[i] = j
 		}
-		o, err := s.acquire(ctx, c)
+	}
+	if len(reqs) > 0 {
+		res, err := s.svc.AcquireAll(ctx, core.AcquireAllRequest{Requests: reqs})
 		if err != nil {
 			return s.fail(err)
 		}
-		s.answer(c, o)
+		if len(res.Results) != len(reqs) {
+			return status.Errorf(codes.Internal, "%d decisions for %d counters", len(res.Results), len(reqs))
+		}
+		for i := range checks {
+			if c := &checks[i]; c.status == nil {
+				s.answer(c, decisionOutcome(c.rl, res.Results[at[i]]), res.Granted)
+			}
+		}
 	}
 	s.down.Store(false)
 	return nil
@@ -295,7 +324,8 @@ func (s *Server) count(ctx context.Context, checks []check) error {
 
 // outcome is one counter's decision as the rules read it.
 type outcome struct {
-	granted bool
+	granted  bool // the counter's own limit allows the hits
+	shadowed bool // a shadow-mode limit would have refused them (granted is true)
 	// Windows: the limit, what remains after the call, and how long until
 	// the window resets.
 	limit, remaining int64
@@ -304,35 +334,13 @@ type outcome struct {
 	retryAfter       time.Duration // a refused schedule or smooth limit
 }
 
-// acquire asks the check's counter for its hits (0: whether a hit would be
-// granted, taking nothing).
-func (s *Server) acquire(ctx context.Context, c *check) (outcome, error) {
-	if c.rl.template == "" {
-		// requests_per_unit 0 refuses every hit: nothing to count in Redis.
-		return outcome{granted: c.hits == 0}, nil
-	}
-	if c.hits == 0 {
-		w, err := s.svc.Wait(ctx, c.name)
-		if err != nil {
-			return outcome{}, err
-		}
-		return waitOutcome(c.rl, w), nil
-	}
-	a, err := s.svc.Acquire(ctx, core.AcquireRequest{Name: c.name, Permits: int64(c.hits), Given: "permits"})
-	if err != nil {
-		return outcome{}, err
-	}
-	if a.Rate == nil {
-		return outcome{}, status.Errorf(codes.Internal, "counter %q is not a rate limiter", c.name)
-	}
-	return decisionOutcome(c.rl, *a.Rate), nil
-}
-
 // answer fills a check's status from its outcome and counts it as the
-// reference does: every hit in total_hits; a granted one within_limit, and
+// reference does: every hit in total_hits; a taken one within_limit, and
 // near_limit the part of it past 80% of the limit; a refused one
-// over_limit, and in shadow mode shadow_mode too (then it is answered OK).
-func (s *Server) answer(c *check, o outcome) {
+// over_limit, and in a shadow-mode rule shadow_mode too (then it is
+// answered OK). taken says whether the call took its hits: a refused call
+// takes nothing, even from the counters that would have granted.
+func (s *Server) answer(c *check, o outcome, taken bool) {
 	st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
 	if c.rl.limit > 0 || c.rl.window {
 		st.CurrentLimit = &rlv3.RateLimitResponse_RateLimit{Name: c.rl.name, RequestsPerUnit: c.rl.limit, Unit: rlv3.RateLimitResponse_RateLimit_Unit(c.rl.unit)}
@@ -340,13 +348,27 @@ func (s *Server) answer(c *check, o outcome) {
 	if o.window {
 		st.LimitRemaining = uint32(min(max(o.remaining, 0), math.MaxUint32))
 		st.DurationUntilReset = durationpb.New(o.reset)
-	} else if !o.granted {
+	} else if !o.granted || o.shadowed {
 		st.DurationUntilReset = durationpb.New(o.retryAfter)
 	}
 	m := s.m.series(c.rl.domain, c.label)
 	hits := float64(c.hits)
 	m.hits.Add(hits)
-	if o.granted {
+	switch {
+	case o.shadowed:
+		m.over.Add(hits)
+		if c.rl.shadow {
+			m.shadow.Add(hits)
+		} else {
+			// Only the global shadow mode (LIMITD_SHADOW_MODE) lets a
+			// rule's refusal through: the descriptor says OVER_LIMIT, the
+			// call OK (decide).
+			st.Code = rlv3.RateLimitResponse_OVER_LIMIT
+		}
+	case !o.granted:
+		st.Code = rlv3.RateLimitResponse_OVER_LIMIT
+		m.over.Add(hits)
+	case taken:
 		m.within.Add(hits)
 		if o.window {
 			near := math.Floor(float64(o.limit) * nearRatio)
@@ -355,15 +377,8 @@ func (s *Server) answer(c *check, o outcome) {
 				m.near.Add(after - max(before, near))
 			}
 		}
-	} else {
-		st.Code = rlv3.RateLimitResponse_OVER_LIMIT
-		m.over.Add(hits)
-		if c.rl.shadow {
-			st.Code = rlv3.RateLimitResponse_OK
-			m.shadow.Add(hits)
-		}
 	}
-	c.status, c.granted = st, o.granted
+	c.status = st
 }
 
 // nearRatio is where near_limit starts: 80% of the limit, the reference's

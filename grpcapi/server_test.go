@@ -80,6 +80,23 @@ func TestSeveralDescriptors(t *testing.T) {
 	if r.Statuses[2].CurrentLimit != nil {
 		t.Errorf("a descriptor no rule matches has no current_limit: %v", r.Statuses[2])
 	}
+	// All or nothing: the refused call took nothing from user b.
+	if r := e.call("api", desc("user", "b")); r.OverallCode != ok {
+		t.Errorf("user b after a refused call: %v, want OK (nothing taken)", r)
+	}
+	if got := e.counter(e.srv.m.within, "api", "user"); got != 2 {
+		t.Errorf("within_limit %v, want 2 (a first, then b; not b in the refused call)", got)
+	}
+	// Descriptors naming the same counter ask it once, for their hits
+	// together, and share its answer: 2 hits of a 2/s schedule at once.
+	e.advance(10 * time.Second)
+	r = e.call("api", desc("user", "c"), desc("user", "c"))
+	if r.OverallCode != ok || r.Statuses[0].Code != ok || r.Statuses[1].Code != ok {
+		t.Errorf("the same counter twice: %v", r)
+	}
+	if r := e.call("api", desc("user", "c")); r.OverallCode != over || r.Statuses[0].DurationUntilReset.AsDuration() != time.Second {
+		t.Errorf("after 2 hits at once: %v, want OVER_LIMIT for 1s", r)
+	}
 }
 
 // hits_addend: the request's 0 counts 1, a descriptor's own 0 checks
@@ -138,6 +155,34 @@ domains:
 	}
 	if got := e.counter(e.srv.m.over, "d", "k"); got != 1 {
 		t.Errorf("over_limit counter %v, want 1", got)
+	}
+}
+
+// A shadow-mode rule over its limit does not stop the call's other rules
+// from counting.
+func TestShadowModeBesideOthers(t *testing.T) {
+	e := newEnv(t, `
+domains:
+  - domain: d
+    descriptors:
+      - key: k
+        shadow_mode: true
+        limiter: {kind: schedule, rate: 1, burst: 1}
+      - key: j
+        limiter: {kind: smooth, rate: 1, max_burst_seconds: 10, initial_permits: 2}
+`)
+	e.expect(e.call("d", desc("k", "v"), desc("j", "v")), ok, want{code: ok, rpu: 1, unit: second}, want{code: ok, rpu: 1, unit: second})
+	r := e.call("d", desc("k", "v"), desc("j", "v"))
+	if r.OverallCode != ok || r.Statuses[0].Code != ok || r.Statuses[0].DurationUntilReset.AsDuration() != time.Second {
+		t.Errorf("%v: want OK, the shadow rule saying when it would grant", r)
+	}
+	if got := e.counter(e.srv.m.within, "d", "j"); got != 2 {
+		t.Errorf("j within_limit %v, want 2 (the call beside the shadow refusal took its hit)", got)
+	}
+	es := []Entry{{"j", "v"}}
+	w, err := e.svc.Wait(context.Background(), e.srv.rules.Load().match("d", es).counter(es))
+	if err != nil || w.Permits != 2 {
+		t.Errorf("j's counter: %+v, %v; want 2 permits taken", w, err)
 	}
 }
 
@@ -315,14 +360,22 @@ domains:
 	e.apply(next)
 	e.srv.SetRules(next)
 	// A changed rule keeps its counters' state (a reconfigured schedule
-	// keeps its debt) and answers with its new limit.
-	r := e.call("api", desc("user", "a"), desc("path", "/"), desc("path", "/"))
-	if r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1000 || r.Statuses[1].Code != ok || r.Statuses[2].Code != over {
-		t.Errorf("after SetRules: %v", r)
+	// keeps its debt) and answers with its new limit; a new rule counts.
+	if r := e.call("api", desc("user", "a")); r.OverallCode != over || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1000 {
+		t.Errorf("after SetRules: %v, want OVER_LIMIT (the debt kept) at 1000/s", r)
+	}
+	if r := e.call("api", desc("path", "/")); r.OverallCode != ok {
+		t.Errorf("the new rule: %v", r)
+	}
+	if r := e.call("api", desc("path", "/")); r.OverallCode != over {
+		t.Errorf("the new rule, again at once: %v, want OVER_LIMIT", r)
 	}
 	e.advance(500 * time.Millisecond)
-	if r := e.call("api", desc("user", "a"), desc("user", "a")); r.Statuses[0].Code != ok || r.Statuses[1].Code != over {
-		t.Errorf("1000/s strict: %v, want one grant then a refusal", r)
+	if r := e.call("api", desc("user", "a")); r.OverallCode != ok {
+		t.Errorf("at 1000/s, once the debt is paid: %v", r)
+	}
+	if r := e.call("api", desc("user", "a")); r.OverallCode != over {
+		t.Errorf("1000/s strict, again at once: %v, want OVER_LIMIT", r)
 	}
 }
 
