@@ -14,7 +14,9 @@
 // name any limitd rate config (limiter:), so that a schedule or smooth limit
 // replaces the window.
 //
-// The server answers OVER_LIMIT when any rule not in shadow mode refuses;
+// A call's counters are asked in one core.Service.AcquireAll, all or nothing
+// (a shadow_mode rule is a shadow limiter: it never refuses, so it never
+// stops the others). The server answers OVER_LIMIT when any rule refuses;
 // Redis failing is codes.Unavailable (Envoy's failure_mode_deny decides),
 // bad requests codes.InvalidArgument, a missing or wrong token
 // codes.Unauthenticated. Decisions reach the service's core.Observer (the
