@@ -140,10 +140,11 @@ func (s *Server) Watch(ctx context.Context, interval time.Duration) {
 // before the gRPC server stops.
 func (s *Server) Shutdown() { s.health.Shutdown() }
 
-// maxDescriptors bounds one request's descriptors and maxEntries one
-// descriptor's entries: Envoy sends a handful.
+// maxDescriptors bounds one request's descriptors (the most one
+// AcquireAll takes), and maxEntries one descriptor's entries: Envoy sends a
+// handful.
 const (
-	maxDescriptors = 64
+	maxDescriptors = core.MaxAcquireAll
 	maxEntries     = 32
 	maxHits        = 1 << 31
 )
