@@ -59,6 +59,14 @@ func (s *server) acquire(c echo.Context) error {
 		return c.JSON(http.StatusOK, shadowedOf(*d))
 	}
 	g := grantedOf(*d)
+	if d.Limit > 0 {
+		g.Wait = 0
+		w := wire.WindowGranted{Granted: g, Window: windowOf(*d)}
+		if pretty(c) {
+			return c.JSON(http.StatusOK, w)
+		}
+		return writeJSON(c, http.StatusOK, w.AppendJSON)
+	}
 	if pretty(c) {
 		return c.JSON(http.StatusOK, g)
 	}
@@ -69,10 +77,24 @@ func (s *server) acquire(c echo.Context) error {
 func deny(c echo.Context, d core.Decision) error {
 	setRetryAfter(c, d.RetryAfter)
 	v := deniedOf(d)
+	if d.Limit > 0 {
+		v.Wait = 0
+		w := wire.WindowDenied{Denied: v, Window: windowOf(d)}
+		if pretty(c) {
+			return c.JSON(http.StatusTooManyRequests, w)
+		}
+		return writeJSON(c, http.StatusTooManyRequests, w.AppendJSON)
+	}
 	if pretty(c) {
 		return c.JSON(http.StatusTooManyRequests, v)
 	}
 	return writeJSON(c, http.StatusTooManyRequests, v.AppendJSON)
+}
+
+// windowOf is what a window limiter's decision adds: its wait is the
+// permits left, its position the window's end.
+func windowOf(d core.Decision) wire.Window {
+	return wire.Window{Limit: d.Limit, Remaining: d.Wait, Reset: max(0, d.Position-d.Now)}
 }
 
 // setRetryAfter sets the Retry-After header: ns in whole seconds, rounded

@@ -85,8 +85,16 @@ func answerJSON(d core.Decision) json.RawMessage {
 	case d.Shadow:
 		b, _ := json.Marshal(shadowedOf(d)) // plain integers and booleans: cannot fail
 		return b
+	case d.Granted && d.Limit > 0: // a window's
+		g := grantedOf(d)
+		g.Wait = 0
+		return wire.WindowGranted{Granted: g, Window: windowOf(d)}.AppendJSON(nil)
 	case d.Granted:
 		return grantedOf(d).AppendJSON(nil)
+	case d.Limit > 0:
+		v := deniedOf(d)
+		v.Wait = 0
+		return wire.WindowDenied{Denied: v, Window: windowOf(d)}.AppendJSON(nil)
 	}
 	return deniedOf(d).AppendJSON(nil)
 }

@@ -142,8 +142,8 @@ func TestMetricsTableInREADME(t *testing.T) {
 		documented[m[1]] = m[2]
 	}
 	served := servedMetrics(t)
-	if len(served) < 13 || len(documented) < 13 {
-		t.Fatalf("%d metrics served, %d documented: the activity above should make all 13", len(served), len(documented))
+	if len(served) < 14 || len(documented) < 14 {
+		t.Fatalf("%d metrics served, %d documented: the activity above should make all 14", len(served), len(documented))
 	}
 	for name, typ := range served {
 		if d, ok := documented[name]; !ok || d != typ {
@@ -176,6 +176,7 @@ func servedMetrics(t *testing.T) map[string]string {
 	e.must(201, "PUT", "/v1/limiters/s", `{"kind":"share","capacity":10}`)
 	e.ask("s", "a", 1, 0)
 	e.must(201, "PUT", "/v1/limiters/c", `{"kind":"concurrency","limit":1}`)
+	e.must(201, "PUT", "/v1/limiters/w", `{"kind":"window","limit":1,"period":"1s"}`)
 	l := e.slot(200, "c", nil)
 	e.must(204, "POST", "/v1/limiters/c/release", lease(l.LeaseID))
 	e.must(404, "GET", "/v1/limiters/none", nil)
@@ -282,6 +283,10 @@ func TestStateGaugesFromRedis(t *testing.T) {
 	e.must(201, "PUT", "/v1/limiters/b", `{"rate":10,"burst":1}`)
 	e.must(201, "PUT", "/v1/limiters/q", `{"kind":"share","capacity":10,"learning":"0s"}`)
 	e.must(201, "PUT", "/v1/limiters/sem", `{"kind":"concurrency","limit":3}`)
+	e.must(201, "PUT", "/v1/limiters/w", `{"kind":"window","limit":5,"period":"1h"}`)
+	if _, err := e.st.Acquire(context.Background(), "w", 2, 0); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.st.Acquire(context.Background(), "b", 1, 0); err != nil { // 100 ms of schedule, at t0
 		t.Fatal(err)
 	}
@@ -297,7 +302,8 @@ func TestStateGaugesFromRedis(t *testing.T) {
 		`limitd_share_capacity{limiter="q"} 10`,
 		`limitd_slots_in_use{limiter="sem"} 1`,
 		`limitd_slots_limit{limiter="sem"} 3`,
-		`limitd_limiters_scraped 3`,
+		`limitd_window_remaining{limiter="w"} 3`,
+		`limitd_limiters_scraped 4`,
 	} {
 		if !strings.Contains(m, want+"\n") {
 			t.Errorf("metrics lack %s", want)

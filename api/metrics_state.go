@@ -28,6 +28,7 @@ const (
 type stateCollector struct {
 	core                                  *core.Service
 	backlog, held, capacity, inUse, slots *prometheus.Desc
+	remaining                             *prometheus.Desc
 	scraped                               *prometheus.Desc
 }
 
@@ -36,18 +37,19 @@ func newStateCollector(c *core.Service) *stateCollector {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &stateCollector{
-		core:     c,
-		backlog:  d("limitd_limiter_backlog_seconds", "A rate limiter's wait time read from Redis at the scrape (schedule: how far behind its schedule it is; smooth: its stored time).", "limiter"),
-		held:     d("limitd_share_held", "A share limiter's capacity its holders hold now, read from Redis at the scrape.", "limiter"),
-		capacity: d("limitd_share_capacity", "A share limiter's capacity.", "limiter"),
-		inUse:    d("limitd_slots_in_use", "A concurrency limiter's slots held now, read from Redis at the scrape.", "limiter"),
-		slots:    d("limitd_slots_limit", "A concurrency limiter's limit.", "limiter"),
-		scraped:  d("limitd_limiters_scraped", "How many limiters this scrape read from Redis (at most 1000, in name order, within 5 s)."),
+		core:      c,
+		backlog:   d("limitd_limiter_backlog_seconds", "A rate limiter's wait time read from Redis at the scrape (schedule: how far behind its schedule it is; smooth: its stored time).", "limiter"),
+		held:      d("limitd_share_held", "A share limiter's capacity its holders hold now, read from Redis at the scrape.", "limiter"),
+		capacity:  d("limitd_share_capacity", "A share limiter's capacity.", "limiter"),
+		inUse:     d("limitd_slots_in_use", "A concurrency limiter's slots held now, read from Redis at the scrape.", "limiter"),
+		slots:     d("limitd_slots_limit", "A concurrency limiter's limit.", "limiter"),
+		remaining: d("limitd_window_remaining", "A window limiter's permits left in its current window, read from Redis at the scrape.", "limiter"),
+		scraped:   d("limitd_limiters_scraped", "How many limiters this scrape read from Redis (at most 1000, in name order, within 5 s)."),
 	}
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.backlog, c.held, c.capacity, c.inUse, c.slots, c.scraped} {
+	for _, d := range []*prometheus.Desc{c.backlog, c.held, c.capacity, c.inUse, c.slots, c.remaining, c.scraped} {
 		ch <- d
 	}
 }
@@ -74,6 +76,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l.Name)
 		}
 		switch {
+		case l.State != nil && l.State.Limit > 0: // a window: Wait is the permits left
+			remaining := l.State.Wait
+			if !l.State.Started {
+				remaining = l.State.Limit
+			}
+			gauge(c.remaining, float64(remaining))
 		case l.State != nil:
 			gauge(c.backlog, time.Duration(l.State.Wait).Seconds())
 		case l.Holders != nil && l.Holders.Kind == limiter.KindShare:

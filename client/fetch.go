@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"time"
@@ -94,6 +95,11 @@ func (l *Limiter) fetch(k int64) {
 		t0 = l.c.mono()
 		l.remoteCalls.Add(1)
 		g, err = l.c.t.Grant(ctx, l.name, k, store.Forever)
+	}
+	if err == nil && g.Kind == limiter.KindWindow {
+		// A window grants now or not at all, and a pool's schedule has no
+		// place for that: the permits of this first grant are lost.
+		err = fmt.Errorf("%w: %q is a window limiter: use Client.Acquire (a window's permits are not pooled)", limiter.ErrInvalid, l.name)
 	}
 	var fe *limiter.FieldError
 	if k > 1 && errors.As(err, &fe) && fe.Field == "permits" {

@@ -45,7 +45,9 @@ const blockMargin = 20 * time.Millisecond
 //
 // A blocking acquire waits out its delay before it returns (and asks, with
 // the context's deadline, only for what it can wait out); it returns the
-// context's error if that ends first.
+// context's error if that ends first. A window limiter grants now or not at
+// all: a blocking acquire it refuses with a retry_after within max_wait waits
+// that long and asks once more.
 func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, error) {
 	if r.Given == "" && s.slots.has(r.Name) {
 		l, err := s.acquireSlot(ctx, r.Name)
@@ -81,6 +83,20 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 		d = shadowGrant(d, r.Permits)
 	}
 	s.decided(ctx, r.Name, r.Permits, d)
+	if r.Block && !d.Granted && d.Limit > 0 && d.RetryAfter <= int64(maxWait) {
+		// A window grants now or never: a blocking caller waits until the
+		// same request would be granted, and asks once more.
+		if err := s.clock.Sleep(ctx, time.Duration(d.RetryAfter)); err != nil {
+			return Acquired{}, err
+		}
+		dctx, cancel := context.WithTimeout(ctx, s.decide)
+		d, err = s.store.Acquire(dctx, r.Name, r.Permits, maxWait-time.Duration(d.RetryAfter))
+		cancel()
+		if err != nil {
+			return Acquired{}, err
+		}
+		s.decided(ctx, r.Name, r.Permits, d)
+	}
 	if r.Block && d.Granted && d.Delay > 0 {
 		if err := s.clock.Sleep(ctx, time.Duration(d.Delay)); err != nil {
 			return Acquired{}, err

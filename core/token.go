@@ -17,7 +17,7 @@ import (
 // replica has to keep the grants it issued:
 //
 //	"g1." base64url(payload ‖ check)
-//	payload: kind byte (1 schedule, 2 smooth), then varints epoch (µs),
+//	payload: kind byte (1 schedule, 2 smooth, 3 window), then varints epoch (µs),
 //	  version, permits, scheduled, start, end (Unix ns), rem_before,
 //	  slice whole, frac, den, a uvarint nonce, and the burst's 8 bytes
 //	  (IEEE 754, +Inf for "inf")

@@ -21,6 +21,9 @@ const (
 	KindShare Kind = "share"
 	// KindConcurrency is a distributed semaphore of leased slots.
 	KindConcurrency Kind = "concurrency"
+	// KindWindow grants limit permits per period (fixed or sliding windows,
+	// the reference Envoy rate limit server's model; see window.go).
+	KindWindow Kind = "window"
 )
 
 // Config describes one limiter. It is what the HTTP API takes as JSON and the
@@ -54,8 +57,13 @@ type Config struct {
 	SafeCapacity    *float64  `json:"safe_capacity,omitempty" yaml:"safe_capacity,omitempty"`       // ≤ capacity; absent: capacity / clients
 	Learning        *Duration `json:"learning,omitempty" yaml:"learning,omitempty"`                 // default = lease; 0: no learning mode
 
-	// concurrency
+	// concurrency (Limit also for window)
 	Limit *int64 `json:"limit,omitempty" yaml:"limit,omitempty"` // slots, ≥ 1 and ≤ 1e6; required
+
+	// window
+	Period  string `json:"period,omitempty" yaml:"period,omitempty"`   // a duration, or day, week, month or year; required
+	Sliding bool   `json:"sliding,omitempty" yaml:"sliding,omitempty"` // a sliding window (duration periods only)
+	Zone    string `json:"zone,omitempty" yaml:"zone,omitempty"`       // IANA zone of a calendar period; default UTC
 
 	// Shadow (every kind) decides and counts but never refuses: a refusal
 	// is reported as granted, marked shadow, and takes nothing (for trying
@@ -323,6 +331,9 @@ var configFields = []struct {
 	{"learning", func(c *Config) bool { return c.Learning != nil }},
 	{"lease", func(c *Config) bool { return c.Lease != nil }},
 	{"limit", func(c *Config) bool { return c.Limit != nil }},
+	{"period", func(c *Config) bool { return c.Period != "" }},
+	{"sliding", func(c *Config) bool { return c.Sliding }},
+	{"zone", func(c *Config) bool { return c.Zone != "" }},
 }
 
 // onlyFor rejects fields that do not belong to kind k (fields: its

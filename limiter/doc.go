@@ -13,7 +13,7 @@
 // rate or lease, packed-state code, config fields, compile, engine); every
 // layer asks it ([Lookup], [IsRate]). docs/kinds.md says how to add one.
 //
-// Two engines exist:
+// Three engines exist:
 //
 //   - schedule: a strict or bursting schedule of permits. Each permit is allocated
 //     one slice (1e9/rate ns) of the schedule. A caller that falls behind may catch
@@ -23,6 +23,12 @@
 //   - smooth: Guava's SmoothBursty and SmoothWarmingUp, in nanoseconds. Unused time
 //     is stored as permits (up to max_burst_seconds of them, or a warm-up
 //     trapezoid) that later callers may spend at once.
+//   - window: at most Limit permits per period, granted now or not at all:
+//     fixed windows aligned to the Unix epoch (the Envoy rate limit server's
+//     count), sliding windows (the previous window weighted, in exact integer
+//     arithmetic), or calendar windows (day, ISO week, month, year) in an IANA
+//     zone, across daylight-saving changes ([CalendarWindow]). It fits the
+//     rate kinds' state: Next is the window's end (window.go).
 //
 // Precision. A slice is an exact rational (see [Slice]) and every cost carries its
 // sub-nanosecond remainder, so scheduled times do not drift however many permits

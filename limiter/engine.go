@@ -25,6 +25,14 @@ type Params struct {
 	Cooldown  float64 // ns of idle time that store one permit
 	Threshold float64 // warm-up: stored permits below which permits cost Stable
 	Slope     float64 // warm-up: extra ns per stored permit above Threshold
+
+	// window (see window.go)
+	Limit    int64    // permits per window
+	Period   int64    // a duration period, ns (a whole number of µs); 0 for a calendar one
+	Sliding  bool     // a sliding window (duration periods only)
+	Calendar Calendar // a calendar period (Day, Week, Month, Year), in Zone
+	Zone     string   // the IANA zone of a calendar period
+	ZoneID   uint32   // FNV-32a of Zone, as the scripts keep it (they see a change of zone)
 }
 
 // Compile checks a config and computes its engine parameters.
@@ -37,7 +45,10 @@ func Compile(c Config) (Params, error) {
 	if k.compile == nil {
 		return Params{}, fieldErr("kind", "has no schedule: "+k.noSchedule, strconv.Quote(string(c.Kind)))
 	}
-	sl := SliceOf(c.Rate)
+	sl := Slice{Whole: 1, Den: 1} // a kind without a rate (window) has no pace
+	if c.Rate > 0 {
+		sl = SliceOf(c.Rate)
+	}
 	reserve := int64(DefaultMaxReserve)
 	if c.MaxReserve != nil {
 		reserve = int64(*c.MaxReserve)

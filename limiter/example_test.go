@@ -183,3 +183,35 @@ func ExampleLimiter_SetConfig() {
 	// backlog 0s late 0s
 	// rate: must be ≥ 1e-6 and ≤ 1e9 permits per second (got 0) — the config is unchanged: 20
 }
+
+// A calendar window in a zone: the day of the spring clock change in Berlin
+// is 23 hours long.
+func ExampleCalendarWindow() {
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	noon := time.Date(2025, 3, 30, 12, 0, 0, 0, berlin)
+	start, end, err := limiter.CalendarWindow(limiter.Day, "Europe/Berlin", noon.UnixNano())
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(time.Unix(0, start).In(berlin), time.Duration(end-start))
+	// Output: 2025-03-30 00:00:00 +0100 CET 23h0m0s
+}
+
+// A window limiter of 3 permits a minute: a refused request is told when its
+// window resets.
+func ExampleParams_Acquire_window() {
+	limit := int64(3)
+	p, err := limiter.Compile(limiter.Config{Kind: limiter.KindWindow, Limit: &limit, Period: "1m"})
+	if err != nil {
+		panic(err)
+	}
+	var s limiter.State
+	now := time.Date(2025, 1, 1, 12, 0, 45, 0, time.UTC).UnixNano()
+	r, _ := p.Acquire(&s, now, 3, 0)
+	fmt.Println(r.Granted, r.Wait)
+	r, _ = p.Acquire(&s, now, 1, limiter.Forever)
+	fmt.Println(r.Granted, time.Duration(r.RetryAfter))
+	// Output:
+	// true 0
+	// false 15s
+}

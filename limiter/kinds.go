@@ -67,6 +67,9 @@ type engine struct {
 	startsAtCreation bool
 	// rewinds: a handback may rewind the schedule (Params.Release).
 	rewinds bool
+	// counts: the kind counts permits against a limit (window): a grant's
+	// permits are not handed back (Params.Release changes nothing).
+	counts bool
 }
 
 // Param is one of a rate kind's own engine parameters (KindInfo.Params), a
@@ -129,6 +132,9 @@ var kinds = []KindInfo{
 	{Name: KindSmooth, Class: ClassRate, Code: 2,
 		Fields: smoothFields, Params: smoothParams,
 		normalize: (*Config).normalizeSmooth, compile: compileSmooth, engine: &smoothEngine},
+	{Name: KindWindow, Class: ClassRate, Code: 3,
+		Fields: windowFields, Params: windowParams,
+		normalize: (*Config).normalizeWindow, compile: compileWindow, engine: &windowEngine},
 	{Name: KindShare, Class: ClassLease,
 		Fields:     shareFields,
 		normalize:  (*Config).normalizeShare,

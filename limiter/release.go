@@ -35,7 +35,7 @@ func (p *Params) HandbackOf(r Result, remBefore, end, k, m int64) Handback {
 // otherwise their time moves from allocated to idle and is lost to everyone.
 // It reports whether the schedule was rewound.
 func (p *Params) Release(s *State, h Handback, current bool) bool {
-	if !s.Started {
+	if !s.Started || p.engine().counts { // a window's permits are not handed back
 		return false
 	}
 	unused := max(0, min(h.Unused, h.End-h.Sched))

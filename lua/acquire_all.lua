@@ -63,15 +63,22 @@ local function acquire_all(keys, argv)
         start(L, now, us)
         apply_floor(L, now, us, fus, fah)
       end
+      local E = engine_of(L.kind)
       local rec
-      if n < 0 or n > L.max_permits or n ~= floor(n) then
+      if E.bounds then start(L, now, us) end
+      if E.bounds and E.bounds(L, now) then -- a calendar window needs its bounds: the call writes nothing
+        out[j], ok, L = enc('<Bi7', A_BOUNDS, us), false, nil
+      elseif n < 0 or n > L.max_permits or n ~= floor(n) then
         rec, ok = enc(R, R_PERMITS_RANGE, L.max_permits, 0, 0, 0), false
       else
         if max_wait < 0 then max_wait = HORIZON end
         local D = L
         if n == 0 then D = copy_of(L) end -- a check takes nothing
         local granted, _, sched, st, delay, _, wait, retry = acquire(D, now, us, n, max_wait)
-        if granted == 1 then
+        if E.counts then -- A_COUNTED: the limit in place of sched
+          rec = enc(R, granted, L.limit, delay, wait, retry)
+          if granted ~= 1 and not optional then ok = false end
+        elseif granted == 1 then
           rec = enc(R, R_GRANTED, sched - now, st - now, wait, retry)
         else
           rec = enc(R, R_DENIED, 0, delay, wait, retry)
@@ -79,7 +86,7 @@ local function acquire_all(keys, argv)
         end
         Ls[#Ls + 1] = {L, now, idle_ttl}
       end
-      out[j] = enc(H, A_OK, us, L.version, L.inst and 1 or 0, L.next - now) .. SEP .. rec
+      if L then out[j] = enc(H, E.counts and A_COUNTED or A_OK, us, L.version, L.inst and 1 or 0, L.next - now) .. SEP .. rec end
     end
   end
   local reply = {table.concat(out, SEP)}

@@ -1,6 +1,8 @@
 // Package lua holds limitd's Redis scripts. Each operation is one file, and
-// each rate kind is one file (schedule.lua, smooth.lua: its engine and its
-// parameters in the packed state, registered in lib.lua's table of kinds).
+// each rate kind is one file (schedule.lua, smooth.lua, window.lua: its engine
+// and its parameters in the packed state, registered in lib.lua's table of
+// kinds). bounds.lua gives a calendar window the boundaries that only Go can
+// compute (store/bounds.go).
 // The script of a rate limiter's operation is the shared library lib.lua, the
 // kind files, what this package derives from them once (every kind's packed
 // layout, written out: see Layouts in lib.lua and LibSource), and the
@@ -34,6 +36,7 @@ const (
 	Delete    = "delete"
 	// AcquireAll decides several limiters all or nothing (acquire_all.lua).
 	AcquireAll = "acquire_all"
+	Bounds     = "bounds" // a calendar window's boundaries (window.lua)
 
 	Share          = "share"           // capacity leases of a share limiter (standalone)
 	Concurrency    = "concurrency"     // slots of a concurrency limiter (standalone)
@@ -43,7 +46,7 @@ const (
 )
 
 // Ops are the names of every operation.
-var Ops = []string{Acquire, Grant, Peek, Release, Reset, Configure, Delete, Share, Concurrency, ConfigureLease,
+var Ops = []string{Acquire, Grant, Peek, Release, Reset, Configure, Delete, Bounds, Share, Concurrency, ConfigureLease,
 	AcquireAll, Restore}
 
 // Standalone are the operations whose script is their file alone, without

@@ -21,9 +21,10 @@
 --   allocated idle permits lateness (low parts) last | origin stored |
 --   allocated idle permits lateness (high parts) expires,
 -- where code is the kind's (its row's code, see Kinds: 1 schedule, 2
--- smooth), format the layout's (FORMAT), params are whole frac den
+-- smooth, 3 window), format the layout's (FORMAT), params are whole frac den
 -- max_permits and the kind's own (its row's params: burst max_backlog in
--- schedule.lua, cap initial warm cooldown threshold slope in smooth.lua), the
+-- schedule.lua, cap initial warm cooldown threshold slope in smooth.lua,
+-- limit period sliding calendar zone in window.lua), the
 -- totals are each an int64 in two parts, expires is when an instance's key
 -- expires at the earliest (Unix ms; 0: unknown, named limiters; see
 -- "Instance TTLs"), and last is the time of the latest grant, reset or
@@ -135,8 +136,9 @@ local PERMITS_RANGE = -2     -- {-2, max_permits}: n outside [1, max_permits]
 local VERSION_MOVED = -3     -- configure's patch: the version is not the expected one
 local KIND_CHANGE = -4       -- configure's patch: a change of kind, refused
 local OTHER_KIND = -5        -- {-5, kind}: a limiter of a kind without a schedule
+local NEED_BOUNDS = -6       -- {-6, now_us}: a calendar window needs its bounds (bounds.lua) first
 -- acquire_many's codes: an answer's head (A_*), a request's record (R_*).
-local A_OK, A_NOT_FOUND, A_OTHER_KIND = 1, 3, 4
+local A_OK, A_NOT_FOUND, A_OTHER_KIND, A_COUNTED, A_BOUNDS = 1, 3, 4, 5, 6
 local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 
 -- Kinds. A rate kind is one file, lua/<kind>.lua, which registers its row in
@@ -156,6 +158,12 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 --     different from a fresh one (settle_ms)
 --   starts_at_creation: configure starts the schedule (smooth, as Guava)
 --   rewinds: a hand-back may rewind the schedule (release.lua)
+--   counts: a kind that counts permits against L.limit (window): its
+--     answers carry the limit (acquire_many's A_COUNTED, peek's last field),
+--     its wait is the permits left and its position the window's end
+--   bounds(L, now) (optional) is true when the call needs the store's
+--     calendar window bounds first (A_BOUNDS, NEED_BOUNDS: see window.lua);
+--     set_bounds(L, now, e, f) takes them (bounds.lua)
 -- and in the row itself:
 --   fast (optional) is the path for one acquire on a named limiter of the
 --     kind (fast_named) or an instance (fast_instance): (key, x, n,
@@ -806,6 +814,11 @@ local function grant_main(keys, argv)
     start(L, now, us)
     apply_floor(L, now, us, fus, fah)
   end
+  local bounds = engine_of(L.kind).bounds
+  if bounds then
+    start(L, now, us)
+    if bounds(L, now) then return {NEED_BOUNDS, us} end
+  end
   local rem_before = L.rem
   if L.started ~= 1 then rem_before = 0 end -- start's carry
   local granted, permits, sched, st, delay, late, wait, retry = acquire(L, now, us, n, max_wait)
@@ -833,6 +846,8 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl
     apply_floor(L, now, us, fus, fah)
   end
   local recs, decided = {false}, false
+  local E = engine_of(L.kind)
+  local counts, bounds = E.counts, E.bounds -- A_COUNTED: the limit in place of sched
   for r = 1, m do
     local n, max_wait = argv[q], argv[q + 1]
     n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
@@ -840,9 +855,15 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl
     if n < 1 or n > L.max_permits or n ~= floor(n) then
       recs[r + 1] = enc(R, R_PERMITS_RANGE, L.max_permits, 0, 0, 0)
     else
+      if bounds and not decided then -- before the first decision: nothing is saved
+        start(L, now, us)
+        if bounds(L, now) then return enc('<Bi7', A_BOUNDS, us) end
+      end
       if max_wait < 0 then max_wait = HORIZON end
       local granted, _, sched, st, delay, _, wait, retry = acquire(L, now, us, n, max_wait)
-      if granted == 1 then
+      if counts then
+        recs[r + 1] = enc(R, granted, L.limit, delay, wait, retry)
+      elseif granted == 1 then
         recs[r + 1] = enc(R, R_GRANTED, sched - now, st - now, wait, retry)
       else
         recs[r + 1] = enc(R, R_DENIED, 0, delay, wait, retry)
@@ -855,7 +876,7 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl
   -- Requests that were all refused change nothing (an instance is neither
   -- created nor moved to a new template version).
   if decided then save(L, now, idle_ttl) end
-  recs[1] = enc(H, A_OK, us, L.version, L.inst and 1 or 0, L.next - now)
+  recs[1] = enc(H, counts and A_COUNTED or A_OK, us, L.version, L.inst and 1 or 0, L.next - now)
   return table.concat(recs, SEP)
 end
 
@@ -877,7 +898,11 @@ end
 -- requests), then one R per request: code (0 denied,
 -- 1 granted, 2 n out of range, with the maximum as sched), sched, start
 -- (relative to now), wait, retry_after; or 3 (not found); or 4 (a limiter of
--- another kind) and its kind's name, after its length. In text (no struct)
+-- another kind) and its kind's name, after its length; or 5 (A_COUNTED, a
+-- kind that counts: a window) as 1 but each R is code, limit, delay (0 for a
+-- grant, which starts now), permits left, retry_after; or 6 (A_BOUNDS) and
+-- now_us: a calendar window needs its bounds first (bounds.lua), nothing
+-- was decided. In text (no struct)
 -- the numbers and the name are one space apart.
 local function acquire_many(keys, argv)
   local us = time_us()

@@ -18,6 +18,10 @@ local L = resolve_keys(KEYS, ARGV, 10, us)
 if not L then return {NOT_FOUND} end
 if L.other then return {OTHER_KIND, L.kind} end
 if L.started ~= 1 then return {OK, 0} end
+if engine_of(L.kind).counts then -- a window's permits are not handed back (limiter.Params.Release)
+  local now = now_rel(L, us) -- not saved
+  return {OK, 0, us, L.next - now, 0}
+end
 local a = {}
 for i = 1, 9 do a[i] = tonumber(ARGV[i]) end
 local keep = 3600000 + math.max(0, math.ceil(((a[2] - us) * 1000 + a[4]) / 1e6)) -- ms

@@ -39,6 +39,11 @@ type Decision struct {
 	// free time). The store remembers the furthest it has seen per name and
 	// sends it as a floor with its next call (floors.go).
 	Position int64
+	// Limit is a window limiter's permits per window (0 for other kinds).
+	// For a window, Wait is then the permits left in it (limiter.Result),
+	// Position the end of its window (the instant its count resets), and a
+	// grant starts now.
+	Limit int64
 	// Shadow marks a refusal by a limiter in shadow mode that core reports
 	// as granted: it took nothing (the store never sets it).
 	Shadow bool
@@ -48,6 +53,14 @@ type Decision struct {
 // waiting at most maxWait (Forever: no bound). A granted caller should start
 // at Decision.Start; a denied one may retry after RetryAfter.
 func (s *Store) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (Decision, error) {
+	d, err := s.acquireOnce(ctx, name, n, maxWait)
+	if s.boundsSent(ctx, name, &err) {
+		d, err = s.acquireOnce(ctx, name, n, maxWait)
+	}
+	return d, err
+}
+
+func (s *Store) acquireOnce(ctx context.Context, name string, n int64, maxWait time.Duration) (Decision, error) {
 	if s.batcher != nil {
 		return s.batcher.acquire(ctx, Request{Name: name, Permits: n, MaxWait: maxWait})
 	}
@@ -152,6 +165,10 @@ func replyErr(op, name string, v []any) error {
 		if kind := r.str(1); r.err == nil {
 			return kindConflict(name, limiter.Kind(kind))
 		}
+	case replyNeedBounds:
+		if now := r.int(1); r.err == nil {
+			return &needBounds{now: now * 1000}
+		}
 	default:
 		r.fail(0, "not a reply code")
 	}
@@ -188,12 +205,20 @@ func decodeAnswer(name string, u *unpacker, m int, req func(r int) (int64, *Outc
 			o.Err = err
 		}
 	}
-	switch code := u.uint(1); {
+	code := u.uint(1)
+	switch {
 	case u.err != nil:
 		fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
 		return
 	case code == answerNotFound:
 		fail(fmt.Errorf("limiter %q: %w", name, ErrNotFound))
+		return
+	case code == answerBounds:
+		if now := u.int(7); u.err == nil {
+			fail(&needBounds{now: now * 1000})
+		} else {
+			fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
+		}
 		return
 	case code == answerOtherKind: // a limiter of a kind without a schedule
 		kind := u.str()
@@ -203,16 +228,21 @@ func decodeAnswer(name string, u *unpacker, m int, req func(r int) (int64, *Outc
 		}
 		fail(kindConflict(name, limiter.Kind(kind)))
 		return
-	case code != answerOK:
+	case code != answerOK && code != answerCounted:
 		u.err = badReply("answer code %d", code)
 		fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
 		return
 	}
+	counted := code == answerCounted
 	now, ver, inst := u.int(7)*1000, u.int(7), u.uint(1) == 1
 	pos := now + u.int(7)
 	for r := range m {
 		code := u.uint(1)
 		sched, start, wait, retry := u.int(7), u.int(7), u.int(7), u.int(7)
+		var limit int64
+		if counted && code != recordPermitsRange { // the limit, and a grant starts now
+			limit, sched = sched, 0
+		}
 		n, o := req(r)
 		switch {
 		case u.err != nil:
@@ -229,7 +259,7 @@ func decodeAnswer(name string, u *unpacker, m int, req func(r int) (int64, *Outc
 		// A grant's delay is its start, its lateness start − sched; a
 		// denial's delay comes as start.
 		d := Decision{Granted: code == recordGranted, Delay: start, Wait: wait, RetryAfter: retry,
-			Version: ver, Now: now, Instance: inst, Position: pos}
+			Version: ver, Now: now, Instance: inst, Position: pos, Limit: limit}
 		if d.Granted {
 			d.Permits, d.Lateness = n, start-sched
 			d.Scheduled, d.Start = now+sched, now+start
@@ -293,6 +323,9 @@ func (g *Grant) Params() limiter.Params {
 // Grant takes k permits for a client pool (see Grant), waiting at most maxWait.
 func (s *Store) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (Grant, error) {
 	v, err := s.grantCall(ctx, name, k, maxWait)
+	if s.boundsSent(ctx, name, &err) {
+		v, err = s.grantCall(ctx, name, k, maxWait)
+	}
 	if err != nil {
 		return Grant{}, err
 	}
@@ -327,6 +360,9 @@ func decodeGrant(name string, v []any) (Grant, error) {
 		return Grant{}, err
 	}
 	g.Position = g.End
+	if g.Kind == limiter.KindWindow {
+		g.Limit = g.MaxPermits
+	}
 	return g, nil
 }
 
@@ -398,6 +434,10 @@ type WaitInfo struct {
 	Started   bool
 	Instance  bool  // a template instance answered (see Decision.Instance)
 	Position  int64 // a started limiter's position (see Decision.Position), Unix ns
+	// Limit is a window limiter's permits per window (0 for other kinds):
+	// Wait is then the permits left, Delay the time until one is, and
+	// Position the end of the current window.
+	Limit int64
 }
 
 // Wait returns the live state of a limiter (or template instance) without
@@ -411,7 +451,13 @@ func (s *Store) Wait(ctx context.Context, name string) (WaitInfo, error) {
 	if err != nil {
 		return WaitInfo{}, err
 	}
-	if err := replyErr("peek", name, v); err != nil {
+	err = replyErr("peek", name, v)
+	if s.boundsSent(ctx, name, &err) {
+		if v, err = s.run(ctx, lua.Peek, keys, tpl.args()...); err == nil {
+			err = replyErr("peek", name, v)
+		}
+	}
+	if err != nil {
 		return WaitInfo{}, err
 	}
 	// {1, wait, delay, version, now_us, started, instance, then the totals
@@ -425,6 +471,9 @@ func (s *Store) Wait(ctx context.Context, name string) (WaitInfo, error) {
 	}
 	if w.Started {
 		w.Position = w.Now + r.int(15)
+	}
+	if len(v) > 16 {
+		w.Limit = r.int(16)
 	}
 	if err := r.check("peek", name); err != nil {
 		return WaitInfo{}, err

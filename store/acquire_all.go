@@ -209,8 +209,25 @@ func (s *Store) takeGroup(ctx context.Context, groups []multiGroup, maxWait time
 // acquireCall runs acquire_all.lua for groups (mode '0': a dry run, '1':
 // writing if all grant, '2': and telling what it wrote), sets their
 // decisions in out, and returns whether all granted (or were optional) and
-// the reply's part after the answers.
+// the reply's part after the answers. A calendar window that needs its
+// bounds makes the call write nothing: the store sends them (bounds.go) and
+// makes the call once more.
 func (s *Store) acquireCall(ctx context.Context, groups []multiGroup, maxWait time.Duration, mode string, out *MultiDecision) (bool, []any, error) {
+	granted, rest, err := s.acquireCallOnce(ctx, groups, maxWait, mode, out)
+	if errors.Is(err, errBoundsSent) {
+		granted, rest, err = s.acquireCallOnce(ctx, groups, maxWait, mode, out)
+		if errors.Is(err, errBoundsSent) {
+			err = ErrBoundsUnsettled
+		}
+	}
+	return granted, rest, err
+}
+
+// errBoundsSent is a call that decided nothing because a calendar window
+// needed its bounds, which the store has sent since.
+var errBoundsSent = errors.New("store: a calendar window's bounds were sent")
+
+func (s *Store) acquireCallOnce(ctx context.Context, groups []multiGroup, maxWait time.Duration, mode string, out *MultiDecision) (bool, []any, error) {
 	keys := make([]string, 0, 2*len(groups))
 	floors, some := s.floors.startFloors(nil), false
 	for _, g := range groups {
@@ -248,10 +265,14 @@ func (s *Store) acquireCall(ctx context.Context, groups []multiGroup, maxWait ti
 	if !u.isText && u.err == nil {
 		s.floors.useBinary()
 	}
-	granted := true
+	granted, sent := true, false
 	for _, g := range groups {
 		o := Outcome{}
 		decodeAnswer(g.req.Name, u, 1, func(int) (int64, *Outcome) { return g.req.Permits, &o })
+		if s.boundsSent(ctx, g.req.Name, &o.Err) {
+			sent = true
+			continue
+		}
 		if o.Err != nil {
 			var fe *limiter.FieldError
 			if errors.As(o.Err, &fe) && fe.Field == "permits" {
@@ -266,6 +287,9 @@ func (s *Store) acquireCall(ctx context.Context, groups []multiGroup, maxWait ti
 	}
 	if err := u.done("answer"); err != nil {
 		return false, nil, fmt.Errorf("store: acquire_all: %w", err)
+	}
+	if sent {
+		return false, nil, errBoundsSent
 	}
 	return granted, rep[1:], nil
 }

@@ -382,3 +382,28 @@ func TestAcquireAllCheckSmooth(t *testing.T) {
 	}
 	sameKeys(t, "the checked smooth limiter", before, readKeys(t, rdb, s.stateKey("sm")), 0)
 }
+
+// A calendar window in an all-or-nothing call: the first call finds its
+// window unknown, writes nothing, and the store sends the bounds and calls
+// again; the answer carries the window's limit, and a refusal by another
+// limiter leaves the window's count as it was.
+func TestAcquireAllCalendarWindow(t *testing.T) {
+	rdb := stMiniredisFactory(t)(t)
+	s := stStore(t, rdb)
+	l := int64(2)
+	stPut(t, s, "cal", limiter.Config{Kind: limiter.KindWindow, Limit: &l, Period: "day", Zone: "Europe/Berlin"})
+	stPut(t, s, "tight", stSched(1, 1))
+	d, err := s.AcquireAll(t.Context(), []MultiRequest{{Name: "cal", Permits: 1}, {Name: "tight", Permits: 1}}, 0)
+	if err != nil || !d.Granted || d.Decisions[0].Limit != 2 || d.Decisions[0].Wait != 1 {
+		t.Fatalf("first call: %+v, %v", d, err)
+	}
+	before := readKeys(t, rdb, s.stateKey("cal"))
+	d, err = s.AcquireAll(t.Context(), []MultiRequest{{Name: "cal", Permits: 1}, {Name: "tight", Permits: 1}}, 0)
+	if err != nil || d.Granted || !d.Decisions[0].Granted || d.Decisions[1].Granted {
+		t.Fatalf("refused by tight: %+v, %v", d, err)
+	}
+	sameKeys(t, "refused by tight", before, readKeys(t, rdb, s.stateKey("cal")), 0)
+	if w, err := s.Wait(t.Context(), "cal"); err != nil || w.Limit != 2 {
+		t.Errorf("wait: %+v, %v", w, err)
+	}
+}

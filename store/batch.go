@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -36,6 +37,36 @@ type Outcome struct {
 func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
 	out := make([]Outcome, len(reqs))
 	s.acquireMany(ctx, reqs, out, new(batchScratch))
+	// A calendar window that needs its bounds decided nothing: its requests
+	// are asked again once the bounds are sent (bounds.go).
+	var again []int
+	sent := map[string]bool{} // name → bounds sent
+	for i := range out {
+		name := reqs[i].Name
+		ok, seen := sent[name]
+		if !seen {
+			var nb *needBounds
+			if !errors.As(out[i].Err, &nb) {
+				continue
+			}
+			ok = s.boundsSent(ctx, name, &out[i].Err)
+			sent[name] = ok
+		}
+		if ok {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		sub := make([]Request, len(again))
+		for j, i := range again {
+			sub[j] = reqs[i]
+		}
+		subOut := make([]Outcome, len(sub))
+		s.acquireMany(ctx, sub, subOut, new(batchScratch))
+		for j, i := range again {
+			out[i] = subOut[j]
+		}
+	}
 	return out
 }
 

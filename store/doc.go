@@ -28,6 +28,12 @@
 // prefix:changes. Templates map glob patterns to configs; a name that is not a
 // limiter but matches a template gets its own state, with a TTL, on first use.
 //
+// Window limiters. A window's answers carry its limit (Decision.Limit,
+// WaitInfo.Limit); its Wait is then the permits left and its Position the end
+// of its window. A calendar window (day, week, month, year in a zone) gets
+// its boundaries from the store, computed in Go, when a call finds its window
+// ended (bounds.go): one more round trip per window and limiter.
+//
 // Reliability. Every answer carries the schedule's position, and a Store
 // remembers the furthest it has seen per name and sends it as a floor with its
 // next acquire or grant (floors.go): a state that comes back older after a

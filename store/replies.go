@@ -22,6 +22,7 @@ const (
 	replyVersionMoved = -3  // configure's patch: the version moved
 	replyKindChange   = -4  // configure's patch: a change of kind, refused
 	replyOtherKind    = -5  // {-5, kind}: a limiter of another kind
+	replyNeedBounds   = -6  // {-6, now_us}: a calendar window needs its bounds first (bounds.go)
 	replyUpdated      = 200 // configure: applied (or nothing to change)
 	replyCreated      = 201 // configure: created
 )
@@ -32,6 +33,8 @@ const (
 	answerOK        = 1
 	answerNotFound  = 3
 	answerOtherKind = 4
+	answerCounted   = 5 // a window's: each record has the limit in place of sched
+	answerBounds    = 6 // and now_us: a calendar window needs its bounds first (bounds.go)
 
 	recordDenied       = 0
 	recordGranted      = 1

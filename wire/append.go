@@ -43,6 +43,18 @@ func (d Denied) AppendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
+var windowKeys = keyPieces[Window]()
+
+// extend writes w's fields into the JSON object b ends with.
+func (w Window) extend(b []byte) []byte {
+	k := windowKeys
+	b = b[:len(b)-1] // the object's '}'
+	b = strconv.AppendInt(append(b, ","+k[0][1:]...), w.Limit, 10)
+	b = strconv.AppendInt(append(b, k[1]...), w.Remaining, 10)
+	b = strconv.AppendInt(append(b, k[2]...), w.Reset, 10)
+	return append(b, '}')
+}
+
 // keyPieces returns, for each field of the struct T in order, its key as
 // encoding/json writes it with what precedes it: `{"a":`, `,"b":`, …. It
 // panics on a tag this encoding does not follow (omitempty, "-", a missing

@@ -42,6 +42,33 @@ type Denied struct {
 	Now        int64 `json:"now_ns"`
 }
 
+// Window is what the answers of a window limiter add: its permits per
+// window, those left, and the time until its window resets (ns, Redis
+// clock). Its wait_ns is then 0: a window has no backlog.
+type Window struct {
+	Limit     int64 `json:"limit"`
+	Remaining int64 `json:"remaining"`
+	Reset     int64 `json:"reset_ns"`
+}
+
+// WindowGranted is a granted acquire of a window limiter (200).
+type WindowGranted struct {
+	Granted
+	Window
+}
+
+// WindowDenied is a refused acquire of a window limiter (429).
+type WindowDenied struct {
+	Denied
+	Window
+}
+
+// AppendJSON appends g's JSON, as json.Marshal writes it, to b.
+func (g WindowGranted) AppendJSON(b []byte) []byte { return g.Window.extend(g.Granted.AppendJSON(b)) }
+
+// AppendJSON appends d's JSON, as json.Marshal writes it, to b.
+func (d WindowDenied) AppendJSON(b []byte) []byte { return d.Window.extend(d.Denied.AppendJSON(b)) }
+
 // GrantRequest is the body of POST .../grant.
 type GrantRequest struct {
 	Permits *int64            `json:"permits"`            // required, ≥ 1
@@ -205,6 +232,7 @@ type WaitState struct {
 	Permits   int64 `json:"permits"`     // total permits granted
 	Lateness  int64 `json:"lateness_ns"` // total lateness of granted requests
 	Started   bool  `json:"started"`     // false until the first permit
+	*Window         // a window limiter's (wait_ns is then 0)
 }
 
 // Status is the body of /healthz ("ok") and /readyz ("ready").

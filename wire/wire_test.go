@@ -60,10 +60,13 @@ func TestAppendJSON(t *testing.T) {
 		g := wire.Granted{Granted: r.IntN(2) == 0, Permits: n(), Delay: n(), Scheduled: n(), Start: n(),
 			Lateness: n(), Wait: n(), Version: n(), Now: n()}
 		d := wire.Denied{Granted: r.IntN(2) == 0, RetryAfter: n(), Delay: n(), Wait: n(), Version: n(), Now: n()}
+		w := wire.Window{Limit: n(), Remaining: n(), Reset: n()}
+		wg, wd := wire.WindowGranted{Granted: g, Window: w}, wire.WindowDenied{Denied: d, Window: w}
 		for _, c := range []struct {
 			v   any
 			got []byte
-		}{{g, g.AppendJSON([]byte("x"))}, {d, d.AppendJSON([]byte("x"))}} {
+		}{{g, g.AppendJSON([]byte("x"))}, {d, d.AppendJSON([]byte("x"))},
+			{wg, wg.AppendJSON([]byte("x"))}, {wd, wd.AppendJSON([]byte("x"))}} {
 			want, err := json.Marshal(c.v)
 			if err != nil {
 				t.Fatal(err)

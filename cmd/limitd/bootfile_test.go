@@ -85,7 +85,7 @@ func TestParseBootFileErrors(t *testing.T) {
 		{"field of another kind", "limiters:\n  login: {kind: smooth, rate: 5, burst: 2}\n",
 			"boot.yaml: line 2: limiters.login.burst: is not a setting of kind smooth"},
 		{"bad kind", "limiters:\n  x:\n    kind: smoth\n    rate: 5\n",
-			`boot.yaml: line 3: limiters.x.kind: must be schedule, smooth, share or concurrency (got "smoth")`},
+			`boot.yaml: line 3: limiters.x.kind: must be schedule, smooth, window, share or concurrency (got "smoth")`},
 		{"bad spec", "limiters:\n  x: {spec: \"fast,1.1\"}\n", "boot.yaml: line 2: limiters.x"},
 		{"restart verb", "limiters:\n  x:\n    spec: \"100,1.1,restart\"\n",
 			"boot.yaml: line 3: limiters.x.spec: must not use the restart verb"},

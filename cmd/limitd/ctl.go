@@ -319,6 +319,10 @@ func (c *ctl) watchLine(ctx context.Context, name string, last map[string]wire.W
 			rate = fmt.Sprintf("%.1f/s", float64(w.Permits-p.Permits)/(float64(w.Now-p.Now)/1e9))
 		}
 		last[name] = w
+		if v := w.Window; v != nil {
+			return fmt.Sprintf("%-8s granted %-12s remaining %d of %d, resets in %v", l.Config.Kind, rate,
+				v.Remaining, v.Limit, time.Duration(v.Reset)), nil
+		}
 		return fmt.Sprintf("%-8s granted %-12s backlog %-10v delay %-10v permits %d", l.Config.Kind, rate,
 			time.Duration(w.Wait), time.Duration(w.Delay), w.Permits), nil
 	case l.InUse != nil:

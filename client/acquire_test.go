@@ -1,0 +1,62 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/store"
+)
+
+// Client.Acquire decides one acquire in one round trip, over Redis and over
+// HTTP alike: on a window limiter, a grant carries the limit, the permits
+// left and the window's end, a refusal the time until it resets.
+func TestAcquireWindow(t *testing.T) {
+	m, rdb, st := ctMini(t)
+	at := time.Unix(1_800_000_000, 0) // a whole minute
+	m.SetTime(at.Add(15 * time.Second))
+	limit := int64(3)
+	ctPut(t, st, "w", limiter.Config{Kind: limiter.KindWindow, Limit: &limit, Period: "1m"})
+	srv := httptest.NewServer(api.New(api.Options{Service: core.New(st, core.Options{})}))
+	defer srv.Close()
+	ctx := context.Background()
+	end := at.Add(time.Minute).UnixNano()
+	for _, c := range []struct {
+		name string
+		c    *client.Client
+	}{{"redis", client.New(rdb)}, {"http", client.NewHTTP(srv.URL, client.WithHTTPClient(srv.Client()))}} {
+		t.Run(c.name, func(t *testing.T) {
+			defer c.c.Close()
+			_, _ = st.Reset(ctx, "w")
+			d, err := c.c.Acquire(ctx, "w", 2, store.Forever)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Granted || d.Limit != 3 || d.Wait != 1 || d.Position != end || d.Start != d.Now {
+				t.Errorf("granted: %+v", d)
+			}
+			d, err = c.c.Acquire(ctx, "w", 2, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Granted || d.RetryAfter != 45e9 || d.Wait != 1 || d.Position != end {
+				t.Errorf("denied: %+v", d)
+			}
+			var fe *limiter.FieldError
+			if _, err := c.c.Acquire(ctx, "w", 4, 0); !errors.As(err, &fe) || fe.Field != "permits" {
+				t.Errorf("4 of 3: %v", err)
+			}
+			// a pool does not take a window's permits
+			l, _ := c.c.Limiter("w")
+			if _, err := l.Wait(ctx); !errors.Is(err, limiter.ErrInvalid) {
+				t.Errorf("Wait on a window: %v", err)
+			}
+		})
+	}
+}
