@@ -160,9 +160,13 @@ type rule struct {
 	// The reference's limit (window rules): the answer's current_limit.
 	unit  Unit
 	limit uint32
-	// window is true for a rate_limit rule: counts, remaining and reset
-	// come from the window kind's answer.
+	// window is true for a window rule (every rate_limit): counts,
+	// remaining and reset come from the window kind's answer.
 	window bool
+	// blocked is a rate_limit of 0 requests: every hit is refused.
+	blocked bool
+	period  time.Duration // a rate_limit's window
+
 	config limiter.Config
 }
 
@@ -295,21 +299,26 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 		if !known {
 			return nil, fieldErr(path+".rate_limit.unit", "must be one of second, minute, hour, day, week, month, year", quote(rate.Unit))
 		}
-		rl.unit, rl.limit, rl.window = u.code, rate.RequestsPerUnit, true
-		if rate.RequestsPerUnit == 0 {
-			// Refuses every hit (a block list): no counter to keep.
-			r.count++
-			return rl, nil
+		rl.unit, rl.limit, rl.window, rl.period = u.code, rate.RequestsPerUnit, true, u.period
+		n := int64(rate.RequestsPerUnit)
+		if n == 0 {
+			// Refuses every hit (a block list). Its counter is a window of
+			// one that is only ever checked (0 hits), for the window's
+			// reset on Redis' clock; it never counts.
+			rl.blocked, n = true, 1
 		}
-		cfg, err := windowConfig(rate.RequestsPerUnit, u.period)
+		cfg, err := windowConfig(n, u.period)
 		if err != nil {
-			return nil, fieldErr(path+".rate_limit", "needs limitd's window kind: "+err.Error(), nil)
+			if fe, ok := err.(*limiter.FieldError); ok && fe.Field == "limit" {
+				return nil, fieldErr(path+".rate_limit.requests_per_unit", fe.Rule, fe.Value)
+			}
+			return nil, fieldErr(path+".rate_limit", err.Error(), nil)
 		}
 		rl.config = cfg
 	} else {
 		c := *d.Limiter
 		norm, _, err := c.Normalize()
-		if err == nil && norm.Kind != limiter.KindSchedule && norm.Kind != limiter.KindSmooth && norm.Kind != kindWindow {
+		if err == nil && norm.Kind != limiter.KindSchedule && norm.Kind != limiter.KindSmooth && norm.Kind != limiter.KindWindow {
 			return nil, fieldErr(path+".limiter.kind", "must be a rate kind (schedule, smooth or window): a descriptor counts requests", quote(string(norm.Kind)))
 		}
 		if err == nil {
@@ -322,7 +331,7 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 			return nil, fieldErr(path+".limiter", err.Error(), nil)
 		}
 		rl.config = norm
-		rl.window = norm.Kind == kindWindow
+		rl.window = norm.Kind == limiter.KindWindow
 		rl.unit, rl.limit = limitOf(norm)
 	}
 	// shadow_mode is the limit's shadow mode: it never refuses, so that a
@@ -334,10 +343,6 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 	return rl, nil
 }
 
-// kindWindow is the window kind's name (limiter.KindWindow where limiter has
-// it).
-const kindWindow limiter.Kind = "window"
-
 // templateOrder is where the rules' templates stand among others: their
 // patterns are disjoint from each other, and an operator's own templates
 // with a lower order come first.
@@ -347,13 +352,13 @@ const templateOrder = 1000
 // per period, windows aligned to the Unix epoch. It is decoded the way the
 // HTTP API decodes a config, so it is exactly what a PUT of the same JSON
 // would store.
-func windowConfig(limit uint32, period time.Duration) (limiter.Config, error) {
-	body := fmt.Sprintf(`{"kind":%q,"limit":%d,"period":%q}`, kindWindow, limit, period.String())
+func windowConfig(limit int64, period time.Duration) (limiter.Config, error) {
+	body := fmt.Sprintf(`{"kind":%q,"limit":%d,"period":%q}`, limiter.KindWindow, limit, shortDuration(period))
 	dec := json.NewDecoder(bytes.NewReader([]byte(body)))
 	dec.DisallowUnknownFields()
 	var c limiter.Config
 	if err := dec.Decode(&c); err != nil {
-		return limiter.Config{}, fmt.Errorf("this build has none (%v)", err)
+		return limiter.Config{}, err
 	}
 	norm, _, err := c.Normalize()
 	if err == nil {
@@ -362,9 +367,42 @@ func windowConfig(limit uint32, period time.Duration) (limiter.Config, error) {
 	return norm, err
 }
 
-// limitOf words a schedule or smooth rate as the protocol's current_limit:
-// requests per the smallest unit that makes it whole (0, 0 when none does).
+// shortDuration writes a whole number of hours, minutes or seconds as
+// people do ("24h", "1m", "1s").
+func shortDuration(d time.Duration) string {
+	for _, u := range []struct {
+		unit   time.Duration
+		suffix string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if d%u.unit == 0 {
+			return fmt.Sprintf("%d%s", d/u.unit, u.suffix)
+		}
+	}
+	return d.String()
+}
+
+// limitOf words a limiter config as the protocol's current_limit: a
+// window's limit per its period where that is a unit (UnitUnknown where it
+// is not), a schedule or smooth rate as requests per the smallest unit that
+// makes it whole (0, UnitUnknown when none does).
 func limitOf(c limiter.Config) (Unit, uint32) {
+	if c.Kind == limiter.KindWindow {
+		n := uint32(0)
+		if c.Limit != nil {
+			n = uint32(min(max(*c.Limit, 0), int64(^uint32(0))))
+		}
+		if u, ok := units[c.Period]; ok { // day, week, month, year: calendar periods
+			return u.code, n
+		}
+		if d, err := time.ParseDuration(c.Period); err == nil && !c.Sliding {
+			for _, u := range units {
+				if u.period == d && u.code <= UnitDay {
+					return u.code, n
+				}
+			}
+		}
+		return UnitUnknown, n
+	}
 	for _, u := range []struct {
 		code Unit
 		secs float64

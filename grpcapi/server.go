@@ -286,40 +286,66 @@ func (s *Server) count(ctx context.Context, checks []check) error {
 	var reqs []core.LimiterPermits
 	at := make([]int, len(checks)) // check → its request
 	seen := map[string]int{}
+	blocked := false // a rule of 0 requests refuses the call
 	for i := range checks {
 		c := &checks[i]
-		switch {
-		case c.status != nil:
-		case c.rl.template == "":
-			// requests_per_unit 0 refuses every hit: nothing to count in
-			// Redis.
-			s.answer(c, outcome{granted: c.hits == 0, shadowed: c.hits > 0 && c.rl.shadow}, true)
-		default:
-			j, ok := seen[c.name]
-			if !ok {
-				j = len(reqs)
-				seen[c.name] = j
-				reqs = append(reqs, core.LimiterPermits{Name: c.name})
-			}
-			reqs[j].Permits += int64(c.hits)
-			at[i] = j
+		if c.status != nil {
+			continue
+		}
+		j, ok := seen[c.name]
+		if !ok {
+			j = len(reqs)
+			seen[c.name] = j
+			reqs = append(reqs, core.LimiterPermits{Name: c.name})
+		}
+		at[i] = j
+		if c.rl.blocked {
+			// Only checked, for its window's reset: it refuses every hit.
+			blocked = blocked || c.hits > 0 && !c.rl.shadow && !s.shadow
+			continue
+		}
+		reqs[j].Permits += int64(c.hits)
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	if blocked {
+		// The call is refused: nothing may be taken, but every rule says
+		// what it would decide.
+		for j := range reqs {
+			reqs[j].Permits = 0
 		}
 	}
-	if len(reqs) > 0 {
-		res, err := s.svc.AcquireAll(ctx, core.AcquireAllRequest{Requests: reqs})
-		if err != nil {
-			return s.fail(err)
-		}
-		if len(res.Results) != len(reqs) {
-			return status.Errorf(codes.Internal, "%d decisions for %d counters", len(res.Results), len(reqs))
-		}
-		for i := range checks {
-			if c := &checks[i]; c.status == nil {
-				s.answer(c, decisionOutcome(c.rl, res.Results[at[i]]), res.Granted)
-			}
-		}
+	res, err := s.svc.AcquireAll(ctx, core.AcquireAllRequest{Requests: reqs})
+	if err != nil {
+		return s.fail(err)
 	}
 	s.down.Store(false)
+	if len(res.Results) != len(reqs) {
+		return status.Errorf(codes.Internal, "%d decisions for %d counters", len(res.Results), len(reqs))
+	}
+	for i := range checks {
+		c := &checks[i]
+		if c.status != nil {
+			continue
+		}
+		o := decisionOutcome(c.rl, res.Results[at[i]])
+		switch {
+		case c.rl.blocked:
+			o.granted, o.shadowed, o.remaining = c.hits == 0 || c.rl.shadow || s.shadow, c.hits > 0 && (c.rl.shadow || s.shadow), 0
+			// A check of an untouched window has no end yet: the window
+			// is the one of the decision's Redis time.
+			p := int64(c.rl.period)
+			o.reset = time.Duration(p - res.Results[at[i]].Now%p)
+		case blocked && o.window:
+			// Asked for 0 hits: what remains says whether its own limit
+			// would grant the real ones. (A schedule or smooth limit's
+			// check says whether a hit would be granted now.)
+			fits := o.remaining >= int64(c.hits)
+			o.granted, o.shadowed = fits || c.rl.shadow || s.shadow, !fits && (c.rl.shadow || s.shadow)
+		}
+		s.answer(c, o, res.Granted && !blocked)
+	}
 	return nil
 }
 
@@ -343,7 +369,7 @@ type outcome struct {
 // takes nothing, even from the counters that would have granted.
 func (s *Server) answer(c *check, o outcome, taken bool) {
 	st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
-	if c.rl.limit > 0 || c.rl.window {
+	if c.rl.unit != UnitUnknown {
 		st.CurrentLimit = &rlv3.RateLimitResponse_RateLimit{Name: c.rl.name, RequestsPerUnit: c.rl.limit, Unit: rlv3.RateLimitResponse_RateLimit_Unit(c.rl.unit)}
 	}
 	if o.window {

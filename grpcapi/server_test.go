@@ -442,3 +442,36 @@ domains:
 		t.Errorf("Redis stopped: %v, want Unavailable", err)
 	}
 }
+
+// A window rule: hits beyond what remains are refused whole and take
+// nothing; a check of 0 hits takes nothing; near_limit counts granted hits
+// past 80% of the limit; the next window starts afresh.
+func TestWindowRule(t *testing.T) {
+	e := newEnv(t, `
+domains:
+  - domain: d
+    descriptors:
+      - key: k
+        rate_limit: {unit: minute, requests_per_unit: 10}
+      - key: blocked
+        rate_limit: {unit: second, requests_per_unit: 0}
+`)
+	e.expect(e.call("d", hits(desc("k", "v"), 8)), ok, lim(ok, 10, minute, 2, toMinute))
+	e.expect(e.call("d", hits(desc("k", "v"), 5)), over, lim(over, 10, minute, 2, toMinute))
+	e.expect(e.call("d", hits(desc("k", "v"), 0)), ok, lim(ok, 10, minute, 2, toMinute))
+	// A blocked rule in the call: refused, and the other rule takes nothing.
+	e.expect(e.call("d", desc("blocked", "x"), desc("k", "v")), over, lim(over, 0, second, 0, toSecond), lim(ok, 10, minute, 2, toMinute))
+	e.expect(e.call("d", desc("blocked", "x"), hits(desc("k", "v"), 3)), over, lim(over, 0, second, 0, toSecond), lim(over, 10, minute, 2, toMinute))
+	e.expect(e.call("d", hits(desc("k", "v"), 2)), ok, lim(ok, 10, minute, 0, toMinute))
+	for vec, want := range map[string]float64{"hits": 19, "within": 10, "near": 2, "over": 8} {
+		if got := e.counter(e.srv.m.vec(vec), "d", "k"); got != want {
+			t.Errorf("%s: %v, want %v", vec, got, want)
+		}
+	}
+	e.advance(toMinute - time.Millisecond)
+	e.expect(e.call("d", desc("k", "v")), over, lim(over, 10, minute, 0, time.Millisecond))
+	e.advance(time.Millisecond)
+	e.expect(e.call("d", desc("k", "v")), ok, lim(ok, 10, minute, 9, time.Minute))
+	// A blocked rule checked alone (0 hits) is OK, with nothing left.
+	e.expect(e.call("d", hits(desc("blocked", "x"), 0)), ok, lim(ok, 0, second, 0, toSecond))
+}
