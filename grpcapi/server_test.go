@@ -475,3 +475,17 @@ domains:
 	// A blocked rule checked alone (0 hits) is OK, with nothing left.
 	e.expect(e.call("d", hits(desc("blocked", "x"), 0)), ok, lim(ok, 0, second, 0, toSecond))
 }
+
+// A limiter: rule may be a window of limitd's own (here a calendar day),
+// answered like a rate_limit.
+func TestLimiterWindowRule(t *testing.T) {
+	e := newEnv(t, `
+domains:
+  - domain: d
+    descriptors:
+      - key: k
+        limiter: {kind: window, limit: 3, period: day}
+`)
+	e.expect(e.call("d", hits(desc("k", "v"), 3)), ok, lim(ok, 3, day, 0, toDay))
+	e.expect(e.call("d", desc("k", "v")), over, lim(over, 3, day, 0, toDay))
+}

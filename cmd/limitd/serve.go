@@ -53,12 +53,15 @@ func init() {
 
 Runs limitd's HTTP API (/v1/limiters, /v1/templates, /healthz, /readyz,
 /metrics, /openapi.yaml) over the Redis named by LIMITD_REDIS_URL, or over an
-embedded in-memory Redis when it is empty. Stops gracefully on SIGINT or
-SIGTERM. Invalid configuration exits 1 with one line naming the variable.
+embedded in-memory Redis when it is empty. With LIMITD_GRPC_ADDR it also
+serves Envoy's rate limit service (gRPC) with the boot file's domains:
+rules. Stops gracefully on SIGINT or SIGTERM. Invalid configuration exits 1
+with one line naming the variable.
 
 With LIMITD_CONFIG the YAML file's limiters and templates are applied at boot
-(the file wins over changes made since through the API) and applied again
-whenever Redis lost them, e.g. after a restart without persistence:
+(the file wins over changes made since through the API), applied again
+whenever Redis lost them, e.g. after a restart without persistence, and
+reloaded when the file changes (read every 3 s, and on SIGHUP):
 
   limiters:
     orders: {rate: 1000, burst: 1.1, max_backlog: 10s}
@@ -66,6 +69,11 @@ whenever Redis lost them, e.g. after a restart without persistence:
     login: {kind: smooth, rate: 5, max_burst_seconds: 1}
   templates:
     per-user: {pattern: "user:*", order: 10, idle_ttl: 10m, limiter: {rate: 50}}
+  domains:
+    - domain: messaging
+      descriptors:
+        - key: to_number
+          rate_limit: {unit: day, requests_per_unit: 100}
 
 ` + envHelp(),
 		run: func(ctx context.Context, args []string, _, stderr io.Writer) error {
