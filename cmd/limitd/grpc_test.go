@@ -198,3 +198,21 @@ func TestBootReload(t *testing.T) {
 	default:
 	}
 }
+
+// LIMITD_SHADOW_MODE reaches the gRPC front end: a rule over its limit says
+// OVER_LIMIT, the call is OK, and nothing was refused.
+func TestServeGRPCShadowMode(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "boot.yaml")
+	if err := os.WriteFile(file, []byte(grpcBoot), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, logs, _ := startServe(t, map[string]string{"LIMITD_GRPC_ADDR": "127.0.0.1:0", "LIMITD_CONFIG": file, "LIMITD_SHADOW_MODE": "true"})
+	c := rlv3.NewRateLimitServiceClient(grpcClient(t, logs))
+	ctx := context.Background()
+	for i, want := range []rlv3.RateLimitResponse_Code{rlv3.RateLimitResponse_OK, rlv3.RateLimitResponse_OVER_LIMIT} {
+		r, err := c.ShouldRateLimit(ctx, rlRequest("api", "user", "a"))
+		if err != nil || r.OverallCode != rlv3.RateLimitResponse_OK || r.Statuses[0].Code != want {
+			t.Errorf("call %d: %v, %v; want the call OK, the descriptor %v", i, r, err, want)
+		}
+	}
+}
