@@ -216,3 +216,35 @@ func TestServeGRPCShadowMode(t *testing.T) {
 		}
 	}
 }
+
+// serve reloads a changed boot file by itself: the gRPC front end answers
+// with the new rules, without a restart.
+func TestServeGRPCReload(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "boot.yaml")
+	if err := os.WriteFile(file, []byte(grpcBoot), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, logs, _ := startServe(t, map[string]string{"LIMITD_GRPC_ADDR": "127.0.0.1:0", "LIMITD_CONFIG": file})
+	c := rlv3.NewRateLimitServiceClient(grpcClient(t, logs))
+	ctx := context.Background()
+	if r, err := c.ShouldRateLimit(ctx, rlRequest("api", "path", "/")); err != nil || r.Statuses[0].CurrentLimit != nil {
+		t.Fatalf("before: %v, %v; want no rule for path", r, err)
+	}
+	if err := os.WriteFile(file, []byte(grpcBoot+"      - key: path\n        rate_limit: {unit: minute, requests_per_unit: 7}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r, err := c.ShouldRateLimit(ctx, rlRequest("api", "path", "/"))
+		if err == nil && r.Statuses[0].CurrentLimit.GetRequestsPerUnit() == 7 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new rule never answered: %v, %v\n%s", r, err, logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "reloaded the boot file") {
+		t.Errorf("no reload line:\n%s", logs)
+	}
+}
