@@ -175,6 +175,9 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		if boot != nil {
 			o.Rules = boot.rules
 		}
+		if h, _, _ := net.SplitHostPort(cfg.GRPCAddr); cfg.Token == "" && !isLoopback(h) {
+			logger.Warn("LIMITD_GRPC_ADDR listens beyond loopback without LIMITD_TOKEN: anyone who reaches it can spend the rules' limits", "grpc_addr", cfg.GRPCAddr)
+		}
 		rls = grpcapi.New(o)
 		wg.Go(func() { rls.Watch(bgCtx, grpcHealthEvery) })
 	}
