@@ -108,6 +108,14 @@ func newMetrics(reg *prometheus.Registry, version string) *metrics {
 	return m
 }
 
+// Observer returns the core.Observer that counts decisions and store calls
+// in the series of reg that New's /metrics serves (New with the same
+// Registry): how another front end (the gRPC one) counts in the same
+// series as the HTTP API.
+func Observer(reg *prometheus.Registry, version string) core.Observer {
+	return newMetrics(reg, version)
+}
+
 // register adds c to reg, or returns the equal collector reg holds already
 // (a second handler on the same registry shares the series).
 func register[C prometheus.Collector](reg *prometheus.Registry, c C) C {

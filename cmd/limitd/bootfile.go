@@ -17,6 +17,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/limitd/limitd/grpcapi"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -29,6 +30,15 @@ import (
 //	  login: {kind: smooth, rate: 5, max_burst_seconds: 1}
 //	templates:
 //	  per-user: {pattern: "user:*", order: 10, idle_ttl: 10m, limiter: {rate: 50}}
+//	domains:
+//	  - domain: messaging
+//	    descriptors:
+//	      - key: to_number
+//	        rate_limit: {unit: day, requests_per_unit: 100}
+//
+// domains: are the gRPC front end's descriptor rules, in the reference Envoy
+// rate limit server's format (grpcapi.Domain); each rule with a limit is a
+// template the file applies beside its own.
 //
 // It is read strictly (an unknown field is an error naming its line) and
 // checked whole before anything is written, so a bad file changes nothing.
@@ -44,7 +54,8 @@ type bootFile struct {
 	path      string
 	sum       string // sha256 of the content, the marker's value
 	limiters  []bootLimiter
-	templates []store.Template
+	templates []store.Template // the file's own, then the rules'
+	rules     *grpcapi.Rules   // the domains' descriptor rules
 }
 
 type bootLimiter struct {
@@ -56,6 +67,7 @@ type bootLimiter struct {
 type bootYAML struct {
 	Limiters  map[string]limiter.Config `yaml:"limiters"`
 	Templates map[string]bootTemplate   `yaml:"templates"`
+	Domains   []grpcapi.Domain          `yaml:"domains"`
 }
 
 type bootTemplate struct {
@@ -145,7 +157,46 @@ func parseBootFile(path string, data []byte) (*bootFile, error) {
 		}
 		b.templates = append(b.templates, t)
 	}
+	rules, err := grpcapi.Compile(doc.Domains)
+	if err != nil {
+		field, rule := fieldOf(err)
+		return nil, fail(lineOfPath(&root, field), "%s: %s", field, rule)
+	}
+	for _, t := range rules.Templates() {
+		if _, dup := doc.Templates[t.ID]; dup {
+			return nil, fail(templateNodes[t.ID].lineOf(""), "templates: %q is the id of a domains rule's template (ids starting %q are taken by domains:)", t.ID, grpcapi.TemplatePrefix)
+		}
+		b.templates = append(b.templates, t)
+	}
+	b.rules = rules
 	return b, nil
+}
+
+// lineOfPath is the line of a field named as grpcapi names it
+// ("domains[0].descriptors[2].rate_limit.unit"), or of the deepest part of
+// it written in the file (0: none).
+func lineOfPath(root *yaml.Node, path string) int {
+	if len(root.Content) == 0 {
+		return 0
+	}
+	n, line := root.Content[0], 0
+	for part := range strings.SplitSeq(path, ".") {
+		name, index, indexed := strings.Cut(part, "[")
+		k, v := lookup(n, name)
+		if k == nil {
+			break
+		}
+		line, n = k.Line, v
+		if indexed {
+			var i int
+			if _, err := fmt.Sscanf(index, "%d]", &i); err != nil || n.Kind != yaml.SequenceNode || i >= len(n.Content) {
+				break
+			}
+			n = n.Content[i]
+			line = n.Line
+		}
+	}
+	return line
 }
 
 // checkLimiter accepts exactly the configs store.Put accepts, minus the
@@ -361,19 +412,72 @@ type bootKeeper struct {
 	timeout  time.Duration // for one check and apply
 	applied  bool          // the file was applied once: what is missing now, Redis lost
 	down     bool          // Redis failed the last check: log the outage once
+
+	// reloadEvery is how often the file is read again (0: never), hup a
+	// signal to read it at once. A changed file that parses replaces the
+	// one applied (reloaded is told); a bad one is logged once and the
+	// one applied stays.
+	reloadEvery time.Duration
+	hup         <-chan os.Signal
+	reloaded    func(*bootFile)
+	bad         string // what was last logged as bad: a content's sum or a read error
 }
 
-// run checks every interval until ctx ends.
+// run checks every interval, and reloads the file every reloadEvery and on
+// hup, until ctx ends.
 func (k *bootKeeper) run(ctx context.Context) {
 	t := time.NewTicker(k.interval)
 	defer t.Stop()
+	var reload <-chan time.Time
+	if k.reloadEvery > 0 {
+		rt := time.NewTicker(k.reloadEvery)
+		defer rt.Stop()
+		reload = rt.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			k.check(ctx)
+		case <-reload:
+			k.reload(ctx)
+		case <-k.hup:
+			k.reload(ctx)
 		}
+	}
+}
+
+// reload reads the file again; when its content changed and is valid, it
+// becomes the file kept applied. Limiters and templates the new file no
+// longer has stay in Redis (delete them through the API).
+func (k *bootKeeper) reload(ctx context.Context) {
+	data, err := os.ReadFile(k.file.path)
+	if err != nil {
+		if k.bad != err.Error() {
+			k.bad = err.Error()
+			k.log.Error("cannot read the boot file again; keeping the one applied", "file", k.file.path, "err", err)
+		}
+		return
+	}
+	raw := sha256.Sum256(data)
+	sum := hex.EncodeToString(raw[:])
+	if sum == k.file.sum || sum == k.bad {
+		return
+	}
+	nb, err := parseBootFile(k.file.path, data)
+	if err != nil {
+		k.bad = sum
+		k.log.Error("the boot file changed and is invalid; keeping the one applied", "err", err)
+		return
+	}
+	k.bad = ""
+	k.file, k.applied = nb, false
+	k.check(ctx) // applies it
+	k.log.Info("reloaded the boot file", "file", nb.path, "limiters", len(nb.limiters), "templates", len(nb.templates),
+		"domains", nb.rules.Domains(), "rules", nb.rules.Len(), "applied", k.applied)
+	if k.reloaded != nil {
+		k.reloaded(nb)
 	}
 }
 

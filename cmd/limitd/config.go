@@ -22,6 +22,7 @@ import (
 // help tags feed limitd --help, so the table there cannot drift from the code.
 type config struct {
 	Addr         string `env:"LIMITD_ADDR" envDefault:"127.0.0.1:8080" help:"listen address, host:port"`
+	GRPCAddr     string `env:"LIMITD_GRPC_ADDR" help:"listen address of the gRPC front end (Envoy's rate limit service envoy.service.ratelimit.v3.RateLimitService and grpc.health.v1), host:port; empty: off"`
 	RedisURL     string `env:"LIMITD_REDIS_URL" help:"single node: redis://[user:pw@]host:port[/db] (rediss:// for TLS) or host:port; Sentinel: redis://[suser:spw@]sentinel:26379?master_name=NAME &addr=sentinel2:26379… &username=U&password=PW (the master's); cluster: redis://[user:pw@]node:7000?addr=node2:7001&addr=… or node:7000,node2:7001,…; go-redis options as query parameters (dial_timeout=1s); empty: an embedded in-memory Redis, NOT shared across processes"`
 	Prefix       string `env:"LIMITD_PREFIX" envDefault:"limitd" help:"Redis key prefix"`
 	ConfigFile   string `env:"LIMITD_CONFIG" help:"YAML file of limiters and templates applied at boot, and re-applied whenever Redis lost them"`
@@ -78,6 +79,15 @@ func (c *config) check() error {
 	}
 	if p, err := strconv.ParseUint(port, 10, 16); err != nil || (p == 0 && port != "0") {
 		return fmt.Errorf("LIMITD_ADDR: the port must be a number from 0 to 65535 (got %q)", c.Addr)
+	}
+	if c.GRPCAddr != "" {
+		_, port, err := net.SplitHostPort(c.GRPCAddr)
+		if err != nil {
+			return fmt.Errorf("LIMITD_GRPC_ADDR: must be host:port, like 127.0.0.1:8081, or empty (got %q)", c.GRPCAddr)
+		}
+		if p, err := strconv.ParseUint(port, 10, 16); err != nil || (p == 0 && port != "0") {
+			return fmt.Errorf("LIMITD_GRPC_ADDR: the port must be a number from 0 to 65535 (got %q)", c.GRPCAddr)
+		}
 	}
 	if !prefixRE.MatchString(c.Prefix) {
 		return fmt.Errorf("LIMITD_PREFIX: must be 1 to 64 of A-Z a-z 0-9 . _ : - starting with a letter or digit (got %q)", c.Prefix)

@@ -167,6 +167,18 @@ func TestREADMEYAML(t *testing.T) {
 			continue
 		}
 		n++
+		if len(b.lines) > 0 && strings.HasPrefix(b.lines[0], "# deploy/envoy.yaml") {
+			if l, err := envoyExcerpt(b.lines[1:]); err != nil {
+				ps.add(b.line+1+l, "%v", err)
+			}
+			continue
+		}
+		if len(b.lines) > 0 && strings.HasPrefix(b.lines[0], "# Istio") {
+			if err := istioFilter(strings.Join(b.lines, "\n")); err != nil {
+				ps.add(b.line, "not an Istio EnvoyFilter of the rate limit filter: %v", err)
+			}
+			continue
+		}
 		if _, err := parseBootFile(fmt.Sprintf("the block at line %d", b.line), []byte(strings.Join(b.lines, "\n"))); err != nil {
 			line := b.line
 			if m := regexp.MustCompile(`: line ([0-9]+): `).FindStringSubmatch(err.Error()); m != nil {

@@ -8,16 +8,21 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/grpcapi"
 	"github.com/limitd/limitd/store"
 )
 
@@ -34,6 +39,8 @@ const (
 	idleTimeout       = 2 * time.Minute
 	shutdownTimeout   = 10 * time.Second // for in-flight requests after SIGTERM
 	bootCheckInterval = time.Second      // how often serve looks for a lost boot file
+	bootReloadEvery   = 3 * time.Second  // how often serve reads the boot file for changes
+	grpcHealthEvery   = 2 * time.Second  // how often the gRPC health service asks Redis
 	bootTimeout       = 10 * time.Second // to apply the boot file once
 	batchSize         = 64               // acquires per pipeline (store.WithBatching)
 )
@@ -46,12 +53,15 @@ func init() {
 
 Runs limitd's HTTP API (/v1/limiters, /v1/templates, /healthz, /readyz,
 /metrics, /openapi.yaml) over the Redis named by LIMITD_REDIS_URL, or over an
-embedded in-memory Redis when it is empty. Stops gracefully on SIGINT or
-SIGTERM. Invalid configuration exits 1 with one line naming the variable.
+embedded in-memory Redis when it is empty. With LIMITD_GRPC_ADDR it also
+serves Envoy's rate limit service (gRPC) with the boot file's domains:
+rules. Stops gracefully on SIGINT or SIGTERM. Invalid configuration exits 1
+with one line naming the variable.
 
 With LIMITD_CONFIG the YAML file's limiters and templates are applied at boot
-(the file wins over changes made since through the API) and applied again
-whenever Redis lost them, e.g. after a restart without persistence:
+(the file wins over changes made since through the API), applied again
+whenever Redis lost them, e.g. after a restart without persistence, and
+reloaded when the file changes (read every 3 s, and on SIGHUP):
 
   limiters:
     orders: {rate: 1000, burst: 1.1, max_backlog: 10s}
@@ -59,6 +69,11 @@ whenever Redis lost them, e.g. after a restart without persistence:
     login: {kind: smooth, rate: 5, max_burst_seconds: 1}
   templates:
     per-user: {pattern: "user:*", order: 10, idle_ttl: 10m, limiter: {rate: 50}}
+  domains:
+    - domain: messaging
+      descriptors:
+        - key: to_number
+          rate_limit: {unit: day, requests_per_unit: 100}
 
 ` + envHelp(),
 		run: func(ctx context.Context, args []string, _, stderr io.Writer) error {
@@ -102,6 +117,13 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		return fmt.Errorf("LIMITD_ADDR: %w", err)
 	}
 	defer ln.Close() // Shutdown closes it too; this covers the early returns
+	var gln net.Listener
+	if cfg.GRPCAddr != "" {
+		if gln, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			return fmt.Errorf("LIMITD_GRPC_ADDR: %w", err)
+		}
+		defer gln.Close() // Stop closes it too
+	}
 
 	if rdb == nil {
 		mini := miniredis.NewMiniRedis()
@@ -142,8 +164,32 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		}
 		cancel()
 	}
+	reg := prometheus.NewRegistry()
+	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode})
+	var rls *grpcapi.Server
+	if gln != nil {
+		o := grpcapi.Options{
+			Service: svc.Observed(api.Observer(reg, version)), Token: cfg.Token, AdminToken: cfg.AdminToken,
+			Logger: logger, AccessLog: cfg.AccessLog, Registry: reg, ShadowMode: cfg.ShadowMode,
+		}
+		if boot != nil {
+			o.Rules = boot.rules
+		}
+		if h, _, _ := net.SplitHostPort(cfg.GRPCAddr); cfg.Token == "" && !isLoopback(h) {
+			logger.Warn("LIMITD_GRPC_ADDR listens beyond loopback without LIMITD_TOKEN: anyone who reaches it can spend the rules' limits", "grpc_addr", cfg.GRPCAddr)
+		}
+		rls = grpcapi.New(o)
+		wg.Go(func() { rls.Watch(bgCtx, grpcHealthEvery) })
+	}
 	if boot != nil {
-		k := &bootKeeper{file: boot, store: st, log: logger, interval: bootCheckInterval, timeout: bootTimeout}
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		k := &bootKeeper{file: boot, store: st, log: logger, interval: bootCheckInterval, timeout: bootTimeout,
+			reloadEvery: bootReloadEvery, hup: hup}
+		if rls != nil {
+			k.reloaded = func(b *bootFile) { rls.SetRules(b.rules) }
+		}
 		applyCtx, cancel := context.WithTimeout(ctx, bootTimeout)
 		err := boot.apply(applyCtx, st)
 		cancel()
@@ -152,20 +198,21 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 			logger.Warn("could not apply the boot file; it will be applied once Redis answers", "file", boot.path, "err", err)
 		} else {
 			k.applied = true
-			logger.Info("applied the boot file", "file", boot.path, "limiters", len(boot.limiters), "templates", len(boot.templates))
+			logger.Info("applied the boot file", "file", boot.path, "limiters", len(boot.limiters), "templates", len(boot.templates),
+				"domains", boot.rules.Domains(), "rules", boot.rules.Len())
 		}
 		wg.Go(func() { k.run(bgCtx) })
 	}
 
 	srv := &http.Server{
 		Handler: api.New(api.Options{
-			Service:      core.New(st, core.Options{Shadow: cfg.ShadowMode}),
+			Service:      svc,
 			AdminToken:   cfg.AdminToken,
 			Token:        cfg.Token,
 			MetricsToken: cfg.MetricsToken,
 			Logger:       logger,
 			AccessLog:    cfg.accessLog(),
-			Registry:     prometheus.NewRegistry(),
+			Registry:     reg,
 			Version:      version,
 			// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
 		}),
@@ -176,8 +223,17 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 	}
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- srv.Serve(ln) })
+	var gsrv *grpc.Server
+	grpcErr := make(chan error, 1)
+	grpcAddr := ""
+	if rls != nil {
+		gsrv = grpc.NewServer()
+		rls.Register(gsrv)
+		grpcAddr = gln.Addr().String()
+		wg.Go(func() { grpcErr <- gsrv.Serve(gln) })
+	}
 	// The startup line shows whatever LIMITD_LOG_LEVEL is.
-	cfg.announcer(logOut).Info("limitd serving", "addr", ln.Addr().String(), "version", version, "redis", redisTarget(cfg.RedisURL),
+	cfg.announcer(logOut).Info("limitd serving", "addr", ln.Addr().String(), "grpc_addr", grpcAddr, "version", version, "redis", redisTarget(cfg.RedisURL),
 		"prefix", cfg.Prefix, "admin_token", cfg.AdminToken != "", "token", cfg.Token != "", "metrics_token", cfg.MetricsToken != "")
 	if ready != nil {
 		ready(ln.Addr())
@@ -185,12 +241,26 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 
 	select {
 	case err := <-serveErr:
+		if gsrv != nil {
+			gsrv.Stop()
+		}
 		return fmt.Errorf("http server: %w", err)
+	case err := <-grpcErr:
+		srv.Close()
+		return fmt.Errorf("grpc server: %w", err)
 	case <-ctx.Done():
 	}
 	logger.Info("shutting down", "timeout", shutdownTimeout)
 	shutCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
+	grpcStopped := make(chan struct{})
+	if gsrv != nil {
+		// Health watchers hear NOT_SERVING first; calls in flight finish.
+		rls.Shutdown()
+		wg.Go(func() { gracefulStop(shutCtx, gsrv, logger); close(grpcStopped) })
+	} else {
+		close(grpcStopped)
+	}
 	err = srv.Shutdown(shutCtx)
 	if err != nil {
 		logger.Warn("in-flight requests did not finish in time; closing their connections", "err", err)
@@ -199,8 +269,23 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("http server: %w", err)
 	}
+	<-grpcStopped
 	logger.Info("stopped")
 	return nil
+}
+
+// gracefulStop stops g once its calls in flight finish, or at once when
+// ctx ends first.
+func gracefulStop(ctx context.Context, g *grpc.Server, logger *slog.Logger) {
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		logger.Warn("in-flight gRPC calls did not finish in time; closing their connections")
+		g.Stop()
+		<-done
+	}
 }
 
 var setRedisLogger sync.Once

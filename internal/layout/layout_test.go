@@ -30,11 +30,12 @@ var may = map[string][]string{
 	"store":                {"limiter", "lua"},
 	"core":                 {"store", "limiter", "wire"},
 	"api":                  {"core", "limiter", "wire"},
+	"grpcapi":              {"core", "limiter"},
 	"client":               {"store", "limiter", "wire", "internal/clockoffset"},
 	"httplimit":            {"client", "store", "wire", "limiter"},
 	"client/clientmetrics": {"client"},
 	"internal/bench":       {"client", "store", "limiter", "wire", "internal/clockoffset", "internal/httpjson"},
-	"cmd/limitd":           {"api", "core", "store", "limiter", "wire", "internal/bench", "internal/httpjson"},
+	"cmd/limitd":           {"api", "grpcapi", "core", "store", "limiter", "wire", "internal/bench", "internal/httpjson"},
 	"integration":          nil, // tests only
 }
 

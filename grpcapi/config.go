@@ -1,0 +1,457 @@
+package grpcapi
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/limiter"
+)
+
+// Domain is one entry of the boot file's `domains:` list, in the reference
+// Envoy rate limit server's format (one of its config files):
+//
+//	domains:
+//	  - domain: messaging
+//	    descriptors:
+//	      - key: message_type
+//	        value: marketing
+//	        descriptors:
+//	          - key: to_number
+//	            rate_limit: {unit: day, requests_per_unit: 5}
+//	      - key: to_number
+//	        rate_limit: {unit: day, requests_per_unit: 100}
+type Domain struct {
+	Domain      string       `yaml:"domain" json:"domain"`
+	Descriptors []Descriptor `yaml:"descriptors" json:"descriptors"`
+}
+
+// Descriptor is one level of a domain's descriptor tree. Key is required;
+// Value is a fixed value, a pattern with `*` (any run of characters), or
+// empty: any value, each with its own counter. A descriptor limits when it
+// has RateLimit (the reference's fixed window per unit) or Limiter (any
+// limitd rate config: a schedule or smooth limit instead of a window).
+type Descriptor struct {
+	Key       string          `yaml:"key" json:"key"`
+	Value     string          `yaml:"value" json:"value,omitempty"`
+	RateLimit *RateLimit      `yaml:"rate_limit" json:"rate_limit,omitempty"`
+	Limiter   *limiter.Config `yaml:"limiter" json:"limiter,omitempty"`
+	// Name and Replaces are rate_limit's name and replaces for a rule
+	// with a limiter (limitd's extension).
+	Name        string       `yaml:"name" json:"name,omitempty"`
+	Replaces    []Replace    `yaml:"replaces" json:"replaces,omitempty"`
+	Descriptors []Descriptor `yaml:"descriptors" json:"descriptors,omitempty"`
+	// ShadowMode decides and counts but never refuses.
+	ShadowMode bool `yaml:"shadow_mode" json:"shadow_mode,omitempty"`
+	// DetailedMetric labels this rule's counters with the request's own
+	// keys and values (rule="key1_value9"), not the rule's.
+	DetailedMetric bool `yaml:"detailed_metric" json:"detailed_metric,omitempty"`
+	// ValueToMetric puts the request's value of this level into the rule
+	// label where the rule has none (or a pattern).
+	ValueToMetric bool `yaml:"value_to_metric" json:"value_to_metric,omitempty"`
+	// ShareThreshold makes every value matching this level's pattern share
+	// one counter.
+	ShareThreshold bool `yaml:"share_threshold" json:"share_threshold,omitempty"`
+	// QuotaMode is the reference's; limitd refuses a config that sets it.
+	QuotaMode bool `yaml:"quota_mode" json:"quota_mode,omitempty"`
+	// Metadata is accepted and not used (the reference returns it only with
+	// its dynamic metadata option).
+	Metadata map[string]any `yaml:"metadata" json:"metadata,omitempty"`
+}
+
+// RateLimit is the reference's limit: RequestsPerUnit per Unit in fixed
+// windows aligned to the Unix epoch, or Unlimited.
+type RateLimit struct {
+	Unit            string    `yaml:"unit" json:"unit,omitempty"`
+	RequestsPerUnit uint32    `yaml:"requests_per_unit" json:"requests_per_unit"`
+	Unlimited       bool      `yaml:"unlimited" json:"unlimited,omitempty"`
+	Name            string    `yaml:"name" json:"name,omitempty"`
+	Replaces        []Replace `yaml:"replaces" json:"replaces,omitempty"`
+}
+
+// Replace names a rule (by its rate_limit name) that a rule replaces.
+type Replace struct {
+	Name string `yaml:"name" json:"name"`
+}
+
+// units are the reference's units and their windows. Its week, month and
+// year are 7, 30 and 365 days counted from the Unix epoch, not calendar
+// periods; limitd keeps that so that counts and resets agree.
+var units = map[string]struct {
+	code   Unit
+	period time.Duration
+}{
+	"second": {UnitSecond, time.Second},
+	"minute": {UnitMinute, time.Minute},
+	"hour":   {UnitHour, time.Hour},
+	"day":    {UnitDay, 24 * time.Hour},
+	"week":   {UnitWeek, 7 * 24 * time.Hour},
+	"month":  {UnitMonth, 30 * 24 * time.Hour},
+	"year":   {UnitYear, 365 * 24 * time.Hour},
+}
+
+// Unit is a rate limit unit as the protocol numbers it.
+type Unit int32
+
+// The protocol's units (envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit).
+const (
+	UnitUnknown Unit = 0
+	UnitSecond  Unit = 1
+	UnitMinute  Unit = 2
+	UnitHour    Unit = 3
+	UnitDay     Unit = 4
+	UnitMonth   Unit = 5
+	UnitYear    Unit = 6
+	UnitWeek    Unit = 7
+)
+
+// Rules are the compiled domains: the descriptor trees the server matches
+// requests against, and the limitd templates their rules count in. A Rules
+// is immutable; a reload compiles a new one.
+type Rules struct {
+	domains   map[string]*node
+	templates []core.Template
+	count     int
+}
+
+// node is one level of a descriptor tree. A request entry matches, in this
+// order, a child of its key and exact value, then the first pattern of its
+// key that matches the value (in the config's order), then the child of its
+// key without a value: the most specific match, as the reference does.
+type node struct {
+	exact    map[entry]*node
+	patterns []pattern
+	anyValue map[string]*node // by key
+	rule     *rule            // nil: no limit at this level
+}
+
+type entry struct{ key, value string }
+
+type pattern struct {
+	key   string
+	parts []string // the value split at each *
+	share bool     // share_threshold: one counter for every match
+	node  *node
+}
+
+// level says how one level of a rule's path names its counter and label.
+type level struct {
+	key, value    string // value: as written (fixed, pattern or "")
+	variable      bool   // each request value has its own counter
+	valueToMetric bool
+}
+
+// rule is a descriptor with a limit.
+type rule struct {
+	domain    string
+	label     string // the reference's key of the rule without its domain: "message_type_marketing.to_number"
+	levels    []level
+	template  string // the limitd template its counters are instances of ("" for unlimited)
+	unlimited bool
+	shadow    bool
+	detailed  bool
+	name      string   // rate_limit.name: what replaces refers to
+	replaces  []string // names of the rules this one replaces
+	// The reference's limit (window rules): the answer's current_limit.
+	unit  Unit
+	limit uint32
+	// window is true for a window rule (every rate_limit): counts,
+	// remaining and reset come from the window kind's answer.
+	window bool
+	// blocked is a rate_limit of 0 requests: every hit is refused.
+	blocked bool
+	period  time.Duration // a rate_limit's window
+
+	config limiter.Config
+}
+
+// TemplatePrefix starts the id of every template a rule counts in.
+const TemplatePrefix = "envoy."
+
+// maxDomainHint is how much of a domain's name a template id keeps to be
+// readable; the rest is a hash.
+const maxDomainHint = 40
+
+// Compile checks domains and builds their rules. Errors name the field
+// ("domains[0].descriptors[1].rate_limit.unit") and the rule broken.
+func Compile(domains []Domain) (*Rules, error) {
+	r := &Rules{domains: map[string]*node{}}
+	for i, d := range domains {
+		path := fmt.Sprintf("domains[%d]", i)
+		if d.Domain == "" {
+			return nil, fieldErr(path+".domain", "must not be empty", nil)
+		}
+		if _, dup := r.domains[d.Domain]; dup {
+			return nil, fieldErr(path+".domain", "must be unique: this domain is defined above", quote(d.Domain))
+		}
+		root := newNode()
+		if err := r.load(root, d.Domain, nil, d.Descriptors, path); err != nil {
+			return nil, err
+		}
+		r.domains[d.Domain] = root
+	}
+	return r, nil
+}
+
+func newNode() *node { return &node{exact: map[entry]*node{}, anyValue: map[string]*node{}} }
+
+// load adds descriptors under n; parents are the levels above.
+func (r *Rules) load(n *node, domain string, parents []level, ds []Descriptor, path string) error {
+	for i, d := range ds {
+		p := fmt.Sprintf("%s.descriptors[%d]", path, i)
+		if d.Key == "" {
+			return fieldErr(p+".key", "must not be empty", nil)
+		}
+		if d.QuotaMode {
+			return fieldErr(p+".quota_mode", "is not supported by limitd: remove it", nil)
+		}
+		wild := strings.Contains(d.Value, "*")
+		if d.ShareThreshold && !wild {
+			return fieldErr(p+".share_threshold", "needs a value with a wildcard (*)", quote(d.Value))
+		}
+		child := newNode()
+		switch {
+		case d.Value == "":
+			if _, dup := n.anyValue[d.Key]; dup {
+				return fieldErr(p+".key", "must be unique among its siblings without a value", quote(d.Key))
+			}
+			n.anyValue[d.Key] = child
+		case wild:
+			for _, q := range n.patterns {
+				if q.key == d.Key && strings.Join(q.parts, "*") == d.Value {
+					return fieldErr(p+".value", "must be unique among its siblings of the same key", quote(d.Value))
+				}
+			}
+			n.patterns = append(n.patterns, pattern{key: d.Key, parts: strings.Split(d.Value, "*"), share: d.ShareThreshold, node: child})
+		default:
+			e := entry{d.Key, d.Value}
+			if _, dup := n.exact[e]; dup {
+				return fieldErr(p+".value", "must be unique among its siblings of the same key", quote(d.Value))
+			}
+			n.exact[e] = child
+		}
+		lv := level{key: d.Key, value: d.Value, variable: d.Value == "" || wild && !d.ShareThreshold, valueToMetric: d.ValueToMetric}
+		levels := append(append([]level(nil), parents...), lv)
+		rl, err := r.rule(domain, levels, d, p)
+		if err != nil {
+			return err
+		}
+		child.rule = rl
+		if err := r.load(child, domain, levels, d.Descriptors, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rule compiles a descriptor's limit (nil when it has none).
+func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (*rule, error) {
+	if d.RateLimit == nil && d.Limiter == nil {
+		if d.Name != "" || len(d.Replaces) > 0 {
+			return nil, fieldErr(path+".name", "names a rule: it needs a limiter", nil)
+		}
+		return nil, nil
+	}
+	if d.RateLimit != nil && d.Limiter != nil {
+		return nil, fieldErr(path+".limiter", "must not be given with rate_limit: a rule has one limit", nil)
+	}
+	parts := make([]string, len(levels))
+	for i, l := range levels {
+		parts[i] = l.key
+		if l.value != "" {
+			parts[i] += "_" + l.value
+		}
+	}
+	rl := &rule{domain: domain, label: strings.Join(parts, "."), levels: levels, shadow: d.ShadowMode, detailed: d.DetailedMetric}
+	name, replaces, namePath := d.Name, d.Replaces, path
+	if d.RateLimit != nil {
+		if d.Name != "" || len(d.Replaces) > 0 {
+			return nil, fieldErr(path+".name", "goes in rate_limit with a rate_limit (name and replaces beside it are for a limiter)", nil)
+		}
+		name, replaces, namePath = d.RateLimit.Name, d.RateLimit.Replaces, path+".rate_limit"
+	}
+	rl.name = name
+	for j, rep := range replaces {
+		f := fmt.Sprintf("%s.replaces[%d].name", namePath, j)
+		if rep.Name == "" {
+			return nil, fieldErr(f, "must not be empty", nil)
+		}
+		if rep.Name == name {
+			return nil, fieldErr(f, "must not name the rule itself", quote(rep.Name))
+		}
+		rl.replaces = append(rl.replaces, rep.Name)
+	}
+	if rate := d.RateLimit; rate != nil {
+		u, known := units[strings.ToLower(rate.Unit)]
+		if rate.Unlimited {
+			if rate.Unit != "" {
+				return nil, fieldErr(path+".rate_limit.unit", "must not be given when unlimited is true", quote(rate.Unit))
+			}
+			rl.unlimited = true
+			r.count++
+			return rl, nil
+		}
+		if !known {
+			return nil, fieldErr(path+".rate_limit.unit", "must be one of second, minute, hour, day, week, month, year", quote(rate.Unit))
+		}
+		rl.unit, rl.limit, rl.window, rl.period = u.code, rate.RequestsPerUnit, true, u.period
+		n := int64(rate.RequestsPerUnit)
+		if n == 0 {
+			// Refuses every hit (a block list). Its counter is a window of
+			// one that is only ever checked (0 hits), for the window's
+			// reset on Redis' clock; it never counts.
+			rl.blocked, n = true, 1
+		}
+		cfg, err := windowConfig(n, u.period)
+		if err != nil {
+			if fe, ok := err.(*limiter.FieldError); ok && fe.Field == "limit" {
+				return nil, fieldErr(path+".rate_limit.requests_per_unit", fe.Rule, fe.Value)
+			}
+			return nil, fieldErr(path+".rate_limit", err.Error(), nil)
+		}
+		rl.config = cfg
+	} else {
+		c := *d.Limiter
+		norm, _, err := c.Normalize()
+		if err == nil && norm.Kind != limiter.KindSchedule && norm.Kind != limiter.KindSmooth && norm.Kind != limiter.KindWindow {
+			return nil, fieldErr(path+".limiter.kind", "must be a rate kind (schedule, smooth or window): a descriptor counts requests", quote(string(norm.Kind)))
+		}
+		if err == nil {
+			_, err = limiter.Compile(norm)
+		}
+		if err != nil {
+			if fe, ok := err.(*limiter.FieldError); ok {
+				return nil, fieldErr(path+".limiter."+fe.Field, fe.Rule, fe.Value)
+			}
+			return nil, fieldErr(path+".limiter", err.Error(), nil)
+		}
+		rl.config = norm
+		rl.window = norm.Kind == limiter.KindWindow
+		rl.unit, rl.limit = limitOf(norm)
+	}
+	// shadow_mode is the limit's shadow mode: it never refuses, so that a
+	// call's other rules count as if it were not there (core.AcquireAll).
+	rl.config.Shadow = d.ShadowMode
+	rl.template = templateID(domain, rl.label)
+	r.templates = append(r.templates, core.Template{ID: rl.template, Pattern: rl.template + ":*", Order: templateOrder, Limiter: rl.config})
+	r.count++
+	return rl, nil
+}
+
+// templateOrder is where the rules' templates stand among others: their
+// patterns are disjoint from each other, and an operator's own templates
+// with a lower order come first.
+const templateOrder = 1000
+
+// windowConfig is the limitd config of a reference window: limit requests
+// per period, windows aligned to the Unix epoch. It is decoded the way the
+// HTTP API decodes a config, so it is exactly what a PUT of the same JSON
+// would store.
+func windowConfig(limit int64, period time.Duration) (limiter.Config, error) {
+	body := fmt.Sprintf(`{"kind":%q,"limit":%d,"period":%q}`, limiter.KindWindow, limit, shortDuration(period))
+	dec := json.NewDecoder(bytes.NewReader([]byte(body)))
+	dec.DisallowUnknownFields()
+	var c limiter.Config
+	if err := dec.Decode(&c); err != nil {
+		return limiter.Config{}, err
+	}
+	norm, _, err := c.Normalize()
+	if err == nil {
+		_, err = limiter.Compile(norm)
+	}
+	return norm, err
+}
+
+// shortDuration writes a whole number of hours, minutes or seconds as
+// people do ("24h", "1m", "1s").
+func shortDuration(d time.Duration) string {
+	for _, u := range []struct {
+		unit   time.Duration
+		suffix string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if d%u.unit == 0 {
+			return fmt.Sprintf("%d%s", d/u.unit, u.suffix)
+		}
+	}
+	return d.String()
+}
+
+// limitOf words a limiter config as the protocol's current_limit: a
+// window's limit per its period where that is a unit (UnitUnknown where it
+// is not), a schedule or smooth rate as requests per the smallest unit that
+// makes it whole (0, UnitUnknown when none does).
+func limitOf(c limiter.Config) (Unit, uint32) {
+	if c.Kind == limiter.KindWindow {
+		n := uint32(0)
+		if c.Limit != nil {
+			n = uint32(min(max(*c.Limit, 0), int64(^uint32(0))))
+		}
+		if u, ok := units[c.Period]; ok { // day, week, month, year: calendar periods
+			return u.code, n
+		}
+		if d, err := time.ParseDuration(c.Period); err == nil && !c.Sliding {
+			for _, u := range units {
+				if u.period == d && u.code <= UnitDay {
+					return u.code, n
+				}
+			}
+		}
+		return UnitUnknown, n
+	}
+	for _, u := range []struct {
+		code Unit
+		secs float64
+	}{{UnitSecond, 1}, {UnitMinute, 60}, {UnitHour, 3600}, {UnitDay, 86400}} {
+		n := c.Rate * u.secs
+		if n >= 1 && n <= float64(^uint32(0)) && n == float64(uint64(n)) {
+			return u.code, uint32(n)
+		}
+	}
+	return UnitUnknown, 0
+}
+
+// templateID names a rule's template: "envoy.<domain>.<hash>", the domain
+// made safe and cut to be readable, the hash (of domain and the rule's
+// path) to be unique.
+func templateID(domain, label string) string {
+	sum := sha256.Sum256([]byte(domain + "\x00" + label))
+	hint := make([]byte, 0, maxDomainHint)
+	for i := 0; i < len(domain) && len(hint) < maxDomainHint; i++ {
+		c := domain[i]
+		if !safe(c) {
+			c = '-'
+		}
+		hint = append(hint, c)
+	}
+	return TemplatePrefix + string(hint) + "." + hex.EncodeToString(sum[:6])
+}
+
+// safe are the bytes a counter's name keeps as they are.
+func safe(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '-'
+}
+
+// Templates are the limitd templates the rules count in, one per rule with
+// a limit: the boot file applies them beside its own.
+func (r *Rules) Templates() []core.Template { return r.templates }
+
+// Domains is the number of domains, Len the number of rules (descriptors
+// with a limit, unlimited ones included).
+func (r *Rules) Domains() int { return len(r.domains) }
+
+// Len is the number of rules.
+func (r *Rules) Len() int { return r.count }
+
+func fieldErr(field, rule string, value any) error {
+	return &limiter.FieldError{Field: field, Rule: rule, Value: value}
+}
+
+func quote(s string) string { return fmt.Sprintf("%q", s) }
+
+// Has reports whether the rules define domain.
+func (r *Rules) Has(domain string) bool { return r.domains[domain] != nil }

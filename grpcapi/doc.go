@@ -1,0 +1,29 @@
+// Package grpcapi is limitd's front end for Envoy's rate limit protocol
+// (envoy.service.ratelimit.v3.RateLimitService, with grpc.health.v1 beside
+// it), over a core.Service.
+//
+// Descriptor rules come in the reference rate limit server's config format
+// (a list under the boot file's domains:, see Domain): a domain's tree of
+// keys and values, each level matched most specific first (exact value,
+// then the first wildcard pattern, then the key alone), a rule applying only
+// at the level of a descriptor's last entry. Each rule with a limit is a
+// limitd template (Rules.Templates, "envoy.<domain>.<hash>"); a request's
+// counter is an instance of it named by the request's values where the rule
+// has none (match.go: counter). A rate_limit is the window kind (fixed
+// windows of the unit, aligned to the Unix epoch); a descriptor may instead
+// name any limitd rate config (limiter:), so that a schedule or smooth limit
+// replaces the window.
+//
+// A call's counters are asked in one core.Service.AcquireAll, all or nothing
+// (a shadow_mode rule is a shadow limiter: it never refuses, so it never
+// stops the others). The server answers OVER_LIMIT when any rule refuses;
+// Redis failing is codes.Unavailable (Envoy's failure_mode_deny decides),
+// bad requests codes.InvalidArgument, a missing or wrong token
+// codes.Unauthenticated. Decisions reach the service's core.Observer (the
+// same metrics as the HTTP API's), and each rule's hits, over-limit,
+// near-limit, within-limit and shadow-mode counts are Prometheus counters
+// labelled by domain and rule.
+//
+// Layer: cmd → api|grpcapi → core → store → limiter. grpcapi imports core
+// and limiter, never api, store or a Redis client.
+package grpcapi
