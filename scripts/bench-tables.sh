@@ -84,6 +84,21 @@ while read -r line; do
 done <"$out/http"
 echo
 
+grpcrounds=$(( rounds < 10 ? rounds : 10 ))
+echo "**gRPC (Envoy's rate limit service) against HTTP acquire through \`limitd serve\`** (BenchmarkGRPCvsHTTP:"
+echo "the binary over a private redis-server, $grpcrounds alternating rounds of 200 ms; one template instance (hot) or"
+echo "round-robin over 10,000; gRPC calls share one HTTP/2 connection, HTTP acquires have a connection each):"
+echo
+echo "| concurrent calls, keys | gRPC decisions/s | HTTP decisions/s | gRPC / HTTP (decisions/s) |"
+echo "|---|---|---|---|"
+bench ./integration/ BenchmarkGRPCvsHTTP "${grpcrounds}x" >"$out/grpc"
+while read -r line; do
+  name=$(cut -d' ' -f1 <<<"$line" | sed 's|BenchmarkGRPCvsHTTP/||')
+  printf '| %s | %.0f | %.0f | **%.2f×** |\n' "$name" "$(awk '{print 1e9 / $1}' <<<"$(metric grpc-ns/op "$line")")" \
+    "$(awk '{print 1e9 / $1}' <<<"$(metric http-ns/op "$line")")" "$(awk '{print 1 / $1}' <<<"$(metric grpc/http "$line")")"
+done <"$out/grpc"
+echo
+
 if command -v valgrind >/dev/null 2>&1; then
   echo "**Redis work per decision** (TestInstructionsPerDecision: redis-server's instructions under callgrind,"
   echo "which load does not move):"

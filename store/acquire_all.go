@@ -16,6 +16,9 @@ import (
 // Several limits in one call (AcquireAll): a request passes only if every
 // limiter it names grants, and a refusal leaves every limiter as it was.
 //
+// A call of one limiter taking permits is that limiter's own acquire
+// (acquireOne). Otherwise:
+//
 // On one Redis server (a *redis.Client: single node, or the master of a
 // Sentinel) the call is one script (lua/acquire_all.lua) that decides every
 // limiter in memory, at one Redis time, and writes only when all grant: a
@@ -82,6 +85,9 @@ const MaxMultiRequests = 64
 func (s *Store) AcquireAll(ctx context.Context, reqs []MultiRequest, maxWait time.Duration) (MultiDecision, error) {
 	if len(reqs) == 0 || len(reqs) > MaxMultiRequests {
 		return MultiDecision{}, &limiter.FieldError{Field: "requests", Rule: "must name 1 to " + strconv.Itoa(MaxMultiRequests) + " limiters", Value: len(reqs)}
+	}
+	if r := reqs[0]; len(reqs) == 1 && r.Permits >= 1 {
+		return s.acquireOne(ctx, r, maxWait)
 	}
 	groups := make([]multiGroup, len(reqs))
 	seen := make(map[string]int, len(reqs))
@@ -204,6 +210,26 @@ func (s *Store) takeGroup(ctx context.Context, groups []multiGroup, maxWait time
 		ws = append(ws, written{key: r.str(i), before: r.str(i + 1), pttl: r.int(i + 2), after: r.str(i + 3), us: us})
 	}
 	return granted, ws, r.check("acquire_all", groups[0].req.Name)
+}
+
+// acquireOne is AcquireAll of one limiter taking permits: its own acquire
+// (its fast path, batched with concurrent callers where the store batches),
+// as all or nothing over one limiter is. A refusal leaves it as a refused
+// acquire does: unchanged but for what any call does (a backlog past
+// max_backlog forfeited, an instance's idle TTL renewed).
+func (s *Store) acquireOne(ctx context.Context, r MultiRequest, maxWait time.Duration) (MultiDecision, error) {
+	if err := CheckNameAs("requests[0].name", r.Name); err != nil {
+		return MultiDecision{}, err
+	}
+	d, err := s.Acquire(ctx, r.Name, r.Permits, maxWait)
+	if err != nil {
+		var fe *limiter.FieldError
+		if errors.As(err, &fe) && fe.Field == "permits" {
+			err = &limiter.FieldError{Field: "requests[0].permits", Rule: fe.Rule, Value: r.Permits}
+		}
+		return MultiDecision{}, err
+	}
+	return MultiDecision{Granted: d.Granted || r.Optional, Decisions: []Decision{d}}, nil
 }
 
 // acquireCall runs acquire_all.lua for groups (mode '0': a dry run, '1':
