@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/internal/promreg"
 	"github.com/limitd/limitd/wire"
 )
 
@@ -136,7 +137,7 @@ func New(o Options) http.Handler {
 	}
 	s.m = newMetrics(reg, o.Version)
 	s.core = o.Service.Observed(s.m)
-	register(reg, newStateCollector(s.core))
+	promreg.Register("api", reg, newStateCollector(s.core))
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true

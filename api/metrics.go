@@ -2,7 +2,6 @@ package api
 
 import (
 	"cmp"
-	"errors"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/internal/promreg"
 )
 
 // metrics are the collectors /metrics serves. They observe the service
@@ -44,51 +44,51 @@ var delayBuckets = []float64{0, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 
 
 func newMetrics(reg *prometheus.Registry, version string) *metrics {
 	m := &metrics{
-		requests: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		requests: promreg.Register("api", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_http_requests_total",
 			Help: "HTTP requests answered, by method, route template (unmatched: no route) and status.",
 		}, []string{"method", "route", "status"})),
-		duration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		duration: promreg.Register("api", reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "limitd_http_request_duration_seconds",
 			Help:    "Time to answer an HTTP request, by method and route template; a blocking acquire includes its wait.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"method", "route"})),
-		decisions: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		decisions: promreg.Register("api", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_acquire_decisions_total",
 			Help: "Acquire decisions (granted, denied, shadow: refused and let through in shadow mode, voided: would have granted in a several-limit call another limiter refused) by limiter name, or by template id (limiter=\"\") for template instances.",
 		}, []string{"limiter", "template", "decision"})),
-		permits: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		permits: promreg.Register("api", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_permits_total",
 			Help: "Permits asked for in acquires and pool grants, by decision as limitd_acquire_decisions_total (an acquire of 100 counts 100), by limiter name, or by template id (limiter=\"\") for template instances.",
 		}, []string{"limiter", "template", "decision"})),
-		delay: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		delay: promreg.Register("api", reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "limitd_acquire_delay_seconds",
 			Help:    "How long a granted caller waits before it may start (0: at once), by limiter name, or by template id (limiter=\"\").",
 			Buckets: delayBuckets,
 		}, []string{"limiter", "template"})),
-		lateness: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		lateness: promreg.Register("api", reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "limitd_acquire_lateness_seconds",
 			Help:    "How late a granted request starts against its place on the schedule (start − scheduled: the backlog it caught up), by limiter name, or by template id (limiter=\"\").",
 			Buckets: delayBuckets,
 		}, []string{"limiter", "template"})),
-		capacity: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		capacity: promreg.Register("api", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_capacity_decisions_total",
 			Help: "Capacity decisions of share limiters (full: got all it wants; partial; none: got 0 of a positive want; learning: got what it reported holding), by limiter name, or by template id (limiter=\"\") for template instances.",
 		}, []string{"limiter", "template", "decision"})),
-		slots: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		slots: promreg.Register("api", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_slot_acquisitions_total",
 			Help: "Slot acquisitions of concurrency limiters (granted, denied, shadow: refused and let through in shadow mode), by limiter name, or by template id (limiter=\"\") for template instances.",
 		}, []string{"limiter", "template", "decision"})),
-		leases: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		leases: promreg.Register("api", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_slot_lease_events_total",
 			Help: "Concurrency leases renewed, released, or lost (a renewal or release of a lease the limiter no longer holds: released already, or expired), by limiter name, or by template id (limiter=\"\").",
 		}, []string{"limiter", "template", "event"})),
-		errors: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		errors: promreg.Register("api", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_errors_total",
 			Help: "Problem responses by problem type (invalid, unauthorized, not-found, ..., unavailable, timeout, internal).",
 		}, []string{"type"})),
 	}
-	rh := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	rh := promreg.Register("api", reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "limitd_redis_call_duration_seconds",
 		Help:    "Latency of store calls to Redis (one script or command round trip, more for list and view), by operation.",
 		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
@@ -96,7 +96,7 @@ func newMetrics(reg *prometheus.Registry, version string) *metrics {
 	for op := range core.NumOps {
 		m.redis[op] = rh.WithLabelValues(op.String())
 	}
-	info := register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	info := promreg.Register("api", reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "limitd_build_info",
 		Help: "Always 1: the version of limitd serving and the Go version it was built with.",
 	}, []string{"version", "goversion"}))
@@ -114,21 +114,6 @@ func newMetrics(reg *prometheus.Registry, version string) *metrics {
 // series as the HTTP API.
 func Observer(reg *prometheus.Registry, version string) core.Observer {
 	return newMetrics(reg, version)
-}
-
-// register adds c to reg, or returns the equal collector reg holds already
-// (a second handler on the same registry shares the series).
-func register[C prometheus.Collector](reg *prometheus.Registry, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if old, ok := are.ExistingCollector.(C); ok {
-				return old
-			}
-		}
-		panic("api: registering metrics: " + err.Error())
-	}
-	return c
 }
 
 // StoreCall is core.Observer's: limitd_redis_call_duration_seconds.

@@ -1,10 +1,11 @@
 package grpcapi
 
 import (
-	"errors"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/limitd/limitd/internal/promreg"
 )
 
 // metrics are the per-rule counters the reference exports (total hits, over
@@ -30,7 +31,7 @@ const maxKeptRules = 1 << 14
 
 func newMetrics(reg *prometheus.Registry) *metrics {
 	vec := func(name, help string) *prometheus.CounterVec {
-		return register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"domain", "rule"}))
+		return promreg.Register("grpcapi", reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"domain", "rule"}))
 	}
 	return &metrics{
 		hits:   vec("limitd_ratelimit_hits_total", "Hits asked of each descriptor rule over gRPC (a descriptor's hits_addend), by domain and rule."),
@@ -38,10 +39,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 		near:   vec("limitd_ratelimit_near_limit_total", "Granted hits past 80% of a window rule's limit, by domain and rule."),
 		within: vec("limitd_ratelimit_within_limit_total", "Hits granted by a rule, by domain and rule."),
 		shadow: vec("limitd_ratelimit_shadow_mode_total", "Hits a shadow-mode rule refused and answered OK all the same, by domain and rule."),
-		globalShadow: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		globalShadow: promreg.Register("grpcapi", reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "limitd_ratelimit_global_shadow_mode_total",
 			Help: "gRPC rate limit calls over the limit answered OK because of LIMITD_SHADOW_MODE."})),
-		requests: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		requests: promreg.Register("grpcapi", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_grpc_requests_total",
 			Help: "ShouldRateLimit calls answered, by gRPC code (OK also for an OVER_LIMIT answer).",
 		}, []string{"code"})),
@@ -65,19 +66,4 @@ func (m *metrics) series(domain, rule string) *ruleSeries {
 		shadow: m.shadow.WithLabelValues(domain, rule)}
 	m.kept[k] = r
 	return r
-}
-
-// register adds c to reg, or returns the equal collector reg holds already
-// (a second server on the same registry shares the series).
-func register[C prometheus.Collector](reg *prometheus.Registry, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if old, ok := are.ExistingCollector.(C); ok {
-				return old
-			}
-		}
-		panic("grpcapi: registering metrics: " + err.Error())
-	}
-	return c
 }

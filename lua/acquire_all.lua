@@ -57,12 +57,7 @@ local function acquire_all(keys, argv)
       if TEXT == 1 then out[j] = A_OTHER_KIND .. ' ' .. L.kind else out[j] = enc('<BB', A_OTHER_KIND, #L.kind) .. L.kind end
       ok = false
     else
-      local now = now_rel(L, us)
-      local fus, fah = floor_at(fl, j)
-      if fus ~= 0 then
-        start(L, now, us)
-        apply_floor(L, now, us, fus, fah)
-      end
+      local now = floored(L, us, fl, j)
       local E = engine_of(L.kind)
       local rec
       if E.bounds then start(L, now, us) end

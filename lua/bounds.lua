@@ -17,10 +17,8 @@ local s, e, f = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if us < s or us >= e then return {NEED_BOUNDS, us} end
 local E = engine_of(L.kind)
 if not E.set_bounds then return {OK} end -- reconfigured since: nothing to do
-local now = now_rel(L, us)
+local now = floored(L, us, ARGV[5], 1)
 start(L, now, us)
-local fus, fah = floor_at(ARGV[5], 1)
-if fus ~= 0 then apply_floor(L, now, us, fus, fah) end
 E.set_bounds(L, now, (e - L.epoch) * 1000, (f - L.epoch) * 1000)
 save(L, now, tonumber(ARGV[4]))
 return {OK}

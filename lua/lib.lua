@@ -667,6 +667,19 @@ local function apply_floor(L, now, us, fus, fah)
   engine_of(L.kind).floor(L, at)
 end
 
+-- floored is now_rel(L, us) once the j-th floor of a call's floors fl
+-- (floor_at), if any, is applied to L (started for it): the first steps of
+-- every decision on a rate limiter.
+local function floored(L, us, fl, j)
+  local now = now_rel(L, us)
+  local fus, fah = floor_at(fl, j)
+  if fus ~= 0 then
+    start(L, now, us)
+    apply_floor(L, now, us, fus, fah)
+  end
+  return now
+end
+
 -- acquire is limiter.Params.acquire. It returns granted (1 or 0), permits,
 -- scheduled, start, delay, lateness, wait and retry_after, times relative to
 -- L's epoch (the kind's acquire: see Kinds).
@@ -808,12 +821,7 @@ local function grant_main(keys, argv)
   local n, max_wait = tonumber(argv[1]), tonumber(argv[2])
   if n < 1 or n > L.max_permits or n ~= floor(n) then return {PERMITS_RANGE, L.max_permits} end
   if max_wait < 0 then max_wait = HORIZON end
-  local now = now_rel(L, us)
-  local fus, fah = floor_at(argv[4], 1)
-  if fus ~= 0 then
-    start(L, now, us)
-    apply_floor(L, now, us, fus, fah)
-  end
+  local now = floored(L, us, argv[4], 1)
   local bounds = engine_of(L.kind).bounds
   if bounds then
     start(L, now, us)
@@ -839,12 +847,7 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl
     if TEXT == 1 then return A_OTHER_KIND .. ' ' .. L.kind end
     return enc('<BB', A_OTHER_KIND, #L.kind) .. L.kind
   end
-  local now = now_rel(L, us)
-  local fus, fah = floor_at(fl, fj)
-  if fus ~= 0 then
-    start(L, now, us)
-    apply_floor(L, now, us, fus, fah)
-  end
+  local now = floored(L, us, fl, fj)
   local recs, decided = {false}, false
   local E = engine_of(L.kind)
   local counts, bounds = E.counts, E.bounds -- A_COUNTED: the limit in place of sched
