@@ -52,10 +52,29 @@ func TestAcquireWindow(t *testing.T) {
 			if _, err := c.c.Acquire(ctx, "w", 4, 0); !errors.As(err, &fe) || fe.Field != "permits" {
 				t.Errorf("4 of 3: %v", err)
 			}
-			// a pool does not take a window's permits
+			// a pool does not take a window's permits: its first grant
+			// finds a window (and counts), every call after it is refused
+			// from memory, taking nothing more
+			_, _ = st.Reset(ctx, "w")
 			l, _ := c.c.Limiter("w")
 			if _, err := l.Wait(ctx); !errors.Is(err, limiter.ErrInvalid) {
 				t.Errorf("Wait on a window: %v", err)
+			}
+			w0, err := st.Wait(ctx, "w")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 5 {
+				if l.Allow() {
+					t.Error("Allow on a window granted")
+				}
+				if _, err := l.Wait(ctx); !errors.Is(err, limiter.ErrInvalid) {
+					t.Errorf("Wait on a window again: %v", err)
+				}
+			}
+			if w, err := st.Wait(ctx, "w"); err != nil || w.Wait != w0.Wait || l.Stats().RemoteCalls != 1 {
+				t.Errorf("a pool on a window took more: %d permits left, was %d (%v); %d remote calls, want 1",
+					w.Wait, w0.Wait, err, l.Stats().RemoteCalls)
 			}
 		})
 	}

@@ -96,9 +96,11 @@ func (l *Limiter) fetch(k int64) {
 		l.remoteCalls.Add(1)
 		g, err = l.c.t.Grant(ctx, l.name, k, store.Forever)
 	}
-	if err == nil && g.Kind == limiter.KindWindow {
+	window := err == nil && g.Kind == limiter.KindWindow
+	if window {
 		// A window grants now or not at all, and a pool's schedule has no
-		// place for that: the permits of this first grant are lost.
+		// place for that: the permits of this first grant are lost, and
+		// the handle asks no more (below).
 		err = fmt.Errorf("%w: %q is a window limiter: use Client.Acquire (a window's permits are not pooled)", limiter.ErrInvalid, l.name)
 	}
 	var fe *limiter.FieldError
@@ -117,8 +119,11 @@ func (l *Limiter) fetch(k int64) {
 	l.err = err
 	l.missingUntil = 0
 	if err != nil {
-		if errors.Is(err, limiter.ErrNotFound) {
+		switch {
+		case errors.Is(err, limiter.ErrNotFound):
 			l.missingUntil = t1 + int64(missingFor)
+		case window: // until a change event says the limiter changed
+			l.missingUntil = math.MaxInt64
 		}
 		if !l.closed && unreachable(err) {
 			l.goDown(t1)

@@ -40,9 +40,10 @@ type Limiter struct {
 	maxK      int64   // the most permits one grant may take (max_reserve), 0: unknown
 	starved   bool    // a caller found the pool empty since the last fetch
 	lastTake  int64   // the local clock reading at which take last dispensed
-	// missingUntil: a fetch found no such limiter (l.err says so); until
-	// then (local clock) callers are told so without asking Redis again,
-	// unless a change event announces the limiter first.
+	// missingUntil: a fetch found no such limiter, or a window limiter,
+	// which a pool does not serve (l.err says so); until then (local
+	// clock; for a window, for good) callers are told so without asking
+	// Redis again, unless a change event announces the limiter first.
 	missingUntil int64
 	// refuseUntil is when, on the local clock, the pool's next permit may
 	// start, as the last refusal found it: Allow refuses before then without
