@@ -187,6 +187,16 @@ type ctClock struct {
 	timers   []*ctTimer    // pending, in no order
 	inflight int           // transport calls under way (ctClock.transport)
 	changed  chan struct{} // closed and replaced on any change of the above
+	slotAt   time.Time     // the clock when an AcquireSlot last granted
+}
+
+// lastSlot is the clock's time when an AcquireSlot through its transport last
+// granted: read at the call, which the clock waits for, not when the caller
+// gets to read the clock (the clock may have moved on to another sleeper).
+func (c *ctClock) lastSlot() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.slotAt
 }
 
 type ctTimer struct {
@@ -437,7 +447,13 @@ func (t *ctTimed) ReturnCapacity(ctx context.Context, name, clientID string) err
 
 func (t *ctTimed) AcquireSlot(ctx context.Context, name string) (store.SlotLease, error) {
 	defer t.begin()()
-	return t.Transport.AcquireSlot(ctx, name)
+	l, err := t.Transport.AcquireSlot(ctx, name)
+	if err == nil && l.Granted {
+		t.c.mu.Lock()
+		t.c.slotAt = t.c.now
+		t.c.mu.Unlock()
+	}
+	return l, err
 }
 
 func (t *ctTimed) RenewSlot(ctx context.Context, name, id string) (store.SlotLease, error) {

@@ -144,13 +144,14 @@ func TestSemaphoreReclaimsCrashedHolder(t *testing.T) {
 	defer c.Close()
 	s := semHandle(t, c, "crash", client.WithMaxBackoff(backoff))
 	var release func()
-	var el time.Duration
 	// Asleep: the Acquire's pause, then the new holder's renewer (the clock
-	// may move on to it before run returns: el is read at once).
-	clk.run(t, 1, func() { release, err = s.Acquire(context.Background()); el = clk.Since(t0) })
+	// may move on to it before run returns: the time of the grant is the
+	// clock's at the call that granted it).
+	clk.run(t, 1, func() { release, err = s.Acquire(context.Background()) })
 	if err != nil {
 		t.Fatalf("Acquire while a crashed holder has the slot: %v", err)
 	}
+	el := clk.lastSlot().Sub(t0)
 	defer release()
 	t.Logf("slot reclaimed and acquired %v after the crashed holder took it", el)
 	if el < lease || el > lease+backoff {
