@@ -51,44 +51,48 @@ func (s *server) acquire(c echo.Context) error {
 		}
 		return c.JSON(http.StatusOK, wire.SlotGranted{Granted: true, LeaseID: l.ID, Expires: l.Expires, InUse: l.InUse, Limit: l.Limit})
 	}
-	d := a.Rate
-	if !d.Granted {
-		return deny(c, *d)
-	}
-	if d.Shadow { // a refusal in shadow mode, let through
-		return c.JSON(http.StatusOK, shadowedOf(*d))
-	}
-	g := grantedOf(*d)
-	if d.Limit > 0 {
-		g.Wait = 0
-		w := wire.WindowGranted{Granted: g, Window: windowOf(*d)}
-		if pretty(c) {
-			return c.JSON(http.StatusOK, w)
-		}
-		return writeJSON(c, http.StatusOK, w.AppendJSON)
-	}
-	if pretty(c) {
-		return c.JSON(http.StatusOK, g)
-	}
-	return writeJSON(c, http.StatusOK, g.AppendJSON)
+	return answer(c, *a.Rate)
 }
 
-// deny answers a refused rate decision: 429 with Retry-After.
-func deny(c echo.Context, d core.Decision) error {
-	setRetryAfter(c, d.RetryAfter)
-	v := deniedOf(d)
-	if d.Limit > 0 {
+// answer answers a rate decision as an acquire does: 200 granted (or let
+// through in shadow mode), else 429 with Retry-After.
+func answer(c echo.Context, d core.Decision) error {
+	status := http.StatusOK
+	if !d.Granted {
+		status = http.StatusTooManyRequests
+		setRetryAfter(c, d.RetryAfter)
+	}
+	v, appendJSON := answerOf(d)
+	if appendJSON == nil || pretty(c) {
+		return c.JSON(status, v)
+	}
+	return writeJSON(c, status, appendJSON)
+}
+
+// answerOf is a rate decision's answer body: its value, and the encoding
+// that writes it without reflection (nil: none). A window's answer adds its
+// limit, remaining permits and reset (its wait is those permits, not a
+// backlog).
+func answerOf(d core.Decision) (any, func([]byte) []byte) {
+	switch {
+	case d.Shadow: // a refusal in shadow mode, let through
+		return shadowedOf(d), nil
+	case d.Granted && d.Limit > 0:
+		g := grantedOf(d)
+		g.Wait = 0
+		w := wire.WindowGranted{Granted: g, Window: windowOf(d)}
+		return w, w.AppendJSON
+	case d.Granted:
+		g := grantedOf(d)
+		return g, g.AppendJSON
+	case d.Limit > 0:
+		v := deniedOf(d)
 		v.Wait = 0
 		w := wire.WindowDenied{Denied: v, Window: windowOf(d)}
-		if pretty(c) {
-			return c.JSON(http.StatusTooManyRequests, w)
-		}
-		return writeJSON(c, http.StatusTooManyRequests, w.AppendJSON)
+		return w, w.AppendJSON
 	}
-	if pretty(c) {
-		return c.JSON(http.StatusTooManyRequests, v)
-	}
-	return writeJSON(c, http.StatusTooManyRequests, v.AppendJSON)
+	v := deniedOf(d)
+	return v, v.AppendJSON
 }
 
 // windowOf is what a window limiter's decision adds: its wait is the

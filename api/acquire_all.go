@@ -81,22 +81,12 @@ func (s *server) acquireAll(c echo.Context) error {
 
 // answerJSON is a rate decision's answer, as its own acquire answers it.
 func answerJSON(d core.Decision) json.RawMessage {
-	switch {
-	case d.Shadow:
-		b, _ := json.Marshal(shadowedOf(d)) // plain integers and booleans: cannot fail
+	v, appendJSON := answerOf(d)
+	if appendJSON == nil {
+		b, _ := json.Marshal(v) // plain integers and booleans: cannot fail
 		return b
-	case d.Granted && d.Limit > 0: // a window's
-		g := grantedOf(d)
-		g.Wait = 0
-		return wire.WindowGranted{Granted: g, Window: windowOf(d)}.AppendJSON(nil)
-	case d.Granted:
-		return grantedOf(d).AppendJSON(nil)
-	case d.Limit > 0:
-		v := deniedOf(d)
-		v.Wait = 0
-		return wire.WindowDenied{Denied: v, Window: windowOf(d)}.AppendJSON(nil)
 	}
-	return deniedOf(d).AppendJSON(nil)
+	return appendJSON(nil)
 }
 
 func grantedOf(d core.Decision) wire.Granted {

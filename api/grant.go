@@ -47,7 +47,7 @@ func (s *server) grant(c echo.Context) error {
 		return err
 	}
 	if !g.Granted {
-		return deny(c, g.Decision)
+		return answer(c, g.Decision)
 	}
 	return c.JSON(http.StatusOK, grantOf(g))
 }
