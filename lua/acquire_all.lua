@@ -70,18 +70,11 @@ local function acquire_all(keys, argv)
         local D = L
         if n == 0 then D = copy_of(L) end -- a check takes nothing
         local granted, _, sched, st, delay, _, wait, retry = acquire(D, now, us, n, max_wait)
-        if E.counts then -- A_COUNTED: the limit in place of sched
-          rec = enc(R, granted, L.limit, delay, wait, retry)
-          if granted ~= 1 and not optional then ok = false end
-        elseif granted == 1 then
-          rec = enc(R, R_GRANTED, sched - now, st - now, wait, retry)
-        else
-          rec = enc(R, R_DENIED, 0, delay, wait, retry)
-          if not optional then ok = false end
-        end
+        rec = decision_rec(L, E.counts, now, granted, sched, st, delay, wait, retry)
+        if granted ~= 1 and not optional then ok = false end
         Ls[#Ls + 1] = {L, now, idle_ttl}
       end
-      if L then out[j] = enc(H, E.counts and A_COUNTED or A_OK, us, L.version, L.inst and 1 or 0, L.next - now) .. SEP .. rec end
+      if L then out[j] = answer_head(L, E.counts, us, now) .. SEP .. rec end
     end
   end
   local reply = {table.concat(out, SEP)}

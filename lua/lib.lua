@@ -835,6 +835,19 @@ local function grant_main(keys, argv)
     rem_before, L.next, L.whole, L.frac, L.den, fmt(L.burst), L.kind, L.max_permits}
 end
 
+-- decision_rec is one decision's R in acquire_many's answer (a counting
+-- kind's, A_COUNTED, has its limit where a schedule's has sched), and
+-- answer_head the H before a limiter's records.
+local function decision_rec(L, counts, now, granted, sched, st, delay, wait, retry)
+  if counts then return enc(R, granted, L.limit, delay, wait, retry) end
+  if granted == 1 then return enc(R, R_GRANTED, sched - now, st - now, wait, retry) end
+  return enc(R, R_DENIED, 0, delay, wait, retry)
+end
+
+local function answer_head(L, counts, us, now)
+  return enc(H, counts and A_COUNTED or A_OK, us, L.version, L.inst and 1 or 0, L.next - now)
+end
+
 -- acquire_group is acquire_many's answer for the m requests of one limiter,
 -- whose pairs start at argv[q] (ikey, tpl and idle_ttl: its instance key,
 -- template and idle TTL, if a template matches; x and ix: the x of its keys,
@@ -850,7 +863,7 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl
   local now = floored(L, us, fl, fj)
   local recs, decided = {false}, false
   local E = engine_of(L.kind)
-  local counts, bounds = E.counts, E.bounds -- A_COUNTED: the limit in place of sched
+  local counts, bounds = E.counts, E.bounds
   for r = 1, m do
     local n, max_wait = argv[q], argv[q + 1]
     n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
@@ -864,13 +877,7 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl
       end
       if max_wait < 0 then max_wait = HORIZON end
       local granted, _, sched, st, delay, _, wait, retry = acquire(L, now, us, n, max_wait)
-      if counts then
-        recs[r + 1] = enc(R, granted, L.limit, delay, wait, retry)
-      elseif granted == 1 then
-        recs[r + 1] = enc(R, R_GRANTED, sched - now, st - now, wait, retry)
-      else
-        recs[r + 1] = enc(R, R_DENIED, 0, delay, wait, retry)
-      end
+      recs[r + 1] = decision_rec(L, counts, now, granted, sched, st, delay, wait, retry)
       decided = true
       -- Many requests' changes could pass 2^53 together (totals).
       if L.d_allocated >= SETTLE or L.d_idle >= SETTLE or L.d_permits >= SETTLE or L.d_lateness >= SETTLE then settle(L) end
@@ -879,7 +886,7 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl
   -- Requests that were all refused change nothing (an instance is neither
   -- created nor moved to a new template version).
   if decided then save(L, now, idle_ttl) end
-  recs[1] = enc(H, counts and A_COUNTED or A_OK, us, L.version, L.inst and 1 or 0, L.next - now)
+  recs[1] = answer_head(L, counts, us, now)
   return table.concat(recs, SEP)
 end
 
