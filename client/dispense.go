@@ -15,16 +15,18 @@ import (
 // block is one grant being dispensed: permit i is due at sched + cost(i) on
 // the local clock and may start at max(that, start + pace(cost(i))).
 type block struct {
-	g      store.Grant
-	p      limiter.Params
+	// What a permit changes, then what it reads, on as few cache lines as
+	// may be: callers on every core take permits from the same block.
 	i      int64 // next permit
 	cost   int64 // ns from the grant's first scheduled time to permit i
 	rem    int64 // the carry after i permits
+	pace   int64 // local pacing of late permits
 	sched  int64 // local ns of the first permit's scheduled time
 	start  int64 // local ns of the grant's start
-	offset int64 // Redis ns − local ns, at the grant
-	pace   int64 // local pacing of late permits
 	got    int64 // local ns when the grant arrived
+	offset int64 // Redis ns − local ns, at the grant
+	p      limiter.Params
+	g      store.Grant
 	// dropped: no longer in the pool (handed back, or lost with Redis). A
 	// permit of it that a cancelled wait puts back cannot rejoin the pool.
 	dropped bool
@@ -113,7 +115,7 @@ func (l *Limiter) bulkBound(b *block) int64 {
 // take removes the permit next returned.
 func (l *Limiter) take(s slot, now int64) {
 	l.taken++
-	l.sharedPermits.Add(1)
+	l.sharedPermits++
 	l.lastTake = max(l.lastTake, now)
 	if s.back {
 		l.back = l.back[1:]

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/limitd/limitd/limiter"
@@ -64,8 +65,12 @@ func (l *Limiter) startFetch(now int64) {
 	done := make(chan struct{})
 	l.fetching, l.fetchVer = done, l.version
 	k := l.grantSize(now)
+	handing := slices.Clone(l.handing)
 	l.goBg(func() {
 		defer close(done)
+		for _, h := range handing {
+			<-h
+		}
 		l.fetch(k)
 	})
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/limitd/limitd/store"
@@ -66,12 +67,29 @@ func (l *Limiter) dropLost() {
 	l.blocks, l.back = nil, nil
 }
 
-// handBack releases a block's undispensed permits in the background.
+// handBack releases a block's undispensed permits in the background. The
+// next fetch waits for it (see handing): a hand-back rewinds the schedule
+// only while nothing was granted after the block, and a grant that got
+// there first would be placed after permits nobody uses, in the future.
 func (l *Limiter) handBack(b *block) {
 	b.dropped = true
 	if m := b.left(); m > 0 {
 		b.i = b.g.Permits
-		l.goBg(func() { _ = l.release(b.g, m) })
+		done := make(chan struct{})
+		l.handing = append(slices.DeleteFunc(l.handing, closed), done)
+		l.goBg(func() {
+			defer close(done)
+			_ = l.release(b.g, m)
+		})
+	}
+}
+
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 

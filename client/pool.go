@@ -15,22 +15,41 @@ import (
 // Limiter is a handle on one shared limiter: a local pool of permits granted
 // from its schedule. It is safe for concurrent use.
 type Limiter struct {
-	c    *Client
-	name string
-	o    options
+	// The permit path touches the first fields, kept together: what every
+	// caller reads before the lock (changed only by a refusal, so kept off
+	// the lines a permit writes), then the lock and what a permit changes.
+	c *Client
+	// refuseUntil is when, on the local clock, the pool's next permit may
+	// start, as the last refusal found it: Allow refuses before then without
+	// the lock, which callers refused in a loop would otherwise fight over.
+	// Every change that may bring a permit earlier or empty the pool (a
+	// grant, a put-back, a config change, the fallback, Close) clears it
+	// (mayChange), so it never refuses what the pool would give.
+	refuseUntil atomic.Int64
+	name        string
+	o           options
 
-	mu       sync.Mutex
-	blocks   []*block      // granted permits not yet dispensed, in schedule order
-	back     []slot        // permits put back by cancelled waits, earliest first, reused first
-	fetching chan struct{} // non-nil while a grant is being fetched
-	err      error         // the last fetch's error, for callers waiting on it
-	closed   bool
-	version  int64 // the config version the pool dispenses
-	fetchVer int64 // version when the fetch in flight started
+	mu            sync.Mutex
+	lastTake      int64         // the local clock reading at which take last dispensed
+	taken         int64         // permits dispensed since the last fetch (demand)
+	sharedPermits int64         // for Stats: permits handed to callers from the shared schedule
+	blocks        []*block      // granted permits not yet dispensed, in schedule order
+	fetching      chan struct{} // non-nil while a grant is being fetched
+	back          []slot        // permits put back by cancelled waits, earliest first, reused first
+	closed        bool
+	down          bool // in the fallback while Redis is unreachable
+
+	// For Stats: permits handed to callers from the fallback, and calls to
+	// Redis (or the limitd server).
+	fallbackPermits, remoteCalls atomic.Int64
+
+	err      error           // the last fetch's error, for callers waiting on it
+	handing  []chan struct{} // hand-backs in flight (closed when done), which a fetch waits for
+	version  int64           // the config version the pool dispenses
+	fetchVer int64           // version when the fetch in flight started
 	bg       sync.WaitGroup
 
-	// demand: permits dispensed since the last fetch, and when that was
-	taken     int64
+	// demand: since the last fetch (taken, above), and when that was
 	since     int64
 	demand    float64 // permits per second, smoothed
 	rate      float64 // the shared rate, from the last grant
@@ -40,26 +59,13 @@ type Limiter struct {
 	lastK     int64   // the last grant's size
 	maxK      int64   // the most permits one grant may take (max_reserve), 0: unknown
 	starved   bool    // a caller found the pool empty since the last fetch
-	lastTake  int64   // the local clock reading at which take last dispensed
 	// missingUntil: a fetch found no such limiter, or a window limiter,
 	// which a pool does not serve (l.err says so); until then (local
 	// clock; for a window, for good) callers are told so without asking
 	// Redis again, unless a change event announces the limiter first.
 	missingUntil int64
-	// refuseUntil is when, on the local clock, the pool's next permit may
-	// start, as the last refusal found it: Allow refuses before then without
-	// the lock, which callers refused in a loop would otherwise fight over.
-	// Every change that may bring a permit earlier or empty the pool (a
-	// grant, a put-back, a config change, the fallback, Close) clears it
-	// (mayChange), so it never refuses what the pool would give.
-	refuseUntil atomic.Int64
 
-	// For Stats: permits handed to callers from the shared schedule and from
-	// the fallback, and calls to Redis (or the limitd server).
-	sharedPermits, fallbackPermits, remoteCalls atomic.Int64
-
-	// fallback while Redis is unreachable
-	down     bool
+	// fallback while Redis is unreachable (down, above)
 	retryAt  int64 // local ns of the next attempt to reach Redis
 	fallback *limiter.Limiter
 }
@@ -98,9 +104,9 @@ type LimiterStats struct {
 // Stats reports what the handle did since it was made.
 func (l *Limiter) Stats() LimiterStats {
 	l.mu.Lock()
-	down := l.down
+	down, shared := l.down, l.sharedPermits
 	l.mu.Unlock()
-	return LimiterStats{Name: l.name, SharedPermits: l.sharedPermits.Load(), FallbackPermits: l.fallbackPermits.Load(),
+	return LimiterStats{Name: l.name, SharedPermits: shared, FallbackPermits: l.fallbackPermits.Load(),
 		RemoteCalls: l.remoteCalls.Load(), Fallback: down}
 }
 
@@ -129,14 +135,14 @@ func (l *Limiter) allow(ctx context.Context, withNext bool) (ok bool, next time.
 			l.mu.Unlock()
 			return false, 0, ErrClosed
 		}
-		if now <= l.lastTake {
-			// Overtaken on the way to the lock: another caller read the
-			// clock after this one and took a permit first, pacing the next
-			// from its reading. Deciding at the older reading would refuse
-			// a permit this caller, who came later, may take; so read the
-			// clock again, under the lock, which orders it after them.
-			now = max(l.c.mono(), l.lastTake)
-		}
+		// Overtaken on the way to the lock: another caller read the clock
+		// after this one and took a permit first, pacing the next from its
+		// reading; deciding at the older reading would refuse a permit this
+		// caller, who came later, may take. So decide at the later reading,
+		// and refuse only at a reading taken under the lock, which orders it
+		// after every permit taken and every grant arrived (a reading costs
+		// as much as the rest of a permit: only a refusal takes a second).
+		now = max(now, l.lastTake)
 		if l.down {
 			l.retryInBackground(now)
 			ok := l.fallbackAllow()
@@ -144,7 +150,12 @@ func (l *Limiter) allow(ctx context.Context, withNext bool) (ok bool, next time.
 			l.mu.Unlock()
 			return ok, next, nil
 		}
-		if s, ok := l.next(now); ok {
+		s, ok := l.next(now)
+		if ok && s.start > now {
+			now = max(l.c.mono(), now)
+			s, ok = l.next(now)
+		}
+		if ok {
 			if s.start > now {
 				l.refuseUntil.Store(s.start)
 				l.mu.Unlock()

@@ -557,3 +557,125 @@ func TestMissingLimiterIsRemembered(t *testing.T) {
 		t.Fatal("Allow right after the limiter was created = false: the missing limiter was remembered past its creation")
 	}
 }
+
+// movingClock is a driven clock that moves on by one nanosecond after each
+// reading while moving is set: the caller's reading before the pool's lock
+// is then older than any reading taken under it.
+type movingClock struct {
+	*ctClock
+	moving atomic.Bool
+}
+
+func (c *movingClock) Now() time.Time {
+	t := c.ctClock.Now()
+	if c.moving.Load() {
+		c.Advance(time.Nanosecond)
+	}
+	return t
+}
+
+// A permit that becomes due between the caller's reading of the clock and
+// its turn at the pool's lock is the caller's: Allow refuses only at a
+// reading taken under the lock (a grant may arrive, and another caller may
+// take a permit, between the two).
+func TestAllowRefusesOnlyAtAReadingUnderTheLock(t *testing.T) {
+	clk, _, st := ctDriven(t)
+	mc := &movingClock{ctClock: clk}
+	const rate = 1000.0 // a slice of 1ms
+	ctPut(t, st, "moving", strict(rate))
+	c := client.NewWithTransport(clk.transport(client.NewStoreTransport(st)), client.WithClock(mc))
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := c.Limiter("moving")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Allow() { // the first permit, due at once; the grant holds the next
+		t.Fatal("the first Allow was refused")
+	}
+	// One nanosecond before the next permit is due, on a clock that moves on
+	// by one after the caller's reading.
+	clk.Advance(time.Millisecond - time.Nanosecond)
+	mc.moving.Store(true)
+	if !l.Allow() {
+		t.Fatal("Allow refused a permit that was due when it held the lock")
+	}
+	mc.moving.Store(false)
+	if got := l.Stats().RemoteCalls; got != 1 {
+		t.Errorf("%d calls to Redis, want the one grant", got)
+	}
+}
+
+// slowRelease is a transport whose hand-backs wait (up to a bound) for a
+// grant to be asked meanwhile, and which records whether one was.
+type slowRelease struct {
+	client.Transport
+	grantAsked  chan struct{} // closed at the first grant after armed
+	armed       atomic.Bool
+	overlapping atomic.Bool // a grant was asked before a hand-back was done
+	releasing   atomic.Int32
+}
+
+func (t *slowRelease) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+	if t.armed.Load() && t.armed.CompareAndSwap(true, false) {
+		if t.releasing.Load() > 0 {
+			t.overlapping.Store(true)
+		}
+		close(t.grantAsked)
+	}
+	return t.Transport.Grant(ctx, name, k, maxWait)
+}
+
+func (t *slowRelease) Release(ctx context.Context, g store.Grant, m int64) error {
+	t.releasing.Add(1)
+	defer t.releasing.Add(-1)
+	if closed(t.grantAsked) { // the grant got to Redis first
+		t.overlapping.Store(true)
+	}
+	select { // a pool that does not wait for its hand-back asks at once
+	case <-t.grantAsked:
+	case <-time.After(200 * time.Millisecond):
+	}
+	return t.Transport.Release(ctx, g, m)
+}
+
+// A pool that drops a stale grant asks for the next only once the stale one
+// is handed back: the hand-back rewinds the schedule only while nothing was
+// granted after it, and a grant placed after permits nobody will use may
+// start in the future, refusing callers the schedule has room for.
+func TestFetchWaitsForTheHandBack(t *testing.T) {
+	clk, _, st := ctDriven(t)
+	ctPut(t, st, "stale", strict(1000))
+	tr := &slowRelease{Transport: client.NewStoreTransport(st), grantAsked: make(chan struct{})}
+	c := client.NewWithTransport(clk.transport(tr), client.WithClock(clk), client.WithStaleAfter(10*time.Millisecond))
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := c.Limiter("stale")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Allow() { // the first grant: this permit and at least one more
+		t.Fatal("the first Allow was refused")
+	}
+	if !ctEventually(10*time.Second, func() bool { return !client.Fetching(l) }) {
+		t.Fatal("the prefetch did not land")
+	}
+	clk.Advance(time.Second) // what the pool holds is stale
+	tr.armed.Store(true)
+	if !l.Allow() {
+		t.Fatal("Allow after the hand-back was refused")
+	}
+	if tr.overlapping.Load() {
+		t.Error("the pool asked for a grant while its hand-back was in flight")
+	}
+	if got := l.Stats().RemoteCalls; got != 5 {
+		t.Errorf("%d calls to Redis, want 5 (grant, prefetch, their hand-backs, grant)", got)
+	}
+}
+
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

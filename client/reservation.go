@@ -57,7 +57,9 @@ func (l *Limiter) Reserve(ctx context.Context, n int64) (*Reservation, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.sharedPermits.Add(n)
+	l.mu.Lock()
+	l.sharedPermits += n
+	l.mu.Unlock()
 	t1 := l.c.mono()
 	return &Reservation{l: l, g: g, offset: l.c.clk.Sample(g.Now, t0, t1)}, nil
 }
