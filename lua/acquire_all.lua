@@ -38,7 +38,7 @@ local function acquire_all(keys, argv)
   while a <= #argv do
     j = j + 1
     local head = argv[a]
-    local m = SMALL[head] or tonumber(head)
+    local m = SMALL[head] or plain_m(head)
     local key, ikey, tpl, idle_ttl, x, ix = keys[k], nil, nil, 0, xs[k], nil
     if m then
       k = k + 1

@@ -344,6 +344,14 @@ local function head_of(head)
   return m, version, ttl, params, kind
 end
 
+-- plain_m is m of a head without a template (m alone), nil for a
+-- template's head: one head_of knows is not converted (tonumber would try
+-- strtod on it, for nothing).
+local function plain_m(head)
+  if heads and heads[head] then return nil end
+  return tonumber(head)
+end
+
 -- fast_named is one acquire on a named limiter whose x was read (false: no
 -- such key) by its kind's fast path (see Kinds): the answer, or nil.
 local function fast_named(key, x, n, max_wait, us, fl, fj)
@@ -933,7 +941,7 @@ local function acquire_many(keys, argv)
   while a <= na do
     j = j + 1
     local head = argv[a]
-    local m = SMALL[head] or tonumber(head)
+    local m = SMALL[head] or plain_m(head)
     if m then -- no template
       local x = xs[k]
       if x == nil then x = rcall('GET', keys[k]) end
