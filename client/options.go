@@ -91,7 +91,9 @@ func WithWindow(d time.Duration) Option {
 // WithStaleAfter sets how late a held permit may be before it is handed back
 // instead of used (default 100ms; never less than the lateness op bulking
 // allows, one grant window or two slices). It bounds the burst a process that
-// stalled (GC, SIGSTOP) could add on waking.
+// stalled (GC, SIGSTOP) could add on waking. The grant that replaces stale
+// permits is asked for once they are handed back, so that it starts where
+// the schedule has room now, not after permits nobody will use.
 func WithStaleAfter(d time.Duration) Option {
 	return handleOption(func(o *options) { o.stale = max(d, time.Millisecond) })
 }
