@@ -6,3 +6,10 @@ func Fetching(l *Limiter) bool {
 	defer l.mu.Unlock()
 	return l.fetching != nil
 }
+
+// ShareWaiting is the number of gauge callers in s's Acquire.
+func ShareWaiting(s *Share) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting
+}

@@ -346,8 +346,12 @@ func (c *ctClock) settleFunc(t *testing.T, sleepers func() int, done <-chan stru
 	poll := time.NewTicker(time.Millisecond) // sleepers() may change without a word
 	defer poll.Stop()
 	for {
+		// sleepers() is read before the clock's lock, which it must not be
+		// called under: it may take locks of the code under test, whose
+		// goroutines take the clock's (a timer) while they hold them.
+		n := sleepers()
 		c.mu.Lock()
-		quiet, ch := len(c.timers) >= sleepers() && c.inflight == 0, c.changed
+		quiet, ch := len(c.timers) >= n && c.inflight == 0, c.changed
 		c.mu.Unlock()
 		if quiet {
 			return true

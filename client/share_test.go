@@ -329,31 +329,19 @@ func TestShareEstimatesWants(t *testing.T) {
 			}
 		})
 	}
-	// Gauge workers asleep on the clock holding a place, and (late in the
-	// run, when the share has a place for each of the six) those between
-	// giving a place back and taking the next, whom the driver waits for:
-	// early on a worker may block in Acquire, where it sleeps on no clock.
-	var holding, between atomic.Int64
-	var late atomic.Bool
+	// A gauge worker is asleep on the clock holding a place, or in Acquire:
+	// taking a place, or waiting for one, which only a release or a lease
+	// refreshed on the clock ends. The driver waits for a worker between the
+	// two (it gave its place back and is on its way to ask again): the clock
+	// moving on meanwhile would hide its use from the share's estimate.
 	for range 6 {
 		wg.Go(func() {
-			counted := false // in between
 			for {
 				release, err := g.Acquire(ctx)
 				if err != nil {
 					return
 				}
-				holding.Add(1)
-				if counted {
-					between.Add(-1)
-					counted = false
-				}
 				err = shSleep(ctx, clk, 5*time.Millisecond)
-				if err == nil && late.Load() {
-					between.Add(1)
-					counted = true
-				}
-				holding.Add(-1)
 				release()
 				if err != nil {
 					return
@@ -362,12 +350,11 @@ func TestShareEstimatesWants(t *testing.T) {
 		})
 	}
 	// Asleep at each step: three refreshers, the two waiters, and the gauge
-	// workers that hold a place or are between two.
-	sleepers := func() int { return 3 + 2 + int(holding.Load()+between.Load()) }
+	// workers not in Acquire.
+	sleepers := func() int { return 3 + 2 + 6 - int(client.ShareWaiting(g)) }
 	t0 := clk.Now()
 	var rw, gw, ww []float64
 	for i := 1; i <= 100; i++ { // 2s: the rate user calls Allow every 20ms
-		late.Store(i > 50) // the share has long had a place for each worker
 		r.Allow()
 		clk.drive(t, sleepers, t0.Add(time.Duration(i)*20*time.Millisecond), nil)
 		if i%5 == 0 {
