@@ -765,6 +765,19 @@ func (g *diffRig) snapshot() {
 	g.snap = sn
 }
 
+// fault is a random storage fault: a snapshot taken (the first time, and
+// now and then), or the state lost (wipe) or come back older (rewind).
+func (g *diffRig) fault(r *rand.Rand) {
+	switch {
+	case g.snap == nil || r.IntN(3) == 0:
+		g.snapshot()
+	case r.IntN(3) == 0:
+		g.wipe()
+	default:
+		g.rewind()
+	}
+}
+
 // rewind brings back the snapshot: a failover to a replica that lost the
 // writes since. The store keeps the floors it saw meanwhile.
 func (g *diffRig) rewind() {
@@ -1040,22 +1053,17 @@ func (g *diffRig) step(r *rand.Rand, kindChange bool) {
 	case x < 850:
 		g.reset()
 		peek = r.IntN(2) == 0
-	case x < 856: // a fault: the state comes back older, or empty
-		switch {
-		case g.snap == nil || r.IntN(3) == 0:
-			g.snapshot()
-		case r.IntN(3) == 0:
-			g.wipe()
-		default:
-			g.rewind()
-		}
 	case x < 851 && kindChange:
 		k := limiter.KindSmooth
 		if g.p.Kind == k {
 			k = limiter.KindSchedule
 		}
+		g.note("kind change")
+		g.ops["kind-change"]++
 		g.put(g.config(r, k))
 		peek = true
+	case x < 857:
+		g.fault(r)
 	default:
 		g.note("peek")
 		g.ops["peek"]++
@@ -1108,6 +1116,13 @@ func TestDiffRandom(t *testing.T) {
 			t.Parallel()
 			g := diffRun(t, "random", seed, k, diffStart2025+int64(seed)*7919, ops, nil)
 			t.Logf("seed %d %s: %s", seed, k, g.summary())
+			// The rare operations happened (the sequence is the seed's: this
+			// fails only when a change of the steps drops one of them).
+			for _, op := range []string{"kind-change", "snapshot", "rewind", "wipe", "release-rewound"} {
+				if !testing.Short() && g.ops[op] == 0 {
+					t.Errorf("no %s in %d operations", op, ops)
+				}
+			}
 		})
 	}
 }

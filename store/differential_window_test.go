@@ -137,14 +137,7 @@ func (g *diffRig) stepWindow(r *rand.Rand) {
 		g.reset()
 		peek = r.IntN(2) == 0
 	case x < 748:
-		switch {
-		case g.snap == nil || r.IntN(3) == 0:
-			g.snapshot()
-		case r.IntN(3) == 0:
-			g.wipe()
-		default:
-			g.rewind()
-		}
+		g.fault(r)
 	default:
 		g.note("peek")
 		g.ops["peek"]++
@@ -317,14 +310,7 @@ func (g *diffRig) stepCalendar(r *rand.Rand) {
 	case x < 670:
 		g.reset()
 	case x < 676:
-		switch {
-		case g.snap == nil || r.IntN(3) == 0:
-			g.snapshot()
-		case r.IntN(3) == 0:
-			g.wipe()
-		default:
-			g.rewind()
-		}
+		g.fault(r)
 	default:
 		g.note("peek")
 		g.ops["peek"]++
