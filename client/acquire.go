@@ -53,30 +53,27 @@ func (t *httpTransport) Acquire(ctx context.Context, name string, n int64, maxWa
 	if err != nil {
 		return store.Decision{}, err
 	}
-	var d store.Decision
-	var w wire.Window
-	if status == http.StatusTooManyRequests {
-		var v wire.WindowDenied // a superset of wire.Denied
-		if err := decode(b, &v); err != nil {
-			return store.Decision{}, err
-		}
-		d = store.Decision{RetryAfter: v.RetryAfter, Delay: v.Delay, Wait: v.Wait, Version: v.Version, Now: v.Now}
-		w = v.Window
-	} else {
-		var v wire.WindowGranted // a superset of wire.Granted
-		if err := decode(b, &v); err != nil {
-			return store.Decision{}, err
-		}
-		if !v.Granted.Granted {
-			return store.Decision{}, errors.New("client: an acquire answered 2xx without a grant (a concurrency limiter? use Semaphore)")
-		}
-		d = store.Decision{Granted: true, Permits: v.Permits, Scheduled: v.Scheduled, Start: v.Start, Delay: v.Delay,
-			Lateness: v.Lateness, Wait: v.Wait, Version: v.Version, Now: v.Now}
-		w = v.Window
+	var a wire.Answer // a 429's body is a Denied, a 200's a Granted or a Shadowed
+	if err := decode(b, &a); err != nil {
+		return store.Decision{}, err
 	}
-	if w.Limit > 0 {
-		d.Limit, d.Wait, d.Position = w.Limit, w.Remaining, d.Now+w.Reset
+	if status != http.StatusTooManyRequests && !a.Granted {
+		return store.Decision{}, errors.New("client: an acquire answered 2xx without a grant (a concurrency limiter? use Semaphore)")
 	}
+	d := decisionOf(a)
 	t.sawNow(d.Now)
 	return d, nil
+}
+
+// decisionOf is the decision an acquire's answer tells, in any of its forms
+// (a window limiter's: its limit, the permits left as Wait, its window's
+// end as Position).
+func decisionOf(a wire.Answer) store.Decision {
+	d := store.Decision{Granted: a.Granted, Shadow: a.Shadow, Permits: a.Permits, Scheduled: a.Scheduled,
+		Start: a.Start, Delay: a.Delay, Lateness: a.Lateness, Wait: a.Wait, RetryAfter: a.RetryAfter,
+		Version: a.Version, Now: a.Now}
+	if a.Limit > 0 {
+		d.Limit, d.Wait, d.Position = a.Limit, a.Remaining, a.Now+a.Reset
+	}
+	return d
 }

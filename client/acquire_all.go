@@ -98,9 +98,7 @@ func (t *httpTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait 
 	}
 	out := AllResult{Granted: v.Granted, Decisions: make([]store.Decision, len(reqs))}
 	for i, a := range v.Results {
-		out.Decisions[i] = store.Decision{Granted: a.Granted, Shadow: a.Shadow, Permits: a.Permits,
-			Scheduled: a.Scheduled, Start: a.Start, Delay: a.Delay, Lateness: a.Lateness, Wait: a.Wait,
-			RetryAfter: a.RetryAfter, Version: a.Version, Now: a.Now}
+		out.Decisions[i] = decisionOf(a)
 		t.sawNow(a.Now)
 	}
 	return out, nil

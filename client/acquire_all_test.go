@@ -61,6 +61,14 @@ func TestAcquireAllTransports(t *testing.T) {
 			t.Errorf("shadow call %d: %+v, %v", i, r, err)
 		}
 	}
+	// and one acquire: a refusal let through says so, with its retry_after
+	ctPut(t, st, "sh1", sh)
+	for i := range 2 {
+		d, err := c.Acquire(t.Context(), "sh1", 1, 0)
+		if err != nil || !d.Granted || d.Shadow != (i == 1) || (d.RetryAfter > 0) != (i == 1) {
+			t.Errorf("shadow acquire %d: %+v, %v", i, d, err)
+		}
+	}
 }
 
 // Over HTTP a Semaphore of a limiter in shadow mode is never refused: a slot

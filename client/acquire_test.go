@@ -52,6 +52,17 @@ func TestAcquireWindow(t *testing.T) {
 			if _, err := c.c.Acquire(ctx, "w", 4, 0); !errors.As(err, &fe) || fe.Field != "permits" {
 				t.Errorf("4 of 3: %v", err)
 			}
+			// several limiters in one call: the window's decision says the same
+			_, _ = st.Reset(ctx, "w")
+			beside := "beside-" + c.name
+			ctPut(t, st, beside, strict(1000))
+			r, err := c.c.AcquireAll(ctx, []client.Permits{{Name: "w", Permits: 1}, {Name: beside, Permits: 1}}, 0)
+			if err != nil || !r.Granted {
+				t.Fatalf("AcquireAll: %+v, %v", r, err)
+			}
+			if d := r.Decisions[0]; d.Limit != 3 || d.Wait != 2 || d.Position != end {
+				t.Errorf("the window in AcquireAll: %+v", d)
+			}
 			// a pool does not take a window's permits: its first grant
 			// finds a window (and counts), every call after it is refused
 			// from memory, taking nothing more

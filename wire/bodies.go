@@ -291,8 +291,9 @@ type Shadowed struct {
 }
 
 // Answer reads any acquire answer of permits: a Granted, a Denied or a
-// Shadowed.
+// Shadowed, and a window limiter's (its Window fields; Limit 0 for others).
 type Answer struct {
+	Window
 	Granted    bool  `json:"granted"`
 	Shadow     bool  `json:"shadow"`
 	Permits    int64 `json:"permits"`
