@@ -18,8 +18,8 @@
 -- the bytes that changed).
 --
 --   x = code format version | params | started epoch | next pace rem |
---   allocated idle permits lateness (low parts) last | origin stored |
---   allocated idle permits lateness (high parts) expires,
+--   allocated idle permits lateness (low parts) last | expires |
+--   origin stored | allocated idle permits lateness (high parts),
 -- where code is the kind's (its row's code, see Kinds: 1 schedule, 2
 -- smooth, 3 window), format the layout's (FORMAT), params are whole frac den
 -- max_permits and the kind's own (its row's params: burst max_backlog in
@@ -34,13 +34,14 @@
 -- derived from them (see Layouts). What one acquire changes (RUN: next pace
 -- rem, the low parts and last) is one run of bytes, with only what it reads
 -- before it, so that a kind's fast path (schedule's acquire_one) reads a
--- prefix and rewrites only that run. An x of an earlier format (OLD_FORMATS:
--- 137 or 161 bytes without expires, 136 or 160 also without the format byte,
--- 129 or 153 also without last) is read with expires and last 0 and written
--- in the current one; an x of a format this file does not know is an error.
--- expires comes last, out of the run a fast path reads: a named limiter never
--- reads it, an instance's fast path reads it alone and writes it only when it
--- sets a TTL.
+-- prefix and rewrites only that run. An x of an earlier format (format 4:
+-- expires at the end, 144 or 168 bytes; OLD_FORMATS: 137 or 161 bytes
+-- without expires, 136 or 160 also without the format byte, 129 or 153 also
+-- without last) is read with expires and last 0 where it had none, and
+-- written in the current one; an x of a format this file does not know is an
+-- error. expires comes right after the run: a named limiter's fast path
+-- reads the prefix without it, an instance's the prefix with it, in the same
+-- unpack, and writes it only when it sets a TTL.
 --
 -- Instance TTLs. An instance's key must live while it owes (its schedule
 -- runs ahead of now) and then until it settles or for its template's
@@ -166,7 +167,7 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 --     set_bounds(L, now, e, f) takes them (bounds.lua)
 -- and in the row itself:
 --   fast (optional) is the path for one acquire on a named limiter of the
---     kind (fast_named) or an instance (fast_instance): (key, x, n,
+--     kind (fast_named) or an instance (see create_instance): (key, x, n,
 --     max_wait, us, fl, fj, [tver, idle_ttl]), fl and fj the call's floors
 --     and this limiter's place in them (floor_read), the answer or nil for the
 --     general path; create (optional) the same for an instance that does not
@@ -185,7 +186,7 @@ local KINDS = {}
 -- or resized) takes a new FORMAT, and load a migration from the previous
 -- one: x carries its format in its second byte, and an x of a format this
 -- file does not know is an error, never read by guess.
-local FORMAT = 4 -- formats 1 (before last) and 2 (before the format byte) had none; 3 had no expires
+local FORMAT = 5 -- formats 1 (before last) and 2 (before the format byte) had none; 3 had no expires, 4 had it at the end
 
 -- Layouts. A kind's x is HEAD, SLICE, the kind's params, STATE, RUN, REST.
 -- lua/layout.go reads field_groups and the kinds' rows and derives from
@@ -200,12 +201,12 @@ local FORMAT = 4 -- formats 1 (before last) and 2 (before the format byte) had n
 -- a library's first call, and in store's tests.
 local X_OF = {}
 -- FAST[size] is the fast path (its row's fast) of the kind whose x has that
--- size, derived with X_OF: fast_named and fast_instance find it by x's
+-- size, derived with X_OF: fast_named and the instance paths find it by x's
 -- length, without a call. A fast path checks x's code; kinds of one size
 -- have none here.
 local FAST = {}
 -- OLD_FORMATS are the earlier formats by size (binary only), and what load
--- inserts to make FORMAT's: format 3 lacks expires (at the end), format 2
+-- inserts to make format 4's: format 3 lacks expires (at the end), format 2
 -- also the format byte (after code), format 1 also last (after the totals'
 -- low parts).
 -- Only schedule (1) and smooth (2) had them. Built when an x of an earlier
@@ -360,17 +361,12 @@ local function fast_named(key, x, n, max_wait, us, fl, fj)
   return fast and fast(key, x, n, max_wait, us, fl, fj)
 end
 
--- fast_instance is one acquire on an instance of a template (head_of's
--- version, idle_ttl, params and kind), x and ix its name's state key's and
--- instance key's values: its kind's fast path, or its create for an
--- instance that does not exist; nil when a named limiter has the name, or
--- for the general path.
-local function fast_instance(ikey, x, ix, n, max_wait, us, fl, fj, version, idle_ttl, params, kind)
-  if x or TEXT == 1 then return nil end
-  if ix then
-    local fast = FAST[#ix]
-    return fast and fast(ikey, ix, n, max_wait, us, fl, fj, version, idle_ttl)
-  end
+-- An instance of a template (head_of's version, idle_ttl, params and kind)
+-- whose name no named limiter has takes its kind's fast path (FAST[#ix],
+-- ix its key's value) when it exists, its kind's create when it does not:
+-- both callers (acquire_fast, acquire_many) pick between the two themselves,
+-- without a call in between. create_instance is the second.
+local function create_instance(ikey, params, kind, n, us, fl, fj, version, idle_ttl)
   local K = KINDS[kind]
   return K and K.create and K.create(ikey, params, n, us, fl, fj, version, idle_ttl)
 end
@@ -389,12 +385,18 @@ local function acquire_fast(keys, argv, us)
   end
   if na == 4 and #keys == 2 then
     local xs = rcall('MGET', keys[1], keys[2])
-    local m, version, idle_ttl, params, kind = head_of(argv[2])
-    if m == 1 then
-      local fl = argv[1]
+    local h, m, version, idle_ttl, params, kind = heads and heads[argv[2]]
+    if h then m, version, idle_ttl, params, kind = h[1], h[2], h[3], h[4], h[5]
+    else m, version, idle_ttl, params, kind = head_of(argv[2]) end
+    if m == 1 and not xs[1] and TEXT == 0 then -- an instance (see create_instance)
+      local fl, ix, answer = argv[1], xs[2]
       if fl == '0' then fl = nil end
-      local answer = fast_instance(keys[2], xs[1], xs[2], argv[3], argv[4], us, fl, 1, version, idle_ttl,
-        params, kind)
+      if ix then
+        local fast = FAST[#ix]
+        answer = fast and fast(keys[2], ix, argv[3], argv[4], us, fl, 1, version, idle_ttl)
+      else
+        answer = create_instance(keys[2], params, kind, argv[3], us, fl, 1, version, idle_ttl)
+      end
       if answer then return answer end
     end
     return nil, xs
@@ -427,8 +429,9 @@ local function field_groups()
   -- before it, so that it reads a prefix and rewrites this one run.
   local RUN = {{'next', 'i7'}, {'pace', 'i7'}, {'rem', 'i4'}, {'allocated', 'i7'}, {'idle', 'i7'},
     {'permits', 'i7'}, {'lateness', 'i7'}, {'last', 'i7'}}
-  local REST = {{'origin', 'i7'}, {'stored', 'i7'},
-    {'allocated_hi', 'i4'}, {'idle_hi', 'i4'}, {'permits_hi', 'i4'}, {'lateness_hi', 'i4'}, {'expires', 'i7'}}
+  -- REST starts with expires, which only an instance's fast path reads.
+  local REST = {{'expires', 'i7'}, {'origin', 'i7'}, {'stored', 'i7'},
+    {'allocated_hi', 'i4'}, {'idle_hi', 'i4'}, {'permits_hi', 'i4'}, {'lateness_hi', 'i4'}}
   local WIDTH = {B = 1, I4 = 4, i4 = 4, i7 = 7, d = 8}
   return HEAD, SLICE, STATE, RUN, REST, WIDTH
 end
@@ -470,9 +473,10 @@ local function check_layouts()
       local _, rfmt, rsize = walk({RUN})
       if lnames ~= K.lean_names or lfmt ~= K.lean_fmt or rfmt ~= K.lean_run or size ~= K.lean_size or
           K.lean_code ~= K.code or (FAST[size] and FAST[size] ~= K.fast) or
-          (K.create and (K.lean_full ~= fmt or K.lean_params ~= X.params)) or
+          (K.create and (K.lean_full[1] .. sub(K.lean_full[2], 2) ~= fmt or K.lean_params ~= X.params)) or
           tostring(lsize - rsize) ~= K.lean_run_at or
-          (K.lean_expires_at and (REST[#REST][1] ~= 'expires' or K.lean_expires_at ~= tostring(size - WIDTH.i7))) then
+          (K.lean_expires_at and (REST[1][1] ~= 'expires' or K.lean_expires_at ~= tostring(lsize) or
+            K.lean_fmt_i ~= lfmt .. REST[1][2])) then
         error('lib.lua: the fast path of ' .. name .. ' reads a layout that is not its field groups\'')
       end
     end
@@ -511,7 +515,12 @@ local function load(key, inst, x)
     local old = OLD_FORMATS[#x]
     if not old or old.code ~= code then error('limitd: ' .. key .. ': packed state of ' .. #x .. ' bytes') end
     if old.last then x = string.sub(x, 1, old.last) .. enc('<i7', 0) .. string.sub(x, old.last + 1) end
-    x = string.sub(x, 1, 1) .. enc('<B', FORMAT) .. string.sub(x, old.byte + 1) .. enc('<i7', 0)
+    x = string.sub(x, 1, 1) .. enc('<B', 4) .. string.sub(x, old.byte + 1) .. enc('<i7', 0)
+  end
+  if TEXT == 0 and byte(x, 2) == 4 then -- format 4: expires at the end, now after last
+    local at = X.at_last + 7
+    x = string.sub(x, 1, 1) .. enc('<B', FORMAT) .. string.sub(x, 3, at) .. string.sub(x, -7) ..
+      string.sub(x, at + 1, -8)
   end
   -- X.load makes L in one table constructor with every field (adding fields
   -- later would grow, rehash, the table, which costs more than the rest of a
@@ -941,7 +950,9 @@ local function acquire_many(keys, argv)
   while a <= na do
     j = j + 1
     local head = argv[a]
-    local m = SMALL[head] or plain_m(head)
+    local m = SMALL[head]
+    local h = not m and heads and heads[head] -- a template's head head_of knows
+    if not (m or h) then m = tonumber(head) end -- nil: a template's head
     if m then -- no template
       local x = xs[k]
       if x == nil then x = rcall('GET', keys[k]) end
@@ -950,11 +961,17 @@ local function acquire_many(keys, argv)
       k = k + 1
     else
       local version, idle_ttl, params, kind
-      m, version, idle_ttl, params, kind = head_of(head)
+      if h then m, version, idle_ttl, params, kind = h[1], h[2], h[3], h[4], h[5]
+      else m, version, idle_ttl, params, kind = head_of(head) end
       local ikey = keys[k + 1]
-      if m == 1 then
-        answer = fast_instance(ikey, xs[k], xs[k + 1], argv[a + 1], argv[a + 2], us, fl, j, version, idle_ttl,
-          params, kind)
+      local ix = xs[k + 1]
+      if m == 1 and not xs[k] and TEXT == 0 then -- an instance (see create_instance)
+        if ix then
+          local fast = FAST[#ix]
+          answer = fast and fast(ikey, ix, argv[a + 1], argv[a + 2], us, fl, j, version, idle_ttl)
+        else
+          answer = create_instance(ikey, params, kind, argv[a + 1], us, fl, j, version, idle_ttl)
+        end
       end
       out[j] = answer or acquire_group(keys[k], ikey, {text = params, version = version}, idle_ttl, m, argv, a + 1, us,
         xs[k], xs[k + 1], fl, j)

@@ -14,31 +14,36 @@ local function forfeit(L, now, maxb)
   end
 end
 
--- acquire_one's layout, a schedule limiter's x up to last (X_LEAN), which
+-- acquire_one's layout, a schedule limiter's x up to last (X_LEAN; an
+-- instance's up to expires, X_LEAN_I, at X_EXPIRES_AT), which
 -- it rewrites from next on (X_RUN at X_RUN_AT, for SETRANGE, which counts
 -- from 0), and X_SIZE, a schedule limiter's size. They are written out, not
 -- derived, because they are what acquire_one's locals read;
 -- check_layouts (lib.lua) checks them against the field groups (on a
 -- library's first call, and in store's tests), so a change of the groups that
 -- they miss is an error at once, never a misread.
-local CODE, X_SIZE, X_RUN_AT, X_EXPIRES_AT = 1, 144, '54', '137'
+local CODE, X_SIZE, X_RUN_AT, X_EXPIRES_AT = 1, 144, '54', '107'
 local X_LEAN = '<BBi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7i7'
+local X_LEAN_I = X_LEAN .. 'i7' -- an instance's: and expires, right after last
 local X_RUN = '<i7i7i4i7i7i7i7i7'
 -- create_one's: the whole x, and the template's params as acquire_many
 -- has them (X_OF's params: kind whole frac den max_permits burst
 -- max_backlog version), one word each.
-local X_FULL = '<BBi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7i7i7i7i4i4i4i4i7'
+-- It packs it in two (lean_full below): up to started, which is
+-- the same for every instance of a template's version (kept with its
+-- params), and from epoch on.
+local X_FULL_HEAD, X_FULL_TAIL = '<BBi7i7I4I4i7di7B', '<i7i7i7i4i7i7i7i7i7i7i7i7i4i4i4i4'
 local X_PARAMS = 'kind whole frac den max_permits burst max_backlog version'
 local P_WORDS = '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$'
 
 -- instance_ttl is the TTL the fast paths give an instance whose key must
--- live ttl ms from now (now_ms, Unix ms) and whose recorded deadline does
--- not cover that (see Instance TTLs in lib.lua): ttl and an eighth more,
--- and the deadline to record, a ms early (Redis counts the TTL from its time
--- at the call's start).
-local function instance_ttl(now_ms, ttl)
+-- live ttl ms from now and whose recorded deadline does not cover that (see
+-- Instance TTLs in lib.lua): ttl and an eighth more, as PEXPIRE's argument
+-- and in ms. The deadline to record is now (Unix ms) + more - 1: a ms early,
+-- as Redis counts the TTL from its time at the call's start.
+local function instance_ttl(ttl)
   local more = ttl + (ttl - ttl % 8) / 8
-  return string.format('%d', more), now_ms + more - 1 -- ('%d': a number argument would be written with '%.14g')
+  return string.format('%d', more), more -- ('%d': a number argument is not written as an integer in every Lua)
 end
 
 -- slice_cost is cost (lib.lua) in numbers: n permits' whole ns and the new
@@ -67,7 +72,7 @@ local function acquire_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl)
   -- x is binary and X_SIZE bytes long (FAST, fast_named), the size of
   -- a schedule limiter's x in the current format
   local code, format, version, whole, frac, den, max_permits, burst, max_backlog, started, epoch,
-    next, pace, rem, allocated, idle, permits, lateness, last = dec(X_LEAN, x)
+    next, pace, rem, allocated, idle, permits, lateness, last, expires = dec(tver and X_LEAN_I or X_LEAN, x)
   if code ~= CODE or format ~= FORMAT or (tver and version < tver) then return nil end
   local now = (us - epoch) * 1000
   n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
@@ -107,10 +112,10 @@ local function acquire_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl)
       -- but an instance with an idle TTL gets it anew (save)
       -- (only idle_ttl from now is new: its debt, unchanged, is covered)
       local now_ms = (us - us % 1000) / 1000
-      if tver and idle_ttl > 0 and now_ms + idle_ttl > dec('<i7', x, X_SIZE - 6) then
-        local ttl, at = instance_ttl(now_ms, ttl_ms(max(0, next - now, pace - now), idle_ttl, max_backlog))
+      if tver and idle_ttl > 0 and now_ms + idle_ttl > expires then
+        local ttl, more = instance_ttl(ttl_ms(max(0, next - now, pace - now), idle_ttl, max_backlog))
         rcall('PEXPIRE', key, ttl)
-        rcall('SETRANGE', key, X_EXPIRES_AT, enc('<i7', at))
+        rcall('SETRANGE', key, X_EXPIRES_AT, enc('<i7', now_ms + more - 1))
       end
       return answer
     end
@@ -132,11 +137,11 @@ local function acquire_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl)
     if pace - now > debt then debt = pace - now end
     if debt < 0 then debt = 0 end
     local now_ms, ttl = (us - us % 1000) / 1000, ttl_ms(debt, idle_ttl, max_backlog)
-    if now_ms + ttl > dec('<i7', x, X_SIZE - 6) then
-      local at
-      ttl, at = instance_ttl(now_ms, ttl)
+    if now_ms + ttl > expires then
+      local more
+      ttl, more = instance_ttl(ttl)
       rcall('PEXPIRE', key, ttl)
-      rcall('SETRANGE', key, X_EXPIRES_AT, enc('<i7', at))
+      rcall('SETRANGE', key, X_EXPIRES_AT, enc('<i7', now_ms + more - 1))
     end
   end
   return answer
@@ -159,6 +164,7 @@ local function create_one(key, params, n, us, fl, fj, tver, idle_ttl)
     -- with one strtod, where tonumber takes two; see time_us)
     p = {whole + 0, SMALL[frac] or frac + 0, SMALL[den] or den + 0, max_permits + 0, SMALL[burst] or burst + 0,
       max_backlog + 0}
+    p[7] = enc(X_FULL_HEAD, CODE, FORMAT, tver, p[1], p[2], p[3], p[4], p[5], p[6], 1) -- x up to started
     if made then
       if made[0] >= 256 then made = {[0] = 0} end
       made[params], made[0] = p, made[0] + 1
@@ -176,15 +182,25 @@ local function create_one(key, params, n, us, fl, fj, tver, idle_ttl)
       if at > -FAR and at > 0 then return nil end
     end
   end
-  local c, rem = slice_cost(n, whole, frac, den, 0)
-  local pace = 0 -- burst 0: "inf"
-  if burst ~= 0 then pace = math.ceil(c / burst) end
+  -- A permit's cost, pace and TTL are the same for every instance of the
+  -- template (one permit: kept in p, for its idle_ttl).
+  local c, rem, pace, ttl, more
+  if n == 1 and p.ttl_for == idle_ttl then
+    c, rem, pace, ttl, more = p.c, p.rem, p.pace, p.ttl, p.more
+  else
+    c, rem = slice_cost(n, whole, frac, den, 0)
+    pace = 0 -- burst 0: "inf"
+    if burst ~= 0 then pace = math.ceil(c / burst) end
+    local debt = c
+    if pace > c then debt = pace end
+    ttl, more = instance_ttl(ttl_ms(debt, idle_ttl, max_backlog))
+    if n == 1 then p.c, p.rem, p.pace, p.ttl, p.more, p.ttl_for = c, rem, pace, ttl, more, idle_ttl end
+  end
   -- code format version | params | started epoch | next pace rem allocated
-  -- idle permits lateness last | origin stored | the totals' high parts
-  -- expires
-  local ttl, expires = instance_ttl((us - us % 1000) / 1000, ttl_ms(max(c, pace), idle_ttl, max_backlog))
-  rcall('SET', key, enc(X_FULL, CODE, FORMAT, tver, whole, frac, den, max_permits, burst, max_backlog,
-    1, us, c, pace, rem, c, 0, n, 0, 0, us, 0, 0, 0, 0, 0, expires), 'PX', ttl)
+  -- idle permits lateness last | expires (see instance_ttl) | origin stored
+  -- | the totals' high parts
+  local expires = (us - us % 1000) / 1000 + more - 1
+  rcall('SET', key, p[7] .. enc(X_FULL_TAIL, us, c, pace, rem, c, 0, n, 0, 0, expires, us, 0, 0, 0, 0, 0), 'PX', ttl)
   return enc(HR, A_OK, us, tver, 1, c, R_GRANTED, 0, 0, 0, 0)
 end
 
@@ -194,8 +210,8 @@ KINDS.schedule = {
   fast = acquire_one,
   lean_names = 'code format version whole frac den max_permits burst max_backlog started epoch next pace rem allocated idle permits lateness last',
   lean_code = CODE, lean_fmt = X_LEAN, lean_run = X_RUN, lean_run_at = X_RUN_AT, lean_size = X_SIZE,
-  lean_expires_at = X_EXPIRES_AT,
-  create = create_one, lean_full = X_FULL, lean_params = X_PARAMS,
+  lean_expires_at = X_EXPIRES_AT, lean_fmt_i = X_LEAN_I,
+  create = create_one, lean_full = {X_FULL_HEAD, X_FULL_TAIL}, lean_params = X_PARAMS,
   engine = function() return {
     acquire = function(L, now, n, max_wait)
       forfeit(L, now, L.max_backlog)

@@ -1559,3 +1559,33 @@ func TestInstanceTTL(t *testing.T) {
 		}
 	}
 }
+
+// TestInstanceTTLOfEachTemplate: a new instance's TTL is its own template's
+// even when another template has the same parameters and version (two
+// prefixes on one Redis): create_one keeps a permit's TTL with the
+// template's parameters, for their idle_ttl alone.
+func TestInstanceTTLOfEachTemplate(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Server(t).Client()
+	ctx := context.Background()
+	cfg := limiter.Config{Rate: 1000, Burst: limiter.B(1)}
+	idle := map[string]time.Duration{"p1": time.Hour, "p2": 10 * time.Minute}
+	for round := range 2 {
+		for _, prefix := range []string{"p1", "p2"} {
+			s := store.New(rdb, store.WithPrefix(prefix))
+			if round == 0 {
+				if _, err := s.PutTemplate(ctx, store.Template{ID: "t", Pattern: "u:*", Limiter: cfg, IdleTTL: limiter.D(idle[prefix])}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			name := fmt.Sprint("u:", round)
+			if d, err := s.Acquire(ctx, name, 1, 0); err != nil || !d.Granted || !d.Instance {
+				t.Fatalf("%s %s: %+v, %v", prefix, name, d, err)
+			}
+			ttl := rdb.PTTL(ctx, prefix+":{"+name+"}:i").Val()
+			if want := idle[prefix]; ttl < want-10*time.Second || ttl > want+want/8 {
+				t.Errorf("%s %s: PTTL %v, want %v and up to an eighth more", prefix, name, ttl, want)
+			}
+		}
+	}
+}

@@ -323,11 +323,11 @@ func TestTemplateIdleTTLExpiry(t *testing.T) {
 func durp(d time.Duration) *limiter.Duration { v := limiter.Duration(d); return &v }
 
 // TestOldLayout: an x of an earlier format is read and written back in the
-// current one (FORMAT in lua/lib.lua): format 3 (137 bytes for a schedule
-// limiter, without expires, the last field now) with expires 0, format 2
-// (136 bytes, nor the format byte) likewise, format 1 (129 bytes, nor last)
-// with last 0 too. An x of a
-// format the scripts do not know is an error, not read.
+// current one (FORMAT in lua/lib.lua): format 4 (expires, 7 bytes, at the
+// end rather than right after last), format 3 (137 bytes for a schedule
+// limiter, format 4 without expires) with expires 0, format 2 (136 bytes,
+// nor the format byte) likewise, format 1 (129 bytes, nor last) with last 0
+// too. An x of a format the scripts do not know is an error, not read.
 func TestOldLayout(t *testing.T) {
 	rdb := stServerFactory(t)(t)
 	s := stStore(t, rdb)
@@ -338,19 +338,30 @@ func TestOldLayout(t *testing.T) {
 	if len(x) != 144 || x[1] != packedFormat {
 		t.Fatalf("x of %d bytes, format %d", len(x), x[1])
 	}
-	const lastAt = 100 // last's offset; expires is the last 7 bytes
+	const lastAt, expiresAt = 100, 107                                                       // last's offset and expires'
+	x4 := x[:1] + "\x04" + x[2:expiresAt] + x[expiresAt+7:] + "\x01\x02\x03\x04\x05\x06\x07" // expires 0x07…01
 	for i, old := range []string{
-		x[:1] + "\x03" + x[2:137],             // format 3: no expires
-		x[:1] + x[2:137],                      // format 2: nor the format byte
-		x[:1] + x[2:lastAt] + x[lastAt+7:137], // format 1: nor last
+		x4,                                       // format 4: expires at the end
+		x4[:137],                                 // format 3: no expires
+		x4[:1] + x4[2:137],                       // format 2: nor the format byte
+		x4[:1] + x4[2:lastAt] + x4[lastAt+7:137], // format 1: nor last
 	} {
 		rdb.Set(ctx, s.stateKey("o"), old, 0)
 		d := stAcquire(t, s, "o", 1, Forever)
 		if !d.Granted || d.Scheduled-d.Now > int64(i+1)*10_000_000 { // one permit ahead per acquire
 			t.Errorf("acquire on %d bytes: %+v", len(old), d)
 		}
-		if x := rdb.Get(ctx, s.stateKey("o")).Val(); len(x) != 144 {
-			t.Errorf("x of %d bytes rewritten as %d bytes, want 144", len(old), len(x))
+		x := rdb.Get(ctx, s.stateKey("o")).Val()
+		if len(x) != 144 || x[1] != packedFormat {
+			t.Errorf("x of %d bytes rewritten as %d bytes of format %d, want 144 of %d", len(old), len(x), x[1], packedFormat)
+			continue
+		}
+		want := "\x00\x00\x00\x00\x00\x00\x00" // expires: none before
+		if i == 0 {
+			want = "\x01\x02\x03\x04\x05\x06\x07" // format 4's, moved
+		}
+		if got := x[expiresAt : expiresAt+7]; got != want {
+			t.Errorf("x of %d bytes rewritten with expires % x, want % x", len(old), got, want)
 		}
 	}
 	x = rdb.Get(ctx, s.stateKey("o")).Val()

@@ -115,9 +115,9 @@ for i = 1, #a, 32 do
     local v = {code, FORMAT, 7}
     for k = from, to do v[#v + 1] = a[k] end
     -- state and totals in the order of STATE, RUN and REST: started
-    -- epoch next pace rem, the totals' low parts, last, origin stored,
-    -- their high parts, expires (epoch's value again)
-    for _, k in ipairs({16, 17, 19, 20, 21, 24, 26, 28, 30, 23, 18, 22, 25, 27, 29, 31, 17}) do
+    -- epoch next pace rem, the totals' low parts, last, expires (epoch's
+    -- value again), origin stored, their high parts
+    for _, k in ipairs({16, 17, 19, 20, 21, 24, 26, 28, 30, 23, 17, 18, 22, 25, 27, 29, 31}) do
       v[#v + 1] = a[i + k]
     end
     return v
@@ -152,11 +152,11 @@ return out`
 				tail = append(tail, g(float64(uint32(x))))
 			}
 			tail = append(tail, g(w.state[7]))                // ls
+			tail = append(tail, g(w.state[1]))                // expires
 			tail = append(tail, g(w.state[2]), g(w.state[6])) // org sto
 			for _, x := range w.tot {
 				tail = append(tail, g(float64(int32(x>>32))))
 			}
-			tail = append(tail, g(w.state[1])) // expires
 			f := strconv.Itoa(packedFormat)
 			want := [2][]string{{"1", f, "7"}, {"2", f, "7"}}
 			for _, x := range w.sched {

@@ -9,7 +9,7 @@ import (
 )
 
 // packedFormat is FORMAT in lua/lib.lua: the layout decodeStored reads.
-const packedFormat = 4
+const packedFormat = 5
 
 // stored is a rate limiter's hash as lua/lib.lua keeps it ("Storage" there),
 // decoded: for tests and for looking into Redis by hand.
