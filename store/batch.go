@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -365,6 +366,19 @@ func (b *batcher) loop() {
 		case c := <-b.in:
 			batch = append(batch[:0], c)
 		}
+		// While another round trip is under way the connection is busy
+		// anyway: yield a moment so that the callers its answer just woke
+		// can queue again and go out in this batch, rather than this
+		// worker sending one or two of them at once and the rest after
+		// another round trip. (Batches of about 9 became about 15 at 32
+		// goroutines: a quarter more decisions per second, each costing
+		// less of both processes' CPU.) A lone caller goes direct and
+		// never waits here.
+		if b.inflight.Load() > 0 {
+			for range lingerYields {
+				runtime.Gosched()
+			}
+		}
 	drain:
 		for len(batch) < b.max {
 			select {
@@ -406,6 +420,10 @@ func (b *batcher) loop() {
 }
 
 const batchTimeout = 2 * time.Second
+
+// lingerYields is how often a worker yields before it takes what is queued,
+// while another round trip is in flight (loop).
+const lingerYields = 2
 
 // acquire submits one call and waits for its outcome. A caller that finds
 // nothing in flight goes straight to Redis: batching only pays when calls
