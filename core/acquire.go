@@ -82,19 +82,27 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 	if !d.Granted && s.inShadow(ctx, r.Name, d) {
 		d = shadowGrant(d, r.Permits)
 	}
-	s.decided(ctx, r.Name, r.Permits, d)
 	if r.Block && !d.Granted && d.Limit > 0 && d.RetryAfter <= int64(maxWait) {
 		// A window grants now or never: a blocking caller waits until the
-		// same request would be granted, and asks once more.
-		if err := s.clock.Sleep(ctx, time.Duration(d.RetryAfter)); err != nil {
+		// same request would be granted, and asks once more. It is one
+		// request: one decision observed, the second, its grant's delay
+		// the time waited.
+		waited := d.RetryAfter
+		if err := s.clock.Sleep(ctx, time.Duration(waited)); err != nil {
 			return Acquired{}, err
 		}
 		dctx, cancel := context.WithTimeout(ctx, s.decide)
-		d, err = s.store.Acquire(dctx, r.Name, r.Permits, maxWait-time.Duration(d.RetryAfter))
+		d, err = s.store.Acquire(dctx, r.Name, r.Permits, maxWait-time.Duration(waited))
 		cancel()
 		if err != nil {
 			return Acquired{}, err
 		}
+		seen := d
+		if seen.Granted {
+			seen.Delay += waited
+		}
+		s.decided(ctx, r.Name, r.Permits, seen)
+	} else {
 		s.decided(ctx, r.Name, r.Permits, d)
 	}
 	if r.Block && d.Granted && d.Delay > 0 {
