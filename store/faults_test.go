@@ -6,6 +6,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -367,8 +368,9 @@ func TestOldLayout(t *testing.T) {
 	x = rdb.Get(ctx, s.stateKey("o")).Val()
 	unknown := x[:1] + string(rune(packedFormat+1)) + x[2:]
 	rdb.Set(ctx, s.stateKey("o"), unknown, 0)
-	if d, err := s.Acquire(ctx, "o", 1, Forever); err == nil {
-		t.Errorf("acquire on an x of an unknown format: %+v, want an error", d)
+	var ue *UnavailableError
+	if d, err := s.Acquire(ctx, "o", 1, Forever); !errors.As(err, &ue) || ue.Condition != "UNKNOWN LAYOUT" {
+		t.Errorf("acquire on an x of an unknown format: %+v, %v; want the condition UNKNOWN LAYOUT", d, err)
 	}
 	if _, err := s.Wait(ctx, "o"); err == nil {
 		t.Errorf("peek on an x of an unknown format: no error")

@@ -63,6 +63,7 @@ var conditionText = map[string]string{
 	"connection failed":   "could not reach Redis",
 	"client closed":       "the Redis client is closed (limitd is shutting down)",
 	"slots not covered":   "some cluster hash slots have no master",
+	"UNKNOWN LAYOUT":      "a limiter's state in Redis is in a packed layout this limitd does not read: written by a newer limitd (upgrade every process that shares the Redis)",
 	"request interrupted": "the request ended before Redis answered",
 }
 
@@ -74,6 +75,11 @@ func redisCondition(msg string) string {
 	case "LOADING", "READONLY", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "MOVED", "ASK", "OOM", "NOREPLICAS", "BUSY":
 		// BUSY is a word of its own; BUSYKEY and BUSYGROUP are not this.
 		return code
+	}
+	if strings.Contains(msg, "limitd: ") && strings.Contains(msg, ": packed state of ") {
+		// lua/lib.lua's load: a layout newer than the scripts' (see
+		// Storage there), never read by guess.
+		return "UNKNOWN LAYOUT"
 	}
 	if fnMissing(errors.New(msg)) {
 		// The library is loaded again on "Function not found" (functions.go);
