@@ -1,16 +1,15 @@
 package api_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/internal/redistest"
 )
 
 // A window limiter's answers add limit, remaining and reset_ns; a refusal
@@ -97,34 +96,18 @@ func TestWindowTemplate(t *testing.T) {
 // (on the service's clock, which here moves the Redis clock) and asks again.
 func TestWindowBlock(t *testing.T) {
 	e := newEnv(t)
-	clock := &redisClock{m: e.m, now: t0}
+	clock := redistest.NewMiniClock(e.m, t0)
 	e.h = api.New(api.Options{Service: core.New(e.st, core.Options{Clock: clock}), Registry: prometheus.NewRegistry()})
 	e.must(201, "PUT", "/v1/limiters/b", `{"kind":"window","limit":1,"period":"10s"}`)
 	e.must(200, "POST", "/v1/limiters/b/acquire", nil)
 	e.must(429, "POST", "/v1/limiters/b/acquire", `{"block":true,"max_wait":"5s"}`) // resets in 10 s
-	if clock.slept != 0 {
-		t.Errorf("slept %v for a retry beyond max_wait", clock.slept)
+	if clock.Slept != 0 {
+		t.Errorf("slept %v for a retry beyond max_wait", clock.Slept)
 	}
 	g := e.must(200, "POST", "/v1/limiters/b/acquire", `{"block":true,"max_wait":"15s"}`)
-	if clock.slept != 10*time.Second || g.num(t, "reset_ns") != 10e9 || g.num(t, "now_ns") != t0.Add(10*time.Second).UnixNano() {
-		t.Errorf("slept %v: %s", clock.slept, g)
+	if clock.Slept != 10*time.Second || g.num(t, "reset_ns") != 10e9 || g.num(t, "now_ns") != t0.Add(10*time.Second).UnixNano() {
+		t.Errorf("slept %v: %s", clock.Slept, g)
 	}
-}
-
-// redisClock is a service clock whose Sleep moves miniredis's clock.
-type redisClock struct {
-	m     *miniredis.Miniredis
-	now   time.Time
-	slept time.Duration
-}
-
-func (c *redisClock) Now() time.Time { return c.now }
-
-func (c *redisClock) Sleep(_ context.Context, d time.Duration) error {
-	c.slept += d
-	c.now = c.now.Add(d)
-	c.m.SetTime(c.now)
-	return nil
 }
 
 // A window in several limits at once (POST /v1/acquire): its answer carries

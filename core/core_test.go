@@ -9,6 +9,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd/internal/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -234,13 +235,9 @@ func TestAcquireBlockSleepsTheDelay(t *testing.T) {
 // asks again: one request, so one decision observed (the grant, delayed by
 // the wait), not a denial and a grant.
 func TestWindowBlockIsOneDecision(t *testing.T) {
-	m := miniredis.RunT(t)
-	start := t0.Truncate(10 * time.Second) // a window starts (windows align to the epoch)
-	m.SetTime(start)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
+	m, rdb := redistest.Mini(t)
+	clk := redistest.NewMiniClock(m, t0.Truncate(10*time.Second)) // a window starts (windows align to the epoch)
 	rec := &recorder{}
-	clk := &movingClock{m: m, now: start}
 	s := New(store.New(rdb), Options{Observer: rec, Clock: clk})
 	ctx := context.Background()
 	one := int64(1)
@@ -253,28 +250,12 @@ func TestWindowBlockIsOneDecision(t *testing.T) {
 			t.Fatalf("acquire (block %v): %+v, %v", block, a, err)
 		}
 	}
-	if clk.slept != 10*time.Second {
-		t.Errorf("slept %v, want the window's 10s", clk.slept)
+	if clk.Slept != 10*time.Second {
+		t.Errorf("slept %v, want the window's 10s", clk.Slept)
 	}
 	want := []Event{{Kind: EventRate, Limiter: "w", Outcome: "granted", Permits: 1},
 		{Kind: EventRate, Limiter: "w", Outcome: "granted", Permits: 1, Delay: 10 * time.Second}}
 	if len(rec.events) != 2 || rec.events[0] != want[0] || rec.events[1] != want[1] {
 		t.Errorf("events %+v, want %+v", rec.events, want)
 	}
-}
-
-// movingClock is a service clock whose Sleep moves miniredis's clock.
-type movingClock struct {
-	m     *miniredis.Miniredis
-	now   time.Time
-	slept time.Duration
-}
-
-func (c *movingClock) Now() time.Time { return c.now }
-
-func (c *movingClock) Sleep(_ context.Context, d time.Duration) error {
-	c.slept += d
-	c.now = c.now.Add(d)
-	c.m.SetTime(c.now)
-	return nil
 }

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -30,4 +31,28 @@ func ShortClient(t testing.TB) (*Instance, *redis.Client) {
 	})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return srv, rdb
+}
+
+// MiniClock is a clock (limiter.Clock) whose Sleep moves a miniredis's clock
+// and returns at once: code that sleeps until Redis's time has come, driven
+// in a test. It starts at Now, which it sets on the miniredis.
+type MiniClock struct {
+	M     *miniredis.Miniredis
+	Time  time.Time
+	Slept time.Duration // the sleeps' total
+}
+
+// NewMiniClock returns a MiniClock at now, and sets m's time to it.
+func NewMiniClock(m *miniredis.Miniredis, now time.Time) *MiniClock {
+	m.SetTime(now)
+	return &MiniClock{M: m, Time: now}
+}
+
+func (c *MiniClock) Now() time.Time { return c.Time }
+
+func (c *MiniClock) Sleep(_ context.Context, d time.Duration) error {
+	c.Slept += d
+	c.Time = c.Time.Add(d)
+	c.M.SetTime(c.Time)
+	return nil
 }
