@@ -217,7 +217,8 @@ func BenchmarkAllowVs(b *testing.B) {
 }
 
 // BenchmarkTakeVs is BenchmarkTake in alternating rounds: limitd's Wait
-// that need not sleep against uber's Take (limitd/uber: goal ≤ 1.0).
+// that need not sleep against uber's Take (limitd/uber). No goal: Wait does
+// more than Take, it fills in the Permit with its scheduled time and start.
 //
 //	go test -run='^$' -bench=BenchmarkTakeVs -benchtime=20x ./limiter/
 func BenchmarkTakeVs(b *testing.B) {
