@@ -113,8 +113,11 @@ func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait
 // or with a template m, its version, its idle TTL and its parameters in one
 // string.
 func (t *compiledTemplate) acquireHead(m int) any {
-	if t == nil {
+	switch {
+	case t == nil:
 		return m
+	case m == 1:
+		return t.head1
 	}
 	return strconv.Itoa(m) + " " + t.head
 }

@@ -31,6 +31,9 @@ func (e *needBounds) Error() string {
 // the store sent them, so that the call may be made again; a failure to
 // send them replaces *err.
 func (s *Store) boundsSent(ctx context.Context, name string, err *error) bool {
+	if *err == nil { // (before errors.As, whose target escapes: no allocation on a call's happy path)
+		return false
+	}
 	var nb *needBounds
 	if !errors.As(*err, &nb) {
 		return false

@@ -172,6 +172,7 @@ type compiledTemplate struct {
 	params limiter.Params
 	argv   []any  // the parameters as the scripts take them, built once
 	head   string // acquire.lua's head after the count: version, idle TTL and argv as text
+	head1  any    // the head of one request ("1 " + head), built once: most calls are one acquire
 }
 
 // args are the template's engine parameters for the scripts (none: nil).
@@ -276,6 +277,7 @@ func (c *templateCache) load(ctx context.Context, s *Store) (*templateSet, error
 			words = append(words, fmt.Sprint(a))
 		}
 		ct.head = strings.Join(words, " ")
+		ct.head1 = "1 " + ct.head
 		set.list = append(set.list, ct)
 	}
 	c.cur.Store(set)
