@@ -34,7 +34,7 @@ import (
 // Every figure is redis-server's whole work for the call (reading the
 // command, the script, the reply), divided by the decisions it made: a
 // batch of 64 counts 64. The test fails if an instance decision costs more
-// than 1.22× a named limiter's (known, new, or batched), or a script (EVAL)
+// than 1.24× a named limiter's (known, new, or batched), or a script (EVAL)
 // more than 2.3× the same call as a function or 1.9× a writing redis_rate's.
 func TestInstructionsPerDecision(t *testing.T) {
 	if os.Getenv("LIMITD_CALLGRIND") != "1" {
@@ -144,10 +144,12 @@ func TestInstructionsPerDecision(t *testing.T) {
 	// 1.18× and 1.18× as measured once an instance's fast path read its
 	// deadline with the rest (format 5) and a new instance's TTL and head
 	// came from the template's kept readings; 1.21×, 1.26× and 1.24× before;
-	// a PEXPIRE per acquire was 1.36×, 1.25× and 1.45×.
-	ratio("function, instance, known", "function, named, 64 keys", 1.22)
-	ratio("function, instance, new", "function, named, 64 keys", 1.22)
-	ratio("batch of 64, instances, known", "batch of 64, named", 1.22)
+	// a PEXPIRE per acquire was 1.36×, 1.25× and 1.45×. The bound leaves
+	// room for redis-server's periodic tasks, which a slow (busy) run
+	// counts more of.
+	ratio("function, instance, known", "function, named, 64 keys", 1.24)
+	ratio("function, instance, new", "function, named, 64 keys", 1.24)
+	ratio("batch of 64, instances, known", "batch of 64, named", 1.24)
 	// A script runs the library's hot part on every call, which the function
 	// library does once: each function the fast path calls is a closure made
 	// per script call. Against a writing redis_rate too, which does not move
