@@ -98,3 +98,38 @@ func (c slowConn) Read(b []byte) (int, error) {
 	}
 	return c.Conn.Read(b)
 }
+
+// A limiter whose state a newer limitd wrote (a packed layout these scripts
+// do not read) is a 503 naming UNKNOWN LAYOUT, for that limiter alone: the
+// others and readiness are not affected, and the state is left as it was.
+func TestUnknownLayout(t *testing.T) {
+	e := newEnv(t)
+	e.must(201, "PUT", "/v1/limiters/newer", `{"rate":100}`)
+	e.must(201, "PUT", "/v1/limiters/other", `{"rate":100}`)
+	e.must(200, "POST", "/v1/limiters/newer/acquire", nil)
+	var key string
+	for _, k := range e.m.Keys() {
+		if v, err := e.m.Get(k); err == nil && strings.Contains(k, "{newer}") && strings.HasPrefix(v, "1 ") {
+			key = k // the state: code 1, then the layout's number (text in miniredis)
+		}
+	}
+	if key == "" {
+		t.Fatalf("no state key for newer among %v", e.m.Keys())
+	}
+	v, _ := e.m.Get(key)
+	f := strings.Fields(v)
+	f[1] = "99"
+	newer := strings.Join(f, " ")
+	if err := e.m.Set(key, newer); err != nil {
+		t.Fatal(err)
+	}
+	r := e.must(503, "POST", "/v1/limiters/newer/acquire", nil)
+	if p := r.problem(t); !strings.Contains(p.Detail, "UNKNOWN LAYOUT") {
+		t.Errorf("problem %+v, want the condition UNKNOWN LAYOUT", p)
+	}
+	e.must(200, "POST", "/v1/limiters/other/acquire", nil)
+	e.must(200, "GET", "/readyz", nil)
+	if got, _ := e.m.Get(key); got != newer {
+		t.Errorf("the newer state was rewritten: %q", got)
+	}
+}
