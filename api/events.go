@@ -113,6 +113,11 @@ func (s *server) events(c echo.Context) error {
 					kept = append(kept, n) // named: it may come back
 				}
 				continue
+			case unknownLayout(err):
+				// Its state only a newer limitd reads (its own API calls
+				// answer 503 saying so): the others are still sampled.
+				kept = append(kept, n)
+				continue
 			case err != nil:
 				return send("error", s.problemOf(err, c).Problem) // Redis down: the client reconnects
 			}
@@ -177,4 +182,11 @@ func (s *server) allNames(ctx context.Context) ([]string, error) {
 		names[i] = l.Name
 	}
 	return names, nil
+}
+
+// unknownLayout reports whether err is one limiter's state in a layout this
+// limitd does not read (core.ConditionUnknownLayout).
+func unknownLayout(err error) bool {
+	var ue *core.UnavailableError
+	return errors.As(err, &ue) && ue.Condition == core.ConditionUnknownLayout
 }

@@ -110,6 +110,9 @@ func fieldDetail(fe *limiter.FieldError) string {
 func unavailableDetail(err error) string {
 	const rest = "so limitd can neither decide nor change limiters; retry later"
 	var ue *core.UnavailableError
+	if errors.As(err, &ue) && ue.Condition == core.ConditionUnknownLayout {
+		return "this limiter cannot be served by this limitd (" + ue.Describe() + ")"
+	}
 	if errors.As(err, &ue) {
 		return "Redis is unavailable (" + ue.Describe() + "), " + rest
 	}

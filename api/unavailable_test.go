@@ -101,7 +101,8 @@ func (c slowConn) Read(b []byte) (int, error) {
 
 // A limiter whose state a newer limitd wrote (a packed layout these scripts
 // do not read) is a 503 naming UNKNOWN LAYOUT, for that limiter alone: the
-// others and readiness are not affected, and the state is left as it was.
+// others, readiness and the event stream's samples of the others are not
+// affected, and the state is left as it was.
 func TestUnknownLayout(t *testing.T) {
 	e := newEnv(t)
 	e.must(201, "PUT", "/v1/limiters/newer", `{"rate":100}`)
@@ -124,11 +125,21 @@ func TestUnknownLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.must(503, "POST", "/v1/limiters/newer/acquire", nil)
-	if p := r.problem(t); !strings.Contains(p.Detail, "UNKNOWN LAYOUT") {
+	if p := r.problem(t); !strings.Contains(p.Detail, "UNKNOWN LAYOUT") || strings.Contains(p.Detail, "Redis is unavailable") {
 		t.Errorf("problem %+v, want the condition UNKNOWN LAYOUT", p)
 	}
 	e.must(200, "POST", "/v1/limiters/other/acquire", nil)
 	e.must(200, "GET", "/readyz", nil)
+	// The event stream goes on sampling the others (newer comes first in
+	// name order), with no error event: Redis is not down.
+	events, stop := e.stream("/v1/events?interval=100ms")
+	defer stop()
+	for range 3 {
+		ev := next(t, events, func(ev sseEvent) bool { return ev.name == "state" || ev.name == "error" })
+		if ev.name != "state" || !strings.Contains(ev.data, `"name":"other"`) {
+			t.Fatalf("event %s %s, want other's state", ev.name, ev.data)
+		}
+	}
 	if got, _ := e.m.Get(key); got != newer {
 		t.Errorf("the newer state was rewritten: %q", got)
 	}

@@ -72,6 +72,10 @@ func quoted(s string) string { return fmt.Sprintf("%q", s) }
 // (READONLY, OOM, timeout, ...); it matches ErrUnavailable.
 type UnavailableError = store.UnavailableError
 
+// ConditionUnknownLayout is the UnavailableError condition of one limiter
+// whose state a newer limitd wrote (store.ConditionUnknownLayout).
+const ConditionUnknownLayout = store.ConditionUnknownLayout
+
 // CheckName checks an input that follows the rule of limiter names
 // (store.NameRule): a name, a template id, a client id. Its error is a
 // *limiter.FieldError naming field.

@@ -44,27 +44,32 @@ func (e *UnavailableError) Describe() string {
 	return e.Condition
 }
 
+// ConditionUnknownLayout is the condition of one limiter whose state is in a
+// packed layout this limitd does not read (written by a newer one): unlike
+// the others, it is that limiter's alone, not Redis's.
+const ConditionUnknownLayout = "UNKNOWN LAYOUT"
+
 // conditionText explains each condition wrapErr may name.
 var conditionText = map[string]string{
-	"READONLY":            "Redis is a read-only replica; limitd must be pointed at the master",
-	"OOM":                 "Redis is out of memory (used memory over maxmemory with a noeviction policy)",
-	"LOADING":             "Redis is loading its dataset into memory",
-	"MASTERDOWN":          "the replica lost its link to the master",
-	"CLUSTERDOWN":         "the Redis Cluster is down (a hash slot has no master)",
-	"TRYAGAIN":            "a cluster slot is being migrated",
-	"MOVED":               "the cluster's slots moved",
-	"ASK":                 "the cluster's slots are moving",
-	"NOREPLICAS":          "not enough replicas are connected to accept writes (min-replicas-to-write)",
-	"BUSY":                "Redis is busy running a script or function",
-	"FUNCTION NOT FOUND":  "limitd's function library is missing and could not be loaded (a replica, or the library was flushed)",
-	"timeout":             "Redis did not answer in time",
-	"connection refused":  "nothing listens at the Redis address",
-	"connection lost":     "the connection to Redis was closed",
-	"connection failed":   "could not reach Redis",
-	"client closed":       "the Redis client is closed (limitd is shutting down)",
-	"slots not covered":   "some cluster hash slots have no master",
-	"UNKNOWN LAYOUT":      "a limiter's state in Redis is in a packed layout this limitd does not read: written by a newer limitd (upgrade every process that shares the Redis)",
-	"request interrupted": "the request ended before Redis answered",
+	"READONLY":             "Redis is a read-only replica; limitd must be pointed at the master",
+	"OOM":                  "Redis is out of memory (used memory over maxmemory with a noeviction policy)",
+	"LOADING":              "Redis is loading its dataset into memory",
+	"MASTERDOWN":           "the replica lost its link to the master",
+	"CLUSTERDOWN":          "the Redis Cluster is down (a hash slot has no master)",
+	"TRYAGAIN":             "a cluster slot is being migrated",
+	"MOVED":                "the cluster's slots moved",
+	"ASK":                  "the cluster's slots are moving",
+	"NOREPLICAS":           "not enough replicas are connected to accept writes (min-replicas-to-write)",
+	"BUSY":                 "Redis is busy running a script or function",
+	"FUNCTION NOT FOUND":   "limitd's function library is missing and could not be loaded (a replica, or the library was flushed)",
+	"timeout":              "Redis did not answer in time",
+	"connection refused":   "nothing listens at the Redis address",
+	"connection lost":      "the connection to Redis was closed",
+	"connection failed":    "could not reach Redis",
+	"client closed":        "the Redis client is closed (limitd is shutting down)",
+	"slots not covered":    "some cluster hash slots have no master",
+	ConditionUnknownLayout: "a limiter's state in Redis is in a packed layout this limitd does not read: written by a newer limitd (upgrade every process that shares the Redis)",
+	"request interrupted":  "the request ended before Redis answered",
 }
 
 // redisCondition returns the condition a Redis error reply means, or "" when
@@ -79,7 +84,7 @@ func redisCondition(msg string) string {
 	if strings.Contains(msg, "limitd: ") && strings.Contains(msg, ": packed state of ") {
 		// lua/lib.lua's load: a layout newer than the scripts' (see
 		// Storage there), never read by guess.
-		return "UNKNOWN LAYOUT"
+		return ConditionUnknownLayout
 	}
 	if fnMissing(errors.New(msg)) {
 		// The library is loaded again on "Function not found" (functions.go);
