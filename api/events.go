@@ -183,10 +183,3 @@ func (s *server) allNames(ctx context.Context) ([]string, error) {
 	}
 	return names, nil
 }
-
-// unknownLayout reports whether err is one limiter's state in a layout this
-// limitd does not read (core.ConditionUnknownLayout).
-func unknownLayout(err error) bool {
-	var ue *core.UnavailableError
-	return errors.As(err, &ue) && ue.Condition == core.ConditionUnknownLayout
-}

@@ -110,13 +110,21 @@ func fieldDetail(fe *limiter.FieldError) string {
 func unavailableDetail(err error) string {
 	const rest = "so limitd can neither decide nor change limiters; retry later"
 	var ue *core.UnavailableError
-	if errors.As(err, &ue) && ue.Condition == core.ConditionUnknownLayout {
+	if !errors.As(err, &ue) {
+		return "Redis is unavailable, " + rest
+	}
+	if unknownLayout(ue) {
 		return "this limiter cannot be served by this limitd (" + ue.Describe() + ")"
 	}
-	if errors.As(err, &ue) {
-		return "Redis is unavailable (" + ue.Describe() + "), " + rest
-	}
-	return "Redis is unavailable, " + rest
+	return "Redis is unavailable (" + ue.Describe() + "), " + rest
+}
+
+// unknownLayout reports whether err is one limiter's state in a layout this
+// limitd does not read (core.ConditionUnknownLayout): that limiter's
+// condition alone, where every other condition is Redis's.
+func unknownLayout(err error) bool {
+	var ue *core.UnavailableError
+	return errors.As(err, &ue) && ue.Condition == core.ConditionUnknownLayout
 }
 
 // maxEcho is how much of a client's input a problem repeats.
