@@ -19,7 +19,13 @@ import (
 
 // acquire takes permits, or a concurrency limiter's slot (core.Acquire
 // dispatches on the kind): 200, or 429 with Retry-After when not granted.
+// acquirePath is the acquire's route. Its requests' contexts carry no
+// deadline timer; the handler gives the deadline to the core instead
+// (core.AcquireRequest.Deadline), which ends every step by then.
+const acquirePath = "/v1/limiters/:name/acquire"
+
 func (s *server) acquire(c echo.Context) error {
+	deadline := time.Now().Add(s.timeout) // its context has none: see limits
 	b, err := readBody(c)
 	if err != nil {
 		return err
@@ -30,7 +36,7 @@ func (s *server) acquire(c echo.Context) error {
 			return err
 		}
 	}
-	r := core.AcquireRequest{Name: c.Param("name"), Permits: 1, MaxWait: core.Forever, Block: req.block, Given: req.given()}
+	r := core.AcquireRequest{Name: c.Param("name"), Permits: 1, MaxWait: core.Forever, Block: req.block, Given: req.given(), Deadline: deadline}
 	if req.hasPermits {
 		r.Permits = req.permits
 	}
@@ -39,7 +45,7 @@ func (s *server) acquire(c echo.Context) error {
 	}
 	a, err := s.core.Acquire(c.Request().Context(), r)
 	if err != nil {
-		return err
+		return s.timedOut(err, deadline)
 	}
 	if l := a.Slot; l != nil {
 		if l.Shadow {

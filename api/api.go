@@ -36,7 +36,9 @@ type Options struct {
 	RequestTimeout time.Duration        // 0: 10s
 	// BodyTimeout bounds reading a request's body, from when the handler
 	// starts (0: 5s): a client that sends its body slowly, or never, holds
-	// a goroutine and a socket no longer than that.
+	// a goroutine and a socket no longer than that. Under an http.Server
+	// whose ReadTimeout is no longer, the server's bound applies and the
+	// API sets no read deadline of its own.
 	BodyTimeout time.Duration
 }
 
@@ -170,7 +172,7 @@ func New(o Options) http.Handler {
 	get("/v1/limiters/:name", s.getLimiter, read)
 	e.PATCH("/v1/limiters/:name", s.patchLimiter, admin)
 	e.DELETE("/v1/limiters/:name", s.deleteLimiter, admin)
-	e.POST("/v1/limiters/:name/acquire", s.acquire, read)
+	e.POST(acquirePath, s.acquire, read)
 	e.POST("/v1/acquire", s.acquireAll, read)
 	e.POST("/v1/limiters/:name/grant", s.grant, read)
 	e.POST("/v1/limiters/:name/handback", s.handback, read)

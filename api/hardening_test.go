@@ -154,6 +154,43 @@ func readAnswer(t *testing.T, c net.Conn, limit time.Duration) *http.Response {
 	return resp
 }
 
+// Under an http.Server whose ReadTimeout is no longer than BodyTimeout (as
+// limitd serve runs it), the server's bound is the body's: a slow body is a
+// 408 that names it, and a request whose body has been read goes on past it
+// (a blocking acquire that waits longer is granted, not cancelled).
+func TestServerBoundsBody(t *testing.T) {
+	e := newEnv(t)
+	srv := httptest.NewUnstartedServer(e.h)
+	srv.Config.ReadTimeout = 200 * time.Millisecond
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c := slowRequest(t, strings.TrimPrefix(srv.URL, "http://"), "")
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second)) // only a broken server hangs here
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("slow body: no answer: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout || !resp.Close || !strings.Contains(string(body), "within 200ms") {
+		t.Errorf("slow body: %d, Connection: close %v, %s", resp.StatusCode, resp.Close, body)
+	}
+
+	e.must(201, "PUT", "/v1/limiters/s", `{"kind":"smooth","rate":2.5}`)
+	for i, want := range []int64{0, 4e8} {
+		resp, err := http.Post(srv.URL+"/v1/limiters/s/acquire", "application/json", strings.NewReader(`{"block":true}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &reply{code: resp.StatusCode, header: resp.Header}
+		r.body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if r.code != http.StatusOK || r.num(t, "delay_ns") != want {
+			t.Errorf("blocking acquire %d: %s, want 200 with delay_ns %d", i, r, want)
+		}
+	}
+}
+
 // A body that never arrives whole is a 408 after BodyTimeout and the
 // connection is closed; a request refused for its token is answered at once
 // and its connection closed, without waiting for the body.

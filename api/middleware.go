@@ -133,19 +133,32 @@ func (s *server) limits(c echo.Context, next echo.HandlerFunc) error {
 	if r.ContentLength > s.bodyLimit {
 		return tooLarge(s.bodyLimit)
 	}
-	if c.Path() != eventsPath { // a stream lasts as long as its client listens
+	switch c.Path() {
+	case eventsPath: // a stream lasts as long as its client listens
+	case acquirePath:
+		// No timer on this context: an acquire ends by its deadline itself
+		// (core.AcquireRequest.Deadline), without one per request.
+	default:
 		ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 		defer cancel()
 		r = r.WithContext(ctx)
 	}
 	if hasBody(r) {
-		b := &limitedBody{rc: r.Body, left: s.bodyLimit, limit: s.bodyLimit, timeout: s.bodyTimeout, ctl: http.NewResponseController(c.Response())}
+		b := &limitedBody{rc: r.Body, left: s.bodyLimit, limit: s.bodyLimit, timeout: s.bodyTimeout}
 		r.Body = b
-		// Only while the body is read: readBody lifts it, because once a
-		// request is read net/http watches the connection, and a read
-		// deadline passing then would cancel a request still running.
-		// Servers that cannot set deadlines (a test recorder) skip it.
-		_ = b.ctl.SetReadDeadline(time.Now().Add(s.bodyTimeout))
+		if t := serverReadTimeout(r); t > 0 && t <= s.bodyTimeout {
+			// The server bounds reading the whole request at least as
+			// tightly (limitd serve): no deadline of our own, two fewer
+			// timer changes per request.
+			b.timeout = t
+		} else {
+			// Only while the body is read: readBody lifts it, because once
+			// a request is read net/http watches the connection, and a read
+			// deadline passing then would cancel a request still running.
+			// Servers that cannot set deadlines (a test recorder) skip it.
+			b.ctl = http.NewResponseController(c.Response())
+			_ = b.ctl.SetReadDeadline(time.Now().Add(s.bodyTimeout))
+		}
 	} else if r.Body != nil && r.Body != http.NoBody {
 		r.Body = &limitedBody{rc: r.Body, left: s.bodyLimit, limit: s.bodyLimit}
 	}
@@ -186,6 +199,17 @@ func (s *server) recovered(c echo.Context, next echo.HandlerFunc) (err error) {
 // other than 0, or chunked).
 func hasBody(r *http.Request) bool {
 	return r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
+}
+
+// serverReadTimeout is the ReadTimeout of the http.Server serving r (0: none,
+// or no http.Server). net/http sets it as the read deadline of each request
+// as a whole, and lifts it once the body is read, when it starts watching the
+// connection: a request that runs longer after that is not cancelled.
+func serverReadTimeout(r *http.Request) time.Duration {
+	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok {
+		return srv.ReadTimeout
+	}
+	return 0
 }
 
 // limitedBody is a request body capped at the API's limit, as

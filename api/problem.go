@@ -83,8 +83,7 @@ func (s *server) problemOf(err error, c echo.Context) *problem {
 	// The store reports a request that ran out of time as ErrUnavailable;
 	// the request's own context tells the two apart.
 	case errors.Is(ctxErr, context.DeadlineExceeded):
-		p = newProblem(http.StatusServiceUnavailable, wire.ProblemTimeout,
-			fmt.Sprintf("the request did not finish within %s (Redis too slow or unreachable); retry later", s.timeout))
+		p = s.timeoutProblem()
 	case errors.Is(ctxErr, context.Canceled):
 		p = newProblem(statusClientClosed, wire.ProblemClientClosed, "the client closed the request")
 	case errors.Is(err, core.ErrUnavailable), errors.Is(err, core.ErrClosed):
@@ -92,6 +91,23 @@ func (s *server) problemOf(err error, c echo.Context) *problem {
 	default:
 		p = newProblem(http.StatusInternalServerError, wire.ProblemInternal, "limitd failed to answer this request; the failure is logged with its request id")
 	}
+	p.cause = err
+	return p
+}
+
+// timeoutProblem is the 503 of a request that ran out of time.
+func (s *server) timeoutProblem() *problem {
+	return newProblem(http.StatusServiceUnavailable, wire.ProblemTimeout,
+		fmt.Sprintf("the request did not finish within %s (Redis too slow or unreachable); retry later", s.timeout))
+}
+
+// timedOut is err, or the timeout problem when err is Redis failing to
+// answer in time for deadline (a request whose context has no timer).
+func (s *server) timedOut(err error, deadline time.Time) error {
+	if err == nil || time.Now().Before(deadline) || !errors.Is(err, core.ErrUnavailable) {
+		return err
+	}
+	p := s.timeoutProblem()
 	p.cause = err
 	return p
 }

@@ -22,6 +22,13 @@ type AcquireRequest struct {
 	// ("permits", "max_wait", "block"; "" for none): a concurrency
 	// limiter's acquire takes none, and a slot hint is tried only then.
 	Given string
+	// Deadline, if set, is when the answer is due, as a context's deadline
+	// would say, for a front end that puts no timer on each request's
+	// context (the HTTP API's acquire): the decision's Redis part and a
+	// blocking wait end by then, and so does every other call to Redis
+	// the acquire makes but the ones its decision's observers make (the
+	// template cache's refresh, with the client's own timeouts).
+	Deadline time.Time
 }
 
 // Acquired is the answer of Acquire: Rate for a schedule or smooth limiter
@@ -49,8 +56,12 @@ const blockMargin = 20 * time.Millisecond
 // all: a blocking acquire it refuses with a retry_after within max_wait waits
 // that long and asks once more.
 func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, error) {
+	// Steps besides the decision get a context that ends at r.Deadline,
+	// made when one is taken; the decision bounds itself without one.
+	bc := bounded{ctx: ctx, at: r.Deadline}
+	defer bc.stop()
 	if r.Given == "" && s.slots.has(r.Name) {
-		l, err := s.acquireSlot(ctx, r.Name)
+		l, err := s.acquireSlot(bc.get(), r.Name)
 		if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
 			return Acquired{Slot: &l}, err
 		}
@@ -60,26 +71,21 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 		return Acquired{}, invalid("permits", "must be ≥ 1", r.Permits)
 	}
 	maxWait := max(0, r.MaxWait)
-	if dl, ok := ctx.Deadline(); ok && r.Block {
+	if dl, ok := bc.deadline(); ok && r.Block {
 		// A grant nobody could wait out before the deadline would take
 		// permits nobody uses: ask only for what fits.
 		maxWait = min(maxWait, max(0, dl.Sub(s.clock.Now())-blockMargin))
 	}
 	start := time.Now()
-	// The decision itself has its own short bound: with Redis hung, a call
-	// queued behind a batch that is failing would otherwise wait for that
-	// batch and then its own (2 × the client's timeouts and retries).
-	dctx, cancel := context.WithTimeout(ctx, s.decide)
-	d, err := s.store.Acquire(dctx, r.Name, r.Permits, maxWait)
-	cancel()
+	d, err := s.store.AcquireWithin(ctx, r.Name, r.Permits, maxWait, s.within(r.Deadline))
 	s.timed(OpAcquire, start)
 	if errors.Is(err, store.ErrConflict) {
-		return s.acquireOther(ctx, r, err)
+		return s.acquireOther(bc.get(), r, err)
 	}
 	if err != nil {
 		return Acquired{}, err
 	}
-	if !d.Granted && s.inShadow(ctx, r.Name, d) {
+	if !d.Granted && s.inShadow(bc.get(), r.Name, d) {
 		d = shadowGrant(d, r.Permits)
 	}
 	if r.Block && !d.Granted && d.Limit > 0 && d.RetryAfter <= int64(maxWait) {
@@ -91,9 +97,7 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 		if err := s.clock.Sleep(ctx, time.Duration(waited)); err != nil {
 			return Acquired{}, err
 		}
-		dctx, cancel := context.WithTimeout(ctx, s.decide)
-		d, err = s.store.Acquire(dctx, r.Name, r.Permits, maxWait-time.Duration(waited))
-		cancel()
+		d, err = s.store.AcquireWithin(ctx, r.Name, r.Permits, maxWait-time.Duration(waited), s.within(r.Deadline))
 		if err != nil {
 			return Acquired{}, err
 		}
@@ -111,6 +115,49 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 		}
 	}
 	return Acquired{Rate: &d}, nil
+}
+
+// within is the bound of one decision's Redis part: the service's own
+// (DecideTimeout), or less, what is left until deadline (zero: none). The
+// decision has its own short bound because with Redis hung a call queued
+// behind a batch that is failing would otherwise wait for that batch and
+// then its own (2 × the client's timeouts and retries).
+func (s *Service) within(deadline time.Time) time.Duration {
+	if deadline.IsZero() {
+		return s.decide
+	}
+	return max(min(s.decide, time.Until(deadline)), 1) // passed: fails at once
+}
+
+// bounded is a context for the steps of an acquire besides its decision,
+// ending at a deadline (zero: ctx as it is); its timer is made only when a
+// step takes it.
+type bounded struct {
+	ctx    context.Context
+	at     time.Time
+	cancel context.CancelFunc
+}
+
+func (b *bounded) get() context.Context {
+	if !b.at.IsZero() && b.cancel == nil {
+		b.ctx, b.cancel = context.WithDeadline(b.ctx, b.at)
+	}
+	return b.ctx
+}
+
+// deadline is the earlier of ctx's deadline and b's.
+func (b *bounded) deadline() (time.Time, bool) {
+	dl, ok := b.ctx.Deadline()
+	if !b.at.IsZero() && (!ok || b.at.Before(dl)) {
+		return b.at, true
+	}
+	return dl, ok
+}
+
+func (b *bounded) stop() {
+	if b.cancel != nil {
+		b.cancel()
+	}
 }
 
 // decided reports a rate decision (acquire or grant).

@@ -53,16 +53,33 @@ type Decision struct {
 // waiting at most maxWait (Forever: no bound). A granted caller should start
 // at Decision.Start; a denied one may retry after RetryAfter.
 func (s *Store) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (Decision, error) {
-	d, err := s.acquireOnce(ctx, name, n, maxWait)
+	return s.AcquireWithin(ctx, name, n, maxWait, 0)
+}
+
+// AcquireWithin is Acquire whose caller waits at most within (> 0; 0: as
+// long as ctx allows) for Redis to answer, hung or not: then it returns an
+// *UnavailableError, as for a context that ended. It is the bound a server
+// puts on every decision, and cheaper than a context with that timeout: a
+// call that WithBatching queues takes no timer of its own. A worker drops a
+// queued call whose bound has passed rather than send it, and a batch ends at
+// the latest bound of its calls. The bound holds as a context deadline
+// would: with a client that honours those (NewClient's do).
+func (s *Store) AcquireWithin(ctx context.Context, name string, n int64, maxWait, within time.Duration) (Decision, error) {
+	d, err := s.acquireOnce(ctx, name, n, maxWait, within)
 	if s.boundsSent(ctx, name, &err) {
-		d, err = s.acquireOnce(ctx, name, n, maxWait)
+		d, err = s.acquireOnce(ctx, name, n, maxWait, within)
 	}
 	return d, err
 }
 
-func (s *Store) acquireOnce(ctx context.Context, name string, n int64, maxWait time.Duration) (Decision, error) {
+func (s *Store) acquireOnce(ctx context.Context, name string, n int64, maxWait, within time.Duration) (Decision, error) {
 	if s.batcher != nil {
-		return s.batcher.acquire(ctx, Request{Name: name, Permits: n, MaxWait: maxWait})
+		return s.batcher.acquire(ctx, Request{Name: name, Permits: n, MaxWait: maxWait}, within)
+	}
+	if within > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, within)
+		defer cancel()
 	}
 	return s.acquireDirect(ctx, name, n, maxWait)
 }

@@ -327,6 +327,9 @@ type call struct {
 	ctx context.Context
 	req Request
 	out chan Outcome
+	// until is when the caller stops waiting (AcquireWithin; zero: when
+	// ctx ends).
+	until time.Time
 }
 
 type batcher struct {
@@ -392,8 +395,18 @@ func (b *batcher) loop() {
 		// A caller that gave up while queued must not take permits that
 		// nobody will use.
 		live := batch[:0]
+		var now time.Time // read once, if a call has a bound
 		for _, c := range batch {
-			if err := c.ctx.Err(); err != nil {
+			err := c.ctx.Err()
+			if err == nil && !c.until.IsZero() {
+				if now.IsZero() {
+					now = time.Now()
+				}
+				if !now.Before(c.until) {
+					err = context.DeadlineExceeded
+				}
+			}
+			if err != nil {
 				c.out <- Outcome{Err: wrapErr(err)}
 				continue
 			}
@@ -407,8 +420,15 @@ func (b *batcher) loop() {
 			reqs = append(reqs, c.req)
 		}
 		// The batch runs on its own deadline: one caller giving up must not
-		// fail the others. Callers stop waiting on their own contexts.
-		ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+		// fail the others. Callers stop waiting on their own contexts; a
+		// batch of bounded callers (AcquireWithin) ends at the latest of
+		// their bounds, which a client that honours context deadlines
+		// keeps (NewClient's do).
+		end := time.Now().Add(batchTimeout)
+		if latest := latestBound(batch); !latest.IsZero() && latest.Before(end) {
+			end = latest
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), end)
 		b.inflight.Add(1)
 		outs = append(outs[:0], make([]Outcome, len(reqs))...)
 		b.s.acquireMany(ctx, reqs, outs, &sc)
@@ -422,14 +442,29 @@ func (b *batcher) loop() {
 
 const batchTimeout = 2 * time.Second
 
+// latestBound is the latest bound of calls, or zero if one has none.
+func latestBound(calls []*call) time.Time {
+	var latest time.Time
+	for _, c := range calls {
+		if c.until.IsZero() {
+			return time.Time{}
+		}
+		if c.until.After(latest) {
+			latest = c.until
+		}
+	}
+	return latest
+}
+
 // lingerYields is how often a worker yields before it takes what is queued,
 // while another round trip is in flight (loop).
 const lingerYields = 2
 
-// acquire submits one call and waits for its outcome. A caller that finds
-// nothing in flight goes straight to Redis: batching only pays when calls
-// overlap, and a lone caller must not pay the hand-offs.
-func (b *batcher) acquire(ctx context.Context, req Request) (Decision, error) {
+// acquire submits one call and waits for its outcome, at most within (> 0;
+// 0: as long as ctx allows). A caller that finds nothing in flight goes
+// straight to Redis: batching only pays when calls overlap, and a lone caller
+// must not pay the hand-offs.
+func (b *batcher) acquire(ctx context.Context, req Request, within time.Duration) (Decision, error) {
 	// A closed batcher must refuse at once: the select below could still
 	// pick the send, as b.in has room, and nobody would ever answer.
 	select {
@@ -438,12 +473,20 @@ func (b *batcher) acquire(ctx context.Context, req Request) (Decision, error) {
 	default:
 	}
 	if b.inflight.CompareAndSwap(0, 1) {
+		if within > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, within)
+			defer cancel()
+		}
 		d, err := b.s.acquireDirect(ctx, req.Name, req.Permits, req.MaxWait)
 		b.inflight.Add(-1)
 		return d, err
 	}
 	c := callPool.Get().(*call)
-	c.ctx, c.req = ctx, req
+	c.ctx, c.req, c.until = ctx, req, time.Time{}
+	if within > 0 {
+		c.until = time.Now().Add(within)
+	}
 	select {
 	case b.in <- c:
 	case <-ctx.Done():

@@ -1377,6 +1377,45 @@ func stBlackhole(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// TestAcquireWithin: on a Redis that never answers, reached by a client
+// whose own timeouts are long (5 s to read a reply), every caller gives up at
+// its bound, queued or sent, batched or not, with no timer of its own when
+// queued. The check is a liveness bound, half the client's timeout, which
+// only callers that waited for the client would pass.
+func TestAcquireWithin(t *testing.T) {
+	rdb, err := NewClient("redis://" + stBlackhole(t) + "?read_timeout=5s&max_retries=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	for _, batched := range []bool{false, true} {
+		var s *Store
+		if batched {
+			s = stStore(t, rdb, WithBatching(8))
+		} else {
+			s = stStore(t, rdb)
+		}
+		var wg sync.WaitGroup
+		var slow atomic.Int64
+		for range 16 {
+			wg.Go(func() {
+				start := time.Now()
+				_, err := s.AcquireWithin(context.Background(), "x", 1, Forever, 50*time.Millisecond)
+				if took := time.Since(start); took > 2500*time.Millisecond {
+					slow.Store(int64(took))
+				}
+				if !errors.Is(err, ErrUnavailable) {
+					t.Errorf("batched=%v: AcquireWithin on a hung Redis: %v, want ErrUnavailable", batched, err)
+				}
+			})
+		}
+		wg.Wait()
+		if d := slow.Load(); d != 0 {
+			t.Errorf("batched=%v: an AcquireWithin bound to 50ms took %v", batched, time.Duration(d))
+		}
+	}
+}
+
 func TestStoreContextDeadline(t *testing.T) {
 	addr := stBlackhole(t)
 	rdb, err := NewClient("redis://" + addr)

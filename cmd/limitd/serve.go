@@ -30,12 +30,13 @@ import (
 // purpose: one clear default beats a knob nobody measured.
 const (
 	readHeaderTimeout = 5 * time.Second
-	// readTimeout is a backstop for reading a whole request; the API gives
-	// each body its own shorter deadline (api.Options.BodyTimeout, 5 s). It
-	// must outlast the API's request timeout (10 s): once a request is read,
-	// net/http watches the connection, and a read deadline passing then
-	// cancels the request still being served (a blocking acquire).
-	readTimeout       = 15 * time.Second
+	// readTimeout bounds reading a whole request, headers and body: no more
+	// than the API's body timeout (api.Options.BodyTimeout, 5 s), so the
+	// API sets no read deadline of its own per request. net/http lifts it
+	// once the body is read, before the handler's work goes on (a blocking
+	// acquire outlasts it). Equal to readHeaderTimeout: one deadline set
+	// per request rather than two.
+	readTimeout       = 5 * time.Second
 	idleTimeout       = 2 * time.Minute
 	shutdownTimeout   = 10 * time.Second // for in-flight requests after SIGTERM
 	bootCheckInterval = time.Second      // how often serve looks for a lost boot file
