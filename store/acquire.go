@@ -116,7 +116,7 @@ func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait
 	if !u.isText && u.err == nil {
 		s.floors.useBinary()
 	}
-	decodeAnswer(name, u, 1, func(int) (int64, *Outcome) { return n, &o })
+	decodeAnswer(name, &u, 1, func(_ int, x Outcome) { o = x.withPermits(n) })
 	if err := u.done("answer"); err != nil && o.Err == nil {
 		o.Err = fmt.Errorf("store: acquire of %q: %w", name, err)
 	}
@@ -218,11 +218,10 @@ func decodeDecision(r *reply) Decision {
 // retry_after), or code 3 (not found), or code 4 and a kind's name. req
 // gives the permits of each of its m requests and where its Outcome goes; it
 // is called once for each, in order.
-func decodeAnswer(name string, u *unpacker, m int, req func(r int) (int64, *Outcome)) {
+func decodeAnswer(name string, u *unpacker, m int, set func(r int, o Outcome)) {
 	fail := func(err error) {
 		for r := range m {
-			_, o := req(r)
-			o.Err = err
+			set(r, Outcome{Err: err})
 		}
 	}
 	code := u.uint(1)
@@ -263,17 +262,16 @@ func decodeAnswer(name string, u *unpacker, m int, req func(r int) (int64, *Outc
 		if counted && code != recordPermitsRange { // the limit, and a grant starts now
 			limit, sched = sched, 0
 		}
-		n, o := req(r)
 		switch {
 		case u.err != nil:
-			o.Err = fmt.Errorf("store: acquire of %q: record %d: %w", name, r, u.err)
+			set(r, Outcome{Err: fmt.Errorf("store: acquire of %q: record %d: %w", name, r, u.err)})
 			continue
 		case code == recordPermitsRange:
-			o.Err = &limiter.FieldError{Field: "permits", Rule: limiter.PermitsRule(sched)}
+			set(r, Outcome{Err: &limiter.FieldError{Field: "permits", Rule: limiter.PermitsRule(sched)}})
 			continue
 		case code != recordGranted && code != recordDenied:
 			u.err = badReply("record code %d", code)
-			o.Err = fmt.Errorf("store: acquire of %q: record %d: %w", name, r, u.err)
+			set(r, Outcome{Err: fmt.Errorf("store: acquire of %q: record %d: %w", name, r, u.err)})
 			continue
 		}
 		// A grant's delay is its start, its lateness start − sched; a
@@ -281,18 +279,27 @@ func decodeAnswer(name string, u *unpacker, m int, req func(r int) (int64, *Outc
 		d := Decision{Granted: code == recordGranted, Delay: start, Wait: wait, RetryAfter: retry,
 			Version: ver, Now: now, Instance: inst, Position: pos, Limit: limit}
 		if d.Granted {
-			d.Permits, d.Lateness = n, start-sched
+			d.Lateness = start - sched
 			d.Scheduled, d.Start = now+sched, now+start
 		}
-		o.Decision = d
+		set(r, Outcome{Decision: d})
 	}
 }
 
+// withPermits is o with a grant's permits, n (the answer does not repeat
+// them).
+func (o Outcome) withPermits(n int64) Outcome {
+	if o.Err == nil && o.Granted {
+		o.Permits = n
+	}
+	return o
+}
+
 // answerUnpacker reads acquire.lua's reply, v.
-func answerUnpacker(v any) *unpacker {
+func answerUnpacker(v any) unpacker {
 	s, ok := v.(string)
 	if !ok {
-		return &unpacker{err: badReply("answer %v (%T), want a string", v, v)}
+		return unpacker{err: badReply("answer %v (%T), want a string", v, v)}
 	}
 	return newUnpacker(s)
 }

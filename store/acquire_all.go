@@ -294,7 +294,7 @@ func (s *Store) acquireCallOnce(ctx context.Context, groups []multiGroup, maxWai
 	granted, sent := true, false
 	for _, g := range groups {
 		o := Outcome{}
-		decodeAnswer(g.req.Name, u, 1, func(int) (int64, *Outcome) { return g.req.Permits, &o })
+		decodeAnswer(g.req.Name, &u, 1, func(_ int, x Outcome) { o = x.withPermits(g.req.Permits) })
 		if s.boundsSent(ctx, g.req.Name, &o.Err) {
 			sent = true
 			continue

@@ -151,10 +151,10 @@ retry:
 		}
 		for _, g := range sc.groups[c.from:c.to] {
 			r := g.first
-			decodeAnswer(g.name, u, g.m, func(int) (int64, *Outcome) {
+			decodeAnswer(g.name, &u, g.m, func(_ int, o Outcome) {
 				i := r
 				r = sc.next[i]
-				return reqs[i].Permits, &out[i]
+				out[i] = o.withPermits(reqs[i].Permits)
 			})
 			if o := out[g.last]; o.Err == nil && u.err == nil {
 				s.floors.see(g.name, o.Now, o.Position)

@@ -78,7 +78,7 @@ func TestAnswersGarbled(t *testing.T) {
 	} {
 		var outs [2]Outcome
 		u := answerUnpacker(v)
-		decodeAnswer("n", u, 2, func(r int) (int64, *Outcome) { return 1, &outs[r] })
+		decodeAnswer("n", &u, 2, func(r int, o Outcome) { outs[r] = o.withPermits(1) })
 		for r, o := range outs {
 			if !errors.Is(o.Err, ErrBadReply) {
 				t.Errorf("answer %q: request %d: %+v, want ErrBadReply", v, r, o)

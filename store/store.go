@@ -196,11 +196,11 @@ type unpacker struct {
 	err    error
 }
 
-func newUnpacker(s string) *unpacker {
+func newUnpacker(s string) unpacker {
 	if isPackedText(s) {
-		return &unpacker{words: strings.Fields(s), isText: true}
+		return unpacker{words: strings.Fields(s), isText: true}
 	}
-	return &unpacker{b: s}
+	return unpacker{b: s}
 }
 
 // next returns the next n bytes (binary) or the next word (text).
