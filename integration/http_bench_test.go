@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,107 @@ func BenchmarkHTTPAcquire(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkHTTPAcquireVs compares this tree's limitd serve with another
+// limitd binary, LIMITD_BENCH_OTHER (one built from an earlier commit, say),
+// as BenchmarkHTTPAcquire runs them: both on one redis-server, each under its
+// own prefix, in b.N alternating rounds of one second each (which goes first
+// alternates too), from 16 and 64 connections, hot and 10,000 instances. It
+// reports the medians of each one's CPU per request and of their ratio per
+// round (this / other): the machine's speed moves more between minutes than
+// a change does, and alternating rounds cancel that out.
+//
+//	git worktree add /tmp/before <commit> && (cd /tmp/before && go build -o /tmp/limitd-before ./cmd/limitd)
+//	LIMITD_BENCH_OTHER=/tmp/limitd-before go test -run='^$' -bench=BenchmarkHTTPAcquireVs -benchtime=12x ./integration/
+func BenchmarkHTTPAcquireVs(b *testing.B) {
+	other := os.Getenv("LIMITD_BENCH_OTHER")
+	if other == "" {
+		b.Skip("LIMITD_BENCH_OTHER names no limitd binary to compare with")
+	}
+	srv := redistest.Server(b)
+	procs := [2]*svProc{}
+	for i, bin := range []string{svBinary(b), other} {
+		p := svServeBin(b, bin, map[string]string{
+			"LIMITD_REDIS_URL":   "redis://" + srv.Addr(),
+			"LIMITD_ADMIN_TOKEN": svAdmin,
+			"LIMITD_PREFIX":      "hbvs" + strconv.Itoa(i),
+		})
+		p.json("PUT", "/v1/limiters/hot", svAdmin, `{"rate":1000000,"burst":"inf"}`, http.StatusCreated, nil)
+		p.json("PUT", "/v1/templates/k", svAdmin, `{"pattern":"k:*","limiter":{"rate":1000000,"burst":"inf"}}`,
+			http.StatusCreated, nil)
+		procs[i] = p
+	}
+	keys := make([]string, hbKeys)
+	for i := range keys {
+		keys[i] = "k:" + strconv.Itoa(i)
+	}
+	for _, conns := range []int{16, 64} {
+		for _, set := range []struct {
+			name  string
+			names []string
+		}{{"hot", []string{"hot"}}, {"10k-keys", keys}} {
+			b.Run(fmt.Sprintf("c%d/%s", conns, set.name), func(b *testing.B) {
+				for _, p := range procs { // warm up: connections, scripts, instances
+					hbRound(b, p, conns, set.names, 500*time.Millisecond)
+				}
+				var cpu [2][]float64
+				var ratio []float64
+				for i := range b.N {
+					var round [2]float64
+					for k := range 2 {
+						side := (i + k) % 2
+						round[side] = hbRound(b, procs[side], conns, set.names, time.Second)
+						cpu[side] = append(cpu[side], round[side])
+					}
+					ratio = append(ratio, round[0]/round[1])
+				}
+				b.ReportMetric(hbMedian(cpu[0]), "this-cpu-us/req")
+				b.ReportMetric(hbMedian(cpu[1]), "other-cpu-us/req")
+				b.ReportMetric(hbMedian(ratio), "this/other")
+			})
+		}
+	}
+}
+
+// hbRound sends acquires from conns connections for d, round-robin over
+// names, and returns the CPU time per request of p (µs).
+func hbRound(b *testing.B, p *svProc, conns int, names []string, d time.Duration) float64 {
+	tr := &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	body := []byte(`{"permits":1}`)
+	var next atomic.Int64
+	var stop atomic.Bool
+	var failed atomic.Value
+	cpu0 := hbProcCPU(b, p.cmd.Process.Pid)
+	var wg sync.WaitGroup
+	for range conns {
+		wg.Go(func() {
+			for !stop.Load() && failed.Load() == nil {
+				i := next.Add(1) - 1
+				if err := hbAcquire(hc, p.base+"/v1/limiters/"+names[i%int64(len(names))]+"/acquire", body); err != nil {
+					failed.Store(err)
+				}
+			}
+		})
+	}
+	time.Sleep(d)
+	stop.Store(true)
+	wg.Wait()
+	if err := failed.Load(); err != nil {
+		b.Fatal(err)
+	}
+	return float64(hbProcCPU(b, p.cmd.Process.Pid)-cpu0) / 1e3 / float64(next.Load())
+}
+
+// hbMedian is the median of x (x is sorted).
+func hbMedian(x []float64) float64 {
+	slices.Sort(x)
+	if n := len(x); n%2 == 0 {
+		return (x[n/2-1] + x[n/2]) / 2
+	}
+	return x[len(x)/2]
 }
 
 // hbLoad sends b.N acquires from conns connections, each on the next of

@@ -94,20 +94,34 @@ func svFreePort(t testing.TB) int {
 }
 
 // svLog collects a process's stderr; the process writes while the test reads.
+// It keeps the first svLogCap bytes and drops the rest, counting them: a
+// benchmark of a limitd that logs every request would fill memory.
 type svLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	dropped int
 }
+
+const svLogCap = 8 << 20
 
 func (l *svLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.b.Write(p)
+	n := len(p)
+	if keep := max(svLogCap-l.b.Len(), 0); n > keep {
+		l.dropped += n - keep
+		p = p[:keep]
+	}
+	l.b.Write(p)
+	return n, nil
 }
 
 func (l *svLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.dropped > 0 {
+		return l.b.String() + fmt.Sprintf("\n[%d more bytes not kept]\n", l.dropped)
+	}
 	return l.b.String()
 }
 
@@ -125,8 +139,14 @@ type svProc struct {
 // test's own environment leaks in) and returns at once.
 func svRun(t testing.TB, env map[string]string, args ...string) *svProc {
 	t.Helper()
+	return svRunBin(t, svBinary(t), env, args...)
+}
+
+// svRunBin is svRun of the limitd binary at bin.
+func svRunBin(t testing.TB, bin string, env map[string]string, args ...string) *svProc {
+	t.Helper()
 	p := &svProc{t: t, stderr: &svLog{}, done: make(chan struct{})}
-	p.cmd = exec.Command(svBinary(t), args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = []string{}
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
@@ -156,9 +176,15 @@ func svRun(t testing.TB, env map[string]string, args ...string) *svProc {
 // /healthz answers.
 func svServe(t testing.TB, env map[string]string) *svProc {
 	t.Helper()
+	return svServeBin(t, svBinary(t), env)
+}
+
+// svServeBin is svServe of the limitd binary at bin.
+func svServeBin(t testing.TB, bin string, env map[string]string) *svProc {
+	t.Helper()
 	port := svFreePort(t)
 	env["LIMITD_ADDR"] = "127.0.0.1:" + strconv.Itoa(port)
-	p := svRun(t, env)
+	p := svRunBin(t, bin, env)
 	p.base = "http://" + env["LIMITD_ADDR"]
 	deadline := time.Now().Add(10 * time.Second)
 	for {
