@@ -26,7 +26,8 @@
 // (with "field" naming the JSON field, path or query parameter at fault), 401
 // a missing or wrong bearer token, 404, 405, 409 a kind change through PATCH
 // or a call the limiter's kind does not take (acquire on a share limiter),
-// 408 a body that did not arrive within Options.BodyTimeout, 413 a body over
+// 408 a body that did not arrive within Options.BodyTimeout (or the server's
+// shorter ReadTimeout), 413 a body over
 // the limit, 415 a body that is not JSON, 503 when Redis cannot serve (the
 // detail names the condition: READONLY, OOM, timeout, ...) or the request ran
 // out of time. Bad input changes nothing in Redis and never gets a 5xx; a

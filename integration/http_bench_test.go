@@ -23,6 +23,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,6 +84,31 @@ func BenchmarkHTTPAcquireVs(b *testing.B) {
 	if other == "" {
 		b.Skip("LIMITD_BENCH_OTHER names no limitd binary to compare with")
 	}
+	hbVs(b, other)
+}
+
+// BenchmarkHTTPFloor is BenchmarkHTTPAcquireVs against testdata/httpfloor:
+// echo and net/http answering a grant's body to the same load, with the same
+// server settings, deciding nothing. Its CPU per request is the part of
+// limitd's that no handler work can remove.
+//
+//	go test -run='^$' -bench=BenchmarkHTTPFloor -benchtime=12x ./integration/
+func BenchmarkHTTPFloor(b *testing.B) {
+	bin := filepath.Join(b.TempDir(), "httpfloor")
+	cmd := exec.Command("go", "build", "-o", bin, "./integration/testdata/httpfloor")
+	cmd.Dir = svModuleRoot(b)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("go build ./integration/testdata/httpfloor: %v\n%s", err, out)
+	}
+	hbVs(b, bin)
+}
+
+// hbVs runs this tree's limitd serve and the server other side by side on
+// one redis-server, each under its own prefix, in b.N alternating rounds of
+// one second each (which goes first alternates too), from 16 and 64
+// connections, hot and 10,000 instances, and reports the medians of each
+// one's CPU per request and of their ratio per round (this / other).
+func hbVs(b *testing.B, other string) {
 	srv := redistest.Server(b)
 	procs := [2]*svProc{}
 	for i, bin := range []string{svBinary(b), other} {
