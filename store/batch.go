@@ -95,7 +95,8 @@ func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, 
 				} else {
 					c.argv[0], c.argv[1] = "evalsha", script.Hash()
 				}
-				c.cmd = p.Do(ctx, c.argv...)
+				c.cmd = redis.NewCmd(ctx, c.argv...)
+				_ = p.Process(ctx, once{c.cmd}) // a pipeline of one such is sent at most once
 			}
 			return nil
 		})

@@ -22,7 +22,7 @@ const (
 	DialTimeout  = 500 * time.Millisecond
 	ReadTimeout  = 500 * time.Millisecond
 	WriteTimeout = 500 * time.Millisecond
-	MaxRetries   = 1 // one retry of a failed command, with one dial attempt each
+	MaxRetries   = 1 // one retry of a failed command, with one dial attempt each (never of a script or function call: see once)
 )
 
 // NewClient returns a Redis client for a LIMITD_REDIS_URL. The topology

@@ -8,12 +8,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd/internal/redistest"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -421,4 +426,90 @@ func TestFloorForgotten(t *testing.T) {
 	if _, ok := s.floors.get("g"); !ok {
 		t.Errorf("a same-kind Put dropped the floor")
 	}
+}
+
+// TestCallOnce: a call whose reply did not come in time is not sent again,
+// whatever the client's retries. Redis is stopped (SIGSTOP) while callers
+// acquire, through a client that would retry once after a 200 ms read
+// timeout; once Redis resumes it runs what it received. Each caller's
+// acquire must have run once, not twice: directly, and in a batch.
+func TestCallOnce(t *testing.T) {
+	srv := redistest.Server(t)
+	ctx := context.Background()
+	for _, callers := range []int{1, 2} { // 2: the second goes out in a batch
+		rdb, err := NewClient("redis://" + srv.Addr() + "?read_timeout=200ms&max_retries=1&min_idle_conns=4")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rdb.Close()
+		s := stStore(t, rdb, WithBatching(8))
+		name := fmt.Sprintf("once%d", callers)
+		if _, _, err := s.Put(ctx, name, limiter.Config{Rate: 1e6, Burst: limiter.B(limiter.Inf)}); err != nil {
+			t.Fatal(err)
+		}
+		permits := func() int64 {
+			st, ok, err := ReadStored(ctx, s, s.stateKey(name))
+			if err != nil || !ok {
+				t.Fatalf("state of %s: %v, %v", name, ok, err)
+			}
+			return st.Permits
+		}
+		// Idle connections for a retry to take, in the pool of single calls
+		// and in that of batches (a connection made while Redis is stopped
+		// would not get the call out at all).
+		var warm sync.WaitGroup
+		for range 16 {
+			warm.Go(func() {
+				for range 8 {
+					if _, err := s.Acquire(ctx, name, 1, Forever); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+		warm.Wait()
+		before := permits()
+		pid := stRedisPid(t, rdb)
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for i := range callers {
+			if i > 0 {
+				time.Sleep(20 * time.Millisecond) // the first is in flight: the next is batched
+			}
+			wg.Go(func() {
+				if _, err := s.Acquire(ctx, name, 1, Forever); !errors.Is(err, ErrUnavailable) {
+					t.Errorf("acquire on a stopped Redis: %v, want ErrUnavailable", err)
+				}
+			})
+		}
+		wg.Wait()
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		if got := permits() - before; got != int64(callers) {
+			t.Errorf("%d callers' acquires that timed out took %d permits once Redis resumed, want %d (one each)", callers, got, callers)
+		}
+	}
+}
+
+// stRedisPid is the process id of the redis-server rdb talks to.
+func stRedisPid(t *testing.T, rdb redis.UniversalClient) int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			pid, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pid
+		}
+	}
+	t.Fatal("no process_id in INFO server")
+	return 0
 }

@@ -69,10 +69,10 @@ func (s *Store) fcall(ctx context.Context, op string, keys []string, args []any)
 		return nil, false, nil
 	}
 	gen := s.fn.gen.Load()
-	v, err = s.rdb.FCall(ctx, fn, keys, args...).Result()
-	if fnMissing(err) {
+	v, err = s.callOnce(ctx, "fcall", fn, keys, args)
+	if fnMissing(err) { // it ran nothing: call again once the library is loaded
 		if err = s.loadFunctions(ctx, gen); err == nil {
-			v, err = s.rdb.FCall(ctx, fn, keys, args...).Result()
+			v, err = s.callOnce(ctx, "fcall", fn, keys, args)
 		}
 	}
 	if fnUnsupported(err) {

@@ -130,12 +130,43 @@ func (s *Store) run(ctx context.Context, op string, keys []string, args ...any) 
 func (s *Store) runAny(ctx context.Context, op string, keys []string, args ...any) (any, error) {
 	v, ok, err := s.fcall(ctx, op, keys, args)
 	if !ok {
-		v, err = s.scripts[op].Run(ctx, s.rdb, keys, args...).Result()
+		script := s.scripts[op]
+		v, err = s.callOnce(ctx, "evalsha", script.Hash(), keys, args)
+		if isNoScript(err) { // it ran nothing: send the script itself
+			v, err = s.callOnce(ctx, "eval", lua.Source(op), keys, args)
+		}
 	}
 	if err != nil {
 		return nil, wrapErr(err)
 	}
 	return v, nil
+}
+
+// once is a command go-redis sends at most once, whatever its retry
+// settings. A script or function call whose reply did not come in time may
+// have run: sent again, an acquire would take its permits twice and a slot
+// would be held twice. (A redirect, MOVED, ASK or READONLY, still goes to the
+// node that serves the key: Redis ran nothing then.) The cost is that a call
+// on a connection that broke before it was written fails rather than going
+// out again on another: go-redis checks a pooled connection before using it.
+type once struct{ *redis.Cmd }
+
+func (once) NoRetry() bool { return true }
+
+// callOnce sends verb (fcall, evalsha or eval) of fn over keys and args, at
+// most once.
+func (s *Store) callOnce(ctx context.Context, verb, fn string, keys []string, args []any) (any, error) {
+	argv := make([]any, 0, 3+len(keys)+len(args))
+	argv = append(argv, verb, fn, len(keys))
+	for _, k := range keys {
+		argv = append(argv, k)
+	}
+	cmd := redis.NewCmd(ctx, append(argv, args...)...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	_ = s.rdb.Process(ctx, once{cmd})
+	return cmd.Result()
 }
 
 // wrapErr turns every failure that means "Redis cannot serve now" into an
