@@ -1388,70 +1388,26 @@ func TestAcquireWithin(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rdb.Close()
-	for _, batched := range []bool{false, true} {
-		var s *Store
-		if batched {
-			s = stStore(t, rdb, WithBatching(8))
-		} else {
-			s = stStore(t, rdb)
-		}
-		var wg sync.WaitGroup
-		var slow atomic.Int64
-		for range 16 {
-			wg.Go(func() {
-				start := time.Now()
-				_, err := s.AcquireWithin(context.Background(), "x", 1, Forever, 50*time.Millisecond)
-				if took := time.Since(start); took > 2500*time.Millisecond {
-					slow.Store(int64(took))
-				}
-				if !errors.Is(err, ErrUnavailable) {
-					t.Errorf("batched=%v: AcquireWithin on a hung Redis: %v, want ErrUnavailable", batched, err)
-				}
-			})
-		}
-		wg.Wait()
-		if d := slow.Load(); d != 0 {
-			t.Errorf("batched=%v: an AcquireWithin bound to 50ms took %v", batched, time.Duration(d))
-		}
-	}
+	stHungCallers(t, rdb, 2500*time.Millisecond, func(s *Store) error {
+		_, err := s.AcquireWithin(context.Background(), "x", 1, Forever, 50*time.Millisecond)
+		return err
+	}, nil)
 }
 
 func TestStoreContextDeadline(t *testing.T) {
-	addr := stBlackhole(t)
-	rdb, err := NewClient("redis://" + addr)
+	rdb, err := NewClient("redis://" + stBlackhole(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rdb.Close()
-	for _, batched := range []bool{false, true} {
-		var s *Store
-		if batched {
-			s = stStore(t, rdb, WithBatching(8))
-		} else {
-			s = stStore(t, rdb)
-		}
-		// Many callers at once, each with a 100 ms deadline, far below the
-		// client's 500 ms read timeout: all of them give up on time.
-		var wg sync.WaitGroup
-		var slow atomic.Int64
-		for range 16 {
-			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
-				defer cancel()
-				start := time.Now()
-				_, err := s.Acquire(ctx, "x", 1, Forever)
-				if took := time.Since(start); took > 450*time.Millisecond {
-					slow.Store(int64(took))
-				}
-				if !errors.Is(err, ErrUnavailable) {
-					t.Errorf("batched=%v: Acquire on a hung Redis: %v, want ErrUnavailable", batched, err)
-				}
-			})
-		}
-		wg.Wait()
-		if d := slow.Load(); d != 0 {
-			t.Errorf("batched=%v: an Acquire with a 100ms deadline took %v", batched, time.Duration(d))
-		}
+	// Many callers at once, each with a 100 ms deadline, far below the
+	// client's 500 ms read timeout: all of them give up on time.
+	stHungCallers(t, rdb, 450*time.Millisecond, func(s *Store) error {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		defer cancel()
+		_, err := s.Acquire(ctx, "x", 1, Forever)
+		return err
+	}, func(batched bool, s *Store) {
 		// An expired context fails at once.
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
@@ -1459,6 +1415,42 @@ func TestStoreContextDeadline(t *testing.T) {
 		_, err := s.Acquire(ctx, "x", 1, Forever)
 		if !errors.Is(err, context.Canceled) || time.Since(start) > 50*time.Millisecond {
 			t.Errorf("batched=%v: Acquire with a canceled context: %v after %v", batched, err, time.Since(start))
+		}
+	})
+}
+
+// stHungCallers runs 16 callers of call at once on a store over rdb, plain
+// and batching, and fails t unless each returns ErrUnavailable within limit
+// (a liveness bound); then, if not nil, runs once on each store after.
+func stHungCallers(t *testing.T, rdb redis.UniversalClient, limit time.Duration, call func(*Store) error, then func(batched bool, s *Store)) {
+	t.Helper()
+	for _, batched := range []bool{false, true} {
+		var s *Store
+		if batched {
+			s = stStore(t, rdb, WithBatching(8))
+		} else {
+			s = stStore(t, rdb)
+		}
+		var wg sync.WaitGroup
+		var slow atomic.Int64
+		for range 16 {
+			wg.Go(func() {
+				start := time.Now()
+				err := call(s)
+				if took := time.Since(start); took > limit {
+					slow.Store(int64(took))
+				}
+				if !errors.Is(err, ErrUnavailable) {
+					t.Errorf("batched=%v: a call on a hung Redis: %v, want ErrUnavailable", batched, err)
+				}
+			})
+		}
+		wg.Wait()
+		if d := slow.Load(); d != 0 {
+			t.Errorf("batched=%v: a call that should give up at once took %v (limit %v)", batched, time.Duration(d), limit)
+		}
+		if then != nil {
+			then(batched, s)
 		}
 	}
 }
