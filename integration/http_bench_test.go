@@ -84,13 +84,19 @@ func BenchmarkHTTPAcquireVs(b *testing.B) {
 	if other == "" {
 		b.Skip("LIMITD_BENCH_OTHER names no limitd binary to compare with")
 	}
-	hbVs(b, other)
+	hbVs(b, []hbServer{{"this", svBinary(b)}, {"other", other}}, []hbRatio{
+		{"this/other", func(c map[string]float64) float64 { return c["this"] / c["other"] }},
+	})
 }
 
 // BenchmarkHTTPFloor is BenchmarkHTTPAcquireVs against testdata/httpfloor:
 // echo and net/http answering a grant's body to the same load, with the same
 // server settings, deciding nothing. Its CPU per request is the part of
-// limitd's that no handler work can remove.
+// limitd's that no handler work can remove. With LIMITD_BENCH_OTHER set,
+// that binary runs in the same rounds too, and the benchmark reports what
+// each limitd spends above the floor (its own work: JSON, middleware,
+// metrics, the decision and its batch's hand-off and round trip) and the
+// ratio of the two.
 //
 //	go test -run='^$' -bench=BenchmarkHTTPFloor -benchtime=12x ./integration/
 func BenchmarkHTTPFloor(b *testing.B) {
@@ -100,19 +106,39 @@ func BenchmarkHTTPFloor(b *testing.B) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		b.Fatalf("go build ./integration/testdata/httpfloor: %v\n%s", err, out)
 	}
-	hbVs(b, bin)
+	servers := []hbServer{{"this", svBinary(b)}, {"floor", bin}}
+	ratios := []hbRatio{{"this/floor", func(c map[string]float64) float64 { return c["this"] / c["floor"] }}}
+	if other := os.Getenv("LIMITD_BENCH_OTHER"); other != "" {
+		servers = append(servers, hbServer{"other", other})
+		ratios = append(ratios,
+			hbRatio{"this-above-floor-us/req", func(c map[string]float64) float64 { return c["this"] - c["floor"] }},
+			hbRatio{"other-above-floor-us/req", func(c map[string]float64) float64 { return c["other"] - c["floor"] }},
+			hbRatio{"above-floor-this/other", func(c map[string]float64) float64 {
+				return (c["this"] - c["floor"]) / (c["other"] - c["floor"])
+			}})
+	}
+	hbVs(b, servers, ratios)
 }
 
-// hbVs runs this tree's limitd serve and the server other side by side on
-// one redis-server, each under its own prefix, in b.N alternating rounds of
-// one second each (which goes first alternates too), from 16 and 64
-// connections, hot and 10,000 instances, and reports the medians of each
-// one's CPU per request and of their ratio per round (this / other).
-func hbVs(b *testing.B, other string) {
+// hbServer is a server binary hbVs runs, by the name its metrics take.
+type hbServer struct{ name, bin string }
+
+// hbRatio is a figure hbVs reports, the median over rounds of f of each
+// round's CPU per request by server name.
+type hbRatio struct {
+	name string
+	f    func(map[string]float64) float64
+}
+
+// hbVs runs servers side by side on one redis-server, each under its own
+// prefix, in b.N rounds of one second each (the order rotating from round
+// to round), from 16 and 64 connections, hot and 10,000 instances, and
+// reports the medians of each one's CPU per request and of ratios.
+func hbVs(b *testing.B, servers []hbServer, ratios []hbRatio) {
 	srv := redistest.Server(b)
-	procs := [2]*svProc{}
-	for i, bin := range []string{svBinary(b), other} {
-		p := svServeBin(b, bin, map[string]string{
+	procs := make([]*svProc, len(servers))
+	for i, sv := range servers {
+		p := svServeBin(b, sv.bin, map[string]string{
 			"LIMITD_REDIS_URL":   "redis://" + srv.Addr(),
 			"LIMITD_ADMIN_TOKEN": svAdmin,
 			"LIMITD_PREFIX":      "hbvs" + strconv.Itoa(i),
@@ -135,20 +161,27 @@ func hbVs(b *testing.B, other string) {
 				for _, p := range procs { // warm up: connections, scripts, instances
 					hbRound(b, p, conns, set.names, 500*time.Millisecond)
 				}
-				var cpu [2][]float64
-				var ratio []float64
+				cpu := make(map[string][]float64)
+				figures := make([][]float64, len(ratios))
 				for i := range b.N {
-					var round [2]float64
-					for k := range 2 {
-						side := (i + k) % 2
-						round[side] = hbRound(b, procs[side], conns, set.names, time.Second)
-						cpu[side] = append(cpu[side], round[side])
+					round := map[string]float64{}
+					for k := range procs {
+						j := (i + k) % len(procs)
+						round[servers[j].name] = hbRound(b, procs[j], conns, set.names, time.Second)
 					}
-					ratio = append(ratio, round[0]/round[1])
+					for name, c := range round {
+						cpu[name] = append(cpu[name], c)
+					}
+					for r, ratio := range ratios {
+						figures[r] = append(figures[r], ratio.f(round))
+					}
 				}
-				b.ReportMetric(hbMedian(cpu[0]), "this-cpu-us/req")
-				b.ReportMetric(hbMedian(cpu[1]), "other-cpu-us/req")
-				b.ReportMetric(hbMedian(ratio), "this/other")
+				for _, sv := range servers {
+					b.ReportMetric(hbMedian(cpu[sv.name]), sv.name+"-cpu-us/req")
+				}
+				for r, ratio := range ratios {
+					b.ReportMetric(hbMedian(figures[r]), ratio.name)
+				}
 			})
 		}
 	}
