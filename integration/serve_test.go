@@ -488,6 +488,23 @@ func TestServeEmbedded(t *testing.T) {
 	}
 }
 
+// limitd serve runs its collector at GOGC 400 unless the environment sets
+// GOGC, which then wins; /metrics shows which (go_gc_gogc_percent).
+func TestServeGOGC(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{{map[string]string{}, "go_gc_gogc_percent 400\n"}, {map[string]string{"GOGC": "150"}, "go_gc_gogc_percent 150\n"}} {
+		p := svServe(t, c.env) // the embedded Redis
+		code, body := p.do("GET", "/metrics", "", "")
+		if code != http.StatusOK || !strings.Contains(string(body), c.want) {
+			i := strings.Index(string(body), "go_gc_gogc_percent ")
+			t.Errorf("GOGC in the environment: %q: /metrics = %d, want %q, has %q", c.env["GOGC"], code, c.want,
+				string(body[max(i, 0):min(max(i, 0)+40, len(body))]))
+		}
+	}
+}
+
 // Bad configuration: a non-zero exit at once and one line on stderr naming
 // the variable.
 func TestServeBadConfig(t *testing.T) {

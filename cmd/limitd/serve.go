@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,6 +45,12 @@ const (
 	grpcHealthEvery   = 2 * time.Second  // how often the gRPC health service asks Redis
 	bootTimeout       = 10 * time.Second // to apply the boot file once
 	batchSize         = 64               // acquires per pipeline (store.WithBatching)
+	// serveGCPercent is limitd serve's GOGC unless the environment sets one.
+	// Its heap is a few MB, which at Go's default (100) the collector marks
+	// many times a second under load; at 400 it marks a fifth as often and
+	// the heap stays within tens of MB (CPU per request under HTTP load:
+	// 0.90× at 16 connections, 0.97× at 64, in alternating rounds).
+	serveGCPercent = 400
 )
 
 func init() {
@@ -81,7 +88,11 @@ reloaded when the file changes (read every 3 s, and on SIGHUP):
 			if len(args) > 0 {
 				return usageErrorf("serve takes no arguments, only environment variables (got %q)", args[0])
 			}
-			return serve(ctx, environ(), stderr, nil)
+			env := environ()
+			if _, set := env["GOGC"]; !set {
+				debug.SetGCPercent(serveGCPercent)
+			}
+			return serve(ctx, env, stderr, nil)
 		},
 	})
 }
