@@ -89,9 +89,9 @@ type benchKeySet struct {
 }
 
 // benchNames are key names kept as one string and where each ends, so that
-// a million of them give the garbage collector one pointer to scan. (As a
-// []string they made every GC cycle of the process scan 1,000,000 strings,
-// which slowed every benchmark in it, a single caller's by about 5 %.)
+// a million of them give the garbage collector one pointer to scan (as a
+// []string, every GC cycle of the process had 1,000,000 strings to scan,
+// whatever benchmark it ran).
 type benchNames struct {
 	all  string
 	ends []int32
