@@ -17,13 +17,13 @@ import (
 // its small bodies done by hand (same strictness, same answers) rather than
 // by reflection.
 
-// acquire takes permits, or a concurrency limiter's slot (core.Acquire
-// dispatches on the kind): 200, or 429 with Retry-After when not granted.
 // acquirePath is the acquire's route. Its requests' contexts carry no
 // deadline timer; the handler gives the deadline to the core instead
 // (core.AcquireRequest.Deadline), which ends every step by then.
 const acquirePath = "/v1/limiters/:name/acquire"
 
+// acquire takes permits, or a concurrency limiter's slot (core.Acquire
+// dispatches on the kind): 200, or 429 with Retry-After when not granted.
 func (s *server) acquire(c echo.Context) error {
 	deadline := time.Now().Add(s.timeout) // its context has none: see limits
 	b, err := readBody(c)

@@ -72,6 +72,7 @@ func TestRedisDown(t *testing.T) {
 func TestRequestTimeout(t *testing.T) {
 	var slow atomic.Bool // when set, every read from Redis takes 200ms
 	dial := func(ro *redis.Options) {
+		ro.ContextTimeoutEnabled = true // as store.NewClient's: a deadline bounds each read
 		ro.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 			return slowConn{c, &slow}, err
@@ -79,10 +80,16 @@ func TestRequestTimeout(t *testing.T) {
 	}
 	e := newEnvRedis(t, dial, func(o *api.Options) { o.RequestTimeout = 50 * time.Millisecond })
 	e.must(201, "PUT", "/v1/limiters/slow", `{"rate":100}`)
+	e.must(201, "PUT", "/v1/limiters/slots", `{"kind":"concurrency","limit":2}`)
+	e.must(200, "POST", "/v1/limiters/slots/acquire", nil) // now known as a concurrency limiter
 	slow.Store(true)
-	r := e.must(503, "POST", "/v1/limiters/slow/acquire", nil)
-	if p := r.problem(t); p.Type != "urn:limitd:problem:timeout" || !strings.Contains(p.Detail, "50ms") {
-		t.Errorf("timeout problem: %+v", p)
+	// An acquire's context has no timer (core.AcquireRequest.Deadline):
+	// the rate decision and a concurrency limiter's slot both end by it.
+	for _, name := range []string{"slow", "slots"} {
+		r := e.must(503, "POST", "/v1/limiters/"+name+"/acquire", nil)
+		if p := r.problem(t); p.Type != "urn:limitd:problem:timeout" || !strings.Contains(p.Detail, "50ms") {
+			t.Errorf("%s: timeout problem: %+v", name, p)
+		}
 	}
 	slow.Store(false)
 }

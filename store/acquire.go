@@ -76,6 +76,12 @@ func (s *Store) acquireOnce(ctx context.Context, name string, n int64, maxWait, 
 	if s.batcher != nil {
 		return s.batcher.acquire(ctx, Request{Name: name, Permits: n, MaxWait: maxWait}, within)
 	}
+	return s.acquireDirectWithin(ctx, name, n, maxWait, within)
+}
+
+// acquireDirectWithin is acquireDirect bounded by within (> 0) as by a
+// context deadline: one round trip of its own, so a timer is cheap beside it.
+func (s *Store) acquireDirectWithin(ctx context.Context, name string, n int64, maxWait, within time.Duration) (Decision, error) {
 	if within > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, within)
@@ -215,9 +221,9 @@ func decodeDecision(r *reply) Decision {
 // decodeAnswer reads one limiter's answer from u, the reply of acquire.lua
 // (acquire_many in lua/lib.lua): its head (code 1, now_us, version,
 // instance, position) and one record per request (code, then sched, start, wait,
-// retry_after), or code 3 (not found), or code 4 and a kind's name. req
-// gives the permits of each of its m requests and where its Outcome goes; it
-// is called once for each, in order.
+// retry_after), or code 3 (not found), or code 4 and a kind's name. set gets
+// the Outcome of each of its m requests, once each, in order; a grant's
+// permits are not in the answer (Outcome.withPermits fills them in).
 func decodeAnswer(name string, u *unpacker, m int, set func(r int, o Outcome)) {
 	fail := func(err error) {
 		for r := range m {

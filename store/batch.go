@@ -474,12 +474,7 @@ func (b *batcher) acquire(ctx context.Context, req Request, within time.Duration
 	default:
 	}
 	if b.inflight.CompareAndSwap(0, 1) {
-		if within > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, within)
-			defer cancel()
-		}
-		d, err := b.s.acquireDirect(ctx, req.Name, req.Permits, req.MaxWait)
+		d, err := b.s.acquireDirectWithin(ctx, req.Name, req.Permits, req.MaxWait, within)
 		b.inflight.Add(-1)
 		return d, err
 	}

@@ -47,9 +47,9 @@ const (
 	batchSize         = 64               // acquires per pipeline (store.WithBatching)
 	// serveGCPercent is limitd serve's GOGC unless the environment sets one.
 	// Its heap is a few MB, which at Go's default (100) the collector marks
-	// many times a second under load; at 400 it marks a fifth as often and
-	// the heap stays within tens of MB (CPU per request under HTTP load:
-	// 0.90× at 16 connections, 0.97× at 64, in alternating rounds).
+	// many times a second under load; at 400 it marks a quarter as often
+	// and the heap stays within tens of MB (README, Performance: CPU per
+	// request under HTTP load against GOGC 100).
 	serveGCPercent = 400
 )
 
