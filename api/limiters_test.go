@@ -273,11 +273,18 @@ func TestAcquireBlock(t *testing.T) {
 	if r.num(t, "delay_ns") != 2e8 {
 		t.Errorf("blocked grant: %s", r)
 	}
-	// block with max_wait: the 400ms delay is over 100ms: denied at once.
+	// block with max_wait: a 5 s delay is over 100ms: denied at once. (The
+	// bound is liveness: a server that slept the delay would answer after
+	// 5 s.)
+	e.must(201, "PUT", "/v1/limiters/b5", `{"kind":"smooth","rate":0.2}`)
+	e.must(200, "POST", "/v1/limiters/b5/acquire", `{"block":true}`)
 	start = time.Now()
-	e.must(429, "POST", "/v1/limiters/b/acquire", `{"block":true,"max_wait":"100ms"}`)
-	if el := time.Since(start); el >= 400*time.Millisecond { // had it slept the delay (a busy machine may take 100ms+)
-		t.Errorf("denied block answered after %v, the delay it must not wait", el)
+	r = e.must(429, "POST", "/v1/limiters/b5/acquire", `{"block":true,"max_wait":"100ms"}`)
+	if el := time.Since(start); el >= 2500*time.Millisecond {
+		t.Errorf("denied block answered after %v, as if it had waited the delay", el)
+	}
+	if r.num(t, "delay_ns") != 5e9 {
+		t.Errorf("denied block: %s", r)
 	}
 }
 
