@@ -254,24 +254,72 @@ func BenchmarkAcquireVs(b *testing.B) {
 		b.Run("g"+strconv.Itoa(g), func(b *testing.B) {
 			for _, keys := range []string{"hot", "10k-keys"} {
 				sides := [2]benchKeySet{set(limitd, keys), set("redis_rate", keys)}
-				b.Run(keys, func(b *testing.B) { benchVs(b, rdb, g, sides) })
+				b.Run(keys, func(b *testing.B) { benchVs(b, rdb, g, sides, benchVsNames) })
 			}
 			// template instances: 10,000 that exist, and 1,000,000 names of
 			// which a run touches a few hundred thousand, most for the first
 			// time (instances created, as redis_rate's keys are)
 			b.Run("10k-tpl", func(b *testing.B) {
-				benchVs(b, rdb, g, [2]benchKeySet{set(limitd, "10k-tpl"), set("redis_rate", "10k-keys")})
+				benchVs(b, rdb, g, [2]benchKeySet{set(limitd, "10k-tpl"), set("redis_rate", "10k-keys")}, benchVsNames)
 			})
 			b.Run("1M-tpl", func(b *testing.B) {
-				benchVs(b, rdb, g, [2]benchKeySet{set(limitd, "1M-tpl"), set("redis_rate", "1M-keys")})
+				benchVs(b, rdb, g, [2]benchKeySet{set(limitd, "1M-tpl"), set("redis_rate", "1M-keys")}, benchVsNames)
 			})
 		})
 	}
 }
 
-// benchVs runs b.N rounds of the two sides (limitd, then the peer) and
-// reports the medians.
-func benchVs(b *testing.B, rdb *redis.Client, goroutines int, sides [2]benchKeySet) {
+// BenchmarkFloorCost measures what the failover floors (floors.go) cost a
+// lone caller, whose every acquire carries its limiter's floor and whose
+// Redis checks it: Store.Acquire on named limiters, one goroutine, with
+// floors (the default) against the same store without (withFloorCap(0)), in
+// alternating rounds as BenchmarkAcquireVs. ratio is the median of the
+// rounds' with/without throughput, srv-ratio of their Redis time per acquire.
+//
+//	go test -run='^$' -bench=BenchmarkFloorCost -benchtime=20x ./store/
+func BenchmarkFloorCost(b *testing.B) {
+	rdb := redistest.Server(b).Client()
+	names := make([]string, benchKeys)
+	for i := range names {
+		names[i] = "k:" + strconv.Itoa(i)
+	}
+	cfg := limiter.Config{Rate: benchRate, Burst: limiter.B(math.Inf(1))}
+	floors := store.New(rdb, store.WithPrefix("bench-floor"))
+	benchPut(b, floors, append([]string{"hot"}, names...), cfg)
+	none := store.New(rdb, store.WithPrefix("bench-floor"), store.WithFloorCap(0))
+	ctx := context.Background()
+	if _, err := floors.Acquire(ctx, "hot", 1, 0); err != nil {
+		b.Fatal(err)
+	}
+	if _, ok := store.FloorOf(floors, "hot"); !ok {
+		b.Fatal("the store with floors keeps none for hot")
+	}
+	if _, err := none.Acquire(ctx, "hot", 1, 0); err != nil {
+		b.Fatal(err)
+	}
+	if n := store.FloorCount(none); n != 0 {
+		b.Fatalf("the store without floors keeps %d", n)
+	}
+	for _, set := range []struct {
+		name  string
+		names benchNames
+	}{{"hot", benchNamesOf("hot")}, {"10k-keys", benchNamesOf(names...)}} {
+		sides := [2]benchKeySet{
+			{set.name, set.names, benchStoreAcquire(floors)},
+			{set.name, set.names, benchStoreAcquire(none)},
+		}
+		b.Run(set.name, func(b *testing.B) {
+			benchVs(b, rdb, 1, sides, [2]string{"floors", "no-floors"})
+		})
+	}
+}
+
+// benchVsNames are the sides of BenchmarkAcquireVs.
+var benchVsNames = [2]string{"limitd", "redis_rate"}
+
+// benchVs runs b.N rounds of the two sides (limitd, then the peer; their
+// names label the throughputs reported) and reports the medians.
+func benchVs(b *testing.B, rdb *redis.Client, goroutines int, sides [2]benchKeySet, names [2]string) {
 	ctx := context.Background()
 	for _, ks := range sides { // load the scripts, open connections
 		if err := ks.acquire(ctx, ks.keys.at(0)); err != nil {
@@ -298,8 +346,8 @@ func benchVs(b *testing.B, rdb *redis.Client, goroutines int, sides [2]benchKeyS
 		srvRatio = append(srvRatio, round[0].srvUSPerOp/round[1].srvUSPerOp)
 	}
 	b.ReportMetric(benchMedian(ratio), "ratio")
-	b.ReportMetric(benchMedian(ops[0]), "limitd-ops/s")
-	b.ReportMetric(benchMedian(ops[1]), "redis_rate-ops/s")
+	b.ReportMetric(benchMedian(ops[0]), names[0]+"-ops/s")
+	b.ReportMetric(benchMedian(ops[1]), names[1]+"-ops/s")
 	b.ReportMetric(benchMedian(srvRatio), "srv-ratio")
 }
 

@@ -32,6 +32,10 @@ var DecodeStored = decodeStored
 // functions (withScriptsOnly).
 var WithScriptsOnly = withScriptsOnly
 
+// WithFloorCap sets how many names' floors the store keeps, 0 for none
+// (withFloorCap).
+var WithFloorCap = withFloorCap
+
 // FloorOf is the floor the store would send with its next call on name.
 func FloorOf(s *Store, name string) (limiter.Floor, bool) { return s.floors.get(name) }
 
