@@ -558,6 +558,13 @@ func TestTopologyOverAllocation(t *testing.T) {
 			}
 			rates := map[string]float64{"direct": 2000, "pool": 2000, "queued": 50}
 			time.Sleep(3 * time.Second)
+			// A process protects only what it has seen: one that a busy
+			// machine started late, and that holds no slot yet when the
+			// fault comes, brings no floor. So the fault waits until the
+			// queued limiter runs 3 s ahead: 150 of the 192 callers hold
+			// a slot, more than two processes' 128, so every process has
+			// seen the schedule.
+			tpAhead(t, p, queued, 3*time.Second, 30*time.Second)
 
 			var f int64
 			if fault == "failover" {
@@ -608,6 +615,25 @@ func TestTopologyOverAllocation(t *testing.T) {
 				t.Errorf("limitd logged a 500")
 			}
 		})
+	}
+}
+
+// tpAhead waits, for at most limit, until a new caller of limiter name would
+// wait at least ahead (GET /v1/limiters/{name}/wait), and fails t if it
+// does not.
+func tpAhead(t *testing.T, p *svProc, name string, ahead, limit time.Duration) {
+	t.Helper()
+	var w struct {
+		Delay int64 `json:"delay_ns"`
+	}
+	for deadline := time.Now().Add(limit); ; time.Sleep(50 * time.Millisecond) {
+		p.json("GET", "/v1/limiters/"+name+"/wait", "", "", http.StatusOK, &w)
+		if w.Delay >= int64(ahead) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("limiter %s: a new caller would wait %v after %v, want at least %v: its callers are not all queued", name, time.Duration(w.Delay), limit, ahead)
+		}
 	}
 }
 
