@@ -25,7 +25,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +35,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/rounds"
 )
 
 // hbKeys is how many template instances the 10k-keys runs spread over.
@@ -52,10 +52,7 @@ func BenchmarkHTTPAcquire(b *testing.B) {
 	p.json("PUT", "/v1/templates/k", svAdmin, `{"pattern":"k:*","limiter":{"rate":1000000,"burst":"inf"}}`,
 		http.StatusCreated, nil)
 	rdb := srv.Client()
-	keys := make([]string, hbKeys)
-	for i := range keys {
-		keys[i] = "k:" + strconv.Itoa(i)
-	}
+	keys := hbKeyNames()
 	for _, conns := range []int{1, 16, 64} {
 		for _, set := range []struct {
 			name  string
@@ -148,10 +145,7 @@ func hbVs(b *testing.B, servers []hbServer, ratios []hbRatio) {
 			http.StatusCreated, nil)
 		procs[i] = p
 	}
-	keys := make([]string, hbKeys)
-	for i := range keys {
-		keys[i] = "k:" + strconv.Itoa(i)
-	}
+	keys := hbKeyNames()
 	for _, conns := range []int{16, 64} {
 		for _, set := range []struct {
 			name  string
@@ -177,10 +171,10 @@ func hbVs(b *testing.B, servers []hbServer, ratios []hbRatio) {
 					}
 				}
 				for _, sv := range servers {
-					b.ReportMetric(hbMedian(cpu[sv.name]), sv.name+"-cpu-us/req")
+					b.ReportMetric(rounds.Median(cpu[sv.name]), sv.name+"-cpu-us/req")
 				}
 				for r, ratio := range ratios {
-					b.ReportMetric(hbMedian(figures[r]), ratio.name)
+					b.ReportMetric(rounds.Median(figures[r]), ratio.name)
 				}
 			})
 		}
@@ -218,13 +212,13 @@ func hbRound(b *testing.B, p *svProc, conns int, names []string, d time.Duration
 	return float64(hbProcCPU(b, p.cmd.Process.Pid)-cpu0) / 1e3 / float64(next.Load())
 }
 
-// hbMedian is the median of x (x is sorted).
-func hbMedian(x []float64) float64 {
-	slices.Sort(x)
-	if n := len(x); n%2 == 0 {
-		return (x[n/2-1] + x[n/2]) / 2
+// hbKeyNames are the hbKeys instance names "k:0", "k:1", ….
+func hbKeyNames() []string {
+	keys := make([]string, hbKeys)
+	for i := range keys {
+		keys[i] = "k:" + strconv.Itoa(i)
 	}
-	return x[len(x)/2]
+	return keys
 }
 
 // hbLoad sends b.N acquires from conns connections, each on the next of

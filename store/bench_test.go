@@ -60,6 +60,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/rounds"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -146,22 +147,15 @@ func BenchmarkAcquire(b *testing.B) {
 func benchContenders(b *testing.B) (*redis.Client, []benchContender) {
 	rdb := redistest.Server(b).Client()
 	ctx := context.Background()
-	names := make([]string, benchKeys)
-	for i := range names {
-		names[i] = "k:" + strconv.Itoa(i)
-	}
+	names := benchKeyNames()
 	hot := []string{"hot"}
-	// Burst inf: no pace between grants, as redis_rate's PerSecond, whose
-	// burst is the rate. A batched call decides its acquires at one time,
-	// where a pace would deny all but the first.
-	cfg := limiter.Config{Rate: benchRate, Burst: limiter.B(math.Inf(1))}
 
 	// Named limiters and template instances live under their own prefixes, so
 	// that the named ones see no templates at all.
 	named := store.New(rdb, store.WithPrefix("bench-named"))
-	benchPut(b, named, append([]string{"hot"}, names...), cfg)
+	benchPut(b, named, append([]string{"hot"}, names...), benchConfig)
 	tpl := store.New(rdb, store.WithPrefix("bench-tpl"))
-	if _, err := tpl.PutTemplate(ctx, store.Template{ID: "k", Pattern: "k:*", Limiter: cfg}); err != nil {
+	if _, err := tpl.PutTemplate(ctx, store.Template{ID: "k", Pattern: "k:*", Limiter: benchConfig}); err != nil {
 		b.Fatal(err)
 	}
 	benchTouch(b, tpl, names)
@@ -279,14 +273,10 @@ func BenchmarkAcquireVs(b *testing.B) {
 //	go test -run='^$' -bench=BenchmarkFloorCost -benchtime=20x ./store/
 func BenchmarkFloorCost(b *testing.B) {
 	rdb := redistest.Server(b).Client()
-	names := make([]string, benchKeys)
-	for i := range names {
-		names[i] = "k:" + strconv.Itoa(i)
-	}
-	cfg := limiter.Config{Rate: benchRate, Burst: limiter.B(math.Inf(1))}
+	names := benchKeyNames()
 	all := append([]string{"hot"}, names...)
 	floors := store.New(rdb, store.WithPrefix("bench-floor"))
-	benchPut(b, floors, all, cfg)
+	benchPut(b, floors, all, benchConfig)
 	none := store.New(rdb, store.WithPrefix("bench-floor"), store.WithFloorCap(0))
 	// Every name has its floor before timing starts, and only one store
 	// keeps any.
@@ -343,10 +333,10 @@ func benchVs(b *testing.B, rdb *redis.Client, goroutines int, sides [2]benchKeyS
 		ratio = append(ratio, round[0].opsPerSec/round[1].opsPerSec)
 		srvRatio = append(srvRatio, round[0].srvUSPerOp/round[1].srvUSPerOp)
 	}
-	b.ReportMetric(benchMedian(ratio), "ratio")
-	b.ReportMetric(benchMedian(ops[0]), names[0]+"-ops/s")
-	b.ReportMetric(benchMedian(ops[1]), names[1]+"-ops/s")
-	b.ReportMetric(benchMedian(srvRatio), "srv-ratio")
+	b.ReportMetric(rounds.Median(ratio), "ratio")
+	b.ReportMetric(rounds.Median(ops[0]), names[0]+"-ops/s")
+	b.ReportMetric(rounds.Median(ops[1]), names[1]+"-ops/s")
+	b.ReportMetric(rounds.Median(srvRatio), "srv-ratio")
 }
 
 type benchRoundResult struct {
@@ -397,12 +387,19 @@ func benchRoundRun(ctx context.Context, rdb *redis.Client, goroutines int, ks be
 	return benchRoundResult{opsPerSec: n / elapsed.Seconds(), srvUSPerOp: us * float64(calls) / n}, nil
 }
 
-func benchMedian(xs []float64) float64 {
-	s := slices.Sorted(slices.Values(xs))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
+// benchConfig is every limitd contender's limiter. Burst inf: no pace
+// between grants, as redis_rate's PerSecond, whose burst is the rate. A
+// batched call decides its acquires at one time, where a pace would deny all
+// but the first.
+var benchConfig = limiter.Config{Rate: benchRate, Burst: limiter.B(math.Inf(1))}
+
+// benchKeyNames are the benchKeys names "k:0", "k:1", ….
+func benchKeyNames() []string {
+	names := make([]string, benchKeys)
+	for i := range names {
+		names[i] = "k:" + strconv.Itoa(i)
 	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	return names
 }
 
 // benchLoop times b.N acquires by the given number of goroutines and reports
