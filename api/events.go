@@ -24,7 +24,7 @@ const (
 	minEventInterval     = 100 * time.Millisecond
 	maxEventInterval     = time.Minute
 	// maxEventLimiters bounds the limiters one stream samples: each costs a
-	// Redis round trip or two per interval.
+	// Redis round trip per interval (core.Sampler).
 	maxEventLimiters = 200
 	// keepAlive is how often a quiet stream sends a comment, so that proxies
 	// keep it open.
@@ -98,10 +98,11 @@ func (s *server) events(c echo.Context) error {
 		w.Flush()
 		return nil
 	}
+	sampler := s.core.Sampler() // one read per limiter and sample, configs kept
 	sample := func() error {
 		kept := names[:0]
 		for _, n := range names {
-			l, err := s.core.Get(ctx, n)
+			l, err := sampler.Get(ctx, n)
 			switch {
 			case ctx.Err() != nil:
 				return ctx.Err()
@@ -148,6 +149,7 @@ func (s *server) events(c echo.Context) error {
 			if !all && !ch.Templates && !slices.Contains(names, ch.Limiter) {
 				continue
 			}
+			sampler.Changed(ch.Limiter)
 			relist = relist || all
 			if err := send("config", ch); err != nil {
 				return nil

@@ -9,9 +9,10 @@
 // request order: what the HTTP API's POST /v1/acquire and a rate limit
 // service's descriptors call), shadow mode (shadow.go: a refusal let
 // through, applied here once for every front end), blocking acquires, slot
-// hints, the checks of every input, and stateless
-// handback (a grant's token carries what its handback needs, so any replica
-// accepts it). Each decision and store call is reported to an Observer, so
+// hints, the checks of every input, stateless handback (a grant's token
+// carries what its handback needs, so any replica accepts it), and the
+// sampling an event stream repeats (Sampler: one read per limiter and
+// sample). Each decision and store call is reported to an Observer, so
 // that metrics and logs need no hooks in the front ends' handlers.
 //
 // Errors are values callers branch on: ErrNotFound, ErrConflict,

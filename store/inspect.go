@@ -17,8 +17,9 @@ import (
 // now, read in one transaction with Redis's time: the leases that have not
 // expired at Now, as lua/share.lua and lua/concurrency.lua count them.
 type Holders struct {
-	Kind limiter.Kind
-	Now  int64 // Redis time, Unix ns
+	Kind    limiter.Kind
+	Version int64 // the limiter's config version
+	Now     int64 // Redis time, Unix ns
 	// Share: every client's lease, in client id order; Held is the sum of
 	// what they have; Learning is true while the limiter is in learning mode
 	// (it grants what clients say they have, see limiter.ShareParams).
@@ -58,7 +59,7 @@ func (s *Store) Holders(ctx context.Context, name string) (Holders, error) {
 	)
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		now = p.Time(ctx)
-		head = p.HMGet(ctx, s.limiterKey(name), "kind", "sh_until")
+		head = p.HMGet(ctx, s.limiterKey(name), "kind", "sh_until", "ver")
 		share = p.HGetAll(ctx, s.clientsKey(name))
 		slots = p.ZRangeWithScores(ctx, s.slotsKey(name), 0, -1)
 		return nil
@@ -67,15 +68,19 @@ func (s *Store) Holders(ctx context.Context, name string) (Holders, error) {
 		return Holders{}, wrapErr(err)
 	}
 	h := head.Val()
-	if len(h) != 2 {
+	if len(h) != 3 {
 		return Holders{}, fmt.Errorf("store: leases of %q: %w", name, badReply("HMGET answered %d values", len(h)))
 	}
 	if h[0] == nil {
 		return Holders{}, fmt.Errorf("limiter %q: %w", name, ErrNotFound)
 	}
 	kind, _ := h[0].(string)
+	r := &reply{v: h}
 	t := now.Val()
-	l := Holders{Kind: limiter.Kind(kind), Now: t.UnixNano()}
+	l := Holders{Kind: limiter.Kind(kind), Version: r.int(2), Now: t.UnixNano()}
+	if err := r.check("holders", name); err != nil {
+		return Holders{}, err
+	}
 	us := t.UnixMicro()
 	switch l.Kind {
 	case limiter.KindShare:

@@ -1,0 +1,87 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/limitd/limitd/limiter"
+)
+
+// A sampler reads a limiter's config once and then its live state alone,
+// until its version moves: by a change it is told of, by one it is not
+// (another process's PUT, a lost notice), or to another kind.
+func TestSamplerReadsConfigOnce(t *testing.T) {
+	s, _, rec := newService(t)
+	ctx := context.Background()
+	other := New(s.store, Options{}) // another process's writes: rec does not see them
+	if _, _, err := s.Put(ctx, "r", limiter.Config{Rate: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Put(ctx, "sem", limiter.Config{Kind: limiter.KindConcurrency, Limit: ptr[int64](2), Lease: limiter.D(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	p := s.Sampler()
+	get := func(name string, want ...Op) Limiter {
+		t.Helper()
+		rec.calls = nil
+		l, err := p.Get(ctx, name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !slices.Equal(rec.calls, want) {
+			t.Errorf("%s: store calls %v, want %v", name, rec.calls, want)
+		}
+		return l
+	}
+	get("r", OpGet, OpWait)
+	get("sem", OpGet, OpHolders)
+	for range 3 {
+		get("r", OpWait)
+		get("sem", OpHolders)
+	}
+
+	// A change the sampler is not told of: the live state's version gives it away.
+	if _, _, err := other.Put(ctx, "r", limiter.Config{Rate: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if l := get("r", OpWait, OpGet, OpWait); l.Config.Rate != 7 || l.Version != l.State.Version {
+		t.Errorf("after another's PUT: rate %v, version %d (state's %d), want 7 and the state's", l.Config.Rate, l.Version, l.State.Version)
+	}
+	get("r", OpWait)
+	if _, _, err := other.Put(ctx, "sem", limiter.Config{Kind: limiter.KindConcurrency, Limit: ptr[int64](3), Lease: limiter.D(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if l := get("sem", OpHolders, OpGet, OpHolders); *l.Config.Limit != 3 {
+		t.Errorf("after another's PUT: limit %d, want 3", *l.Config.Limit)
+	}
+
+	// One it is told of.
+	p.Changed("r")
+	get("r", OpGet, OpWait)
+
+	// A PUT of another kind.
+	if _, _, err := other.Put(ctx, "r", limiter.Config{Kind: limiter.KindConcurrency, Limit: ptr[int64](1), Lease: limiter.D(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if l := get("r", OpWait, OpGet, OpHolders); l.Holders == nil || l.State != nil {
+		t.Errorf("after a PUT of another kind: %+v, want holders and no schedule", l)
+	}
+
+	// A limiter deleted, then made again.
+	if err := other.Delete(ctx, "sem"); err != nil {
+		t.Fatal(err)
+	}
+	rec.calls = nil
+	if _, err := p.Get(ctx, "sem"); !errors.Is(err, ErrNotFound) || !slices.Equal(rec.calls, []Op{OpHolders}) {
+		t.Errorf("deleted: %v, store calls %v; want ErrNotFound after %v", err, rec.calls, []Op{OpHolders})
+	}
+	if _, _, err := other.Put(ctx, "sem", limiter.Config{Rate: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if l := get("sem", OpGet, OpWait); l.Config.Rate != 2 || l.State == nil {
+		t.Errorf("made again: %+v, want a rate limiter at 2/s", l)
+	}
+}
