@@ -23,8 +23,8 @@ const (
 	defaultEventInterval = time.Second
 	minEventInterval     = 100 * time.Millisecond
 	maxEventInterval     = time.Minute
-	// maxEventLimiters bounds the limiters one stream samples: each costs a
-	// Redis round trip per interval (core.Sampler).
+	// maxEventLimiters bounds the limiters one stream samples (a sample is
+	// one pipeline of their live states, core.Sampler).
 	maxEventLimiters = 200
 	// keepAlive is how often a quiet stream sends a comment, so that proxies
 	// keep it open.
@@ -98,11 +98,12 @@ func (s *server) events(c echo.Context) error {
 		w.Flush()
 		return nil
 	}
-	sampler := s.core.Sampler() // one read per limiter and sample, configs kept
+	sampler := s.core.Sampler() // configs kept, live states read in one pipeline
 	sample := func() error {
+		ls, errs := sampler.GetAll(ctx, names)
 		kept := names[:0]
-		for _, n := range names {
-			l, err := sampler.Get(ctx, n)
+		for i, n := range names {
+			l, err := ls[i], errs[i]
 			switch {
 			case ctx.Err() != nil:
 				return ctx.Err()

@@ -39,6 +39,35 @@ func (s *Service) view(ctx context.Context, info Info) (Limiter, error) {
 	return Limiter{Info: info, State: &w}, nil
 }
 
+// Views returns the live state of each limiter of infos (as List or Get
+// read them): out[i] and errs[i] are what view answers for infos[i], the
+// rate limiters' read in one pipeline (store.WaitMany), the others one by
+// one. It is how a scrape or a sampler reads many limiters.
+func (s *Service) Views(ctx context.Context, infos []Info) (out []Limiter, errs []error) {
+	out, errs = make([]Limiter, len(infos)), make([]error, len(infos))
+	var rate []int
+	var names []string
+	for i, info := range infos {
+		if limiter.IsRate(info.Config.Kind) {
+			rate, names = append(rate, i), append(names, info.Name)
+			continue
+		}
+		out[i], errs[i] = s.view(ctx, info)
+	}
+	if len(names) == 0 {
+		return out, errs
+	}
+	start := time.Now()
+	ws, werrs := s.store.WaitMany(ctx, names)
+	s.timed(OpWaitMany, start)
+	for j, i := range rate {
+		if errs[i] = werrs[j]; errs[i] == nil {
+			out[i] = Limiter{Info: infos[i], State: &ws[j]}
+		}
+	}
+	return out, errs
+}
+
 // Put creates (created: true) or replaces a limiter; see store.Put.
 func (s *Service) Put(ctx context.Context, name string, cfg limiter.Config) (l Limiter, created bool, err error) {
 	start := time.Now()

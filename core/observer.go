@@ -30,12 +30,13 @@ const (
 	OpHolders
 	OpInstances
 	OpAcquireAll
+	OpWaitMany
 	NumOps // the number of Ops
 )
 
 var opNames = [NumOps]string{"ping", "put", "get", "patch", "delete", "list", "acquire", "wait",
 	"reset", "put_template", "get_template", "delete_template", "templates",
-	"capacity", "return_capacity", "acquire_slot", "renew_slot", "release_slot", "grant", "handback", "holders", "instances", "acquire_all"}
+	"capacity", "return_capacity", "acquire_slot", "renew_slot", "release_slot", "grant", "handback", "holders", "instances", "acquire_all", "wait_many"}
 
 // String is the op's name, as metrics label it ("acquire_slot").
 func (o Op) String() string {

@@ -6,11 +6,12 @@ import (
 )
 
 // Sampler reads the same limiters again and again, as an event stream
-// samples them, at one Redis read per limiter and sample: it keeps each
-// limiter's config and reads it again only when the limiter's version moved
-// (Changed was told, or its live state answered another version) or its
-// live state could not be read as its kind's (a PUT of another kind). A
-// sampler is not safe for concurrent use: it belongs to one stream.
+// samples them: it keeps each limiter's config and reads it again only when
+// the limiter's version moved (Changed was told, or its live state answered
+// another version) or its live state could not be read as its kind's (a PUT
+// of another kind). So a sample reads the live states alone, the rate
+// limiters' in one pipeline (Views). A sampler is not safe for concurrent
+// use: it belongs to one stream.
 type Sampler struct {
 	s     *Service
 	infos map[string]Info
@@ -20,32 +21,49 @@ type Sampler struct {
 func (s *Service) Sampler() *Sampler { return &Sampler{s: s, infos: map[string]Info{}} }
 
 // Changed forgets the config kept for name: a change to it was published,
-// and the next Get reads it.
+// and the next sample reads it.
 func (p *Sampler) Changed(name string) { delete(p.infos, name) }
 
-// Get is Service.Get, with the config kept while the limiter's version is
-// the one it was read at.
-func (p *Sampler) Get(ctx context.Context, name string) (Limiter, error) {
-	if info, ok := p.infos[name]; ok {
-		l, err := p.s.view(ctx, info)
-		switch {
-		case err == nil && l.version() == info.Version:
-			return l, nil
-		case errors.Is(err, ErrNotFound):
-			delete(p.infos, name)
-			return Limiter{}, err
-		case err != nil && !errors.Is(err, ErrConflict):
-			return Limiter{}, err
+// GetAll is Service.Get for each of names: out[i] and errs[i] are names[i]'s
+// limiter with its live state, or the error Get would answer.
+func (p *Sampler) GetAll(ctx context.Context, names []string) (out []Limiter, errs []error) {
+	out, errs = make([]Limiter, len(names)), make([]error, len(names))
+	var kept []int
+	var infos []Info
+	for i, n := range names {
+		if info, ok := p.infos[n]; ok {
+			kept, infos = append(kept, i), append(infos, info)
 		}
-		// Another version, or another kind: read the config again.
 	}
-	l, err := p.s.Get(ctx, name)
-	if err != nil {
-		delete(p.infos, name)
-		return Limiter{}, err
+	done := make([]bool, len(names))
+	views, verrs := p.s.Views(ctx, infos)
+	for j, i := range kept {
+		l, err := views[j], verrs[j]
+		switch {
+		case err == nil && l.version() == infos[j].Version:
+			out[i], done[i] = l, true
+		case errors.Is(err, ErrNotFound):
+			delete(p.infos, names[i])
+			errs[i], done[i] = err, true
+		case err != nil && !errors.Is(err, ErrConflict):
+			errs[i], done[i] = err, true
+		}
+		// Otherwise another version, or another kind: read the config again.
 	}
-	p.infos[name] = l.Info
-	return l, nil
+	for i, n := range names {
+		if done[i] {
+			continue
+		}
+		l, err := p.s.Get(ctx, n)
+		if err != nil {
+			delete(p.infos, n)
+			errs[i] = err
+			continue
+		}
+		p.infos[n] = l.Info
+		out[i] = l
+	}
+	return out, errs
 }
 
 // version is the config version l's live state was read at.

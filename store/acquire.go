@@ -2,11 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/lua"
@@ -493,6 +496,61 @@ func (s *Store) Wait(ctx context.Context, name string) (WaitInfo, error) {
 	if err != nil {
 		return WaitInfo{}, err
 	}
+	return s.decodeWait(name, v)
+}
+
+// WaitMany is Wait for each of names, in one pipeline: what a sampler of
+// many limiters reads at once. out[i] and errs[i] are Wait's for names[i].
+// A name the pipeline could not answer (the scripts not loaded, a calendar
+// window that needs its bounds first) is read again by Wait alone.
+func (s *Store) WaitMany(ctx context.Context, names []string) (out []WaitInfo, errs []error) {
+	out, errs = make([]WaitInfo, len(names)), make([]error, len(names))
+	cmds := make([]*redis.Cmd, len(names))
+	verb, fn := "evalsha", s.scripts[lua.Peek].Hash()
+	if f := s.fn.function(lua.Peek); f != "" {
+		verb, fn = "fcall", f
+	}
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, name := range names {
+			keys, tpl, err := s.target(ctx, name)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			cmds[i] = onceCmd(ctx, verb, fn, keys, tpl.args())
+			_ = p.Process(ctx, once{cmds[i]})
+		}
+		return nil
+	})
+	for i, cmd := range cmds {
+		if cmd == nil {
+			continue
+		}
+		x, err := cmd.Result()
+		var nb *needBounds
+		switch v, ok := x.([]any); {
+		case isNoScript(err) || fnMissing(err) || fnUnsupported(err):
+			out[i], errs[i] = s.Wait(ctx, names[i])
+		case err != nil:
+			errs[i] = wrapErr(err)
+		case !ok:
+			errs[i] = fmt.Errorf("store: %s: unexpected reply %v", lua.Peek, x)
+		default:
+			if err := replyErr("peek", names[i], v); errors.As(err, &nb) {
+				out[i], errs[i] = s.Wait(ctx, names[i])
+			} else if err != nil {
+				errs[i] = err
+			} else {
+				out[i], errs[i] = s.decodeWait(names[i], v)
+			}
+		}
+	}
+	return out, errs
+}
+
+// decodeWait reads peek.lua's reply v for name, and sees its position as
+// name's floor.
+func (s *Store) decodeWait(name string, v []any) (WaitInfo, error) {
 	// {1, wait, delay, version, now_us, started, instance, then the totals
 	// allocated, idle, permits, lateness as int64 lo, hi pairs, then a
 	// started limiter's position relative to now}.

@@ -23,7 +23,7 @@ func stTestInspect(t *testing.T, f stFactory) {
 		}
 	}
 	h, err := s.Holders(ctx, "quota")
-	if err != nil || h.Kind != limiter.KindShare || len(h.Share) != 2 || h.Slots != nil || h.Now <= 0 {
+	if err != nil || h.Kind != limiter.KindShare || h.Version != 1 || len(h.Share) != 2 || h.Slots != nil || h.Now <= 0 {
 		t.Fatalf("share holders: %+v, %v", h, err)
 	}
 	a, b := h.Share[0], h.Share[1]

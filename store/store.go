@@ -156,6 +156,13 @@ func (once) NoRetry() bool { return true }
 // callOnce sends verb (fcall, evalsha or eval) of fn over keys and args, at
 // most once.
 func (s *Store) callOnce(ctx context.Context, verb, fn string, keys []string, args []any) (any, error) {
+	cmd := onceCmd(ctx, verb, fn, keys, args)
+	_ = s.rdb.Process(ctx, once{cmd})
+	return cmd.Result()
+}
+
+// onceCmd is the command callOnce sends (to be wrapped in once).
+func onceCmd(ctx context.Context, verb, fn string, keys []string, args []any) *redis.Cmd {
 	argv := make([]any, 0, 3+len(keys)+len(args))
 	argv = append(argv, verb, fn, len(keys))
 	for _, k := range keys {
@@ -165,8 +172,7 @@ func (s *Store) callOnce(ctx context.Context, verb, fn string, keys []string, ar
 	if len(keys) > 0 {
 		cmd.SetFirstKeyPos(3)
 	}
-	_ = s.rdb.Process(ctx, once{cmd})
-	return cmd.Result()
+	return cmd
 }
 
 // wrapErr turns every failure that means "Redis cannot serve now" into an

@@ -78,6 +78,7 @@ func stSuite(t *testing.T, f stFactory) {
 		{"AcquireManyInOrder", stTestAcquireMany},
 		{"Batching", stTestBatching},
 		{"Inspect", stTestInspect},
+		{"WaitMany", stTestWaitMany},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}
