@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/limitd/limitd/internal/redistest"
 )
 
 // TestBenchTablesScript: scripts/bench-tables.sh, which prints the README's
@@ -62,4 +64,30 @@ func testSources(t *testing.T, dir string) string {
 		all.Write(b)
 	}
 	return all.String()
+}
+
+// TestStoreVsScript runs scripts/store-vs.sh, which the README gives for
+// comparing the store with another build of it, against this very commit,
+// one short round per row: it builds both trees under their module paths,
+// starts its own redis-servers and prints every row with a speed.
+func TestStoreVsScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds two trees and runs them; the full run covers it")
+	}
+	redistest.Require(t, "redis-server", "git")
+	root := filepath.Join("..", "..")
+	if err := exec.Command("git", "-C", root, "rev-parse", "--verify", "HEAD").Run(); err != nil {
+		t.Skip("not a git checkout: store-vs.sh compares commits")
+	}
+	cmd := exec.Command("bash", filepath.Join("scripts", "store-vs.sh"), "HEAD")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "ROUNDS=1", "ROUND=20ms")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("store-vs.sh HEAD: %v\n%s", err, out)
+	}
+	rows := regexp.MustCompile(`(?m)^\| [^|]+ \| \*\*[0-9.]+×\*\* \([0-9.]+–[0-9.]+\) \| [0-9.]+ \| [0-9.]+ \|$`).FindAllString(string(out), -1)
+	if len(rows) != 4 {
+		t.Errorf("store-vs.sh HEAD printed %d rows with a speed, want 4:\n%s", len(rows), out)
+	}
 }

@@ -73,6 +73,7 @@ var readmeNotRun = []struct{ cmd, why string }{
 	{"LIMITD_REDIS_URL=redis://127.0.0.1:6379 go run ./cmd/limitd", "needs the Redis at 127.0.0.1:6379, which is not the test's to use"},
 	{"limitd bench --redis redis://127.0.0.1:6379", "needs the Redis at 127.0.0.1:6379; parseBench checks the flags"},
 	{"scripts/bench-tables.sh", "runs every side-by-side benchmark for minutes; TestBenchTablesScript checks what it runs exists"},
+	{"scripts/store-vs.sh", "runs for minutes; TestStoreVsScript runs it against HEAD, one short round per row"},
 	{"limitd ctl", "talks to the server at LIMITD_URL; checkCtl checks the verb and its arguments, TestCtl runs every verb"},
 	{"git worktree add", "checks out and builds another commit beside this one, for BenchmarkHTTPAcquireVs, whose form is checked"},
 }
