@@ -2,7 +2,7 @@
 # store-vs.sh compares this tree's store with another build of it (a commit,
 # a tag, a branch) in one process: each store on a private redis-server of
 # its own, one goroutine and 32 batched, one key and 10,000, in alternating
-# rounds (scripts/storevs/main.go). Nothing is written to the repository: the
+# rounds (scripts/_storevs/main.go). Nothing is written to the repository: the
 # other tree is exported to a temporary directory under its own module path.
 #
 #   scripts/store-vs.sh de9c08f            # 20 rounds of 1 s per row
@@ -25,7 +25,7 @@ sed -i 's#^module github.com/limitd/limitd$#module github.com/limitd/other#' "$t
 grep -rl 'github.com/limitd/limitd' --include='*.go' "$tmp/other" | xargs -r sed -i 's#github.com/limitd/limitd#github.com/limitd/other#g'
 
 # The program, in a module of its own that takes both trees.
-cp scripts/storevs/main.go "$tmp/vs/main.go"
+cp scripts/_storevs/main.go "$tmp/vs/main.go"
 sed -i '/^\/\/go:build ignore$/d' "$tmp/vs/main.go"
 goline=$(grep -m1 '^go ' go.mod)
 redisv=$(awk '$1 == "github.com/redis/go-redis/v9" {print $2; exit}' go.mod)

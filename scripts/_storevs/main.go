@@ -1,6 +1,7 @@
 //go:build ignore
 
-// storevs runs this tree's store and another build's side by side in one
+// storevs (in a folder the go tool skips: it is built only by
+// scripts/store-vs.sh, in a module of its own) runs this tree's store and another build's side by side in one
 // process, each on a private redis-server of its own, in alternating rounds,
 // and prints the medians: scripts/store-vs.sh builds it against the other
 // tree (imported as github.com/limitd/other) and runs it.
