@@ -34,10 +34,18 @@ import (
 // acquire takes one permit of name and reports whether it was granted.
 type acquire func(ctx context.Context, name string) (bool, error)
 
-// side is one store under test.
+// side is one tree under test: its store on each of the two servers.
 type side struct {
 	label string
-	rdb   *redis.Client
+	get   [2]acquire
+}
+
+// on is the side as it runs on server i.
+func (s side) on(i int) runner { return runner{label: s.label, get: s.get[i]} }
+
+// runner is one store that run drives.
+type runner struct {
+	label string
 	get   acquire
 }
 
@@ -48,13 +56,19 @@ func main() {
 	flag.Parse()
 	ctx := context.Background()
 
-	srvA, srvB := startRedis(), startRedis()
-	defer srvA.stop()
-	defer srvB.stop()
-	this := side{label: "this tree", rdb: redis.NewClient(&redis.Options{Addr: srvA.addr})}
-	that := side{label: *other, rdb: redis.NewClient(&redis.Options{Addr: srvB.addr})}
+	// Two servers, each side's store on both: a round runs the sides on
+	// different servers, the one going first and the server each gets
+	// both alternating, so that neither the order nor a server favours a
+	// side.
+	var rdbs [2]*redis.Client
+	for i := range rdbs {
+		srv := startRedis()
+		defer srv.stop()
+		rdbs[i] = redis.NewClient(&redis.Options{Addr: srv.addr})
+	}
+	this, that := side{label: "this tree"}, side{label: *other}
 
-	fmt.Printf("%d rounds of %v per row, alternating; speed = this tree's acquires/s over %s's (> 1: this tree is faster)\n\n", *rounds, *dur, *other)
+	fmt.Printf("%d rounds of %v per row; speed = this tree's acquires/s over %s's (> 1: this tree is faster)\n\n", *rounds, *dur, *other)
 	fmt.Println("| row | speed, median (range) | this tree µs/op | " + *other + " µs/op |")
 	fmt.Println("|---|---|---|---|")
 	for _, row := range []struct {
@@ -72,27 +86,27 @@ func main() {
 		for i := range names {
 			names[i] = "k" + strconv.Itoa(i)
 		}
-		for _, s := range []*side{&this, &that} {
-			if err := s.rdb.FlushAll(ctx).Err(); err != nil {
+		var closers []func()
+		for i, rdb := range rdbs {
+			if err := rdb.FlushAll(ctx).Err(); err != nil {
 				fail(err)
 			}
+			this.get[i], closers = newThis(ctx, rdb, names, row.batched, closers)
+			that.get[i], closers = newOther(ctx, rdb, names, row.batched, closers)
+			run(this.on(i), names, row.goroutines, 200*time.Millisecond) // warm up: scripts loaded, keys made
+			run(that.on(i), names, row.goroutines, 200*time.Millisecond)
 		}
-		var closers []func()
-		this.get, closers = newThis(ctx, this.rdb, names, row.batched, closers)
-		that.get, closers = newOther(ctx, that.rdb, names, row.batched, closers)
 		var speed, a, b []float64
-		run(this, names, row.goroutines, 200*time.Millisecond) // warm up: scripts loaded, keys made
-		run(that, names, row.goroutines, 200*time.Millisecond)
 		for r := range *rounds {
-			first, second := &this, &that
-			if r%2 == 1 {
-				first, second = second, first
-			}
-			x := run(*first, names, row.goroutines, *dur)
-			y := run(*second, names, row.goroutines, *dur)
-			if first != &this {
-				x, y = y, x
-			}
+			srv := r / 2 % 2 // this tree's server; the other tree runs on the other
+			x, y := func() (float64, float64) {
+				if r%2 == 0 {
+					x := run(this.on(srv), names, row.goroutines, *dur)
+					return x, run(that.on(1-srv), names, row.goroutines, *dur)
+				}
+				y := run(that.on(1-srv), names, row.goroutines, *dur)
+				return run(this.on(srv), names, row.goroutines, *dur), y
+			}()
 			a, b, speed = append(a, x), append(b, y), append(speed, y/x)
 		}
 		for _, c := range closers {
@@ -102,10 +116,17 @@ func main() {
 	}
 }
 
+// started is how long a limiter's schedule runs before it is timed: a
+// schedule starts at its first acquire, and a batch of acquires on one key at
+// one Redis time is granted from its backlog (10 ms at 1e6/s: 10,000
+// permits), which no round here uses up (a store takes at most a few
+// hundred thousand a second), so no call is ever refused.
+const started = 10 * time.Millisecond
+
 // newThis is this tree's store over rdb with names made (rate 1e6/s, burst
 // inf: it grants every call), batched or not.
 func newThis(ctx context.Context, rdb *redis.Client, names []string, batched bool, closers []func()) (acquire, []func()) {
-	opts := []thisstore.Option{thisstore.WithPrefix("vs")}
+	opts := []thisstore.Option{thisstore.WithPrefix("vs-this")}
 	if batched {
 		opts = append(opts, thisstore.WithBatching(64))
 	}
@@ -114,7 +135,11 @@ func newThis(ctx context.Context, rdb *redis.Client, names []string, batched boo
 		if _, _, err := s.Put(ctx, n, thislim.Config{Rate: 1e6, Burst: thislim.B(math.Inf(1))}); err != nil {
 			fail(err)
 		}
+		if _, err := s.Acquire(ctx, n, 1, 0); err != nil { // starts its schedule (see started)
+			fail(err)
+		}
 	}
+	time.Sleep(started)
 	return func(ctx context.Context, name string) (bool, error) {
 		d, err := s.Acquire(ctx, name, 1, 0)
 		return d.Granted, err
@@ -123,7 +148,7 @@ func newThis(ctx context.Context, rdb *redis.Client, names []string, batched boo
 
 // newOther is newThis for the other tree.
 func newOther(ctx context.Context, rdb *redis.Client, names []string, batched bool, closers []func()) (acquire, []func()) {
-	opts := []otherstore.Option{otherstore.WithPrefix("vs")}
+	opts := []otherstore.Option{otherstore.WithPrefix("vs-other")}
 	if batched {
 		opts = append(opts, otherstore.WithBatching(64))
 	}
@@ -132,7 +157,11 @@ func newOther(ctx context.Context, rdb *redis.Client, names []string, batched bo
 		if _, _, err := s.Put(ctx, n, otherlim.Config{Rate: 1e6, Burst: otherlim.B(math.Inf(1))}); err != nil {
 			fail(err)
 		}
+		if _, err := s.Acquire(ctx, n, 1, 0); err != nil {
+			fail(err)
+		}
 	}
+	time.Sleep(started)
 	return func(ctx context.Context, name string) (bool, error) {
 		d, err := s.Acquire(ctx, name, 1, 0)
 		return d.Granted, err
@@ -142,7 +171,7 @@ func newOther(ctx context.Context, rdb *redis.Client, names []string, batched bo
 // run acquires from goroutines for d and returns the wall time per acquire
 // (ns). Every call must be granted: a side that refuses does not decide
 // what the other does.
-func run(s side, names []string, goroutines int, d time.Duration) float64 {
+func run(s runner, names []string, goroutines int, d time.Duration) float64 {
 	ctx := context.Background()
 	var n atomic.Int64
 	var wg sync.WaitGroup
