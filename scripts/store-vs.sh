@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # store-vs.sh compares this tree's store with another build of it (a commit,
-# a tag, a branch) in one process: each store on a private redis-server of
-# its own, one goroutine and 32 batched, one key and 10,000, in alternating
-# rounds (scripts/_storevs/main.go). Nothing is written to the repository: the
+# a tag, a branch) in one process: each store on both of two private
+# redis-servers, one goroutine and 32 batched, one key and 10,000, the order
+# and the servers alternating from round to round (scripts/_storevs/main.go).
+# Nothing is written to the repository: the
 # other tree is exported to a temporary directory under its own module path.
 #
 #   scripts/store-vs.sh de9c08f            # 20 rounds of 1 s per row
@@ -24,13 +25,14 @@ git archive "$rev" | tar -x -C "$tmp/other"
 sed -i 's#^module github.com/limitd/limitd$#module github.com/limitd/other#' "$tmp/other/go.mod"
 grep -rl 'github.com/limitd/limitd' --include='*.go' "$tmp/other" | xargs -r sed -i 's#github.com/limitd/limitd#github.com/limitd/other#g'
 
-# The program, in a module of its own that takes both trees.
+# The program, in a module of its own that takes both trees (under this
+# module's path, so that it may use its internal packages).
 cp scripts/_storevs/main.go "$tmp/vs/main.go"
 sed -i '/^\/\/go:build ignore$/d' "$tmp/vs/main.go"
 goline=$(grep -m1 '^go ' go.mod)
 redisv=$(awk '$1 == "github.com/redis/go-redis/v9" {print $2; exit}' go.mod)
 cat >"$tmp/vs/go.mod" <<EOF
-module storevs
+module github.com/limitd/limitd/scripts/storevs
 
 $goline
 

@@ -1,10 +1,11 @@
 //go:build ignore
 
-// storevs (in a folder the go tool skips: it is built only by
-// scripts/store-vs.sh, in a module of its own) runs this tree's store and another build's side by side in one
-// process, each on a private redis-server of its own, in alternating rounds,
-// and prints the medians: scripts/store-vs.sh builds it against the other
-// tree (imported as github.com/limitd/other) and runs it.
+// storevs runs this tree's store and another build's side by side in one
+// process, each side's store on both of two private redis-servers, in
+// rounds in which the side going first and each side's server alternate,
+// and prints the medians. scripts/store-vs.sh builds it (it lives in a
+// folder the go tool skips) against the other tree, imported as
+// github.com/limitd/other, and runs it.
 package main
 
 import (
@@ -15,7 +16,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd/internal/rounds"
 	thislim "github.com/limitd/limitd/limiter"
 	thisstore "github.com/limitd/limitd/store"
 	otherlim "github.com/limitd/other/limiter"
@@ -50,7 +52,7 @@ type runner struct {
 }
 
 func main() {
-	rounds := flag.Int("rounds", 20, "alternating rounds per row")
+	nRounds := flag.Int("rounds", 20, "alternating rounds per row")
 	dur := flag.Duration("round", time.Second, "length of a round")
 	other := flag.String("other", "other", "the other tree's name, for the output")
 	flag.Parse()
@@ -68,7 +70,7 @@ func main() {
 	}
 	this, that := side{label: "this tree"}, side{label: *other}
 
-	fmt.Printf("%d rounds of %v per row; speed = this tree's acquires/s over %s's (> 1: this tree is faster)\n\n", *rounds, *dur, *other)
+	fmt.Printf("%d rounds of %v per row; speed = this tree's acquires/s over %s's (> 1: this tree is faster)\n\n", *nRounds, *dur, *other)
 	fmt.Println("| row | speed, median (range) | this tree µs/op | " + *other + " µs/op |")
 	fmt.Println("|---|---|---|---|")
 	for _, row := range []struct {
@@ -97,7 +99,7 @@ func main() {
 			run(that.on(i), names, row.goroutines, 200*time.Millisecond)
 		}
 		var speed, a, b []float64
-		for r := range *rounds {
+		for r := range *nRounds {
 			srv := r / 2 % 2 // this tree's server; the other tree runs on the other
 			x, y := func() (float64, float64) {
 				if r%2 == 0 {
@@ -112,7 +114,7 @@ func main() {
 		for _, c := range closers {
 			c()
 		}
-		fmt.Printf("| %s | **%.3f×** (%.2f–%.2f) | %.1f | %.1f |\n", row.label, median(speed), minOf(speed), maxOf(speed), median(a)/1e3, median(b)/1e3)
+		fmt.Printf("| %s | **%.3f×** (%.2f–%.2f) | %.1f | %.1f |\n", row.label, rounds.Median(speed), slices.Min(speed), slices.Max(speed), rounds.Median(a)/1e3, rounds.Median(b)/1e3)
 	}
 }
 
@@ -123,49 +125,55 @@ func main() {
 // hundred thousand a second), so no call is ever refused.
 const started = 10 * time.Millisecond
 
-// newThis is this tree's store over rdb with names made (rate 1e6/s, burst
-// inf: it grants every call), batched or not.
+// newThis is this tree's store over rdb with names made, batched or not.
 func newThis(ctx context.Context, rdb *redis.Client, names []string, batched bool, closers []func()) (acquire, []func()) {
 	opts := []thisstore.Option{thisstore.WithPrefix("vs-this")}
 	if batched {
 		opts = append(opts, thisstore.WithBatching(64))
 	}
 	s := thisstore.New(rdb, opts...)
-	for _, n := range names {
-		if _, _, err := s.Put(ctx, n, thislim.Config{Rate: 1e6, Burst: thislim.B(math.Inf(1))}); err != nil {
-			fail(err)
-		}
-		if _, err := s.Acquire(ctx, n, 1, 0); err != nil { // starts its schedule (see started)
-			fail(err)
-		}
-	}
-	time.Sleep(started)
-	return func(ctx context.Context, name string) (bool, error) {
+	get := func(ctx context.Context, name string) (bool, error) {
 		d, err := s.Acquire(ctx, name, 1, 0)
 		return d.Granted, err
-	}, append(closers, func() { _ = s.Close() })
+	}
+	prepare(ctx, names, func(n string) error {
+		_, _, err := s.Put(ctx, n, thislim.Config{Rate: 1e6, Burst: thislim.B(math.Inf(1))})
+		return err
+	}, get)
+	return get, append(closers, func() { _ = s.Close() })
 }
 
-// newOther is newThis for the other tree.
+// newOther is newThis for the other tree (its own types: the same code).
 func newOther(ctx context.Context, rdb *redis.Client, names []string, batched bool, closers []func()) (acquire, []func()) {
 	opts := []otherstore.Option{otherstore.WithPrefix("vs-other")}
 	if batched {
 		opts = append(opts, otherstore.WithBatching(64))
 	}
 	s := otherstore.New(rdb, opts...)
+	get := func(ctx context.Context, name string) (bool, error) {
+		d, err := s.Acquire(ctx, name, 1, 0)
+		return d.Granted, err
+	}
+	prepare(ctx, names, func(n string) error {
+		_, _, err := s.Put(ctx, n, otherlim.Config{Rate: 1e6, Burst: otherlim.B(math.Inf(1))})
+		return err
+	}, get)
+	return get, append(closers, func() { _ = s.Close() })
+}
+
+// prepare makes each of names with put (rate 1e6/s, burst inf: every call
+// granted) and starts its schedule with one acquire, then lets the
+// schedules run for started.
+func prepare(ctx context.Context, names []string, put func(string) error, get acquire) {
 	for _, n := range names {
-		if _, _, err := s.Put(ctx, n, otherlim.Config{Rate: 1e6, Burst: otherlim.B(math.Inf(1))}); err != nil {
+		if err := put(n); err != nil {
 			fail(err)
 		}
-		if _, err := s.Acquire(ctx, n, 1, 0); err != nil {
+		if _, err := get(ctx, n); err != nil {
 			fail(err)
 		}
 	}
 	time.Sleep(started)
-	return func(ctx context.Context, name string) (bool, error) {
-		d, err := s.Acquire(ctx, name, 1, 0)
-		return d.Granted, err
-	}, append(closers, func() { _ = s.Close() })
 }
 
 // run acquires from goroutines for d and returns the wall time per acquire
@@ -233,32 +241,6 @@ func startRedis() *server {
 func (s *server) stop() {
 	_ = s.cmd.Process.Kill()
 	_ = s.cmd.Wait()
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
-
-func minOf(xs []float64) float64 {
-	m := xs[0]
-	for _, x := range xs {
-		m = math.Min(m, x)
-	}
-	return m
-}
-
-func maxOf(xs []float64) float64 {
-	m := xs[0]
-	for _, x := range xs {
-		m = math.Max(m, x)
-	}
-	return m
 }
 
 func fail(err error) {
