@@ -56,16 +56,20 @@ const (
 	domain  = "envoyvs"
 	descKey = "k"
 	limit   = 1_000_000_000
-	// unit is the rule's window: a minute, the reference's per-second
-	// windows aside, the unit its keys are most often written in.
-	unit       = "minute"
-	unitSecs   = 60
-	domainYAML = "domain: " + domain + `
-descriptors:
-  - key: ` + descKey + `
-    rate_limit: {unit: ` + unit + `, requests_per_unit: 1000000000}
-`
+	// unit is the rule's window, a minute: a round of a few seconds and
+	// its reads fit in one (see runRound), and both servers still start
+	// new counters every minute, as they would in use.
+	unit     = "minute"
+	unitSecs = 60
 )
+
+// domainYAML is the rules as one config file of the reference's; limitd's
+// boot file has it as an item of its domains: list.
+var domainYAML = fmt.Sprintf(`domain: %s
+descriptors:
+  - key: %s
+    rate_limit: {unit: %s, requests_per_unit: %d}
+`, domain, descKey, unit, limit)
 
 // The servers' key prefixes: they never share a key.
 const (
@@ -110,14 +114,30 @@ func main() {
 	fmt.Printf("(github.com/envoyproxy/ratelimit, its defaults%s), both over one redis-server %s;\n", refEnvNote(extra), redisVersion)
 	fmt.Printf("%s, %d cores (the servers, Redis and the load on the same cores), %s, load average before: %s.\n",
 		cpuModel(), runtime.NumCPU(), runtime.Version(), loadavg())
-	fmt.Printf("ShouldRateLimit with one descriptor (%s=<value>) of a rule of %d per %s per value, every call within it;\n", descKey, limit, unit)
+	fmt.Printf("ShouldRateLimit with one descriptor (%s=<value>) of a rule of %s per %s per value, every call within it;\n",
+		descKey, thousands(limit), unit)
 	fmt.Printf("each server over one gRPC connection; %d round(s) of %v per side per row, the side going first alternating; medians.\n\n", *nRounds, *dur)
 
 	results := make([]rowResult, len(rows))
 	for i, r := range rows {
 		results[i] = runRow(ctx, rdb, sides, r, *nRounds, *dur)
 	}
+	printTables(rows, results)
+	nl, nr, other := keyCounts(ctx, rdb)
+	fmt.Printf("Redis at the end: %s limitd keys (%s:*), %s reference keys (%s*), %d others. Load average after: %s.\n",
+		thousands(float64(nl)), limitdPrefix, thousands(float64(nr)), refPrefix, other, loadavg())
+	ok := true
+	for _, s := range sides {
+		ok = s.printProblems(results) && ok
+	}
+	runExits()
+	if !ok {
+		os.Exit(1)
+	}
+}
 
+// printTables prints the rows' figures as two Markdown tables.
+func printTables(rows []row, results []rowResult) {
 	fmt.Println("| callers, keys | limitd calls/s | reference calls/s | **limitd / reference, calls/s** | limitd Redis CPU per call | reference Redis CPU per call | **limitd / reference, Redis CPU per call** |")
 	fmt.Println("|---|---|---|---|---|---|---|")
 	for i, r := range rows {
@@ -138,31 +158,31 @@ func main() {
 			f.commands(), f.usecPerCall(), l.median(procCPU)*1e6, f.median(procCPU)*1e6)
 	}
 	fmt.Println()
-	nl, nr, other := keyCounts(ctx, rdb)
-	fmt.Printf("Redis at the end: %s limitd keys (%s:*), %s reference keys (%s*), %d others. Load average after: %s.\n",
-		thousands(float64(nl)), limitdPrefix, thousands(float64(nr)), refPrefix, other, loadavg())
+}
 
-	bad := false
-	for _, s := range sides {
-		calls, errs, wrong := int64(0), int64(0), int64(0)
-		for _, res := range results {
-			for _, sr := range res.sides {
-				if sr.side == s {
-					calls, errs, wrong = calls+sr.calls, errs+sr.errs, wrong+sr.wrong
-				}
+// printProblems prints how many calls s answered OK in the rounds, and every
+// error or wrong answer it gave (warm-ups included), the ten most frequent
+// texts of them; it reports whether there were none.
+func (s *side) printProblems(results []rowResult) bool {
+	var calls, errs, wrong int64
+	for _, res := range results {
+		for _, sr := range res.sides {
+			if sr.side == s {
+				calls, errs, wrong = calls+sr.calls, errs+sr.errs, wrong+sr.wrong
 			}
 		}
-		fmt.Printf("%s: %s calls answered OK and counted, %d errors, %d wrong answers.\n", s.name, thousands(float64(calls)), errs, wrong)
-		for _, e := range slices.Sorted(maps.Keys(s.problems)) {
-			fmt.Printf("  %s: %d× %s\n", s.name, s.problems[e], e)
-		}
-		bad = bad || errs > 0 || wrong > 0
 	}
-	if bad {
-		runExits()
-		os.Exit(1)
+	fmt.Printf("%s: %s calls answered OK and counted, %d errors, %d wrong answers.\n", s.name, thousands(float64(calls)), errs, wrong)
+	texts := slices.SortedFunc(maps.Keys(s.problems), func(a, b string) int {
+		return cmp.Or(cmp.Compare(s.problems[b], s.problems[a]), cmp.Compare(a, b))
+	})
+	for _, t := range texts[:min(10, len(texts))] {
+		fmt.Printf("  %s: %d× %s\n", s.name, s.problems[t], t)
 	}
-	runExits()
+	if len(texts) > 10 {
+		fmt.Printf("  %s: and %d other texts\n", s.name, len(texts)-10)
+	}
+	return len(texts) == 0
 }
 
 // row is one line of the table: how many calls in flight, over how many
