@@ -26,8 +26,10 @@ import "math"
 // is 26 days of debt, MaxWindowCount 4.5e15 permits in one window.
 //
 // A charge of 0 permits takes nothing: it is a check, whose answer says
-// whether a request would be granted now (within max_wait), decided on a
-// copy of the state, as a refused acquire would find it.
+// whether a request would be granted now (within max_wait). Time passes on
+// the limiter as for any call (it starts, a schedule forfeits backlog
+// beyond max_backlog, a smooth limiter stores idle time, a window moves to
+// the window of now), and the check is decided on a copy.
 
 // MaxAhead is the furthest a limiter's schedule runs ahead of now: what one
 // acquire may leave it at (a delay of at most Horizon, then a cost of at
@@ -86,7 +88,8 @@ func (p *Params) Charge(s *State, now, n, maxWait int64) (Result, error) {
 	maxWait = min(max(maxWait, 0), Horizon)
 	s.Observe(now)
 	p.Start(s, now)
-	if n == 0 { // a check takes nothing
+	if n == 0 { // a check: time passes (as for Peek), and nothing is taken
+		p.engine().peek(p, s, now)
 		c := *s
 		s = &c
 	}
