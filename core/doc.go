@@ -1,6 +1,7 @@
 // Package core is limitd's service: every operation the front ends offer
-// (limiters, acquire, grant and handback, wait and reset, share capacity,
-// concurrency slots, templates), over a store.Store, with typed requests,
+// (limiters, acquire, grant and handback, charges and settles, wait and
+// reset, share capacity, concurrency slots, templates), over a store.Store,
+// with typed requests,
 // results and errors and no transport of its own.
 //
 // The rules live here, once: kind dispatch of acquire (rate kinds take

@@ -75,7 +75,9 @@ type State struct {
 	Last      int64 // the time of the latest grant, reset or reconfiguration (see Observe)
 }
 
-// Result is the outcome of one acquire. Times are ns on the caller's clock.
+// Result is the outcome of one acquire, or of a charge (see Params.Charge:
+// Granted then says whether the permits taken fitted, and Delay is the wait
+// of a new caller after them). Times are ns on the caller's clock.
 type Result struct {
 	Granted    bool
 	Permits    int64

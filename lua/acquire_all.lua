@@ -22,12 +22,6 @@
 -- its key, the x it held before ('' for none), its PTTL before (ms; -1 for
 -- none) and the x written, then (last) the call's Redis time in us.
 
-local function copy_of(L)
-  local C = {}
-  for k, v in pairs(L) do C[k] = v end
-  return C
-end
-
 local function acquire_all(keys, argv)
   local us = time_us()
   local xs = rcall('MGET', unpack(keys))

@@ -16,11 +16,15 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// Request is one acquire of a batch.
+// Request is one acquire of a batch, or one charge.
 type Request struct {
 	Name    string
 	Permits int64
 	MaxWait time.Duration // Forever: no bound
+	// Charge takes Permits (≥ 0; 0 is a check) whatever is left, and
+	// Decision.Granted then says whether they fitted within MaxWait (see
+	// Store.Charge).
+	Charge bool
 }
 
 // Outcome is the answer to one Request of a batch.
@@ -224,8 +228,8 @@ func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome, s
 	sc.next = slices.Grow(sc.next[:0], len(reqs))[:len(reqs)]
 	for i, r := range reqs {
 		sc.next[i] = -1
-		if r.Permits < 1 {
-			out[i].Err = permitsErr(r.Permits)
+		if err := r.check(); err != nil {
+			out[i].Err = err
 			continue
 		}
 		if err := sc.failed[r.Name]; err != nil {
@@ -287,7 +291,7 @@ func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome, s
 		for _, g := range sc.groups[from:to] {
 			argv = append(argv, g.tpl.acquireHead(g.m))
 			for i := g.first; i >= 0; i = sc.next[i] {
-				argv = append(argv, reqs[i].Permits, waitArg(reqs[i].MaxWait))
+				argv = append(argv, reqs[i].arg(), waitArg(reqs[i].MaxWait))
 			}
 		}
 		sc.calls = append(sc.calls, batchCall{from: from, to: to, argv: argv[start:len(argv):len(argv)]})
@@ -474,7 +478,7 @@ func (b *batcher) acquire(ctx context.Context, req Request, within time.Duration
 	default:
 	}
 	if b.inflight.CompareAndSwap(0, 1) {
-		d, err := b.s.acquireDirectWithin(ctx, req.Name, req.Permits, req.MaxWait, within)
+		d, err := b.s.acquireDirectWithin(ctx, req, within)
 		b.inflight.Add(-1)
 		return d, err
 	}
