@@ -7,8 +7,10 @@
 // The rules live here, once: kind dispatch of acquire (rate kinds take
 // permits, a concurrency limiter a slot, a share limiter is a conflict),
 // several limits in one call (AcquireAll, all or nothing, results in
-// request order: what the HTTP API's POST /v1/acquire and a rate limit
-// service's descriptors call), shadow mode (shadow.go: a refusal let
+// request order: what the HTTP API's POST /v1/acquire calls), metered
+// calls (Count: a rate limit service's descriptors, counted as the Envoy
+// reference server counts them or all or nothing, with quota mode),
+// shadow mode (shadow.go: a refusal let
 // through, applied here once for every front end), blocking acquires, slot
 // hints, the checks of every input, stateless handback (a grant's token
 // carries what its handback needs, so any replica accepts it), and the

@@ -80,7 +80,19 @@ func reference(file string) string {
 	return "domains:\n" + strings.Join(lines, "\n") + "\n"
 }
 
-func newEnv(t *testing.T, domains string, opts ...func(*Options)) *env {
+// option sets a test server's options, or its service's.
+type option func(o *Options, c *core.Options)
+
+// strict is the all or nothing counting (LIMITD_GRPC_COUNTING=strict).
+func strict(o *Options, _ *core.Options) { o.Counting = core.CountStrict }
+
+// globalShadow is LIMITD_SHADOW_MODE.
+func globalShadow(_ *Options, c *core.Options) { c.Shadow = true }
+
+// globalQuota is LIMITD_GRPC_QUOTA_MODE.
+func globalQuota(_ *Options, c *core.Options) { c.QuotaMode = true }
+
+func newEnv(t *testing.T, domains string, opts ...option) *env {
 	t.Helper()
 	mini := miniredis.RunT(t)
 	mini.SetTime(t0)
@@ -92,17 +104,17 @@ func newEnv(t *testing.T, domains string, opts ...func(*Options)) *env {
 }
 
 // newEnvOver is newEnv over any Redis.
-func newEnvOver(t *testing.T, rdb redis.UniversalClient, domains string, opts ...func(*Options)) *env {
+func newEnvOver(t *testing.T, rdb redis.UniversalClient, domains string, opts ...option) *env {
 	t.Helper()
 	e := &env{t: t, now: t0, reg: prometheus.NewRegistry()}
 	e.st = store.New(rdb)
 	rules := compile(t, domains)
 	o := Options{Rules: rules, Registry: e.reg}
+	var co core.Options
 	for _, f := range opts {
-		f(&o)
+		f(&o, &co)
 	}
-	// The global shadow mode is the service's, as serve sets it.
-	e.svc = core.New(e.st, core.Options{Shadow: o.ShadowMode})
+	e.svc = core.New(e.st, co)
 	o.Service = e.svc
 	e.apply(rules)
 	e.srv = New(o)

@@ -79,6 +79,8 @@ func ChargeRule(max int64) string {
 //     caller that pays after the fact wants to know; Wait the limiter's
 //     backlog after it (a window: the permits left, 0 when over).
 //   - RetryAfter: 0.
+//   - Count: a window's count after the charge, the limit's measure (past
+//     it when the permits did not fit); 0 for other kinds.
 //
 // An n out of range is a *FieldError naming permits.
 func (p *Params) Charge(s *State, now, n, maxWait int64) (Result, error) {
@@ -120,5 +122,5 @@ func (p *Params) chargeWindow(s *State, now, n, _ int64) Result {
 	s.Stored = min(s.Stored+n, MaxWindowCount)
 	s.Permits += n
 	s.Last = now
-	return Result{Granted: used+n <= p.Limit, Permits: n, Scheduled: now, Start: now}
+	return Result{Granted: used+n <= p.Limit, Permits: n, Scheduled: now, Start: now, Count: min(used+n, MaxWindowCount)}
 }

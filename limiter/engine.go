@@ -87,6 +87,10 @@ type Result struct {
 	Lateness   int64 // Start − Scheduled
 	Wait       int64 // the limiter's backlog after the call
 	RetryAfter int64 // denied: how much later the same request could be granted
+	// Count is a window's count after a charge (Params.Charge): what its
+	// limit is measured against, which a charge may take past it; 0
+	// otherwise.
+	Count int64
 }
 
 // View is a limiter's live state as seen at one instant, without changing it.

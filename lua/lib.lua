@@ -757,9 +757,9 @@ local function charge(L, now, us, n, max_wait)
     E.peek(L, now)
     L = copy_of(L)
   end
-  local fits, sched, st, late
+  local fits, sched, st, late, count
   if E.charge then
-    fits, sched, st, late = E.charge(L, now, n)
+    fits, sched, st, late, count = E.charge(L, now, n)
   else
     local granted, permits, delay
     granted, permits, sched, st, delay, late = E.acquire(L, now, n, math.huge) -- granted: it waits
@@ -772,7 +772,7 @@ local function charge(L, now, us, n, max_wait)
     if L.pace > now + MAX_AHEAD then L.pace = now + MAX_AHEAD end
   end
   local wait, delay = E.peek(L, now) -- nothing is left to forfeit, roll or resync at now
-  return fits, sched, st, delay, late, wait
+  return fits, sched, st, delay, late, wait, count or 0
 end
 
 -- settle moves this call's changes into L's totals.
@@ -936,13 +936,14 @@ end
 -- max_wait) or not; a charge of n out of range (max_charge in sched's
 -- place). A charge's record holds the limiter's delay after it where an
 -- acquire's holds retry_after (a counting kind's: where its delay is, and
--- retry_after 0). store/replies.go has the same numbers.
+-- its count after the charge where retry_after is). store/replies.go has
+-- the same numbers.
 local R_CHARGED_WITHIN, R_CHARGED_OVER, R_CHARGE_RANGE = 3, 4, 5
 
-local function charge_rec(L, counts, now, fits, sched, st, delay, wait)
+local function charge_rec(L, counts, now, fits, sched, st, delay, wait, count)
   local code = R_CHARGED_OVER
   if fits then code = R_CHARGED_WITHIN end
-  if counts then return enc(R, code, L.limit, delay, wait, 0) end
+  if counts then return enc(R, code, L.limit, delay, wait, count) end
   return enc(R, code, sched - now, st - now, wait, delay)
 end
 
@@ -988,8 +989,8 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl
       end
       if max_wait < 0 then max_wait = HORIZON end
       if charged then
-        local fits, sched, st, delay, _, wait = charge(L, now, us, n, max_wait)
-        recs[r + 1] = charge_rec(L, counts, now, fits, sched, st, delay, wait)
+        local fits, sched, st, delay, _, wait, count = charge(L, now, us, n, max_wait)
+        recs[r + 1] = charge_rec(L, counts, now, fits, sched, st, delay, wait, count)
       else
         local granted, _, sched, st, delay, _, wait, retry = acquire(L, now, us, n, max_wait)
         recs[r + 1] = decision_rec(L, counts, now, granted, sched, st, delay, wait, retry)

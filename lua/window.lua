@@ -135,7 +135,7 @@ KINDS.window = {
         L.stored = min(L.stored + n, MAX_COUNT)
         L.d_permits = L.d_permits + n
         L.last = now
-        return u + n <= L.limit, now, now, 0
+        return u + n <= L.limit, now, now, 0, min(u + n, MAX_COUNT)
       end,
       peek = function(L, now)
         roll(L, now)

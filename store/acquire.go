@@ -55,6 +55,9 @@ type Decision struct {
 	// count), and Delay is how long a new caller would wait now, after
 	// them (see limiter.Params.Charge).
 	Charged bool
+	// Count is a window's count after a charge: what its limit is
+	// measured against, past it when the permits did not fit (0 otherwise).
+	Count int64
 	// Shadow marks a refusal by a limiter in shadow mode that core reports
 	// as granted: it took nothing (the store never sets it).
 	Shadow bool

@@ -60,12 +60,13 @@ func (r *Request) arg() int64 {
 // chargedOf is the Decision a charge's record tells (decodeAnswer): its
 // code (recordChargedWithin or recordChargedOver), and the record's sched,
 // start, wait and retry_after slots, which hold the limiter's delay after
-// the charge in retry_after's place (a window's: in start's).
+// the charge in retry_after's place (a window's: in start's, and its count
+// after the charge in retry_after's).
 func chargedOf(code int64, window bool, now, sched, start, wait, retry, ver int64, inst bool, pos, limit int64) Decision {
 	d := Decision{Charged: true, Granted: code == recordChargedWithin, Wait: wait, Version: ver, Now: now,
 		Instance: inst, Position: pos, Window: window, Limit: limit}
 	if window {
-		d.Delay, d.Scheduled, d.Start = start, now, now
+		d.Delay, d.Scheduled, d.Start, d.Count = start, now, now, retry
 		return d
 	}
 	d.Delay, d.Lateness = retry, start-sched

@@ -735,7 +735,7 @@ func (g *diffRig) charged(n int64, mw time.Duration, d store.Decision, err error
 	want := diffDecision(r, g.ver, now)
 	want.Charged, want.Instance = true, g.tpl
 	if p.Kind == limiter.KindWindow {
-		want.Window, want.Limit = true, p.Limit
+		want.Window, want.Limit, want.Count = true, p.Limit, r.Count
 	}
 	if d.Position != 0 {
 		want.Position = g.s.Next
