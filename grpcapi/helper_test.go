@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/internal/redistest"
 	"github.com/limitd/limitd/store"
 )
 
@@ -142,6 +143,47 @@ func (e *env) apply(r *Rules) {
 		if _, _, err := e.svc.PutTemplate(context.Background(), tpl); err != nil {
 			e.t.Fatalf("template %s: %v", tpl.ID, err)
 		}
+	}
+}
+
+// real reports whether e runs on a real redis-server, whose time the test
+// cannot move.
+func (e *env) real() bool { return e.mini == nil }
+
+// about reports whether a duration Redis computed is want: exactly on
+// miniredis, within the last 100 ms before it on a real Redis, whose clock
+// moved since.
+func (e *env) about(got, want time.Duration) bool {
+	if e.real() {
+		return got <= want && got > want-100*time.Millisecond
+	}
+	return got == want
+}
+
+// realEnv makes test servers over srv, a real redis-server of the test's
+// own: each starts on an empty server, early in a second of Redis' clock,
+// so that a test's calls (milliseconds) fall in one window of every unit.
+func realEnv(srv *redistest.Instance) envMaker {
+	return func(t *testing.T, domains string, opts ...option) *env {
+		t.Helper()
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		ctx := context.Background()
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			now, err := rdb.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ns := now.Nanosecond(); ns < 300e6 {
+				break
+			} else {
+				time.Sleep(time.Duration(1e9 - ns))
+			}
+		}
+		return newEnvOver(t, rdb, domains, opts...)
 	}
 }
 

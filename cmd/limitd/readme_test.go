@@ -184,6 +184,12 @@ func TestREADMEYAML(t *testing.T) {
 			}
 			continue
 		}
+		if len(b.lines) > 0 && strings.HasPrefix(b.lines[0], "# Envoy Gateway") {
+			if err := gatewayPolicy(strings.Join(b.lines, "\n")); err != nil {
+				ps.add(b.line, "not an Envoy Gateway BackendTrafficPolicy: %v", err)
+			}
+			continue
+		}
 		if len(b.lines) > 0 && strings.HasPrefix(b.lines[0], "# Istio") {
 			if err := istioFilter(strings.Join(b.lines, "\n")); err != nil {
 				ps.add(b.line, "not an Istio EnvoyFilter of the rate limit filter: %v", err)
