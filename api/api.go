@@ -176,6 +176,7 @@ func New(o Options) http.Handler {
 	e.POST("/v1/acquire", s.acquireAll, read)
 	e.POST("/v1/limiters/:name/grant", s.grant, read)
 	e.POST("/v1/limiters/:name/handback", s.handback, read)
+	e.POST("/v1/limiters/:name/charge", s.charge, read)
 	get("/v1/limiters/:name/wait", s.wait, read)
 	e.POST("/v1/limiters/:name/reset", s.reset, admin)
 	// A client's own lease calls need only the read token, returning

@@ -6,6 +6,7 @@
 //	GET  /v1/limiters?cursor=&limit=           list, 100 per page by default
 //	POST /v1/limiters/{name}/acquire           take permits, or a concurrency slot (429 when not granted)
 //	POST /v1/limiters/{name}/grant, /handback  permits for a client pool, and their return
+//	POST /v1/limiters/{name}/charge            permits a caller's work used, taken whatever is left; a grant settled
 //	GET  /v1/limiters/{name}/wait              the live state: backlog, delay, totals
 //	POST /v1/limiters/{name}/reset             start a new schedule now
 //	POST /v1/limiters/{name}/release, /renew   end or extend a concurrency lease
@@ -50,7 +51,8 @@
 // A handler decodes the request (wire bodies, strict JSON), calls one
 // core.Service operation and encodes its result or maps its error to a
 // problem; the rules (kind dispatch of acquire, blocking, slot hints, share
-// requests, stateless grant handback, input checks) live in core. The
+// requests, stateless grant handback, settling a grant, input checks) live
+// in core. The
 // Prometheus metrics observe core (core.Observer). api imports core, wire
 // and limiter, never store.
 package api

@@ -55,11 +55,11 @@ func newMetrics(reg *prometheus.Registry, version string) *metrics {
 		}, []string{"method", "route"})),
 		decisions: promreg.Register("api", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_acquire_decisions_total",
-			Help: "Acquire decisions (granted, denied, shadow: refused and let through in shadow mode, voided: would have granted in a several-limit call another limiter refused) by limiter name, or by template id (limiter=\"\") for template instances.",
+			Help: "Acquire decisions (granted, denied, shadow: refused and let through in shadow mode, voided: would have granted in a several-limit call another limiter refused, charged: permits taken by a charge whatever was left) by limiter name, or by template id (limiter=\"\") for template instances.",
 		}, []string{"limiter", "template", "decision"})),
 		permits: promreg.Register("api", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_permits_total",
-			Help: "Permits asked for in acquires and pool grants, by decision as limitd_acquire_decisions_total (an acquire of 100 counts 100), by limiter name, or by template id (limiter=\"\") for template instances.",
+			Help: "Permits asked for in acquires and pool grants, and taken by charges, by decision as limitd_acquire_decisions_total (an acquire of 100 counts 100), by limiter name, or by template id (limiter=\"\") for template instances.",
 		}, []string{"limiter", "template", "decision"})),
 		delay: promreg.Register("api", reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "limitd_acquire_delay_seconds",

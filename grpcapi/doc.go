@@ -14,15 +14,22 @@
 // name any limitd rate config (limiter:), so that a schedule or smooth limit
 // replaces the window.
 //
-// A call's counters are asked in one core.Service.AcquireAll, all or nothing
-// (a shadow_mode rule is a shadow limiter: it never refuses, so it never
-// stops the others). The server answers OVER_LIMIT when any rule refuses;
-// Redis failing is codes.Unavailable (Envoy's failure_mode_deny decides),
-// bad requests codes.InvalidArgument, a missing or wrong token
-// codes.Unauthenticated. Decisions reach the service's core.Observer (the
-// same metrics as the HTTP API's), and each rule's hits, over-limit,
-// near-limit, within-limit and shadow-mode counts are Prometheus counters
-// labelled by domain and rule.
+// The server translates: each descriptor becomes a core.Counter (its rule's
+// counter and hits, quota mode; unlimited; or no limit where nothing
+// matched or the rule was replaced), core.Service.Count decides the call
+// (counting, shadow and quota mode, per rule and global, live there), and
+// each core.Count becomes a descriptor status as the reference words it:
+// OVER_LIMIT for a rule over its limit and not in shadow mode, the rule's
+// current_limit, limit_remaining (0 when over) and duration_until_reset
+// (a window's end, in whole seconds rounded up). Options.Counting picks the
+// reference's counting (every hit counted, refused or not: the default) or
+// limitd's all or nothing. Redis failing is codes.Unavailable (Envoy's
+// failure_mode_deny decides), bad requests codes.InvalidArgument, a missing
+// or wrong token codes.Unauthenticated. Decisions reach the service's
+// core.Observer (the same metrics as the HTTP API's), and each rule's hits,
+// over-limit, near-limit, within-limit and shadow-mode counts are
+// Prometheus counters labelled by domain and rule, split as the reference
+// splits them.
 //
 // Layer: cmd → api|grpcapi → core → store → limiter. grpcapi imports core
 // and limiter, never api, store or a Redis client.

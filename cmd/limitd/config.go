@@ -16,6 +16,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/core"
 )
 
 // config is limitd serve's configuration, read from the environment. The
@@ -34,6 +35,8 @@ type config struct {
 	LogLevel     string `env:"LIMITD_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error; the startup line shows at every level"`
 	AccessLog    string `env:"LIMITD_ACCESS_LOG" envDefault:"off" help:"which requests get an \"http request\" line at info: off, errors (answered with a problem: 4xx but a 429 refusal, 5xx) or all; /healthz and /readyz never"`
 	ShadowMode   bool   `env:"LIMITD_SHADOW_MODE" envDefault:"false" help:"true: every limiter in shadow mode: acquires decide and count but are never refused (a refusal answers 200 with \"shadow\":true and takes nothing)"`
+	GRPCCounting string `env:"LIMITD_GRPC_COUNTING" envDefault:"reference" help:"how the gRPC front end's rules count hits: reference (as the Envoy reference server: every hit counted, refused or not, each rule on its own) or strict (all or nothing across a call; refused hits never counted)"`
+	GRPCQuota    bool   `env:"LIMITD_GRPC_QUOTA_MODE" envDefault:"false" help:"true: every gRPC rule is a quota (quota_mode): a call is refused only when all its descriptors are over (needs LIMITD_GRPC_COUNTING=reference)"`
 }
 
 var (
@@ -107,6 +110,14 @@ func (c *config) check() error {
 	if _, ok := logLevels[c.LogLevel]; !ok {
 		return fmt.Errorf("LIMITD_LOG_LEVEL: must be one of debug, info, warn, error (got %q)", c.LogLevel)
 	}
+	counting, err := core.ParseCounting(strings.ToLower(c.GRPCCounting))
+	if err != nil {
+		return fmt.Errorf("LIMITD_GRPC_COUNTING: %w", err)
+	}
+	c.GRPCCounting = counting.String()
+	if c.GRPCQuota && counting == core.CountStrict {
+		return fmt.Errorf("LIMITD_GRPC_QUOTA_MODE: needs LIMITD_GRPC_COUNTING=reference: a strict call is all or nothing")
+	}
 	a, err := api.ParseAccessLog(c.AccessLog)
 	if err != nil {
 		return fmt.Errorf("LIMITD_ACCESS_LOG: %w", err)
@@ -135,6 +146,12 @@ func isLoopback(host string) bool {
 	host, _, _ = strings.Cut(host, "%") // an IPv6 zone
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// counting is LIMITD_GRPC_COUNTING, checked by check.
+func (c *config) counting() core.Counting {
+	n, _ := core.ParseCounting(c.GRPCCounting)
+	return n
 }
 
 // accessLog is LIMITD_ACCESS_LOG, checked by check.

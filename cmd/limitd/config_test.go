@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -22,7 +23,7 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config{Addr: "127.0.0.1:8080", Prefix: "limitd", LogFormat: "text", LogLevel: "info", AccessLog: "off"}
+	want := config{Addr: "127.0.0.1:8080", Prefix: "limitd", LogFormat: "text", LogLevel: "info", AccessLog: "off", GRPCCounting: "reference"}
 	if c != want {
 		t.Errorf("defaults = %+v, want %+v", c, want)
 	}
@@ -38,13 +39,13 @@ func TestConfigFromEnv(t *testing.T) {
 		"LIMITD_ADDR": "0.0.0.0:9000", "LIMITD_REDIS_URL": "redis://r:6379", "LIMITD_PREFIX": "app1",
 		"LIMITD_CONFIG": "/etc/limitd.yaml", "LIMITD_ADMIN_TOKEN": "adm", "LIMITD_TOKEN": "tok",
 		"LIMITD_METRICS_TOKEN": "met", "LIMITD_INSECURE": "false", "LIMITD_LOG_FORMAT": "JSON", "LIMITD_LOG_LEVEL": "Debug",
-		"LIMITD_ACCESS_LOG": "Errors", "LIMITD_SHADOW_MODE": "true",
+		"LIMITD_ACCESS_LOG": "Errors", "LIMITD_SHADOW_MODE": "true", "LIMITD_GRPC_COUNTING": "Strict",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := config{Addr: "0.0.0.0:9000", RedisURL: "redis://r:6379", Prefix: "app1", ConfigFile: "/etc/limitd.yaml",
-		AdminToken: "adm", Token: "tok", MetricsToken: "met", LogFormat: "json", LogLevel: "debug", AccessLog: "errors", ShadowMode: true}
+		AdminToken: "adm", Token: "tok", MetricsToken: "met", LogFormat: "json", LogLevel: "debug", AccessLog: "errors", ShadowMode: true, GRPCCounting: "strict"}
 	if c != want {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
@@ -57,7 +58,7 @@ func TestConfigVariables(t *testing.T) {
 	for i := range typ.NumField() {
 		got = append(got, typ.Field(i).Tag.Get("env"))
 	}
-	want := "LIMITD_ADDR LIMITD_GRPC_ADDR LIMITD_REDIS_URL LIMITD_PREFIX LIMITD_CONFIG LIMITD_ADMIN_TOKEN LIMITD_TOKEN LIMITD_METRICS_TOKEN LIMITD_INSECURE LIMITD_LOG_FORMAT LIMITD_LOG_LEVEL LIMITD_ACCESS_LOG LIMITD_SHADOW_MODE"
+	want := "LIMITD_ADDR LIMITD_GRPC_ADDR LIMITD_REDIS_URL LIMITD_PREFIX LIMITD_CONFIG LIMITD_ADMIN_TOKEN LIMITD_TOKEN LIMITD_METRICS_TOKEN LIMITD_INSECURE LIMITD_LOG_FORMAT LIMITD_LOG_LEVEL LIMITD_ACCESS_LOG LIMITD_SHADOW_MODE LIMITD_GRPC_COUNTING LIMITD_GRPC_QUOTA_MODE"
 	if strings.Join(got, " ") != want {
 		t.Errorf("variables %v, want %s", got, want)
 	}
@@ -68,6 +69,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		key, val, want string
 	}{
 		{"LIMITD_LOG_LEVEL", "loud", `LIMITD_LOG_LEVEL: must be one of debug, info, warn, error (got "loud")`},
+		{"LIMITD_GRPC_COUNTING", "all", `LIMITD_GRPC_COUNTING: must be one of reference, strict (got "all")`},
 		{"LIMITD_ACCESS_LOG", "on", `LIMITD_ACCESS_LOG: must be one of off, errors, all (got "on")`},
 		{"LIMITD_LOG_FORMAT", "xml", `LIMITD_LOG_FORMAT: must be one of text, json (got "xml")`},
 		{"LIMITD_INSECURE", "yes", `LIMITD_INSECURE: must be true or false (got "yes")`},
@@ -128,5 +130,21 @@ func TestEnvHelpListsEveryVariable(t *testing.T) {
 	}
 	if !strings.Contains(h, "(default 127.0.0.1:8080)") {
 		t.Errorf("help lacks the LIMITD_ADDR default:\n%s", h)
+	}
+}
+
+// Quota mode needs the reference counting: a strict call is all or nothing.
+func TestGRPCQuotaNeedsReference(t *testing.T) {
+	_, err := loadConfig(map[string]string{"LIMITD_GRPC_QUOTA_MODE": "true", "LIMITD_GRPC_COUNTING": "strict"})
+	if err == nil || !strings.HasPrefix(err.Error(), "LIMITD_GRPC_QUOTA_MODE: needs LIMITD_GRPC_COUNTING=reference") {
+		t.Errorf("quota mode with strict counting: %v", err)
+	}
+	if _, err := loadConfig(map[string]string{"LIMITD_GRPC_QUOTA_MODE": "true"}); err != nil {
+		t.Errorf("quota mode with the default counting: %v", err)
+	}
+	boot := writeFile(t, "limitd.yaml", "domains:\n  - domain: d\n    descriptors:\n      - key: k\n        quota_mode: true\n        rate_limit: {unit: second, requests_per_unit: 1}\n")
+	err = serve(t.Context(), map[string]string{"LIMITD_CONFIG": boot, "LIMITD_GRPC_COUNTING": "strict", "LIMITD_ADDR": "127.0.0.1:0"}, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "1 rules set quota_mode, which needs LIMITD_GRPC_COUNTING=reference") {
+		t.Errorf("a boot file with a quota rule under strict counting: %v", err)
 	}
 }

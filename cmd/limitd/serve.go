@@ -115,6 +115,9 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		if boot, err = loadBootFile(cfg.ConfigFile); err != nil {
 			return fmt.Errorf("LIMITD_CONFIG: %w", err)
 		}
+		if n := boot.rules.Quotas(); n > 0 && cfg.counting() == core.CountStrict {
+			return fmt.Errorf("LIMITD_CONFIG: %d rules set quota_mode, which needs LIMITD_GRPC_COUNTING=reference (a strict call is all or nothing)", n)
+		}
 	}
 	var rdb redis.UniversalClient
 	if cfg.RedisURL != "" {
@@ -177,12 +180,12 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		cancel()
 	}
 	reg := prometheus.NewRegistry()
-	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode})
+	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode, QuotaMode: cfg.GRPCQuota})
 	var rls *grpcapi.Server
 	if gln != nil {
 		o := grpcapi.Options{
 			Service: svc.Observed(api.Observer(reg, version)), Token: cfg.Token, AdminToken: cfg.AdminToken,
-			Logger: logger, AccessLog: cfg.AccessLog, Registry: reg, ShadowMode: cfg.ShadowMode,
+			Logger: logger, AccessLog: cfg.AccessLog, Registry: reg, Counting: cfg.counting(),
 		}
 		if boot != nil {
 			o.Rules = boot.rules
