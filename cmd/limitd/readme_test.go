@@ -74,6 +74,7 @@ var readmeNotRun = []struct{ cmd, why string }{
 	{"limitd bench --redis redis://127.0.0.1:6379", "needs the Redis at 127.0.0.1:6379; parseBench checks the flags"},
 	{"scripts/bench-tables.sh", "runs every side-by-side benchmark for minutes; TestBenchTablesScript checks what it runs exists"},
 	{"scripts/store-vs.sh", "runs for minutes; TestStoreVsScript runs it against HEAD, one short round per row"},
+	{"scripts/envoy-vs.sh", "builds the reference rate limit server from the Go module proxy and runs for minutes; TestEnvoyVsScript runs it with QUICK=1 when LIMITD_ENVOY_VS=1"},
 	{"limitd ctl", "talks to the server at LIMITD_URL; checkCtl checks the verb and its arguments, TestCtl runs every verb"},
 	{"git worktree add", "checks out and builds another commit beside this one, for BenchmarkHTTPAcquireVs, whose form is checked"},
 }
