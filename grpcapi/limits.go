@@ -19,10 +19,11 @@ import (
 
 // Limits bound what the clients of the gRPC port can make the server hold:
 // calls per connection, connections, the bytes of one call, and how long a
-// connection lives. The zero value of a field turns its bound off (gRPC's
-// own default, unbounded for most); DefaultLimits are the ones for an Envoy
-// fleet in front, which keeps a few long-lived HTTP/2 connections per worker
-// and multiplexes its calls on them.
+// connection lives. A field's zero turns its bound off (MaxHeaderListSize's
+// falls back to gRPC's 16 MiB; KeepaliveTimeout must be set while
+// KeepaliveTime pings); DefaultLimits are the ones for an Envoy fleet in
+// front, which keeps a few long-lived HTTP/2 connections per worker and
+// multiplexes its calls on them.
 //
 // A call held open costs the server a goroutine and the call's state (about
 // 12 KiB), its metadata (kept in a map sized by its fields: up to about
