@@ -31,6 +31,20 @@
 // Prometheus counters labelled by domain and rule, split as the reference
 // splits them.
 //
+// The port is bounded (limits.go): Limits are the calls a connection may
+// have open, the connections, the bytes of a message and of its metadata,
+// the pings a client may send, and how long a connection may sit idle or
+// live (it is sent GOAWAY, its calls in flight given a grace period to
+// finish); Server.ServerOptions turns them into a grpc.Server's options and
+// Server.Listener bounds the connections. With a token set, a rate limit
+// call without it is answered from its metadata before its stream exists
+// (grpc.InTapHandle), so that it costs the server nothing; ShouldRateLimit
+// checks it again. A request that does not decode (a malformed protobuf, a
+// string that is not UTF-8) is codes.InvalidArgument, where gRPC would say
+// codes.Internal (codec.go). Envoy keeps a few long-lived HTTP/2
+// connections per worker and multiplexes its calls on them: DefaultLimits
+// say why each default suits it.
+//
 // Layer: cmd → api|grpcapi → core → store → limiter. grpcapi imports core
 // and limiter, never api, store or a Redis client.
 package grpcapi

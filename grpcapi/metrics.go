@@ -19,6 +19,8 @@ type metrics struct {
 	hits, over, near, within, shadow *prometheus.CounterVec
 	globalShadow                     prometheus.Counter
 	requests                         *prometheus.CounterVec
+	conns                            prometheus.Gauge   // limits.go: Listener
+	connsRefused                     prometheus.Counter // limits.go: Listener
 
 	mu   sync.Mutex
 	kept map[[2]string]*ruleSeries
@@ -48,6 +50,14 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "limitd_grpc_requests_total",
 			Help: "ShouldRateLimit calls answered, by gRPC code (OK also for an OVER_LIMIT answer).",
 		}, []string{"code"})),
+		conns: promreg.Register("grpcapi", reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "limitd_grpc_connections",
+			Help: "gRPC connections open.",
+		})),
+		connsRefused: promreg.Register("grpcapi", reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "limitd_grpc_connections_refused_total",
+			Help: "gRPC connections closed as soon as accepted because the most that may be open (LIMITD_GRPC_MAX_CONNECTIONS) were open.",
+		})),
 		kept: map[[2]string]*ruleSeries{},
 	}
 }

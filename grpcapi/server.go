@@ -117,10 +117,11 @@ func (s *Server) SetRules(r *Rules) {
 }
 
 // Register adds the rate limit service and the standard health service
-// (grpc.health.v1) to g.
+// (grpc.health.v1) to g. Under the codec of ServerOptions, a request that
+// does not decode is answered InvalidArgument (codec.go).
 func (s *Server) Register(g *grpc.Server) {
-	rlv3.RegisterRateLimitServiceServer(g, s)
-	healthpb.RegisterHealthServer(g, s.health)
+	g.RegisterService(checked(&rlv3.RateLimitService_ServiceDesc, s.malformed), s)
+	g.RegisterService(checked(&healthpb.Health_ServiceDesc, nil), s.health)
 }
 
 // Watch keeps the rate limit service's health (grpc.health.v1, under

@@ -242,10 +242,16 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 	grpcErr := make(chan error, 1)
 	grpcAddr := ""
 	if rls != nil {
-		gsrv = grpc.NewServer()
+		limits := grpcapi.Limits(cfg.GRPCLimits) // LIMITD_GRPC_*, checked by loadConfig
+		opts, err := rls.ServerOptions(limits)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("gRPC limits: %w", err)
+		}
+		gsrv = grpc.NewServer(opts...)
 		rls.Register(gsrv)
 		grpcAddr = gln.Addr().String()
-		wg.Go(func() { grpcErr <- gsrv.Serve(gln) })
+		wg.Go(func() { grpcErr <- gsrv.Serve(rls.Listener(gln, limits)) })
 	}
 	// The startup line shows whatever LIMITD_LOG_LEVEL is.
 	cfg.announcer(logOut).Info("limitd serving", "addr", ln.Addr().String(), "grpc_addr", grpcAddr, "version", version, "redis", redisTarget(cfg.RedisURL),
