@@ -1,6 +1,7 @@
 // Package api is limitd's HTTP API: an echo v4 handler over a core.Service.
 //
-// New returns one http.Handler serving the contract of shared/API.md:
+// New returns one Handler (an http.Handler) serving the contract of
+// shared/API.md:
 //
 //	PUT|GET|PATCH|DELETE /v1/limiters/{name}   create, read, reconfigure, delete
 //	GET  /v1/limiters?cursor=&limit=           list, 100 per page by default
@@ -12,6 +13,8 @@
 //	POST /v1/limiters/{name}/capacity          a share client asks for capacity (Doorman)
 //	DELETE /v1/limiters/{name}/capacity/{client_id}   and gives it back
 //	PUT|GET|DELETE /v1/templates/{id}, GET /v1/templates
+//	GET  /v1/events?limiters=&interval=        Server-Sent Events: states and config changes
+//	GET  /ui/                                  the dashboard, over /v1/events
 //	GET  /healthz, /readyz, /metrics, /openapi.yaml
 //
 // Every GET route answers HEAD as well. /readyz is 200 only while every Redis
@@ -35,6 +38,15 @@
 // per object. A problem repeats at most 64 characters of any input. A refused
 // request whose body was not read closes its connection, so that net/http
 // does not read up to 256 KiB of a body nobody wants, at the client's pace.
+//
+// The event streams of one Handler share one subscription to config
+// changes and one sampling loop (eventHub): each round reads what the
+// streams due then watch, each limiter once, and hands every one of them
+// the same encoded sample, so a stream costs Redis nothing of its own. The
+// loop runs while a stream is open; Handler.Close, called as the server
+// shuts down, ends the streams and stops it. Options.MaxEventStreams caps
+// the streams open (503 past it), and a stream whose client does not read
+// is dropped after a bounded buffer.
 //
 // Options.AccessLog picks the requests logged, one "http request" line each
 // at INFO: none (the default), those answered with a problem, or all; the

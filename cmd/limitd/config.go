@@ -34,7 +34,14 @@ type config struct {
 	LogLevel     string `env:"LIMITD_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error; the startup line shows at every level"`
 	AccessLog    string `env:"LIMITD_ACCESS_LOG" envDefault:"off" help:"which requests get an \"http request\" line at info: off, errors (answered with a problem: 4xx but a 429 refusal, 5xx) or all; /healthz and /readyz never"`
 	ShadowMode   bool   `env:"LIMITD_SHADOW_MODE" envDefault:"false" help:"true: every limiter in shadow mode: acquires decide and count but are never refused (a refusal answers 200 with \"shadow\":true and takes nothing)"`
+	// EventsMaxStreams's default is api.DefaultMaxEventStreams (a test
+	// compares them).
+	EventsMaxStreams int `env:"LIMITD_EVENTS_MAX_STREAMS" envDefault:"256" help:"event streams (GET /v1/events, the dashboard) open at once, 1 to 100000; they share one Redis subscription and one sampling loop, and each holds a connection; past it a new stream is a 503 with Retry-After"`
 }
+
+// maxEventStreams bounds LIMITD_EVENTS_MAX_STREAMS: each stream holds a
+// connection, a file descriptor and a goroutine.
+const maxEventStreams = 100_000
 
 var (
 	logFormats = []string{"text", "json"}
@@ -66,8 +73,11 @@ func envError(err error, environ map[string]string) error {
 	}
 	f, _ := reflect.TypeFor[config]().FieldByName(pe.Name)
 	key := f.Tag.Get("env")
-	if pe.Type.Kind() == reflect.Bool {
+	switch pe.Type.Kind() {
+	case reflect.Bool:
 		return fmt.Errorf("%s: must be true or false (got %q)", key, environ[key])
+	case reflect.Int:
+		return fmt.Errorf("%s: must be a whole number (got %q)", key, environ[key])
 	}
 	return fmt.Errorf("%s: %v (got %q)", key, pe.Err, environ[key])
 }
@@ -98,6 +108,9 @@ func (c *config) check() error {
 		if strings.IndexFunc(t.val, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
 			return fmt.Errorf("%s: must not contain spaces or control characters (a trailing newline?)", t.key)
 		}
+	}
+	if c.EventsMaxStreams < 1 || c.EventsMaxStreams > maxEventStreams {
+		return fmt.Errorf("LIMITD_EVENTS_MAX_STREAMS: must be from 1 to %d (got %d)", maxEventStreams, c.EventsMaxStreams)
 	}
 	c.LogFormat = strings.ToLower(c.LogFormat)
 	if !slices.Contains(logFormats, c.LogFormat) {

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/limitd/limitd/api"
 )
 
 func writeFile(t *testing.T, name, content string) string {
@@ -22,7 +24,8 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config{Addr: "127.0.0.1:8080", Prefix: "limitd", LogFormat: "text", LogLevel: "info", AccessLog: "off"}
+	want := config{Addr: "127.0.0.1:8080", Prefix: "limitd", LogFormat: "text", LogLevel: "info", AccessLog: "off",
+		EventsMaxStreams: api.DefaultMaxEventStreams}
 	if c != want {
 		t.Errorf("defaults = %+v, want %+v", c, want)
 	}
@@ -38,13 +41,14 @@ func TestConfigFromEnv(t *testing.T) {
 		"LIMITD_ADDR": "0.0.0.0:9000", "LIMITD_REDIS_URL": "redis://r:6379", "LIMITD_PREFIX": "app1",
 		"LIMITD_CONFIG": "/etc/limitd.yaml", "LIMITD_ADMIN_TOKEN": "adm", "LIMITD_TOKEN": "tok",
 		"LIMITD_METRICS_TOKEN": "met", "LIMITD_INSECURE": "false", "LIMITD_LOG_FORMAT": "JSON", "LIMITD_LOG_LEVEL": "Debug",
-		"LIMITD_ACCESS_LOG": "Errors", "LIMITD_SHADOW_MODE": "true",
+		"LIMITD_ACCESS_LOG": "Errors", "LIMITD_SHADOW_MODE": "true", "LIMITD_EVENTS_MAX_STREAMS": "1000",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := config{Addr: "0.0.0.0:9000", RedisURL: "redis://r:6379", Prefix: "app1", ConfigFile: "/etc/limitd.yaml",
-		AdminToken: "adm", Token: "tok", MetricsToken: "met", LogFormat: "json", LogLevel: "debug", AccessLog: "errors", ShadowMode: true}
+		AdminToken: "adm", Token: "tok", MetricsToken: "met", LogFormat: "json", LogLevel: "debug", AccessLog: "errors", ShadowMode: true,
+		EventsMaxStreams: 1000}
 	if c != want {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
@@ -57,7 +61,7 @@ func TestConfigVariables(t *testing.T) {
 	for i := range typ.NumField() {
 		got = append(got, typ.Field(i).Tag.Get("env"))
 	}
-	want := "LIMITD_ADDR LIMITD_GRPC_ADDR LIMITD_REDIS_URL LIMITD_PREFIX LIMITD_CONFIG LIMITD_ADMIN_TOKEN LIMITD_TOKEN LIMITD_METRICS_TOKEN LIMITD_INSECURE LIMITD_LOG_FORMAT LIMITD_LOG_LEVEL LIMITD_ACCESS_LOG LIMITD_SHADOW_MODE"
+	want := "LIMITD_ADDR LIMITD_GRPC_ADDR LIMITD_REDIS_URL LIMITD_PREFIX LIMITD_CONFIG LIMITD_ADMIN_TOKEN LIMITD_TOKEN LIMITD_METRICS_TOKEN LIMITD_INSECURE LIMITD_LOG_FORMAT LIMITD_LOG_LEVEL LIMITD_ACCESS_LOG LIMITD_SHADOW_MODE LIMITD_EVENTS_MAX_STREAMS"
 	if strings.Join(got, " ") != want {
 		t.Errorf("variables %v, want %s", got, want)
 	}
@@ -80,6 +84,9 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"LIMITD_ADMIN_TOKEN", "secret\n", `LIMITD_ADMIN_TOKEN: must not contain spaces or control characters`},
 		{"LIMITD_TOKEN", "a b", `LIMITD_TOKEN: must not contain spaces`},
 		{"LIMITD_METRICS_TOKEN", "m\n", `LIMITD_METRICS_TOKEN: must not contain spaces`},
+		{"LIMITD_EVENTS_MAX_STREAMS", "many", `LIMITD_EVENTS_MAX_STREAMS: must be a whole number (got "many")`},
+		{"LIMITD_EVENTS_MAX_STREAMS", "0", `LIMITD_EVENTS_MAX_STREAMS: must be from 1 to 100000 (got 0)`},
+		{"LIMITD_EVENTS_MAX_STREAMS", "100001", `LIMITD_EVENTS_MAX_STREAMS: must be from 1 to 100000`},
 	} {
 		_, err := loadConfig(map[string]string{tc.key: tc.val})
 		if err == nil {
