@@ -146,6 +146,12 @@ func (s *server) events(c echo.Context) error {
 		}
 	}
 	take(first)
+	// The headers go out with the first sample, at once, also when it is
+	// empty (no limiter yet).
+	if !write(buf) {
+		return nil
+	}
+	buf = buf[:0]
 	quiet := time.NewTimer(keepAlive)
 	defer quiet.Stop()
 	for {
