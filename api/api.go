@@ -176,7 +176,7 @@ func New(o Options) *Handler {
 		e.GET(path, h, m...)
 		e.HEAD(path, h, m...)
 	}
-	metricsAuth := open
+	metricsAuth := untokened
 	if o.MetricsToken != "" {
 		// /metrics names every limiter and template.
 		metricsAuth = bearer("/metrics needs the metrics token (LIMITD_METRICS_TOKEN)", o.MetricsToken)

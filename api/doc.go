@@ -27,13 +27,14 @@
 //
 // Every error is an RFC 9457 application/problem+json body: 400 bad input
 // (with "field" naming the JSON field, path or query parameter at fault), 401
-// a missing or wrong bearer token, 404, 405, 409 a kind change through PATCH
-// or a call the limiter's kind does not take (acquire on a share limiter),
-// 408 a body that did not arrive within Options.BodyTimeout (or the server's
-// shorter ReadTimeout), 413 a body over
-// the limit, 415 a body that is not JSON, 503 when Redis cannot serve (the
-// detail names the condition: READONLY, OOM, timeout, ...) or the request ran
-// out of time. Bad input changes nothing in Redis and never gets a 5xx; a
+// a missing or wrong bearer token, 403 a write from a browser page of another
+// origin, 404, 405, 409 a kind change through PATCH or a call the limiter's
+// kind does not take (acquire on a share limiter), 408 a body that did not
+// arrive within Options.BodyTimeout (or the server's shorter ReadTimeout),
+// 413 a body over the limit, 415 a body that is not JSON, 421 a Host that is
+// not a loopback name on a loopback address, 503 when Redis cannot serve
+// (the detail names the condition: READONLY, OOM, timeout, ...), the request
+// ran out of time, or the event streams are at their cap. Bad input changes nothing in Redis and never gets a 5xx; a
 // panic is recovered into a logged 500. JSON keys must match exactly, once
 // per object. A problem repeats at most 64 characters of any input. A refused
 // request whose body was not read closes its connection, so that net/http
@@ -47,6 +48,13 @@
 // shuts down, ends the streams and stops it. Options.MaxEventStreams caps
 // the streams open (503 past it), and a stream whose client does not read
 // is dropped after a bounded buffer.
+//
+// A bearer token keeps browsers out on its own (a page cannot make a
+// browser send one). Routes that need no token are kept from pages of other
+// sites (untokened, origin.go): a write a browser sent from another origin
+// (Sec-Fetch-Site, else Origin) is 403, a write whose body is not declared
+// JSON 415, and a request that reached a loopback address under a Host that
+// is not a loopback name 421 (DNS rebinding).
 //
 // Options.AccessLog picks the requests logged, one "http request" line each
 // at INFO: none (the default), those answered with a problem, or all; the
