@@ -305,13 +305,13 @@ func TestEventsDropSlowReader(t *testing.T) {
 	defer conn.Close()
 	_ = conn.(*net.TCPConn).SetReadBuffer(4 << 10)
 	fmt.Fprintf(conn, "GET /v1/events?interval=100ms&limiters=%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", strings.Join(names, ","))
-	eventually(t, "the stream opens", func() bool { return e.metric("limitd_event_streams") == 1 })
+	eventually(t, "the stream opens", func() bool { return api.OpenEventStreams(h) == 1 })
 	// The client reads nothing. Each round the server writes ~7 KB until
 	// the sockets' buffers are full; then samples wait for the stream
 	// until it is StreamBuffer behind.
 	rounds := 0
-	for e.metric("limitd_event_streams") != 0 {
-		if rounds == 1000 {
+	for api.OpenEventStreams(h) != 0 {
+		if rounds == 3000 {
 			t.Fatalf("the stream is still open after %d rounds", rounds)
 		}
 		select {
@@ -325,6 +325,9 @@ func TestEventsDropSlowReader(t *testing.T) {
 		t.Errorf("dropped after %d rounds, want at least the buffer's %d", rounds, api.StreamBuffer)
 	}
 	eventually(t, "the drop counted", func() bool { return e.metric("limitd_event_streams_dropped_total") == 1 })
+	if got := e.metric("limitd_event_streams"); got != 0 {
+		t.Errorf("limitd_event_streams %v after the drop, want 0", got)
+	}
 	// The server closed the connection: what it wrote ends.
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.Copy(io.Discard, conn); err != nil {

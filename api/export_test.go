@@ -25,3 +25,10 @@ func EventLoopRunning(h *Handler) bool {
 	defer h.s.hub.mu.Unlock()
 	return h.s.hub.running
 }
+
+// OpenEventStreams is how many event streams h has open.
+func OpenEventStreams(h *Handler) int {
+	h.s.hub.mu.Lock()
+	defer h.s.hub.mu.Unlock()
+	return len(h.s.hub.streams)
+}
