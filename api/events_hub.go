@@ -294,12 +294,11 @@ func (h *eventHub) loop() {
 	tick := h.newTicker(minEventInterval)
 	defer tick.Stop()
 	for {
-		var ok bool
+		ok := true
 		select {
 		case <-ctx.Done():
-			ok = false
-		case ch, open := <-changes:
-			if ok = open; ok {
+		case ch, open := <-changes: // closed only as ctx ends
+			if open {
 				l.changed(ch)
 			}
 		case <-h.wake:
@@ -309,8 +308,11 @@ func (h *eventHub) loop() {
 			ok = l.sample(ctx, true)
 		}
 		if !ok {
+			return // no stream left: sample said so, running cleared
+		}
+		if ctx.Err() != nil {
 			h.mu.Lock()
-			h.running = false
+			h.running = false // closed: no loop starts again
 			h.mu.Unlock()
 			return
 		}
@@ -337,12 +339,15 @@ func (l *sampling) changed(ch core.Change) {
 }
 
 // sample runs one round for the streams due: on a tick those whose interval
-// it completes, on a wake those that have had no sample yet. It reports
-// false when the loop should stop (no stream left, or the hub closing).
+// it completes, on a wake those that have had no sample yet. With no stream
+// left it reports false, having cleared running in the same hold of the
+// lock, so that a stream joining now starts a new loop rather than count on
+// this one.
 func (l *sampling) sample(ctx context.Context, tick bool) bool {
 	h := l.h
 	h.mu.Lock()
 	if len(h.streams) == 0 {
+		h.running = false
 		h.mu.Unlock()
 		return false
 	}
@@ -398,7 +403,7 @@ func (l *sampling) sample(ctx context.Context, tick bool) bool {
 		}
 	}
 	if ctx.Err() != nil {
-		return false
+		return true // closing: the loop sees it
 	}
 	if all && l.all != nil {
 		// A limiter gone is told once to the streams that watch them all,

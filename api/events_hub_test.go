@@ -338,3 +338,17 @@ func TestEventsDropSlowReader(t *testing.T) {
 	}
 	t.Logf("dropped after %d rounds", rounds)
 }
+
+// A stream opened as the last one closes still gets its samples: the loop
+// that found no stream left has stopped or a new one runs, never neither.
+func TestEventsReopen(t *testing.T) {
+	e := newEnv(t)
+	e.must(201, "PUT", "/v1/limiters/a", `{"rate":10}`)
+	srv := httptest.NewServer(e.h)
+	t.Cleanup(srv.Close)
+	for i := range 100 {
+		s := openCounted(t, srv.URL+"/v1/events?limiters=a")
+		eventually(t, fmt.Sprintf("stream %d's first sample", i), func() bool { return s.states.Load() == 1 })
+		s.stop()
+	}
+}
