@@ -37,8 +37,11 @@ type config struct {
 	LogLevel     string `env:"LIMITD_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error; the startup line shows at every level"`
 	AccessLog    string `env:"LIMITD_ACCESS_LOG" envDefault:"off" help:"which requests get an \"http request\" line at info: off, errors (answered with a problem: 4xx but a 429 refusal, 5xx) or all; /healthz and /readyz never"`
 	ShadowMode   bool   `env:"LIMITD_SHADOW_MODE" envDefault:"false" help:"true: every limiter in shadow mode: acquires decide and count but are never refused (a refusal answers 200 with \"shadow\":true and takes nothing)"`
-	GRPCCounting string `env:"LIMITD_GRPC_COUNTING" envDefault:"reference" help:"how the gRPC front end's rules count hits: reference (as the Envoy reference server: every hit counted, refused or not, each rule on its own) or strict (all or nothing across a call; refused hits never counted)"`
-	GRPCQuota    bool   `env:"LIMITD_GRPC_QUOTA_MODE" envDefault:"false" help:"true: every gRPC rule is a quota (quota_mode): a call is refused only when all its descriptors are over (needs LIMITD_GRPC_COUNTING=reference)"`
+	// EventsMaxStreams's default is api.DefaultMaxEventStreams (a test
+	// compares them).
+	EventsMaxStreams int    `env:"LIMITD_EVENTS_MAX_STREAMS" envDefault:"256" help:"event streams (GET /v1/events, the dashboard) open at once, 1 to 100000; they share one Redis subscription and one sampling loop, and each holds a connection; past it a new stream is a 503 with Retry-After"`
+	GRPCCounting     string `env:"LIMITD_GRPC_COUNTING" envDefault:"reference" help:"how the gRPC front end's rules count hits: reference (as the Envoy reference server: every hit counted, refused or not, each rule on its own) or strict (all or nothing across a call; refused hits never counted)"`
+	GRPCQuota        bool   `env:"LIMITD_GRPC_QUOTA_MODE" envDefault:"false" help:"true: every gRPC rule is a quota (quota_mode): a call is refused only when all its descriptors are over (needs LIMITD_GRPC_COUNTING=reference)"`
 
 	GRPCLimits
 }
@@ -59,6 +62,10 @@ type GRPCLimits struct {
 	MaxConnectionAge      time.Duration `env:"LIMITD_GRPC_MAX_CONNECTION_AGE" envDefault:"30m" help:"a gRPC connection this old (±10 %) is sent GOAWAY: its client takes a new one for new calls, and the calls in flight have LIMITD_GRPC_MAX_CONNECTION_AGE_GRACE to finish; 0: never"`
 	MaxConnectionAgeGrace time.Duration `env:"LIMITD_GRPC_MAX_CONNECTION_AGE_GRACE" envDefault:"30s" help:"see LIMITD_GRPC_MAX_CONNECTION_AGE; then the connection is closed; 0: calls in flight take as long as they take"`
 }
+
+// maxEventStreams bounds LIMITD_EVENTS_MAX_STREAMS: each stream holds a
+// connection, a file descriptor and a goroutine.
+const maxEventStreams = 100_000
 
 var (
 	logFormats = []string{"text", "json"}
@@ -97,6 +104,8 @@ func envError(err error, environ map[string]string) error {
 		return fmt.Errorf("%s: must be a duration like 30s or 5m, or 0 (got %q)", key, environ[key])
 	case k >= reflect.Uint && k <= reflect.Uint64:
 		return fmt.Errorf("%s: must be a whole number from 0 to %d (got %q)", key, ^uint64(0)>>(64-pe.Type.Bits()), environ[key])
+	case k == reflect.Int:
+		return fmt.Errorf("%s: must be a whole number (got %q)", key, environ[key])
 	}
 	return fmt.Errorf("%s: %v (got %q)", key, pe.Err, environ[key])
 }
@@ -127,6 +136,9 @@ func (c *config) check() error {
 		if strings.IndexFunc(t.val, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
 			return fmt.Errorf("%s: must not contain spaces or control characters (a trailing newline?)", t.key)
 		}
+	}
+	if c.EventsMaxStreams < 1 || c.EventsMaxStreams > maxEventStreams {
+		return fmt.Errorf("LIMITD_EVENTS_MAX_STREAMS: must be from 1 to %d (got %d)", maxEventStreams, c.EventsMaxStreams)
 	}
 	c.LogFormat = strings.ToLower(c.LogFormat)
 	if !slices.Contains(logFormats, c.LogFormat) {

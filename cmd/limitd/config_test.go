@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/grpcapi"
 )
 
@@ -27,7 +28,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	// The gRPC port's bounds default to grpcapi's.
 	want := config{Addr: "127.0.0.1:8080", Prefix: "limitd", LogFormat: "text", LogLevel: "info", AccessLog: "off",
-		GRPCCounting: "reference", GRPCLimits: GRPCLimits(grpcapi.DefaultLimits())}
+		EventsMaxStreams: api.DefaultMaxEventStreams, GRPCCounting: "reference", GRPCLimits: GRPCLimits(grpcapi.DefaultLimits())}
 	if c != want {
 		t.Errorf("defaults = %+v, want %+v", c, want)
 	}
@@ -43,7 +44,7 @@ func TestConfigFromEnv(t *testing.T) {
 		"LIMITD_ADDR": "0.0.0.0:9000", "LIMITD_REDIS_URL": "redis://r:6379", "LIMITD_PREFIX": "app1",
 		"LIMITD_CONFIG": "/etc/limitd.yaml", "LIMITD_ADMIN_TOKEN": "adm", "LIMITD_TOKEN": "tok",
 		"LIMITD_METRICS_TOKEN": "met", "LIMITD_INSECURE": "false", "LIMITD_LOG_FORMAT": "JSON", "LIMITD_LOG_LEVEL": "Debug",
-		"LIMITD_ACCESS_LOG": "Errors", "LIMITD_SHADOW_MODE": "true", "LIMITD_GRPC_COUNTING": "Strict",
+		"LIMITD_ACCESS_LOG": "Errors", "LIMITD_SHADOW_MODE": "true", "LIMITD_GRPC_COUNTING": "Strict", "LIMITD_EVENTS_MAX_STREAMS": "1000",
 		"LIMITD_GRPC_MAX_CONCURRENT_STREAMS": "0", "LIMITD_GRPC_MAX_CONNECTIONS": "2000", "LIMITD_GRPC_MAX_RECV_MSG_SIZE": "4096",
 		"LIMITD_GRPC_MAX_SEND_MSG_SIZE": "8192", "LIMITD_GRPC_MAX_HEADER_LIST_SIZE": "16384", "LIMITD_GRPC_KEEPALIVE_MIN_TIME": "10s",
 		"LIMITD_GRPC_KEEPALIVE_TIME": "0", "LIMITD_GRPC_KEEPALIVE_TIMEOUT": "5s", "LIMITD_GRPC_MAX_CONNECTION_IDLE": "1h",
@@ -54,7 +55,7 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 	want := config{Addr: "0.0.0.0:9000", RedisURL: "redis://r:6379", Prefix: "app1", ConfigFile: "/etc/limitd.yaml",
 		AdminToken: "adm", Token: "tok", MetricsToken: "met", LogFormat: "json", LogLevel: "debug", AccessLog: "errors", ShadowMode: true,
-		GRPCCounting: "strict",
+		EventsMaxStreams: 1000, GRPCCounting: "strict",
 		GRPCLimits: GRPCLimits{MaxConnections: 2000, MaxRecvMsgSize: 4096, MaxSendMsgSize: 8192, MaxHeaderListSize: 16384,
 			KeepaliveMinTime: 10 * time.Second, KeepaliveTimeout: 5 * time.Second, MaxConnectionIdle: time.Hour, MaxConnectionAgeGrace: 2 * time.Minute}}
 	if c != want {
@@ -69,7 +70,7 @@ func TestConfigVariables(t *testing.T) {
 		got = append(got, f.Tag.Get("env"))
 	}
 	// API.md's table, and the bounds of the gRPC port.
-	want := "LIMITD_ADDR LIMITD_GRPC_ADDR LIMITD_REDIS_URL LIMITD_PREFIX LIMITD_CONFIG LIMITD_ADMIN_TOKEN LIMITD_TOKEN LIMITD_METRICS_TOKEN LIMITD_INSECURE LIMITD_LOG_FORMAT LIMITD_LOG_LEVEL LIMITD_ACCESS_LOG LIMITD_SHADOW_MODE" +
+	want := "LIMITD_ADDR LIMITD_GRPC_ADDR LIMITD_REDIS_URL LIMITD_PREFIX LIMITD_CONFIG LIMITD_ADMIN_TOKEN LIMITD_TOKEN LIMITD_METRICS_TOKEN LIMITD_INSECURE LIMITD_LOG_FORMAT LIMITD_LOG_LEVEL LIMITD_ACCESS_LOG LIMITD_SHADOW_MODE LIMITD_EVENTS_MAX_STREAMS" +
 		" LIMITD_GRPC_COUNTING LIMITD_GRPC_QUOTA_MODE" +
 		" LIMITD_GRPC_MAX_CONCURRENT_STREAMS LIMITD_GRPC_MAX_CONNECTIONS LIMITD_GRPC_MAX_RECV_MSG_SIZE LIMITD_GRPC_MAX_SEND_MSG_SIZE LIMITD_GRPC_MAX_HEADER_LIST_SIZE" +
 		" LIMITD_GRPC_KEEPALIVE_MIN_TIME LIMITD_GRPC_KEEPALIVE_TIME LIMITD_GRPC_KEEPALIVE_TIMEOUT LIMITD_GRPC_MAX_CONNECTION_IDLE LIMITD_GRPC_MAX_CONNECTION_AGE LIMITD_GRPC_MAX_CONNECTION_AGE_GRACE"
@@ -104,6 +105,9 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"LIMITD_GRPC_MAX_CONNECTION_AGE", "-30m", `LIMITD_GRPC_MAX_CONNECTION_AGE: must not be negative (got -30m0s)`},
 		{"LIMITD_GRPC_KEEPALIVE_TIME", "100ms", `LIMITD_GRPC_KEEPALIVE_TIME: must be 0 (no pings) or at least 1s`},
 		{"LIMITD_GRPC_KEEPALIVE_TIMEOUT", "0", `LIMITD_GRPC_KEEPALIVE_TIMEOUT: must be more than 0`},
+		{"LIMITD_EVENTS_MAX_STREAMS", "many", `LIMITD_EVENTS_MAX_STREAMS: must be a whole number (got "many")`},
+		{"LIMITD_EVENTS_MAX_STREAMS", "0", `LIMITD_EVENTS_MAX_STREAMS: must be from 1 to 100000 (got 0)`},
+		{"LIMITD_EVENTS_MAX_STREAMS", "100001", `LIMITD_EVENTS_MAX_STREAMS: must be from 1 to 100000`},
 	} {
 		_, err := loadConfig(map[string]string{tc.key: tc.val})
 		if err == nil {

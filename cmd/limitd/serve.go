@@ -219,23 +219,29 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		wg.Go(func() { k.run(bgCtx) })
 	}
 
+	handler := api.New(api.Options{
+		Service:         svc,
+		AdminToken:      cfg.AdminToken,
+		Token:           cfg.Token,
+		MetricsToken:    cfg.MetricsToken,
+		Logger:          logger,
+		AccessLog:       cfg.accessLog(),
+		Registry:        reg,
+		Version:         version,
+		MaxEventStreams: cfg.EventsMaxStreams,
+		// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
+	})
+	// The event streams' loop stops with the server; their streams end as
+	// the shutdown starts, since they would not end on their own.
+	defer handler.Close()
 	srv := &http.Server{
-		Handler: api.New(api.Options{
-			Service:      svc,
-			AdminToken:   cfg.AdminToken,
-			Token:        cfg.Token,
-			MetricsToken: cfg.MetricsToken,
-			Logger:       logger,
-			AccessLog:    cfg.accessLog(),
-			Registry:     reg,
-			Version:      version,
-			// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
-		}),
+		Handler:           handler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+	srv.RegisterOnShutdown(handler.Close)
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- srv.Serve(ln) })
 	var gsrv *grpc.Server
