@@ -217,9 +217,6 @@ type Renewed struct {
 	Expires int64  `json:"expires_ns"`
 }
 
-// LeaseIDLen is the length of a lease id: 16 random bytes in lowercase hex.
-const LeaseIDLen = 32
-
 // Limiter is a limiter as GET, PUT and PATCH answer it; a list leaves out
 // State, and so do share and concurrency limiters, which have no schedule.
 type Limiter struct {

@@ -29,7 +29,7 @@ var may = map[string][]string{
 	"internal/httpjson":    {"wire"},
 	"wire":                 {"limiter"},
 	"store":                {"limiter", "lua"},
-	"core":                 {"store", "limiter", "wire"},
+	"core":                 {"store", "limiter"},
 	"api":                  {"core", "limiter", "wire", "internal/promreg"},
 	"grpcapi":              {"core", "limiter", "internal/promreg"},
 	"internal/coremetrics": {"core", "internal/promreg"},
