@@ -99,7 +99,7 @@ func (t *httpTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait 
 	out := AllResult{Granted: v.Granted, Decisions: make([]store.Decision, len(reqs))}
 	for i, a := range v.Results {
 		out.Decisions[i] = decisionOf(a)
-		t.sawNow(a.Now)
+		t.sawNow(out.Decisions[i].Now)
 	}
 	return out, nil
 }
