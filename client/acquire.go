@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 	"github.com/limitd/limitd/wire"
 )
@@ -44,11 +43,7 @@ func (t redisTransport) Acquire(ctx context.Context, name string, n int64, maxWa
 // Acquire is POST .../acquire. A window's answer carries limit, remaining
 // and reset_ns, which the Decision holds as the Redis transport's does.
 func (t *httpTransport) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (store.Decision, error) {
-	req := wire.AcquireRequest{Permits: &n}
-	if maxWait != store.Forever {
-		mw := limiter.Duration(max(0, maxWait))
-		req.MaxWait = &mw
-	}
+	req := wire.AcquireRequest{Permits: &n, MaxWait: maxWaitField(maxWait)}
 	status, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "acquire"), req)
 	if err != nil {
 		return store.Decision{}, err
