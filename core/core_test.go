@@ -179,9 +179,9 @@ func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 // A blocking acquire waits out its delay on the service's clock before it
 // answers; a non-blocking one answers at once.
 func TestAcquireBlockSleepsTheDelay(t *testing.T) {
-	s, st, _ := newService(t)
+	_, st, _ := newService(t)
 	clk := &fakeClock{}
-	s = New(st, Options{Clock: clk})
+	s := New(st, Options{Clock: clk})
 	ctx := context.Background()
 	if _, _, err := s.Put(ctx, "b", limiter.Config{Rate: 10, Burst: limiter.B(1)}); err != nil {
 		t.Fatal(err)

@@ -111,7 +111,7 @@ func (s *Store) acquireDirectWithin(ctx context.Context, req Request, within tim
 }
 
 func (s *Store) acquireDirect(ctx context.Context, req Request) (Decision, error) {
-	name, n, maxWait := req.Name, req.Permits, req.MaxWait
+	name, maxWait := req.Name, req.MaxWait
 	tpl, err := s.match(ctx, name)
 	if err != nil {
 		return Decision{}, err
@@ -119,7 +119,7 @@ func (s *Store) acquireDirect(ctx context.Context, req Request) (Decision, error
 	if err := req.check(); err != nil {
 		return Decision{}, err
 	}
-	n = req.arg()
+	n := req.arg()
 	// Without a template, acquire.lua takes the state key and the pair
 	// alone, or the pair and its floor; with one, the floors, a head and the
 	// pair.
