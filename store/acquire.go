@@ -421,7 +421,7 @@ func decodeGrant(name string, v []any) (Grant, error) {
 		return Grant{}, err
 	}
 	g.Position = g.End
-	if g.Kind == limiter.KindWindow {
+	if limiter.Counts(g.Kind) {
 		g.Window, g.Limit = true, g.MaxPermits
 		if r.has(21) { // its limit (max_permits is 1 for a limit of 0)
 			g.Limit = r.int(21)
