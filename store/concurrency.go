@@ -102,7 +102,7 @@ func (s *Store) slotCall(ctx context.Context, name, op, id string) (SlotLease, e
 	if err := rep.check("concurrency", name); err != nil {
 		return SlotLease{}, err
 	}
-	if code == replyPermitsRange { // concurrency.lua: the lease is not held
+	if code == replyNotHeld { // concurrency.lua: the lease is not held
 		return SlotLease{}, fmt.Errorf("lease %q on limiter %q (expired, released or never granted, and no slot is free to take it again): %w", id, name, ErrLeaseNotHeld)
 	}
 	l := SlotLease{Granted: granted, RetryAfter: retry, InUse: inUse, Limit: limit, Readded: readded}
