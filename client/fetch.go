@@ -101,7 +101,7 @@ func (l *Limiter) fetch(k int64) {
 		l.remoteCalls.Add(1)
 		g, err = l.c.t.Grant(ctx, l.name, k, store.Forever)
 	}
-	window := err == nil && g.Kind == limiter.KindWindow
+	window := err == nil && limiter.Counts(g.Kind)
 	if window {
 		// A window grants now or not at all, and a pool's schedule has no
 		// place for that: the permits of this first grant are lost, and
