@@ -142,7 +142,7 @@ func (l *Limiter) goDown(sent, now int64) {
 	l.mayChange()
 	if !l.down {
 		l.down = true
-		if rate := l.safeRate(); rate > 0 {
+		if rate := l.safeRate(); rate > 0 && l.o.fallback == FallbackSafe {
 			slice := int64(math.Ceil(1e9 / max(rate, limiter.MinRate)))
 			if l.guard == nil { // else still cooling down: it goes on from there
 				l.guard = &guard{}
