@@ -83,7 +83,7 @@ func answerOf(d core.Decision) (any, func([]byte) []byte) {
 	switch {
 	case d.Shadow: // a refusal in shadow mode, let through
 		return shadowedOf(d), nil
-	case d.Granted && d.Limit > 0:
+	case d.Granted && d.Window:
 		g := grantedOf(d)
 		g.Wait = 0
 		w := wire.WindowGranted{Granted: g, Window: windowOf(d)}
@@ -91,7 +91,7 @@ func answerOf(d core.Decision) (any, func([]byte) []byte) {
 	case d.Granted:
 		g := grantedOf(d)
 		return g, g.AppendJSON
-	case d.Limit > 0:
+	case d.Window:
 		v := deniedOf(d)
 		v.Wait = 0
 		w := wire.WindowDenied{Denied: v, Window: windowOf(d)}

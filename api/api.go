@@ -34,6 +34,10 @@ type Options struct {
 	MetricsToken   string               // LIMITD_METRICS_TOKEN: needed for /metrics when set
 	BodyLimit      int64                // bytes, 0: 64 KiB
 	RequestTimeout time.Duration        // 0: 10s
+	// MaxEventStreams bounds the event streams (GET /v1/events) open at
+	// once (LIMITD_EVENTS_MAX_STREAMS); past it a stream is a 503. 0:
+	// DefaultMaxEventStreams.
+	MaxEventStreams int
 	// BodyTimeout bounds reading a request's body, from when the handler
 	// starts (0: 5s): a client that sends its body slowly, or never, holds
 	// a goroutine and a socket no longer than that. Under an http.Server
@@ -69,7 +73,26 @@ type server struct {
 	ids         *requestIDs
 	routes      map[string]*route // by echo path
 	unmatched   *route            // no route: echo's 404 and 405
+	hub         *eventHub         // what the event streams share
 }
+
+// Handler is the HTTP API: an http.Handler that owns what its event streams
+// share (one subscription to config changes, one sampling loop). Close
+// stops them.
+type Handler struct {
+	e *echo.Echo
+	s *server
+}
+
+// ServeHTTP serves one request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.e.ServeHTTP(w, r) }
+
+// Close ends every event stream and stops their sampling loop; streams
+// opened later are refused (503). Every other route is served as before.
+// A server calls it as it shuts down (http.Server.RegisterOnShutdown), so
+// that streams, which never end on their own, do not hold the shutdown.
+// Safe to call more than once.
+func (h *Handler) Close() { h.s.hub.close() }
 
 // AccessLog says which requests the API logs, one "http request" line each
 // at INFO. Health probes (/healthz, /readyz) are never logged.
@@ -105,7 +128,8 @@ func ParseAccessLog(s string) (AccessLog, error) {
 
 // New returns the HTTP handler of the API. It panics only if o.Service is nil or
 // o.Registry already holds a collector of the same name with other labels.
-func New(o Options) http.Handler {
+// It starts nothing: the event streams' loop runs while a stream is open.
+func New(o Options) *Handler {
 	if o.Service == nil {
 		panic("api: Options.Service is nil")
 	}
@@ -140,6 +164,7 @@ func New(o Options) http.Handler {
 	s.m = newMetrics(reg, o.Version)
 	s.core = o.Service.Observed(s.m)
 	promreg.Register("api", reg, newStateCollector(s.core))
+	s.hub = newEventHub(s, o.MaxEventStreams)
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -151,7 +176,7 @@ func New(o Options) http.Handler {
 		e.GET(path, h, m...)
 		e.HEAD(path, h, m...)
 	}
-	metricsAuth := open
+	metricsAuth := untokened
 	if o.MetricsToken != "" {
 		// /metrics names every limiter and template.
 		metricsAuth = bearer("/metrics needs the metrics token (LIMITD_METRICS_TOKEN)", o.MetricsToken)
@@ -176,6 +201,7 @@ func New(o Options) http.Handler {
 	e.POST("/v1/acquire", s.acquireAll, read)
 	e.POST("/v1/limiters/:name/grant", s.grant, read)
 	e.POST("/v1/limiters/:name/handback", s.handback, read)
+	e.POST("/v1/limiters/:name/charge", s.charge, read)
 	get("/v1/limiters/:name/wait", s.wait, read)
 	e.POST("/v1/limiters/:name/reset", s.reset, admin)
 	// A client's own lease calls need only the read token, returning
@@ -192,7 +218,7 @@ func New(o Options) http.Handler {
 	for _, r := range e.Routes() {
 		s.routes[r.Path] = &route{label: openapiPath(r.Path), probe: r.Path == "/healthz" || r.Path == "/readyz"}
 	}
-	return e
+	return &Handler{e: e, s: s}
 }
 
 // openapiPath writes an echo route the way openapi.yaml does:

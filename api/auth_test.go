@@ -15,7 +15,8 @@ func TestAuth(t *testing.T) {
 		body         any
 	}
 	write := call{"PUT", "/v1/limiters/a", `{"rate":1}`}
-	reads := []call{{"GET", "/v1/limiters/a", nil}, {"POST", "/v1/limiters/a/acquire", nil}, {"GET", "/v1/limiters/a/wait", nil}, {"GET", "/v1/templates", nil}}
+	reads := []call{{"GET", "/v1/limiters/a", nil}, {"POST", "/v1/limiters/a/acquire", nil}, {"GET", "/v1/limiters/a/wait", nil}, {"GET", "/v1/templates", nil},
+		{"POST", "/v1/limiters/a/charge", `{"permits":1}`}}
 	open := []call{{"GET", "/healthz", nil}, {"GET", "/readyz", nil}, {"GET", "/metrics", nil}, {"GET", "/openapi.yaml", nil}}
 
 	for _, c := range []struct {

@@ -1,17 +1,21 @@
 // Package api is limitd's HTTP API: an echo v4 handler over a core.Service.
 //
-// New returns one http.Handler serving the contract of shared/API.md:
+// New returns one Handler (an http.Handler) serving the contract of
+// shared/API.md:
 //
 //	PUT|GET|PATCH|DELETE /v1/limiters/{name}   create, read, reconfigure, delete
 //	GET  /v1/limiters?cursor=&limit=           list, 100 per page by default
 //	POST /v1/limiters/{name}/acquire           take permits, or a concurrency slot (429 when not granted)
 //	POST /v1/limiters/{name}/grant, /handback  permits for a client pool, and their return
+//	POST /v1/limiters/{name}/charge            permits a caller's work used, taken whatever is left; a grant settled
 //	GET  /v1/limiters/{name}/wait              the live state: backlog, delay, totals
 //	POST /v1/limiters/{name}/reset             start a new schedule now
 //	POST /v1/limiters/{name}/release, /renew   end or extend a concurrency lease
 //	POST /v1/limiters/{name}/capacity          a share client asks for capacity (Doorman)
 //	DELETE /v1/limiters/{name}/capacity/{client_id}   and gives it back
 //	PUT|GET|DELETE /v1/templates/{id}, GET /v1/templates
+//	GET  /v1/events?limiters=&interval=        Server-Sent Events: states and config changes
+//	GET  /ui/                                  the dashboard, over /v1/events
 //	GET  /healthz, /readyz, /metrics, /openapi.yaml
 //
 // Every GET route answers HEAD as well. /readyz is 200 only while every Redis
@@ -24,17 +28,34 @@
 //
 // Every error is an RFC 9457 application/problem+json body: 400 bad input
 // (with "field" naming the JSON field, path or query parameter at fault), 401
-// a missing or wrong bearer token, 404, 405, 409 a kind change through PATCH
-// or a call the limiter's kind does not take (acquire on a share limiter),
-// 408 a body that did not arrive within Options.BodyTimeout (or the server's
-// shorter ReadTimeout), 413 a body over
-// the limit, 415 a body that is not JSON, 503 when Redis cannot serve (the
-// detail names the condition: READONLY, OOM, timeout, ...) or the request ran
-// out of time. Bad input changes nothing in Redis and never gets a 5xx; a
+// a missing or wrong bearer token, 403 a write from a browser page of another
+// origin, 404, 405, 409 a kind change through PATCH or a call the limiter's
+// kind does not take (acquire on a share limiter), 408 a body that did not
+// arrive within Options.BodyTimeout (or the server's shorter ReadTimeout),
+// 413 a body over the limit, 415 a body that is not JSON, 421 a Host that is
+// not a loopback name on a loopback address, 503 when Redis cannot serve
+// (the detail names the condition: READONLY, OOM, timeout, ...), the request
+// ran out of time, or the event streams are at their cap. Bad input changes nothing in Redis and never gets a 5xx; a
 // panic is recovered into a logged 500. JSON keys must match exactly, once
 // per object. A problem repeats at most 64 characters of any input. A refused
 // request whose body was not read closes its connection, so that net/http
 // does not read up to 256 KiB of a body nobody wants, at the client's pace.
+//
+// The event streams of one Handler share one subscription to config
+// changes and one sampling loop (eventHub): each round reads what the
+// streams due then watch, each limiter once, and hands every one of them
+// the same encoded sample, so a stream costs Redis nothing of its own. The
+// loop runs while a stream is open; Handler.Close, called as the server
+// shuts down, ends the streams and stops it. Options.MaxEventStreams caps
+// the streams open (503 past it), and a stream whose client does not read
+// is dropped after a bounded buffer.
+//
+// A bearer token keeps browsers out on its own (a page cannot make a
+// browser send one). Routes that need no token are kept from pages of other
+// sites (untokened, origin.go): a write a browser sent from another origin
+// (Sec-Fetch-Site, else Origin) is 403, a write whose body is not declared
+// JSON 415, and a request that reached a loopback address under a Host that
+// is not a loopback name 421 (DNS rebinding).
 //
 // Options.AccessLog picks the requests logged, one "http request" line each
 // at INFO: none (the default), those answered with a problem, or all; the
@@ -50,7 +71,8 @@
 // A handler decodes the request (wire bodies, strict JSON), calls one
 // core.Service operation and encodes its result or maps its error to a
 // problem; the rules (kind dispatch of acquire, blocking, slot hints, share
-// requests, stateless grant handback, input checks) live in core. The
+// requests, stateless grant handback, settling a grant, input checks) live
+// in core. The
 // Prometheus metrics observe core (core.Observer). api imports core, wire
 // and limiter, never store.
 package api

@@ -1,11 +1,10 @@
 package api
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -38,8 +37,13 @@ const (
 // deleted; {"templates":true}). ?limiters=a,b watches those; without it,
 // every limiter (the first maxEventLimiters in name order), the list read
 // again after a change. ?interval= sets the sampling interval (100ms–1m,
-// default 1s). A limiter that disappears is sent as a "config" event with
-// version 0 and no longer sampled.
+// default 1s; a whole number of 100 ms, rounded up). A limiter that
+// disappears is sent as a "config" event with version 0 and no longer
+// sampled.
+//
+// The stream reads the handler's eventHub: every stream shares its one
+// subscription and its sampling rounds, so a stream costs Redis nothing of
+// its own. Past Options.MaxEventStreams open streams it is a 503.
 func (s *server) events(c echo.Context) error {
 	q := c.QueryParams()
 	interval := defaultEventInterval
@@ -50,9 +54,9 @@ func (s *server) events(c echo.Context) error {
 		}
 		interval = d
 	}
-	var names []string
-	all := !q.Has("limiters")
-	if !all {
+	var names []string // nil: every limiter
+	if q.Has("limiters") {
+		names = []string{}
 		for n := range strings.SplitSeq(q.Get("limiters"), ",") {
 			if n = strings.TrimSpace(n); n == "" {
 				continue
@@ -68,121 +72,131 @@ func (s *server) events(c echo.Context) error {
 			return invalid("limiters", fmt.Sprintf("limiters: must name from 1 to %d limiters, comma-separated (got %d)", maxEventLimiters, len(names)))
 		}
 	}
-	ctx := c.Request().Context()
-	changes := s.core.Changes(ctx) // subscribed before the first sample: no change falls between
-	if all {
-		var err error
-		if names, err = s.allNames(ctx); err != nil {
-			return err
-		}
+	st := newStream(names, interval)
+	if err := s.hub.join(st); err != nil {
+		return err
 	}
+	defer s.hub.leave(st)
+	ctx := c.Request().Context()
+	// The first sample comes at once; until it does, the answer may still
+	// be a problem (the list of limiters could not be read).
+	var first streamItem
+	select {
+	case <-ctx.Done():
+		return nil
+	case it, ok := <-st.out:
+		switch {
+		case !ok:
+			return shuttingDown()
+		case it.err != nil:
+			return it.err
+		}
+		first = it
+	}
+
 	w := c.Response()
+	rc := http.NewResponseController(w)
 	// The server's read timeout, counted from the request's start, would
 	// end the stream (net/http cancels a request whose connection's read
 	// deadline passes): a stream reads nothing more, and lasts as long as
 	// its client listens. Servers that cannot set deadlines skip it.
-	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	_ = rc.SetReadDeadline(time.Time{})
+	// Each write sets its own deadline, and the hub may end one it drops
+	// the stream during; neither outlasts the request, since the
+	// connection may serve another after it.
+	defer func() {
+		st.writing(nil)
+		_ = rc.SetWriteDeadline(time.Time{})
+	}()
 	h := w.Header()
 	h.Set(echo.HeaderContentType, "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	w.WriteHeader(http.StatusOK)
-	send := func(event string, v any) error {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return err
+
+	var buf []byte
+	slow := false // the client did not read: dropped
+	defer func() {
+		if slow {
+			s.m.eventStreamsDropped.Inc()
+			s.log.Info("event stream dropped: its client does not read", "request_id", requestID(c))
 		}
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b); err != nil {
-			return err
+	}()
+	// write sends b whole within streamWriteTimeout, and reports whether it
+	// did.
+	stop := func() { _ = rc.SetWriteDeadline(time.Now()) }
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+		if !st.writing(stop) {
+			slow = true // dropped since the last write
+			return false
 		}
-		w.Flush()
+		_, err := w.Write(b)
+		if err == nil {
+			err = rc.Flush()
+		}
+		slow = errors.Is(err, os.ErrDeadlineExceeded)
+		return err == nil
+	}
+	take := func(it streamItem) {
+		if it.round != nil {
+			buf = st.appendRound(buf, it.round)
+		} else {
+			buf = append(buf, it.change...)
+		}
+	}
+	take(first)
+	// The headers go out with the first sample, at once, also when it is
+	// empty (no limiter yet).
+	if !write(buf) {
 		return nil
 	}
-	sampler := s.core.Sampler() // configs kept, live states read in one pipeline
-	sample := func() error {
-		ls, errs := sampler.GetAll(ctx, names)
-		kept := names[:0]
-		for i, n := range names {
-			l, err := ls[i], errs[i]
-			switch {
-			case ctx.Err() != nil:
-				return ctx.Err()
-			case errors.Is(err, core.ErrNotFound):
-				if err := send("config", core.Change{Limiter: n}); err != nil {
-					return err
-				}
-				if !all {
-					kept = append(kept, n) // named: it may come back
-				}
-				continue
-			case unknownLayout(err):
-				// Its state only a newer limitd reads (its own API calls
-				// answer 503 saying so): the others are still sampled.
-				kept = append(kept, n)
-				continue
-			case err != nil:
-				return send("error", s.problemOf(err, c).Problem) // Redis down: the client reconnects
-			}
-			kept = append(kept, n)
-			if err := send("state", viewOf(l)); err != nil {
-				return err
-			}
-		}
-		names = kept
-		return nil
-	}
-	if err := sample(); err != nil {
-		return nil // the client went away, or the answer is written already
-	}
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
+	buf = buf[:0]
 	quiet := time.NewTimer(keepAlive)
 	defer quiet.Stop()
-	relist := false
 	for {
+		ended := false
+	drain: // whatever else is waiting goes out in the same write
+		for {
+			select {
+			case it, ok := <-st.out:
+				if !ok {
+					ended = true
+					break drain
+				}
+				take(it)
+			default:
+				break drain
+			}
+		}
+		if ended && st.dropped { // the hub's buffer for it is full
+			slow = true
+			return nil
+		}
+		if len(buf) > 0 {
+			if !write(buf) {
+				return nil
+			}
+			buf = buf[:0]
+			quiet.Reset(keepAlive)
+		}
+		if ended {
+			return nil // the server shuts down
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case ch, ok := <-changes:
+		case it, ok := <-st.out:
 			if !ok {
+				slow = st.dropped
 				return nil
 			}
-			if !all && !ch.Templates && !slices.Contains(names, ch.Limiter) {
-				continue
-			}
-			sampler.Changed(ch.Limiter)
-			relist = relist || all
-			if err := send("config", ch); err != nil {
-				return nil
-			}
-		case <-tick.C:
-			if relist {
-				if n, err := s.allNames(ctx); err == nil {
-					names, relist = n, false
-				}
-			}
-			if err := sample(); err != nil {
-				return nil
-			}
+			take(it)
 		case <-quiet.C:
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+			if !write([]byte(": keep-alive\n\n")) {
 				return nil
 			}
-			w.Flush()
+			quiet.Reset(keepAlive)
 		}
-		quiet.Reset(keepAlive)
 	}
-}
-
-// allNames is every limiter's name, the first maxEventLimiters in name order.
-func (s *server) allNames(ctx context.Context) ([]string, error) {
-	page, err := s.core.List(ctx, "", maxEventLimiters)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, len(page.Limiters))
-	for i, l := range page.Limiters {
-		names[i] = l.Name
-	}
-	return names, nil
 }

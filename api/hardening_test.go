@@ -127,7 +127,7 @@ func slowRequest(t *testing.T, addr, header string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	req := "PUT /v1/limiters/slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n" +
+	req := "PUT /v1/limiters/slow HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n" +
 		header + "\r\n" + `{"rate":1 `
 	if _, err := io.WriteString(c, req); err != nil {
 		t.Fatal(err)
@@ -222,7 +222,7 @@ func TestSlowBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	io.WriteString(c, "PUT /v1/limiters/big HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer adm\r\nContent-Length: 100000\r\n\r\n{")
+	io.WriteString(c, "PUT /v1/limiters/big HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer adm\r\nContent-Length: 100000\r\n\r\n{")
 	if resp = readAnswer(t, c, 10*time.Second); resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Errorf("a body over the limit: %d", resp.StatusCode)
 	}

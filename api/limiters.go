@@ -16,7 +16,7 @@ import (
 func stateOf(w core.WaitInfo) *wire.WaitState {
 	v := &wire.WaitState{Wait: w.Wait, Delay: w.Delay, Idle: w.Idle, Allocated: w.Allocated, Now: w.Now,
 		Version: w.Version, Permits: w.Permits, Lateness: w.Lateness, Started: w.Started}
-	if w.Limit > 0 { // a window: wait is the permits left, position its end
+	if w.Window { // a window: wait is the permits left, position its end
 		v.Wait, v.Window = 0, &wire.Window{Limit: w.Limit, Remaining: w.Wait, Reset: max(0, w.Position-w.Now)}
 		if !w.Started {
 			v.Remaining = w.Limit

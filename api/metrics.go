@@ -30,7 +30,11 @@ type metrics struct {
 	slots     *prometheus.CounterVec   // concurrency: slot acquisitions, labelled as decisions
 	leases    *prometheus.CounterVec   // concurrency: renewals, releases, lost leases
 	errors    *prometheus.CounterVec   // by problem type
-	redis     [core.NumOps]prometheus.Observer
+	// eventStreams are the event streams open; eventStreamsDropped those
+	// closed because their client did not read.
+	eventStreams        prometheus.Gauge
+	eventStreamsDropped prometheus.Counter
+	redis               [core.NumOps]prometheus.Observer
 
 	// The series of rate decisions, found once and kept: a label lookup
 	// hashes every value and takes the vector's lock.
@@ -55,11 +59,11 @@ func newMetrics(reg *prometheus.Registry, version string) *metrics {
 		}, []string{"method", "route"})),
 		decisions: promreg.Register("api", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_acquire_decisions_total",
-			Help: "Acquire decisions (granted, denied, shadow: refused and let through in shadow mode, voided: would have granted in a several-limit call another limiter refused) by limiter name, or by template id (limiter=\"\") for template instances.",
+			Help: "Acquire decisions (granted, denied, shadow: refused and let through in shadow mode, voided: would have granted in a several-limit call another limiter refused, charged: permits taken by a charge whatever was left) by limiter name, or by template id (limiter=\"\") for template instances.",
 		}, []string{"limiter", "template", "decision"})),
 		permits: promreg.Register("api", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "limitd_permits_total",
-			Help: "Permits asked for in acquires and pool grants, by decision as limitd_acquire_decisions_total (an acquire of 100 counts 100), by limiter name, or by template id (limiter=\"\") for template instances.",
+			Help: "Permits asked for in acquires and pool grants, and taken by charges, by decision as limitd_acquire_decisions_total (an acquire of 100 counts 100), by limiter name, or by template id (limiter=\"\") for template instances.",
 		}, []string{"limiter", "template", "decision"})),
 		delay: promreg.Register("api", reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "limitd_acquire_delay_seconds",
@@ -87,6 +91,14 @@ func newMetrics(reg *prometheus.Registry, version string) *metrics {
 			Name: "limitd_errors_total",
 			Help: "Problem responses by problem type (invalid, unauthorized, not-found, ..., unavailable, timeout, internal).",
 		}, []string{"type"})),
+		eventStreams: promreg.Register("api", reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "limitd_event_streams",
+			Help: "Event streams (GET /v1/events) open now; they share one sampling loop.",
+		})),
+		eventStreamsDropped: promreg.Register("api", reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "limitd_event_streams_dropped_total",
+			Help: "Event streams closed because their client did not read: a write blocked for 10 s, or 64 samples and changes waiting.",
+		})),
 	}
 	rh := promreg.Register("api", reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "limitd_redis_call_duration_seconds",

@@ -74,7 +74,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l.Name)
 		}
 		switch {
-		case l.State != nil && l.State.Limit > 0: // a window: Wait is the permits left
+		case l.State != nil && l.State.Window: // a window: Wait is the permits left
 			remaining := l.State.Wait
 			if !l.State.Started {
 				remaining = l.State.Limit

@@ -296,9 +296,10 @@ type auth struct {
 // newAuth: with an admin token, config changes need it; with a token, every
 // other /v1 request needs it (or the admin token). Without an admin token,
 // config changes need the token, so that setting only LIMITD_TOKEN never
-// leaves writes open while reads are closed.
+// leaves writes open while reads are closed. Routes that need no token are
+// kept from browsers on other origins (untokened).
 func newAuth(adminToken, token string) auth {
-	a := auth{read: open, admin: open}
+	a := auth{read: untokened, admin: untokened}
 	switch {
 	case adminToken != "":
 		a.admin = bearer("this request changes a config and needs the admin token (LIMITD_ADMIN_TOKEN)", adminToken)
@@ -310,8 +311,6 @@ func newAuth(adminToken, token string) auth {
 	}
 	return a
 }
-
-func open(next echo.HandlerFunc) echo.HandlerFunc { return next }
 
 // bearer accepts a request whose Authorization header carries one of tokens.
 // Tokens are compared as SHA-256 sums in constant time, so that neither their

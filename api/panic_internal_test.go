@@ -27,7 +27,7 @@ func TestPanicRecovered(t *testing.T) {
 	var logs bytes.Buffer
 	h := New(Options{Service: core.New(store.New(rdb), core.Options{}), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		AccessLog: AccessLogErrors})
-	h.(*echo.Echo).GET("/boom", func(echo.Context) error { panic("boom") })
+	h.e.GET("/boom", func(echo.Context) error { panic("boom") })
 
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/boom", nil))

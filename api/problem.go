@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,8 @@ type problem struct {
 	wire.Problem
 	slug  string // the type without its prefix: the metrics label
 	cause error  // logged for a 5xx, never shown
+	// retryAfter is a 503's Retry-After in seconds ("": 1).
+	retryAfter string
 }
 
 func (p *problem) Error() string { return p.Detail }
@@ -49,7 +52,8 @@ func (e *panicError) Error() string { return "panic: " + e.err.Error() }
 func (e *panicError) Unwrap() error { return e.err }
 
 // problemOf classifies any error a handler, a middleware or echo itself
-// returned.
+// returned. c is nil for an error of no request (an event stream's shared
+// sample).
 func (s *server) problemOf(err error, c echo.Context) *problem {
 	var (
 		p   *problem
@@ -59,7 +63,10 @@ func (s *server) problemOf(err error, c echo.Context) *problem {
 		pe  *panicError
 		nh  *core.NotHeldError
 	)
-	ctxErr := c.Request().Context().Err()
+	var ctxErr error
+	if c != nil {
+		ctxErr = c.Request().Context().Err()
+	}
 	switch {
 	case errors.As(err, &p):
 		return p
@@ -67,7 +74,7 @@ func (s *server) problemOf(err error, c echo.Context) *problem {
 		p = newProblem(http.StatusInternalServerError, wire.ProblemInternal, "limitd failed to answer this request; the failure is logged with its request id")
 	case errors.As(err, &mbe):
 		p = tooLarge(mbe.Limit)
-	case errors.As(err, &he):
+	case c != nil && errors.As(err, &he):
 		p = s.echoProblem(he, c)
 	case errors.As(err, &nh):
 		p = newProblem(http.StatusNotFound, wire.ProblemNotFound, nh.Detail)
@@ -231,7 +238,7 @@ func (s *server) handleError(err error, c echo.Context) {
 	case http.StatusUnauthorized:
 		res.Header().Set("WWW-Authenticate", `Bearer realm="limitd"`)
 	case http.StatusServiceUnavailable:
-		res.Header().Set("Retry-After", "1")
+		res.Header().Set("Retry-After", cmp.Or(p.retryAfter, "1"))
 	}
 	p.Detail = clipN(p.Detail, maxDetail)
 	b, _ := json.Marshal(p.Problem) // a problem always encodes

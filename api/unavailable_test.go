@@ -26,6 +26,7 @@ func TestRedisDown(t *testing.T) {
 	for _, c := range []struct{ method, path, body string }{
 		{"GET", "/readyz", ""},
 		{"POST", "/v1/limiters/r/acquire", `{"permits":1}`},
+		{"POST", "/v1/limiters/r/charge", `{"permits":300}`},
 		{"POST", "/v1/acquire", `{"requests":[{"name":"r"},{"name":"user:1","permits":0}]}`},
 		{"GET", "/v1/limiters/r/wait", ""},
 		{"GET", "/v1/limiters/r", ""},
@@ -48,7 +49,7 @@ func TestRedisDown(t *testing.T) {
 	}
 	e.must(200, "GET", "/healthz", nil) // the process still runs
 	m := string(e.must(200, "GET", "/metrics", nil).body)
-	if !strings.Contains(m, `limitd_errors_total{type="unavailable"} 8`) {
+	if !strings.Contains(m, `limitd_errors_total{type="unavailable"} 9`) {
 		t.Errorf("unavailable errors not counted:\n%s", grep(m, "limitd_errors_total"))
 	}
 

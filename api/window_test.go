@@ -59,7 +59,8 @@ func TestWindowBadConfig(t *testing.T) {
 	e := newEnv(t)
 	for body, field := range map[string]string{
 		`{"kind":"window","period":"1m"}`:                               "limit",
-		`{"kind":"window","limit":0,"period":"1m"}`:                     "limit",
+		`{"kind":"window","limit":-1,"period":"1m"}`:                    "limit",
+		`{"kind":"window","limit":4294967296,"period":"1m"}`:            "limit",
 		`{"kind":"window","limit":5,"period":"fortnight"}`:              "period",
 		`{"kind":"window","limit":5,"period":"month","sliding":true}`:   "sliding",
 		`{"kind":"window","limit":5,"period":"day","zone":"Mars/Base"}`: "zone",

@@ -72,8 +72,8 @@ func decisionOf(a wire.Answer) store.Decision {
 	d := store.Decision{Granted: a.Granted, Shadow: a.Shadow, Permits: a.Permits, Scheduled: a.Scheduled,
 		Start: a.Start, Delay: a.Delay, Lateness: a.Lateness, Wait: a.Wait, RetryAfter: a.RetryAfter,
 		Version: a.Version, Now: a.Now}
-	if a.Limit > 0 {
-		d.Limit, d.Wait, d.Position = a.Limit, a.Remaining, a.Now+a.Reset
+	if a.Limit > 0 || a.Reset > 0 { // a window's (one of limit 0 always has a reset ahead)
+		d.Window, d.Limit, d.Wait, d.Position = true, a.Limit, a.Remaining, a.Now+a.Reset
 	}
 	return d
 }

@@ -34,8 +34,9 @@ const (
 	// the clock runs to its end first); when the schedule answers again, the
 	// permits it placed ahead of the clock are withdrawn (their callers queue
 	// on the schedule) and those already started are charged to a schedule
-	// that would catch them up as backlog (burst > 1, where the transport can
-	// charge); and for a cool-down after (two retry intervals, at least 1 s)
+	// that would hand them out again at once as backlog (burst inf; one
+	// with a finite burst ratio catches them up at that ratio); and for a
+	// cool-down after (two retry intervals, at least 1 s)
 	// the handle still paces what it takes from the schedule at that rate,
 	// while the other processes come back. So its shared and fallback permits
 	// together keep to the safe rate while it is down or cooling down, and

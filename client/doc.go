@@ -28,6 +28,13 @@
 // nothing, over either transport (no local pool: straight from the shared
 // schedules).
 //
+// Charges record usage after the fact, for work whose cost is known only
+// once it is done (an LLM answer's tokens): Limiter.Charge takes permits
+// whatever is left (a schedule goes into debt, a window counts past its
+// limit; a charge of 0 is a check), and a Reservation taken before the work
+// (Limiter.Reserve) is settled with what it used (Reservation.Settle: the
+// unused part handed back, the excess charged).
+//
 // The HTTP middleware that limits requests per key through limiter templates
 // is in package httplimit, so that a user of the client alone does not compile
 // echo.

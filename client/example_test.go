@@ -94,3 +94,96 @@ func Example_testAgainstMiniredis() {
 	// partner-api permits: 1
 	// reports permits: 3
 }
+
+// An LLM gateway's token budget: each answer's tokens are known only after
+// it, so the gateway checks the budget before the work (a charge of 0
+// takes nothing) and charges what the answer used after it, whatever is
+// left. A window of 1,000 tokens a minute admits four answers of 300: the
+// fourth takes the count past the limit, and the window refuses until it
+// resets.
+func ExampleLimiter_Charge() {
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	m.SetTime(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	limit := int64(1000)
+	if _, _, err := store.New(rdb).Put(ctx, "tokens", limiter.Config{Kind: limiter.KindWindow, Limit: &limit, Period: "1m"}); err != nil {
+		panic(err)
+	}
+
+	c := client.New(rdb)
+	defer c.Close()
+	tokens, err := c.Limiter("tokens")
+	if err != nil {
+		panic(err)
+	}
+	for i := 1; i <= 5; i++ {
+		check, err := tokens.Charge(ctx, 0)
+		if err != nil {
+			panic(err)
+		}
+		if !check.Granted {
+			fmt.Printf("request %d: over budget for %v\n", i, time.Duration(check.Delay))
+			continue
+		}
+		used := int64(300) // the answer's tokens, known once it is done
+		d, err := tokens.Charge(ctx, used)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("request %d: %d tokens, %d left\n", i, d.Permits, d.Wait)
+	}
+	// Output:
+	// request 1: 300 tokens, 700 left
+	// request 2: 300 tokens, 400 left
+	// request 3: 300 tokens, 100 left
+	// request 4: 300 tokens, 0 left
+	// request 5: over budget for 1m0s
+}
+
+// A reservation taken before work whose cost is known only after it is
+// settled with what the work used: here a schedule of 100 tokens a second,
+// a request that reserves its most (500) and uses 120. The 380 unused go
+// back, and since nothing was taken after them, the schedule is rewound:
+// the next request starts 1.2 s after the first, not 5 s.
+func ExampleReservation_Settle() {
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	m.SetTime(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	if _, _, err := store.New(rdb).Put(ctx, "tokens", limiter.Config{Rate: 100, Burst: limiter.B(1)}); err != nil {
+		panic(err)
+	}
+
+	c := client.New(rdb)
+	defer c.Close()
+	tokens, err := c.Limiter("tokens")
+	if err != nil {
+		panic(err)
+	}
+	first, err := tokens.Reserve(ctx, 500)
+	if err != nil {
+		panic(err)
+	}
+	// ... wait out first.Delay(), do the work, count what it used ...
+	if err := first.Settle(ctx, 120); err != nil {
+		panic(err)
+	}
+	next, err := tokens.Reserve(ctx, 500)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("next request starts after", next.Permit().Start.Sub(first.Permit().Start))
+	// Output:
+	// next request starts after 1.2s
+}

@@ -36,9 +36,14 @@ import (
 //     schedule, so that nothing the fallback placed ahead of the clock
 //     overlaps what the schedule hands out next.
 //   - The fallback's permits that have started lie in the past, which a
-//     strict schedule (burst 1) never hands out again; one that catches up
-//     (burst > 1) would hand that time out again as backlog, so they are
-//     charged against its backlog where the transport can charge (charger).
+//     strict schedule (burst 1) never hands out again. One that catches up
+//     without pace (burst inf) would hand that time out again at once as
+//     backlog, so they are charged to it (charger), which takes them out of
+//     the backlog. One that catches up at a finite burst ratio is left to
+//     do so: a charge is an acquire that waits as long as it takes, paced
+//     at that ratio from now, and would hold every caller for the outage's
+//     length over the ratio; its catch-up keeps to the ratio, within
+//     max_backlog.
 //   - For the cool-down (coolFor), callers still pass the guard before they
 //     take from the pool: the other processes come back each on its own
 //     retry, and one that came back first must not take the whole rate
@@ -82,14 +87,6 @@ func (g *guard) ungive(s int64) {
 	if g.next == s+g.slice {
 		g.next = s
 	}
-}
-
-// charger is a Transport that can also charge a limiter: take n permits
-// from its schedule whatever is left, never refused for lack of them
-// (DESIGN §3.8). On a schedule limiter the allocated time advances by n
-// slices from where it stands, so a backlog absorbs them.
-type charger interface {
-	Charge(ctx context.Context, name string, n int64) (store.Decision, error)
 }
 
 // coolFor is how long a handle that came back keeps pacing at its safe
@@ -178,21 +175,20 @@ func (l *Limiter) retryLoop(quit chan struct{}) {
 		}
 		now := l.c.mono()
 		l.retryInBackground(now)
-		wait, d := l.fetching, time.Duration(l.retryAt-now)
+		fetching, d := l.fetching, time.Duration(l.retryAt-now)
 		l.mu.Unlock()
-		if wait == nil { // else the retry in flight ends first
-			t := l.c.o.clock.NewTimer(max(d, time.Millisecond))
-			wait = make(chan struct{})
+		if fetching != nil { // the retry in flight ends first
 			select {
-			case <-t.C():
+			case <-fetching:
 			case <-quit:
-				t.Stop()
 			}
-			close(wait)
+			continue
 		}
+		t := l.c.o.clock.NewTimer(max(d, time.Millisecond))
 		select {
-		case <-wait:
+		case <-t.C():
 		case <-quit:
+			t.Stop()
 		}
 	}
 }
@@ -214,15 +210,17 @@ const firstRetry = 50 * time.Millisecond
 
 // comeBack ends the fallback: g was just granted, at local time now. The
 // fallback's permits that have not started are withdrawn, those that have
-// are charged against the schedule's backlog where the transport can, and
-// the guard paces the handle until the end of the cool-down.
+// are charged against an unpaced schedule's backlog, and the guard paces
+// the handle until the end of the cool-down.
 func (l *Limiter) comeBack(now int64, g store.Grant, p limiter.Params) {
 	l.down = false
 	gd := l.guard
 	if gd == nil {
 		return
 	}
-	close(gd.withdrawn)
+	if gd.withdrawn != nil {
+		close(gd.withdrawn)
+	}
 	gd.withdrawn, gd.from = nil, 0
 	// Withdrawn, the fallback's slots ahead are free again: the pace
 	// resumes after what the handle has from the schedule, and after the
@@ -231,10 +229,10 @@ func (l *Limiter) comeBack(now int64, g store.Grant, p limiter.Params) {
 	gd.until, gd.back = now+l.coolFor(), now
 	past := gd.given
 	gd.given = 0
-	// A strict schedule never hands past time out again; one that catches
-	// up hands out its backlog, which the fallback's permits used.
+	// An unpaced schedule hands its backlog, which the fallback's permits
+	// used, out again at once (see the top of this file for the others).
 	ch, ok := l.c.t.(charger)
-	if !ok || past == 0 || p.Burst <= 1 || g.Wait <= 0 {
+	if !ok || past == 0 || !math.IsInf(p.Burst, 1) || g.Wait <= 0 {
 		return
 	}
 	n := min(past, int64(float64(g.Wait)/p.Slice.Float()))

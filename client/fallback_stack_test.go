@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -50,14 +51,17 @@ func (f *ctFaulty) Release(ctx context.Context, g store.Grant, m int64) error {
 	return f.Transport.Release(ctx, g, m)
 }
 
-// ctCharging is ctFaulty with a charge.
-type ctCharging struct{ *ctFaulty }
+// ctCharging is ctFaulty with the store's charge, recorded.
+type ctCharging struct {
+	*ctFaulty
+	st *store.Store
+}
 
 func (f ctCharging) Charge(ctx context.Context, name string, n int64) (store.Decision, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.charged = append(f.charged, n)
-	return store.Decision{Granted: true, Permits: n}, nil
+	f.mu.Unlock()
+	return f.st.Charge(ctx, name, n)
 }
 
 // ctDrivenRunFetching is ctDrivenRun whose clock also waits for every grant
@@ -226,20 +230,24 @@ func TestFallbackAfterQueuedPermits(t *testing.T) {
 	}
 }
 
-// A schedule that catches up (burst inf) would hand out the time the
-// fallback used as backlog when it returns: the fallback's permits are
-// charged to it, exactly those that started, where the transport charges.
-// A strict schedule (burst 1) never gives past time out again: nothing is
-// charged.
+// A schedule that catches up without pace (burst inf) would hand out the
+// time the fallback used, as backlog, at once when it returns: the
+// fallback's permits are charged to it, exactly those that started, so that
+// over the run the handle's shared and fallback permits together are the
+// rate's (without the charge, the rate's and the fallback's again). A
+// strict schedule (burst 1) never gives past time out again, and one paced
+// at a finite ratio (2) catches it up at that ratio: nothing is charged,
+// which would hold its callers, and no second after the return holds more
+// than the rate, or the ratio's catch-up.
 func TestFallbackChargedToTheBacklog(t *testing.T) {
-	for _, burst := range []float64{limiter.Inf, 1} {
+	for _, burst := range []float64{limiter.Inf, 1, 2} {
 		t.Run(fmt.Sprint("burst ", burst), func(t *testing.T) {
 			clk, _, st := ctDriven(t)
 			ctPut(t, st, "b", limiter.Config{Rate: 100, Burst: limiter.B(burst)})
 			t0 := clk.Now()
 			f := &ctFaulty{Transport: clk.transport(client.NewStoreTransport(st)), clk: clk,
 				downAt: t0.Add(500 * time.Millisecond), upAt: t0.Add(1500 * time.Millisecond)}
-			c := client.NewWithTransport(ctCharging{f}, client.WithClock(clk), client.WithSafeRate(50),
+			c := client.NewWithTransport(ctCharging{f, st}, client.WithClock(clk), client.WithSafeRate(50),
 				client.WithRetryInterval(100*time.Millisecond))
 			l, err := c.Limiter("b")
 			if err != nil {
@@ -259,10 +267,32 @@ func TestFallbackChargedToTheBacklog(t *testing.T) {
 				t.Fatalf("%d fallback permits (Stats: %d), want about 50 in the fault's second", len(fell), stats.FallbackPermits)
 			}
 			switch {
-			case burst == 1 && len(charged) != 0:
-				t.Errorf("charged %v on a strict schedule", charged)
-			case burst != 1 && (len(charged) != 1 || charged[0] != int64(len(fell))):
+			case !math.IsInf(burst, 1) && len(charged) != 0:
+				t.Errorf("charged %v on a paced schedule", charged)
+			case math.IsInf(burst, 1) && (len(charged) != 1 || charged[0] != int64(len(fell))):
 				t.Errorf("charged %v, want once the %d fallback permits", charged, len(fell))
+			}
+			if math.IsInf(burst, 1) {
+				// Every permit started in the run's 3 s, at 100/s: the rate's
+				// 300, and op bulking's 2 (see TestFallbackAfterQueuedPermits).
+				n := len(ctStarts(all, func(p client.Permit) bool { return p.Start.Before(t0.Add(3 * time.Second)) }))
+				t.Logf("%d permits started in the run's 3 s", n)
+				if n > 302 {
+					t.Errorf("%d permits started in 3 s at 100/s: the fallback's were handed out again", n)
+				}
+				return
+			}
+			var after []client.Permit
+			for _, p := range all {
+				if p.Start.After(f.upAt) {
+					after = append(after, p)
+				}
+			}
+			worst, at := ctWorstSecond(after)
+			limit := int(burst*100) + 2
+			t.Logf("after the return, the worst second holds %d permits, from %v", worst, at.Sub(t0))
+			if worst > limit {
+				t.Errorf("after the return, %d permits start in the second from %v, want at most %d", worst, at.Sub(t0), limit)
 			}
 		})
 	}

@@ -243,12 +243,17 @@ func (t *httpTransport) Release(ctx context.Context, g store.Grant, m int64) err
 	if !ok {
 		return nil // forgotten: the server has forgotten it too
 	}
-	j := wire.Grant{ID: ref.id, Granted: g.Granted, Permits: g.Permits, Scheduled: g.Scheduled, Start: g.Start,
+	j := t.wireGrant(g, ref.id)
+	_, _, err := t.do(ctx, http.MethodPost, limiterPath(g.Name, "handback"), wire.HandbackRequest{Grant: &j, Permits: &m})
+	return err
+}
+
+// wireGrant is g as POST .../grant answered it, with its id.
+func (t *httpTransport) wireGrant(g store.Grant, id string) wire.Grant {
+	return wire.Grant{ID: id, Granted: g.Granted, Permits: g.Permits, Scheduled: g.Scheduled, Start: g.Start,
 		Delay: g.Delay, Lateness: g.Lateness, Wait: g.Wait, Version: g.Version, Now: g.Now, Kind: g.Kind,
 		Slice: wire.Slice{Whole: g.Slice.Whole, Frac: g.Slice.Frac, Den: g.Slice.Den}, Burst: limiter.Burst(g.Burst),
 		RemBefore: g.RemBefore, End: g.End}
-	_, _, err := t.do(ctx, http.MethodPost, limiterPath(g.Name, "handback"), wire.HandbackRequest{Grant: &j, Permits: &m})
-	return err
 }
 
 // Changes: the HTTP API has no change events; a config change is picked up

@@ -88,7 +88,7 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 	if !d.Granted && s.inShadow(bc.get(), r.Name, d) {
 		d = shadowGrant(d, r.Permits)
 	}
-	if r.Block && !d.Granted && d.Limit > 0 && d.RetryAfter <= int64(maxWait) {
+	if r.Block && !d.Granted && d.Window && d.Limit > 0 && d.RetryAfter <= int64(maxWait) {
 		// A window grants now or never: a blocking caller waits until the
 		// same request would be granted, and asks once more. It is one
 		// request: one decision observed, the second, its grant's delay

@@ -1,13 +1,16 @@
 // Package core is limitd's service: every operation the front ends offer
-// (limiters, acquire, grant and handback, wait and reset, share capacity,
-// concurrency slots, templates), over a store.Store, with typed requests,
+// (limiters, acquire, grant and handback, charges and settles, wait and
+// reset, share capacity, concurrency slots, templates), over a store.Store,
+// with typed requests,
 // results and errors and no transport of its own.
 //
 // The rules live here, once: kind dispatch of acquire (rate kinds take
 // permits, a concurrency limiter a slot, a share limiter is a conflict),
 // several limits in one call (AcquireAll, all or nothing, results in
-// request order: what the HTTP API's POST /v1/acquire and a rate limit
-// service's descriptors call), shadow mode (shadow.go: a refusal let
+// request order: what the HTTP API's POST /v1/acquire calls), metered
+// calls (Count: a rate limit service's descriptors, counted as the Envoy
+// reference server counts them or all or nothing, with quota mode),
+// shadow mode (shadow.go: a refusal let
 // through, applied here once for every front end), blocking acquires, slot
 // hints, the checks of every input, stateless handback (a grant's token
 // carries what its handback needs, so any replica accepts it), and the

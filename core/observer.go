@@ -31,12 +31,15 @@ const (
 	OpInstances
 	OpAcquireAll
 	OpWaitMany
+	OpCharge
+	OpCount
 	NumOps // the number of Ops
 )
 
 var opNames = [NumOps]string{"ping", "put", "get", "patch", "delete", "list", "acquire", "wait",
 	"reset", "put_template", "get_template", "delete_template", "templates",
-	"capacity", "return_capacity", "acquire_slot", "renew_slot", "release_slot", "grant", "handback", "holders", "instances", "acquire_all", "wait_many"}
+	"capacity", "return_capacity", "acquire_slot", "renew_slot", "release_slot", "grant", "handback", "holders", "instances", "acquire_all", "wait_many",
+	"charge", "count"}
 
 // String is the op's name, as metrics label it ("acquire_slot").
 func (o Op) String() string {
@@ -51,10 +54,11 @@ type EventKind int
 
 // The kinds of events and their outcomes.
 const (
-	// EventRate: a rate decision (acquire or grant of permits); outcome
-	// "granted", "denied", "shadow" (a refusal in shadow mode, let through:
-	// nothing taken) or "voided" (a limiter of an AcquireAll call another
-	// limiter refused: it would have granted, nothing taken).
+	// EventRate: a rate decision (acquire, grant or charge of permits);
+	// outcome "granted", "denied", "shadow" (a refusal in shadow mode, let
+	// through: nothing taken), "voided" (a limiter of an AcquireAll call
+	// another limiter refused: it would have granted, nothing taken) or
+	// "charged" (permits taken by a charge whatever was left; a check, 0).
 	EventRate EventKind = iota
 	// EventCapacity: a share limiter's capacity decision; outcome "full"
 	// (got all it wants), "partial", "none" or "learning".
@@ -76,7 +80,8 @@ type Event struct {
 	Limiter  string
 	Template string
 	Outcome  string
-	// A rate decision's: the permits asked for (granted or denied), and for
+	// A rate decision's: the permits asked for (granted, denied or
+	// charged), and for
 	// a grant how long its caller waits (Delay) and how late it starts
 	// against the schedule (Lateness).
 	Permits         int64

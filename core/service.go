@@ -52,6 +52,9 @@ type Options struct {
 	// Shadow puts every limiter in shadow mode (see shadow.go), whatever
 	// its config says: LIMITD_SHADOW_MODE.
 	Shadow bool
+	// QuotaMode makes every counter of a metered call a quota counter
+	// (Count): the call is refused only when all of them are over.
+	QuotaMode bool
 }
 
 const defaultDecideTimeout = 1500 * time.Millisecond
@@ -66,6 +69,7 @@ type Service struct {
 	clock  limiter.Clock
 	slots  slotHints // names seen to be concurrency limiters
 	shadow bool      // every limiter in shadow mode (Options.Shadow)
+	quota  bool      // every counter of a metered call a quota counter (Options.QuotaMode)
 	// shadows remembers named limiters' shadow mode by version (shadow.go).
 	shadows *shadowHints
 }
@@ -75,7 +79,7 @@ func New(st *store.Store, o Options) *Service {
 	if st == nil {
 		panic("core: store is nil")
 	}
-	s := &Service{store: st, obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, shadows: &shadowHints{}}
+	s := &Service{store: st, obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode, shadows: &shadowHints{}}
 	if s.clock == nil {
 		s.clock = limiter.SystemClock()
 	}
@@ -96,7 +100,7 @@ func (s *Service) Observed(o Observer) *Service {
 	if _, none := s.obs.(nopObserver); !none {
 		obs = observers{s.obs, o}
 	}
-	return &Service{store: s.store, obs: obs, decide: s.decide, clock: s.clock, shadow: s.shadow, shadows: s.shadows}
+	return &Service{store: s.store, obs: obs, decide: s.decide, clock: s.clock, shadow: s.shadow, quota: s.quota, shadows: s.shadows}
 }
 
 // timed reports one store call to the observer.

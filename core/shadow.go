@@ -29,12 +29,18 @@ func shadowGrant(d Decision, n int64) Decision {
 }
 
 // inShadow reports whether the limiter that refused d (name; d.Instance: a
-// template's instance) is in shadow mode. Unknown (Redis failing) is false:
-// the refusal stands.
+// template's instance) is in shadow mode, its own or the service's.
+// Unknown (Redis failing) is false: the refusal stands.
 func (s *Service) inShadow(ctx context.Context, name string, d Decision) bool {
-	if s.shadow {
-		return true
-	}
+	return s.shadow || s.limiterShadow(ctx, name, d)
+}
+
+// limiterShadow reports whether the limiter that decided d (name; a
+// template instance when d.Instance) is in shadow mode by its own config,
+// whatever the service's global shadow mode says: a named limiter's config
+// is remembered by version, which every decision carries; a template
+// instance's template is the store's template cache's.
+func (s *Service) limiterShadow(ctx context.Context, name string, d Decision) bool {
 	if d.Instance {
 		t, err := s.store.Resolve(ctx, name)
 		return err == nil && t.Limiter.Shadow

@@ -1,10 +1,8 @@
 package grpcapi
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -57,7 +55,9 @@ type Descriptor struct {
 	// ShareThreshold makes every value matching this level's pattern share
 	// one counter.
 	ShareThreshold bool `yaml:"share_threshold" json:"share_threshold,omitempty"`
-	// QuotaMode is the reference's; limitd refuses a config that sets it.
+	// QuotaMode makes the rule a quota: over its limit, it refuses a call
+	// only when every quota rule of the call is over (core.Counter.Quota).
+	// It needs the reference counting.
 	QuotaMode bool `yaml:"quota_mode" json:"quota_mode,omitempty"`
 	// Metadata is accepted and not used (the reference returns it only with
 	// its dynamic metadata option).
@@ -117,6 +117,7 @@ type Rules struct {
 	domains   map[string]*node
 	templates []core.Template
 	count     int
+	quotas    int // rules in quota mode
 }
 
 // node is one level of a descriptor tree. A request entry matches, in this
@@ -153,20 +154,13 @@ type rule struct {
 	levels    []level
 	template  string // the limitd template its counters are instances of ("" for unlimited)
 	unlimited bool
-	shadow    bool
+	quota     bool // quota_mode
 	detailed  bool
 	name      string   // rate_limit.name: what replaces refers to
 	replaces  []string // names of the rules this one replaces
 	// The reference's limit (window rules): the answer's current_limit.
-	unit  Unit
-	limit uint32
-	// window is true for a window rule (every rate_limit): counts,
-	// remaining and reset come from the window kind's answer.
-	window bool
-	// blocked is a rate_limit of 0 requests: every hit is refused.
-	blocked bool
-	period  time.Duration // a rate_limit's window
-
+	unit   Unit
+	limit  uint32
 	config limiter.Config
 }
 
@@ -206,9 +200,6 @@ func (r *Rules) load(n *node, domain string, parents []level, ds []Descriptor, p
 		p := fmt.Sprintf("%s.descriptors[%d]", path, i)
 		if d.Key == "" {
 			return fieldErr(p+".key", "must not be empty", nil)
-		}
-		if d.QuotaMode {
-			return fieldErr(p+".quota_mode", "is not supported by limitd: remove it", nil)
 		}
 		wild := strings.Contains(d.Value, "*")
 		if d.ShareThreshold && !wild {
@@ -267,7 +258,7 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 			parts[i] += "_" + l.value
 		}
 	}
-	rl := &rule{domain: domain, label: strings.Join(parts, "."), levels: levels, shadow: d.ShadowMode, detailed: d.DetailedMetric}
+	rl := &rule{domain: domain, label: strings.Join(parts, "."), levels: levels, quota: d.QuotaMode, detailed: d.DetailedMetric}
 	name, replaces, namePath := d.Name, d.Replaces, path
 	if d.RateLimit != nil {
 		if d.Name != "" || len(d.Replaces) > 0 {
@@ -299,15 +290,10 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 		if !known {
 			return nil, fieldErr(path+".rate_limit.unit", "must be one of second, minute, hour, day, week, month, year", quote(rate.Unit))
 		}
-		rl.unit, rl.limit, rl.window, rl.period = u.code, rate.RequestsPerUnit, true, u.period
-		n := int64(rate.RequestsPerUnit)
-		if n == 0 {
-			// Refuses every hit (a block list). Its counter is a window of
-			// one that is only ever checked (0 hits), for the window's
-			// reset on Redis' clock; it never counts.
-			rl.blocked, n = true, 1
-		}
-		cfg, err := windowConfig(n, u.period)
+		// requests_per_unit 0 is a window of 0: it refuses every hit (a
+		// block list), and its reset is its window's end.
+		rl.unit, rl.limit = u.code, rate.RequestsPerUnit
+		cfg, err := limiter.WindowConfig(int64(rate.RequestsPerUnit), u.period)
 		if err != nil {
 			if fe, ok := err.(*limiter.FieldError); ok && fe.Field == "limit" {
 				return nil, fieldErr(path+".rate_limit.requests_per_unit", fe.Rule, fe.Value)
@@ -318,8 +304,8 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 	} else {
 		c := *d.Limiter
 		norm, _, err := c.Normalize()
-		if err == nil && norm.Kind != limiter.KindSchedule && norm.Kind != limiter.KindSmooth && norm.Kind != limiter.KindWindow {
-			return nil, fieldErr(path+".limiter.kind", "must be a rate kind (schedule, smooth or window): a descriptor counts requests", quote(string(norm.Kind)))
+		if err == nil && !limiter.IsRate(norm.Kind) {
+			return nil, fieldErr(path+".limiter.kind", "must be a rate kind ("+rateKinds()+"): a descriptor counts requests", quote(string(norm.Kind)))
 		}
 		if err == nil {
 			_, err = limiter.Compile(norm)
@@ -331,12 +317,14 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 			return nil, fieldErr(path+".limiter", err.Error(), nil)
 		}
 		rl.config = norm
-		rl.window = norm.Kind == limiter.KindWindow
 		rl.unit, rl.limit = limitOf(norm)
 	}
-	// shadow_mode is the limit's shadow mode: it never refuses, so that a
-	// call's other rules count as if it were not there (core.AcquireAll).
+	// shadow_mode is the limit's shadow mode: core decides and counts it,
+	// and never lets it refuse a call.
 	rl.config.Shadow = d.ShadowMode
+	if d.QuotaMode {
+		r.quotas++
+	}
 	rl.template = templateID(domain, rl.label)
 	r.templates = append(r.templates, core.Template{ID: rl.template, Pattern: rl.template + ":*", Order: templateOrder, Limiter: rl.config})
 	r.count++
@@ -347,39 +335,6 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 // patterns are disjoint from each other, and an operator's own templates
 // with a lower order come first.
 const templateOrder = 1000
-
-// windowConfig is the limitd config of a reference window: limit requests
-// per period, windows aligned to the Unix epoch. It is decoded the way the
-// HTTP API decodes a config, so it is exactly what a PUT of the same JSON
-// would store.
-func windowConfig(limit int64, period time.Duration) (limiter.Config, error) {
-	body := fmt.Sprintf(`{"kind":%q,"limit":%d,"period":%q}`, limiter.KindWindow, limit, shortDuration(period))
-	dec := json.NewDecoder(bytes.NewReader([]byte(body)))
-	dec.DisallowUnknownFields()
-	var c limiter.Config
-	if err := dec.Decode(&c); err != nil {
-		return limiter.Config{}, err
-	}
-	norm, _, err := c.Normalize()
-	if err == nil {
-		_, err = limiter.Compile(norm)
-	}
-	return norm, err
-}
-
-// shortDuration writes a whole number of hours, minutes or seconds as
-// people do ("24h", "1m", "1s").
-func shortDuration(d time.Duration) string {
-	for _, u := range []struct {
-		unit   time.Duration
-		suffix string
-	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
-		if d%u.unit == 0 {
-			return fmt.Sprintf("%d%s", d/u.unit, u.suffix)
-		}
-	}
-	return d.String()
-}
 
 // limitOf words a limiter config as the protocol's current_limit: a
 // window's limit per its period where that is a unit (UnitUnknown where it
@@ -446,6 +401,20 @@ func (r *Rules) Domains() int { return len(r.domains) }
 
 // Len is the number of rules.
 func (r *Rules) Len() int { return r.count }
+
+// Quotas is the number of rules in quota mode.
+func (r *Rules) Quotas() int { return r.quotas }
+
+// rateKinds lists the rate kinds, as an error names them.
+func rateKinds() string {
+	var names []string
+	for _, k := range limiter.Kinds() {
+		if k.Class == limiter.ClassRate {
+			names = append(names, string(k.Name))
+		}
+	}
+	return strings.Join(names, ", ")
+}
 
 func fieldErr(field, rule string, value any) error {
 	return &limiter.FieldError{Field: field, Rule: rule, Value: value}

@@ -204,12 +204,11 @@ func TestCompileErrors(t *testing.T) {
 		{"- {domain: a, descriptors: [{key: k, rate_limit: {unlimited: true, name: x, replaces: [{name: x}]}}]}", "rate_limit.replaces[0].name: must not name the rule itself"},
 		{"- {domain: a, descriptors: [{key: k, rate_limit: {unlimited: true, replaces: [{}]}}]}", "rate_limit.replaces[0].name: must not be empty"},
 		{"- {domain: a, descriptors: [{key: k, share_threshold: true, " + schedRule + "}]}", "share_threshold: needs a value with a wildcard"},
-		{"- {domain: a, descriptors: [{key: k, quota_mode: true, " + schedRule + "}]}", "quota_mode: is not supported"},
 		{"- {domain: a, descriptors: [{key: k, limiter: {rate: -1}}]}", "domains[0].descriptors[0].limiter.rate"},
 		{"- {domain: a, descriptors: [{key: k, limiter: {kind: concurrency, limit: 3}}]}", "limiter.kind: must be a rate kind"},
 		{"- {domain: a, descriptors: [{key: k, limiter: {rate: 1}, rate_limit: {unlimited: true}}]}", "limiter: must not be given with rate_limit"},
 		{"- {domain: a, descriptors: [{key: k, name: x}]}", "domains[0].descriptors[0].name: names a rule: it needs a limiter"},
-		{"- {domain: a, descriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 2000000000}}]}", "domains[0].descriptors[0].rate_limit.requests_per_unit: must be ≥ 1 and ≤ 1e9"},
+		{"- {domain: a, descriptors: [{key: k, limiter: {kind: window, limit: 4294967296, period: 1m}}]}", "domains[0].descriptors[0].limiter.limit: must be"},
 		{"- {domain: a, descriptors: [{key: k, limiter: {kind: window, limit: 5}}]}", "domains[0].descriptors[0].limiter.period"},
 		{"- {domain: a, descriptors: [{key: k, descriptors: [{key: s, value: v, " + schedRule + ", replaces: [{}]}]}]}", "domains[0].descriptors[0].descriptors[0].replaces[0].name: must not be empty"},
 	} {

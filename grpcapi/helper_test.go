@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/internal/redistest"
 	"github.com/limitd/limitd/store"
 )
 
@@ -80,7 +81,19 @@ func reference(file string) string {
 	return "domains:\n" + strings.Join(lines, "\n") + "\n"
 }
 
-func newEnv(t *testing.T, domains string, opts ...func(*Options)) *env {
+// option sets a test server's options, or its service's.
+type option func(o *Options, c *core.Options)
+
+// strict is the all or nothing counting (LIMITD_GRPC_COUNTING=strict).
+func strict(o *Options, _ *core.Options) { o.Counting = core.CountStrict }
+
+// globalShadow is LIMITD_SHADOW_MODE.
+func globalShadow(_ *Options, c *core.Options) { c.Shadow = true }
+
+// globalQuota is LIMITD_GRPC_QUOTA_MODE.
+func globalQuota(_ *Options, c *core.Options) { c.QuotaMode = true }
+
+func newEnv(t *testing.T, domains string, opts ...option) *env {
 	t.Helper()
 	mini := miniredis.RunT(t)
 	mini.SetTime(t0)
@@ -92,17 +105,17 @@ func newEnv(t *testing.T, domains string, opts ...func(*Options)) *env {
 }
 
 // newEnvOver is newEnv over any Redis.
-func newEnvOver(t *testing.T, rdb redis.UniversalClient, domains string, opts ...func(*Options)) *env {
+func newEnvOver(t *testing.T, rdb redis.UniversalClient, domains string, opts ...option) *env {
 	t.Helper()
 	e := &env{t: t, now: t0, reg: prometheus.NewRegistry()}
 	e.st = store.New(rdb)
 	rules := compile(t, domains)
 	o := Options{Rules: rules, Registry: e.reg}
+	var co core.Options
 	for _, f := range opts {
-		f(&o)
+		f(&o, &co)
 	}
-	// The global shadow mode is the service's, as serve sets it.
-	e.svc = core.New(e.st, core.Options{Shadow: o.ShadowMode})
+	e.svc = core.New(e.st, co)
 	o.Service = e.svc
 	e.apply(rules)
 	e.srv = New(o)
@@ -130,6 +143,47 @@ func (e *env) apply(r *Rules) {
 		if _, _, err := e.svc.PutTemplate(context.Background(), tpl); err != nil {
 			e.t.Fatalf("template %s: %v", tpl.ID, err)
 		}
+	}
+}
+
+// real reports whether e runs on a real redis-server, whose time the test
+// cannot move.
+func (e *env) real() bool { return e.mini == nil }
+
+// about reports whether a duration Redis computed is want: exactly on
+// miniredis, within the last 100 ms before it on a real Redis, whose clock
+// moved since.
+func (e *env) about(got, want time.Duration) bool {
+	if e.real() {
+		return got <= want && got > want-100*time.Millisecond
+	}
+	return got == want
+}
+
+// realEnv makes test servers over srv, a real redis-server of the test's
+// own: each starts on an empty server, early in a second of Redis' clock,
+// so that a test's calls (milliseconds) fall in one window of every unit.
+func realEnv(srv *redistest.Instance) envMaker {
+	return func(t *testing.T, domains string, opts ...option) *env {
+		t.Helper()
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		ctx := context.Background()
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			now, err := rdb.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ns := now.Nanosecond(); ns < 300e6 {
+				break
+			} else {
+				time.Sleep(time.Duration(1e9 - ns))
+			}
+		}
+		return newEnvOver(t, rdb, domains, opts...)
 	}
 }
 

@@ -1,10 +1,12 @@
 package grpcapi
 
 import (
+	"math"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/internal/promreg"
 )
 
@@ -17,6 +19,8 @@ type metrics struct {
 	hits, over, near, within, shadow *prometheus.CounterVec
 	globalShadow                     prometheus.Counter
 	requests                         *prometheus.CounterVec
+	conns                            prometheus.Gauge   // limits.go: Listener
+	connsRefused                     prometheus.Counter // limits.go: Listener
 
 	mu   sync.Mutex
 	kept map[[2]string]*ruleSeries
@@ -46,6 +50,14 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "limitd_grpc_requests_total",
 			Help: "ShouldRateLimit calls answered, by gRPC code (OK also for an OVER_LIMIT answer).",
 		}, []string{"code"})),
+		conns: promreg.Register("grpcapi", reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "limitd_grpc_connections",
+			Help: "gRPC connections open.",
+		})),
+		connsRefused: promreg.Register("grpcapi", reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "limitd_grpc_connections_refused_total",
+			Help: "gRPC connections closed as soon as accepted because the most that may be open (LIMITD_GRPC_MAX_CONNECTIONS) were open.",
+		})),
 		kept: map[[2]string]*ruleSeries{},
 	}
 }
@@ -66,4 +78,58 @@ func (m *metrics) series(domain, rule string) *ruleSeries {
 		shadow: m.shadow.WithLabelValues(domain, rule)}
 	m.kept[k] = r
 	return r
+}
+
+// count counts one descriptor's hits in its rule's series as the reference
+// does. A window's counter is read before and after the hits: a call whose
+// count passes the limit has the part past it over_limit (all of them if
+// it was past already), and the part between the near threshold
+// (nearRatio of the limit) and the limit near_limit; a call within the
+// limit is within_limit, and near_limit for the part past the threshold;
+// a shadow-mode rule's over part is shadow_mode too. A schedule or smooth
+// rule has no count: its hits are over_limit (and shadow_mode) when over,
+// else within_limit; so are a window's in a strict call that refused them.
+// Hits a strict call did not count because another rule refused it are
+// total_hits alone.
+func (r *ruleSeries) count(hits uint64, c core.Count, nearRatio float32) {
+	h := float64(hits)
+	r.hits.Add(h)
+	if !c.Counted || !c.Window {
+		// No count to read: a schedule or smooth rule, or a strict call
+		// that counted nothing (refused, or voided by another rule).
+		switch {
+		case c.Over:
+			r.over.Add(h)
+			if c.Shadow {
+				r.shadow.Add(h)
+			}
+		case c.Counted:
+			r.within.Add(h)
+		}
+		return
+	}
+	limit := float64(c.Limit)
+	near := math.Floor(float64(float32(limit) * nearRatio))
+	after := float64(c.Used)
+	before := after - h
+	if c.Over {
+		overPart := h
+		if before < limit {
+			overPart = after - limit
+			r.near.Add(limit - max(near, before))
+		}
+		r.over.Add(overPart)
+		if c.Shadow {
+			r.shadow.Add(overPart)
+		}
+		return
+	}
+	r.within.Add(h)
+	if after > near {
+		if before >= near {
+			r.near.Add(h)
+		} else {
+			r.near.Add(after - near)
+		}
+	}
 }

@@ -32,8 +32,8 @@ func TestMetricsTableInREADME(t *testing.T) {
 	for _, f := range families {
 		served[f.GetName()] = strings.ToLower(f.GetType().String())
 	}
-	if len(served) != 7 {
-		t.Errorf("%d metrics served, want 7: %v", len(served), served)
+	if len(served) != 9 {
+		t.Errorf("%d metrics served, want 9: %v", len(served), served)
 	}
 	for name, typ := range served {
 		if documented[name] != typ {

@@ -2,18 +2,23 @@ package grpcapi
 
 import (
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/limitd/limitd/internal/redistest"
 )
 
 // The examples of the reference server's README ("Configuration",
 // "Examples"), each config as written there, asked the requests the text
-// describes; the answers are the reference's, but for one difference of
-// model: limitd refuses hits without counting them, so a refused request
-// leaves the counter where it was (the reference counts refused hits too).
-// Time is Redis time (t0: 9 s into a minute, 07:08:09 UTC).
+// describes, step by step; the answers are the reference's (its
+// base_limiter and service: every hit counted, refused or not; OVER_LIMIT
+// once a count passes its limit; the remainder 0 when over; the reset the
+// time to the window's end in whole seconds). Time is Redis time (t0: 9 s
+// into a minute, 07:08:09 UTC). The tests run on miniredis here and on a
+// real redis-server in TestReferenceOnRealRedis.
 
 // status wants: a rule's answer (limit rpu per unit, remaining, reset).
 type want struct {
@@ -46,6 +51,16 @@ var (
 	unlimited = want{code: ok, remaining: math.MaxUint32}
 )
 
+// unitOf is the window of a unit.
+func unitOf(u rlv3.RateLimitResponse_RateLimit_Unit) time.Duration {
+	for _, v := range units {
+		if v.code == Unit(u) {
+			return v.period
+		}
+	}
+	return time.Second
+}
+
 func lim(code rlv3.RateLimitResponse_Code, rpu uint32, unit rlv3.RateLimitResponse_RateLimit_Unit, remaining uint32, reset time.Duration) want {
 	return want{code, rpu, unit, remaining, reset}
 }
@@ -65,13 +80,46 @@ func (e *env) expect(r *rlv3.RateLimitResponse, overall rlv3.RateLimitResponse_C
 		if st.DurationUntilReset == nil {
 			got.reset = 0
 		}
+		if e.real() && w.reset != 0 && got.reset > 0 && got.reset <= w.reset.Round(unitOf(w.unit)) && got.reset%time.Second == 0 {
+			// On a real Redis the window's end is the real time's: whole
+			// seconds within the unit.
+			got.reset = w.reset
+		}
 		if got != w {
 			e.t.Errorf("status %d: %+v, want %+v", i, got, w)
 		}
 	}
 }
 
-func TestReferenceExample1(t *testing.T) {
+// envMaker makes a test server (newEnv: over miniredis).
+type envMaker func(t *testing.T, domains string, opts ...option) *env
+
+var referenceExamples = []func(*testing.T, envMaker){referenceExample1, referenceExample2, referenceExample3,
+	referenceExample4, referenceExample5, referenceExample6, referenceExample7, referenceExample8,
+	referenceExample9, referenceExample10, referenceExample11}
+
+func TestReferenceExamples(t *testing.T) {
+	for i, x := range referenceExamples {
+		t.Run(strconv.Itoa(i+1), func(t *testing.T) { x(t, newEnv) })
+	}
+}
+
+// TestReferenceOnRealRedis runs the reference's examples and the cases of
+// counting_test.go on a real redis-server (Redis functions, binary state),
+// up to where they would move time.
+func TestReferenceOnRealRedis(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Server(t)
+	real := realEnv(srv)
+	for i, x := range referenceExamples {
+		t.Run(strconv.Itoa(i+1), func(t *testing.T) { x(t, real) })
+	}
+	for name, x := range countingCases {
+		t.Run(name, func(t *testing.T) { x(t, real) })
+	}
+}
+
+func referenceExample1(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, reference(`
 domain: mongo_cps
 descriptors:
@@ -92,11 +140,14 @@ descriptors:
 	e.expect(e.call("mongo_cps", desc("database", "users")), over, lim(over, 500, second, 0, toSecond))
 	e.expect(e.call("mongo_cps", desc("database", "default")), ok, lim(ok, 500, second, 499, toSecond))
 	e.expect(e.call("mongo_cps", desc("database", "other")), ok, none)
+	if e.real() {
+		return // time on a real Redis is not the test's to move
+	}
 	e.advance(time.Second)
 	e.expect(e.call("mongo_cps", desc("database", "users")), ok, lim(ok, 500, second, 499, toSecond))
 }
 
-func TestReferenceExample2(t *testing.T) {
+func referenceExample2(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, reference(`
 domain: messaging
 descriptors:
@@ -120,21 +171,23 @@ descriptors:
 		e.expect(e.call("messaging", marketing("2061111111"), desc("to_number", "2061111111")), ok,
 			lim(ok, 5, day, uint32(4-i), toDay), lim(ok, 100, day, uint32(99-i), toDay))
 	}
-	r := e.call("messaging", marketing("2061111111"), desc("to_number", "2061111111"))
-	if r.OverallCode != over || r.Statuses[0].Code != over || r.Statuses[1].Code != ok {
-		t.Errorf("6th marketing message: %v, want OVER_LIMIT for the marketing rule", r)
-	}
-	// The refused call took nothing, from either rule.
-	e.expect(e.call("messaging", desc("to_number", "2061111111")), ok, lim(ok, 100, day, 94, toDay))
+	// The 6th marketing message is over its 5; the 100 a day counts it
+	// all the same, as the reference counts every hit.
+	e.expect(e.call("messaging", marketing("2061111111"), desc("to_number", "2061111111")), over,
+		lim(over, 5, day, 0, toDay), lim(ok, 100, day, 94, toDay))
+	e.expect(e.call("messaging", desc("to_number", "2061111111")), ok, lim(ok, 100, day, 93, toDay))
 	// Every number has its own counters; messages that are not marketing
 	// count only against the 100.
 	e.expect(e.call("messaging", marketing("2062222222")), ok, lim(ok, 5, day, 4, toDay))
 	e.expect(e.call("messaging", desc("message_type", "transactional", "to_number", "2062222222")), ok, none)
+	if e.real() {
+		return
+	}
 	e.advance(toDay)
 	e.expect(e.call("messaging", marketing("2061111111")), ok, lim(ok, 5, day, 4, 24*time.Hour))
 }
 
-func TestReferenceExample3(t *testing.T) {
+func referenceExample3(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, reference(`
 domain: edge_proxy_per_ip
 descriptors:
@@ -155,7 +208,7 @@ descriptors:
 	e.expect(e.call("edge_proxy_per_ip", desc("remote_address", "50.0.0.5")), over, lim(over, 0, second, 0, toSecond))
 }
 
-func TestReferenceExample4(t *testing.T) {
+func referenceExample4(t *testing.T, newEnv envMaker) {
 	req := []*rlcommonDescriptor{desc("key", "value", "subkey", "subvalue")}
 	e := newEnv(t, reference(`
 domain: example4
@@ -181,7 +234,7 @@ descriptors:
 	e.expect(e.call("example4", req...), ok, lim(ok, 300, second, 299, toSecond))
 }
 
-func TestReferenceExample5(t *testing.T) {
+func referenceExample5(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, reference(`
 domain: internal
 descriptors:
@@ -197,7 +250,7 @@ descriptors:
 	e.expect(e.call("internal", desc("ldap", "x"), desc("azure", "y")), ok, unlimited, lim(ok, 100, minute, 99, toMinute))
 }
 
-func TestReferenceExample6(t *testing.T) {
+func referenceExample6(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, reference(`
 domain: example6
 descriptors:
@@ -225,7 +278,7 @@ descriptors:
 	e.expect(e.call("example6", desc("service", "auth-service", "user", "user-b")), over, lim(over, 20, second, 0, toSecond))
 }
 
-func TestReferenceExample7(t *testing.T) {
+func referenceExample7(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, reference(`
 domain: example7
 descriptors:
@@ -257,7 +310,7 @@ descriptors:
 	e.expect(e.call("example7", two()), ok, want{ok, 10, second, 8, toSecond})
 }
 
-func TestReferenceExample8(t *testing.T) {
+func referenceExample8(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, reference(`
 domain: example8
 descriptors:
@@ -282,7 +335,7 @@ descriptors:
 	}
 }
 
-func TestReferenceExample9(t *testing.T) {
+func referenceExample9(t *testing.T, newEnv envMaker) {
 	for _, c := range []struct {
 		config     string
 		key        string
@@ -326,7 +379,7 @@ descriptors:
 	}
 }
 
-func TestReferenceExample10(t *testing.T) {
+func referenceExample10(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, reference(`
 domain: example10
 descriptors:
@@ -369,7 +422,7 @@ descriptors:
 	}
 }
 
-func TestReferenceExample11(t *testing.T) {
+func referenceExample11(t *testing.T, newEnv envMaker) {
 	e := newEnv(t, reference(`
 domain: example11
 descriptors:

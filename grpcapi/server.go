@@ -27,6 +27,11 @@ import (
 // ServiceName is the gRPC service the server implements.
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
+// HealthNames are the names the health service (grpc.health.v1) answers
+// for the rate limit service: its own, and "ratelimit", which probes
+// written for the reference server ask.
+var HealthNames = []string{ServiceName, "ratelimit"}
+
 // Options configure a Server.
 type Options struct {
 	// Service decides (its observer sees every decision: pass the one the
@@ -47,8 +52,14 @@ type Options struct {
 	AccessLog string
 	// Registry gets the per-rule counters (nil: a new one).
 	Registry *prometheus.Registry
-	// ShadowMode answers OK whatever the rules decide, counting as usual.
-	ShadowMode bool
+	// Counting is how the rules count hits (core.Counting): the
+	// reference's by default (core.CountEvery), or limitd's all or nothing
+	// (core.CountStrict). Global shadow and quota mode are the service's
+	// (core.Options).
+	Counting core.Counting
+	// NearRatio is where a window rule's near_limit counter starts, a
+	// fraction of its limit (0: 0.8, the reference's default).
+	NearRatio float64
 }
 
 // Server is the Envoy rate limit service over a core.Service.
@@ -60,7 +71,8 @@ type Server struct {
 	log       *slog.Logger
 	accessLog string
 	m         *metrics
-	shadow    bool
+	counting  core.Counting
+	nearRatio float32
 	health    *health.Server
 	down      atomic.Bool // Redis failed the last call: its outage was logged
 }
@@ -70,7 +82,10 @@ func New(o Options) *Server {
 	if o.Service == nil {
 		panic("grpcapi: Options.Service is nil")
 	}
-	s := &Server{svc: o.Service, log: o.Logger, accessLog: o.AccessLog, shadow: o.ShadowMode, health: health.NewServer()}
+	s := &Server{svc: o.Service, log: o.Logger, accessLog: o.AccessLog, counting: o.Counting, nearRatio: defaultNearRatio, health: health.NewServer()}
+	if o.NearRatio > 0 {
+		s.nearRatio = float32(o.NearRatio)
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -90,7 +105,7 @@ func New(o Options) *Server {
 		o.Rules, _ = Compile(nil)
 	}
 	s.rules.Store(o.Rules)
-	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.setHealth(healthpb.HealthCheckResponse_SERVING)
 	return s
 }
 
@@ -102,14 +117,15 @@ func (s *Server) SetRules(r *Rules) {
 }
 
 // Register adds the rate limit service and the standard health service
-// (grpc.health.v1) to g.
+// (grpc.health.v1) to g. Under the codec of ServerOptions, a request that
+// does not decode is answered InvalidArgument (codec.go).
 func (s *Server) Register(g *grpc.Server) {
-	rlv3.RegisterRateLimitServiceServer(g, s)
-	healthpb.RegisterHealthServer(g, s.health)
+	g.RegisterService(checked(&rlv3.RateLimitService_ServiceDesc, s.malformed), s)
+	g.RegisterService(checked(&healthpb.Health_ServiceDesc, nil), s.health)
 }
 
-// Watch keeps the rate limit service's health (grpc.health.v1, service
-// ServiceName) true to Redis, as /readyz is: SERVING while the service is
+// Watch keeps the rate limit service's health (grpc.health.v1, under
+// HealthNames) true to Redis, as /readyz is: SERVING while the service is
 // ready (core.Service.Ready), NOT_SERVING while it is not, checked every
 // interval until ctx ends. The overall status ("") stays SERVING while the
 // process runs, as /healthz does.
@@ -127,12 +143,19 @@ func (s *Server) Watch(ctx context.Context, interval time.Duration) {
 		if err != nil {
 			st = healthpb.HealthCheckResponse_NOT_SERVING
 		}
-		s.health.SetServingStatus(ServiceName, st)
+		s.setHealth(st)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// setHealth sets the rate limit service's health under each of its names.
+func (s *Server) setHealth(st healthpb.HealthCheckResponse_ServingStatus) {
+	for _, n := range HealthNames {
+		s.health.SetServingStatus(n, st)
 	}
 }
 
@@ -146,7 +169,7 @@ func (s *Server) Shutdown() { s.health.Shutdown() }
 const (
 	maxDescriptors = core.MaxAcquireAll
 	maxEntries     = 32
-	maxHits        = 1 << 31
+	maxHits        = math.MaxUint32 // the reference's uint32 range
 )
 
 // ShouldRateLimit decides a request: every descriptor is matched to a rule
@@ -219,198 +242,96 @@ func parseRequest(req *rlv3.RateLimitRequest) ([]descriptor, error) {
 	return out, nil
 }
 
-// check is one descriptor's rule and what it decided.
-type check struct {
-	rl     *rule
-	name   string // its counter's limitd name
-	label  string // its metrics' rule label
-	hits   uint64
-	status *rlv3.RateLimitResponse_DescriptorStatus
-}
-
 func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) (*rlv3.RateLimitResponse, error) {
 	rules := s.rules.Load()
-	checks := make([]check, len(descs))
+	matched := make([]*rule, len(descs))
 	replaced := map[string]bool{}
 	for i, d := range descs {
 		rl := rules.match(domain, d.entries)
-		checks[i] = check{rl: rl, hits: d.hits}
-		if rl == nil {
-			continue
+		matched[i] = rl
+		if rl != nil {
+			for _, n := range rl.replaces {
+				replaced[n] = true
+			}
 		}
-		for _, n := range rl.replaces {
-			replaced[n] = true
+	}
+	req := core.CountRequest{Counting: s.counting, Counters: make([]core.Counter, len(descs))}
+	for i, d := range descs {
+		rl, c := matched[i], &req.Counters[i]
+		c.Hits = int64(d.hits)
+		switch {
+		case rl == nil:
+		case rl.unlimited: // never replaced, as the reference has it
+			c.Unlimited = true
+		case rl.name != "" && replaced[rl.name]: // another matched rule replaces it: no limit
+			matched[i] = nil
+		default:
+			c.Name, c.Quota = rl.counter(d.entries), rl.quota
 		}
+	}
+	res, err := s.svc.Count(ctx, req)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	s.down.Store(false)
+	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(descs))}
+	if res.Refused {
+		resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
+	}
+	if res.Shadowed {
+		s.m.globalShadow.Inc()
 	}
 	for i, d := range descs {
-		c := &checks[i]
-		switch {
-		case c.rl == nil || c.rl.name != "" && replaced[c.rl.name]:
-			// No rule, or one another matched rule replaces: no limit.
-			c.rl = nil
-			c.status = &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
-		case c.rl.unlimited:
-			c.status = &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
-			c.label = c.rl.metricLabel(d.entries)
-			s.m.series(c.rl.domain, c.label).hits.Add(float64(c.hits))
-		default:
-			c.name = c.rl.counter(d.entries)
-			c.label = c.rl.metricLabel(d.entries)
-		}
-	}
-	if err := s.count(ctx, checks); err != nil {
-		return nil, err
-	}
-	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(checks))}
-	for i, c := range checks {
-		resp.Statuses[i] = c.status
-		if c.status.Code == rlv3.RateLimitResponse_OVER_LIMIT {
-			resp.OverallCode = rlv3.RateLimitResponse_OVER_LIMIT
-		}
-	}
-	// With LIMITD_SHADOW_MODE nothing is refused: the descriptors say what
-	// the rules decided, the call is OK.
-	if s.shadow && resp.OverallCode == rlv3.RateLimitResponse_OVER_LIMIT {
-		resp.OverallCode = rlv3.RateLimitResponse_OK
-		s.m.globalShadow.Inc()
+		resp.Statuses[i] = s.status(matched[i], d, res.Counts[i])
 	}
 	return resp, nil
 }
 
-// count decides every check with a counter in one core.AcquireAll, all or
-// nothing (a refusal takes nothing from any counter; a shadow-mode rule never
-// refuses), and fills each check's status and its rule's counters.
-// Descriptors that name the same counter ask it once, for their hits
-// together, and share its answer.
-func (s *Server) count(ctx context.Context, checks []check) error {
-	var reqs []core.LimiterPermits
-	at := make([]int, len(checks)) // check → its request
-	seen := map[string]int{}
-	blocked := false // a rule of 0 requests refuses the call
-	for i := range checks {
-		c := &checks[i]
-		if c.status != nil {
-			continue
-		}
-		j, ok := seen[c.name]
-		if !ok {
-			j = len(reqs)
-			seen[c.name] = j
-			reqs = append(reqs, core.LimiterPermits{Name: c.name})
-		}
-		at[i] = j
-		if c.rl.blocked {
-			// Only checked, for its window's reset: it refuses every hit.
-			blocked = blocked || c.hits > 0 && !c.rl.shadow && !s.shadow
-			continue
-		}
-		reqs[j].Permits += int64(c.hits)
-	}
-	if len(reqs) == 0 {
-		return nil
-	}
-	if blocked {
-		// The call is refused: nothing may be taken, but every rule says
-		// what it would decide.
-		for j := range reqs {
-			reqs[j].Permits = 0
-		}
-	}
-	res, err := s.svc.AcquireAll(ctx, core.AcquireAllRequest{Requests: reqs})
-	if err != nil {
-		return s.fail(err)
-	}
-	s.down.Store(false)
-	if len(res.Results) != len(reqs) {
-		return status.Errorf(codes.Internal, "%d decisions for %d counters", len(res.Results), len(reqs))
-	}
-	for i := range checks {
-		c := &checks[i]
-		if c.status != nil {
-			continue
-		}
-		o := decisionOutcome(c.rl, res.Results[at[i]])
-		switch {
-		case c.rl.blocked:
-			o.granted, o.shadowed, o.remaining = c.hits == 0 || c.rl.shadow || s.shadow, c.hits > 0 && (c.rl.shadow || s.shadow), 0
-			// A check of an untouched window has no end yet: the window
-			// is the one of the decision's Redis time.
-			p := int64(c.rl.period)
-			o.reset = time.Duration(p - res.Results[at[i]].Now%p)
-		case blocked && o.window:
-			// Asked for 0 hits: what remains says whether its own limit
-			// would grant the real ones. (A schedule or smooth limit's
-			// check says whether a hit would be granted now.)
-			fits := o.remaining >= int64(c.hits)
-			o.granted, o.shadowed = fits || c.rl.shadow || s.shadow, !fits && (c.rl.shadow || s.shadow)
-		}
-		s.answer(c, o, res.Granted && !blocked)
-	}
-	return nil
-}
-
-// outcome is one counter's decision as the rules read it.
-type outcome struct {
-	granted  bool // the counter's own limit allows the hits
-	shadowed bool // a shadow-mode limit would have refused them (granted is true)
-	// Windows: the limit, what remains after the call, and how long until
-	// the window resets.
-	limit, remaining int64
-	reset            time.Duration
-	window           bool
-	retryAfter       time.Duration // a refused schedule or smooth limit
-}
-
-// answer fills a check's status from its outcome and counts it as the
-// reference does: every hit in total_hits; a taken one within_limit, and
-// near_limit the part of it past 80% of the limit; a refused one
-// over_limit, and in a shadow-mode rule shadow_mode too (then it is
-// answered OK). taken says whether the call took its hits: a refused call
-// takes nothing, even from the counters that would have granted.
-func (s *Server) answer(c *check, o outcome, taken bool) {
+// status is one descriptor's answer, as the reference gives it: OK without
+// a limit for a descriptor no rule limits; OK with the largest remainder
+// for an unlimited rule; else the rule's limit, OVER_LIMIT when its counter
+// is over (OK when the rule is in shadow mode), what remains of a window
+// and when it resets (whole seconds, rounded up, as the reference
+// answers), or for a schedule or smooth rule that is over, when the same
+// hits would fit. It also counts the rule's hits in its metrics.
+func (s *Server) status(rl *rule, d descriptor, c core.Count) *rlv3.RateLimitResponse_DescriptorStatus {
 	st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
-	if c.rl.unit != UnitUnknown {
-		st.CurrentLimit = &rlv3.RateLimitResponse_RateLimit{Name: c.rl.name, RequestsPerUnit: c.rl.limit, Unit: rlv3.RateLimitResponse_RateLimit_Unit(c.rl.unit)}
-	}
-	if o.window {
-		st.LimitRemaining = uint32(min(max(o.remaining, 0), math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(o.reset)
-	} else if !o.granted || o.shadowed {
-		st.DurationUntilReset = durationpb.New(o.retryAfter)
-	}
-	m := s.m.series(c.rl.domain, c.label)
-	hits := float64(c.hits)
-	m.hits.Add(hits)
 	switch {
-	case o.shadowed:
-		m.over.Add(hits)
-		if c.rl.shadow {
-			m.shadow.Add(hits)
-		} else {
-			// Only the global shadow mode (LIMITD_SHADOW_MODE) lets a
-			// rule's refusal through: the descriptor says OVER_LIMIT, the
-			// call OK (decide).
-			st.Code = rlv3.RateLimitResponse_OVER_LIMIT
-		}
-	case !o.granted:
-		st.Code = rlv3.RateLimitResponse_OVER_LIMIT
-		m.over.Add(hits)
-	case taken:
-		m.within.Add(hits)
-		if o.window {
-			near := math.Floor(float64(o.limit) * nearRatio)
-			after := float64(o.limit - o.remaining)
-			if before := after - hits; after > near {
-				m.near.Add(after - max(before, near))
-			}
-		}
+	case rl == nil:
+		return st
+	case rl.unlimited:
+		st.LimitRemaining = math.MaxUint32
+		return st
 	}
-	c.status = st
+	if c.Over && !c.Shadow {
+		st.Code = rlv3.RateLimitResponse_OVER_LIMIT
+	}
+	if rl.unit != UnitUnknown {
+		st.CurrentLimit = &rlv3.RateLimitResponse_RateLimit{Name: rl.name, RequestsPerUnit: rl.limit, Unit: rlv3.RateLimitResponse_RateLimit_Unit(rl.unit)}
+	}
+	if c.Window {
+		if !c.Over {
+			st.LimitRemaining = uint32(min(max(c.Remaining, 0), math.MaxUint32))
+		}
+		st.DurationUntilReset = durationpb.New(wholeSeconds(time.Duration(c.Reset - c.Now)))
+	} else if c.Over {
+		st.DurationUntilReset = durationpb.New(time.Duration(c.RetryAfter))
+	}
+	s.m.series(rl.domain, rl.metricLabel(d.entries)).count(d.hits, c, s.nearRatio)
+	return st
 }
 
-// nearRatio is where near_limit starts: 80% of the limit, the reference's
-// default.
-const nearRatio = 0.8
+// wholeSeconds is d rounded up to whole seconds (at least 0).
+func wholeSeconds(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return (d + time.Second - 1) / time.Second * time.Second
+}
+
+// defaultNearRatio is where near_limit starts: 80% of the limit, the
+// reference's default.
+const defaultNearRatio float32 = 0.8
 
 // fail maps an error of the service to a gRPC status, logging the start of
 // an outage once.

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/internal/redistest"
 )
 
@@ -24,9 +25,11 @@ domains:
 `
 
 // A descriptor may name a limitd config instead of a window: a strict
-// schedule of 2/s per distinct user, counted in instances of one template.
+// schedule of 2/s per distinct user, counted in instances of one template
+// (strict counting: a refused hit is not counted; see counting_test.go for
+// the reference counting).
 func TestLimiterRule(t *testing.T) {
-	e := newEnv(t, perUser)
+	e := newEnv(t, perUser, strict)
 	r := e.call("api", desc("user", "a"))
 	if r.OverallCode != ok {
 		t.Fatalf("first: %v", r)
@@ -68,7 +71,7 @@ func TestLimiterRule(t *testing.T) {
 // Several descriptors in one call: each has its status, in order, and one
 // over its limit makes the call OVER_LIMIT.
 func TestSeveralDescriptors(t *testing.T) {
-	e := newEnv(t, perUser)
+	e := newEnv(t, perUser, strict)
 	e.call("api", desc("user", "a"))
 	r := e.call("api", desc("user", "b"), desc("user", "a"), desc("path", "/x"))
 	if r.OverallCode != over || len(r.Statuses) != 3 {
@@ -108,7 +111,7 @@ domains:
     descriptors:
       - key: k
         limiter: {kind: schedule, rate: 1, burst: 1}
-`)
+`, strict)
 	ctx := context.Background()
 	// A check of 0 hits takes nothing: the next hit is still granted.
 	if r := e.call("d", hits(desc("k", "v"), 0)); r.OverallCode != ok {
@@ -144,7 +147,7 @@ domains:
       - key: k
         shadow_mode: true
         limiter: {kind: schedule, rate: 1, burst: 1}
-`)
+`, strict)
 	e.call("d", desc("k", "v"))
 	r := e.call("d", desc("k", "v"))
 	if r.OverallCode != ok || r.Statuses[0].Code != ok {
@@ -170,7 +173,7 @@ domains:
         limiter: {kind: schedule, rate: 1, burst: 1}
       - key: j
         limiter: {kind: smooth, rate: 1, max_burst_seconds: 10, initial_permits: 2}
-`)
+`, strict)
 	e.expect(e.call("d", desc("k", "v"), desc("j", "v")), ok, want{code: ok, rpu: 1, unit: second}, want{code: ok, rpu: 1, unit: second})
 	r := e.call("d", desc("k", "v"), desc("j", "v"))
 	if r.OverallCode != ok || r.Statuses[0].Code != ok || r.Statuses[0].DurationUntilReset.AsDuration() != time.Second {
@@ -188,7 +191,7 @@ domains:
 
 // The global shadow mode answers OK and counts the calls it let through.
 func TestGlobalShadowMode(t *testing.T) {
-	e := newEnv(t, perUser, func(o *Options) { o.ShadowMode = true })
+	e := newEnv(t, perUser, globalShadow)
 	e.call("api", desc("user", "a"))
 	r := e.call("api", desc("user", "a"))
 	if r.OverallCode != ok || r.Statuses[0].Code != over {
@@ -236,7 +239,7 @@ domains:
             value: bkthomps
             replaces: [{name: specific_limit}]
             limiter: {kind: schedule, rate: 10, burst: 1}
-`)
+`, strict)
 	a, b := desc("key_1", "value_1", "user", "bkthomps"), desc("key_2", "value_2", "user", "bkthomps")
 	r := e.call("d", a, b)
 	if r.OverallCode != ok || r.Statuses[0].CurrentLimit != nil || r.Statuses[1].CurrentLimit.GetRequestsPerUnit() != 10 {
@@ -295,16 +298,24 @@ func TestBadRequests(t *testing.T) {
 			t.Errorf("%s: %v, want InvalidArgument", c.name, err)
 		}
 	}
-	// Hits the limiter refuses as input (more than max_reserve allows) are
-	// bad input too, not a refusal.
-	_, err := e.client.ShouldRateLimit(context.Background(), &rlv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommonDescriptor{hits(desc("user", "a"), 1000)}})
-	if status.Code(err) != codes.InvalidArgument {
-		t.Errorf("1000 hits of a 2/s limit: %v, want InvalidArgument", err)
+	// Hits more than the limiter could grant at once (beyond max_reserve)
+	// are not bad input. Counted as the reference counts, they are taken
+	// as debt (a schedule's caller pays later: the next one waits); strict
+	// counting refuses them.
+	big := &rlv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommonDescriptor{hits(desc("user", "a"), 1000)}}
+	if r, err := e.client.ShouldRateLimit(context.Background(), big); err != nil || r.OverallCode != ok {
+		t.Errorf("1000 hits of a 2/s limit: %v, %v; want OK, the debt counted", r, err)
+	}
+	if r := e.call("api", desc("user", "a")); r.OverallCode != over || r.Statuses[0].DurationUntilReset.AsDuration() != 500500*time.Millisecond {
+		t.Errorf("after 1000 hits of a 2/s limit: %v, want OVER_LIMIT for 500.5s (this hit counted too)", r)
+	}
+	if r, err := newEnv(t, perUser, strict).client.ShouldRateLimit(context.Background(), big); err != nil || r.OverallCode != over {
+		t.Errorf("strict, 1000 hits of a 2/s limit: %v, %v; want OVER_LIMIT", r, err)
 	}
 }
 
 func TestUnauthenticated(t *testing.T) {
-	e := newEnv(t, perUser, func(o *Options) { o.Token, o.AdminToken = "tok", "adm" })
+	e := newEnv(t, perUser, func(o *Options, _ *core.Options) { o.Token, o.AdminToken = "tok", "adm" })
 	req := &rlv3.RateLimitRequest{Domain: "api", Descriptors: []*rlcommonDescriptor{desc("user", "a")}}
 	for _, md := range []metadata.MD{nil, metadata.Pairs("authorization", "Bearer nope"), metadata.Pairs("authorization", "tok")} {
 		ctx := metadata.NewOutgoingContext(context.Background(), md)
@@ -343,7 +354,7 @@ func TestHealth(t *testing.T) {
 
 // SetRules swaps the rules for the calls after it.
 func TestSetRules(t *testing.T) {
-	e := newEnv(t, perUser)
+	e := newEnv(t, perUser, strict)
 	e.call("api", desc("user", "a"))
 	if r := e.call("api", desc("user", "a")); r.OverallCode != over {
 		t.Fatalf("%v", r)
@@ -443,8 +454,8 @@ domains:
 	}
 }
 
-// A window rule: hits beyond what remains are refused whole and take
-// nothing; a check of 0 hits takes nothing; near_limit counts granted hits
+// A window rule under strict counting: hits beyond what remains are
+// refused whole and take nothing; a check of 0 hits takes nothing; near_limit counts granted hits
 // past 80% of the limit; the next window starts afresh.
 func TestWindowRule(t *testing.T) {
 	e := newEnv(t, `
@@ -455,13 +466,15 @@ domains:
         rate_limit: {unit: minute, requests_per_unit: 10}
       - key: blocked
         rate_limit: {unit: second, requests_per_unit: 0}
-`)
+`, strict)
 	e.expect(e.call("d", hits(desc("k", "v"), 8)), ok, lim(ok, 10, minute, 2, toMinute))
-	e.expect(e.call("d", hits(desc("k", "v"), 5)), over, lim(over, 10, minute, 2, toMinute))
+	// Over: limit_remaining is 0 whenever a rule is over, as the reference
+	// answers, though the 2 left are still there.
+	e.expect(e.call("d", hits(desc("k", "v"), 5)), over, lim(over, 10, minute, 0, toMinute))
 	e.expect(e.call("d", hits(desc("k", "v"), 0)), ok, lim(ok, 10, minute, 2, toMinute))
 	// A blocked rule in the call: refused, and the other rule takes nothing.
 	e.expect(e.call("d", desc("blocked", "x"), desc("k", "v")), over, lim(over, 0, second, 0, toSecond), lim(ok, 10, minute, 2, toMinute))
-	e.expect(e.call("d", desc("blocked", "x"), hits(desc("k", "v"), 3)), over, lim(over, 0, second, 0, toSecond), lim(over, 10, minute, 2, toMinute))
+	e.expect(e.call("d", desc("blocked", "x"), hits(desc("k", "v"), 3)), over, lim(over, 0, second, 0, toSecond), lim(over, 10, minute, 0, toMinute))
 	e.expect(e.call("d", hits(desc("k", "v"), 2)), ok, lim(ok, 10, minute, 0, toMinute))
 	for vec, want := range map[string]float64{"hits": 19, "within": 10, "near": 2, "over": 8} {
 		if got := e.counter(e.srv.m.vec(vec), "d", "k"); got != want {
@@ -469,7 +482,8 @@ domains:
 		}
 	}
 	e.advance(toMinute - time.Millisecond)
-	e.expect(e.call("d", desc("k", "v")), over, lim(over, 10, minute, 0, time.Millisecond))
+	// The reset in whole seconds, rounded up, as the reference answers.
+	e.expect(e.call("d", desc("k", "v")), over, lim(over, 10, minute, 0, time.Second))
 	e.advance(time.Millisecond)
 	e.expect(e.call("d", desc("k", "v")), ok, lim(ok, 10, minute, 9, time.Minute))
 	// A blocked rule checked alone (0 hits) is OK, with nothing left.

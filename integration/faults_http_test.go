@@ -541,7 +541,7 @@ func TestFaultSlowBodies(t *testing.T) {
 					}
 					defer c.Close()
 					t0 := time.Now()
-					fmt.Fprintf(c, "PUT /v1/limiters/fhslow-%d HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"rate\":1 ", i)
+					fmt.Fprintf(c, "PUT /v1/limiters/fhslow-%d HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"rate\":1 ", i)
 					c.SetReadDeadline(time.Now().Add(30 * time.Second))
 					io.Copy(io.Discard, c) // until the server closes it
 					closedIn[i] = time.Since(t0)

@@ -39,6 +39,13 @@
 // Bounds. One request may take at most max_reserve of schedule (default
 // [DefaultMaxReserve], 1m; never less than one permit): Params.MaxPermits.
 //
+// Charges (charge.go, [Params.Charge]): usage recorded after the fact, taken
+// whatever is left and never refused for lack of permits. A schedule or
+// smooth limiter goes into debt (later callers wait until it is paid), a
+// window counts past its limit (and refuses until it resets). A charge is
+// bounded by the horizon, not by max_reserve, and no schedule runs more than
+// [MaxAhead] ahead of now.
+//
 // Clocks and floors (floor.go). The engines take now as an argument, and a
 // shared limiter's now is Redis TIME, which can jump:
 //

@@ -75,7 +75,9 @@ type State struct {
 	Last      int64 // the time of the latest grant, reset or reconfiguration (see Observe)
 }
 
-// Result is the outcome of one acquire. Times are ns on the caller's clock.
+// Result is the outcome of one acquire, or of a charge (see Params.Charge:
+// Granted then says whether the permits taken fitted, and Delay is the wait
+// of a new caller after them). Times are ns on the caller's clock.
 type Result struct {
 	Granted    bool
 	Permits    int64
@@ -85,6 +87,10 @@ type Result struct {
 	Lateness   int64 // Start − Scheduled
 	Wait       int64 // the limiter's backlog after the call
 	RetryAfter int64 // denied: how much later the same request could be granted
+	// Count is a window's count after a charge (Params.Charge): what its
+	// limit is measured against, which a charge may take past it; 0
+	// otherwise.
+	Count int64
 }
 
 // View is a limiter's live state as seen at one instant, without changing it.

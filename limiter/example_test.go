@@ -215,3 +215,25 @@ func ExampleParams_Acquire_window() {
 	// true 0
 	// false 15s
 }
+
+// A charge records usage after the fact: a schedule of 10 permits a second
+// charged 25 goes 2.5 s into debt, which a later acquire waits out; the
+// charge itself is never refused, and says whether it fitted.
+func ExampleParams_Charge() {
+	p, err := limiter.Compile(limiter.Config{Rate: 10, Burst: limiter.B(1)})
+	if err != nil {
+		panic(err)
+	}
+	var s limiter.State
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC).UnixNano()
+	r, _ := p.Charge(&s, now, 25, 0)
+	fmt.Println(r.Granted, time.Duration(r.Delay))
+	r, _ = p.Charge(&s, now, 5, 0) // in debt: taken all the same
+	fmt.Println(r.Granted, time.Duration(r.Delay))
+	r, _ = p.Acquire(&s, now, 1, limiter.Forever)
+	fmt.Println(time.Duration(r.Delay))
+	// Output:
+	// true 2.5s
+	// false 3s
+	// 3s
+}

@@ -54,6 +54,9 @@ type KindInfo struct {
 type engine struct {
 	// acquire decides a request on a started state (see Params.acquire).
 	acquire func(p *Params, s *State, now, n, maxWait int64) Result
+	// charge takes n permits whatever is left (see Params.Charge, which
+	// fills in Wait and Delay).
+	charge func(p *Params, s *State, now, n, maxWait int64) Result
 	// peek returns a View's Wait and Delay; s is a copy it may change.
 	peek func(p *Params, s *State, now int64) (wait, delay int64)
 	// reset forfeits the backlog (Params.Reset, after Observe).

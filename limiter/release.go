@@ -34,9 +34,23 @@ func (p *Params) HandbackOf(r Result, remBefore, end, k, m int64) Handback {
 // as the grant left them), it is rewound so the permits go to the next caller;
 // otherwise their time moves from allocated to idle and is lost to everyone.
 // It reports whether the schedule was rewound.
+//
+// A window gives the permits back to its count while the grant's window is
+// the current one (Next is the window's end the grant saw, whatever the
+// version), never below 0, and reports true; a window that has moved on
+// since keeps its count (the grant's window is over). Either way the permits
+// leave the total granted, as a schedule's do.
 func (p *Params) Release(s *State, h Handback, current bool) bool {
-	if !s.Started || p.engine().counts { // a window's permits are not handed back
+	if !s.Started {
 		return false
+	}
+	if p.engine().counts {
+		s.Permits -= h.Permits
+		if s.Next != h.End {
+			return false
+		}
+		s.Stored -= min(h.Permits, s.Stored)
+		return true
 	}
 	unused := max(0, min(h.Unused, h.End-h.Sched))
 	rewound := p.engine().rewinds && current && s.Next == h.End && s.Rem == h.RemAfter

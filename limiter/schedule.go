@@ -57,6 +57,9 @@ func compileSchedule(c Config, p *Params) {
 
 var scheduleEngine = engine{
 	acquire: (*Params).acquireSchedule,
+	charge: func(p *Params, s *State, now, n, maxWait int64) Result {
+		return p.chargeScheduled(s, now, n, maxWait, (*Params).acquireSchedule)
+	},
 	peek: func(p *Params, s *State, now int64) (int64, int64) {
 		p.forfeit(s, now, p.MaxBacklog)
 		return max(0, now-s.Next), max(s.Next, s.Pace, now) - now

@@ -105,6 +105,9 @@ func compileSmooth(c Config, p *Params) {
 
 var smoothEngine = engine{
 	acquire: (*Params).acquireSmooth,
+	charge: func(p *Params, s *State, now, n, maxWait int64) Result {
+		return p.chargeScheduled(s, now, n, maxWait, (*Params).acquireSmooth)
+	},
 	peek: func(p *Params, s *State, now int64) (int64, int64) {
 		p.resync(s, now)
 		return p.storedTime(s), max(0, s.Next-now)

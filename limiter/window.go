@@ -34,7 +34,14 @@ package limiter
 // else asked (RetryAfter): the end of the window for a fixed or calendar
 // window; for a sliding one, the first µs at which the previous window's
 // weight has fallen far enough, in this window or the next. A request for
-// more than Limit permits is out of range (CheckPermits), as for every kind.
+// more than Limit permits is out of range (CheckPermits), as for every kind,
+// but for a Limit of 0: a deny-all rule, which refuses one permit until its
+// window's end, and again in every window after.
+//
+// A charge (charge.go) counts its permits whatever the limit: the count may
+// pass it (up to MaxWindowCount), and the window refuses every request until
+// it ends. A sliding window carries at most Limit of an ended window's
+// count into the next (a window's worth: what it would have granted).
 //
 // The window fits the rate kinds' state: Next is the end of the current
 // window (the instant its count resets, which every answer carries as the
@@ -45,7 +52,9 @@ package limiter
 //
 // Floors: a floor ahead of Next means the state lost grants of the window the
 // caller was told about, so that window counts as full until the floor
-// (never granting again what was granted; at worst refusing until then).
+// (never granting again what was granted; at worst refusing until then):
+// its count is MaxWindowLimit, which no limit exceeds, and to which later
+// charges add exactly.
 
 import (
 	"hash/fnv"
@@ -72,7 +81,10 @@ var calendarNames = map[string]Calendar{"day": Day, "week": Week, "month": Month
 
 // Limits of a window limiter.
 const (
-	MaxWindowLimit  = 1e9                  // permits per window
+	// MaxWindowLimit is the largest limit (permits per window), 2^32 − 1:
+	// every count the Envoy protocol's requests_per_unit (a uint32) can
+	// say. A limit of 0 refuses every request (a deny-all rule).
+	MaxWindowLimit  = 1<<32 - 1
 	MaxWindowPeriod = 366 * 24 * time.Hour // a duration period
 	// MaxSlidingPeriod bounds a sliding window's period: its retry times
 	// reach into the next window, and stay below 2^53 ns.
@@ -105,10 +117,10 @@ func (c *Config) normalizeWindow() error {
 		return err
 	}
 	if c.Limit == nil {
-		return fieldErr("limit", "is required for kind window: a whole number ≥ 1", nil)
+		return fieldErr("limit", "is required for kind window: "+windowLimitRule, nil)
 	}
-	if v := *c.Limit; v < 1 || v > MaxWindowLimit {
-		return fieldErr("limit", "must be ≥ 1 and ≤ 1e9", v)
+	if v := *c.Limit; v < 0 || v > MaxWindowLimit {
+		return fieldErr("limit", "must be "+windowLimitRule, v)
 	}
 	cal, period, err := parsePeriod(c.Period)
 	if err != nil {
@@ -137,6 +149,9 @@ func (c *Config) normalizeWindow() error {
 	return nil
 }
 
+// windowLimitRule is the rule a window's limit follows.
+const windowLimitRule = "a whole number ≥ 0 and ≤ 4294967295 (2^32 − 1); 0 refuses every request"
+
 // parsePeriod reads a window's period: a calendar name, or a duration that
 // is a whole number of µs, at least 1µs and at most MaxWindowPeriod.
 func parsePeriod(s string) (Calendar, time.Duration, error) {
@@ -156,7 +171,10 @@ func parsePeriod(s string) (Calendar, time.Duration, error) {
 
 // compileWindow fills in a window limiter's parameters.
 func compileWindow(c Config, p *Params) {
-	p.Limit, p.MaxPermits, p.Sliding = *c.Limit, *c.Limit, c.Sliding
+	// A limit of 0 still takes a request for one permit, which it refuses
+	// (a deny-all rule answers when its window resets, not that the
+	// request is out of range).
+	p.Limit, p.MaxPermits, p.Sliding = *c.Limit, max(1, *c.Limit), c.Sliding
 	cal, d, _ := parsePeriod(c.Period) // Normalize checked it
 	p.Calendar, p.Period, p.Zone = cal, int64(d), c.Zone
 	if c.Zone != "" {
@@ -339,16 +357,18 @@ func (p *Params) slideWait(prev, room int64) int64 {
 }
 
 // retryAfter is how long after now a denied request for n permits would be
-// granted if nobody else asked.
+// granted if nobody else asked; for more permits than the limit (a limit of
+// 0), when the window resets.
 func (p *Params) retryAfter(s *State, now, n int64) int64 {
-	if !p.Sliding {
+	if !p.Sliding || n > p.Limit {
 		return s.Next - now
 	}
 	if room := p.Limit - n - s.Stored; room >= 0 { // in this window
 		return s.Next - p.Period + p.slideWait(s.Rem, room) - now
 	}
-	// in the next, where this window's count is the previous one
-	return s.Next + p.slideWait(s.Stored, p.Limit-n) - now
+	// in the next, where this window's count (at most a full window's, see
+	// roll) is the previous one
+	return s.Next + p.slideWait(min(s.Stored, p.Limit), p.Limit-n) - now
 }
 
 func (p *Params) acquireWindow(s *State, now, n, _ int64) Result {
@@ -365,6 +385,7 @@ func (p *Params) acquireWindow(s *State, now, n, _ int64) Result {
 
 var windowEngine = engine{
 	acquire: (*Params).acquireWindow,
+	charge:  (*Params).chargeWindow,
 	// wait: the permits left; delay: until one permit would be granted
 	peek: func(p *Params, s *State, now int64) (int64, int64) {
 		p.roll(s, now, true)
@@ -392,9 +413,13 @@ var windowEngine = engine{
 		}
 	},
 	// the state lost grants of the window the floor saw: it is full
-	floor:  func(s *State, _ int64) { s.Stored, s.Rem = MaxWindowLimit, 0 },
+	floor:  func(s *State, _ int64) { s.Stored, s.Rem = windowFull, 0 },
 	counts: true,
 }
+
+// windowFull is the count of a window a floor finds full: no limit is
+// higher (lua/window.lua FULL).
+const windowFull = MaxWindowLimit
 
 // Remaining is the number of permits a window limiter has left at now in
 // state s (s is not changed); 0 for other kinds.

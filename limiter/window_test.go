@@ -209,8 +209,8 @@ func TestWindowConfigErrors(t *testing.T) {
 		field string
 	}{
 		{Config{Period: "1m"}, "limit"},
-		{Config{Limit: limitOf(0), Period: "1m"}, "limit"},
-		{Config{Limit: limitOf(2e9), Period: "1m"}, "limit"},
+		{Config{Limit: limitOf(-1), Period: "1m"}, "limit"},
+		{Config{Limit: limitOf(1 << 32), Period: "1m"}, "limit"},
 		{Config{Limit: limitOf(1)}, "period"},
 		{Config{Limit: limitOf(1), Period: "fortnight"}, "period"},
 		{Config{Limit: limitOf(1), Period: "1500ns"}, "period"},
@@ -228,6 +228,11 @@ func TestWindowConfigErrors(t *testing.T) {
 		var fe *FieldError
 		if !errors.As(err, &fe) || fe.Field != c.field {
 			t.Errorf("%+v: %v, want an error naming %s", c.cfg, err, c.field)
+		}
+	}
+	for _, l := range []int64{0, 1<<32 - 1} { // a deny-all rule, and the most a uint32 says
+		if _, err := Compile(Config{Kind: KindWindow, Limit: limitOf(l), Period: "1m"}); err != nil {
+			t.Errorf("limit %d: %v", l, err)
 		}
 	}
 	n, _, err := Config{Kind: KindWindow, Limit: limitOf(5), Period: "60s"}.Normalize()

@@ -22,12 +22,6 @@
 -- its key, the x it held before ('' for none), its PTTL before (ms; -1 for
 -- none) and the x written, then (last) the call's Redis time in us.
 
-local function copy_of(L)
-  local C = {}
-  for k, v in pairs(L) do C[k] = v end
-  return C
-end
-
 local function acquire_all(keys, argv)
   local us = time_us()
   local xs = rcall('MGET', unpack(keys))
@@ -68,7 +62,10 @@ local function acquire_all(keys, argv)
       else
         if max_wait < 0 then max_wait = HORIZON end
         local D = L
-        if n == 0 then D = copy_of(L) end -- a check takes nothing
+        if n == 0 then -- a check takes nothing; time passes on the limiter as for any
+          E.peek(L, now) -- call (a window moves to the window of now: its end is the answer's)
+          D = copy_of(L)
+        end
         local granted, _, sched, st, delay, _, wait, retry = acquire(D, now, us, n, max_wait)
         rec = decision_rec(L, E.counts, now, granted, sched, st, delay, wait, retry)
         if granted ~= 1 and not optional then ok = false end

@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -77,6 +78,29 @@ func TestKindsStayInTheirFiles(t *testing.T) {
 					t.Errorf("%s:%d names kind %s: %s", file, i+1, k.Name, strings.TrimSpace(line))
 				}
 			}
+		}
+	}
+}
+
+// TestConstantsAreLimiters: the bounds the scripts keep are limiter's.
+func TestConstantsAreLimiters(t *testing.T) {
+	for _, c := range []struct {
+		file, expr string
+		want       int64
+	}{
+		{"lib.lua", `local HORIZON = (\d+)`, limiter.Horizon},
+		{"lib.lua", `local MAX_AHEAD = 2 \* HORIZON`, limiter.MaxAhead / 2 / limiter.Horizon},
+		{"window.lua", `local FULL, MAX_COUNT = (\d+), \d+`, limiter.MaxWindowLimit},
+		{"window.lua", `local FULL, MAX_COUNT = \d+, (\d+)`, limiter.MaxWindowCount},
+	} {
+		m := regexp.MustCompile(c.expr).FindStringSubmatch(mustRead(c.file))
+		switch {
+		case m == nil:
+			t.Errorf("%s: no %s", c.file, c.expr)
+		case len(m) > 1 && m[1] != strconv.FormatInt(c.want, 10):
+			t.Errorf("%s: %s is %s, limiter's %d", c.file, c.expr, m[1], c.want)
+		case len(m) == 1 && c.want != 1:
+			t.Errorf("%s: %s, but limiter.MaxAhead is not 2 × Horizon", c.file, c.expr)
 		}
 	}
 }

@@ -92,7 +92,9 @@
 -- little-endian binary: doubles ('d') for fractional values, two's-complement
 -- integers of 7 bytes ('i7', +-2^55) for times and counts, which all fit
 -- (|x| < 2^53), and 4 bytes ('I4', 'i4') for the slice's fraction,
--- denominator and carry (<= 2^26). A total is the int64 hi * 2^32 + lo, its
+-- denominator and rem, unsigned (a carry, < 2^26, or a sliding window's
+-- previous count, < 2^32: 'I4' reads every rem an earlier limitd wrote as
+-- 'i4' as it was, all below 2^31). A total is the int64 hi * 2^32 + lo, its
 -- low part lo 'i7' (0 <= lo < 2^51) with the others' low parts, its high part
 -- hi 'i4' at the end. Where struct
 -- is missing (gopher-lua in miniredis) the same numbers are decimal text, one
@@ -140,7 +142,7 @@ local OTHER_KIND = -5        -- {-5, kind}: a limiter of a kind without a schedu
 local NEED_BOUNDS = -6       -- {-6, now_us}: a calendar window needs its bounds (bounds.lua) first
 -- acquire_many's codes: an answer's head (A_*), a request's record (R_*).
 local A_OK, A_NOT_FOUND, A_OTHER_KIND, A_COUNTED, A_BOUNDS = 1, 3, 4, 5, 6
-local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
+local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2 -- and a charge's, R_CHARGED_* (see charge_rec)
 
 -- Kinds. A rate kind is one file, lua/<kind>.lua, which registers its row in
 -- KINDS (limiter/kinds.go's row in Lua): its code (x's first byte,
@@ -150,6 +152,9 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2
 -- another (engine_of makes it when a call first needs it: a script runs this
 -- file on every call, and most calls, a fast path's, need none):
 --   acquire(L, now, n, max_wait) decides a request on a started L (see acquire)
+--   charge(L, now, n) (optional) takes n permits whatever is left on a
+--     started L (a counting kind's: see charge); it returns fits, scheduled,
+--     start and lateness
 --   peek(L, now) returns wait and delay (peek.lua; L may change, unsaved)
 --   reset(L, now) forfeits the backlog or the stored time (reset)
 --   retune(L, now, NP) settles time passed under L's parameters before NP's
@@ -427,7 +432,7 @@ local function field_groups()
   -- RUN is what one acquire changes: the schedule (next, pace, rem), the
   -- totals' low parts, last. It comes right after what a fast path reads
   -- before it, so that it reads a prefix and rewrites this one run.
-  local RUN = {{'next', 'i7'}, {'pace', 'i7'}, {'rem', 'i4'}, {'allocated', 'i7'}, {'idle', 'i7'},
+  local RUN = {{'next', 'i7'}, {'pace', 'i7'}, {'rem', 'I4'}, {'allocated', 'i7'}, {'idle', 'i7'},
     {'permits', 'i7'}, {'lateness', 'i7'}, {'last', 'i7'}}
   -- REST starts with expires, which only an instance's fast path reads.
   local REST = {{'expires', 'i7'}, {'origin', 'i7'}, {'stored', 'i7'},
@@ -557,8 +562,15 @@ local function params_from(L, argv, i)
   L.stable = L.whole + L.frac / L.den
 end
 
--- take_params gives L the parameters in NP (params_from's).
+-- take_params gives L the parameters in NP (params_from's), and 0 for the
+-- other kinds' (as load makes them: a kind changed by a template's new
+-- version must not answer with its old kind's, a schedule's burst say).
 local function take_params(L, NP)
+  for kind, K in pairs(KINDS) do
+    if kind ~= NP.kind then
+      for name in string.gmatch(K.params, '([%w_]+):') do L[name] = 0 end
+    end
+  end
   for _, f in ipairs(param_names(X_OF[KINDS[NP.kind].code])) do L[f] = NP[f] end
   L.stable = NP.stable
 end
@@ -707,6 +719,62 @@ local function acquire(L, now, us, n, max_wait)
   return engine_of(L.kind).acquire(L, now, n, max_wait)
 end
 
+-- copy_of is a copy of L to decide a check on (nothing it changes is kept).
+local function copy_of(L)
+  local C = {}
+  for k, v in pairs(L) do C[k] = v end
+  return C
+end
+
+-- Charges (limiter/charge.go): n permits taken whatever is left. MAX_AHEAD
+-- is limiter.MaxAhead, the furthest a schedule runs ahead of now.
+local MAX_AHEAD = 2 * HORIZON
+
+-- max_charge is limiter.Params.MaxCharge: the most permits whose cost, with
+-- the largest carry, is at most HORIZON (limiter.Slice.MaxPermits).
+local function max_charge(L)
+  local n = floor(HORIZON / L.stable)
+  while n > 0 and cost(L, n, L.den - 1) > HORIZON do n = n - 1 end
+  while cost(L, n + 1, L.den - 1) <= HORIZON do n = n + 1 end
+  return n
+end
+
+-- charge is limiter.Params.Charge for 0 <= n <= max_charge(L): it returns
+-- fits (whether the permits would have been granted within max_wait),
+-- scheduled, start and lateness (as an acquire that waits as long as it
+-- takes places them; a counting kind's: now, now, 0), and the limiter's
+-- delay and wait after the charge. A kind with its own charge (window's)
+-- counts; the others' state moves as for that acquire, granted whatever
+-- its delay, then is kept within MAX_AHEAD of now. A charge of 0 is a
+-- check: time passes on L (the kind's peek: forfeit, resync or roll), and
+-- it is decided on a copy.
+local function charge(L, now, us, n, max_wait)
+  if max_wait < 0 then max_wait = 0 end
+  if max_wait > HORIZON then max_wait = HORIZON end
+  start(L, now, us)
+  local E = engine_of(L.kind)
+  if n == 0 then
+    E.peek(L, now)
+    L = copy_of(L)
+  end
+  local fits, sched, st, late, count
+  if E.charge then
+    fits, sched, st, late, count = E.charge(L, now, n)
+  else
+    local granted, permits, delay
+    granted, permits, sched, st, delay, late = E.acquire(L, now, n, math.huge) -- granted: it waits
+    fits = delay <= max_wait
+    local over = L.next - (now + MAX_AHEAD)
+    if over > 0 then
+      L.next = L.next - over
+      L.d_allocated = L.d_allocated - over
+    end
+    if L.pace > now + MAX_AHEAD then L.pace = now + MAX_AHEAD end
+  end
+  local wait, delay = E.peek(L, now) -- nothing is left to forfeit, roll or resync at now
+  return fits, sched, st, delay, late, wait, count or 0
+end
+
 -- settle moves this call's changes into L's totals.
 local function settle(L)
   L.allocated, L.allocated_hi, L.idle, L.idle_hi, L.permits, L.permits_hi, L.lateness, L.lateness_hi = totals(L)
@@ -826,8 +894,9 @@ end
 -- '0': none), [template params...].
 -- Reply: {code, granted, permits, epoch, sched, start, delay, lateness, wait,
 -- retry_after, version, now_us, instance, rem_before, next_after, whole,
--- frac, den, burst, kind, max_permits} with times relative to epoch (Unix us),
--- instance 1 when a template instance answered, next_after the position.
+-- frac, den, burst, kind, max_permits[, limit]} with times relative to
+-- epoch (Unix us), instance 1 when a template instance answered, next_after
+-- the position, and a kind that counts (window) its limit last.
 -- code 1 is ok, -1 not found, -2 permits out of range ({-2, max}), -5 a
 -- limiter of another kind ({-5, kind}).
 local function grant_main(keys, argv)
@@ -848,8 +917,10 @@ local function grant_main(keys, argv)
   if L.started ~= 1 then rem_before = 0 end -- start's carry
   local granted, permits, sched, st, delay, late, wait, retry = acquire(L, now, us, n, max_wait)
   save(L, now, tonumber(argv[3]))
-  return {OK, granted, permits, L.epoch, sched, st, delay, late, wait, retry, L.version, us, L.inst and 1 or 0,
+  local out = {OK, granted, permits, L.epoch, sched, st, delay, late, wait, retry, L.version, us, L.inst and 1 or 0,
     rem_before, L.next, L.whole, L.frac, L.den, fmt(L.burst), L.kind, L.max_permits}
+  if engine_of(L.kind).counts then out[22] = L.limit end
+  return out
 end
 
 -- decision_rec is one decision's R in acquire_many's answer (a counting
@@ -859,6 +930,21 @@ local function decision_rec(L, counts, now, granted, sched, st, delay, wait, ret
   if counts then return enc(R, granted, L.limit, delay, wait, retry) end
   if granted == 1 then return enc(R, R_GRANTED, sched - now, st - now, wait, retry) end
   return enc(R, R_DENIED, 0, delay, wait, retry)
+end
+
+-- The records of charges (acquire_many): n taken, and it fitted (within
+-- max_wait) or not; a charge of n out of range (max_charge in sched's
+-- place). A charge's record holds the limiter's delay after it where an
+-- acquire's holds retry_after (a counting kind's: where its delay is, and
+-- its count after the charge where retry_after is). store/replies.go has
+-- the same numbers.
+local R_CHARGED_WITHIN, R_CHARGED_OVER, R_CHARGE_RANGE = 3, 4, 5
+
+local function charge_rec(L, counts, now, fits, sched, st, delay, wait, count)
+  local code = R_CHARGED_OVER
+  if fits then code = R_CHARGED_WITHIN end
+  if counts then return enc(R, code, L.limit, delay, wait, count) end
+  return enc(R, code, sched - now, st - now, wait, delay)
 end
 
 local function answer_head(L, counts, us, now)
@@ -885,16 +971,30 @@ local function acquire_group(key, ikey, tpl, idle_ttl, m, argv, q, us, x, ix, fl
     local n, max_wait = argv[q], argv[q + 1]
     n, max_wait = SMALL[n] or tonumber(n), SMALL[max_wait] or tonumber(max_wait)
     q = q + 2
+    local rec, charged
     if n < 1 or n > L.max_permits or n ~= floor(n) then
-      recs[r + 1] = enc(R, R_PERMITS_RANGE, L.max_permits, 0, 0, 0)
+      if n < 0 and n == floor(n) then -- a charge of n permits travels as -1 - n
+        n, charged = -1 - n, true
+        if cost(L, n, L.den - 1) > HORIZON then rec = enc(R, R_CHARGE_RANGE, max_charge(L), 0, 0, 0) end
+      else
+        rec = enc(R, R_PERMITS_RANGE, L.max_permits, 0, 0, 0)
+      end
+    end
+    if rec then
+      recs[r + 1] = rec
     else
       if bounds and not decided then -- before the first decision: nothing is saved
         start(L, now, us)
         if bounds(L, now) then return enc('<Bi7', A_BOUNDS, us) end
       end
       if max_wait < 0 then max_wait = HORIZON end
-      local granted, _, sched, st, delay, _, wait, retry = acquire(L, now, us, n, max_wait)
-      recs[r + 1] = decision_rec(L, counts, now, granted, sched, st, delay, wait, retry)
+      if charged then
+        local fits, sched, st, delay, _, wait, count = charge(L, now, us, n, max_wait)
+        recs[r + 1] = charge_rec(L, counts, now, fits, sched, st, delay, wait, count)
+      else
+        local granted, _, sched, st, delay, _, wait, retry = acquire(L, now, us, n, max_wait)
+        recs[r + 1] = decision_rec(L, counts, now, granted, sched, st, delay, wait, retry)
+      end
       decided = true
       -- Many requests' changes could pass 2^53 together (totals).
       if L.d_allocated >= SETTLE or L.d_idle >= SETTLE or L.d_permits >= SETTLE or L.d_lateness >= SETTLE then settle(L) end
@@ -915,7 +1015,9 @@ end
 -- template matches its name.
 -- ARGV: the floors (see Floors: FLOOR_WIDTH digits per limiter in KEYS
 -- order, or '0' for none), then per limiter, in KEYS order, a head and m
--- pairs n, max_wait (ns; negative: forever). The head is m, or when a
+-- pairs n, max_wait (ns; negative: forever); a pair whose n is negative is
+-- a charge of -1 - n permits (charge: taken whatever is left; -1 is a
+-- check), which no fast path takes (n < 1). The head is m, or when a
 -- template matches, one string: m, the template's version, its idle_ttl_ms
 -- and its params (see Layouts; version last, again), one space apart.
 -- One acquire on one limiter without a template may come as the pair alone,
@@ -927,7 +1029,10 @@ end
 -- (relative to now), wait, retry_after; or 3 (not found); or 4 (a limiter of
 -- another kind) and its kind's name, after its length; or 5 (A_COUNTED, a
 -- kind that counts: a window) as 1 but each R is code, limit, delay (0 for a
--- grant, which starts now), permits left, retry_after; or 6 (A_BOUNDS) and
+-- grant, which starts now), permits left, retry_after; a charge's R has
+-- code 3 (R_CHARGED_WITHIN) or 4 (R_CHARGED_OVER) and the limiter's delay
+-- after it in retry_after's place (a counting kind's: in delay's, and
+-- retry_after 0), or 5 (R_CHARGE_RANGE) and max_charge; or 6 (A_BOUNDS) and
 -- now_us: a calendar window needs its bounds first (bounds.lua), nothing
 -- was decided. In text (no struct)
 -- the numbers and the name are one space apart.

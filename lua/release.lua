@@ -1,7 +1,10 @@
 -- release: a client pool hands back the unused tail of a grant
 -- (limiter.Params.Release). If the schedule has not moved since the grant
 -- (same version, next and carry), it is rewound; otherwise the unused time is
--- moved from allocated to idle and is lost to everyone.
+-- moved from allocated to idle and is lost to everyone. A kind that counts
+-- (window) gives the permits back to its count while its window is the
+-- grant's (next is the end the grant saw), never below 0 (rewound 1), and
+-- keeps its count once the window has moved on.
 -- A grant is handed back once: the first hand-back of a grant records it
 -- (KEYS[3], named after the grant, in the limiter's hash tag) for an hour
 -- past the grant's end, and a hand-back of a grant so recorded changes
@@ -18,10 +21,6 @@ local L = resolve_keys(KEYS, ARGV, 10, us)
 if not L then return {NOT_FOUND} end
 if L.other then return {OTHER_KIND, L.kind} end
 if L.started ~= 1 then return {OK, 0} end
-if engine_of(L.kind).counts then -- a window's permits are not handed back (limiter.Params.Release)
-  local now = now_rel(L, us) -- not saved
-  return {OK, 0, us, L.next - now, 0}
-end
 local a = {}
 for i = 1, 9 do a[i] = tonumber(ARGV[i]) end
 local keep = 3600000 + math.max(0, math.ceil(((a[2] - us) * 1000 + a[4]) / 1e6)) -- ms
@@ -40,7 +39,13 @@ local shift = (a[2] - L.epoch) * 1000 -- grant epoch → limiter epoch
 local after = a[4] + shift
 local unused, m = math.max(0, math.min(a[6], a[4] - a[3])), a[7]
 local rewound = 0
-if engine_of(L.kind).rewinds and L.version == a[1] and L.next == after and L.rem == a[9] then
+if engine_of(L.kind).counts then
+  if L.next == after then
+    L.stored = L.stored - math.min(m, L.stored)
+    rewound = 1
+  end
+  unused = 0 -- a window allocates no time
+elseif engine_of(L.kind).rewinds and L.version == a[1] and L.next == after and L.rem == a[9] then
   L.next = after - unused
   L.rem = a[8]
   L.pace = a[5] + shift

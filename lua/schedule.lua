@@ -23,16 +23,16 @@ end
 -- library's first call, and in store's tests), so a change of the groups that
 -- they miss is an error at once, never a misread.
 local CODE, X_SIZE, X_RUN_AT, X_EXPIRES_AT = 1, 144, '54', '107'
-local X_LEAN = '<BBi7i7I4I4i7di7Bi7i7i7i4i7i7i7i7i7'
+local X_LEAN = '<BBi7i7I4I4i7di7Bi7i7i7I4i7i7i7i7i7'
 local X_LEAN_I = X_LEAN .. 'i7' -- an instance's: and expires, right after last
-local X_RUN = '<i7i7i4i7i7i7i7i7'
+local X_RUN = '<i7i7I4i7i7i7i7i7'
 -- create_one's: the whole x, and the template's params as acquire_many
 -- has them (X_OF's params: kind whole frac den max_permits burst
 -- max_backlog version), one word each.
 -- It packs it in two (lean_full below): up to started, which is
 -- the same for every instance of a template's version (kept with its
 -- params), and from epoch on.
-local X_FULL_HEAD, X_FULL_TAIL = '<BBi7i7I4I4i7di7B', '<i7i7i7i4i7i7i7i7i7i7i7i7i4i4i4i4'
+local X_FULL_HEAD, X_FULL_TAIL = '<BBi7i7I4I4i7di7B', '<i7i7i7I4i7i7i7i7i7i7i7i7i4i4i4i4'
 local X_PARAMS = 'kind whole frac den max_permits burst max_backlog version'
 local P_WORDS = '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$'
 

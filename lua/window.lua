@@ -20,6 +20,10 @@
 -- moves the limiter into them (set_bounds), then calls again.
 
 local TWO53 = 9007199254740992
+-- FULL is the count of a window a floor finds full (limiter's windowFull,
+-- MaxWindowLimit: no limit is higher); MAX_COUNT the most a window counts
+-- (limiter.MaxWindowCount, 2^52): a charged count stays exact up to it.
+local FULL, MAX_COUNT = 4294967295, 4503599627370496
 
 KINDS.window = {
   code = 3,
@@ -104,10 +108,10 @@ KINDS.window = {
 
     -- retry_after is limiter.Params.retryAfter.
     local function retry_after(L, now, n)
-      if L.sliding == 0 then return L.next - now end
+      if L.sliding == 0 or n > L.limit then return L.next - now end
       local room = L.limit - n - L.stored
       if room >= 0 then return L.next - L.period + slide_wait(L, L.rem, room) - now end
-      return L.next + slide_wait(L, L.stored, L.limit - n) - now
+      return L.next + slide_wait(L, min(L.stored, L.limit), L.limit - n) - now
     end
 
     return {
@@ -122,6 +126,16 @@ KINDS.window = {
         L.d_permits = L.d_permits + n
         L.last = now
         return 1, n, now, now, 0, 0, L.limit - used(L, now), 0
+      end,
+      -- a charge counts whatever the limit, up to MAX_COUNT (limiter's
+      -- chargeWindow)
+      charge = function(L, now, n)
+        roll(L, now)
+        local u = used(L, now)
+        L.stored = min(L.stored + n, MAX_COUNT)
+        L.d_permits = L.d_permits + n
+        L.last = now
+        return u + n <= L.limit, now, now, 0, min(u + n, MAX_COUNT)
       end,
       peek = function(L, now)
         roll(L, now)
@@ -153,7 +167,7 @@ KINDS.window = {
         L.rem, L.stored, L.next, L.pace = 0, 0, e, f
       end,
       counts = true,
-      floor = function(L) L.stored, L.rem = 1e9, 0 end, -- limiter.MaxWindowLimit: full
+      floor = function(L) L.stored, L.rem = FULL, 0 end,
       settle = function(L) -- a sliding window's count matters for one more period
         if L.sliding == 1 then return L.period end
         return 0

@@ -42,11 +42,22 @@ type Decision struct {
 	// free time). The store remembers the furthest it has seen per name and
 	// sends it as a floor with its next call (floors.go).
 	Position int64
-	// Limit is a window limiter's permits per window (0 for other kinds).
-	// For a window, Wait is then the permits left in it (limiter.Result),
-	// Position the end of its window (the instant its count resets), and a
-	// grant starts now.
-	Limit int64
+	// Window is true when a window limiter answered, and Limit is then its
+	// permits per window (0 for other kinds, and for a window that refuses
+	// every request). For a window, Wait is the permits left in it
+	// (limiter.Result), Position the end of its window (the instant its
+	// count resets), and a grant starts now.
+	Window bool
+	Limit  int64
+	// Charged is true for the answer to a charge (Store.Charge,
+	// Request.Charge): the permits were taken whatever Granted says, which
+	// tells whether they fitted (within MaxWait: for a window, in its
+	// count), and Delay is how long a new caller would wait now, after
+	// them (see limiter.Params.Charge).
+	Charged bool
+	// Count is a window's count after a charge: what its limit is
+	// measured against, past it when the permits did not fit (0 otherwise).
+	Count int64
 	// Shadow marks a refusal by a limiter in shadow mode that core reports
 	// as granted: it took nothing (the store never sets it).
 	Shadow bool
@@ -68,39 +79,47 @@ func (s *Store) Acquire(ctx context.Context, name string, n int64, maxWait time.
 // the latest bound of its calls. The bound holds as a context deadline
 // would: with a client that honours those (NewClient's do).
 func (s *Store) AcquireWithin(ctx context.Context, name string, n int64, maxWait, within time.Duration) (Decision, error) {
-	d, err := s.acquireOnce(ctx, name, n, maxWait, within)
-	if s.boundsSent(ctx, name, &err) {
-		d, err = s.acquireOnce(ctx, name, n, maxWait, within)
+	return s.decideWithin(ctx, Request{Name: name, Permits: n, MaxWait: maxWait}, within)
+}
+
+// decideWithin is AcquireWithin (and ChargeWithin) of req: once more when a
+// calendar window needed its bounds first.
+func (s *Store) decideWithin(ctx context.Context, req Request, within time.Duration) (Decision, error) {
+	d, err := s.acquireOnce(ctx, req, within)
+	if s.boundsSent(ctx, req.Name, &err) {
+		d, err = s.acquireOnce(ctx, req, within)
 	}
 	return d, err
 }
 
-func (s *Store) acquireOnce(ctx context.Context, name string, n int64, maxWait, within time.Duration) (Decision, error) {
+func (s *Store) acquireOnce(ctx context.Context, req Request, within time.Duration) (Decision, error) {
 	if s.batcher != nil {
-		return s.batcher.acquire(ctx, Request{Name: name, Permits: n, MaxWait: maxWait}, within)
+		return s.batcher.acquire(ctx, req, within)
 	}
-	return s.acquireDirectWithin(ctx, name, n, maxWait, within)
+	return s.acquireDirectWithin(ctx, req, within)
 }
 
 // acquireDirectWithin is acquireDirect bounded by within (> 0) as by a
 // context deadline: one round trip of its own, so a timer is cheap beside it.
-func (s *Store) acquireDirectWithin(ctx context.Context, name string, n int64, maxWait, within time.Duration) (Decision, error) {
+func (s *Store) acquireDirectWithin(ctx context.Context, req Request, within time.Duration) (Decision, error) {
 	if within > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, within)
 		defer cancel()
 	}
-	return s.acquireDirect(ctx, name, n, maxWait)
+	return s.acquireDirect(ctx, req)
 }
 
-func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait time.Duration) (Decision, error) {
+func (s *Store) acquireDirect(ctx context.Context, req Request) (Decision, error) {
+	name, n, maxWait := req.Name, req.Permits, req.MaxWait
 	tpl, err := s.match(ctx, name)
 	if err != nil {
 		return Decision{}, err
 	}
-	if n < 1 {
-		return Decision{}, permitsErr(n)
+	if err := req.check(); err != nil {
+		return Decision{}, err
 	}
+	n = req.arg()
 	// Without a template, acquire.lua takes the state key and the pair
 	// alone, or the pair and its floor; with one, the floors, a head and the
 	// pair.
@@ -125,7 +144,7 @@ func (s *Store) acquireDirect(ctx context.Context, name string, n int64, maxWait
 	if !u.isText && u.err == nil {
 		s.floors.useBinary()
 	}
-	decodeAnswer(name, &u, 1, func(_ int, x Outcome) { o = x.withPermits(n) })
+	decodeAnswer(name, &u, 1, func(_ int, x Outcome) { o = x.withPermits(req.Permits) })
 	if err := u.done("answer"); err != nil && o.Err == nil {
 		o.Err = fmt.Errorf("store: acquire of %q: %w", name, err)
 	}
@@ -278,6 +297,12 @@ func decodeAnswer(name string, u *unpacker, m int, set func(r int, o Outcome)) {
 		case code == recordPermitsRange:
 			set(r, Outcome{Err: &limiter.FieldError{Field: "permits", Rule: limiter.PermitsRule(sched)}})
 			continue
+		case code == recordChargeRange:
+			set(r, Outcome{Err: &limiter.FieldError{Field: "permits", Rule: limiter.ChargeRule(sched)}})
+			continue
+		case code == recordChargedWithin || code == recordChargedOver:
+			set(r, Outcome{Decision: chargedOf(code, counted, now, sched, start, wait, retry, ver, inst, pos, limit)})
+			continue
 		case code != recordGranted && code != recordDenied:
 			u.err = badReply("record code %d", code)
 			set(r, Outcome{Err: fmt.Errorf("store: acquire of %q: record %d: %w", name, r, u.err)})
@@ -286,7 +311,7 @@ func decodeAnswer(name string, u *unpacker, m int, set func(r int, o Outcome)) {
 		// A grant's delay is its start, its lateness start − sched; a
 		// denial's delay comes as start.
 		d := Decision{Granted: code == recordGranted, Delay: start, Wait: wait, RetryAfter: retry,
-			Version: ver, Now: now, Instance: inst, Position: pos, Limit: limit}
+			Version: ver, Now: now, Instance: inst, Position: pos, Window: counted, Limit: limit}
 		if d.Granted {
 			d.Lateness = start - sched
 			d.Scheduled, d.Start = now+sched, now+start
@@ -295,10 +320,10 @@ func decodeAnswer(name string, u *unpacker, m int, set func(r int, o Outcome)) {
 	}
 }
 
-// withPermits is o with a grant's permits, n (the answer does not repeat
-// them).
+// withPermits is o with a grant's (or a charge's) permits, n (the answer
+// does not repeat them).
 func (o Outcome) withPermits(n int64) Outcome {
-	if o.Err == nil && o.Granted {
+	if o.Err == nil && (o.Granted || o.Charged) {
 		o.Permits = n
 	}
 	return o
@@ -397,7 +422,13 @@ func decodeGrant(name string, v []any) (Grant, error) {
 	}
 	g.Position = g.End
 	if g.Kind == limiter.KindWindow {
-		g.Limit = g.MaxPermits
+		g.Window, g.Limit = true, g.MaxPermits
+		if r.has(21) { // its limit (max_permits is 1 for a limit of 0)
+			g.Limit = r.int(21)
+		}
+		if err := r.check("grant", name); err != nil {
+			return Grant{}, err
+		}
 	}
 	return g, nil
 }
@@ -470,10 +501,12 @@ type WaitInfo struct {
 	Started   bool
 	Instance  bool  // a template instance answered (see Decision.Instance)
 	Position  int64 // a started limiter's position (see Decision.Position), Unix ns
-	// Limit is a window limiter's permits per window (0 for other kinds):
-	// Wait is then the permits left, Delay the time until one is, and
-	// Position the end of the current window.
-	Limit int64
+	// Window is true for a window limiter, and Limit is then its permits
+	// per window (0 for other kinds, and for a window that refuses every
+	// request): Wait is then the permits left, Delay the time until one
+	// is, and Position the end of the current window.
+	Window bool
+	Limit  int64
 }
 
 // Wait returns the live state of a limiter (or template instance) without
@@ -564,7 +597,7 @@ func (s *Store) decodeWait(name string, v []any) (WaitInfo, error) {
 		w.Position = w.Now + r.int(15)
 	}
 	if len(v) > 16 {
-		w.Limit = r.int(16)
+		w.Window, w.Limit = true, r.int(16)
 	}
 	if err := r.check("peek", name); err != nil {
 		return WaitInfo{}, err

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -16,59 +15,21 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// Request is one acquire of a batch.
+// Request is one acquire of a batch, or one charge.
 type Request struct {
 	Name    string
 	Permits int64
 	MaxWait time.Duration // Forever: no bound
+	// Charge takes Permits (≥ 0; 0 is a check) whatever is left, and
+	// Decision.Granted then says whether they fitted within MaxWait (see
+	// Store.Charge).
+	Charge bool
 }
 
 // Outcome is the answer to one Request of a batch.
 type Outcome struct {
 	Decision
 	Err error
-}
-
-// AcquireMany decides many acquires, on any limiters, in one round trip per
-// Redis node. The requests of one limiter are decided by one call, in order,
-// at one Redis time, reading and writing the limiter once; on a single Redis
-// server (not a cluster or ring) one call decides up to batchCallSize
-// requests of any limiters, and more calls go out in the same pipeline.
-// Outcomes are in request order.
-func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
-	out := make([]Outcome, len(reqs))
-	s.acquireMany(ctx, reqs, out, new(batchScratch))
-	// A calendar window that needs its bounds decided nothing: its requests
-	// are asked again once the bounds are sent (bounds.go).
-	var again []int
-	sent := map[string]bool{} // name → bounds sent
-	for i := range out {
-		name := reqs[i].Name
-		ok, seen := sent[name]
-		if !seen {
-			var nb *needBounds
-			if !errors.As(out[i].Err, &nb) {
-				continue
-			}
-			ok = s.boundsSent(ctx, name, &out[i].Err)
-			sent[name] = ok
-		}
-		if ok {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		sub := make([]Request, len(again))
-		for j, i := range again {
-			sub[j] = reqs[i]
-		}
-		subOut := make([]Outcome, len(sub))
-		s.acquireMany(ctx, sub, subOut, new(batchScratch))
-		for j, i := range again {
-			out[i] = subOut[j]
-		}
-	}
-	return out
 }
 
 // acquireMany is AcquireMany writing to out, with sc's memory (the batcher
@@ -224,8 +185,8 @@ func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome, s
 	sc.next = slices.Grow(sc.next[:0], len(reqs))[:len(reqs)]
 	for i, r := range reqs {
 		sc.next[i] = -1
-		if r.Permits < 1 {
-			out[i].Err = permitsErr(r.Permits)
+		if err := r.check(); err != nil {
+			out[i].Err = err
 			continue
 		}
 		if err := sc.failed[r.Name]; err != nil {
@@ -287,7 +248,7 @@ func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome, s
 		for _, g := range sc.groups[from:to] {
 			argv = append(argv, g.tpl.acquireHead(g.m))
 			for i := g.first; i >= 0; i = sc.next[i] {
-				argv = append(argv, reqs[i].Permits, waitArg(reqs[i].MaxWait))
+				argv = append(argv, reqs[i].arg(), waitArg(reqs[i].MaxWait))
 			}
 		}
 		sc.calls = append(sc.calls, batchCall{from: from, to: to, argv: argv[start:len(argv):len(argv)]})
@@ -326,11 +287,24 @@ func newBatcher(s *Store) *batcher {
 
 type call struct {
 	ctx context.Context
-	req Request
-	out chan Outcome
+	// reqs are the call's requests (one: one[:1]), decided in one batch;
+	// res gets their outcomes, in order, before done is signalled.
+	reqs []Request
+	res  []Outcome
+	done chan struct{}
+	one  [1]Request
+	oneR [1]Outcome
 	// until is when the caller stops waiting (AcquireWithin; zero: when
 	// ctx ends).
 	until time.Time
+}
+
+// answer gives every request of c outcome o (before a batch).
+func (c *call) answer(o Outcome) {
+	for i := range c.res {
+		c.res[i] = o
+	}
+	c.done <- struct{}{}
 }
 
 type batcher struct {
@@ -343,7 +317,7 @@ type batcher struct {
 	once     sync.Once
 }
 
-var callPool = sync.Pool{New: func() any { return &call{out: make(chan Outcome, 1)} }}
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 func (b *batcher) start(workers int) {
 	for range workers {
@@ -408,7 +382,7 @@ func (b *batcher) loop() {
 				}
 			}
 			if err != nil {
-				c.out <- Outcome{Err: wrapErr(err)}
+				c.answer(Outcome{Err: wrapErr(err)})
 				continue
 			}
 			live = append(live, c)
@@ -418,7 +392,7 @@ func (b *batcher) loop() {
 		}
 		reqs = reqs[:0]
 		for _, c := range batch {
-			reqs = append(reqs, c.req)
+			reqs = append(reqs, c.reqs...)
 		}
 		// The batch runs on its own deadline: one caller giving up must not
 		// fail the others. Callers stop waiting on their own contexts; a
@@ -435,8 +409,10 @@ func (b *batcher) loop() {
 		b.s.acquireMany(ctx, reqs, outs, &sc)
 		b.inflight.Add(-1)
 		cancel()
-		for i, c := range batch {
-			c.out <- outs[i]
+		i := 0
+		for _, c := range batch {
+			i += copy(c.res, outs[i:])
+			c.done <- struct{}{}
 		}
 	}
 }
@@ -474,41 +450,83 @@ func (b *batcher) acquire(ctx context.Context, req Request, within time.Duration
 	default:
 	}
 	if b.inflight.CompareAndSwap(0, 1) {
-		d, err := b.s.acquireDirectWithin(ctx, req.Name, req.Permits, req.MaxWait, within)
+		d, err := b.s.acquireDirectWithin(ctx, req, within)
 		b.inflight.Add(-1)
 		return d, err
 	}
 	c := callPool.Get().(*call)
-	c.ctx, c.req, c.until = ctx, req, time.Time{}
+	c.one[0] = req
+	c.reqs, c.res = c.one[:], c.oneR[:]
+	if err := b.submit(ctx, c, within); err != nil {
+		return Decision{}, err
+	}
+	o := c.oneR[0]
+	callPool.Put(c)
+	return o.Decision, o.Err
+}
+
+// acquireMany submits reqs as one call (they go out in one batch) and
+// returns their outcomes, in order, waiting at most within (> 0; 0: as
+// long as ctx allows). As acquire, a caller that finds nothing in flight
+// goes straight to Redis.
+func (b *batcher) acquireMany(ctx context.Context, reqs []Request, within time.Duration) []Outcome {
+	select {
+	case <-b.done:
+		return failAll(len(reqs), ErrClosed)
+	default:
+	}
+	if b.inflight.CompareAndSwap(0, 1) {
+		out := b.s.acquireManyDirectWithin(ctx, reqs, within)
+		b.inflight.Add(-1)
+		return out
+	}
+	c := &call{done: make(chan struct{}, 1), reqs: reqs, res: make([]Outcome, len(reqs))}
+	if err := b.submit(ctx, c, within); err != nil {
+		return failAll(len(reqs), err)
+	}
+	return c.res
+}
+
+// submit queues c and waits until a worker has answered it (nil: c.res
+// holds the outcomes), or returns why it could not: the context ended, or
+// the batcher closed. A call it returns an error for must not be reused:
+// a worker may still answer it.
+func (b *batcher) submit(ctx context.Context, c *call, within time.Duration) error {
+	c.ctx, c.until = ctx, time.Time{}
 	if within > 0 {
 		c.until = time.Now().Add(within)
 	}
 	select {
 	case b.in <- c:
 	case <-ctx.Done():
-		callPool.Put(c)
-		return Decision{}, wrapErr(ctx.Err())
+		return wrapErr(ctx.Err())
 	case <-b.done:
-		callPool.Put(c)
-		return Decision{}, ErrClosed
+		return ErrClosed
 	}
 	select {
-	case o := <-c.out:
-		callPool.Put(c)
-		return o.Decision, o.Err
+	case <-c.done:
+		return nil
 	case <-ctx.Done():
-		// The outcome will still arrive on c.out; c is not reused.
-		return Decision{}, wrapErr(ctx.Err())
+		// The outcome will still arrive; c is not reused.
+		return wrapErr(ctx.Err())
 	case <-b.done:
 		// Closed while c was queued or in flight: once the workers are gone,
 		// c has its outcome or never will.
 		b.wg.Wait()
 		select {
-		case o := <-c.out:
-			callPool.Put(c)
-			return o.Decision, o.Err
+		case <-c.done:
+			return nil
 		default:
-			return Decision{}, ErrClosed // c stays in b.in: not reused
+			return ErrClosed // c stays in b.in: not reused
 		}
 	}
+}
+
+// failAll is n outcomes of err.
+func failAll(n int, err error) []Outcome {
+	out := make([]Outcome, n)
+	for i := range out {
+		out[i].Err = err
+	}
+	return out
 }

@@ -482,7 +482,7 @@ func (g *diffRig) peek() {
 		want.Position = v.Next
 	}
 	if p.Kind == limiter.KindWindow {
-		want.Limit = p.Limit
+		want.Window, want.Limit = true, p.Limit
 	}
 	if w != want {
 		g.fatalf("peek at %d:\n  store %+v\n  model %+v", now, w, want)
@@ -538,11 +538,18 @@ func (g *diffRig) acquire(n int64, mw time.Duration, grant bool) {
 // them one after the other at that time.
 func (g *diffRig) acquireMany(ns []int64, mws []time.Duration) {
 	g.t.Helper()
-	g.note("acquire-many n=%v max_wait=%v", ns, mws)
+	g.decideMany(ns, mws, nil)
+}
+
+// decideMany is acquireMany where charges[i] (if any) makes the i-th
+// request a charge: a batch that mixes acquires and charges.
+func (g *diffRig) decideMany(ns []int64, mws []time.Duration, charges []bool) {
+	g.t.Helper()
+	g.note("acquire-many n=%v max_wait=%v charge=%v", ns, mws, charges)
 	g.ops["acquire-many"]++
 	reqs := make([]store.Request, len(ns))
 	for i := range ns {
-		reqs[i] = store.Request{Name: g.name, Permits: ns[i], MaxWait: mws[i]}
+		reqs[i] = store.Request{Name: g.name, Permits: ns[i], MaxWait: mws[i], Charge: i < len(charges) && charges[i]}
 	}
 	g.takeFloor()
 	var pos []int64
@@ -550,6 +557,11 @@ func (g *diffRig) acquireMany(ns []int64, mws []time.Duration) {
 		if o.Err == nil { // every decision carries the position after them all
 			pos = append(pos, o.Position)
 			o.Position = 0
+		}
+		if reqs[i].Charge {
+			g.ops["charge-in-batch"]++
+			g.charged(ns[i], mws[i], o.Decision, o.Err)
+			continue
 		}
 		g.decided("acquire", ns[i], mws[i], false, o.Decision, store.Grant{}, o.Err)
 	}
@@ -569,16 +581,14 @@ func (g *diffRig) takeFloor() {
 	}
 }
 
-// decided checks the store's answer to an acquire or grant against the model,
-// which it moves on.
-func (g *diffRig) decided(what string, n int64, mw time.Duration, grant bool, d store.Decision, gr store.Grant, err error) {
+// prepare is what the scripts do to the limiter before a request at now
+// that is in range (inRange, given the parameters it meets): a template
+// instance is made or moved to the template's version, and the floor the
+// call sent is applied. It returns the parameters the request meets.
+func (g *diffRig) prepare(now int64, inRange func(p *limiter.Params) bool) limiter.Params {
 	g.t.Helper()
-	now := g.us * 1000
-	if g.mr == nil && err == nil {
-		now, g.us = d.Now, d.Now/1000
-	}
 	if g.tpl {
-		if p, _, _ := g.tplResolve(now); p.CheckPermits(n) == nil { // else nothing is saved
+		if p, _, _ := g.tplResolve(now); inRange(&p) { // else nothing is saved
 			g.tplUse(now)
 		}
 	}
@@ -586,7 +596,7 @@ func (g *diffRig) decided(what string, n int64, mw time.Duration, grant bool, d 
 	if g.tpl {
 		p, _, _ = g.tplResolve(now)
 	}
-	if g.floor != nil && p.CheckPermits(n) == nil {
+	if g.floor != nil && inRange(&p) {
 		settled := g.s
 		settled.Observe(now)
 		p.Start(&settled, now)
@@ -599,6 +609,18 @@ func (g *diffRig) decided(what string, n int64, mw time.Duration, grant bool, d 
 		}
 		g.floor = nil
 	}
+	return p
+}
+
+// decided checks the store's answer to an acquire or grant against the model,
+// which it moves on.
+func (g *diffRig) decided(what string, n int64, mw time.Duration, grant bool, d store.Decision, gr store.Grant, err error) {
+	g.t.Helper()
+	now := g.us * 1000
+	if g.mr == nil && err == nil {
+		now, g.us = d.Now, d.Now/1000
+	}
+	p := g.prepare(now, func(p *limiter.Params) bool { return p.CheckPermits(n) == nil })
 	remBefore := g.s.Rem
 	before := g.s
 	r, merr := p.Acquire(&g.s, now, n, diffWaitArg(mw))
@@ -618,7 +640,7 @@ func (g *diffRig) decided(what string, n int64, mw time.Duration, grant bool, d 
 	want := diffDecision(r, g.ver, now)
 	want.Instance = g.tpl
 	if p.Kind == limiter.KindWindow {
-		want.Limit = p.Limit
+		want.Window, want.Limit = true, p.Limit
 	}
 	if d.Position != 0 || what == "grant" {
 		want.Position = g.s.Next
@@ -661,6 +683,140 @@ func (g *diffRig) decided(what string, n int64, mw time.Duration, grant bool, d 
 			g.grants = g.grants[1:]
 		}
 	}
+}
+
+// charge takes n permits whatever is left, through Store.Charge (max wait
+// 0, which it asks with) or a charge alone in an AcquireMany, and through
+// the model (Params.Charge).
+func (g *diffRig) charge(n int64, mw time.Duration) {
+	g.t.Helper()
+	g.note("charge n=%d max_wait=%d", n, int64(mw))
+	g.ops["charge"]++
+	g.takeFloor()
+	var d store.Decision
+	var err error
+	if mw == 0 {
+		d, err = g.st.Charge(g.ctx, g.name, n)
+	} else {
+		o := g.st.AcquireMany(g.ctx, []store.Request{{Name: g.name, Permits: n, MaxWait: mw, Charge: true}})[0]
+		d, err = o.Decision, o.Err
+	}
+	g.charged(n, mw, d, err)
+}
+
+// charged checks the store's answer to a charge against the model, which
+// it moves on.
+func (g *diffRig) charged(n int64, mw time.Duration, d store.Decision, err error) {
+	g.t.Helper()
+	now := g.us * 1000
+	if g.mr == nil && err == nil {
+		now, g.us = d.Now, d.Now/1000
+	}
+	p := g.prepare(now, func(p *limiter.Params) bool { return p.CheckCharge(n) == nil })
+	if n == 0 && p.Calendar != 0 && p.NeedsBounds(g.s, now) {
+		g.ops["bounds-on-check"]++ // the store sends them first (bounds.lua)
+	}
+	before := g.s
+	r, merr := p.Charge(&g.s, now, n, diffWaitArg(mw))
+	if (err != nil) != (merr != nil) {
+		g.fatalf("charge n=%d: store error %v, model error %v", n, err, merr)
+	}
+	if err != nil {
+		var fe, mfe *limiter.FieldError
+		if !errors.As(err, &fe) || !errors.As(merr, &mfe) || fe.Field != "permits" || fe.Rule != mfe.Rule {
+			g.fatalf("charge n=%d: store error %v, model %v", n, err, merr)
+		}
+		if g.s != before {
+			g.fatalf("model changed state on an error")
+		}
+		g.ops["charge-err"]++
+		return
+	}
+	want := diffDecision(r, g.ver, now)
+	want.Charged, want.Instance = true, g.tpl
+	if p.Kind == limiter.KindWindow {
+		want.Window, want.Limit, want.Count = true, p.Limit, r.Count
+	}
+	if d.Position != 0 {
+		want.Position = g.s.Next
+	}
+	if d != want {
+		g.fatalf("charge n=%d max_wait=%d at %d:\n  store %+v\n  model %+v", n, int64(mw), now, d, want)
+	}
+	switch {
+	case n == 0 && r.Granted:
+		g.ops["check-within"]++
+	case n == 0:
+		g.ops["check-over"]++
+	case r.Granted:
+		g.ops["charged-within-"+g.kindName()]++
+	default:
+		g.ops["charged-over-"+g.kindName()]++
+	}
+	if g.s.Next-now >= limiter.MaxAhead && p.Kind != limiter.KindWindow {
+		g.ops["charged-to-max-ahead"]++
+	}
+	if p.Kind == limiter.KindWindow && g.s.Stored > p.Limit {
+		g.ops["window-past-limit"]++
+	}
+}
+
+// chargeN is a random charge: some checks (0); for a window the sizes of
+// windowN and some past its limit; for a schedule or smooth limiter mostly
+// randN's, then on miniredis (whose clock the test moves) larger ones: up to
+// ten acquires' most, a week of schedule or more, the most a charge may
+// take, and past it (out of range).
+func (g *diffRig) chargeN(r *rand.Rand) int64 {
+	most := g.p.MaxCharge()
+	if r.IntN(8) == 0 {
+		return 0
+	}
+	if g.p.Kind == limiter.KindWindow {
+		n := g.windowN(r)
+		if r.IntN(4) == 0 {
+			n += r.Int64N(2*g.p.Limit + 2)
+		}
+		return n
+	}
+	if g.mr == nil { // real time: as much schedule as an acquire takes
+		return min(g.randN(r), most)
+	}
+	switch x := r.IntN(100); {
+	case x < 70:
+		return min(g.randN(r), most)
+	case x < 85:
+		return 1 + r.Int64N(min(most, 10*g.p.MaxPermits))
+	case x < 93: // debts that take days to pay
+		return min(most, int64(float64(7*86_400e9)/g.p.Slice.Float())+r.Int64N(most))
+	case x < 97:
+		return most
+	default:
+		return most + 1 + r.Int64N(3)
+	}
+}
+
+// chargeWait is a charge's max wait: mostly 0 (Store.Charge's), else
+// randWait's.
+func (g *diffRig) chargeWait(r *rand.Rand) time.Duration {
+	if r.IntN(2) == 0 {
+		return 0
+	}
+	return g.randWait(r)
+}
+
+// mixedMany is a random batch on this limiter mixing acquires and charges.
+func (g *diffRig) mixedMany(r *rand.Rand, acquireN func(*rand.Rand) int64) {
+	g.t.Helper()
+	k := 2 + r.IntN(5)
+	ns, mws, charges := make([]int64, k), make([]time.Duration, k), make([]bool, k)
+	for i := range k {
+		if charges[i] = r.IntN(2) == 0; charges[i] {
+			ns[i], mws[i] = g.chargeN(r), g.chargeWait(r)
+		} else {
+			ns[i], mws[i] = acquireN(r), g.randWait(r)
+		}
+	}
+	g.decideMany(ns, mws, charges)
 }
 
 // release hands back the last m permits of the i-th kept grant.
@@ -1064,6 +1220,11 @@ func (g *diffRig) step(r *rand.Rand, kindChange bool) {
 		peek = true
 	case x < 857:
 		g.fault(r)
+	case x < 900:
+		g.charge(g.chargeN(r), g.chargeWait(r))
+		peek = r.IntN(4) == 0
+	case x < 920:
+		g.mixedMany(r, g.randN)
 	default:
 		g.note("peek")
 		g.ops["peek"]++
@@ -1484,14 +1645,22 @@ func TestDiffRealRedisInstance(t *testing.T) {
 					f := *g
 					f.name, f.key, f.instExists, f.s, f.ver, f.p, f.grants = name, pfx+":{"+name+"}:i", false, limiter.State{}, g.tver, g.tp, nil
 					f.hist = nil
-					f.acquire(g.randN(r), g.randWait(r), false)
+					if r.IntN(4) == 0 {
+						f.charge(f.chargeN(r), f.chargeWait(r))
+					} else {
+						f.acquire(g.randN(r), g.randWait(r), false)
+					}
 					if f.instExists {
 						f.checkRaw()
-						if ttl := rdb.PTTL(g.ctx, f.key).Val(); ttl == -1 || ttl > store.DefaultIdleTTL+time.Duration(limiter.Horizon) {
+						if ttl := rdb.PTTL(g.ctx, f.key).Val(); ttl == -1 || ttl > store.DefaultIdleTTL+time.Duration(limiter.MaxAhead) {
 							f.fatalf("op %d: new instance PTTL %v", op, ttl)
 						}
 					}
 					continue
+				case x < 18:
+					g.charge(g.chargeN(r), g.chargeWait(r))
+				case x < 22:
+					g.mixedMany(r, g.randN)
 				default:
 					g.acquire(g.randN(r), g.randWait(r), false)
 				}
@@ -1503,8 +1672,8 @@ func TestDiffRealRedisInstance(t *testing.T) {
 				// an instance has a TTL (-1: none; it may be gone already,
 				// -2, when it settles within a ms), which the default idle
 				// TTL (store.DefaultIdleTTL) bounds after the debt; the debt
-				// is at most the schedule's horizon ahead of now
-				if ttl == -1 || ttl > store.DefaultIdleTTL+time.Duration(limiter.Horizon) {
+				// is at most MaxAhead (a charge's) ahead of now
+				if ttl == -1 || ttl > store.DefaultIdleTTL+time.Duration(limiter.MaxAhead) {
 					g.fatalf("op %d: instance PTTL %v", op, ttl)
 				}
 			}

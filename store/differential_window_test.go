@@ -20,7 +20,7 @@ import (
 
 var diffWindowPeriods = []string{"1s", "1m", "1h", "24h", "168h", "720h", "8760h", "3ms", "7µs", "1.5s", "333ms", "13m17.000001s"}
 
-var diffWindowLimits = []int64{1, 2, 3, 10, 100, 1000, 123457, 1e6, 1e9}
+var diffWindowLimits = []int64{1, 2, 3, 10, 100, 1000, 123457, 1e6, 1e9, 0, 1<<32 - 1}
 
 func diffWindowConfig(r *rand.Rand) limiter.Config {
 	l := diffWindowLimits[r.IntN(len(diffWindowLimits))]
@@ -33,9 +33,13 @@ func diffWindowConfig(r *rand.Rand) limiter.Config {
 }
 
 // windowN is a random request: mostly small, some up to the limit, a few
-// over it (refused by both as out of range).
+// over it (refused by both as out of range; for a limit of 0, one permit is
+// in range and refused).
 func (g *diffRig) windowN(r *rand.Rand) int64 {
 	l := g.p.Limit
+	if l == 0 {
+		return 1 + r.Int64N(2)
+	}
 	switch x := r.IntN(100); {
 	case x < 50:
 		return 1
@@ -92,15 +96,20 @@ func (g *diffRig) windowStep(r *rand.Rand, x int, now, pu int64) int64 {
 	}
 }
 
-// stepWindow runs one random operation on a window limiter. A hand-back of
-// a grant changes nothing (a window's permits are not handed back; a client
-// pool does not take a window's grants).
+// stepWindow runs one random operation on a window limiter: acquires,
+// charges (past the limit too), checks, batches mixing them, grants and
+// their hand-backs (which give permits back to the count within the grant's
+// window), configs, resets, faults.
 func (g *diffRig) stepWindow(r *rand.Rand) {
 	g.t.Helper()
 	peek := false
 	switch x := r.IntN(1000); {
-	case x < 450:
+	case x < 330:
 		g.acquire(g.windowN(r), g.randWait(r), false)
+	case x < 420:
+		g.charge(g.chargeN(r), g.chargeWait(r))
+	case x < 450:
+		g.mixedMany(r, g.windowN)
 	case x < 520:
 		k := 2 + r.IntN(5)
 		ns, mws := make([]int64, k), make([]time.Duration, k)
@@ -110,7 +119,7 @@ func (g *diffRig) stepWindow(r *rand.Rand) {
 		g.acquireMany(ns, mws)
 	case x < 650:
 		g.acquire(g.windowN(r), g.randWait(r), true)
-		if n := len(g.grants); n > 0 && r.IntN(4) == 0 { // a hand-back changes nothing
+		if n := len(g.grants); n > 0 && r.IntN(4) == 0 { // a hand-back within the window
 			g.checkRaw()
 			g.release(n-1, 1+r.Int64N(g.grants[n-1].r.Permits))
 		}
@@ -236,13 +245,18 @@ func TestDiffWindowRealRedis(t *testing.T) {
 func (g *diffRig) stepWindowReal(r *rand.Rand) {
 	g.t.Helper()
 	switch x := r.IntN(100); {
-	case x < 55:
+	case x < 45:
 		g.acquire(g.windowN(r), g.randWait(r), false)
+	case x < 55:
+		g.charge(g.chargeN(r), g.chargeWait(r))
 	case x < 65:
-		ns, mws := []int64{g.windowN(r), g.windowN(r), g.windowN(r)}, []time.Duration{0, 0, store.Forever}
-		g.acquireMany(ns, mws)
+		g.mixedMany(r, g.windowN)
 	case x < 85:
 		g.acquire(g.windowN(r), g.randWait(r), true)
+		if n := len(g.grants); n > 0 && r.IntN(4) == 0 {
+			g.checkRaw()
+			g.release(n-1, 1+r.Int64N(g.grants[n-1].r.Permits))
+		}
 	case x < 90:
 		g.reset()
 	default:
@@ -292,13 +306,19 @@ func (g *diffRig) stepCalendar(r *rand.Rand) {
 	g.t.Helper()
 	if g.p.Calendar != 0 && g.p.NeedsBounds(g.s, g.now()) {
 		g.ops["bounds-needed"]++
+		if r.IntN(4) == 0 { // a check that finds its window ended (its bounds move the limiter)
+			g.charge(0, g.chargeWait(r))
+			g.checkRaw()
+			return
+		}
 	}
 	switch x := r.IntN(1000); {
-	case x < 450:
+	case x < 380:
 		g.acquire(g.windowN(r), g.randWait(r), false)
+	case x < 450:
+		g.charge(g.chargeN(r), g.chargeWait(r))
 	case x < 520:
-		ns, mws := []int64{g.windowN(r), g.windowN(r), g.windowN(r)}, []time.Duration{0, store.Forever, 0}
-		g.acquireMany(ns, mws)
+		g.mixedMany(r, g.windowN)
 	case x < 600:
 		g.acquire(g.windowN(r), g.randWait(r), true)
 	case x < 640: // another limit, period or zone (the window after is then another)

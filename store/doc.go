@@ -13,6 +13,10 @@
 // library, loaded on first use (functions.go); elsewhere, and for every other
 // operation, as scripts (EVALSHA).
 //
+// Charges (charge.go): Charge takes permits whatever is left, usage recorded
+// after the fact; a Request with Charge does the same in a batch, beside
+// acquires.
+//
 // Batching: AcquireMany decides many acquires in one round trip per node.
 // One script call decides all the requests of one limiter, reading and writing
 // it once at one Redis time, and on a single Redis server one call takes the

@@ -143,3 +143,32 @@ func ExampleStore_PutTemplate() {
 	// user:bob start in 0s
 	// guest limiter "guest": not found
 }
+
+// A charge takes what a caller's work used, whatever is left: here 1,500
+// tokens of a budget of 1,000 a minute. The window counts past its limit,
+// and a check (a charge of 0) answers "over" until the window resets.
+func ExampleStore_Charge() {
+	m, rdb := exampleRedis()
+	defer m.Close()
+	defer rdb.Close()
+	ctx := context.Background()
+
+	s := store.New(rdb)
+	limit := int64(1000)
+	if _, _, err := s.Put(ctx, "tokens", limiter.Config{Kind: limiter.KindWindow, Limit: &limit, Period: "1m"}); err != nil {
+		panic(err)
+	}
+	d, err := s.Charge(ctx, "tokens", 1500)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("charged", d.Permits, "within the budget:", d.Granted)
+	d, err = s.Charge(ctx, "tokens", 0)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("next request within the budget:", d.Granted, "for", time.Duration(d.Delay))
+	// Output:
+	// charged 1500 within the budget: false
+	// next request within the budget: false for 1m0s
+}

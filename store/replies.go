@@ -39,6 +39,11 @@ const (
 	recordDenied       = 0
 	recordGranted      = 1
 	recordPermitsRange = 2
+	// A charge's (R_CHARGED_* there): taken and fitted, taken and over,
+	// and n out of range (with the limiter's most in sched's place).
+	recordChargedWithin = 3
+	recordChargedOver   = 4
+	recordChargeRange   = 5
 )
 
 // badReply is an ErrBadReply saying what was wrong.

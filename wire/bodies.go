@@ -114,6 +114,40 @@ type Handback struct {
 	Rewound bool `json:"rewound"`
 }
 
+// ChargeRequest is the body of POST .../charge: permits the work used, taken
+// whatever is left (0: a check that takes nothing). With grant (as POST
+// .../grant answered it) it settles that grant instead: permits is what its
+// work used, fewer than granted hands the rest back (as POST .../handback),
+// more charges the excess.
+type ChargeRequest struct {
+	Permits *int64 `json:"permits"` // required, ≥ 0
+	Grant   *Grant `json:"grant,omitempty"`
+}
+
+// Charged answers a charge (200): the permits it took (a settle: the excess
+// it charged), whether they fitted (an acquire of them waiting for nothing
+// would have been granted; a window: its count had room for them), and the
+// limiter after them: how long a new caller would wait now (delay_ns) and
+// its backlog (wait_ns; 0 for a window). A settle adds the permits it handed
+// back and whether that rewound the schedule.
+type Charged struct {
+	Permits    int64  `json:"permits"`
+	Within     bool   `json:"within"`
+	Delay      int64  `json:"delay_ns"`
+	Wait       int64  `json:"wait_ns"`
+	Version    int64  `json:"version"`
+	Now        int64  `json:"now_ns"`
+	HandedBack *int64 `json:"handed_back,omitempty"`
+	Rewound    *bool  `json:"rewound,omitempty"`
+}
+
+// WindowCharged is a charge of a window limiter: its remaining is 0 once
+// its count has passed the limit, until reset_ns.
+type WindowCharged struct {
+	Charged
+	Window
+}
+
 // CapacityRequest is the body of POST .../capacity; client_id and wants are
 // required.
 type CapacityRequest struct {

@@ -32,6 +32,19 @@ const (
 	ProblemUnavailable          = "unavailable"
 	ProblemTimeout              = "timeout"
 	ProblemBodyTimeout          = "body-timeout"
+	// ProblemCrossOrigin is the 403 of a write a browser sent from a page
+	// of another origin to a route that needs no token.
+	ProblemCrossOrigin = "cross-origin"
+	// ProblemMisdirected is the 421 of a request that reached limitd on a
+	// loopback address under a name that is not a loopback one (DNS
+	// rebinding), on a route that needs no token.
+	ProblemMisdirected = "misdirected"
+	// ProblemTooManyStreams is the 503 of an event stream past the cap of
+	// open streams.
+	ProblemTooManyStreams = "too-many-streams"
+	// ProblemShuttingDown is the 503 of an event stream opened while the
+	// server shuts down.
+	ProblemShuttingDown = "shutting-down"
 	// ProblemRateLimited is the 429 of limitd's HTTP middleware, which
 	// refuses a request over its limit.
 	ProblemRateLimited = "rate-limited"
@@ -50,6 +63,10 @@ var titles = map[string]string{
 	ProblemUnavailable:          "Redis unavailable",
 	ProblemTimeout:              "Request timed out",
 	ProblemBodyTimeout:          "Request body too slow",
+	ProblemCrossOrigin:          "Cross-origin write refused",
+	ProblemMisdirected:          "Host not served here",
+	ProblemTooManyStreams:       "Too many event streams",
+	ProblemShuttingDown:         "Shutting down",
 	ProblemRateLimited:          "Too many requests",
 }
 

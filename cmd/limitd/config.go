@@ -12,10 +12,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caarlos0/env/v11"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/grpcapi"
 )
 
 // config is limitd serve's configuration, read from the environment. The
@@ -34,7 +37,35 @@ type config struct {
 	LogLevel     string `env:"LIMITD_LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error; the startup line shows at every level"`
 	AccessLog    string `env:"LIMITD_ACCESS_LOG" envDefault:"off" help:"which requests get an \"http request\" line at info: off, errors (answered with a problem: 4xx but a 429 refusal, 5xx) or all; /healthz and /readyz never"`
 	ShadowMode   bool   `env:"LIMITD_SHADOW_MODE" envDefault:"false" help:"true: every limiter in shadow mode: acquires decide and count but are never refused (a refusal answers 200 with \"shadow\":true and takes nothing)"`
+	// EventsMaxStreams's default is api.DefaultMaxEventStreams (a test
+	// compares them).
+	EventsMaxStreams int    `env:"LIMITD_EVENTS_MAX_STREAMS" envDefault:"256" help:"event streams (GET /v1/events, the dashboard) open at once, 1 to 100000; they share one Redis subscription and one sampling loop, and each holds a connection; past it a new stream is a 503 with Retry-After"`
+	GRPCCounting     string `env:"LIMITD_GRPC_COUNTING" envDefault:"reference" help:"how the gRPC front end's rules count hits: reference (as the Envoy reference server: every hit counted, refused or not, each rule on its own) or strict (all or nothing across a call; refused hits never counted)"`
+	GRPCQuota        bool   `env:"LIMITD_GRPC_QUOTA_MODE" envDefault:"false" help:"true: every gRPC rule is a quota (quota_mode): a call is refused only when all its descriptors are over (needs LIMITD_GRPC_COUNTING=reference)"`
+
+	GRPCLimits
 }
+
+// GRPCLimits are the bounds of the gRPC port (LIMITD_GRPC_*): grpcapi.Limits
+// under the environment's names. serve converts one into the other, so their
+// fields cannot drift apart; TestConfigDefaults holds the defaults equal.
+type GRPCLimits struct {
+	MaxConcurrentStreams  uint32        `env:"LIMITD_GRPC_MAX_CONCURRENT_STREAMS" envDefault:"100" help:"gRPC calls one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS); a stream past it is refused before anything is kept for it. A call held open costs about 12 KiB with Envoy's metadata, 24 KiB at most with LIMITD_GRPC_MAX_HEADER_LIST_SIZE's 4 KiB, so calls that never send their message hold at most this × LIMITD_GRPC_MAX_CONNECTIONS × 24 KiB (1200 MiB at the defaults); the request bytes a call has received come on top (at most 64 KiB + LIMITD_GRPC_MAX_RECV_MSG_SIZE each); 0: no bound"`
+	MaxConnections        uint32        `env:"LIMITD_GRPC_MAX_CONNECTIONS" envDefault:"512" help:"gRPC connections open at once; one past it is closed as soon as it is accepted (limitd_grpc_connections_refused_total). Envoy opens one or a few per worker; each costs about 50 KiB besides its calls; 0: no bound"`
+	MaxRecvMsgSize        uint32        `env:"LIMITD_GRPC_MAX_RECV_MSG_SIZE" envDefault:"65536" help:"bytes of one gRPC request; a larger one is RESOURCE_EXHAUSTED before it is read; 0: no bound (gRPC's 2 GiB)"`
+	MaxSendMsgSize        uint32        `env:"LIMITD_GRPC_MAX_SEND_MSG_SIZE" envDefault:"1048576" help:"bytes of one gRPC response; 0: no bound"`
+	MaxHeaderListSize     uint32        `env:"LIMITD_GRPC_MAX_HEADER_LIST_SIZE" envDefault:"4096" help:"bytes of one gRPC call's metadata (its HTTP/2 header list; Envoy sends well under 1 KiB); a call with more is reset; 0: gRPC's 16 MiB"`
+	KeepaliveMinTime      time.Duration `env:"LIMITD_GRPC_KEEPALIVE_MIN_TIME" envDefault:"5s" help:"how often a gRPC client may ping; one that pings more often three times in a row is sent GOAWAY (too_many_pings) and closed; pings are allowed without calls open; 0: any rate"`
+	KeepaliveTime         time.Duration `env:"LIMITD_GRPC_KEEPALIVE_TIME" envDefault:"1m" help:"a gRPC connection silent this long is pinged, and closed if LIMITD_GRPC_KEEPALIVE_TIMEOUT passes without an answer (a peer that vanished); 0: never pinged"`
+	KeepaliveTimeout      time.Duration `env:"LIMITD_GRPC_KEEPALIVE_TIMEOUT" envDefault:"20s" help:"see LIMITD_GRPC_KEEPALIVE_TIME"`
+	MaxConnectionIdle     time.Duration `env:"LIMITD_GRPC_MAX_CONNECTION_IDLE" envDefault:"5m" help:"a gRPC connection without calls this long is sent GOAWAY and closed; 0: never"`
+	MaxConnectionAge      time.Duration `env:"LIMITD_GRPC_MAX_CONNECTION_AGE" envDefault:"30m" help:"a gRPC connection this old (±10 %) is sent GOAWAY: its client takes a new one for new calls, and the calls in flight have LIMITD_GRPC_MAX_CONNECTION_AGE_GRACE to finish; 0: never"`
+	MaxConnectionAgeGrace time.Duration `env:"LIMITD_GRPC_MAX_CONNECTION_AGE_GRACE" envDefault:"30s" help:"see LIMITD_GRPC_MAX_CONNECTION_AGE; then the connection is closed; 0: calls in flight take as long as they take"`
+}
+
+// maxEventStreams bounds LIMITD_EVENTS_MAX_STREAMS: each stream holds a
+// connection, a file descriptor and a goroutine.
+const maxEventStreams = 100_000
 
 var (
 	logFormats = []string{"text", "json"}
@@ -66,8 +97,15 @@ func envError(err error, environ map[string]string) error {
 	}
 	f, _ := reflect.TypeFor[config]().FieldByName(pe.Name)
 	key := f.Tag.Get("env")
-	if pe.Type.Kind() == reflect.Bool {
+	switch k := pe.Type.Kind(); {
+	case k == reflect.Bool:
 		return fmt.Errorf("%s: must be true or false (got %q)", key, environ[key])
+	case pe.Type == reflect.TypeFor[time.Duration]():
+		return fmt.Errorf("%s: must be a duration like 30s or 5m, or 0 (got %q)", key, environ[key])
+	case k >= reflect.Uint && k <= reflect.Uint64:
+		return fmt.Errorf("%s: must be a whole number from 0 to %d (got %q)", key, ^uint64(0)>>(64-pe.Type.Bits()), environ[key])
+	case k == reflect.Int:
+		return fmt.Errorf("%s: must be a whole number (got %q)", key, environ[key])
 	}
 	return fmt.Errorf("%s: %v (got %q)", key, pe.Err, environ[key])
 }
@@ -99,6 +137,9 @@ func (c *config) check() error {
 			return fmt.Errorf("%s: must not contain spaces or control characters (a trailing newline?)", t.key)
 		}
 	}
+	if c.EventsMaxStreams < 1 || c.EventsMaxStreams > maxEventStreams {
+		return fmt.Errorf("LIMITD_EVENTS_MAX_STREAMS: must be from 1 to %d (got %d)", maxEventStreams, c.EventsMaxStreams)
+	}
 	c.LogFormat = strings.ToLower(c.LogFormat)
 	if !slices.Contains(logFormats, c.LogFormat) {
 		return fmt.Errorf("LIMITD_LOG_FORMAT: must be one of text, json (got %q)", c.LogFormat)
@@ -107,11 +148,25 @@ func (c *config) check() error {
 	if _, ok := logLevels[c.LogLevel]; !ok {
 		return fmt.Errorf("LIMITD_LOG_LEVEL: must be one of debug, info, warn, error (got %q)", c.LogLevel)
 	}
+	counting, err := core.ParseCounting(strings.ToLower(c.GRPCCounting))
+	if err != nil {
+		return fmt.Errorf("LIMITD_GRPC_COUNTING: %w", err)
+	}
+	c.GRPCCounting = counting.String()
+	if c.GRPCQuota && counting == core.CountStrict {
+		return fmt.Errorf("LIMITD_GRPC_QUOTA_MODE: needs LIMITD_GRPC_COUNTING=reference: a strict call is all or nothing")
+	}
 	a, err := api.ParseAccessLog(c.AccessLog)
 	if err != nil {
 		return fmt.Errorf("LIMITD_ACCESS_LOG: %w", err)
 	}
 	c.AccessLog = a.String()
+	if err := grpcapi.Limits(c.GRPCLimits).Check(); err != nil {
+		// Errors start with grpcapi.Limits' field, which is GRPCLimits'.
+		field, rule, _ := strings.Cut(err.Error(), ": ")
+		f, _ := reflect.TypeFor[GRPCLimits]().FieldByName(field)
+		return fmt.Errorf("%s: %s", f.Tag.Get("env"), rule)
+	}
 	if c.AdminToken == "" && !c.Insecure && !isLoopback(host) {
 		return fmt.Errorf("LIMITD_ADDR: %s is reachable from other machines and LIMITD_ADMIN_TOKEN is empty, "+
 			"so anyone could change limiters: set LIMITD_ADMIN_TOKEN, or LIMITD_INSECURE=true to accept that", c.Addr)
@@ -135,6 +190,12 @@ func isLoopback(host string) bool {
 	host, _, _ = strings.Cut(host, "%") // an IPv6 zone
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// counting is LIMITD_GRPC_COUNTING, checked by check.
+func (c *config) counting() core.Counting {
+	n, _ := core.ParseCounting(c.GRPCCounting)
+	return n
 }
 
 // accessLog is LIMITD_ACCESS_LOG, checked by check.
@@ -177,15 +238,17 @@ func environ() map[string]string {
 func envHelp() string {
 	var b strings.Builder
 	b.WriteString("Environment of limitd serve:\n")
-	t := reflect.TypeFor[config]()
-	for i := range t.NumField() {
-		f := t.Field(i)
+	for _, f := range configFields() {
 		text := f.Tag.Get("help")
 		if d := f.Tag.Get("envDefault"); d != "" {
 			text += " (default " + d + ")"
 		}
 		// Wrap at 80 columns, continuation lines under the text.
 		line := fmt.Sprintf("  %-19s", f.Tag.Get("env"))
+		if len(line) > 21 { // a long name has its own line
+			b.WriteString(line + "\n")
+			line = strings.Repeat(" ", 21)
+		}
 		for _, w := range strings.Fields(text) {
 			if len(line) > 22 && len(line)+1+len(w) > 80 {
 				b.WriteString(line + "\n")
@@ -196,4 +259,15 @@ func envHelp() string {
 		b.WriteString(line + "\n")
 	}
 	return b.String()
+}
+
+// configFields are config's variables, in order (GRPCLimits' in its place).
+func configFields() []reflect.StructField {
+	var fs []reflect.StructField
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[config]()) {
+		if f.Tag.Get("env") != "" {
+			fs = append(fs, f)
+		}
+	}
+	return fs
 }

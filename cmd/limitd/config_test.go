@@ -1,11 +1,15 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/grpcapi"
 )
 
 func writeFile(t *testing.T, name, content string) string {
@@ -22,7 +26,9 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config{Addr: "127.0.0.1:8080", Prefix: "limitd", LogFormat: "text", LogLevel: "info", AccessLog: "off"}
+	// The gRPC port's bounds default to grpcapi's.
+	want := config{Addr: "127.0.0.1:8080", Prefix: "limitd", LogFormat: "text", LogLevel: "info", AccessLog: "off",
+		EventsMaxStreams: api.DefaultMaxEventStreams, GRPCCounting: "reference", GRPCLimits: GRPCLimits(grpcapi.DefaultLimits())}
 	if c != want {
 		t.Errorf("defaults = %+v, want %+v", c, want)
 	}
@@ -38,13 +44,20 @@ func TestConfigFromEnv(t *testing.T) {
 		"LIMITD_ADDR": "0.0.0.0:9000", "LIMITD_REDIS_URL": "redis://r:6379", "LIMITD_PREFIX": "app1",
 		"LIMITD_CONFIG": "/etc/limitd.yaml", "LIMITD_ADMIN_TOKEN": "adm", "LIMITD_TOKEN": "tok",
 		"LIMITD_METRICS_TOKEN": "met", "LIMITD_INSECURE": "false", "LIMITD_LOG_FORMAT": "JSON", "LIMITD_LOG_LEVEL": "Debug",
-		"LIMITD_ACCESS_LOG": "Errors", "LIMITD_SHADOW_MODE": "true",
+		"LIMITD_ACCESS_LOG": "Errors", "LIMITD_SHADOW_MODE": "true", "LIMITD_GRPC_COUNTING": "Strict", "LIMITD_EVENTS_MAX_STREAMS": "1000",
+		"LIMITD_GRPC_MAX_CONCURRENT_STREAMS": "0", "LIMITD_GRPC_MAX_CONNECTIONS": "2000", "LIMITD_GRPC_MAX_RECV_MSG_SIZE": "4096",
+		"LIMITD_GRPC_MAX_SEND_MSG_SIZE": "8192", "LIMITD_GRPC_MAX_HEADER_LIST_SIZE": "16384", "LIMITD_GRPC_KEEPALIVE_MIN_TIME": "10s",
+		"LIMITD_GRPC_KEEPALIVE_TIME": "0", "LIMITD_GRPC_KEEPALIVE_TIMEOUT": "5s", "LIMITD_GRPC_MAX_CONNECTION_IDLE": "1h",
+		"LIMITD_GRPC_MAX_CONNECTION_AGE": "0", "LIMITD_GRPC_MAX_CONNECTION_AGE_GRACE": "2m",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := config{Addr: "0.0.0.0:9000", RedisURL: "redis://r:6379", Prefix: "app1", ConfigFile: "/etc/limitd.yaml",
-		AdminToken: "adm", Token: "tok", MetricsToken: "met", LogFormat: "json", LogLevel: "debug", AccessLog: "errors", ShadowMode: true}
+		AdminToken: "adm", Token: "tok", MetricsToken: "met", LogFormat: "json", LogLevel: "debug", AccessLog: "errors", ShadowMode: true,
+		EventsMaxStreams: 1000, GRPCCounting: "strict",
+		GRPCLimits: GRPCLimits{MaxConnections: 2000, MaxRecvMsgSize: 4096, MaxSendMsgSize: 8192, MaxHeaderListSize: 16384,
+			KeepaliveMinTime: 10 * time.Second, KeepaliveTimeout: 5 * time.Second, MaxConnectionIdle: time.Hour, MaxConnectionAgeGrace: 2 * time.Minute}}
 	if c != want {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
@@ -53,11 +66,14 @@ func TestConfigFromEnv(t *testing.T) {
 // Every variable of API.md's table is read, and no other.
 func TestConfigVariables(t *testing.T) {
 	var got []string
-	typ := reflect.TypeFor[config]()
-	for i := range typ.NumField() {
-		got = append(got, typ.Field(i).Tag.Get("env"))
+	for _, f := range configFields() {
+		got = append(got, f.Tag.Get("env"))
 	}
-	want := "LIMITD_ADDR LIMITD_GRPC_ADDR LIMITD_REDIS_URL LIMITD_PREFIX LIMITD_CONFIG LIMITD_ADMIN_TOKEN LIMITD_TOKEN LIMITD_METRICS_TOKEN LIMITD_INSECURE LIMITD_LOG_FORMAT LIMITD_LOG_LEVEL LIMITD_ACCESS_LOG LIMITD_SHADOW_MODE"
+	// API.md's table, and the bounds of the gRPC port.
+	want := "LIMITD_ADDR LIMITD_GRPC_ADDR LIMITD_REDIS_URL LIMITD_PREFIX LIMITD_CONFIG LIMITD_ADMIN_TOKEN LIMITD_TOKEN LIMITD_METRICS_TOKEN LIMITD_INSECURE LIMITD_LOG_FORMAT LIMITD_LOG_LEVEL LIMITD_ACCESS_LOG LIMITD_SHADOW_MODE LIMITD_EVENTS_MAX_STREAMS" +
+		" LIMITD_GRPC_COUNTING LIMITD_GRPC_QUOTA_MODE" +
+		" LIMITD_GRPC_MAX_CONCURRENT_STREAMS LIMITD_GRPC_MAX_CONNECTIONS LIMITD_GRPC_MAX_RECV_MSG_SIZE LIMITD_GRPC_MAX_SEND_MSG_SIZE LIMITD_GRPC_MAX_HEADER_LIST_SIZE" +
+		" LIMITD_GRPC_KEEPALIVE_MIN_TIME LIMITD_GRPC_KEEPALIVE_TIME LIMITD_GRPC_KEEPALIVE_TIMEOUT LIMITD_GRPC_MAX_CONNECTION_IDLE LIMITD_GRPC_MAX_CONNECTION_AGE LIMITD_GRPC_MAX_CONNECTION_AGE_GRACE"
 	if strings.Join(got, " ") != want {
 		t.Errorf("variables %v, want %s", got, want)
 	}
@@ -68,6 +84,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		key, val, want string
 	}{
 		{"LIMITD_LOG_LEVEL", "loud", `LIMITD_LOG_LEVEL: must be one of debug, info, warn, error (got "loud")`},
+		{"LIMITD_GRPC_COUNTING", "all", `LIMITD_GRPC_COUNTING: must be one of reference, strict (got "all")`},
 		{"LIMITD_ACCESS_LOG", "on", `LIMITD_ACCESS_LOG: must be one of off, errors, all (got "on")`},
 		{"LIMITD_LOG_FORMAT", "xml", `LIMITD_LOG_FORMAT: must be one of text, json (got "xml")`},
 		{"LIMITD_INSECURE", "yes", `LIMITD_INSECURE: must be true or false (got "yes")`},
@@ -80,6 +97,17 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"LIMITD_ADMIN_TOKEN", "secret\n", `LIMITD_ADMIN_TOKEN: must not contain spaces or control characters`},
 		{"LIMITD_TOKEN", "a b", `LIMITD_TOKEN: must not contain spaces`},
 		{"LIMITD_METRICS_TOKEN", "m\n", `LIMITD_METRICS_TOKEN: must not contain spaces`},
+		{"LIMITD_GRPC_MAX_CONCURRENT_STREAMS", "-1", `LIMITD_GRPC_MAX_CONCURRENT_STREAMS: must be a whole number from 0 to 4294967295 (got "-1")`},
+		{"LIMITD_GRPC_MAX_CONNECTIONS", "many", `LIMITD_GRPC_MAX_CONNECTIONS: must be a whole number from 0 to`},
+		{"LIMITD_GRPC_MAX_HEADER_LIST_SIZE", "8KiB", `LIMITD_GRPC_MAX_HEADER_LIST_SIZE: must be a whole number`},
+		{"LIMITD_GRPC_MAX_RECV_MSG_SIZE", "3000000000", `LIMITD_GRPC_MAX_RECV_MSG_SIZE: must be at most 2147483647 bytes (got 3000000000)`},
+		{"LIMITD_GRPC_KEEPALIVE_MIN_TIME", "5", `LIMITD_GRPC_KEEPALIVE_MIN_TIME: must be a duration like 30s or 5m, or 0 (got "5")`},
+		{"LIMITD_GRPC_MAX_CONNECTION_AGE", "-30m", `LIMITD_GRPC_MAX_CONNECTION_AGE: must not be negative (got -30m0s)`},
+		{"LIMITD_GRPC_KEEPALIVE_TIME", "100ms", `LIMITD_GRPC_KEEPALIVE_TIME: must be 0 (no pings) or at least 1s`},
+		{"LIMITD_GRPC_KEEPALIVE_TIMEOUT", "0", `LIMITD_GRPC_KEEPALIVE_TIMEOUT: must be more than 0`},
+		{"LIMITD_EVENTS_MAX_STREAMS", "many", `LIMITD_EVENTS_MAX_STREAMS: must be a whole number (got "many")`},
+		{"LIMITD_EVENTS_MAX_STREAMS", "0", `LIMITD_EVENTS_MAX_STREAMS: must be from 1 to 100000 (got 0)`},
+		{"LIMITD_EVENTS_MAX_STREAMS", "100001", `LIMITD_EVENTS_MAX_STREAMS: must be from 1 to 100000`},
 	} {
 		_, err := loadConfig(map[string]string{tc.key: tc.val})
 		if err == nil {
@@ -115,9 +143,8 @@ func TestConfigRefusesExposedWithoutAdminToken(t *testing.T) {
 
 func TestEnvHelpListsEveryVariable(t *testing.T) {
 	h := envHelp()
-	typ := reflect.TypeFor[config]()
-	for i := range typ.NumField() {
-		if key := typ.Field(i).Tag.Get("env"); !strings.Contains(h, "  "+key+" ") {
+	for _, f := range configFields() {
+		if key := f.Tag.Get("env"); !strings.Contains(h, "  "+key+" ") && !strings.Contains(h, "  "+key+"\n") {
 			t.Errorf("help lacks %s:\n%s", key, h)
 		}
 	}
@@ -128,5 +155,21 @@ func TestEnvHelpListsEveryVariable(t *testing.T) {
 	}
 	if !strings.Contains(h, "(default 127.0.0.1:8080)") {
 		t.Errorf("help lacks the LIMITD_ADDR default:\n%s", h)
+	}
+}
+
+// Quota mode needs the reference counting: a strict call is all or nothing.
+func TestGRPCQuotaNeedsReference(t *testing.T) {
+	_, err := loadConfig(map[string]string{"LIMITD_GRPC_QUOTA_MODE": "true", "LIMITD_GRPC_COUNTING": "strict"})
+	if err == nil || !strings.HasPrefix(err.Error(), "LIMITD_GRPC_QUOTA_MODE: needs LIMITD_GRPC_COUNTING=reference") {
+		t.Errorf("quota mode with strict counting: %v", err)
+	}
+	if _, err := loadConfig(map[string]string{"LIMITD_GRPC_QUOTA_MODE": "true"}); err != nil {
+		t.Errorf("quota mode with the default counting: %v", err)
+	}
+	boot := writeFile(t, "limitd.yaml", "domains:\n  - domain: d\n    descriptors:\n      - key: k\n        quota_mode: true\n        rate_limit: {unit: second, requests_per_unit: 1}\n")
+	err = serve(t.Context(), map[string]string{"LIMITD_CONFIG": boot, "LIMITD_GRPC_COUNTING": "strict", "LIMITD_ADDR": "127.0.0.1:0"}, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "1 rules set quota_mode, which needs LIMITD_GRPC_COUNTING=reference") {
+		t.Errorf("a boot file with a quota rule under strict counting: %v", err)
 	}
 }

@@ -534,15 +534,15 @@ func startReadmeServe(t *testing.T) (string, *miniredis.Miniredis) {
 	return base, mini
 }
 
-// checkHTTPExamples runs the sh blocks of the HTTP section, one after the
-// other on one serve, as a reader would.
+// checkHTTPExamples runs the sh blocks of the HTTP section and of charges,
+// one after the other on one serve, as a reader would.
 func checkHTTPExamples(t *testing.T, blocks []mdBlock, ps *readmeProblems) (ran int) {
 	t.Helper()
 	var base string
 	var mini *miniredis.Miniredis
 	now := readmeEpoch
 	for _, b := range blocks {
-		if b.section != readmeHTTP || b.lang != "sh" {
+		if !curlSection(b.section) || b.lang != "sh" {
 			continue
 		}
 		if base == "" {

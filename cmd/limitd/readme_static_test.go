@@ -594,7 +594,7 @@ func checkCommands(root string, blocks []mdBlock, spans []mdSpan, ps *readmeProb
 		if b.lang != "sh" && b.lang != "bash" && b.lang != "shell" {
 			continue
 		}
-		if b.section == readmeHTTP {
+		if curlSection(b.section) {
 			for _, c := range shCommands(b) {
 				mark(c.text)
 			}

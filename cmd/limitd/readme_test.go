@@ -3,7 +3,8 @@ package main
 // The README's examples are tested here, so that none of them rots: every
 // snippet must run as written.
 //
-//   - The sh blocks of "The HTTP API by example" run as written: each curl
+//   - The sh blocks of "The HTTP API by example", then of "Charges: usage
+//     recorded after the fact", run as written: each curl
 //     command, with the block's assignments before it, goes to sh against a
 //     limitd serve of this test over miniredis; only B=http://127.0.0.1:8080
 //     is rewritten to the test's address. The Redis clock is driven: it
@@ -48,9 +49,12 @@ import (
 )
 
 const (
-	readmeFile    = "README.md"
-	moduleRoot    = "../.." // from cmd/limitd, where go test runs this test
-	readmeHTTP    = "The HTTP API by example"
+	readmeFile = "README.md"
+	moduleRoot = "../.." // from cmd/limitd, where go test runs this test
+	readmeHTTP = "The HTTP API by example"
+	// readmeCharges is the section of charges, whose sh blocks run as the
+	// HTTP examples' do, after them, on the same serve.
+	readmeCharges = "Charges: usage recorded after the fact"
 	readmeBaseVar = "B=http://127.0.0.1:8080"
 	// readmeStep is how far the Redis clock moves for each command of the
 	// HTTP examples, about what a curl takes.
@@ -58,6 +62,10 @@ const (
 	// readmeStatus is what curl writes after each answer (see curlrc).
 	readmeStatus = "\n@@readme-status "
 )
+
+// curlSection reports whether the sh blocks of a section are curl examples
+// that run (see the top of this file).
+func curlSection(section string) bool { return section == readmeHTTP || section == readmeCharges }
 
 // readmeEpoch is the Redis time of the first HTTP example: the instant the
 // README's first output shows.
@@ -74,6 +82,7 @@ var readmeNotRun = []struct{ cmd, why string }{
 	{"limitd bench --redis redis://127.0.0.1:6379", "needs the Redis at 127.0.0.1:6379; parseBench checks the flags"},
 	{"scripts/bench-tables.sh", "runs every side-by-side benchmark for minutes; TestBenchTablesScript checks what it runs exists"},
 	{"scripts/store-vs.sh", "runs for minutes; TestStoreVsScript runs it against HEAD, one short round per row"},
+	{"scripts/envoy-vs.sh", "builds the reference rate limit server from the Go module proxy and runs for minutes; TestEnvoyVsScript runs it with QUICK=1 when LIMITD_ENVOY_VS=1"},
 	{"limitd ctl", "talks to the server at LIMITD_URL; checkCtl checks the verb and its arguments, TestCtl runs every verb"},
 	{"git worktree add", "checks out and builds another commit beside this one, for BenchmarkHTTPAcquireVs, whose form is checked"},
 }
@@ -172,6 +181,12 @@ func TestREADMEYAML(t *testing.T) {
 		if len(b.lines) > 0 && strings.HasPrefix(b.lines[0], "# deploy/envoy.yaml") {
 			if l, err := envoyExcerpt(b.lines[1:]); err != nil {
 				ps.add(b.line+1+l, "%v", err)
+			}
+			continue
+		}
+		if len(b.lines) > 0 && strings.HasPrefix(b.lines[0], "# Envoy Gateway") {
+			if err := gatewayPolicy(strings.Join(b.lines, "\n")); err != nil {
+				ps.add(b.line, "not an Envoy Gateway BackendTrafficPolicy: %v", err)
 			}
 			continue
 		}

@@ -115,6 +115,9 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		if boot, err = loadBootFile(cfg.ConfigFile); err != nil {
 			return fmt.Errorf("LIMITD_CONFIG: %w", err)
 		}
+		if n := boot.rules.Quotas(); n > 0 && cfg.counting() == core.CountStrict {
+			return fmt.Errorf("LIMITD_CONFIG: %d rules set quota_mode, which needs LIMITD_GRPC_COUNTING=reference (a strict call is all or nothing)", n)
+		}
 	}
 	var rdb redis.UniversalClient
 	if cfg.RedisURL != "" {
@@ -177,12 +180,12 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		cancel()
 	}
 	reg := prometheus.NewRegistry()
-	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode})
+	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode, QuotaMode: cfg.GRPCQuota})
 	var rls *grpcapi.Server
 	if gln != nil {
 		o := grpcapi.Options{
 			Service: svc.Observed(api.Observer(reg, version)), Token: cfg.Token, AdminToken: cfg.AdminToken,
-			Logger: logger, AccessLog: cfg.AccessLog, Registry: reg, ShadowMode: cfg.ShadowMode,
+			Logger: logger, AccessLog: cfg.AccessLog, Registry: reg, Counting: cfg.counting(),
 		}
 		if boot != nil {
 			o.Rules = boot.rules
@@ -216,33 +219,45 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		wg.Go(func() { k.run(bgCtx) })
 	}
 
+	handler := api.New(api.Options{
+		Service:         svc,
+		AdminToken:      cfg.AdminToken,
+		Token:           cfg.Token,
+		MetricsToken:    cfg.MetricsToken,
+		Logger:          logger,
+		AccessLog:       cfg.accessLog(),
+		Registry:        reg,
+		Version:         version,
+		MaxEventStreams: cfg.EventsMaxStreams,
+		// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
+	})
+	// The event streams' loop stops with the server; their streams end as
+	// the shutdown starts, since they would not end on their own.
+	defer handler.Close()
 	srv := &http.Server{
-		Handler: api.New(api.Options{
-			Service:      svc,
-			AdminToken:   cfg.AdminToken,
-			Token:        cfg.Token,
-			MetricsToken: cfg.MetricsToken,
-			Logger:       logger,
-			AccessLog:    cfg.accessLog(),
-			Registry:     reg,
-			Version:      version,
-			// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
-		}),
+		Handler:           handler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+	srv.RegisterOnShutdown(handler.Close)
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- srv.Serve(ln) })
 	var gsrv *grpc.Server
 	grpcErr := make(chan error, 1)
 	grpcAddr := ""
 	if rls != nil {
-		gsrv = grpc.NewServer()
+		limits := grpcapi.Limits(cfg.GRPCLimits) // LIMITD_GRPC_*, checked by loadConfig
+		opts, err := rls.ServerOptions(limits)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("gRPC limits: %w", err)
+		}
+		gsrv = grpc.NewServer(opts...)
 		rls.Register(gsrv)
 		grpcAddr = gln.Addr().String()
-		wg.Go(func() { grpcErr <- gsrv.Serve(gln) })
+		wg.Go(func() { grpcErr <- gsrv.Serve(rls.Listener(gln, limits)) })
 	}
 	// The startup line shows whatever LIMITD_LOG_LEVEL is.
 	cfg.announcer(logOut).Info("limitd serving", "addr", ln.Addr().String(), "grpc_addr", grpcAddr, "version", version, "redis", redisTarget(cfg.RedisURL),

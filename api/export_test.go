@@ -1,0 +1,34 @@
+package api
+
+import "time"
+
+// Hooks for the package's external tests.
+
+// StreamBuffer is how many items an event stream may fall behind.
+const StreamBuffer = streamBuffer
+
+// SetEventTicker makes h's event streams follow tick: each value sent on it
+// is one round of the shared sampling loop (one every 100 ms otherwise). Set
+// it before the first stream opens.
+func SetEventTicker(h *Handler, tick <-chan time.Time) {
+	h.s.hub.newTicker = func(time.Duration) ticker { return chanTicker(tick) }
+}
+
+type chanTicker <-chan time.Time
+
+func (c chanTicker) C() <-chan time.Time { return c }
+func (chanTicker) Stop()                 {}
+
+// EventLoopRunning reports whether h's shared sampling loop runs.
+func EventLoopRunning(h *Handler) bool {
+	h.s.hub.mu.Lock()
+	defer h.s.hub.mu.Unlock()
+	return h.s.hub.running
+}
+
+// OpenEventStreams is how many event streams h has open.
+func OpenEventStreams(h *Handler) int {
+	h.s.hub.mu.Lock()
+	defer h.s.hub.mu.Unlock()
+	return len(h.s.hub.streams)
+}

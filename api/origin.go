@@ -1,0 +1,140 @@
+package api
+
+import (
+	"fmt"
+	"mime"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/limitd/limitd/wire"
+)
+
+// untokened is the middleware of every route that needs no token (all of
+// /v1 when LIMITD_ADMIN_TOKEN and LIMITD_TOKEN are empty, the loopback
+// default; acquires and reads with only the admin token set; /metrics
+// without LIMITD_METRICS_TOKEN). A token keeps browsers out on its own: a
+// page cannot make a browser send a bearer token it does not have. Without
+// one, any web page the user opens could send requests to limitd through
+// the user's browser, so a request that needs no token
+//
+//   - that arrived on a loopback address must name the server by a loopback
+//     address or localhost in its Host header, else 421: a page on another
+//     site that points its own name at 127.0.0.1 (DNS rebinding) is
+//     same-origin to itself, and only Host tells it apart;
+//   - that changes something (POST, PUT, PATCH, DELETE) must not come from a
+//     page of another origin, else 403: the browser says so in
+//     Sec-Fetch-Site (cross-site, or same-site from another origin), or, in
+//     browsers that do not send it, in an Origin other than the server's
+//     (net/http's CrossOriginProtection); clients that are not browsers
+//     send neither;
+//   - that changes something and has a body must declare it JSON
+//     (application/json or application/*+json), else 415: the bodies a
+//     page may send without asking the server first (text/plain, forms)
+//     are never JSON. A request without a body needs no Content-Type.
+//
+// Reads other than a loopback Host check are not refused: a page on another
+// origin cannot read the answers (limitd sends no CORS headers).
+func untokened(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if p := misdirected(r); p != nil {
+			return p
+		}
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			return next(c)
+		}
+		if p := crossOrigin(r); p != nil {
+			return p
+		}
+		if hasBody(r) {
+			if ct := r.Header.Get(echo.HeaderContentType); !jsonMediaType(ct) {
+				return notJSON(ct)
+			}
+		}
+		return next(c)
+	}
+}
+
+// noTokenRule ends the details of untokened's problems: what would let the
+// request through.
+const noTokenRule = "limitd without tokens (LIMITD_TOKEN, LIMITD_ADMIN_TOKEN) takes such requests only from its own pages and from clients that are not browsers"
+
+// misdirected is the 421 of a request that reached a loopback address under
+// a name that does not stay on this machine, nil for any other.
+func misdirected(r *http.Request) *problem {
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr)
+	if !ok || !local.IP.IsLoopback() || loopbackHost(r.Host) {
+		return nil
+	}
+	return newProblem(http.StatusMisdirectedRequest, wire.ProblemMisdirected, fmt.Sprintf(
+		"Host %s is not a loopback name: a request that reaches limitd on a loopback address must name it 127.0.0.1, [::1] or localhost "+
+			"(a page on another site could reach it under its own name through DNS rebinding); "+
+			"a proxy in front of limitd must send one of those as Host, or limitd needs tokens (LIMITD_TOKEN; for /metrics LIMITD_METRICS_TOKEN)", quote(r.Host)))
+}
+
+// loopbackHost reports whether a Host header names this machine whatever
+// the DNS says: a loopback address, localhost or a name under .localhost
+// (which resolvers and browsers keep on loopback, RFC 6761). An empty Host
+// (HTTP/1.0) is not a browser's.
+func loopbackHost(host string) bool {
+	if host == "" {
+		return true
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	} else {
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]") // [::1] without a port
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// crossOriginCheck is Go's check of Sec-Fetch-Site and Origin: safe methods
+// pass, as do requests with neither header (not a browser's).
+var crossOriginCheck = http.NewCrossOriginProtection()
+
+// crossOrigin is the 403 of a request a browser sent from a page of another
+// origin, naming the header that says so; nil for any other.
+func crossOrigin(r *http.Request) *problem {
+	if crossOriginCheck.Check(r) == nil {
+		return nil
+	}
+	var detail string
+	// Check looks at Origin only when Sec-Fetch-Site is absent.
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		detail = fmt.Sprintf("Sec-Fetch-Site %s: the browser says a page of another origin sent this %s; %s",
+			quote(site), clip(r.Method), noTokenRule)
+	} else {
+		detail = fmt.Sprintf("Origin %s is not this server's (Host %s): a page of another origin sent this %s; %s",
+			quote(r.Header.Get("Origin")), quote(r.Host), clip(r.Method), noTokenRule)
+	}
+	return newProblem(http.StatusForbidden, wire.ProblemCrossOrigin, detail)
+}
+
+// jsonMediaType reports whether a Content-Type is JSON: application/json or
+// application/*+json (merge-patch+json, problem+json), with any parameters.
+func jsonMediaType(ct string) bool {
+	if ct == echo.MIMEApplicationJSON {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
+}
+
+// notJSON is the 415 of a body whose Content-Type (ct, "" when it has none)
+// is not JSON.
+func notJSON(ct string) *problem {
+	what := "Content-Type " + quote(ct) + " is not JSON"
+	if ct == "" {
+		what = "a request body needs a Content-Type"
+	}
+	return newProblem(http.StatusUnsupportedMediaType, wire.ProblemUnsupportedMediaType,
+		what+"; send Content-Type: application/json")
+}

@@ -1,0 +1,114 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd/wire"
+)
+
+// Charges: usage recorded after the fact. Some costs are known only once
+// the work is done (an LLM answer's tokens, bytes sent, rows scanned):
+// Charge takes them then, whatever is left, and a Reservation taken before
+// the work is settled with what it used (Settle).
+
+// Charge takes n permits (≥ 0) of the shared limiter whatever is left, in
+// one round trip and without the local pool: a schedule or smooth limiter
+// goes into debt, which the next callers (this process's pool included,
+// from its next grant) wait for until it is paid; a window counts past its
+// limit and refuses every request until it resets. It is never refused for
+// lack of permits, and is bounded by the horizon (2^50 ns of the limiter's
+// schedule; a window: 2^50 permits), not by max_reserve.
+//
+// The Decision is Charged. Granted says whether the permits were there to
+// take now (an acquire of them waiting for nothing would have been
+// granted; a window: its count had room for them), Delay how long a new
+// caller would wait after the charge, and for a window Limit, Wait (the
+// permits left) and Position (when its window resets). A charge of 0 takes
+// nothing: it is a check, whose Granted says whether a request would be
+// granted now. Over HTTP (NewHTTP) the Decision holds what the answer says:
+// Scheduled, Start and Lateness are 0.
+//
+// A share or concurrency limiter has nothing to charge: store.ErrConflict.
+func (l *Limiter) Charge(ctx context.Context, n int64) (store.Decision, error) {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return store.Decision{}, ErrClosed
+	}
+	if n < 0 {
+		return store.Decision{}, &limiter.FieldError{Field: "permits", Rule: "a charge must be ≥ 0 (0 is a check)", Value: n}
+	}
+	ch, ok := l.c.t.(charger)
+	if !ok {
+		return store.Decision{}, fmt.Errorf("client: the transport %T takes no charge", l.c.t)
+	}
+	l.remoteCalls.Add(1)
+	return ch.Charge(ctx, l.name, n)
+}
+
+// charger is a Transport that also charges (Limiter.Charge, and the excess
+// of Reservation.Settle): the Redis and HTTP transports are.
+type charger interface {
+	Charge(ctx context.Context, name string, n int64) (store.Decision, error)
+}
+
+func (t redisTransport) Charge(ctx context.Context, name string, n int64) (store.Decision, error) {
+	return t.st.Charge(ctx, name, n)
+}
+
+// Charge is POST .../charge.
+func (t *httpTransport) Charge(ctx context.Context, name string, n int64) (store.Decision, error) {
+	return t.charge(ctx, name, wire.ChargeRequest{Permits: &n})
+}
+
+// charge sends a charge (or a settle) and reads its answer, a Charged or a
+// WindowCharged, as a Decision.
+func (t *httpTransport) charge(ctx context.Context, name string, req wire.ChargeRequest) (store.Decision, error) {
+	_, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "charge"), req)
+	if err != nil {
+		return store.Decision{}, err
+	}
+	var a struct {
+		wire.Charged
+		Limit     *int64 `json:"limit"` // a window's (0 for one that refuses every request)
+		Remaining int64  `json:"remaining"`
+		Reset     int64  `json:"reset_ns"`
+	}
+	if err := decode(b, &a); err != nil {
+		return store.Decision{}, err
+	}
+	d := store.Decision{Charged: true, Granted: a.Within, Permits: a.Permits, Delay: a.Delay, Wait: a.Wait,
+		Version: a.Version, Now: a.Now}
+	if a.Limit != nil {
+		d.Window, d.Limit, d.Wait, d.Position = true, *a.Limit, a.Remaining, a.Now+a.Reset
+	}
+	t.sawNow(d.Now)
+	return d, nil
+}
+
+// settler is a Transport that settles a grant in one call (over HTTP: a
+// charge with the grant); id is the grant's id there.
+type settler interface {
+	settle(ctx context.Context, g store.Grant, id string, actual int64) error
+}
+
+// settle is POST .../charge with the grant: the server hands back what the
+// work did not use, or charges the excess.
+func (t *httpTransport) settle(ctx context.Context, g store.Grant, id string, actual int64) error {
+	j := t.wireGrant(g, id)
+	_, err := t.charge(ctx, g.Name, wire.ChargeRequest{Permits: &actual, Grant: &j})
+	return err
+}
+
+// grantID is the id the server answered g with ("" when forgotten): a
+// Reservation keeps it for its Settle, however long its work takes.
+func (t *httpTransport) grantID(g store.Grant) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ids[keyOf(g)].id
+}

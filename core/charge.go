@@ -1,0 +1,96 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Charges: usage recorded after the fact (DESIGN §3.8). A caller that
+// knows what its work cost only once it is done (an LLM answer's tokens,
+// bytes sent) takes the permits then, whatever is left: a schedule or smooth
+// limiter goes into debt, which later callers wait for or are refused until
+// it is paid, and a window counts past its limit and refuses until it
+// resets. A charge of 0 is a check: it takes nothing and says whether a
+// request would be granted now.
+
+// ChargeRequest takes Permits of a limiter (or template instance) whatever
+// is left.
+type ChargeRequest struct {
+	Name    string
+	Permits int64 // ≥ 0; 0 is a check
+}
+
+// Charge takes r.Permits whatever is left (store.Store.Charge): the
+// Decision is Charged, Granted says whether the permits were there to take
+// now (a window: its count had room for them), and Delay how long a new
+// caller would wait after them. It is never refused for lack of permits; a
+// share or concurrency limiter, which has none to charge, is ErrConflict
+// naming its kind. Its Redis part is bounded by the service's
+// DecideTimeout, as an acquire's is, and it is observed as an EventRate
+// decision with outcome "charged" and its permits.
+func (s *Service) Charge(ctx context.Context, r ChargeRequest) (Decision, error) {
+	if r.Permits < 0 {
+		return Decision{}, invalid("permits", "a charge must be ≥ 0 (0 is a check)", r.Permits)
+	}
+	start := time.Now()
+	d, err := s.store.ChargeWithin(ctx, r.Name, r.Permits, s.within(time.Time{}))
+	s.timed(OpCharge, start)
+	if err != nil {
+		return Decision{}, err
+	}
+	lim, tpl := s.subjectOf(ctx, r.Name, d.Instance)
+	s.obs.Decided(Event{Kind: EventRate, Limiter: lim, Template: tpl, Outcome: "charged", Permits: r.Permits})
+	return d, nil
+}
+
+// SettleRequest settles a grant (Token, GrantPermits and Version as a
+// HandbackRequest has them) with what its work used: Actual permits.
+type SettleRequest struct {
+	Name         string
+	Token        string
+	GrantPermits int64 // must be the token's
+	Version      int64 // the grant's; another hands back as idle (see HandbackRequest)
+	Actual       int64 // ≥ 0
+}
+
+// Settled is what a settle did: the charge of the excess, or a check when
+// there was none (the limiter after the settle either way), and the permits
+// handed back, and whether that rewound the schedule.
+type Settled struct {
+	Decision
+	HandedBack int64
+	Rewound    bool
+}
+
+// Settle settles a grant with the permits its work actually used: fewer
+// than granted hands the rest back (Handback: the schedule rewound when
+// nothing was taken since, else counted as idle; a window's count given
+// back within the grant's window), more charges the excess (Charge). The
+// answer is that charge's, or a check's when there was no excess, so that
+// it tells the limiter's state after the settle. A grant is handed back
+// once, but a settle that charges charges again if repeated. A token that
+// is not a grant of this limiter is bad input naming grant.id.
+func (s *Service) Settle(ctx context.Context, r SettleRequest) (Settled, error) {
+	if r.Actual < 0 {
+		return Settled{}, invalid("permits", "must be ≥ 0: the permits the grant's work used", r.Actual)
+	}
+	g, err := decodeToken(r.Token, r.Name)
+	if err != nil {
+		return Settled{}, err
+	}
+	if g.Permits != r.GrantPermits {
+		return Settled{}, invalid("grant.id", fmt.Sprintf("is a grant of %d permits, not of %d", g.Permits, r.GrantPermits), nil)
+	}
+	var out Settled
+	if r.Actual < g.Permits {
+		out.HandedBack = g.Permits - r.Actual
+		out.Rewound, err = s.Handback(ctx, HandbackRequest{Name: r.Name, Token: r.Token, Granted: true,
+			GrantPermits: r.GrantPermits, Version: r.Version, Permits: out.HandedBack})
+		if err != nil {
+			return Settled{}, err
+		}
+	}
+	out.Decision, err = s.Charge(ctx, ChargeRequest{Name: r.Name, Permits: max(0, r.Actual-g.Permits)})
+	return out, err
+}

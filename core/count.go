@@ -1,0 +1,349 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/store"
+)
+
+// Counting rules: how a call that meters hits against several counters (a
+// rate limit service's descriptors, each matched to a rule) is decided. The
+// front end translates its protocol into a CountRequest and the CountResult
+// back; every rule of the decision lives here: how hits are counted,
+// shadow mode (per limiter and global), quota mode, and which counters
+// refuse the call.
+
+// Counting says how Count counts a call's hits.
+type Counting int
+
+const (
+	// CountEvery counts every counter's hits whether or not the call is
+	// refused and whether or not they fit (the Envoy reference server's
+	// model; store.Request.Charge): a window's count passes its limit, a
+	// schedule or smooth limiter takes them as debt that later callers wait
+	// out. A counter is over when its hits do not fit: a window when its
+	// count passes its limit, a schedule or smooth limiter when they could
+	// not start at once. A check (0 hits) is over when the counter already
+	// is. Each counter is decided on its own; the call is refused when one
+	// is over (see CountRequest for shadow and quota).
+	CountEvery Counting = iota
+	// CountStrict decides the call all or nothing (AcquireAll): it is
+	// granted only if every counter grants, and a refused call counts
+	// nothing, on any counter; hits that do not fit are never counted.
+	CountStrict
+)
+
+// countingNames are the Counting values as settings name them.
+var countingNames = [...]string{CountEvery: "reference", CountStrict: "strict"}
+
+// String is the counting's setting name: "reference" or "strict".
+func (c Counting) String() string {
+	if c < 0 || int(c) >= len(countingNames) {
+		return "Counting(" + strconv.Itoa(int(c)) + ")"
+	}
+	return countingNames[c]
+}
+
+// ParseCounting reads a counting setting: "reference" (CountEvery) or
+// "strict" (CountStrict).
+func ParseCounting(s string) (Counting, error) {
+	for c, n := range countingNames {
+		if s == n {
+			return Counting(c), nil
+		}
+	}
+	return 0, fmt.Errorf("must be one of reference, strict (got %q)", s)
+}
+
+// CountRequest is one metered call: a counter per request descriptor, in
+// the order the answers come back.
+//
+// Shadow mode: a counter whose limiter (or template) is in shadow mode is
+// decided and counted as usual, but when it is over it does not refuse the
+// call (Count.Shadow). With the service's Options.Shadow nothing is
+// refused: a call its counters refuse is let through (CountResult.Shadowed)
+// and each counter still says whether it is over.
+//
+// Quota mode: a Quota counter that is over refuses the call only when every
+// quota counter of the call is over; with Options.QuotaMode every counter
+// but the Unlimited ones is a quota counter, those without a limit too.
+type CountRequest struct {
+	Counters []Counter // at most MaxAcquireAll with a Name
+	Counting Counting
+}
+
+// Counter is one counter of a CountRequest.
+type Counter struct {
+	// Name is the limiter or template instance that counts (a schedule,
+	// smooth or window limiter). Empty: no limit applies (nothing
+	// matched, or the rule that matched was replaced); it is never over.
+	Name string
+	// Unlimited: a rule says there is no limit (Name is empty); unlike a
+	// counter without a limit it takes no part in quota mode.
+	Unlimited bool
+	// Hits is what the call counts (≥ 0; 0 checks without counting).
+	Hits int64
+	// Quota marks a quota counter (see CountRequest).
+	Quota bool
+}
+
+// CountResult is the decision of a CountRequest.
+type CountResult struct {
+	// Refused: the call is refused (its over counters that are neither in
+	// shadow mode nor quota counters, or all its quota counters).
+	Refused bool
+	// Shadowed: the counters refused the call, and the service's global
+	// shadow mode let it through (Refused is false).
+	Shadowed bool
+	// Counts are each counter's decision, in request order.
+	Counts []Count
+}
+
+// Count is one counter's decision.
+type Count struct {
+	// Over: the hits do not fit the counter's limit (a check: the counter
+	// is past it). Never set for a counter without a Name.
+	Over bool
+	// Shadow: Over, and the counter's limiter is in shadow mode: it does
+	// not refuse the call.
+	Shadow bool
+	// Counted: the hits were counted. CountEvery: always; CountStrict:
+	// when the call was granted.
+	Counted bool
+	// Window: a window limiter counts (Limit, Remaining, Used and Reset are
+	// its); else a schedule or smooth limiter.
+	Window bool
+	// A window's limit and what remains of it after the call (0 when
+	// over).
+	Limit, Remaining int64
+	// Used is a window's count after the call (CountEvery: it may pass
+	// Limit; CountStrict: as it stands, a refused call having taken
+	// nothing).
+	Used int64
+	// Reset is when a window resets (Unix ns, Redis clock).
+	Reset int64
+	// RetryAfter is, for a schedule or smooth counter that is over, how
+	// much later (ns) the same hits would fit.
+	RetryAfter int64
+	// Now is the decision's Redis time (Unix ns); 0 for a counter
+	// without a Name.
+	Now int64
+}
+
+// Count decides a metered call (see Counting and CountRequest). Bad input
+// is a *limiter.FieldError naming counters[i].name or counters[i].hits; a
+// counter whose limiter does not exist is ErrNotFound, one of a lease kind
+// ErrConflict. On an error nothing is counted. The observer sees each
+// counter's decision (outcome "granted", "denied" — counted all the same
+// under CountEvery —, "shadow", or in a refused CountStrict call
+// "voided").
+func (s *Service) Count(ctx context.Context, r CountRequest) (CountResult, error) {
+	named := 0
+	for i, c := range r.Counters {
+		f := "counters[" + strconv.Itoa(i) + "]"
+		switch {
+		case c.Hits < 0:
+			return CountResult{}, invalid(f+".hits", "must be ≥ 0 (0 checks without counting)", c.Hits)
+		case c.Name == "":
+			continue
+		case c.Unlimited:
+			return CountResult{}, invalid(f+".unlimited", "must not be given with a name: an unlimited counter has no limiter", nil)
+		case c.Quota && r.Counting == CountStrict:
+			return CountResult{}, invalid(f+".quota", "needs the reference counting: a strict call is all or nothing", nil)
+		}
+		if err := CheckName(f+".name", c.Name); err != nil {
+			return CountResult{}, err
+		}
+		named++
+	}
+	if named > MaxAcquireAll {
+		return CountResult{}, invalid("counters", "must name at most "+strconv.Itoa(MaxAcquireAll)+" limiters", named)
+	}
+	if s.quota && r.Counting == CountStrict {
+		return CountResult{}, invalid("counting", "must be reference in quota mode: a strict call is all or nothing", r.Counting.String())
+	}
+	out := CountResult{Counts: make([]Count, len(r.Counters))}
+	if named > 0 {
+		var err error
+		switch r.Counting {
+		case CountEvery:
+			err = s.countEvery(ctx, r.Counters, out.Counts)
+		case CountStrict:
+			err = s.countStrict(ctx, r.Counters, out.Counts)
+		default:
+			return CountResult{}, invalid("counting", "must be reference or strict", r.Counting.String())
+		}
+		if err != nil {
+			return CountResult{}, err
+		}
+	}
+	out.Refused = s.refuses(r.Counters, out.Counts)
+	if out.Refused && s.shadow {
+		out.Refused, out.Shadowed = false, true
+	}
+	return out, nil
+}
+
+// refuses applies the call's rules to its counters' decisions: an over
+// counter refuses the call unless it is in shadow mode or a quota counter;
+// quota counters refuse it together, when every one is over.
+func (s *Service) refuses(cs []Counter, counts []Count) bool {
+	quotas, quotasOver := 0, 0
+	for i, c := range cs {
+		over := counts[i].Over && !counts[i].Shadow
+		if c.Quota || s.quota && !c.Unlimited {
+			quotas++
+			if over {
+				quotasOver++
+			}
+			continue
+		}
+		if over {
+			return true
+		}
+	}
+	return quotas > 0 && quotas == quotasOver
+}
+
+// countStrict decides the counters all or nothing in one AcquireAll:
+// counters named twice ask once, for their hits together, and share the
+// answer.
+func (s *Service) countStrict(ctx context.Context, cs []Counter, counts []Count) error {
+	var reqs []LimiterPermits
+	at := make([]int, len(cs))
+	seen := map[string]int{}
+	for i, c := range cs {
+		if c.Name == "" {
+			continue
+		}
+		j, ok := seen[c.Name]
+		if !ok {
+			j = len(reqs)
+			seen[c.Name] = j
+			reqs = append(reqs, LimiterPermits{Name: c.Name})
+		}
+		at[i] = j
+		reqs[j].Permits += c.Hits
+	}
+	res, err := s.AcquireAll(ctx, AcquireAllRequest{Requests: reqs})
+	var fe *limiter.FieldError
+	if errors.As(err, &fe) && strings.HasSuffix(fe.Field, "].permits") {
+		// More hits than the limiter could ever grant at once (a window's
+		// limit, a schedule's max_reserve): a refusal, not bad input. The
+		// call is refused; every counter is checked for its state: the one
+		// at fault is over, and so is a window without room for its hits.
+		j, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(fe.Field, "requests["), "].permits"))
+		checks := make([]LimiterPermits, len(reqs))
+		for k, q := range reqs {
+			checks[k] = LimiterPermits{Name: q.Name}
+		}
+		if res, err = s.AcquireAll(ctx, AcquireAllRequest{Requests: checks}); err != nil {
+			return err
+		}
+		for i, c := range cs {
+			if c.Name == "" {
+				continue
+			}
+			d := res.Results[at[i]]
+			over := at[i] == j || !d.Granted || d.Window && d.Wait < reqs[at[i]].Permits
+			counts[i] = countOf(d, over, false, 0)
+			if over {
+				counts[i].Shadow = s.limiterShadow(ctx, c.Name, d)
+			}
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(res.Results) != len(reqs) {
+		return fmt.Errorf("core: %d decisions for %d limiters: %w", len(res.Results), len(reqs), store.ErrBadReply)
+	}
+	for i, c := range cs {
+		if c.Name == "" {
+			continue
+		}
+		d := res.Results[at[i]]
+		over := !d.Granted || d.Shadow
+		counts[i] = countOf(d, over, res.Granted && !over, reqs[at[i]].Permits)
+		if over {
+			counts[i].Shadow = s.limiterShadow(ctx, c.Name, d)
+		}
+	}
+	return nil
+}
+
+// countOf is a counter's Count from its decision d: over or not, counted
+// or not, for hits. A window's count is the one a charge reports, or what
+// its remainder tells (in a refused strict call, nothing was taken).
+// A schedule or smooth counter that is over says when the same hits would
+// fit: an acquire's retry_after, or after a charge, when a new caller
+// would go (its debt paid).
+func countOf(d Decision, over, counted bool, hits int64) Count {
+	c := Count{Over: over, Counted: counted, Now: d.Now}
+	switch {
+	case d.Window:
+		c.Window, c.Limit, c.Reset = true, d.Limit, d.Position
+		c.Remaining = max(d.Wait, 0)
+		if !counted && !over {
+			c.Remaining += hits // a refused call took nothing
+		}
+		c.Used = d.Limit - c.Remaining
+		if d.Charged {
+			c.Used = d.Count
+		}
+		if over {
+			c.Remaining = 0
+		}
+	case over && d.Charged:
+		c.RetryAfter = max(d.Delay, 0)
+	case over:
+		c.RetryAfter = max(d.RetryAfter, 0)
+	}
+	return c
+}
+
+// countEvery counts every counter's hits, whether or not they fit, in one
+// round trip (store.Request.Charge): the requests of one limiter are
+// decided in order, so a counter named twice counts twice and each answer
+// says what it saw. An error fails the call, but the counters that had
+// answered before it have counted: Redis decides each on its own.
+func (s *Service) countEvery(ctx context.Context, cs []Counter, counts []Count) error {
+	reqs := make([]store.Request, 0, len(cs))
+	for _, c := range cs {
+		if c.Name != "" {
+			reqs = append(reqs, store.Request{Name: c.Name, Permits: c.Hits, Charge: true})
+		}
+	}
+	start := time.Now()
+	outs := s.store.AcquireManyWithin(ctx, reqs, s.decide)
+	s.timed(OpCount, start)
+	j := 0
+	for i, c := range cs {
+		if c.Name == "" {
+			continue
+		}
+		o := outs[j]
+		j++
+		if o.Err != nil {
+			return o.Err
+		}
+		d := o.Decision
+		counts[i] = countOf(d, !d.Granted, true, c.Hits)
+		outcome := "granted"
+		if counts[i].Over {
+			outcome = "denied"
+			if counts[i].Shadow = s.limiterShadow(ctx, c.Name, d); counts[i].Shadow {
+				outcome = "shadow"
+			}
+		}
+		s.report(ctx, c.Name, c.Hits, d, outcome)
+	}
+	return nil
+}

@@ -1,0 +1,938 @@
+//go:build ignore
+
+// envoyvs measures `limitd serve`'s gRPC front end against the Envoy
+// reference rate limit server (github.com/envoyproxy/ratelimit), both
+// serving envoy.service.ratelimit.v3.RateLimitService over one private
+// redis-server with the same rules, under different key prefixes. One
+// process drives both, each over its own gRPC connection, in rounds in which
+// the side going first alternates, and prints the medians as Markdown.
+// scripts/envoy-vs.sh builds both servers and this program (it lives in a
+// folder the go tool skips) and runs it.
+//
+// Every call must be answered OK within the limit, and every call must be
+// counted: after each side's round the program reads the counters of the
+// row's values in Redis, and their sum must have grown by the round's calls
+// (a server that answered without writing would fail here).
+package main
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/internal/rounds"
+	"github.com/limitd/limitd/store"
+)
+
+// The rules both servers are given: one domain, one descriptor key whose
+// every value has its own counter, a limit no round comes near (so that
+// every call is within it and is counted).
+const (
+	domain  = "envoyvs"
+	descKey = "k"
+	limit   = 1_000_000_000
+	// unit is the rule's window, a minute: a round of a few seconds and
+	// its reads fit in one (see runRound), and both servers still start
+	// new counters every minute, as they would in use.
+	unit     = "minute"
+	unitSecs = 60
+)
+
+// domainYAML is the rules as one config file of the reference's; limitd's
+// boot file has it as an item of its domains: list.
+var domainYAML = fmt.Sprintf(`domain: %s
+descriptors:
+  - key: %s
+    rate_limit: {unit: %s, requests_per_unit: %d}
+`, domain, descKey, unit, limit)
+
+// The servers' key prefixes: they never share a key.
+const (
+	limitdPrefix = "vs-limitd"
+	refPrefix    = "vs-ref:" // the reference appends the domain with no separator
+)
+
+func main() {
+	limitdBin := flag.String("limitd", "", "the limitd binary")
+	refBin := flag.String("ref", "", "the reference server's binary (src/service_cmd)")
+	limitdVersion := flag.String("limitd-version", "this tree", "limitd's version, for the output")
+	refVersion := flag.String("ref-version", "?", "the reference's module version, for the output")
+	refEnv := flag.String("ref-env", "", "more environment for the reference, space-separated NAME=VALUE")
+	nRounds := flag.Int("rounds", 7, "alternating rounds per row")
+	dur := flag.Duration("round", 1500*time.Millisecond, "how long each side runs in a round")
+	nKeys := flag.Int("keys", 10_000, "the values of the round-robin rows")
+	flag.Parse()
+	if *limitdBin == "" || *refBin == "" {
+		fail(errors.New("usage: envoyvs -limitd BIN -ref BIN [flags]"))
+	}
+	ctx := context.Background()
+	tmp, err := os.MkdirTemp("", "envoyvs-")
+	if err != nil {
+		fail(err)
+	}
+	atExit(func() { _ = os.RemoveAll(tmp) })
+
+	rdbProc := startRedis(tmp)
+	rdb := redis.NewClient(&redis.Options{Addr: rdbProc.addr})
+	atExit(func() { _ = rdb.Close() })
+	redisVersion := infoField(must(rdb.Info(ctx, "server").Result()), "redis_version")
+
+	limitd := startLimitd(ctx, *limitdBin, tmp, rdb)
+	extra := strings.Fields(*refEnv)
+	ref := startRef(ctx, *refBin, tmp, rdb, extra)
+	sides := []*side{limitd, ref}
+
+	rows := []row{{callers: 1, keys: 1}, {callers: 1, keys: *nKeys}, {callers: 16, keys: 1},
+		{callers: 16, keys: *nKeys}, {callers: 64, keys: 1}, {callers: 64, keys: *nKeys}}
+
+	fmt.Printf("limitd %s (`limitd serve`, gRPC front end) against the Envoy reference rate limit server %s\n", *limitdVersion, *refVersion)
+	fmt.Printf("(github.com/envoyproxy/ratelimit, its defaults%s), both over one redis-server %s;\n", refEnvNote(extra), redisVersion)
+	fmt.Printf("%s, %d cores (the servers, Redis and the load on the same cores), %s, load average before: %s.\n",
+		cpuModel(), runtime.NumCPU(), runtime.Version(), loadavg())
+	fmt.Printf("ShouldRateLimit with one descriptor (%s=<value>) of a rule of %s per %s per value, every call within it;\n",
+		descKey, thousands(limit), unit)
+	fmt.Printf("each server over one gRPC connection; %d round(s) of %v per side per row, the side going first alternating; medians.\n\n", *nRounds, *dur)
+
+	results := make([]rowResult, len(rows))
+	for i, r := range rows {
+		results[i] = runRow(ctx, rdb, sides, r, *nRounds, *dur)
+	}
+	printTables(rows, results)
+	nl, nr, other := keyCounts(ctx, rdb)
+	fmt.Printf("Redis at the end: %s limitd keys (%s:*), %s reference keys (%s*), %d others. Load average after: %s.\n",
+		thousands(float64(nl)), limitdPrefix, thousands(float64(nr)), refPrefix, other, loadavg())
+	ok := true
+	for _, s := range sides {
+		ok = s.printProblems(results) && ok
+	}
+	runExits()
+	if !ok {
+		os.Exit(1)
+	}
+}
+
+// printTables prints the rows' figures as two Markdown tables.
+func printTables(rows []row, results []rowResult) {
+	fmt.Println("| callers, keys | limitd calls/s | reference calls/s | **limitd / reference, calls/s** | limitd Redis CPU per call | reference Redis CPU per call | **limitd / reference, Redis CPU per call** |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for i, r := range rows {
+		res := results[i]
+		l, f := res.sides[0], res.sides[1]
+		fmt.Printf("| %s | %s | %s | %s | %.1f µs | %.1f µs | %s |\n", r, thousands(l.median(rps)), thousands(f.median(rps)),
+			ratioCell(res.speed), l.median(redisCPU)*1e6, f.median(redisCPU)*1e6, ratioCell(res.cpu))
+	}
+	fmt.Println()
+	fmt.Println("What each asks of Redis per call (INFO commandstats: commands per call, and Redis's µs in them per call, the")
+	fmt.Println("commands a script runs listed after it and counted in its µs), and each server process's own CPU per call (/proc):")
+	fmt.Println()
+	fmt.Println("| callers, keys | limitd: commands per call | limitd: Redis µs per call | reference: commands per call | reference: Redis µs per call | limitd CPU per call | reference CPU per call |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for i, r := range rows {
+		l, f := results[i].sides[0], results[i].sides[1]
+		fmt.Printf("| %s | %s | %.1f | %s | %.1f | %.1f µs | %.1f µs |\n", r, l.commands(), l.usecPerCall(),
+			f.commands(), f.usecPerCall(), l.median(procCPU)*1e6, f.median(procCPU)*1e6)
+	}
+	fmt.Println()
+}
+
+// printProblems prints how many calls s answered OK in the rounds, and every
+// error or wrong answer it gave (warm-ups included), the ten most frequent
+// texts of them; it reports whether there were none.
+func (s *side) printProblems(results []rowResult) bool {
+	var calls, errs, wrong int64
+	for _, res := range results {
+		for _, sr := range res.sides {
+			if sr.side == s {
+				calls, errs, wrong = calls+sr.calls, errs+sr.errs, wrong+sr.wrong
+			}
+		}
+	}
+	fmt.Printf("%s: %s calls answered OK and counted, %d errors, %d wrong answers.\n", s.name, thousands(float64(calls)), errs, wrong)
+	texts := slices.SortedFunc(maps.Keys(s.problems), func(a, b string) int {
+		return cmp.Or(cmp.Compare(s.problems[b], s.problems[a]), cmp.Compare(a, b))
+	})
+	for _, t := range texts[:min(10, len(texts))] {
+		fmt.Printf("  %s: %d× %s\n", s.name, s.problems[t], t)
+	}
+	if len(texts) > 10 {
+		fmt.Printf("  %s: and %d other texts\n", s.name, len(texts)-10)
+	}
+	return len(texts) == 0
+}
+
+// row is one line of the table: how many calls in flight, over how many
+// values of the descriptor (1: one hot counter; else round-robin).
+type row struct{ callers, keys int }
+
+func (r row) String() string {
+	k := "hot"
+	if r.keys > 1 {
+		k = thousands(float64(r.keys)) + " keys"
+	}
+	return fmt.Sprintf("%d, %s", r.callers, k)
+}
+
+// side is one server under test.
+type side struct {
+	name string
+	rl   rlsv3.RateLimitServiceClient
+	pid  int
+	// counts reads the sum of the counters of values in Redis in the
+	// window that starts at window (Unix s), and which of them have none.
+	counts   func(ctx context.Context, values []string, window int64) (sum int64, missing []string, err error)
+	problems map[string]int // error and wrong answer texts, counted
+	mu       sync.Mutex
+}
+
+func (s *side) problem(text string) {
+	s.mu.Lock()
+	s.problems[text]++
+	s.mu.Unlock()
+}
+
+// roundResult is one side's figures in one round.
+type roundResult struct {
+	calls, errs, wrong int64
+	elapsed            time.Duration
+	redisCPU, procCPU  float64 // seconds
+	cmds               map[string]cmdStat
+}
+
+type cmdStat struct{ calls, usec int64 }
+
+// sideResult is one side's figures over a row's rounds.
+type sideResult struct {
+	side               *side
+	rounds             []roundResult
+	calls, errs, wrong int64
+	cmds               map[string]cmdStat // over every round
+}
+
+type metric func(roundResult) float64
+
+func rps(r roundResult) float64      { return float64(r.calls) / r.elapsed.Seconds() }
+func redisCPU(r roundResult) float64 { return r.redisCPU / float64(r.calls) }
+func procCPU(r roundResult) float64  { return r.procCPU / float64(r.calls) }
+
+func (s sideResult) median(m metric) float64 {
+	xs := make([]float64, len(s.rounds))
+	for i, r := range s.rounds {
+		xs[i] = m(r)
+	}
+	return rounds.Median(xs)
+}
+
+// commands lists the Redis commands a call costs, most frequent first
+// ("expire 1.00, incrby 1.00"), over every round of the row; the
+// program's own INFO is left out. A side that runs scripts is taken to send
+// only them: the other commands are those its scripts run ("fcall 0.09;
+// inside: mget 0.09, …"), which commandstats counts on their own as well as
+// in the script's µs.
+func (s sideResult) commands() string {
+	var sent, inside []string
+	for _, n := range slices.SortedFunc(maps.Keys(s.cmds), func(a, b string) int {
+		return cmp.Or(cmp.Compare(s.cmds[b].calls, s.cmds[a].calls), cmp.Compare(a, b))
+	}) {
+		per := float64(s.cmds[n].calls) / float64(s.calls)
+		if per < 0.005 {
+			continue
+		}
+		part := fmt.Sprintf("%s %.2f", n, per)
+		if s.runsScripts() && !scriptCommands[n] {
+			inside = append(inside, part)
+		} else {
+			sent = append(sent, part)
+		}
+	}
+	out := strings.Join(sent, ", ")
+	if len(inside) > 0 {
+		out += "; inside: " + strings.Join(inside, ", ")
+	}
+	return out
+}
+
+// usecPerCall is the µs Redis spent in the commands a call costs, each
+// counted once: a side that runs scripts, in its scripts.
+func (s sideResult) usecPerCall() float64 {
+	var usec int64
+	for n, c := range s.cmds {
+		if !s.runsScripts() || scriptCommands[n] {
+			usec += c.usec
+		}
+	}
+	return float64(usec) / float64(s.calls)
+}
+
+func (s sideResult) runsScripts() bool {
+	for n := range s.cmds {
+		if scriptCommands[n] {
+			return true
+		}
+	}
+	return false
+}
+
+// scriptCommands run Lua, whose own commands commandstats counts as well.
+var scriptCommands = map[string]bool{"eval": true, "eval_ro": true, "evalsha": true, "evalsha_ro": true, "fcall": true, "fcall_ro": true}
+
+// rowResult is a row's figures: each side's, and the per-round ratios of
+// limitd's to the reference's.
+type rowResult struct {
+	sides      []sideResult
+	speed, cpu []float64
+}
+
+// runRow warms both sides up on the row's values, then runs the rounds.
+func runRow(ctx context.Context, rdb *redis.Client, sides []*side, r row, nRounds int, d time.Duration) rowResult {
+	values := make([]string, r.keys)
+	reqs := make([]*rlsv3.RateLimitRequest, r.keys)
+	for i := range values {
+		values[i] = "v" + strconv.Itoa(i)
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: 1,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: descKey, Value: values[i]}}}}}
+	}
+	res := rowResult{sides: make([]sideResult, len(sides))}
+	cursors := make([]atomic.Int64, len(sides))
+	for i, s := range sides {
+		res.sides[i] = sideResult{side: s, cmds: map[string]cmdStat{}}
+		// Every value once (its counter made), then the row's load for a
+		// moment: what a round measures is the steady state.
+		var c atomic.Int64
+		load(ctx, s, reqs, min(64, r.keys), 0, int64(r.keys), &c)
+		load(ctx, s, reqs, r.callers, 300*time.Millisecond, 0, &cursors[i])
+	}
+	for n := range nRounds {
+		per := make([]roundResult, len(sides))
+		for k := range sides {
+			i := (n + k) % len(sides) // who goes first alternates
+			per[i] = runRound(ctx, rdb, sides[i], reqs, values, r.callers, d, &cursors[i])
+			sr := &res.sides[i]
+			sr.rounds = append(sr.rounds, per[i])
+			sr.calls, sr.errs, sr.wrong = sr.calls+per[i].calls, sr.errs+per[i].errs, sr.wrong+per[i].wrong
+			for name, c := range per[i].cmds {
+				t := sr.cmds[name]
+				sr.cmds[name] = cmdStat{t.calls + c.calls, t.usec + c.usec}
+			}
+		}
+		res.speed = append(res.speed, rps(per[0])/rps(per[1]))
+		res.cpu = append(res.cpu, redisCPU(per[0])/redisCPU(per[1]))
+	}
+	return res
+}
+
+// runRound runs one side for d and measures it: the calls it answered,
+// Redis's CPU and commands (INFO, just before and after), the server
+// process's CPU; then checks that its counters in Redis moved by as many
+// calls as it answered OK.
+func runRound(ctx context.Context, rdb *redis.Client, s *side, reqs []*rlsv3.RateLimitRequest, values []string,
+	callers int, d time.Duration, cursor *atomic.Int64) roundResult {
+	// A round and its reads stay within one window of the rule: at a
+	// window's end the reference starts new keys and limitd's instances
+	// expire, totals and all (a fixed window's state is then no different
+	// from a fresh one), so only one window's counts add up. A round that
+	// could reach the end waits for the next window.
+	w := windowOf(time.Now())
+	if end := time.Unix(w+unitSecs, 0); time.Until(end) < d+windowMargin {
+		time.Sleep(time.Until(end) + 100*time.Millisecond)
+		w = windowOf(time.Now())
+	}
+	before, _, err := s.counts(ctx, values, w)
+	if err != nil {
+		fail(fmt.Errorf("%s: reading its counters: %w", s.name, err))
+	}
+	first := cursor.Load()
+	info0, cpu0 := must(rdb.Info(ctx, "cpu", "commandstats").Result()), procTime(s.pid)
+	out := load(ctx, s, reqs, callers, d, 0, cursor)
+	info1, cpu1 := must(rdb.Info(ctx, "cpu", "commandstats").Result()), procTime(s.pid)
+	out.redisCPU = redisCPUSecs(info1) - redisCPUSecs(info0)
+	out.procCPU = cpu1 - cpu0
+	out.cmds = commandDeltas(info0, info1)
+	if out.calls == 0 {
+		fail(fmt.Errorf("%s answered no call OK in a round of %v: %v", s.name, d, s.problems))
+	}
+
+	// The values this round asked (the cursor moved from first to last,
+	// every call finished): each must have its counter, and the counters
+	// together must have grown by the calls answered OK (an error may or
+	// may not have counted).
+	last := cursor.Load()
+	asked := values
+	if n := last - first; n < int64(len(values)) {
+		asked = make([]string, 0, n)
+		for i := first; i < last; i++ {
+			asked = append(asked, values[i%int64(len(values))])
+		}
+	}
+	after, _, err := s.counts(ctx, values, w)
+	if err != nil {
+		fail(fmt.Errorf("%s: reading its counters: %w", s.name, err))
+	}
+	_, missing, err := s.counts(ctx, asked, w)
+	if err != nil {
+		fail(fmt.Errorf("%s: reading its counters: %w", s.name, err))
+	}
+	if now := windowOf(time.Now()); now != w {
+		fail(fmt.Errorf("%s: a round of %v and its reads took more than %v, past the end of the rule's window: the counts cannot be checked",
+			s.name, d, d+windowMargin))
+	}
+	if len(missing) > 0 {
+		fail(fmt.Errorf("%s: %d of the %d values asked in a round of %d callers have no counter in Redis after it (%s=%s …)",
+			s.name, len(missing), len(asked), callers, descKey, missing[0]))
+	}
+	if moved := after - before; moved < out.calls || moved > out.calls+out.errs {
+		fail(fmt.Errorf("%s: its counters in Redis moved by %d in a round in which it answered %d calls OK (%d errors)",
+			s.name, moved, out.calls, out.errs))
+	}
+	return out
+}
+
+// windowMargin is how long a round's reads of the counters may take.
+const windowMargin = 3 * time.Second
+
+// windowOf is the start (Unix s) of the rule's window that holds t.
+func windowOf(t time.Time) int64 { return t.Unix() / unitSecs * unitSecs }
+
+// load drives s from callers goroutines, each taking the next request from
+// cursor (round-robin over reqs), for d, or until cursor reaches upto
+// (d 0). Every answer must be OK within the limit: anything else is
+// counted as an error or a wrong answer, and recorded.
+func load(ctx context.Context, s *side, reqs []*rlsv3.RateLimitRequest, callers int, d time.Duration, upto int64,
+	cursor *atomic.Int64) roundResult {
+	// A hung call ends with the round's context, not with a timer per call.
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	var (
+		stop               atomic.Bool
+		calls, errs, wrong atomic.Int64
+		wg                 sync.WaitGroup
+	)
+	start := time.Now()
+	for range callers {
+		wg.Go(func() {
+			for !stop.Load() {
+				i := cursor.Add(1) - 1
+				if d == 0 && i >= upto {
+					cursor.Add(-1)
+					return
+				}
+				resp, err := s.rl.ShouldRateLimit(ctx, reqs[i%int64(len(reqs))])
+				switch {
+				case err != nil:
+					errs.Add(1)
+					s.problem("error: " + status.Convert(err).String())
+				case answerProblem(resp) != "":
+					wrong.Add(1)
+					s.problem("wrong answer: " + answerProblem(resp))
+				default:
+					calls.Add(1)
+				}
+			}
+		})
+	}
+	if d > 0 {
+		time.Sleep(d)
+		stop.Store(true)
+	}
+	wg.Wait()
+	return roundResult{calls: calls.Load(), errs: errs.Load(), wrong: wrong.Load(), elapsed: time.Since(start)}
+}
+
+// answerProblem says what is wrong with an answer to one descriptor within
+// the limit ("" if nothing): it must be OK and carry the rule's limit and
+// what remains of it, below the limit (the call was counted).
+func answerProblem(r *rlsv3.RateLimitResponse) string {
+	if r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		return "overall_code " + r.GetOverallCode().String()
+	}
+	if len(r.GetStatuses()) != 1 {
+		return fmt.Sprintf("%d statuses for one descriptor", len(r.GetStatuses()))
+	}
+	st := r.GetStatuses()[0]
+	switch cl := st.GetCurrentLimit(); {
+	case st.GetCode() != rlsv3.RateLimitResponse_OK:
+		return "status code " + st.GetCode().String()
+	case cl.GetRequestsPerUnit() != limit || !strings.EqualFold(cl.GetUnit().String(), unit):
+		return fmt.Sprintf("current_limit %d per %v", cl.GetRequestsPerUnit(), cl.GetUnit())
+	case st.GetLimitRemaining() >= limit:
+		return fmt.Sprintf("limit_remaining %d of %d: not counted", st.GetLimitRemaining(), limit)
+	}
+	return ""
+}
+
+// startLimitd runs `limitd serve` over addr with the rules in its boot
+// file, and returns it as a side once a call is answered.
+func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side {
+	boot := filepath.Join(tmp, "limitd.yaml")
+	writeFile(boot, "domains:\n"+indent("  - ", "    ", domainYAML))
+	grpcAddr, httpAddr := freeAddr(), freeAddr()
+	p := startProc("limitd", bin, tmp, []string{
+		"LIMITD_REDIS_URL=redis://" + rdb.Options().Addr,
+		"LIMITD_PREFIX=" + limitdPrefix,
+		"LIMITD_CONFIG=" + boot,
+		"LIMITD_GRPC_ADDR=" + grpcAddr,
+		"LIMITD_ADDR=" + httpAddr,
+	}, "serve")
+	waitHTTP(p, "http://"+httpAddr+"/readyz")
+	s := newSide("limitd", grpcAddr, p)
+	waitCall(ctx, s, p)
+
+	// limitd counts each value in an instance of the rule's template; its
+	// state's permits total is the value's count.
+	st := store.New(rdb, store.WithPrefix(limitdPrefix))
+	atExit(func() { _ = st.Close() })
+	var pattern string
+	for _, t := range must(st.Templates(ctx)) {
+		if strings.HasPrefix(t.ID, grpcapi.TemplatePrefix+domain+".") {
+			pattern = t.Pattern
+		}
+	}
+	prefix, ok := strings.CutSuffix(pattern, "*")
+	if !ok {
+		fail(fmt.Errorf("limitd: no template of the rule in Redis (want %s%s.…, its pattern ending in *)", grpcapi.TemplatePrefix, domain))
+	}
+	s.counts = func(ctx context.Context, values []string, _ int64) (int64, []string, error) {
+		names := make([]string, len(values))
+		for i, v := range values {
+			names[i] = prefix + v
+		}
+		infos, errs := st.WaitMany(ctx, names)
+		var sum int64
+		var missing []string
+		for i, w := range infos {
+			if errs[i] != nil {
+				return 0, nil, errs[i]
+			}
+			if !w.Started || !w.Instance {
+				missing = append(missing, fmt.Sprintf("%s: %+v", values[i], w))
+			}
+			sum += w.Permits
+		}
+		return sum, missing, nil
+	}
+	return s
+}
+
+// startRef runs the reference server over addr with the rules as its one
+// config file, and returns it as a side once a call is answered.
+func startRef(ctx context.Context, bin, tmp string, rdb *redis.Client, extra []string) *side {
+	root := filepath.Join(tmp, "runtime")
+	if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
+		fail(err)
+	}
+	writeFile(filepath.Join(root, "ratelimit", "config", domain+".yaml"), domainYAML)
+	grpcAddr, httpAddr, debugAddr := freeAddr(), freeAddr(), freeAddr()
+	env := []string{
+		"USE_STATSD=false",
+		"REDIS_SOCKET_TYPE=tcp",
+		"REDIS_URL=" + rdb.Options().Addr,
+		"RUNTIME_ROOT=" + root,
+		"RUNTIME_SUBDIRECTORY=ratelimit",
+		"RUNTIME_WATCH_ROOT=false",
+		"RUNTIME_IGNOREDOTFILES=true",
+		"CACHE_KEY_PREFIX=" + refPrefix,
+		"LOG_LEVEL=warn",
+		"HOST=127.0.0.1", "PORT=" + port(httpAddr),
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT=" + port(grpcAddr),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + port(debugAddr),
+	}
+	p := startProc("reference", bin, tmp, append(env, extra...))
+	waitHTTP(p, "http://"+httpAddr+"/healthcheck")
+	s := newSide("reference", grpcAddr, p)
+	waitCall(ctx, s, p)
+
+	// The reference counts a value in one key per window, named by the
+	// prefix, domain, key, value and the window's start (Unix s).
+	s.counts = func(ctx context.Context, values []string, window int64) (int64, []string, error) {
+		suffix := "_" + strconv.FormatInt(window, 10)
+		var sum int64
+		var missing []string
+		for chunk := range slices.Chunk(values, 1000) {
+			keys := make([]string, len(chunk))
+			for i, v := range chunk {
+				keys[i] = refPrefix + domain + "_" + descKey + "_" + v + suffix
+			}
+			got, err := rdb.MGet(ctx, keys...).Result()
+			if err != nil {
+				return 0, nil, err
+			}
+			for i, x := range got {
+				if x == nil {
+					missing = append(missing, chunk[i])
+					continue
+				}
+				n, err := strconv.ParseInt(x.(string), 10, 64)
+				if err != nil {
+					return 0, nil, fmt.Errorf("counter %s: %w", keys[i], err)
+				}
+				sum += n
+			}
+		}
+		return sum, missing, nil
+	}
+	return s
+}
+
+func newSide(name, grpcAddr string, p *proc) *side {
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fail(err)
+	}
+	atExit(func() { _ = conn.Close() })
+	return &side{name: name, rl: rlsv3.NewRateLimitServiceClient(conn), pid: p.cmd.Process.Pid, problems: map[string]int{}}
+}
+
+// waitCall waits until s answers a call OK (its rules loaded).
+func waitCall(ctx context.Context, s *side, p *proc) {
+	req := &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: 1, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: descKey, Value: "ready"}}}}}
+	var last string
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := s.rl.ShouldRateLimit(ctx, req)
+		if last = fmt.Sprint(err); err == nil {
+			if last = answerProblem(resp); last == "" {
+				return
+			}
+		}
+	}
+	fail(fmt.Errorf("%s did not answer a call OK within 15 s (%s); its log:\n%s", s.name, last, p.logTail()))
+}
+
+// proc is a server process this program started; its output goes to a
+// file in the temporary directory.
+type proc struct {
+	name, log string
+	cmd       *exec.Cmd
+	exited    chan struct{}
+}
+
+// startProc starts bin with only env (and PATH, HOME) in its environment,
+// so that nothing of the caller's configures either server.
+func startProc(name, bin, tmp string, env []string, args ...string) *proc {
+	logPath := filepath.Join(tmp, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		fail(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		fail(fmt.Errorf("%s: %w", name, err))
+	}
+	p := &proc{name: name, log: logPath, cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		_ = f.Close()
+		close(p.exited)
+	}()
+	atExit(p.stop)
+	return p
+}
+
+// stop ends the process: SIGTERM, then SIGKILL after 5 s.
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+func (p *proc) logTail() string {
+	b, _ := os.ReadFile(p.log)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// waitHTTP waits until url answers 200, or the process exits.
+func waitHTTP(p *proc, url string) {
+	c := &http.Client{Timeout: time.Second}
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		select {
+		case <-p.exited:
+			fail(fmt.Errorf("%s exited during start-up; its log:\n%s", p.name, p.logTail()))
+		default:
+		}
+		if resp, err := c.Get(url); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+	}
+	fail(fmt.Errorf("%s: %s did not answer 200 within 15 s; its log:\n%s", p.name, url, p.logTail()))
+}
+
+// redisProc is the private redis-server: never the one on :6379.
+type redisProc struct {
+	addr string
+	p    *proc
+}
+
+func startRedis(tmp string) redisProc {
+	addr := freeAddr()
+	dir := filepath.Join(tmp, "redis")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		fail(err)
+	}
+	p := startProc("redis-server", "redis-server", tmp, nil, "--port", port(addr), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			_ = c.Close()
+			return redisProc{addr: addr, p: p}
+		}
+		if time.Now().After(deadline) {
+			fail(fmt.Errorf("redis-server on %s did not listen within 10 s; its log:\n%s", addr, p.logTail()))
+		}
+	}
+}
+
+// freeAddr is a loopback address nobody listens on (never port 6379).
+func freeAddr() string {
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			fail(err)
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		if port(addr) != "6379" {
+			return addr
+		}
+	}
+}
+
+func port(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
+}
+
+// infoField is one field of an INFO answer ("" if absent).
+func infoField(info, name string) string {
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// redisCPUSecs is the server's CPU time so far, system and user.
+func redisCPUSecs(info string) float64 {
+	var total float64
+	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
+		v, err := strconv.ParseFloat(infoField(info, f), 64)
+		if err != nil {
+			fail(fmt.Errorf("INFO cpu: %s: %w", f, err))
+		}
+		total += v
+	}
+	return total
+}
+
+// commandDeltas are the calls and µs of each command between two INFO
+// commandstats answers, the program's own INFO left out.
+func commandDeltas(before, after string) map[string]cmdStat {
+	b, a := commandStats(before), commandStats(after)
+	out := map[string]cmdStat{}
+	for name, s := range a {
+		if name == "info" {
+			continue
+		}
+		if d := (cmdStat{s.calls - b[name].calls, s.usec - b[name].usec}); d.calls > 0 {
+			out[name] = d
+		}
+	}
+	return out
+}
+
+// commandStats reads cmdstat_<name>:calls=…,usec=…,… lines.
+func commandStats(info string) map[string]cmdStat {
+	out := map[string]cmdStat{}
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, fields, _ := strings.Cut(line, ":")
+		var s cmdStat
+		for f := range strings.SplitSeq(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "calls":
+				s.calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				s.usec, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		out[name] = s
+	}
+	return out
+}
+
+// procTime is a process's CPU time so far (user and system), from /proc.
+func procTime(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		fail(err)
+	}
+	// The fields after the command's name, which is in parentheses and may
+	// hold spaces: state is field 3, utime and stime 14 and 15.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		fail(fmt.Errorf("/proc/%d/stat: %q", pid, b))
+	}
+	return (utime + stime) / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc's times: 100 on every Linux
+// architecture Go supports.
+const clockTicks = 100
+
+// keyCounts counts the keys in Redis by prefix: limitd's, the reference's,
+// and any other (there should be none).
+func keyCounts(ctx context.Context, rdb *redis.Client) (l, r, other int64) {
+	iter := rdb.Scan(ctx, 0, "*", 1000).Iterator()
+	for iter.Next(ctx) {
+		switch k := iter.Val(); {
+		case strings.HasPrefix(k, limitdPrefix+":"):
+			l++
+		case strings.HasPrefix(k, refPrefix):
+			r++
+		default:
+			other++
+		}
+	}
+	if err := iter.Err(); err != nil {
+		fail(err)
+	}
+	return l, r, other
+}
+
+func ratioCell(xs []float64) string {
+	return fmt.Sprintf("**%.2f×** (%.2f–%.2f)", rounds.Median(xs), slices.Min(xs), slices.Max(xs))
+}
+
+// thousands writes x rounded, with commas: 12,345.
+func thousands(x float64) string {
+	s := strconv.FormatInt(int64(x+0.5), 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func refEnvNote(extra []string) string {
+	if len(extra) == 0 {
+		return ""
+	}
+	return " but " + strings.Join(extra, " ")
+}
+
+func cpuModel() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	if v := infoField(strings.ReplaceAll(string(b), "\t", ""), "model name"); v != "" {
+		return strings.TrimSpace(v)
+	}
+	return runtime.GOARCH
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// indent puts first before the first line of s and rest before the others.
+func indent(first, rest, s string) string {
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	for i := range lines {
+		if i == 0 {
+			lines[i] = first + lines[i]
+		} else {
+			lines[i] = rest + lines[i]
+		}
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+func writeFile(path, text string) {
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		fail(err)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		fail(err)
+	}
+	return v
+}
+
+// exits are what the program undoes before it ends (servers stopped,
+// connections closed, files removed), the latest first.
+var (
+	exitsMu sync.Mutex
+	exits   []func()
+)
+
+func atExit(f func()) {
+	exitsMu.Lock()
+	exits = append(exits, f)
+	exitsMu.Unlock()
+}
+
+func runExits() {
+	exitsMu.Lock()
+	fs := exits
+	exits = nil
+	exitsMu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "envoyvs:", strings.TrimSpace(err.Error()))
+	runExits()
+	os.Exit(1)
+}

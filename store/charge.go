@@ -1,0 +1,75 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/limitd/limitd/limiter"
+)
+
+// Charges: usage recorded after the fact (limiter/charge.go). A charge
+// takes its permits whatever is left, at Redis time like any acquire: a
+// schedule or smooth limiter goes into debt, which later callers wait for
+// (or are refused until it is paid), and a window counts past its limit and
+// refuses until it resets. It goes where an acquire goes (acquire.lua, the
+// batcher, a template's instance, the floors), as a request whose permits
+// travel as -1 - n (acquire_many in lua/lib.lua). A share or concurrency
+// limiter has nothing to charge: ErrConflict, as for an acquire.
+
+// Charge takes n permits (≥ 0) of the limiter, or of the template instance
+// for name, whatever is left. The Decision is Charged; Granted says whether
+// the permits were there to take now (an acquire of them waiting for
+// nothing would have been granted; a window: its count had room for them),
+// and Delay how long a new caller would wait after the charge. A charge of
+// 0 takes nothing: it is a check, which also starts a limiter not yet
+// started, as a refused acquire does. n is bounded by the horizon, not by
+// max_reserve: at most 2^50 ns of the limiter's schedule (a window: 2^50
+// permits); more is a *limiter.FieldError naming permits.
+func (s *Store) Charge(ctx context.Context, name string, n int64) (Decision, error) {
+	return s.ChargeWithin(ctx, name, n, 0)
+}
+
+// ChargeWithin is Charge whose caller waits at most within (> 0; 0: as long
+// as ctx allows) for Redis to answer, as AcquireWithin does.
+func (s *Store) ChargeWithin(ctx context.Context, name string, n int64, within time.Duration) (Decision, error) {
+	return s.decideWithin(ctx, Request{Name: name, Permits: n, Charge: true}, within)
+}
+
+// check is the store's own check of a request's permits: an acquire takes at
+// least one, a charge at least none and at most the horizon (the scripts
+// check the limiter's own bounds).
+func (r *Request) check() error {
+	switch {
+	case !r.Charge && r.Permits < 1:
+		return permitsErr(r.Permits)
+	case r.Charge && (r.Permits < 0 || r.Permits > limiter.Horizon):
+		return &limiter.FieldError{Field: "permits", Rule: limiter.ChargeRule(limiter.Horizon), Value: r.Permits}
+	}
+	return nil
+}
+
+// arg is the request's permits as acquire.lua takes them: a charge of n as
+// -1 - n.
+func (r *Request) arg() int64 {
+	if r.Charge {
+		return -1 - r.Permits
+	}
+	return r.Permits
+}
+
+// chargedOf is the Decision a charge's record tells (decodeAnswer): its
+// code (recordChargedWithin or recordChargedOver), and the record's sched,
+// start, wait and retry_after slots, which hold the limiter's delay after
+// the charge in retry_after's place (a window's: in start's, and its count
+// after the charge in retry_after's).
+func chargedOf(code int64, window bool, now, sched, start, wait, retry, ver int64, inst bool, pos, limit int64) Decision {
+	d := Decision{Charged: true, Granted: code == recordChargedWithin, Wait: wait, Version: ver, Now: now,
+		Instance: inst, Position: pos, Window: window, Limit: limit}
+	if window {
+		d.Delay, d.Scheduled, d.Start, d.Count = start, now, now, retry
+		return d
+	}
+	d.Delay, d.Lateness = retry, start-sched
+	d.Scheduled, d.Start = now+sched, now+start
+	return d
+}

@@ -1,0 +1,86 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// AcquireMany decides many acquires, on any limiters, in one round trip per
+// Redis node. The requests of one limiter are decided by one call, in order,
+// at one Redis time, reading and writing the limiter once; on a single Redis
+// server (not a cluster or ring) one call decides up to batchCallSize
+// requests of any limiters, and more calls go out in the same pipeline.
+// Outcomes are in request order.
+func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
+	out := s.acquireManyDirectWithin(ctx, reqs, 0)
+	s.askWithBounds(ctx, reqs, out, 0)
+	return out
+}
+
+// AcquireManyWithin is AcquireMany whose caller waits at most within (> 0;
+// 0: as long as ctx allows) for Redis to answer, as AcquireWithin: with
+// batching on, the requests go out together in one batch with those of
+// concurrent callers (one round trip for all of them), else in one
+// AcquireMany of their own. Outcomes are in request order; a request that
+// could not be decided has its Err.
+func (s *Store) AcquireManyWithin(ctx context.Context, reqs []Request, within time.Duration) []Outcome {
+	if len(reqs) == 0 {
+		return nil
+	}
+	var out []Outcome
+	if s.batcher != nil {
+		out = s.batcher.acquireMany(ctx, reqs, within)
+	} else {
+		out = s.acquireManyDirectWithin(ctx, reqs, within)
+	}
+	s.askWithBounds(ctx, reqs, out, within)
+	return out
+}
+
+// askWithBounds asks again the requests of out that a calendar window
+// could not decide without its bounds, once the bounds are sent
+// (bounds.go), each limiter's bounds once.
+func (s *Store) askWithBounds(ctx context.Context, reqs []Request, out []Outcome, within time.Duration) {
+	var again []int
+	sent := map[string]bool{} // name → bounds sent
+	for i := range out {
+		var nb *needBounds
+		if out[i].Err == nil || !errors.As(out[i].Err, &nb) {
+			continue
+		}
+		name := reqs[i].Name
+		ok, seen := sent[name]
+		if !seen {
+			ok = s.boundsSent(ctx, name, &out[i].Err)
+			sent[name] = ok
+		}
+		if ok {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	sub := make([]Request, len(again))
+	for j, i := range again {
+		sub[j] = reqs[i]
+	}
+	subOut := s.acquireManyDirectWithin(ctx, sub, within)
+	for j, i := range again {
+		out[i] = subOut[j]
+	}
+}
+
+// acquireManyDirectWithin is AcquireMany bounded by within (> 0) as by a
+// context deadline, without asking again for calendar bounds.
+func (s *Store) acquireManyDirectWithin(ctx context.Context, reqs []Request, within time.Duration) []Outcome {
+	if within > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, within)
+		defer cancel()
+	}
+	out := make([]Outcome, len(reqs))
+	s.acquireMany(ctx, reqs, out, new(batchScratch))
+	return out
+}
