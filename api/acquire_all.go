@@ -25,16 +25,12 @@ type acquireAllBody struct {
 // (core.AcquireAll): 200 when all granted, 429 with Retry-After (the
 // longest refusal's) and every limiter's answer when one refused.
 func (s *server) acquireAll(c echo.Context) error {
-	b, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var body acquireAllBody
-	if err := decodeStrict(b, &body, ""); err != nil {
+	if err := decodeBody(c, &body); err != nil {
 		return err
 	}
 	if len(body.Requests) == 0 {
-		return invalid("requests", "requests: is required: a list of {\"name\",\"permits\"}, one per limiter")
+		return required("requests", `a list of {"name","permits"}, one per limiter`)
 	}
 	if len(body.Requests) > core.MaxAcquireAll {
 		return invalid("requests", "requests: at most "+strconv.Itoa(core.MaxAcquireAll)+" limiters in one call")
@@ -47,7 +43,7 @@ func (s *server) acquireAll(c echo.Context) error {
 			return err
 		}
 		if q.Name == "" {
-			return invalid(prefix+".name", prefix+".name: is required: the limiter's name")
+			return required(prefix+".name", "the limiter's name")
 		}
 		r.Requests[i] = core.LimiterPermits{Name: q.Name, Permits: 1}
 		if q.Permits != nil {

@@ -20,8 +20,9 @@ import (
 // Options configure the handler New returns.
 type Options struct {
 	// Service is what the API serves: its operations over one store
-	// (core.New). Its observer, if any, sees every call beside the API's
-	// metrics.
+	// (core.New). Its observer (limitd serve's: internal/coremetrics, in
+	// Registry) counts every decision and store call; the API counts its
+	// requests and problems.
 	Service    *core.Service
 	AdminToken string       // LIMITD_ADMIN_TOKEN: needed for PUT, PATCH, DELETE, reset
 	Token      string       // LIMITD_TOKEN: needed for every other /v1 request
@@ -162,7 +163,7 @@ func New(o Options) *Handler {
 		reg = prometheus.NewRegistry()
 	}
 	s.m = newMetrics(reg, o.Version)
-	s.core = o.Service.Observed(s.m)
+	s.core = o.Service
 	promreg.Register("api", reg, newStateCollector(s.core))
 	s.hub = newEventHub(s, o.MaxEventStreams)
 

@@ -17,16 +17,12 @@ import (
 // limiter after it (a charge is never refused for lack of permits), 400
 // naming permits, 404, 409 for a share or concurrency limiter.
 func (s *server) charge(c echo.Context) error {
-	b, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var req wire.ChargeRequest
-	if err := decodeStrict(b, &req, ""); err != nil {
+	if err := decodeBody(c, &req); err != nil {
 		return err
 	}
 	if req.Permits == nil {
-		return invalid("permits", "permits: is required: how many permits the work used (0: a check, which takes nothing)")
+		return required("permits", "how many permits the work used (0: a check, which takes nothing)")
 	}
 	ctx, name := c.Request().Context(), c.Param("name")
 	if g := req.Grant; g != nil {

@@ -47,14 +47,14 @@ func leaseID(c echo.Context) (string, error) {
 		return "", err
 	}
 	if len(b) == 0 {
-		return "", invalid("lease_id", `lease_id: is required: send {"lease_id":"<the lease_id the acquire answered>"}`)
+		return "", required("lease_id", `send {"lease_id":"<the lease_id the acquire answered>"}`)
 	}
 	var req wire.LeaseRequest
 	if err := decodeStrict(b, &req, ""); err != nil {
 		return "", err
 	}
 	if req.LeaseID == nil {
-		return "", invalid("lease_id", "lease_id: is required: the lease_id the acquire answered")
+		return "", required("lease_id", "the lease_id the acquire answered")
 	}
 	return *req.LeaseID, nil
 }

@@ -84,6 +84,22 @@ func readAll(r *http.Request) ([]byte, error) {
 	}
 }
 
+// decodeBody reads the request's body (readBody) and decodes it strictly
+// into v (decodeStrict): every handler's first step.
+func decodeBody(c echo.Context, v any) error {
+	b, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	return decodeStrict(b, v, "")
+}
+
+// required is the problem of a required field left out: "field: is
+// required: why".
+func required(field, why string) error {
+	return invalid(field, field+": is required: "+why)
+}
+
 // decodeStrict decodes one JSON value from b into v: unknown fields are
 // errors, as is anything after the value. prefix is the path of v inside the
 // request ("limiter" for a template's config), for the problem's field.

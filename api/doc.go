@@ -1,7 +1,7 @@
 // Package api is limitd's HTTP API: an echo v4 handler over a core.Service.
 //
-// New returns one Handler (an http.Handler) serving the contract of
-// shared/API.md:
+// New returns one Handler (an http.Handler) serving limitd's HTTP contract
+// (the README's "The HTTP API by example"; api/openapi.yaml below):
 //
 //	PUT|GET|PATCH|DELETE /v1/limiters/{name}   create, read, reconfigure, delete
 //	GET  /v1/limiters?cursor=&limit=           list, 100 per page by default

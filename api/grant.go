@@ -27,16 +27,12 @@ func grantOf(g core.Grant) wire.Grant {
 // grant takes permits for a client pool: 200 with the grant, or 429 (as
 // acquire) when they would come later than max_wait.
 func (s *server) grant(c echo.Context) error {
-	b, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var req wire.GrantRequest
-	if err := decodeStrict(b, &req, ""); err != nil {
+	if err := decodeBody(c, &req); err != nil {
 		return err
 	}
 	if req.Permits == nil {
-		return invalid("permits", "permits: is required: how many permits the pool takes")
+		return required("permits", "how many permits the pool takes")
 	}
 	r := core.GrantRequest{Name: c.Param("name"), Permits: *req.Permits, MaxWait: core.Forever}
 	if req.MaxWait != nil {
@@ -55,19 +51,15 @@ func (s *server) grant(c echo.Context) error {
 // handback gives a grant's last permits back: the schedule is rewound when
 // nothing was taken since (rewound: true), else their time counts as idle.
 func (s *server) handback(c echo.Context) error {
-	b, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var req wire.HandbackRequest
-	if err := decodeStrict(b, &req, ""); err != nil {
+	if err := decodeBody(c, &req); err != nil {
 		return err
 	}
 	if req.Grant == nil {
-		return invalid("grant", "grant: is required: the grant as POST .../grant answered it")
+		return required("grant", "the grant as POST .../grant answered it")
 	}
 	if req.Permits == nil {
-		return invalid("permits", "permits: is required: how many of the grant's last permits go back")
+		return required("permits", "how many of the grant's last permits go back")
 	}
 	g := req.Grant
 	rewound, err := s.core.Handback(c.Request().Context(), core.HandbackRequest{Name: c.Param("name"), Token: g.ID,

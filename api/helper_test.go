@@ -25,6 +25,7 @@ import (
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/internal/coremetrics"
 	"github.com/limitd/limitd/store"
 )
 
@@ -117,7 +118,7 @@ func newEnvRedis(t testing.TB, ro func(*redis.Options), opts ...func(*api.Option
 	rdb := redis.NewClient(rop)
 	t.Cleanup(func() { _ = rdb.Close() })
 	e := &env{t: t, m: m, rdb: rdb, st: store.New(rdb), reg: prometheus.NewRegistry()}
-	o := api.Options{Service: core.New(e.st, core.Options{}), Registry: e.reg}
+	o := api.Options{Service: core.New(e.st, core.Options{Observer: coremetrics.New(e.reg)}), Registry: e.reg}
 	for _, f := range opts {
 		f(&o)
 	}

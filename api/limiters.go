@@ -54,12 +54,8 @@ func viewOf(l core.Limiter) wire.Limiter {
 // putLimiter creates (201) or replaces (200) a limiter; see store.Put.
 func (s *server) putLimiter(c echo.Context) error {
 	n := c.Param("name") // every store call checks the name first
-	b, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var cfg limiter.Config
-	if err := decodeStrict(b, &cfg, ""); err != nil {
+	if err := decodeBody(c, &cfg); err != nil {
 		return err
 	}
 	l, created, err := s.core.Put(c.Request().Context(), n, cfg)
@@ -88,12 +84,8 @@ func (s *server) getLimiter(c echo.Context) error {
 // patchLimiter applies a JSON merge patch to the limiter's canonical config
 // and reconfigures it in place; a kind change is 409 (PUT replaces).
 func (s *server) patchLimiter(c echo.Context) error {
-	b, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var patch map[string]json.RawMessage
-	if err := decodeStrict(b, &patch, ""); err != nil {
+	if err := decodeBody(c, &patch); err != nil {
 		return err
 	}
 	if patch == nil {

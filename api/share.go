@@ -16,22 +16,18 @@ import (
 
 // capacity asks a share limiter for capacity on behalf of one client.
 func (s *server) capacity(c echo.Context) error {
-	b, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var req wire.CapacityRequest
-	if err := decodeStrict(b, &req, ""); err != nil {
+	if err := decodeBody(c, &req); err != nil {
 		return err
 	}
 	if req.ClientID == nil {
-		return invalid("client_id", "client_id: is required: the id the client asks under, the same in every request")
+		return required("client_id", "the id the client asks under, the same in every request")
 	}
 	if err := core.CheckName("client_id", *req.ClientID); err != nil {
 		return err
 	}
 	if req.Wants == nil {
-		return invalid("wants", "wants: is required: the capacity the client would use")
+		return required("wants", "the capacity the client would use")
 	}
 	r := core.CapacityRequest{Name: c.Param("name"), ClientID: *req.ClientID, Wants: *req.Wants}
 	if req.Has != nil {

@@ -24,19 +24,15 @@ func (s *server) putTemplate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	b, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var req wire.TemplateRequest
-	if err := decodeStrict(b, &req, ""); err != nil {
+	if err := decodeBody(c, &req); err != nil {
 		return err
 	}
 	if req.ID != nil && *req.ID != tid {
 		return invalid("id", fmt.Sprintf("id: must be left out or equal the id in the path, %q (got %s)", tid, quote(*req.ID)))
 	}
 	if len(req.Limiter) == 0 || isNull(req.Limiter) {
-		return invalid("limiter", "limiter: is required: the config of the limiters the template makes")
+		return required("limiter", "the config of the limiters the template makes")
 	}
 	var cfg limiter.Config
 	if err := decodeStrict(req.Limiter, &cfg, "limiter"); err != nil {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 	"github.com/limitd/limitd/wire"
 )
@@ -44,11 +43,7 @@ func (t redisTransport) Acquire(ctx context.Context, name string, n int64, maxWa
 // Acquire is POST .../acquire. A window's answer carries limit, remaining
 // and reset_ns, which the Decision holds as the Redis transport's does.
 func (t *httpTransport) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (store.Decision, error) {
-	req := wire.AcquireRequest{Permits: &n}
-	if maxWait != store.Forever {
-		mw := limiter.Duration(max(0, maxWait))
-		req.MaxWait = &mw
-	}
+	req := wire.AcquireRequest{Permits: &n, MaxWait: maxWaitField(maxWait)}
 	status, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "acquire"), req)
 	if err != nil {
 		return store.Decision{}, err
@@ -57,7 +52,7 @@ func (t *httpTransport) Acquire(ctx context.Context, name string, n int64, maxWa
 	if err := decode(b, &a); err != nil {
 		return store.Decision{}, err
 	}
-	if status != http.StatusTooManyRequests && !a.Granted {
+	if status != http.StatusTooManyRequests && !a.Shadowed.Granted.Granted {
 		return store.Decision{}, errors.New("client: an acquire answered 2xx without a grant (a concurrency limiter? use Semaphore)")
 	}
 	d := decisionOf(a)
@@ -69,9 +64,10 @@ func (t *httpTransport) Acquire(ctx context.Context, name string, n int64, maxWa
 // (a window limiter's: its limit, the permits left as Wait, its window's
 // end as Position).
 func decisionOf(a wire.Answer) store.Decision {
-	d := store.Decision{Granted: a.Granted, Shadow: a.Shadow, Permits: a.Permits, Scheduled: a.Scheduled,
-		Start: a.Start, Delay: a.Delay, Lateness: a.Lateness, Wait: a.Wait, RetryAfter: a.RetryAfter,
-		Version: a.Version, Now: a.Now}
+	g := a.Shadowed.Granted
+	d := store.Decision{Granted: g.Granted, Shadow: a.Shadow, Permits: g.Permits, Scheduled: g.Scheduled,
+		Start: g.Start, Delay: g.Delay, Lateness: g.Lateness, Wait: g.Wait, RetryAfter: a.RetryAfter,
+		Version: g.Version, Now: g.Now}
 	if a.Limit > 0 || a.Reset > 0 { // a window's (one of limit 0 always has a reset ahead)
 		d.Window, d.Limit, d.Wait, d.Position = true, a.Limit, a.Remaining, a.Now+a.Reset
 	}

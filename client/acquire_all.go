@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 	"github.com/limitd/limitd/wire"
 )
@@ -74,13 +73,9 @@ func (t redisTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait 
 }
 
 func (t *httpTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error) {
-	body := wire.AcquireAllRequest{Requests: make([]wire.LimiterPermits, len(reqs))}
+	body := wire.AcquireAllRequest{Requests: make([]wire.LimiterPermits, len(reqs)), MaxWait: maxWaitField(maxWait)}
 	for i := range reqs {
 		body.Requests[i] = wire.LimiterPermits{Name: reqs[i].Name, Permits: &reqs[i].Permits}
-	}
-	if maxWait != store.Forever {
-		mw := limiter.Duration(max(0, maxWait))
-		body.MaxWait = &mw
 	}
 	_, b, err := t.do(ctx, http.MethodPost, "/v1/acquire", body)
 	if err != nil {
@@ -99,7 +94,7 @@ func (t *httpTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait 
 	out := AllResult{Granted: v.Granted, Decisions: make([]store.Decision, len(reqs))}
 	for i, a := range v.Results {
 		out.Decisions[i] = decisionOf(a)
-		t.sawNow(a.Now)
+		t.sawNow(out.Decisions[i].Now)
 	}
 	return out, nil
 }

@@ -35,6 +35,13 @@ type block struct {
 
 func (b *block) left() int64 { return b.g.Permits - b.i }
 
+// lastStart is when the block's last permit may start (local ns), paced
+// late permits aside.
+func (b *block) lastStart() int64 {
+	c, _ := b.p.Slice.Cost(b.left()-1, b.rem)
+	return max(b.sched+b.cost+c, b.start+b.p.PaceOf(b.cost+c))
+}
+
 // slot is one permit out of a block: its times, and where it came from, so
 // that a permit put back by a cancelled wait can still be handed back.
 type slot struct {
@@ -53,7 +60,9 @@ func (l *Limiter) next(now int64) (s slot, ok bool) {
 			break
 		}
 		l.back = l.back[1:]
-		l.goBg(func() { _ = l.releaseOne(s.b.g) })
+		if !l.down { // else Redis would not take it
+			l.goBg(func() { _ = l.releaseOne(s.b.g) })
+		}
 	}
 	for len(l.blocks) > 0 {
 		b := l.blocks[0]
@@ -74,7 +83,11 @@ func (l *Limiter) next(now int64) (s slot, ok bool) {
 		// again, and so on.
 		if now-max(start, b.got) > l.staleAfter(b) {
 			l.blocks = l.blocks[1:]
-			l.handBack(b)
+			if l.down { // Redis would not take them: they are lost
+				b.dropped, b.lost = true, true
+			} else {
+				l.handBack(b)
+			}
 			continue
 		}
 		if now-sched > l.bulkBound(b) {
@@ -117,6 +130,7 @@ func (l *Limiter) take(s slot, now int64) {
 	l.taken++
 	l.sharedPermits++
 	l.lastTake = max(l.lastTake, now)
+	l.horizon = max(l.horizon, s.start, now)
 	if s.back {
 		l.back = l.back[1:]
 		return
@@ -160,7 +174,7 @@ func (l *Limiter) putBack(s slot) {
 // (the next grant is on its way) counts one slice.
 func (l *Limiter) peek(now int64) time.Duration {
 	if s, ok := l.next(now); ok {
-		return time.Duration(max(0, s.start-now))
+		return time.Duration(max(0, s.start-now, l.gate(now)-now))
 	}
 	if l.rate > 0 {
 		return time.Duration(1e9 / l.rate)

@@ -10,8 +10,11 @@
 // published by limitd drops permits taken at the old rate at once.
 //
 // When Redis does not answer, a handle follows its fallback mode: FallbackSafe
-// (a local limit at this process's recent share of the rate), FallbackOptimistic
-// (unlimited) or FallbackPessimistic (nothing), and returns to the shared
+// (a local limit at this process's recent part of the rate, counted against
+// the shared schedule: it starts after what the schedule had handed out,
+// withdraws what it placed ahead when the schedule returns, and paces the
+// handle for a cool-down after), FallbackOptimistic (unlimited, counted
+// nowhere) or FallbackPessimistic (nothing), and returns to the shared
 // schedule by itself once Redis answers again.
 //
 // Share is a Doorman client of a share limiter: it leases a part of a

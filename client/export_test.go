@@ -13,3 +13,11 @@ func ShareWaiting(s *Share) int64 {
 	defer s.mu.Unlock()
 	return s.waiting
 }
+
+// Retrying reports whether l's retry loop runs: while it does not wait for
+// a retry in flight, it sleeps on a timer of the client's clock.
+func Retrying(l *Limiter) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.retrying
+}

@@ -2,95 +2,416 @@ package client
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
 
-// Fallback: what a handle does while the shared schedule is unreachable.
+// Fallback: what a handle does while the shared schedule is unreachable,
+// and how that counts against the schedule once it answers again.
+//
+// What a fallback lets through must count against what the shared schedule
+// hands out when it returns, or the two stack: a process falling back at its
+// share while the permits granted before still run, or beside a process that
+// came back first and takes the whole rate. So, in FallbackSafe, a guard
+// paces the handle at its safe rate (its part of the schedule, schedPart)
+// from the moment it goes down until a cool-down after it comes back:
+//
+//   - The pool's permits were granted: they are still dispensed, at their
+//     scheduled times, before anything else.
+//   - The fallback's own permits come after everything the schedule had
+//     handed out, to this process or any other, as far as the handle can
+//     tell: no earlier than the end of the schedule its last grant showed,
+//     advanced by how far that end stood ahead of the clock then (other
+//     processes went on queueing until the fault), nor than the latest
+//     permit it handed out or holds (its reach). A schedule queued seconds
+//     ahead is honoured to its end, not doubled; and its end, not this
+//     process's part of it, because the processes' parts of a queue come
+//     in runs (each process's waiting callers ask again together), so one
+//     process's part may end a second before another's.
+//   - When the schedule answers again, the fallback's permits that have not
+//     started yet are withdrawn: their callers wake and queue on the
+//     schedule, so that nothing the fallback placed ahead of the clock
+//     overlaps what the schedule hands out next.
+//   - The fallback's permits that have started lie in the past, which a
+//     strict schedule (burst 1) never hands out again. One that catches up
+//     without pace (burst inf) would hand that time out again at once as
+//     backlog, so they are charged to it (charger), which takes them out of
+//     the backlog. One that catches up at a finite burst ratio is left to
+//     do so: a charge is an acquire that waits as long as it takes, paced
+//     at that ratio from now, and would hold every caller for the outage's
+//     length over the ratio; its catch-up keeps to the ratio, within
+//     max_backlog.
+//   - For the cool-down (coolFor), callers still pass the guard before they
+//     take from the pool: the other processes come back each on its own
+//     retry, and one that came back first must not take the whole rate
+//     beside their fallbacks.
+//
+// So while a handle is down or cooling down, what it hands out from the
+// schedule and from its fallback together keeps to its safe rate, and the
+// processes together to the shared rate, as their parts add up to 1. What
+// no handle can see is a process that still reaches the schedule while
+// another does not (a partition, or a blip one of them missed): it may
+// take the whole rate beside the other's fallback until that one is back,
+// which the first retries, soon after the fault (firstRetry), keep short.
+// FallbackPessimistic dispenses the pool's permits and nothing else;
+// FallbackOptimistic lets everything through and counts nothing (see
+// Fallback).
 
-// goDown switches to the fallback until the next retry. The pool is dropped:
-// Redis may come back empty (a restart without persistence), and its permits
-// then belong to a limiter that no longer exists (see dropLost).
-func (l *Limiter) goDown(now int64) {
+// guard paces a handle at its safe rate while it falls back and cools down.
+type guard struct {
+	slice  int64 // local ns per permit at the safe rate, rounded up
+	next   int64 // local ns at which the next permit may start
+	from   int64 // local ns before which no fallback permit starts (see goDown)
+	until  int64 // local ns at which the cool-down ends; 0 while down
+	back   int64 // local ns at which the handle came back; 0 while down
+	given  int64 // fallback permits handed out since the handle went down
+	passed int64 // the latest slot a caller passed the gate at
+	// withdrawn is closed when the handle comes back: callers waiting for a
+	// fallback permit queue on the schedule instead.
+	withdrawn chan struct{}
+}
+
+// take places a permit at or after at and returns its start.
+func (g *guard) take(at int64) int64 {
+	s := max(at, g.next)
+	g.next = s + g.slice
+	return s
+}
+
+// ungive takes back the slot at s of a cancelled wait, if no slot was
+// placed after it (else its time stays taken).
+func (g *guard) ungive(s int64) {
+	if g.next == s+g.slice {
+		g.next = s
+	}
+}
+
+// coolFor is how long a handle that came back keeps pacing at its safe
+// rate: two retry intervals, so that the other processes, which retry each
+// on its own interval, are back too; at least a second.
+func (l *Limiter) coolFor() int64 {
+	return int64(max(2*l.o.retry, time.Second))
+}
+
+// safeRate is the fallback's rate: WithSafeRate, else this process's part
+// of the shared rate as measured (schedPart), less partMargin, else, before
+// two grants, the whole rate; 0 before the handle knows any rate.
+func (l *Limiter) safeRate() float64 {
+	if l.o.safeRate > 0 {
+		return l.o.safeRate
+	}
+	if part := l.part.part(); part > 0 {
+		return l.rate * part * (1 - partMargin)
+	}
+	return l.rate
+}
+
+// partMargin is what a fallback leaves of its process's measured part of
+// the rate. Each process measures its part on its own, over its own grants,
+// while the parts move (who came back first from a fault takes more of a
+// queue for a while): in TestFallbackNeverStacks, with a fault every five
+// seconds, the parts added up to 1.02–1.06. A fallback that takes 5 % less
+// keeps their sum within the rate.
+const partMargin = 0.05
+
+// reach is the latest start of a permit that the handle has handed out or
+// holds from the shared schedule (local ns).
+func (l *Limiter) reach() int64 {
+	h := l.horizon
+	for _, b := range l.blocks {
+		if b.left() > 0 {
+			h = max(h, b.lastStart())
+		}
+	}
+	for _, s := range l.back {
+		h = max(h, s.start)
+	}
+	return h
+}
+
+// goDown switches to the fallback until a retry succeeds: a call sent at
+// local time sent failed at now. The pool's permits stay: they were
+// granted, and are dispensed first.
+func (l *Limiter) goDown(sent, now int64) {
 	l.mayChange()
 	if !l.down {
 		l.down = true
-		l.dropLost()
-		rate := l.o.safeRate
-		if rate <= 0 && l.rate > 0 {
-			rate = l.rate
-			if l.share > 0 {
-				rate = l.rate * l.share
+		if rate := l.safeRate(); rate > 0 && l.o.fallback == FallbackSafe {
+			slice := int64(math.Ceil(1e9 / max(rate, limiter.MinRate)))
+			if l.guard == nil { // else still cooling down: it goes on from there
+				l.guard = &guard{}
 			}
+			g := l.guard
+			g.slice, g.until, g.back, g.given = slice, 0, 0, 0
+			g.next = max(g.next, now)
+			g.from = max(l.reach()+slice, l.schedEnd, sent+l.schedLead)
+			g.withdrawn = make(chan struct{})
 		}
-		l.fallback = nil
-		if rate > 0 {
-			l.fallback, _ = limiter.New(limiter.Config{Rate: max(rate, limiter.MinRate), Burst: limiter.B(1)},
-				limiter.WithClock(limiterClock{l.c.o.clock}))
+		l.retryStep = min(int64(l.o.retry), int64(firstRetry))
+		if !l.retrying {
+			l.retrying = true
+			quit := l.quitting()
+			l.goBg(func() { l.retryLoop(quit) })
+		}
+	} else {
+		l.retryStep = min(2*l.retryStep, int64(l.o.retry))
+	}
+	l.retryAt = now + l.retryStep
+}
+
+// retryLoop tries the schedule again whenever a retry is due while the
+// handle is down, so that it comes back even when no caller comes by (all
+// asleep on fallback permits). Callers start retries too (retryInBackground).
+func (l *Limiter) retryLoop(quit chan struct{}) {
+	for {
+		l.mu.Lock()
+		if !l.down || l.closed {
+			l.retrying = false
+			l.mu.Unlock()
+			return
+		}
+		now := l.c.mono()
+		l.retryInBackground(now)
+		fetching, d := l.fetching, time.Duration(l.retryAt-now)
+		l.mu.Unlock()
+		if fetching != nil { // the retry in flight ends first
+			select {
+			case <-fetching:
+			case <-quit:
+			}
+			continue
+		}
+		t := l.c.o.clock.NewTimer(max(d, time.Millisecond))
+		select {
+		case <-t.C():
+		case <-quit:
+			t.Stop()
 		}
 	}
-	l.retryAt = now + int64(l.o.retry)
+}
+
+// quitting is closed when the handle closes (l.mu held).
+func (l *Limiter) quitting() chan struct{} {
+	if l.quit == nil {
+		l.quit = make(chan struct{})
+	}
+	return l.quit
+}
+
+// firstRetry is how soon a handle that fell back first tries the schedule
+// again; each failed try doubles the delay, up to the retry interval. A
+// blip (a restart, a dropped connection) then ends its fallback within
+// milliseconds: meanwhile, another process that still reaches the schedule
+// may take the whole rate beside it.
+const firstRetry = 50 * time.Millisecond
+
+// comeBack ends the fallback: g was just granted, at local time now. The
+// fallback's permits that have not started are withdrawn, those that have
+// are charged against an unpaced schedule's backlog, and the guard paces
+// the handle until the end of the cool-down.
+func (l *Limiter) comeBack(now int64, g store.Grant, p limiter.Params) {
+	l.down = false
+	gd := l.guard
+	if gd == nil {
+		return
+	}
+	if gd.withdrawn != nil {
+		close(gd.withdrawn)
+	}
+	gd.withdrawn, gd.from = nil, 0
+	// Withdrawn, the fallback's slots ahead are free again: the pace
+	// resumes after what the handle has from the schedule, and after the
+	// callers that passed the gate before it went down.
+	gd.next = max(now, l.reach()+gd.slice, gd.passed+gd.slice)
+	gd.until, gd.back = now+l.coolFor(), now
+	past := gd.given
+	gd.given = 0
+	// An unpaced schedule hands its backlog, which the fallback's permits
+	// used, out again at once (see the top of this file for the others).
+	ch, ok := l.c.t.(charger)
+	if !ok || past == 0 || !math.IsInf(p.Burst, 1) || g.Wait <= 0 {
+		return
+	}
+	n := min(past, int64(float64(g.Wait)/p.Slice.Float()))
+	if n <= 0 {
+		return
+	}
+	l.goBg(func() {
+		ctx, cancel := context.WithTimeout(l.c.ctx, 2*time.Second)
+		defer cancel()
+		l.remoteCalls.Add(1)
+		_, _ = ch.Charge(ctx, l.name, n) // lost: the backlog is caught up at the burst ratio, as any idle time
+	})
+}
+
+// gate is when the guard lets the next permit of the pool start (l.mu
+// held): 0 when there is no guard; the guard is dropped once its cool-down
+// is over. A caller passes the gate before it takes from the pool, so that
+// what the pool takes from the schedule is used when it is taken: permits
+// taken early and started late would overlap the schedule's later ones once
+// the guard is gone.
+func (l *Limiter) gate(now int64) int64 {
+	g := l.guard
+	if g == nil || l.down { // down, the pool's permits come before the fallback's (goDown)
+		return 0
+	}
+	if now >= g.until {
+		l.guard = nil
+		return 0
+	}
+	return max(g.next, 1)
+}
+
+// pass is a slot of a guard's gate that a caller passed.
+type pass struct {
+	g    *guard
+	slot int64
+}
+
+// valid reports whether the pass still lets its caller take a permit at
+// now: of the guard g in force, and within one of its slices after the
+// slot. One that waited longer (for a grant, say) passes again: else the
+// callers that passed while a grant was on its way would all start at once
+// when it came, or when it failed and the fallback took them.
+func (p pass) valid(g *guard, now int64) bool {
+	return p.g != nil && p.g == g && now-p.slot <= max(g.slice, int64(time.Millisecond))
+}
+
+// passGate takes the guard's next slot for a Wait and sleeps until it
+// (called with l.mu held; releases it).
+func (l *Limiter) passGate(ctx context.Context, now int64) (pass, error) {
+	g := l.guard
+	if dl, has := ctx.Deadline(); has && l.c.o.clock.Now().Add(time.Duration(max(now, g.next)-now)).After(dl) {
+		l.mu.Unlock()
+		return pass{}, limiter.ErrDeadline
+	}
+	slot := g.take(now)
+	g.passed = slot
+	l.mu.Unlock()
+	if err := l.c.sleep(ctx, time.Duration(slot-now)); err != nil {
+		l.mu.Lock()
+		if l.guard == g {
+			g.ungive(slot)
+		}
+		l.mu.Unlock()
+		return pass{}, err
+	}
+	return pass{g: g, slot: slot}, nil
 }
 
 // fallbackNext is peek while falling back: the next retry for a refusing
-// fallback, one slice of the local limit for the safe one.
+// fallback, the next slot of the guard for the safe one.
 func (l *Limiter) fallbackNext(allowed bool, now int64) time.Duration {
 	switch {
-	case l.o.fallback == FallbackOptimistic || (allowed && l.o.fallback != FallbackSafe):
+	case l.o.fallback == FallbackOptimistic:
 		return 0
-	case l.o.fallback == FallbackPessimistic:
-		return time.Duration(max(0, l.retryAt-now))
-	case l.fallback == nil:
+	case l.o.fallback == FallbackPessimistic || l.guard == nil:
 		return time.Duration(max(0, l.retryAt-now))
 	}
-	return time.Duration(1e9 / l.fallback.Config().Rate)
+	return time.Duration(max(0, l.guard.next-now, l.guard.from-now))
 }
 
 // retryInBackground tries Redis again once per retry interval while the
 // fallback serves callers; a successful grant ends the fallback.
 func (l *Limiter) retryInBackground(now int64) {
 	if now >= l.retryAt && l.fetching == nil {
-		l.retryAt = now + int64(l.o.retry)
+		l.retryAt = now + l.retryStep
 		l.startFetch(now)
 	}
 }
 
-func (l *Limiter) fallbackAllow() bool {
+// fallbackAllow is Allow while falling back with an empty pool (l.mu held).
+func (l *Limiter) fallbackAllow(now int64) bool {
 	ok := false
 	switch l.o.fallback {
 	case FallbackOptimistic:
 		ok = true
 	case FallbackPessimistic:
 	default:
-		ok = l.fallback != nil && l.fallback.Allow() // no rate known yet: refuse
+		// No rate known yet: refuse.
+		if g := l.guard; g != nil && max(g.next, g.from) <= now {
+			g.take(now)
+			g.given++
+			ok = true
+		}
 	}
 	if ok {
+		l.mayChange()
 		l.fallbackPermits.Add(1)
 	}
 	return ok
 }
 
-func (l *Limiter) fallbackWait(ctx context.Context) (Permit, error) {
+// fallbackWait is Wait while falling back with an empty pool. It is called
+// with l.mu held, and releases it. A caller that has just passed the
+// guard's gate (for a permit of the pool, gone meanwhile) has its slot: it
+// starts now, if the fallback may start yet.
+// again is true when the handle came back before the permit started: the
+// caller queues on the schedule instead.
+func (l *Limiter) fallbackWait(ctx context.Context, now int64, gated bool) (p Permit, again bool, err error) {
 	switch l.o.fallback {
 	case FallbackOptimistic:
-		now := l.c.o.clock.Now()
+		l.mu.Unlock()
+		t := l.c.o.clock.Now()
 		l.fallbackPermits.Add(1)
-		return Permit{Scheduled: now, Start: now}, nil
+		return Permit{Scheduled: t, Start: t}, false, nil
 	case FallbackPessimistic:
-		return Permit{}, store.ErrUnavailable
+		l.mu.Unlock()
+		return Permit{}, false, store.ErrUnavailable
+	}
+	g := l.guard
+	if g == nil { // no rate was ever learned and none configured: nothing is safe
+		l.mu.Unlock()
+		return Permit{}, false, store.ErrUnavailable
+	}
+	at := max(now, g.from)
+	gated = gated && at == now
+	if dl, has := ctx.Deadline(); has && !gated && l.c.o.clock.Now().Add(time.Duration(max(at, g.next)-now)).After(dl) {
+		l.mu.Unlock()
+		return Permit{}, false, limiter.ErrDeadline
+	}
+	slot := now
+	if !gated {
+		slot = g.take(at)
+	}
+	withdrawn := g.withdrawn
+	l.mayChange()
+	off := l.offset
+	if off == 0 { // no grant yet: the local clock stands in for Redis's
+		off = l.c.base.UnixNano()
+	}
+	l.mu.Unlock()
+	got := now
+	if slot > now {
+		t := l.c.o.clock.NewTimer(time.Duration(slot - now))
+		select {
+		case <-t.C():
+		case <-withdrawn:
+			t.Stop()
+			return Permit{}, true, nil
+		case <-ctx.Done():
+			t.Stop()
+			l.mu.Lock()
+			if l.guard == g {
+				g.ungive(slot)
+			}
+			l.mu.Unlock()
+			return Permit{}, false, ctx.Err()
+		}
+		got = max(l.c.mono(), slot)
 	}
 	l.mu.Lock()
-	fb := l.fallback
+	if l.guard != g || g.withdrawn != withdrawn {
+		// Back before this caller got here: its permit is the schedule's
+		// to give now, and the fallback's count (charged) stays exact.
+		l.mu.Unlock()
+		return Permit{}, true, nil
+	}
+	g.given++
 	l.mu.Unlock()
-	if fb == nil { // no rate was ever learned and none configured: nothing is safe
-		return Permit{}, store.ErrUnavailable
-	}
-	p, err := fb.Wait(ctx)
-	if err != nil {
-		return Permit{}, err
-	}
 	l.fallbackPermits.Add(1)
-	return Permit{Scheduled: p.Scheduled, Start: p.Start, Lateness: p.Lateness}, nil
+	return Permit{Scheduled: time.Unix(0, slot+off), Start: time.Unix(0, got+off), Lateness: time.Duration(got - slot)}, false, nil
 }

@@ -90,6 +90,7 @@ func (l *Limiter) fetch(k int64) {
 	ctx, cancel := context.WithTimeout(l.c.ctx, 2*time.Second)
 	defer cancel()
 	t0 := l.c.mono()
+	sent := t0
 	l.remoteCalls.Add(1)
 	g, err := l.c.t.Grant(ctx, l.name, k, store.Forever)
 	if timedOut(err) && l.c.ctx.Err() == nil {
@@ -101,7 +102,7 @@ func (l *Limiter) fetch(k int64) {
 		l.remoteCalls.Add(1)
 		g, err = l.c.t.Grant(ctx, l.name, k, store.Forever)
 	}
-	window := err == nil && g.Kind == limiter.KindWindow
+	window := err == nil && limiter.Counts(g.Kind)
 	if window {
 		// A window grants now or not at all, and a pool's schedule has no
 		// place for that: the permits of this first grant are lost, and
@@ -130,19 +131,32 @@ func (l *Limiter) fetch(k int64) {
 		case window: // until a change event says the limiter changed
 			l.missingUntil = math.MaxInt64
 		}
-		if !l.closed && unreachable(err) {
-			l.goDown(t1)
+		switch {
+		case l.closed:
+		case unreachable(err):
+			l.goDown(sent, t1)
+		case l.down:
+			// Redis answered (the limiter is missing, say): the processes
+			// that did not fall back take the schedule as soon as the
+			// limiter is back, so this one tries again soon too.
+			l.retryStep = min(int64(l.o.retry), int64(firstRetry))
+			l.retryAt = t1 + l.retryStep
 		}
 		return
 	}
 	off := l.c.clk.Sample(g.Now, t0, t1)
 	p := g.Params()
 	b := &block{g: g, p: p, sched: g.Scheduled - off, start: g.Start - off, offset: off, got: t1}
+	l.offset = off
+	l.schedEnd = max(l.schedEnd, g.End-off)
+	l.schedLead = g.End - off - t1
 	if l.closed {
 		l.blocks = append(l.blocks, b) // Close, waiting for this fetch, hands it back
 		return
 	}
-	l.down = false
+	if l.down {
+		l.comeBack(t1, g, p)
+	}
 	switch {
 	case g.Version > l.version:
 		l.dropOlder(g.Version)
@@ -161,24 +175,25 @@ func (l *Limiter) fetch(k int64) {
 	if g.MaxPermits > 0 {
 		l.maxK = g.MaxPermits
 	}
-	l.estimateShare(g, p)
+	l.estimateShare(g, p, t1)
 	l.blocks = append(l.blocks, b)
 }
 
-// estimateShare measures this process's share of the shared schedule, the
-// fallback's safe rate: over about a second of schedule, the time our grants
-// took out of it against how far it moved.
-func (l *Limiter) estimateShare(g store.Grant, p limiter.Params) {
-	if l.shareFrom == 0 || g.End < l.shareFrom {
-		l.shareFrom, l.shareMine = g.End, 0
+// estimateShare records this process's part of the shared schedule, the
+// fallback's safe rate (see schedPart), from a grant that arrived at local
+// time now. Not while the handle falls back, nor for a retry interval after
+// it came back: other processes may not reach the schedule yet, and what
+// it takes then is more than its part when all is well. (Later in the
+// cool-down, each process held to its part by its guard, what it measures
+// is its part of their sum: the parts, measured at different times, come
+// back to adding up to 1.)
+func (l *Limiter) estimateShare(g store.Grant, p limiter.Params, now int64) {
+	if gd := l.guard; gd != nil && (l.down || now-gd.back < int64(l.o.retry)) {
+		l.part.pause()
 		return
 	}
 	cost, _ := p.Slice.Cost(g.Permits, 0)
-	l.shareMine += cost
-	if span := g.End - l.shareFrom; span >= int64(time.Second) {
-		l.share = min(1, float64(l.shareMine)/float64(span))
-		l.shareFrom, l.shareMine = g.End, 0
-	}
+	l.part.add(g.End, cost)
 }
 
 func timedOut(err error) bool {

@@ -172,6 +172,16 @@ func decode(b []byte, v any) error {
 	return nil
 }
 
+// maxWaitField is a request's max_wait: left out for store.Forever (the
+// server's default), else at least 0.
+func maxWaitField(maxWait time.Duration) *limiter.Duration {
+	if maxWait == store.Forever {
+		return nil
+	}
+	mw := limiter.Duration(max(0, maxWait))
+	return &mw
+}
+
 // sawNow records the server's Redis time of an answer.
 func (t *httpTransport) sawNow(now int64) {
 	if now == 0 {
@@ -183,11 +193,7 @@ func (t *httpTransport) sawNow(now int64) {
 }
 
 func (t *httpTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
-	req := wire.GrantRequest{Permits: &k}
-	if maxWait != store.Forever {
-		mw := limiter.Duration(max(0, maxWait))
-		req.MaxWait = &mw
-	}
+	req := wire.GrantRequest{Permits: &k, MaxWait: maxWaitField(maxWait)}
 	status, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "grant"), req)
 	if err != nil {
 		return store.Grant{}, err

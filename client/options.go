@@ -79,7 +79,11 @@ func WithPrefix(p string) RedisOption { return redisOption(func(o *options) { o.
 // WithFallback sets what handles do while Redis is unreachable.
 func WithFallback(f Fallback) Option { return handleOption(func(o *options) { o.fallback = f }) }
 
-// WithSafeRate sets the local rate of FallbackSafe, in permits per second.
+// WithSafeRate sets the local rate of FallbackSafe, in permits per second
+// (default: 95 % of this process's measured part of the shared rate). It
+// also paces the handle's shared permits for the cool-down after an outage.
+// Processes that share a limiter should have safe rates that add up to no
+// more than its rate.
 func WithSafeRate(r float64) Option { return handleOption(func(o *options) { o.safeRate = r }) }
 
 // WithWindow sets how much of a handle's own recent demand one grant covers
@@ -99,7 +103,10 @@ func WithStaleAfter(d time.Duration) Option {
 }
 
 // WithRetryInterval sets how often a handle that is falling back tries Redis
-// again (default 1s; at least 1ms).
+// again (default 1s; at least 1ms). The first retry comes 50 ms after the
+// fault (or after the interval if shorter), each later one at twice the
+// delay, up to the interval; the cool-down after an outage lasts two
+// intervals, at least a second.
 func WithRetryInterval(d time.Duration) Option {
 	return handleOption(func(o *options) { o.retry = max(d, time.Millisecond) })
 }

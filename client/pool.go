@@ -50,24 +50,29 @@ type Limiter struct {
 	bg       sync.WaitGroup
 
 	// demand: since the last fetch (taken, above), and when that was
-	since     int64
-	demand    float64 // permits per second, smoothed
-	rate      float64 // the shared rate, from the last grant
-	share     float64 // this process's recent share of the schedule (0: unknown)
-	shareFrom int64   // where on the schedule the current share measurement began
-	shareMine int64   // schedule ns our grants took since shareFrom
-	lastK     int64   // the last grant's size
-	maxK      int64   // the most permits one grant may take (max_reserve), 0: unknown
-	starved   bool    // a caller found the pool empty since the last fetch
+	since   int64
+	demand  float64   // permits per second, smoothed
+	rate    float64   // the shared rate, from the last grant
+	part    schedPart // this process's part of the schedule, from its grants
+	lastK   int64     // the last grant's size
+	maxK    int64     // the most permits one grant may take (max_reserve), 0: unknown
+	starved bool      // a caller found the pool empty since the last fetch
 	// missingUntil: a fetch found no such limiter, or a window limiter,
 	// which a pool does not serve (l.err says so); until then (local
 	// clock; for a window, for good) callers are told so without asking
 	// Redis again, unless a change event announces the limiter first.
 	missingUntil int64
 
-	// fallback while Redis is unreachable (down, above)
-	retryAt  int64 // local ns of the next attempt to reach Redis
-	fallback *limiter.Limiter
+	// fallback while Redis is unreachable (down, above), see fallback.go
+	retryAt   int64         // local ns of the next attempt to reach Redis
+	retryStep int64         // ns from a failed attempt to the next (see firstRetry)
+	retrying  bool          // retryLoop runs
+	quit      chan struct{} // closed by Close (see quitting)
+	horizon   int64         // local ns: the latest start of a permit taken from the pool
+	schedEnd  int64         // local ns: the furthest end of the schedule a grant showed
+	schedLead int64         // ns the schedule's end stood ahead of the clock at the last grant
+	guard     *guard        // paces the handle while it falls back and cools down
+	offset    int64         // Redis ns − local ns at the last grant; 0: none yet
 }
 
 // Permit is what a caller got from the shared schedule.
@@ -145,28 +150,33 @@ func (l *Limiter) allow(ctx context.Context, withNext bool) (ok bool, next time.
 		now = max(now, l.lastTake)
 		if l.down {
 			l.retryInBackground(now)
-			ok := l.fallbackAllow()
-			next := l.fallbackNext(ok, now)
-			l.mu.Unlock()
-			return ok, next, nil
 		}
 		s, ok := l.next(now)
-		if ok && s.start > now {
+		if ok && max(s.start, l.gate(now)) > now {
 			now = max(l.c.mono(), now)
 			s, ok = l.next(now)
 		}
 		if ok {
-			if s.start > now {
-				l.refuseUntil.Store(s.start)
+			if start := max(s.start, l.gate(now)); start > now {
+				l.refuseUntil.Store(start)
 				l.mu.Unlock()
-				return false, time.Duration(s.start - now), nil
+				return false, time.Duration(start - now), nil
 			}
 			l.take(s, now)
+			if l.gate(now) > 0 {
+				l.guard.take(now)
+			}
 			if withNext {
 				next = l.peek(now)
 			}
 			l.mu.Unlock()
 			return true, next, nil
+		}
+		if l.down { // the pool is empty: the fallback serves
+			ok := l.fallbackAllow(now)
+			next := l.fallbackNext(ok, now)
+			l.mu.Unlock()
+			return ok, next, nil
 		}
 		if err := l.knownMissing(now); err != nil {
 			l.mu.Unlock()
@@ -211,6 +221,7 @@ func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return Permit{}, err
 	}
+	var passed pass // the guard's gate, passed (see gate)
 	for {
 		l.lock()
 		if l.closed {
@@ -220,10 +231,23 @@ func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 		now := l.c.mono()
 		if l.down {
 			l.retryInBackground(now)
-			l.mu.Unlock()
-			return l.fallbackWait(ctx)
 		}
+		gated := passed.valid(l.guard, now)
 		s, ok := l.next(now)
+		if !ok && l.down { // the pool is empty: the fallback serves
+			p, again, err := l.fallbackWait(ctx, now, gated) // unlocks
+			if again {
+				continue
+			}
+			return p, err
+		}
+		if ok && !gated && l.gate(now) > 0 {
+			var err error
+			if passed, err = l.passGate(ctx, now); err != nil { // unlocks
+				return Permit{}, err
+			}
+			continue
+		}
 		if !ok {
 			if err := l.knownMissing(now); err != nil {
 				l.mu.Unlock()
@@ -274,6 +298,7 @@ func (l *Limiter) Close() error {
 	}
 	l.closed = true
 	l.mayChange()
+	close(l.quitting())
 	l.mu.Unlock()
 	l.bg.Wait() // a grant in flight joins the pool, to be handed back below
 	l.mu.Lock()

@@ -133,38 +133,6 @@ func TestObserverSeesDecisions(t *testing.T) {
 	}
 }
 
-// An observed service reports to both observers; the one it came from keeps
-// reporting to its own alone.
-func TestObserved(t *testing.T) {
-	s, _, first := newService(t)
-	second := &recorder{}
-	o := s.Observed(second)
-	ctx := context.Background()
-	if _, _, err := o.Put(ctx, "a", limiter.Config{Rate: 1, Burst: limiter.B(1)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := o.Acquire(ctx, AcquireRequest{Name: "a", Permits: 1}); err != nil {
-		t.Fatal(err)
-	}
-	want := Event{Kind: EventRate, Limiter: "a", Outcome: "granted", Permits: 1}
-	for i, rec := range []*recorder{first, second} {
-		if len(rec.events) != 1 || rec.events[0] != want {
-			t.Errorf("observer %d saw %+v, want %+v", i, rec.events, want)
-		}
-	}
-	if _, err := s.Acquire(ctx, AcquireRequest{Name: "a", Permits: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if len(first.events) != 2 || len(second.events) != 1 {
-		t.Errorf("after an acquire on the first service: %d and %d events, want 2 and 1", len(first.events), len(second.events))
-	}
-	// A service without an observer reports to the new one alone.
-	bare := New(store.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})), Options{}).Observed(second)
-	if _, ok := bare.obs.(*recorder); !ok {
-		t.Errorf("observer of a bare service's Observed: %T, want *recorder", bare.obs)
-	}
-}
-
 // A concurrency limiter's acquire takes no settings; a share limiter's is a
 // conflict.
 func TestAcquireDispatch(t *testing.T) {
@@ -211,9 +179,9 @@ func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 // A blocking acquire waits out its delay on the service's clock before it
 // answers; a non-blocking one answers at once.
 func TestAcquireBlockSleepsTheDelay(t *testing.T) {
-	s, st, _ := newService(t)
+	_, st, _ := newService(t)
 	clk := &fakeClock{}
-	s = New(st, Options{Clock: clk})
+	s := New(st, Options{Clock: clk})
 	ctx := context.Background()
 	if _, _, err := s.Put(ctx, "b", limiter.Config{Rate: 10, Burst: limiter.B(1)}); err != nil {
 		t.Fatal(err)

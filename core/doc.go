@@ -24,7 +24,6 @@
 // the limiter does not hold: not found, naming the field). Mapping them to a
 // protocol (problem details, gRPC codes) is the front end's business.
 //
-// Layer: cmd → api|grpcapi → core → store → limiter. core imports store,
-// limiter and wire (the facts the wire fixes, such as a lease id's length),
-// never a front end nor a transport.
+// Layer: cmd → api|grpcapi → core → store → limiter. core imports store and
+// limiter, never a front end, a wire format nor a transport.
 package core

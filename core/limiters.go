@@ -102,7 +102,7 @@ func (s *Service) Patch(ctx context.Context, name string, change func(cur limite
 		if err != nil {
 			return limiter.Config{}, err
 		}
-		if k := cmp.Or(next.Kind, limiter.KindSchedule); k != cur.Kind {
+		if k := cmp.Or(next.Kind, limiter.DefaultKind); k != cur.Kind {
 			return limiter.Config{}, fmt.Errorf("%w: PATCH cannot change the kind of limiter %q from %s to %s; PUT a %s config to replace it",
 				store.ErrConflict, name, cur.Kind, k, k)
 		}

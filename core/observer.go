@@ -104,18 +104,3 @@ type nopObserver struct{}
 
 func (nopObserver) StoreCall(Op, time.Duration) {}
 func (nopObserver) Decided(Event)               {}
-
-// observers reports to each of several observers in turn.
-type observers []Observer
-
-func (os observers) StoreCall(op Op, took time.Duration) {
-	for _, o := range os {
-		o.StoreCall(op, took)
-	}
-}
-
-func (os observers) Decided(e Event) {
-	for _, o := range os {
-		o.Decided(e)
-	}
-}

@@ -39,7 +39,9 @@ const (
 
 // Options configure a Service.
 type Options struct {
-	// Observer sees every decision and store call (nil: none).
+	// Observer sees every decision and store call (nil: none). It is the
+	// service's one observer, whatever front end calls it: limitd serve
+	// hands it internal/coremetrics' (the Prometheus series of /metrics).
 	Observer Observer
 	// DecideTimeout bounds the Redis part of one acquire (not the wait of a
 	// blocking one); 0: 1.5 s. A healthy Redis answers in a millisecond, and
@@ -90,17 +92,6 @@ func New(st *store.Store, o Options) *Service {
 		s.decide = defaultDecideTimeout
 	}
 	return s
-}
-
-// Observed returns a service over the same store and options whose calls and
-// decisions o sees as well as s's observer: how a front end adds its metrics
-// to a service it was given.
-func (s *Service) Observed(o Observer) *Service {
-	obs := o
-	if _, none := s.obs.(nopObserver); !none {
-		obs = observers{s.obs, o}
-	}
-	return &Service{store: s.store, obs: obs, decide: s.decide, clock: s.clock, shadow: s.shadow, quota: s.quota, shadows: s.shadows}
 }
 
 // timed reports one store call to the observer.

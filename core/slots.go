@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/store"
-	"github.com/limitd/limitd/wire"
 )
 
 // Concurrency limiters: a distributed semaphore. Acquire takes a slot and
@@ -18,7 +17,7 @@ import (
 // (released already, or expired and its slot reclaimed) is a *NotHeldError
 // naming lease_id.
 func (s *Service) ReleaseSlot(ctx context.Context, name, leaseID string) error {
-	if err := checkLeaseID(leaseID); err != nil {
+	if err := store.CheckLeaseID(leaseID); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -39,7 +38,7 @@ func (s *Service) ReleaseSlot(ctx context.Context, name, leaseID string) error {
 // (the holder must stop and acquire again) is a *NotHeldError naming
 // lease_id.
 func (s *Service) RenewSlot(ctx context.Context, name, leaseID string) (SlotLease, error) {
-	if err := checkLeaseID(leaseID); err != nil {
+	if err := store.CheckLeaseID(leaseID); err != nil {
 		return SlotLease{}, err
 	}
 	start := time.Now()
@@ -72,17 +71,4 @@ func (s *Service) notHeld(ctx context.Context, name string, err error, field, ou
 		s.event(ctx, EventLease, name, outcome)
 	}
 	return &NotHeldError{Field: field, Detail: detail, Err: err}
-}
-
-// checkLeaseID: a lease id is wire.LeaseIDLen lowercase hex digits, as the
-// store makes them (and checks them).
-func checkLeaseID(id string) error {
-	ok := len(id) == wire.LeaseIDLen
-	for i := 0; ok && i < len(id); i++ {
-		ok = id[i] >= '0' && id[i] <= '9' || id[i] >= 'a' && id[i] <= 'f'
-	}
-	if !ok {
-		return invalid("lease_id", fmt.Sprintf("must be the lease_id an acquire answered: %d lowercase hex digits", wire.LeaseIDLen), quoted(id))
-	}
-	return nil
 }

@@ -341,7 +341,7 @@ const templateOrder = 1000
 // is not), a schedule or smooth rate as requests per the smallest unit that
 // makes it whole (0, UnitUnknown when none does).
 func limitOf(c limiter.Config) (Unit, uint32) {
-	if c.Kind == limiter.KindWindow {
+	if limiter.Counts(c.Kind) {
 		n := uint32(0)
 		if c.Limit != nil {
 			n = uint32(min(max(*c.Limit, 0), int64(^uint32(0))))

@@ -34,8 +34,8 @@ var HealthNames = []string{ServiceName, "ratelimit"}
 
 // Options configure a Server.
 type Options struct {
-	// Service decides (its observer sees every decision: pass the one the
-	// HTTP front end's metrics observe, so both count in the same series).
+	// Service decides; its observer (one for the process, given to
+	// core.New) sees every decision, as it sees the HTTP API's.
 	Service *core.Service
 	// Rules are the domains to start with (nil: none; every descriptor is
 	// then unlimited, as the reference answers for an unknown domain).

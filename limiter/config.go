@@ -26,6 +26,9 @@ const (
 	KindWindow Kind = "window"
 )
 
+// DefaultKind is the kind of a config that names none.
+const DefaultKind = KindSchedule
+
 // Config describes one limiter. It is what the HTTP API takes as JSON and the
 // boot file as YAML. Zero or nil fields take their defaults (see Normalize).
 type Config struct {
@@ -96,7 +99,7 @@ const (
 func (c Config) Normalize() (Config, Verb, error) {
 	verb := VerbStart
 	if c.Kind == "" {
-		c.Kind = KindSchedule
+		c.Kind = DefaultKind
 	}
 	if c.Spec != "" {
 		if k, ok := Lookup(c.Kind); ok && !slices.Contains(k.Fields, "spec") {
@@ -116,6 +119,11 @@ func (c Config) Normalize() (Config, Verb, error) {
 	if !ok {
 		return Config{}, "", unknownKind(c.Kind)
 	}
+	// The row's fields are the kind's: any other field set is refused
+	// before the kind checks its own.
+	if err := c.onlyFor(k.Name, k.Fields); err != nil {
+		return Config{}, "", err
+	}
 	if err := k.normalize(&c); err != nil {
 		return Config{}, "", err
 	}
@@ -126,9 +134,6 @@ func (c Config) Normalize() (Config, Verb, error) {
 // defaults.
 func (c *Config) normalizeSchedule() error {
 	if err := checkRate(c.Rate); err != nil {
-		return err
-	}
-	if err := c.onlyFor(KindSchedule, scheduleFields); err != nil {
 		return err
 	}
 	if c.Burst == nil {
@@ -152,9 +157,6 @@ func (c *Config) normalizeSchedule() error {
 // normalizeSmooth checks a smooth limiter's fields and fills in the defaults.
 func (c *Config) normalizeSmooth() error {
 	if err := checkRate(c.Rate); err != nil {
-		return err
-	}
-	if err := c.onlyFor(KindSmooth, smoothFields); err != nil {
 		return err
 	}
 	if err := c.checkMaxReserve(); err != nil {
@@ -209,9 +211,6 @@ func (c *Config) normalizeSmooth() error {
 
 // normalizeShare checks a share limiter's fields and fills in the defaults.
 func (c *Config) normalizeShare() error {
-	if err := c.onlyFor(KindShare, shareFields); err != nil {
-		return err
-	}
 	if c.Capacity == nil {
 		return fieldErr("capacity", "is required for kind share: a number > 0", nil)
 	}
@@ -258,9 +257,6 @@ func (c *Config) normalizeShare() error {
 // normalizeConcurrency checks a concurrency limiter's fields and fills in the
 // defaults.
 func (c *Config) normalizeConcurrency() error {
-	if err := c.onlyFor(KindConcurrency, concurrencyFields); err != nil {
-		return err
-	}
 	if c.Limit == nil {
 		return fieldErr("limit", "is required for kind concurrency: a whole number ≥ 1", nil)
 	}

@@ -168,6 +168,15 @@ func IsRate(k Kind) bool {
 	return ok && i.Class == ClassRate
 }
 
+// Counts tells whether k is a rate kind that counts permits against a limit
+// per window (window) rather than placing them on a schedule: its answers
+// carry a limit, what is left and when it resets, and a grant's permits are
+// not handed back to a schedule.
+func Counts(k Kind) bool {
+	i, ok := Lookup(k)
+	return ok && i.engine != nil && i.engine.counts
+}
+
 // IsLease tells whether k is a lease kind (ClassLease).
 func IsLease(k Kind) bool {
 	i, ok := Lookup(k)

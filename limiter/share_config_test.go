@@ -233,7 +233,7 @@ func TestShareConfigJSONAndYAML(t *testing.T) {
 			t.Errorf("YAML round trip:\n%s→ %s, %v", y, engJSON(back), err)
 		}
 	}
-	// The forms of API.md.
+	// The forms the README documents.
 	for in, want := range map[string]string{
 		`{"kind":"share","capacity":120,"algorithm":"fair_share","lease":"60s","refresh_interval":"5s","safe_capacity":10}`: `{"kind":"share","capacity":120,"algorithm":"fair_share","lease":"1m0s","refresh_interval":"5s","safe_capacity":10,"learning":"1m0s"}`,
 		`{"kind":"concurrency","limit":10,"lease":"30s"}`:                                                                   `{"kind":"concurrency","lease":"30s","limit":10}`,

@@ -445,7 +445,7 @@ func TestShareSimScenarioSeven(t *testing.T) {
 // next refresh (held_unused), and what it then gives up waits, unclaimed,
 // until the clients owed it ask again, up to one refresh interval later.
 // The as-is figure is reported, not asserted; the goal is asserted on the
-// proposal: clients ask again as soon as their demand changes (DESIGN.md:
+// proposal: clients ask again as soon as their demand changes (the README's share limiter:
 // a client may ask at any time) and the engine tells a client granted less
 // than its share to ask again after 1 s instead of refresh_interval.
 func TestShareSimAtCapacity(t *testing.T) {

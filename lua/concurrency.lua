@@ -26,14 +26,17 @@
 
 if redis.replicate_commands then redis.replicate_commands() end
 
+-- Reply codes (store/replies.go has the same numbers under the same names).
+local OK, NOT_FOUND, NOT_HELD, OTHER_KIND = 1, -1, -2, -5
+
 local function int(x) return string.format('%.0f', x) end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 local c = redis.call('HMGET', KEYS[1], 'kind', 'cc_limit', 'cc_lease', 'cc_lease_us')
-if not c[1] then return {-1} end
-if c[1] ~= 'concurrency' then return {-5, c[1]} end
+if not c[1] then return {NOT_FOUND} end
+if c[1] ~= 'concurrency' then return {OTHER_KIND, c[1]} end
 local limit, lease_ns, lease_us = tonumber(c[2]), tonumber(c[3]), tonumber(c[4])
 local op, id = ARGV[1], ARGV[2]
 
@@ -54,23 +57,23 @@ if op == 'acquire' then
     local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
     local retry = 0
     if first[2] then retry = (tonumber(first[2]) - now) * 1000 end
-    return {1, 0, now, lease_ns, retry, n, limit}
+    return {OK, 0, now, lease_ns, retry, n, limit}
   end
   redis.call('ZADD', KEYS[2], int(now + lease_us), id)
   if not held then n = n + 1 end
   keep()
-  return {1, 1, now, lease_ns, 0, n, limit}
+  return {OK, 1, now, lease_ns, 0, n, limit}
 elseif op == 'renew' then
   local readded = 0
   if not redis.call('ZSCORE', KEYS[2], id) then
-    if n >= limit then return {-2, 0, now, lease_ns, 0, n, limit} end
+    if n >= limit then return {NOT_HELD, 0, now, lease_ns, 0, n, limit} end
     readded, n = 1, n + 1
   end
   redis.call('ZADD', KEYS[2], int(now + lease_us), id)
   keep()
-  return {1, 1, now, lease_ns, 0, n, limit, readded}
+  return {OK, 1, now, lease_ns, 0, n, limit, readded}
 elseif op == 'release' then
-  if redis.call('ZREM', KEYS[2], id) == 0 then return {-2, 0, now, lease_ns, 0, n, limit} end
-  return {1, 1, now, lease_ns, 0, n - 1, limit}
+  if redis.call('ZREM', KEYS[2], id) == 0 then return {NOT_HELD, 0, now, lease_ns, 0, n, limit} end
+  return {OK, 1, now, lease_ns, 0, n - 1, limit}
 end
 return redis.error_reply('concurrency: unknown op ' .. tostring(op))

@@ -36,7 +36,7 @@ const (
 	Delete    = "delete"
 	// AcquireAll decides several limiters all or nothing (acquire_all.lua).
 	AcquireAll = "acquire_all"
-	Bounds     = "bounds" // a calendar window's boundaries (window.lua)
+	Bounds     = "bounds" // a calendar window's boundaries (bounds.lua; see window.lua)
 
 	Share          = "share"           // capacity leases of a share limiter (standalone)
 	Concurrency    = "concurrency"     // slots of a concurrency limiter (standalone)

@@ -27,6 +27,9 @@
 
 if redis.replicate_commands then redis.replicate_commands() end
 
+-- Reply codes (store/replies.go has the same numbers under the same names).
+local OK, NOT_FOUND, NOT_HELD, OTHER_KIND = 1, -1, -2, -5
+
 -- num is tonumber for the numbers limitd writes; gopher-lua (miniredis) reads
 -- no exponent form without a '.' ("1e+21"), so give it one.
 local function num(s)
@@ -54,8 +57,8 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 local c = redis.call('HMGET', KEYS[1], 'kind', 'ver', 'sh_cap', 'sh_alg', 'sh_lease', 'sh_lease_us',
   'sh_refresh', 'sh_safe', 'sh_learn_us', 'sh_start', 'sh_until')
-if not c[1] then return {-1} end
-if c[1] ~= 'share' then return {-5, c[1]} end
+if not c[1] then return {NOT_FOUND} end
+if c[1] ~= 'share' then return {OTHER_KIND, c[1]} end
 local ver = num(c[2])
 local op, me = ARGV[1], ARGV[2]
 
@@ -96,11 +99,11 @@ end
 if op == 'return' then
   clean()
   local started = num(c[10]) or now
-  if not H[me] then return {-2} end
+  if not H[me] then return {NOT_HELD} end
   redis.call('HDEL', KEYS[2], me)
   H[me] = nil
   keep(started + num(c[9]))
-  return {1, ver}
+  return {OK, ver}
 end
 
 local cap, alg, lease_ns, lease_us = num(c[3]), c[4], num(c[5]), num(c[6])
@@ -216,4 +219,4 @@ keep(started + learn_us)
 
 local l = 0
 if learning then l = 1 end
-return {1, fmt(gets), now, lease_ns, refresh, fmt(safe_out), l, ver}
+return {OK, fmt(gets), now, lease_ns, refresh, fmt(safe_out), l, ver}

@@ -138,7 +138,7 @@ func (s *Store) acquireDirectUntil(ctx context.Context, req Request, until time.
 }
 
 func (s *Store) acquireDirect(ctx context.Context, req Request) (Decision, error) {
-	name, n, maxWait := req.Name, req.Permits, req.MaxWait
+	name, maxWait := req.Name, req.MaxWait
 	tpl, err := s.match(ctx, name)
 	if err != nil {
 		return Decision{}, err
@@ -146,7 +146,7 @@ func (s *Store) acquireDirect(ctx context.Context, req Request) (Decision, error
 	if err := req.check(); err != nil {
 		return Decision{}, err
 	}
-	n = req.arg()
+	n := req.arg()
 	// Without a template, acquire.lua takes the state key and the pair
 	// alone, or the pair and its floor; with one, the floors, a head and the
 	// pair.
@@ -448,7 +448,7 @@ func decodeGrant(name string, v []any) (Grant, error) {
 		return Grant{}, err
 	}
 	g.Position = g.End
-	if g.Kind == limiter.KindWindow {
+	if limiter.Counts(g.Kind) {
 		g.Window, g.Limit = true, g.MaxPermits
 		if r.has(21) { // its limit (max_permits is 1 for a limit of 0)
 			g.Limit = r.int(21)

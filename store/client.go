@@ -93,10 +93,8 @@ func newClient(s string) (redis.UniversalClient, error) {
 		if opt.MasterName == "" {
 			return nil, bad(errors.New("master_name is empty: name the master the Sentinels monitor"))
 		}
-		for _, a := range opt.SentinelAddrs {
-			if _, err := checkAddr(a); err != nil {
-				return nil, bad(err)
-			}
+		if err := checkAddrs(opt.SentinelAddrs); err != nil {
+			return nil, bad(err)
 		}
 		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
 		opt.ContextTimeoutEnabled = true
@@ -109,10 +107,8 @@ func newClient(s string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, bad(err)
 		}
-		for _, a := range opt.Addrs {
-			if _, err := checkAddr(a); err != nil {
-				return nil, bad(err)
-			}
+		if err := checkAddrs(opt.Addrs); err != nil {
+			return nil, bad(err)
 		}
 		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
 		opt.ContextTimeoutEnabled = true
@@ -161,6 +157,17 @@ func parseErr(err error) error {
 		return uerr.Err
 	}
 	return err
+}
+
+// checkAddrs checks every host:port of a URL's nodes (its Sentinels, or its
+// cluster's seeds).
+func checkAddrs(addrs []string) error {
+	for _, a := range addrs {
+		if _, err := checkAddr(a); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkAddr checks one host:port and returns it as given.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/lua"
@@ -66,7 +67,7 @@ func (s *Store) RenewSlot(ctx context.Context, name, id string) (SlotLease, erro
 	if err := CheckName(name); err != nil {
 		return SlotLease{}, err
 	}
-	if err := checkLeaseID(id); err != nil {
+	if err := CheckLeaseID(id); err != nil {
 		return SlotLease{}, err
 	}
 	return s.slotCall(ctx, name, "renew", id)
@@ -78,7 +79,7 @@ func (s *Store) ReleaseSlot(ctx context.Context, name, id string) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
-	if err := checkLeaseID(id); err != nil {
+	if err := CheckLeaseID(id); err != nil {
 		return err
 	}
 	_, err := s.slotCall(ctx, name, "release", id)
@@ -101,7 +102,7 @@ func (s *Store) slotCall(ctx context.Context, name, op, id string) (SlotLease, e
 	if err := rep.check("concurrency", name); err != nil {
 		return SlotLease{}, err
 	}
-	if code == replyPermitsRange { // concurrency.lua: the lease is not held
+	if code == replyNotHeld { // concurrency.lua: the lease is not held
 		return SlotLease{}, fmt.Errorf("lease %q on limiter %q (expired, released or never granted, and no slot is free to take it again): %w", id, name, ErrLeaseNotHeld)
 	}
 	l := SlotLease{Granted: granted, RetryAfter: retry, InUse: inUse, Limit: limit, Readded: readded}
@@ -111,15 +112,20 @@ func (s *Store) slotCall(ctx context.Context, name, op, id string) (SlotLease, e
 	return l, nil
 }
 
-// checkLeaseID accepts what AcquireSlot hands out: 32 lower-case hex digits.
-func checkLeaseID(id string) error {
-	ok := len(id) == 32
+// LeaseIDLen is the length of a lease id AcquireSlot hands out: 16 random
+// bytes in lowercase hex.
+const LeaseIDLen = 32
+
+// CheckLeaseID accepts what AcquireSlot hands out: LeaseIDLen lowercase hex
+// digits. Its error is a *limiter.FieldError naming lease_id.
+func CheckLeaseID(id string) error {
+	ok := len(id) == LeaseIDLen
 	for i := 0; ok && i < len(id); i++ {
 		c := id[i]
 		ok = c >= '0' && c <= '9' || c >= 'a' && c <= 'f'
 	}
 	if !ok {
-		return &limiter.FieldError{Field: "lease_id", Rule: "must be a lease id as acquire returns it: 32 lower-case hex digits", Value: fmt.Sprintf("%q", id)}
+		return &limiter.FieldError{Field: "lease_id", Rule: "must be the lease_id an acquire answered: " + strconv.Itoa(LeaseIDLen) + " lowercase hex digits", Value: fmt.Sprintf("%q", id)}
 	}
 	return nil
 }

@@ -888,7 +888,7 @@ func (g *diffRig) reset() {
 
 // diffSnap is a copy of a limiter's keys in Redis and of the model.
 type diffSnap struct {
-	x, ttl             string
+	x                  string
 	pttl               time.Duration
 	hash               map[string]string
 	exists, instExists bool

@@ -156,13 +156,17 @@ func (s *Store) Ready(ctx context.Context) error {
 // the cluster reports, through the cluster client, so that each key goes to
 // the master that owns it (MOVED is followed as for any command).
 func (s *Store) readyCluster(ctx context.Context, c *redis.ClusterClient) error {
-	ranges, err := c.ClusterSlots(ctx).Result()
+	shards, err := c.ClusterShards(ctx).Result()
 	if err != nil {
 		return err
 	}
+	var ranges []redis.SlotRange
 	covered := 0
-	for _, r := range ranges {
-		covered += r.End - r.Start + 1
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			ranges = append(ranges, r)
+			covered += int(r.End - r.Start + 1)
+		}
 	}
 	if covered < clusterSlots {
 		return &UnavailableError{Condition: "slots not covered",

@@ -12,13 +12,15 @@ import (
 // fault, never the caller's, and never read as a zero.
 var ErrBadReply = errors.New("unreadable reply from redis")
 
-// The scripts' reply codes: the first element of a reply (lua/lib.lua names
-// them the same; share.lua, concurrency.lua and configure_lease.lua use the
-// same numbers).
+// The scripts' reply codes: the first element of a reply. lua/lib.lua names
+// them the same (OK, NOT_FOUND, …; A_* and R_* below), and so do the
+// standalone scripts that answer them (share.lua, concurrency.lua,
+// configure_lease.lua); TestReplyCodesMatchLua reads the Lua and compares.
 const (
 	replyOK           = 1
 	replyNotFound     = -1  // no such limiter
-	replyPermitsRange = -2  // {-2, max_permits}; share and concurrency: a lease not held
+	replyPermitsRange = -2  // {-2, max_permits}
+	replyNotHeld      = -2  // share and concurrency: a lease not held (NOT_HELD)
 	replyVersionMoved = -3  // configure's patch: the version moved
 	replyKindChange   = -4  // configure's patch: a change of kind, refused
 	replyOtherKind    = -5  // {-5, kind}: a limiter of another kind

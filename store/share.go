@@ -87,7 +87,7 @@ func (s *Store) ReturnCapacity(ctx context.Context, name, clientID string) error
 	if err := leaseReplyErr(name, limiter.KindShare, v); err != nil {
 		return err
 	}
-	if v[0] == int64(replyPermitsRange) { // share.lua: no lease held
+	if v[0] == int64(replyNotHeld) { // share.lua: no lease held
 		return fmt.Errorf("client %q holds no lease on limiter %q: %w", clientID, name, ErrNotFound)
 	}
 	return nil
@@ -138,7 +138,7 @@ func ceilUS(ns int64) int64 { return (ns + 999) / 1000 }
 func leaseReplyErr(name string, want limiter.Kind, v []any) error {
 	r := &reply{v: v}
 	switch r.int(0) {
-	case replyOK, replyPermitsRange: // the latter: the caller's, see there
+	case replyOK, replyNotHeld: // the latter: the caller's, see there
 		return nil
 	case replyNotFound:
 		return fmt.Errorf("limiter %q: %w", name, ErrNotFound)

@@ -115,7 +115,7 @@ func shRedisNowUS(t *testing.T, s *Store) int64 {
 // ---- the suite ----
 
 // shTestDoorman: capacity 120, clients wanting 1000, 50 and 10, each asking
-// in turn, twice (DESIGN.md §8): proportional 69.69 / 40.31 / 10, fair 60 /
+// in turn, twice (Doorman's worked example, in the README): proportional 69.69 / 40.31 / 10, fair 60 /
 // 50 / 10; and the sum never above 120.
 func shTestDoorman(t *testing.T, f stFactory) {
 	s := stStore(t, f(t))
@@ -247,7 +247,7 @@ func shTestNeverOvershoots(t *testing.T, f stFactory) {
 }
 
 // shTestLoweredCapacity: holdings survive a change of capacity (Σ may exceed
-// the new capacity until the leases are refreshed, DESIGN.md §3.3), and every
+// the new capacity until the leases are refreshed, as the README's share limiter says), and every
 // refresh brings Σ under it.
 func shTestLoweredCapacity(t *testing.T, f stFactory) {
 	s := stStore(t, f(t))

@@ -217,9 +217,6 @@ type Renewed struct {
 	Expires int64  `json:"expires_ns"`
 }
 
-// LeaseIDLen is the length of a lease id: 16 random bytes in lowercase hex.
-const LeaseIDLen = 32
-
 // Limiter is a limiter as GET, PUT and PATCH answer it; a list leaves out
 // State, and so do share and concurrency limiters, which have no schedule.
 type Limiter struct {
@@ -325,18 +322,9 @@ type Shadowed struct {
 }
 
 // Answer reads any acquire answer of permits: a Granted, a Denied or a
-// Shadowed, and a window limiter's (its Window fields; Limit 0 for others).
+// Shadowed (a Denied's fields are a Shadowed's), and a window limiter's
+// (its Window fields; Limit 0 for others).
 type Answer struct {
+	Shadowed
 	Window
-	Granted    bool  `json:"granted"`
-	Shadow     bool  `json:"shadow"`
-	Permits    int64 `json:"permits"`
-	Delay      int64 `json:"delay_ns"`
-	Scheduled  int64 `json:"scheduled_ns"`
-	Start      int64 `json:"start_ns"`
-	Lateness   int64 `json:"lateness_ns"`
-	Wait       int64 `json:"wait_ns"`
-	RetryAfter int64 `json:"retry_after_ns"`
-	Version    int64 `json:"version"`
-	Now        int64 `json:"now_ns"`
 }

@@ -77,3 +77,27 @@ func TestAppendJSON(t *testing.T) {
 		}
 	}
 }
+
+// Answer reads every answer of an acquire of permits, each field where the
+// answer has it.
+func TestAnswerReadsEveryAnswer(t *testing.T) {
+	g := wire.Granted{Granted: true, Permits: 2, Delay: 3, Scheduled: 4, Start: 5, Lateness: 6, Wait: 7, Version: 8, Now: 9}
+	for _, c := range []struct {
+		v    any
+		want wire.Answer
+	}{
+		{g, wire.Answer{Shadowed: wire.Shadowed{Granted: g}}},
+		{wire.Shadowed{Granted: g, Shadow: true, RetryAfter: 10}, wire.Answer{Shadowed: wire.Shadowed{Granted: g, Shadow: true, RetryAfter: 10}}},
+		{wire.WindowDenied{Denied: wire.Denied{RetryAfter: 11, Delay: 12, Wait: 13, Version: 14, Now: 15}, Window: wire.Window{Limit: 16, Remaining: 0, Reset: 17}},
+			wire.Answer{Shadowed: wire.Shadowed{Granted: wire.Granted{Delay: 12, Wait: 13, Version: 14, Now: 15}, RetryAfter: 11}, Window: wire.Window{Limit: 16, Reset: 17}}},
+	} {
+		b, err := json.Marshal(c.v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got wire.Answer
+		if err := json.Unmarshal(b, &got); err != nil || got != c.want {
+			t.Errorf("%s: %+v, %v; want %+v", b, got, err, c.want)
+		}
+	}
+}

@@ -1,7 +1,7 @@
 package main
 
 // limitd bench: the flags, the usage and the wiring of internal/bench, the
-// load and accuracy harness of shared/API.md.
+// load and accuracy harness (the README's "limitd bench").
 
 import (
 	"context"

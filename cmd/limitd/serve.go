@@ -24,6 +24,7 @@ import (
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/internal/coremetrics"
 	"github.com/limitd/limitd/store"
 )
 
@@ -180,11 +181,13 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		cancel()
 	}
 	reg := prometheus.NewRegistry()
-	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode, QuotaMode: cfg.GRPCQuota})
+	// One observer counts every front end's decisions, in the registry
+	// /metrics serves.
+	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode, QuotaMode: cfg.GRPCQuota, Observer: coremetrics.New(reg)})
 	var rls *grpcapi.Server
 	if gln != nil {
 		o := grpcapi.Options{
-			Service: svc.Observed(api.Observer(reg, version)), Token: cfg.Token, AdminToken: cfg.AdminToken,
+			Service: svc, Token: cfg.Token, AdminToken: cfg.AdminToken,
 			Logger: logger, AccessLog: cfg.AccessLog, Registry: reg, Counting: cfg.counting(),
 		}
 		if boot != nil {

@@ -1,5 +1,5 @@
 // Package bench is the library behind limitd bench, the load and accuracy
-// harness of shared/API.md. Workers take permits from one limiter as fast as
+// harness (the README's "limitd bench"). Workers take permits from one limiter as fast as
 // it lets them, and the bench reports the rate they got, each permit's
 // lateness (start − scheduled) and how many round trips it cost. Several
 // bench processes on one limiter, each with a permit log, show whether the
@@ -7,7 +7,7 @@
 //
 // One concept a file: run.go orchestrates a run, worker.go is one worker,
 // source.go connects and picks the permit source of the mode (pool.go,
-// direct.go, httpsource.go over httpclient.go), report.go the result and
+// direct.go, httpsource.go over internal/httpjson), report.go the result and
 // progress, histogram.go the lateness histogram, permitlog.go the log.
 // Scheduled times are converted to the local clock with the offset estimator
 // the client uses (internal/clockoffset).

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Result is the --json object of shared/API.md, field for field.
+// Result is limitd bench's --json object (the README's "limitd bench"), field for field.
 type Result struct {
 	Mode        string  `json:"mode"`
 	Workers     int     `json:"workers"`
@@ -25,7 +25,7 @@ type Result struct {
 	// The limiter's permits granted during the run to every process that
 	// shares it (from its total in Redis; a client pool's count includes
 	// what its grants held unused), and their rate: 0 when unknown. The
-	// summary shows them; the --json object keeps API.md's fields.
+	// summary shows them; the --json object keeps its documented fields.
 	AllPermits int64   `json:"-"`
 	AllRate    float64 `json:"-"`
 }

@@ -29,14 +29,15 @@ var may = map[string][]string{
 	"internal/httpjson":    {"wire"},
 	"wire":                 {"limiter"},
 	"store":                {"limiter", "lua"},
-	"core":                 {"store", "limiter", "wire"},
+	"core":                 {"store", "limiter"},
 	"api":                  {"core", "limiter", "wire", "internal/promreg"},
 	"grpcapi":              {"core", "limiter", "internal/promreg"},
+	"internal/coremetrics": {"core", "internal/promreg"},
 	"client":               {"store", "limiter", "wire", "internal/clockoffset"},
 	"httplimit":            {"client", "store", "wire", "limiter"},
 	"client/clientmetrics": {"client"},
 	"internal/bench":       {"client", "store", "limiter", "wire", "internal/clockoffset", "internal/httpjson"},
-	"cmd/limitd":           {"api", "grpcapi", "core", "store", "limiter", "wire", "internal/bench", "internal/httpjson"},
+	"cmd/limitd":           {"api", "grpcapi", "core", "store", "limiter", "wire", "internal/bench", "internal/httpjson", "internal/coremetrics"},
 	"integration":          nil, // tests only
 }
 

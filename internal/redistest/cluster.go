@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -215,15 +216,22 @@ func (c *ClusterInstance) MasterOf(ctx context.Context, key string) *Instance {
 			continue
 		}
 		cl := redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1})
-		slots, err := cl.ClusterSlots(ctx).Result()
+		shards, err := cl.ClusterShards(ctx).Result()
 		cl.Close()
 		if err != nil {
 			return nil
 		}
 		a := ""
-		for _, r := range slots {
-			if slot >= r.Start && slot <= r.End && len(r.Nodes) > 0 {
-				a = r.Nodes[0].Addr
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if int64(slot) < r.Start || int64(slot) > r.End {
+					continue
+				}
+				for _, node := range sh.Nodes {
+					if node.Role == "master" {
+						a = net.JoinHostPort(node.IP, strconv.FormatInt(node.Port, 10))
+					}
+				}
 			}
 		}
 		if a == "" || (owner != "" && a != owner) {
