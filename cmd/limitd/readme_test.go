@@ -19,7 +19,7 @@ package main
 //     keys (an object without it is shown whole, so a key the README does not
 //     show is an error), for any value, or for more elements; "<cursor>" for
 //     any string.
-//   - yaml blocks, and deploy/limitd.yaml, are boot files: parseBootFile
+//   - yaml blocks, and deploy/limitd.yaml, are boot files: boot.Parse
 //     accepts them.
 //   - go blocks compile and pass go vet, each on its own; the Go client
 //     example also runs, against a private redis-server
@@ -46,6 +46,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd/internal/boot"
 )
 
 const (
@@ -196,7 +198,7 @@ func TestREADMEYAML(t *testing.T) {
 			}
 			continue
 		}
-		if _, err := parseBootFile(fmt.Sprintf("the block at line %d", b.line), []byte(strings.Join(b.lines, "\n"))); err != nil {
+		if _, err := boot.Parse(fmt.Sprintf("the block at line %d", b.line), []byte(strings.Join(b.lines, "\n"))); err != nil {
 			line := b.line
 			if m := regexp.MustCompile(`: line ([0-9]+): `).FindStringSubmatch(err.Error()); m != nil {
 				k, _ := strconv.Atoi(m[1])
@@ -209,7 +211,7 @@ func TestREADMEYAML(t *testing.T) {
 		t.Error("README has no yaml block")
 	}
 	ps.report(t)
-	if _, err := loadBootFile(filepath.Join(moduleRoot, "deploy", "limitd.yaml")); err != nil {
+	if _, err := boot.Load(filepath.Join(moduleRoot, "deploy", "limitd.yaml")); err != nil {
 		t.Errorf("deploy/limitd.yaml: %v", err)
 	}
 }
@@ -281,18 +283,18 @@ func TestREADMEChecksFail(t *testing.T) {
 
 	t.Run("commands", func(t *testing.T) {
 		blocks, spans := parseMarkdown("```sh\n" +
-			"go test -run 'TestParseBootFile|TestNoSuchThing' ./cmd/limitd/\n" + // line 2
+			"go test -run 'TestParseBootFile|TestNoSuchThing' ./internal/boot/\n" + // line 2
 			"go test -run='^$' -bench=BenchmarkNoSuch -benchtime=1s ./store/\n" + // line 3
 			"go test -run Diff ./nosuch/\n" + // line 4
 			"limitd bench --redis redis://127.0.0.1:6379 --limiter demo --mode turbo\n" + // line 5
 			"docker run limitd\n" + // line 6
-			"go test -run TestParseBootFile/some_case -bench BenchmarkAcquire ./cmd/limitd/ ./store/\n" + // fine
+			"go test -run TestParseBootFile/some_case -bench BenchmarkAcquire ./internal/boot/ ./store/\n" + // fine
 			"```\n" +
 			"See `go test -run Sim -v ./limiter/` and `limiter/no_such_test.go`, `application/json`.\n") // line 9
 		var ps readmeProblems
 		checkCommands(moduleRoot, blocks, spans, &ps)
 		wantLines(t, ps, map[int]string{
-			2: `"TestNoSuchThing" matches no test in ./cmd/limitd/`,
+			2: `"TestNoSuchThing" matches no test in ./internal/boot/`,
 			3: `"BenchmarkNoSuch" matches no benchmark`,
 			4: "go test ./nosuch/: no such package",
 			5: "--mode must be pool, direct or http",

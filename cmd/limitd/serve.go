@@ -24,6 +24,7 @@ import (
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/internal/boot"
 	"github.com/limitd/limitd/store"
 )
 
@@ -110,12 +111,12 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 	// be a line per attempt. serve reports outages itself, so keep these for
 	// debugging. The logger is process-wide, hence set once.
 	setRedisLogger.Do(func() { redis.SetLogger(redisLog{logger}) })
-	var boot *bootFile
+	var bootFile *boot.File
 	if cfg.ConfigFile != "" {
-		if boot, err = loadBootFile(cfg.ConfigFile); err != nil {
+		if bootFile, err = boot.Load(cfg.ConfigFile); err != nil {
 			return fmt.Errorf("LIMITD_CONFIG: %w", err)
 		}
-		if n := boot.rules.Quotas(); n > 0 && cfg.counting() == core.CountStrict {
+		if n := bootFile.Rules.Quotas(); n > 0 && cfg.counting() == core.CountStrict {
 			return fmt.Errorf("LIMITD_CONFIG: %d rules set quota_mode, which needs LIMITD_GRPC_COUNTING=reference (a strict call is all or nothing)", n)
 		}
 	}
@@ -169,7 +170,7 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 	// then close the store and Redis (deferred above).
 	defer wg.Wait()
 	defer stopBackground()
-	if boot == nil {
+	if bootFile == nil {
 		// Said once, at the start; requests then answer 503 (logged once per
 		// run of failures) until Redis answers. With a boot file, its keeper
 		// says it.
@@ -187,8 +188,8 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 			Service: svc.Observed(api.Observer(reg, version)), Token: cfg.Token, AdminToken: cfg.AdminToken,
 			Logger: logger, AccessLog: cfg.AccessLog, Registry: reg, Counting: cfg.counting(),
 		}
-		if boot != nil {
-			o.Rules = boot.rules
+		if bootFile != nil {
+			o.Rules = bootFile.Rules
 		}
 		if h, _, _ := net.SplitHostPort(cfg.GRPCAddr); cfg.Token == "" && !isLoopback(h) {
 			logger.Warn("LIMITD_GRPC_ADDR listens beyond loopback without LIMITD_TOKEN: anyone who reaches it can spend the rules' limits", "grpc_addr", cfg.GRPCAddr)
@@ -196,27 +197,17 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		rls = grpcapi.New(o)
 		wg.Go(func() { rls.Watch(bgCtx, grpcHealthEvery) })
 	}
-	if boot != nil {
+	if bootFile != nil {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
-		k := &bootKeeper{file: boot, store: st, log: logger, interval: bootCheckInterval, timeout: bootTimeout,
-			reloadEvery: bootReloadEvery, hup: hup}
+		k := boot.NewKeeper(bootFile, svc, logger)
+		k.Interval, k.Timeout, k.ReloadEvery, k.Hup = bootCheckInterval, bootTimeout, bootReloadEvery, hup
 		if rls != nil {
-			k.reloaded = func(b *bootFile) { rls.SetRules(b.rules) }
+			k.Reloaded = func(b *boot.File) { rls.SetRules(b.Rules) }
 		}
-		applyCtx, cancel := context.WithTimeout(ctx, bootTimeout)
-		err := boot.apply(applyCtx, st)
-		cancel()
-		if err != nil {
-			k.down = true
-			logger.Warn("could not apply the boot file; it will be applied once Redis answers", "file", boot.path, "err", err)
-		} else {
-			k.applied = true
-			logger.Info("applied the boot file", "file", boot.path, "limiters", len(boot.limiters), "templates", len(boot.templates),
-				"domains", boot.rules.Domains(), "rules", boot.rules.Len())
-		}
-		wg.Go(func() { k.run(bgCtx) })
+		k.Boot(ctx)
+		wg.Go(func() { k.Run(bgCtx) })
 	}
 
 	handler := api.New(api.Options{

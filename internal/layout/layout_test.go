@@ -35,8 +35,9 @@ var may = map[string][]string{
 	"client":               {"store", "limiter", "wire", "internal/clockoffset"},
 	"httplimit":            {"client", "store", "wire", "limiter"},
 	"client/clientmetrics": {"client"},
+	"internal/boot":        {"grpcapi", "core", "limiter"},
 	"internal/bench":       {"client", "store", "limiter", "wire", "internal/clockoffset", "internal/httpjson"},
-	"cmd/limitd":           {"api", "grpcapi", "core", "store", "limiter", "wire", "internal/bench", "internal/httpjson"},
+	"cmd/limitd":           {"api", "grpcapi", "core", "store", "limiter", "wire", "internal/bench", "internal/boot", "internal/httpjson"},
 	"integration":          nil, // tests only
 }
 
