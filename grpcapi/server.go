@@ -60,6 +60,12 @@ type Options struct {
 	// NearRatio is where a window rule's near_limit counter starts, a
 	// fraction of its limit (0: 0.8, the reference's default).
 	NearRatio float64
+	// ReferenceMetrics counts the per-rule counters under the reference
+	// server's Prometheus names too (metrics.go: refMetrics).
+	ReferenceMetrics bool
+	// Headers, when not nil, are the response headers each answer adds
+	// (headers.go), as the reference adds them.
+	Headers *Headers
 }
 
 // Server is the Envoy rate limit service over a core.Service.
@@ -74,6 +80,7 @@ type Server struct {
 	counting  core.Counting
 	nearRatio float32
 	health    *health.Server
+	headers   *Headers
 	down      atomic.Bool // Redis failed the last call: its outage was logged
 }
 
@@ -101,6 +108,10 @@ func New(o Options) *Server {
 		reg = prometheus.NewRegistry()
 	}
 	s.m = newMetrics(reg)
+	if o.ReferenceMetrics {
+		s.m.withReference(reg)
+	}
+	s.headers = o.Headers
 	if o.Rules == nil {
 		o.Rules, _ = Compile(nil)
 	}
@@ -284,6 +295,7 @@ func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) 
 	for i, d := range descs {
 		resp.Statuses[i] = s.status(matched[i], d, res.Counts[i])
 	}
+	s.headers.add(resp)
 	return resp, nil
 }
 
@@ -385,7 +397,7 @@ func (s *Server) authorize(ctx context.Context) error {
 // finish counts a call and writes its access log line.
 func (s *Server) finish(ctx context.Context, req *rlv3.RateLimitRequest, err error, took time.Duration) {
 	code := status.Code(err)
-	s.m.requests.WithLabelValues(code.String()).Inc()
+	s.m.called(code)
 	if s.accessLog != "all" && (s.accessLog != "errors" || err == nil) {
 		return
 	}
