@@ -144,7 +144,9 @@ type DomainError struct {
 	Field, Rule string
 }
 
-func (e *DomainError) Error() string { return fmt.Sprintf("domains[%d].%s: %s", e.Index, e.Field, e.Rule) }
+func (e *DomainError) Error() string {
+	return fmt.Sprintf("domains[%d].%s: %s", e.Index, e.Field, e.Rule)
+}
 
 // FromDomains is the configuration of domains alone (a runtime directory's
 // files, an xDS update): their rules and the rules' templates, no limiters.
