@@ -66,6 +66,10 @@ type Options struct {
 	// Headers, when not nil, are the response headers each answer adds
 	// (headers.go), as the reference adds them.
 	Headers *Headers
+	// WaitForRules, with Rules nil, answers every call Unavailable until
+	// SetRules gives the first rules (the reference server's answer before
+	// its first config), instead of every descriptor unlimited.
+	WaitForRules bool
 }
 
 // Server is the Envoy rate limit service over a core.Service.
@@ -112,7 +116,7 @@ func New(o Options) *Server {
 		s.m.withReference(reg)
 	}
 	s.headers = o.Headers
-	if o.Rules == nil {
+	if o.Rules == nil && !o.WaitForRules {
 		o.Rules, _ = Compile(nil)
 	}
 	s.rules.Store(o.Rules)
@@ -161,6 +165,16 @@ func (s *Server) Watch(ctx context.Context, interval time.Duration) {
 		case <-t.C:
 		}
 	}
+}
+
+// SetServing sets the rate limit service's health (under HealthNames) for
+// a caller that decides it instead of Watch.
+func (s *Server) SetServing(ok bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.setHealth(st)
 }
 
 // setHealth sets the rate limit service's health under each of its names.
@@ -255,6 +269,9 @@ func parseRequest(req *rlv3.RateLimitRequest) ([]descriptor, error) {
 
 func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) (*rlv3.RateLimitResponse, error) {
 	rules := s.rules.Load()
+	if rules == nil {
+		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded yet")
+	}
 	matched := make([]*rule, len(descs))
 	replaced := map[string]bool{}
 	for i, d := range descs {
