@@ -36,8 +36,9 @@ var may = map[string][]string{
 	"httplimit":            {"client", "store", "wire", "limiter"},
 	"client/clientmetrics": {"client"},
 	"internal/boot":        {"grpcapi", "core", "limiter"},
+	"internal/xds":         {"internal/boot", "grpcapi"},
 	"internal/bench":       {"client", "store", "limiter", "wire", "internal/clockoffset", "internal/httpjson"},
-	"cmd/limitd":           {"api", "grpcapi", "core", "store", "limiter", "wire", "internal/bench", "internal/boot", "internal/httpjson"},
+	"cmd/limitd":           {"api", "grpcapi", "core", "store", "limiter", "wire", "internal/bench", "internal/boot", "internal/httpjson", "internal/xds"},
 	"integration":          nil, // tests only
 }
 
