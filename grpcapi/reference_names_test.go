@@ -1,7 +1,7 @@
 package grpcapi
 
 import (
-	"bytes"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,8 +9,8 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/prometheus/common/expfmt"
 
 	"github.com/limitd/limitd/core"
 )
@@ -23,18 +23,9 @@ type (
 // scrape reads one series of e's registry as /metrics shows it.
 func scrape(t *testing.T, e *env, series string) (float64, bool) {
 	t.Helper()
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	enc := expfmt.NewEncoder(&b, expfmt.NewFormat(expfmt.TypeTextPlain))
-	for _, mf := range mfs {
-		if err := enc.Encode(mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for line := range strings.SplitSeq(b.String(), "\n") {
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for line := range strings.SplitSeq(rec.Body.String(), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			return f, err == nil
