@@ -28,7 +28,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	// The gRPC port's bounds default to grpcapi's.
 	want := config{Addr: "127.0.0.1:8080", Prefix: "limitd", LogFormat: "text", LogLevel: "info", AccessLog: "off",
-		EventsMaxStreams: api.DefaultMaxEventStreams, GRPCCounting: "reference", GRPCLimits: GRPCLimits(grpcapi.DefaultLimits())}
+		EventsMaxStreams: api.DefaultMaxEventStreams, GRPCCounting: "reference", GRPCNearRatio: 0.8, GRPCLimits: GRPCLimits(grpcapi.DefaultLimits())}
 	if c != want {
 		t.Errorf("defaults = %+v, want %+v", c, want)
 	}
@@ -55,7 +55,7 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 	want := config{Addr: "0.0.0.0:9000", RedisURL: "redis://r:6379", Prefix: "app1", ConfigFile: "/etc/limitd.yaml",
 		AdminToken: "adm", Token: "tok", MetricsToken: "met", LogFormat: "json", LogLevel: "debug", AccessLog: "errors", ShadowMode: true,
-		EventsMaxStreams: 1000, GRPCCounting: "strict",
+		EventsMaxStreams: 1000, GRPCCounting: "strict", GRPCNearRatio: 0.8,
 		GRPCLimits: GRPCLimits{MaxConnections: 2000, MaxRecvMsgSize: 4096, MaxSendMsgSize: 8192, MaxHeaderListSize: 16384,
 			KeepaliveMinTime: 10 * time.Second, KeepaliveTimeout: 5 * time.Second, MaxConnectionIdle: time.Hour, MaxConnectionAgeGrace: 2 * time.Minute}}
 	if c != want {

@@ -54,8 +54,8 @@ and the reference's.
 A reference variable limitd does not implement is named at start as ignored,
 or refused (exit 1); README, "limitd as the reference server", has the table
 of every one. LIMITD_* variables apply too where the reference has none
-(LIMITD_TOKEN, the LIMITD_GRPC_* bounds); with LIMITD_ADDR set, limitd's own
-HTTP API listens there as well.
+(LIMITD_TOKEN, the LIMITD_GRPC_* bounds); with LIMITD_ADMIN_TOKEN set,
+limitd's own HTTP API listens on LIMITD_ADDR as well (a port other than PORT).
 `,
 		run: func(ctx context.Context, args []string, _, stderr io.Writer) error {
 			if len(args) > 0 {
@@ -142,7 +142,7 @@ type refMode struct {
 	s        refSettings
 	notices  []string          // reference variables set and ignored
 	origin   map[string]string // LIMITD_* variable → the reference's that set it
-	api      bool              // LIMITD_ADDR is set: limitd's own API listens too
+	api      bool              // LIMITD_ADMIN_TOKEN is set: limitd's own API listens on LIMITD_ADDR too
 	redisTLS *tls.Config       // what a rediss:// URL cannot say
 	grpcTLS  *tls.Config       // the gRPC port's (nil: plaintext)
 	xdsTLS   *tls.Config       // the xDS connection's (nil: plaintext)
@@ -177,7 +177,13 @@ func ratelimitEnv(environ map[string]string) (map[string]string, *refMode, error
 	for k, v := range environ {
 		out[k] = v
 	}
-	_, rm.api = environ["LIMITD_ADDR"]
+	// limitd's image sets LIMITD_ADDR for limitd serve; limitd ratelimit
+	// runs the API only when asked with an admin token, so that the image
+	// started as /bin/ratelimit serves the reference's ports alone.
+	rm.api = environ["LIMITD_ADMIN_TOKEN"] != ""
+	if !rm.api {
+		delete(out, "LIMITD_ADDR") // not listened on: not checked
+	}
 	if cf, set := environ["LIMITD_CONFIG"]; set && cf != "" {
 		return nil, nil, errors.New("LIMITD_CONFIG: limitd ratelimit takes its rules from RUNTIME_ROOT or xDS (CONFIG_TYPE), not from a boot file")
 	}

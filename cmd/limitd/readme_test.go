@@ -87,6 +87,8 @@ var readmeNotRun = []struct{ cmd, why string }{
 	{"scripts/envoy-vs.sh", "builds the reference rate limit server from the Go module proxy and runs for minutes; TestEnvoyVsScript runs it with QUICK=1 when LIMITD_ENVOY_VS=1"},
 	{"limitd ctl", "talks to the server at LIMITD_URL; checkCtl checks the verb and its arguments, TestCtl runs every verb"},
 	{"git worktree add", "checks out and builds another commit beside this one, for BenchmarkHTTPAcquireVs, whose form is checked"},
+	{"mkdir -p /tmp/rl/config", "writes the rule file of the next line; TestRatelimitRuntimeDir serves such a directory"},
+	{"RUNTIME_ROOT=/tmp/rl", "serves on the fixed ports 8080, 8081 and 6070 until stopped; TestRatelimitRuntimeDir runs limitd ratelimit over such a directory on free ports"},
 }
 
 // readmeProblem is one wrong line of the README.

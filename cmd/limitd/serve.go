@@ -107,7 +107,7 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 
 // serveWith is serve, and with rm limitd ratelimit (ratelimit.go): the
 // reference server's ports, rules, health and metrics beside the gRPC
-// front end, and limitd's own HTTP API only where LIMITD_ADDR is set.
+// front end, and limitd's own HTTP API only with LIMITD_ADMIN_TOKEN.
 func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer, ready func(net.Addr), rm *refMode) error {
 	cfg, err := loadConfig(environ)
 	if err != nil {
@@ -140,7 +140,7 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 		defer rdb.Close()
 	}
 	// Listen before touching Redis, so a busy port fails at once.
-	var ln net.Listener // limitd's HTTP API; limitd ratelimit's only with LIMITD_ADDR
+	var ln net.Listener // limitd's HTTP API; limitd ratelimit's only with LIMITD_ADMIN_TOKEN
 	if rm == nil || rm.api {
 		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
 			return fmt.Errorf("LIMITD_ADDR: %w", err)
