@@ -117,7 +117,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	return &metrics{
 		hits:   vec("limitd_ratelimit_hits_total", "Hits asked of each descriptor rule over gRPC (a descriptor's hits_addend), by domain and rule."),
 		over:   vec("limitd_ratelimit_over_limit_total", "Hits refused by a rule (shadow-mode rules included), by domain and rule."),
-		near:   vec("limitd_ratelimit_near_limit_total", "Granted hits past 80% of a window rule's limit, by domain and rule."),
+		near:   vec("limitd_ratelimit_near_limit_total", "Granted hits past the near-limit ratio (LIMITD_GRPC_NEAR_LIMIT_RATIO, 80% by default) of a window rule's limit, by domain and rule."),
 		within: vec("limitd_ratelimit_within_limit_total", "Hits granted by a rule, by domain and rule."),
 		shadow: vec("limitd_ratelimit_shadow_mode_total", "Hits a shadow-mode rule refused and answered OK all the same, by domain and rule."),
 		globalShadow: promreg.Register("grpcapi", reg, prometheus.NewCounter(prometheus.CounterOpts{
