@@ -15,7 +15,8 @@
 // hints, the checks of every input, stateless handback (a grant's token
 // carries what its handback needs, so any replica accepts it), and the
 // sampling an event stream repeats (Sampler: one read per limiter and
-// sample). Each decision and store call is reported to an Observer, so
+// sample), and what a configuration keeper needs (Lost: which limiters and
+// templates Redis lost; Mark: the configuration last applied). Each decision and store call is reported to an Observer, so
 // that metrics and logs need no hooks in the front ends' handlers.
 //
 // Errors are values callers branch on: ErrNotFound, ErrConflict,

@@ -29,7 +29,12 @@
 // core.Observer (the same metrics as the HTTP API's), and each rule's hits,
 // over-limit, near-limit, within-limit and shadow-mode counts are
 // Prometheus counters labelled by domain and rule, split as the reference
-// splits them.
+// splits them; with Options.ReferenceMetrics, also under the names the
+// reference's Prometheus exporter gives them (ratelimit_service_rate_limit_*,
+// labelled domain, key1, key2). Options.Headers adds the reference's
+// response headers (limit, remaining, reset of the descriptor closest to its
+// limit), and Options.WaitForRules answers Unavailable until the first
+// rules, as the reference does before its first config.
 //
 // The port is bounded (limits.go): Limits are the calls a connection may
 // have open, the connections, the bytes of a message and of its metadata,

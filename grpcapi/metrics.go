@@ -2,9 +2,11 @@ package grpcapi
 
 import (
 	"math"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
 
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/internal/promreg"
@@ -22,12 +24,87 @@ type metrics struct {
 	conns                            prometheus.Gauge   // limits.go: Listener
 	connsRefused                     prometheus.Counter // limits.go: Listener
 
+	ref *refMetrics // the reference's names (nil: off)
+
 	mu   sync.Mutex
 	kept map[[2]string]*ruleSeries
 }
 
-// ruleSeries are one rule's counters.
-type ruleSeries struct{ hits, over, near, within, shadow prometheus.Counter }
+// refMetrics are the counters under the names the reference server's
+// Prometheus exporter gives them (its statsd names through its default
+// mapping, src/stats/prom/default_mapper.yaml): a rule's counters labelled
+// by domain and the first two parts of its key (key2 is "" for a rule of
+// one level, which Prometheus reads as no label), so that dashboards and
+// alerts written for the reference read limitd's.
+type refMetrics struct {
+	hits, over, near, within, shadow *prometheus.CounterVec
+	globalShadow                     prometheus.Counter
+	errors                           *prometheus.CounterVec // by err_type
+	requests                         prometheus.Counter     // total_requests of ShouldRateLimit
+}
+
+// withReference registers the reference's names beside limitd's.
+func (m *metrics) withReference(reg *prometheus.Registry) {
+	vec := func(name, help string) *prometheus.CounterVec {
+		return promreg.Register("grpcapi", reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"domain", "key1", "key2"}))
+	}
+	r := &refMetrics{
+		hits:   vec("ratelimit_service_rate_limit_total_hits", "The reference server's total_hits of each rule (limitd_ratelimit_hits_total under its name)."),
+		over:   vec("ratelimit_service_rate_limit_over_limit", "The reference server's over_limit of each rule (limitd_ratelimit_over_limit_total under its name)."),
+		near:   vec("ratelimit_service_rate_limit_near_limit", "The reference server's near_limit of each rule (limitd_ratelimit_near_limit_total under its name)."),
+		within: vec("ratelimit_service_rate_limit_within_limit", "The reference server's within_limit of each rule (limitd_ratelimit_within_limit_total under its name)."),
+		shadow: vec("ratelimit_service_rate_limit_shadow_mode", "The reference server's shadow_mode of each rule (limitd_ratelimit_shadow_mode_total under its name)."),
+		globalShadow: promreg.Register("grpcapi", reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimit_service_global_shadow_mode",
+			Help: "The reference server's global_shadow_mode (limitd_ratelimit_global_shadow_mode_total under its name)."})),
+		errors: promreg.Register("grpcapi", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_should_rate_limit_error",
+			Help: "The reference server's should_rate_limit errors: redis_error (Redis unavailable: the call answered UNAVAILABLE), service_error (any other failure but a bad request).",
+		}, []string{"err_type"})),
+		requests: promreg.Register("grpcapi", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_total_requests",
+			Help: "The reference server's total_requests of each gRPC method (limitd_grpc_requests_total summed over codes).",
+		}, []string{"grpc_method"})).WithLabelValues("ShouldRateLimit"),
+	}
+	m.ref = r
+	m.globalShadow = tee{m.globalShadow, r.globalShadow}
+}
+
+// called counts a ShouldRateLimit call answered with code.
+func (m *metrics) called(code codes.Code) {
+	m.requests.WithLabelValues(code.String()).Inc()
+	if m.ref == nil {
+		return
+	}
+	m.ref.requests.Inc()
+	switch code {
+	case codes.Unavailable:
+		m.ref.errors.WithLabelValues("redis_error").Inc()
+	case codes.OK, codes.InvalidArgument, codes.Unauthenticated, codes.Canceled, codes.ResourceExhausted:
+	default:
+		m.ref.errors.WithLabelValues("service_error").Inc()
+	}
+}
+
+// ruleSeries are one rule's counters, each counted under limitd's name and,
+// with Options.ReferenceMetrics, the reference's.
+type ruleSeries struct{ hits, over, near, within, shadow tee }
+
+// tee is a counter counted in two series: limitd's own and the reference's
+// (nil when its names are off). It is a prometheus.Counter, limitd's.
+type tee struct {
+	prometheus.Counter
+	ref prometheus.Counter
+}
+
+func (t tee) Inc() { t.Add(1) }
+
+func (t tee) Add(v float64) {
+	t.Counter.Add(v)
+	if t.ref != nil {
+		t.ref.Add(v)
+	}
+}
 
 // maxKeptRules bounds the rule series kept at hand (detailed_metric can
 // make many); past it they start over (the series stay in the registry).
@@ -40,7 +117,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	return &metrics{
 		hits:   vec("limitd_ratelimit_hits_total", "Hits asked of each descriptor rule over gRPC (a descriptor's hits_addend), by domain and rule."),
 		over:   vec("limitd_ratelimit_over_limit_total", "Hits refused by a rule (shadow-mode rules included), by domain and rule."),
-		near:   vec("limitd_ratelimit_near_limit_total", "Granted hits past 80% of a window rule's limit, by domain and rule."),
+		near:   vec("limitd_ratelimit_near_limit_total", "Granted hits past the near-limit ratio (LIMITD_GRPC_NEAR_LIMIT_RATIO, 80% by default) of a window rule's limit, by domain and rule."),
 		within: vec("limitd_ratelimit_within_limit_total", "Hits granted by a rule, by domain and rule."),
 		shadow: vec("limitd_ratelimit_shadow_mode_total", "Hits a shadow-mode rule refused and answered OK all the same, by domain and rule."),
 		globalShadow: promreg.Register("grpcapi", reg, prometheus.NewCounter(prometheus.CounterOpts{
@@ -73,9 +150,21 @@ func (m *metrics) series(domain, rule string) *ruleSeries {
 	if len(m.kept) >= maxKeptRules {
 		clear(m.kept)
 	}
-	r := &ruleSeries{hits: m.hits.WithLabelValues(domain, rule), over: m.over.WithLabelValues(domain, rule),
-		near: m.near.WithLabelValues(domain, rule), within: m.within.WithLabelValues(domain, rule),
-		shadow: m.shadow.WithLabelValues(domain, rule)}
+	r := &ruleSeries{hits: tee{Counter: m.hits.WithLabelValues(domain, rule)}, over: tee{Counter: m.over.WithLabelValues(domain, rule)},
+		near: tee{Counter: m.near.WithLabelValues(domain, rule)}, within: tee{Counter: m.within.WithLabelValues(domain, rule)},
+		shadow: tee{Counter: m.shadow.WithLabelValues(domain, rule)}}
+	if ref := m.ref; ref != nil {
+		// The reference's key is the rule's, split at its dots as its
+		// statsd name is.
+		parts := strings.SplitN(rule, ".", 3)
+		key1, key2 := parts[0], ""
+		if len(parts) > 1 {
+			key2 = parts[1]
+		}
+		r.hits.ref, r.over.ref = ref.hits.WithLabelValues(domain, key1, key2), ref.over.WithLabelValues(domain, key1, key2)
+		r.near.ref, r.within.ref = ref.near.WithLabelValues(domain, key1, key2), ref.within.WithLabelValues(domain, key1, key2)
+		r.shadow.ref = ref.shadow.WithLabelValues(domain, key1, key2)
+	}
 	m.kept[k] = r
 	return r
 }

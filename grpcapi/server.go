@@ -60,6 +60,16 @@ type Options struct {
 	// NearRatio is where a window rule's near_limit counter starts, a
 	// fraction of its limit (0: 0.8, the reference's default).
 	NearRatio float64
+	// ReferenceMetrics counts the per-rule counters under the reference
+	// server's Prometheus names too (metrics.go: refMetrics).
+	ReferenceMetrics bool
+	// Headers, when not nil, are the response headers each answer adds
+	// (headers.go), as the reference adds them.
+	Headers *Headers
+	// WaitForRules, with Rules nil, answers every call Unavailable until
+	// SetRules gives the first rules (the reference server's answer before
+	// its first config), instead of every descriptor unlimited.
+	WaitForRules bool
 }
 
 // Server is the Envoy rate limit service over a core.Service.
@@ -74,6 +84,7 @@ type Server struct {
 	counting  core.Counting
 	nearRatio float32
 	health    *health.Server
+	headers   *Headers
 	down      atomic.Bool // Redis failed the last call: its outage was logged
 }
 
@@ -101,7 +112,11 @@ func New(o Options) *Server {
 		reg = prometheus.NewRegistry()
 	}
 	s.m = newMetrics(reg)
-	if o.Rules == nil {
+	if o.ReferenceMetrics {
+		s.m.withReference(reg)
+	}
+	s.headers = o.Headers
+	if o.Rules == nil && !o.WaitForRules {
 		o.Rules, _ = Compile(nil)
 	}
 	s.rules.Store(o.Rules)
@@ -150,6 +165,16 @@ func (s *Server) Watch(ctx context.Context, interval time.Duration) {
 		case <-t.C:
 		}
 	}
+}
+
+// SetServing sets the rate limit service's health (under HealthNames) for
+// a caller that decides it instead of Watch.
+func (s *Server) SetServing(ok bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.setHealth(st)
 }
 
 // setHealth sets the rate limit service's health under each of its names.
@@ -244,6 +269,9 @@ func parseRequest(req *rlv3.RateLimitRequest) ([]descriptor, error) {
 
 func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) (*rlv3.RateLimitResponse, error) {
 	rules := s.rules.Load()
+	if rules == nil {
+		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded yet")
+	}
 	matched := make([]*rule, len(descs))
 	replaced := map[string]bool{}
 	for i, d := range descs {
@@ -284,6 +312,7 @@ func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) 
 	for i, d := range descs {
 		resp.Statuses[i] = s.status(matched[i], d, res.Counts[i])
 	}
+	s.headers.add(resp)
 	return resp, nil
 }
 
@@ -385,7 +414,7 @@ func (s *Server) authorize(ctx context.Context) error {
 // finish counts a call and writes its access log line.
 func (s *Server) finish(ctx context.Context, req *rlv3.RateLimitRequest, err error, took time.Duration) {
 	code := status.Code(err)
-	s.m.requests.WithLabelValues(code.String()).Inc()
+	s.m.called(code)
 	if s.accessLog != "all" && (s.accessLog != "errors" || err == nil) {
 		return
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -56,18 +57,29 @@ const (
 // password appears in it (RedactURL). The caller owns the client and closes
 // it.
 func NewClient(rawURL string) (redis.UniversalClient, error) {
+	return NewClientTLS(rawURL, nil)
+}
+
+// NewClientTLS is NewClient with what a URL cannot say of TLS: the
+// certificates of tlsConfig (a client certificate, a private CA as
+// RootCAs) and its InsecureSkipVerify are added to those of a rediss://
+// URL; nil adds nothing. Its other fields are not read.
+func NewClientTLS(rawURL string, tlsConfig *tls.Config) (redis.UniversalClient, error) {
 	s := strings.TrimSpace(rawURL)
 	if s == "" {
 		return nil, fmt.Errorf("%w: redis URL is empty: want redis://host:port, rediss://host:port or host:port,host:port", ErrInvalid)
 	}
-	rdb, err := newClient(s)
+	if tlsConfig != nil && !strings.HasPrefix(s, "rediss://") {
+		return nil, fmt.Errorf("%w: TLS settings need a rediss:// URL", ErrInvalid)
+	}
+	rdb, err := newClient(s, tlsConfig)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrInvalid, scrub(err.Error(), s))
 	}
 	return rdb, nil
 }
 
-func newClient(s string) (redis.UniversalClient, error) {
+func newClient(s string, tlsConfig *tls.Config) (redis.UniversalClient, error) {
 	scheme, _, isURL := strings.Cut(s, "://")
 	if !isURL {
 		return newFromList(s)
@@ -98,6 +110,7 @@ func newClient(s string) (redis.UniversalClient, error) {
 		}
 		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
 		opt.ContextTimeoutEnabled = true
+		addTLS(opt.TLSConfig, tlsConfig)
 		return followSentinel(redis.NewFailoverClient(opt)), nil
 	case q.Has("addr"):
 		if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
@@ -112,6 +125,7 @@ func newClient(s string) (redis.UniversalClient, error) {
 		}
 		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
 		opt.ContextTimeoutEnabled = true
+		addTLS(opt.TLSConfig, tlsConfig)
 		return followCluster(redis.NewClusterClient(opt)), nil
 	default:
 		opt, err := redis.ParseURL(s)
@@ -123,8 +137,22 @@ func newClient(s string) (redis.UniversalClient, error) {
 		}
 		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
 		opt.ContextTimeoutEnabled = true
+		addTLS(opt.TLSConfig, tlsConfig)
 		return redis.NewClient(opt), nil
 	}
+}
+
+// addTLS adds the certificates and verification of extra to the TLS config
+// a rediss:// URL made.
+func addTLS(dst, extra *tls.Config) {
+	if dst == nil || extra == nil {
+		return
+	}
+	dst.Certificates = append(dst.Certificates, extra.Certificates...)
+	if extra.RootCAs != nil {
+		dst.RootCAs = extra.RootCAs
+	}
+	dst.InsecureSkipVerify = dst.InsecureSkipVerify || extra.InsecureSkipVerify
 }
 
 // newFromList reads host:port[,host:port…].

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"slices"
 	"strings"
@@ -134,5 +136,23 @@ func TestRedactURL(t *testing.T) {
 		if got := RedactURL(in); got != want {
 			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// NewClientTLS adds what a URL cannot carry (a private CA, a client
+// certificate) to a rediss:// URL's TLS, and refuses it on redis://.
+func TestNewClientTLS(t *testing.T) {
+	pool := x509.NewCertPool()
+	rdb, err := NewClientTLS("rediss://127.0.0.1:6380", &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	got := rdb.(*redis.Client).Options().TLSConfig
+	if got == nil || got.RootCAs != pool || len(got.Certificates) != 1 || got.ServerName != "127.0.0.1" {
+		t.Errorf("TLS config %+v: want the URL's server name with the CA and certificate added", got)
+	}
+	if _, err := NewClientTLS("redis://127.0.0.1:6380", &tls.Config{}); err == nil || !errors.Is(err, ErrInvalid) {
+		t.Errorf("TLS settings on redis://: %v, want ErrInvalid", err)
 	}
 }

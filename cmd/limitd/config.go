@@ -39,9 +39,10 @@ type config struct {
 	ShadowMode   bool   `env:"LIMITD_SHADOW_MODE" envDefault:"false" help:"true: every limiter in shadow mode: acquires decide and count but are never refused (a refusal answers 200 with \"shadow\":true and takes nothing)"`
 	// EventsMaxStreams's default is api.DefaultMaxEventStreams (a test
 	// compares them).
-	EventsMaxStreams int    `env:"LIMITD_EVENTS_MAX_STREAMS" envDefault:"256" help:"event streams (GET /v1/events, the dashboard) open at once, 1 to 100000; they share one Redis subscription and one sampling loop, and each holds a connection; past it a new stream is a 503 with Retry-After"`
-	GRPCCounting     string `env:"LIMITD_GRPC_COUNTING" envDefault:"reference" help:"how the gRPC front end's rules count hits: reference (as the Envoy reference server: every hit counted, refused or not, each rule on its own) or strict (all or nothing across a call; refused hits never counted)"`
-	GRPCQuota        bool   `env:"LIMITD_GRPC_QUOTA_MODE" envDefault:"false" help:"true: every gRPC rule is a quota (quota_mode): a call is refused only when all its descriptors are over (needs LIMITD_GRPC_COUNTING=reference)"`
+	EventsMaxStreams int     `env:"LIMITD_EVENTS_MAX_STREAMS" envDefault:"256" help:"event streams (GET /v1/events, the dashboard) open at once, 1 to 100000; they share one Redis subscription and one sampling loop, and each holds a connection; past it a new stream is a 503 with Retry-After"`
+	GRPCCounting     string  `env:"LIMITD_GRPC_COUNTING" envDefault:"reference" help:"how the gRPC front end's rules count hits: reference (as the Envoy reference server: every hit counted, refused or not, each rule on its own) or strict (all or nothing across a call; refused hits never counted)"`
+	GRPCQuota        bool    `env:"LIMITD_GRPC_QUOTA_MODE" envDefault:"false" help:"true: every gRPC rule is a quota (quota_mode): a call is refused only when all its descriptors are over (needs LIMITD_GRPC_COUNTING=reference)"`
+	GRPCNearRatio    float64 `env:"LIMITD_GRPC_NEAR_LIMIT_RATIO" envDefault:"0.8" help:"where a window rule's near_limit counter starts, a fraction of its limit, above 0 and at most 1 (the reference's NEAR_LIMIT_RATIO)"`
 
 	GRPCLimits
 }
@@ -80,7 +81,7 @@ var (
 func loadConfig(environ map[string]string) (config, error) {
 	c, err := env.ParseAsWithOptions[config](env.Options{Environment: environ})
 	if err != nil {
-		return config{}, envError(err, environ)
+		return config{}, envError[config](err, environ)
 	}
 	if err := c.check(); err != nil {
 		return config{}, err
@@ -90,12 +91,12 @@ func loadConfig(environ map[string]string) (config, error) {
 
 // envError rewrites the env package's errors, which name struct fields, into
 // ones that name the variable.
-func envError(err error, environ map[string]string) error {
+func envError[T any](err error, environ map[string]string) error {
 	var pe env.ParseError
 	if !errors.As(err, &pe) {
 		return err
 	}
-	f, _ := reflect.TypeFor[config]().FieldByName(pe.Name)
+	f, _ := reflect.TypeFor[T]().FieldByName(pe.Name)
 	key := f.Tag.Get("env")
 	switch k := pe.Type.Kind(); {
 	case k == reflect.Bool:
@@ -106,6 +107,8 @@ func envError(err error, environ map[string]string) error {
 		return fmt.Errorf("%s: must be a whole number from 0 to %d (got %q)", key, ^uint64(0)>>(64-pe.Type.Bits()), environ[key])
 	case k == reflect.Int:
 		return fmt.Errorf("%s: must be a whole number (got %q)", key, environ[key])
+	case k == reflect.Float64:
+		return fmt.Errorf("%s: must be a number (got %q)", key, environ[key])
 	}
 	return fmt.Errorf("%s: %v (got %q)", key, pe.Err, environ[key])
 }
@@ -155,6 +158,9 @@ func (c *config) check() error {
 	c.GRPCCounting = counting.String()
 	if c.GRPCQuota && counting == core.CountStrict {
 		return fmt.Errorf("LIMITD_GRPC_QUOTA_MODE: needs LIMITD_GRPC_COUNTING=reference: a strict call is all or nothing")
+	}
+	if !(c.GRPCNearRatio > 0 && c.GRPCNearRatio <= 1) {
+		return fmt.Errorf("LIMITD_GRPC_NEAR_LIMIT_RATIO: must be above 0 and at most 1 (got %v)", c.GRPCNearRatio)
 	}
 	a, err := api.ParseAccessLog(c.AccessLog)
 	if err != nil {

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 	"gopkg.in/yaml.v3"
+
+	"github.com/limitd/limitd/internal/boot"
 )
 
 // deploy/envoy.yaml is an Envoy bootstrap as Envoy reads it (its own types
@@ -56,11 +58,11 @@ func TestDeployEnvoyConfig(t *testing.T) {
 	if !found {
 		t.Fatal("no rate limit filter")
 	}
-	boot, err := loadBootFile(filepath.Join(moduleRoot, "deploy", "limitd.yaml"))
+	bf, err := boot.Load(filepath.Join(moduleRoot, "deploy", "limitd.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if boot.rules.Domains() == 0 || !boot.rules.Has(rl.Domain) {
+	if bf.Rules.Domains() == 0 || !bf.Rules.Has(rl.Domain) {
 		t.Errorf("the filter asks for domain %q, which deploy/limitd.yaml does not define", rl.Domain)
 	}
 	cluster := rl.RateLimitService.GetGrpcService().GetEnvoyGrpc().GetClusterName()

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -116,86 +115,6 @@ func TestGRPCAddrChecked(t *testing.T) {
 	}
 	if c, err := loadConfig(map[string]string{}); err != nil || c.GRPCAddr != "" {
 		t.Errorf("default: %+v, %v; want off", c, err)
-	}
-}
-
-// A bad domains: section is refused at boot with its line.
-func TestBootDomainsError(t *testing.T) {
-	_, err := parseBootFile("boot.yaml", []byte(`
-domains:
-  - domain: api
-    descriptors:
-      - key: user
-        rate_limit:
-          unit: fortnight
-          requests_per_unit: 5
-`))
-	if err == nil || !strings.Contains(err.Error(), "boot.yaml: line 7: domains[0].descriptors[0].rate_limit.unit: must be one of second") {
-		t.Errorf("%v", err)
-	}
-	_, err = parseBootFile("boot.yaml", []byte("domains:\n  - domain: a\n    descriptors:\n      - {key: k, colour: red}\n"))
-	if err == nil || !strings.Contains(err.Error(), `unknown field "colour"`) {
-		t.Errorf("unknown field: %v", err)
-	}
-}
-
-// The keeper reloads a changed file on a signal: a valid one replaces the
-// rules and is applied; a bad one is logged once and the old one kept.
-func TestBootReload(t *testing.T) {
-	mini, st, _ := bootStore(t)
-	_ = mini
-	file := filepath.Join(t.TempDir(), "boot.yaml")
-	write := func(s string) {
-		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(grpcBoot)
-	b, err := loadBootFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := newSyncBuffer()
-	hup := make(chan os.Signal)
-	got := make(chan *bootFile, 1)
-	k := &bootKeeper{file: b, store: st, log: slog.New(slog.NewTextHandler(logs, nil)), interval: time.Hour, timeout: time.Second,
-		hup: hup, reloaded: func(nb *bootFile) { got <- nb }}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { k.run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-
-	write(grpcBoot + "      - key: path\n        limiter: {rate: 5}\n")
-	hup <- os.Interrupt // any signal value: the keeper only hears that one came
-	var nb *bootFile
-	select {
-	case nb = <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no reload:\n%s", logs)
-	}
-	if nb.rules.Len() != 2 {
-		t.Errorf("reloaded rules: %d, want 2", nb.rules.Len())
-	}
-	tpls, err := st.Templates(ctx)
-	if err != nil || len(tpls) != 3 { // per-user from the example, and the two rules'
-		t.Errorf("templates after reload: %d, %v; want 3", len(tpls), err)
-	}
-
-	write("domains:\n  - domain: ''\n")
-	hup <- os.Interrupt
-	hup <- os.Interrupt // the same bad content again: logged once
-	cancel()
-	<-done
-	if n := strings.Count(logs.String(), "the boot file changed and is invalid"); n != 1 {
-		t.Errorf("bad file logged %d times, want once:\n%s", n, logs)
-	}
-	if k.file != nb {
-		t.Error("a bad file replaced the good one")
-	}
-	select {
-	case <-got:
-		t.Error("a bad file was handed on")
-	default:
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -57,7 +58,13 @@ func usageErrorf(format string, a ...any) error { return &usageError{fmt.Sprintf
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	context.AfterFunc(ctx, stop) // the first signal starts a graceful stop; the next one kills
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	args := os.Args[1:]
+	if filepath.Base(os.Args[0]) == refBinary {
+		// Started as the reference server's binary (/bin/ratelimit), as
+		// Envoy Gateway and the reference's manifests start it.
+		args = append([]string{refBinary}, args...)
+	}
+	code := run(ctx, args, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

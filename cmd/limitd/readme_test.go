@@ -19,7 +19,7 @@ package main
 //     keys (an object without it is shown whole, so a key the README does not
 //     show is an error), for any value, or for more elements; "<cursor>" for
 //     any string.
-//   - yaml blocks, and deploy/limitd.yaml, are boot files: parseBootFile
+//   - yaml blocks, and deploy/limitd.yaml, are boot files: boot.Parse
 //     accepts them.
 //   - go blocks compile and pass go vet, each on its own; the Go client
 //     example also runs, against a private redis-server
@@ -46,6 +46,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd/internal/boot"
 )
 
 const (
@@ -85,6 +87,8 @@ var readmeNotRun = []struct{ cmd, why string }{
 	{"scripts/envoy-vs.sh", "builds the reference rate limit server from the Go module proxy and runs for minutes; TestEnvoyVsScript runs it with QUICK=1 when LIMITD_ENVOY_VS=1"},
 	{"limitd ctl", "talks to the server at LIMITD_URL; checkCtl checks the verb and its arguments, TestCtl runs every verb"},
 	{"git worktree add", "checks out and builds another commit beside this one, for BenchmarkHTTPAcquireVs, whose form is checked"},
+	{"mkdir -p /tmp/rl/config", "writes the rule file of the next line; TestRatelimitRuntimeDir serves such a directory"},
+	{"RUNTIME_ROOT=/tmp/rl", "serves on the fixed ports 8080, 8081 and 6070 until stopped; TestRatelimitRuntimeDir runs limitd ratelimit over such a directory on free ports"},
 }
 
 // readmeProblem is one wrong line of the README.
@@ -196,7 +200,7 @@ func TestREADMEYAML(t *testing.T) {
 			}
 			continue
 		}
-		if _, err := parseBootFile(fmt.Sprintf("the block at line %d", b.line), []byte(strings.Join(b.lines, "\n"))); err != nil {
+		if _, err := boot.Parse(fmt.Sprintf("the block at line %d", b.line), []byte(strings.Join(b.lines, "\n"))); err != nil {
 			line := b.line
 			if m := regexp.MustCompile(`: line ([0-9]+): `).FindStringSubmatch(err.Error()); m != nil {
 				k, _ := strconv.Atoi(m[1])
@@ -209,7 +213,7 @@ func TestREADMEYAML(t *testing.T) {
 		t.Error("README has no yaml block")
 	}
 	ps.report(t)
-	if _, err := loadBootFile(filepath.Join(moduleRoot, "deploy", "limitd.yaml")); err != nil {
+	if _, err := boot.Load(filepath.Join(moduleRoot, "deploy", "limitd.yaml")); err != nil {
 		t.Errorf("deploy/limitd.yaml: %v", err)
 	}
 }
@@ -281,18 +285,18 @@ func TestREADMEChecksFail(t *testing.T) {
 
 	t.Run("commands", func(t *testing.T) {
 		blocks, spans := parseMarkdown("```sh\n" +
-			"go test -run 'TestParseBootFile|TestNoSuchThing' ./cmd/limitd/\n" + // line 2
+			"go test -run 'TestParseBootFile|TestNoSuchThing' ./internal/boot/\n" + // line 2
 			"go test -run='^$' -bench=BenchmarkNoSuch -benchtime=1s ./store/\n" + // line 3
 			"go test -run Diff ./nosuch/\n" + // line 4
 			"limitd bench --redis redis://127.0.0.1:6379 --limiter demo --mode turbo\n" + // line 5
 			"docker run limitd\n" + // line 6
-			"go test -run TestParseBootFile/some_case -bench BenchmarkAcquire ./cmd/limitd/ ./store/\n" + // fine
+			"go test -run TestParseBootFile/some_case -bench BenchmarkAcquire ./internal/boot/ ./store/\n" + // fine
 			"```\n" +
 			"See `go test -run Sim -v ./limiter/` and `limiter/no_such_test.go`, `application/json`.\n") // line 9
 		var ps readmeProblems
 		checkCommands(moduleRoot, blocks, spans, &ps)
 		wantLines(t, ps, map[int]string{
-			2: `"TestNoSuchThing" matches no test in ./cmd/limitd/`,
+			2: `"TestNoSuchThing" matches no test in ./internal/boot/`,
 			3: `"BenchmarkNoSuch" matches no benchmark`,
 			4: "go test ./nosuch/: no such package",
 			5: "--mode must be pool, direct or http",

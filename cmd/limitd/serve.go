@@ -24,6 +24,7 @@ import (
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/internal/boot"
 	"github.com/limitd/limitd/internal/coremetrics"
 	"github.com/limitd/limitd/store"
 )
@@ -102,43 +103,64 @@ reloaded when the file changes (read every 3 s, and on SIGHUP):
 // is the environment, logs go to logOut, and ready (if not nil) is told the
 // address once the server accepts connections.
 func serve(ctx context.Context, environ map[string]string, logOut io.Writer, ready func(net.Addr)) error {
+	return serveWith(ctx, environ, logOut, ready, nil)
+}
+
+// serveWith is serve, and with rm limitd ratelimit (ratelimit.go): the
+// reference server's ports, rules, health and metrics beside the gRPC
+// front end, and limitd's own HTTP API only with LIMITD_ADMIN_TOKEN.
+func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer, ready func(net.Addr), rm *refMode) error {
 	cfg, err := loadConfig(environ)
 	if err != nil {
-		return err
+		return rm.rename(err)
 	}
 	logger := cfg.logger(logOut)
+	if rm != nil {
+		for _, n := range rm.notices { // each once, at the start
+			logger.Warn("ignored: " + n)
+		}
+	}
 	// go-redis logs every failed dial on its own; during an outage that would
 	// be a line per attempt. serve reports outages itself, so keep these for
 	// debugging. The logger is process-wide, hence set once.
 	setRedisLogger.Do(func() { redis.SetLogger(redisLog{logger}) })
-	var boot *bootFile
+	var bootFile *boot.File
 	if cfg.ConfigFile != "" {
-		if boot, err = loadBootFile(cfg.ConfigFile); err != nil {
+		if bootFile, err = boot.Load(cfg.ConfigFile); err != nil {
 			return fmt.Errorf("LIMITD_CONFIG: %w", err)
 		}
-		if n := boot.rules.Quotas(); n > 0 && cfg.counting() == core.CountStrict {
+		if n := bootFile.Rules.Quotas(); n > 0 && cfg.counting() == core.CountStrict {
 			return fmt.Errorf("LIMITD_CONFIG: %d rules set quota_mode, which needs LIMITD_GRPC_COUNTING=reference (a strict call is all or nothing)", n)
 		}
 	}
 	var rdb redis.UniversalClient
 	if cfg.RedisURL != "" {
-		if rdb, err = store.NewClient(cfg.RedisURL); err != nil {
-			return fmt.Errorf("LIMITD_REDIS_URL: %s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": "))
+		if rdb, err = store.NewClientTLS(cfg.RedisURL, rm.redisTLSConfig()); err != nil {
+			return rm.rename(fmt.Errorf("LIMITD_REDIS_URL: %s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": ")))
 		}
 		defer rdb.Close()
 	}
 	// Listen before touching Redis, so a busy port fails at once.
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("LIMITD_ADDR: %w", err)
+	var ln net.Listener // limitd's HTTP API; limitd ratelimit's only with LIMITD_ADMIN_TOKEN
+	if rm == nil || rm.api {
+		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return fmt.Errorf("LIMITD_ADDR: %w", err)
+		}
+		defer ln.Close() // Shutdown closes it too; this covers the early returns
 	}
-	defer ln.Close() // Shutdown closes it too; this covers the early returns
 	var gln net.Listener
 	if cfg.GRPCAddr != "" {
 		if gln, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-			return fmt.Errorf("LIMITD_GRPC_ADDR: %w", err)
+			return rm.rename(fmt.Errorf("LIMITD_GRPC_ADDR: %w", err))
 		}
 		defer gln.Close() // Stop closes it too
+	}
+	var ref *refRun
+	if rm != nil {
+		if ref, err = rm.listen(); err != nil {
+			return err
+		}
+		defer ref.close()
 	}
 
 	if rdb == nil {
@@ -170,7 +192,7 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 	// then close the store and Redis (deferred above).
 	defer wg.Wait()
 	defer stopBackground()
-	if boot == nil {
+	if bootFile == nil && rm == nil {
 		// Said once, at the start; requests then answer 503 (logged once per
 		// run of failures) until Redis answers. With a boot file, its keeper
 		// says it.
@@ -188,55 +210,54 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 	if gln != nil {
 		o := grpcapi.Options{
 			Service: svc, Token: cfg.Token, AdminToken: cfg.AdminToken,
-			Logger: logger, AccessLog: cfg.AccessLog, Registry: reg, Counting: cfg.counting(),
+			Logger: logger, AccessLog: cfg.AccessLog, Registry: reg, Counting: cfg.counting(), NearRatio: cfg.GRPCNearRatio,
 		}
-		if boot != nil {
-			o.Rules = boot.rules
+		if bootFile != nil {
+			o.Rules = bootFile.Rules
 		}
-		if h, _, _ := net.SplitHostPort(cfg.GRPCAddr); cfg.Token == "" && !isLoopback(h) {
+		if ref != nil {
+			if err := ref.start(&o, logger, reg); err != nil {
+				return err
+			}
+		}
+		if h, _, _ := net.SplitHostPort(cfg.GRPCAddr); cfg.Token == "" && !isLoopback(h) && rm == nil {
 			logger.Warn("LIMITD_GRPC_ADDR listens beyond loopback without LIMITD_TOKEN: anyone who reaches it can spend the rules' limits", "grpc_addr", cfg.GRPCAddr)
 		}
 		rls = grpcapi.New(o)
-		wg.Go(func() { rls.Watch(bgCtx, grpcHealthEvery) })
+		if ref != nil {
+			ref.serve(bgCtx, &wg, rls, svc, logger)
+		} else {
+			wg.Go(func() { rls.Watch(bgCtx, grpcHealthEvery) })
+		}
 	}
-	if boot != nil {
+	if bootFile != nil {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
-		k := &bootKeeper{file: boot, store: st, log: logger, interval: bootCheckInterval, timeout: bootTimeout,
-			reloadEvery: bootReloadEvery, hup: hup}
+		k := boot.NewKeeper(bootFile, svc, logger)
+		k.Interval, k.Timeout, k.ReloadEvery, k.Hup = bootCheckInterval, bootTimeout, bootReloadEvery, hup
 		if rls != nil {
-			k.reloaded = func(b *bootFile) { rls.SetRules(b.rules) }
+			k.Reloaded = func(b *boot.File) { rls.SetRules(b.Rules) }
 		}
-		applyCtx, cancel := context.WithTimeout(ctx, bootTimeout)
-		err := boot.apply(applyCtx, st)
-		cancel()
-		if err != nil {
-			k.down = true
-			logger.Warn("could not apply the boot file; it will be applied once Redis answers", "file", boot.path, "err", err)
-		} else {
-			k.applied = true
-			logger.Info("applied the boot file", "file", boot.path, "limiters", len(boot.limiters), "templates", len(boot.templates),
-				"domains", boot.rules.Domains(), "rules", boot.rules.Len())
-		}
-		wg.Go(func() { k.run(bgCtx) })
+		k.Boot(ctx)
+		wg.Go(func() { k.Run(bgCtx) })
 	}
 
-	handler := api.New(api.Options{
-		Service:         svc,
-		AdminToken:      cfg.AdminToken,
-		Token:           cfg.Token,
-		MetricsToken:    cfg.MetricsToken,
-		Logger:          logger,
-		AccessLog:       cfg.accessLog(),
-		Registry:        reg,
-		Version:         version,
-		MaxEventStreams: cfg.EventsMaxStreams,
-		// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
-	})
-	// The event streams' loop stops with the server; their streams end as
-	// the shutdown starts, since they would not end on their own.
-	defer handler.Close()
+	var handler *api.Handler
+	if ln != nil {
+		handler = api.New(api.Options{
+			Service:         svc,
+			AdminToken:      cfg.AdminToken,
+			Token:           cfg.Token,
+			MetricsToken:    cfg.MetricsToken,
+			Logger:          logger,
+			AccessLog:       cfg.accessLog(),
+			Registry:        reg,
+			Version:         version,
+			MaxEventStreams: cfg.EventsMaxStreams,
+			// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
+		})
+	}
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -244,9 +265,15 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	srv.RegisterOnShutdown(handler.Close)
-	serveErr := make(chan error, 1)
-	wg.Go(func() { serveErr <- srv.Serve(ln) })
+	var serveErr chan error // nil without the API: never ready
+	if ln != nil {
+		// The event streams' loop stops with the server; their streams end as
+		// the shutdown starts, since they would not end on their own.
+		defer handler.Close()
+		srv.RegisterOnShutdown(handler.Close)
+		serveErr = make(chan error, 1)
+		wg.Go(func() { serveErr <- srv.Serve(ln) })
+	}
 	var gsrv *grpc.Server
 	grpcErr := make(chan error, 1)
 	grpcAddr := ""
@@ -257,16 +284,30 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 			srv.Close()
 			return fmt.Errorf("gRPC limits: %w", err)
 		}
+		if ref != nil {
+			opts = append(opts, ref.grpcOptions()...)
+		}
 		gsrv = grpc.NewServer(opts...)
 		rls.Register(gsrv)
 		grpcAddr = gln.Addr().String()
 		wg.Go(func() { grpcErr <- gsrv.Serve(rls.Listener(gln, limits)) })
 	}
+	addr, readyAddr := "", net.Addr(nil)
+	if ln != nil {
+		addr, readyAddr = ln.Addr().String(), ln.Addr()
+	}
+	attrs := []any{"addr", addr, "grpc_addr", grpcAddr, "version", version, "redis", redisTarget(cfg.RedisURL),
+		"prefix", cfg.Prefix, "admin_token", cfg.AdminToken != "", "token", cfg.Token != "", "metrics_token", cfg.MetricsToken != ""}
+	var refErr <-chan error
+	if ref != nil {
+		refErr = ref.errs
+		attrs = append(attrs, ref.attrs()...)
+		readyAddr = ref.http.Addr()
+	}
 	// The startup line shows whatever LIMITD_LOG_LEVEL is.
-	cfg.announcer(logOut).Info("limitd serving", "addr", ln.Addr().String(), "grpc_addr", grpcAddr, "version", version, "redis", redisTarget(cfg.RedisURL),
-		"prefix", cfg.Prefix, "admin_token", cfg.AdminToken != "", "token", cfg.Token != "", "metrics_token", cfg.MetricsToken != "")
+	cfg.announcer(logOut).Info("limitd serving", attrs...)
 	if ready != nil {
-		ready(ln.Addr())
+		ready(readyAddr)
 	}
 
 	select {
@@ -278,7 +319,16 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 	case err := <-grpcErr:
 		srv.Close()
 		return fmt.Errorf("grpc server: %w", err)
+	case err := <-refErr:
+		srv.Close()
+		if gsrv != nil {
+			gsrv.Stop()
+		}
+		return err
 	case <-ctx.Done():
+	}
+	if ref != nil {
+		ref.shutdown() // /healthcheck fails from now on, as gRPC health does
 	}
 	logger.Info("shutting down", "timeout", shutdownTimeout)
 	shutCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
@@ -291,13 +341,17 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 	} else {
 		close(grpcStopped)
 	}
-	err = srv.Shutdown(shutCtx)
-	if err != nil {
-		logger.Warn("in-flight requests did not finish in time; closing their connections", "err", err)
-		srv.Close()
+	if ref != nil {
+		ref.stop(shutCtx)
 	}
-	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("http server: %w", err)
+	if ln != nil {
+		if err := srv.Shutdown(shutCtx); err != nil {
+			logger.Warn("in-flight requests did not finish in time; closing their connections", "err", err)
+			srv.Close()
+		}
+		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http server: %w", err)
+		}
 	}
 	<-grpcStopped
 	logger.Info("stopped")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -268,3 +269,49 @@ func TestServeShadowMode(t *testing.T) {
 		t.Errorf("no shadow mode warning:\n%s", logs)
 	}
 }
+
+// A boot file is validated whole before anything is written.
+func TestBootFileNothingHalfApplied(t *testing.T) {
+	mini := miniredis.RunT(t)
+	src := "limiters:\n  a: {rate: 10}\n  b: {rate: 10}\n  z: {rate: -1}\n"
+	path := writeFile(t, "boot.yaml", src)
+	err := serve(context.Background(), map[string]string{
+		"LIMITD_ADDR": "127.0.0.1:0", "LIMITD_REDIS_URL": "redis://" + mini.Addr(), "LIMITD_CONFIG": path,
+	}, newSyncBuffer(), nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "LIMITD_CONFIG: "+path+": line 4: limiters.z.rate:") {
+		t.Fatalf("err = %v", err)
+	}
+	if keys := mini.Keys(); len(keys) != 0 {
+		t.Errorf("a bad boot file wrote %v", keys)
+	}
+}
+
+// syncBuffer is a log sink safe for the keeper's goroutine and the test's.
+type syncBuffer struct {
+	mu chan struct{}
+	b  bytes.Buffer
+}
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{mu: make(chan struct{}, 1)} }
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu <- struct{}{}
+	defer func() { <-s.mu }()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu <- struct{}{}
+	defer func() { <-s.mu }()
+	return s.b.String()
+}
+
+// exampleBoot is the boot file of limitd help serve.
+const exampleBoot = `# the example of limitd help serve
+limiters:
+  orders: {rate: 1000, burst: 1.1, max_backlog: 10s}
+  search: {spec: "200,1.5"}
+  login: {kind: smooth, rate: 5, max_burst_seconds: 1}
+templates:
+  per-user: {pattern: "user:*", order: 10, idle_ttl: 10m, limiter: {rate: 50}}
+`

@@ -37,8 +37,10 @@ var may = map[string][]string{
 	"client":               {"store", "limiter", "wire", "internal/clockoffset"},
 	"httplimit":            {"client", "store", "wire", "limiter"},
 	"client/clientmetrics": {"client"},
+	"internal/boot":        {"grpcapi", "core", "limiter"},
+	"internal/xds":         {"internal/boot", "grpcapi"},
 	"internal/bench":       {"client", "store", "limiter", "wire", "internal/clockoffset", "internal/httpjson"},
-	"cmd/limitd":           {"api", "grpcapi", "core", "store", "limiter", "wire", "internal/bench", "internal/httpjson", "internal/coremetrics"},
+	"cmd/limitd":           {"api", "grpcapi", "core", "store", "limiter", "wire", "internal/bench", "internal/boot", "internal/coremetrics", "internal/httpjson", "internal/xds"},
 	"integration":          nil, // tests only
 }
 

@@ -1,9 +1,11 @@
-package main
+package boot
 
 import (
 	"bytes"
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -26,30 +29,30 @@ templates:
 `
 
 func TestParseBootFile(t *testing.T) {
-	b, err := parseBootFile("boot.yaml", []byte(exampleBoot))
+	b, err := Parse("boot.yaml", []byte(exampleBoot))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var names []string
-	for _, l := range b.limiters {
-		names = append(names, l.name)
+	for _, l := range b.Limiters {
+		names = append(names, l.Name)
 	}
 	if got := strings.Join(names, ","); got != "login,orders,search" {
 		t.Errorf("limiters = %s, want login,orders,search (sorted)", got)
 	}
-	if len(b.templates) != 1 || b.templates[0].ID != "per-user" || b.templates[0].Pattern != "user:*" ||
-		b.templates[0].Order != 10 || *b.templates[0].IdleTTL != limiter.Duration(10*time.Minute) {
-		t.Errorf("templates = %+v", b.templates)
+	if len(b.Templates) != 1 || b.Templates[0].ID != "per-user" || b.Templates[0].Pattern != "user:*" ||
+		b.Templates[0].Order != 10 || *b.Templates[0].IdleTTL != limiter.Duration(10*time.Minute) {
+		t.Errorf("templates = %+v", b.Templates)
 	}
-	if b.limiters[1].config.MaxBacklog == nil || *b.limiters[1].config.MaxBacklog != limiter.Duration(10*time.Second) {
-		t.Errorf("orders = %+v", b.limiters[1].config)
+	if b.Limiters[1].Config.MaxBacklog == nil || *b.Limiters[1].Config.MaxBacklog != limiter.Duration(10*time.Second) {
+		t.Errorf("orders = %+v", b.Limiters[1].Config)
 	}
 }
 
 func TestParseBootFileEmpty(t *testing.T) {
 	for _, src := range []string{"", "# nothing yet\n", "limiters: {}\ntemplates:\n"} {
-		b, err := parseBootFile("boot.yaml", []byte(src))
-		if err != nil || len(b.limiters)+len(b.templates) != 0 {
+		b, err := Parse("boot.yaml", []byte(src))
+		if err != nil || len(b.Limiters)+len(b.Templates) != 0 {
 			t.Errorf("%q: %+v, %v; want nothing and no error", src, b, err)
 		}
 	}
@@ -107,11 +110,11 @@ func TestParseBootFileErrors(t *testing.T) {
 		{"two documents", "limiters: {}\n---\nlimiters: {}\n", "boot.yaml: holds more than one YAML document"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseBootFile("boot.yaml", []byte(tc.src))
+			_, err := Parse("boot.yaml", []byte(tc.src))
 			if err == nil {
 				t.Fatalf("no error, want %q", tc.want)
 			}
-			msg := oneLine(err.Error())
+			msg := err.Error()
 			if !strings.HasPrefix(msg, tc.want) {
 				t.Errorf("error\n %s\nwant it to start with\n %s", msg, tc.want)
 			}
@@ -123,24 +126,25 @@ func TestParseBootFileErrors(t *testing.T) {
 }
 
 // bootStore is a store over a fresh miniredis with the example boot file applied.
-func bootStore(t *testing.T) (*miniredis.Miniredis, *store.Store, *bootFile) {
+func bootStore(t *testing.T) (*miniredis.Miniredis, *store.Store, *core.Service, *File) {
 	t.Helper()
 	mini := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mini.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	st := store.New(rdb, store.WithPrefix("boottest"))
-	b, err := parseBootFile("boot.yaml", []byte(exampleBoot))
+	svc := core.New(st, core.Options{})
+	b, err := Parse("boot.yaml", []byte(exampleBoot))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.apply(context.Background(), st); err != nil {
+	if err := b.Apply(context.Background(), svc); err != nil {
 		t.Fatal(err)
 	}
-	return mini, st, b
+	return mini, st, svc, b
 }
 
 func TestBootApply(t *testing.T) {
-	mini, st, b := bootStore(t)
+	mini, st, svc, b := bootStore(t)
 	ctx := context.Background()
 	info, err := st.Get(ctx, "orders")
 	if err != nil {
@@ -155,12 +159,12 @@ func TestBootApply(t *testing.T) {
 	if _, err := st.GetTemplate(ctx, "per-user"); err != nil {
 		t.Error(err)
 	}
-	if got, _ := mini.Get("boottest:boot"); got != b.sum {
-		t.Errorf("marker = %q, want the file's sum %q", got, b.sum)
+	if got, _ := mini.Get("boottest:boot"); got != b.Sum {
+		t.Errorf("marker = %q, want the file's sum %q", got, b.Sum)
 	}
 
 	// Applying again changes nothing: Put of an equal config keeps the version.
-	if err := b.apply(ctx, st); err != nil {
+	if err := b.Apply(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
 	again, _ := st.Get(ctx, "orders")
@@ -190,13 +194,13 @@ func (s *syncBuffer) String() string {
 }
 
 func TestBootKeeperReappliesAfterFlush(t *testing.T) {
-	mini, st, b := bootStore(t)
+	mini, st, svc, b := bootStore(t)
 	logs := newSyncBuffer()
-	k := &bootKeeper{file: b, store: st, log: slog.New(slog.NewTextHandler(logs, nil)),
-		interval: 5 * time.Millisecond, timeout: time.Second, applied: true}
+	k := NewKeeper(b, svc, slog.New(slog.NewTextHandler(logs, nil)))
+	k.Interval, k.Timeout, k.applied = 5*time.Millisecond, time.Second, true
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { k.run(ctx); close(done) }()
+	go func() { k.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
 	mini.FlushAll() // what a Redis restart without persistence leaves
@@ -222,10 +226,10 @@ func TestBootKeeperReappliesAfterFlush(t *testing.T) {
 // While Redis is down the keeper logs once, not once per check, and says when
 // Redis is back.
 func TestBootKeeperOutageLoggedOnce(t *testing.T) {
-	mini, st, b := bootStore(t)
+	mini, st, svc, b := bootStore(t)
 	logs := newSyncBuffer()
-	k := &bootKeeper{file: b, store: st, log: slog.New(slog.NewTextHandler(logs, nil)),
-		interval: time.Millisecond, timeout: 200 * time.Millisecond, applied: true}
+	k := NewKeeper(b, svc, slog.New(slog.NewTextHandler(logs, nil)))
+	k.Interval, k.Timeout, k.applied = time.Millisecond, 200*time.Millisecond, true
 	ctx := context.Background()
 
 	mini.Close()
@@ -252,31 +256,15 @@ func TestBootKeeperOutageLoggedOnce(t *testing.T) {
 	}
 }
 
-// A boot file is validated whole before anything is written.
-func TestBootFileNothingHalfApplied(t *testing.T) {
-	mini := miniredis.RunT(t)
-	src := "limiters:\n  a: {rate: 10}\n  b: {rate: 10}\n  z: {rate: -1}\n"
-	path := writeFile(t, "boot.yaml", src)
-	err := serve(context.Background(), map[string]string{
-		"LIMITD_ADDR": "127.0.0.1:0", "LIMITD_REDIS_URL": "redis://" + mini.Addr(), "LIMITD_CONFIG": path,
-	}, newSyncBuffer(), nil)
-	if err == nil || !strings.HasPrefix(err.Error(), "LIMITD_CONFIG: "+path+": line 4: limiters.z.rate:") {
-		t.Fatalf("err = %v", err)
-	}
-	if keys := mini.Keys(); len(keys) != 0 {
-		t.Errorf("a bad boot file wrote %v", keys)
-	}
-}
-
 // A cluster shard restarted empty loses only its own limiters, and a lost
 // index forgets names whose limiters are still there: the keeper checks every
 // entry of the file and re-applies exactly what is missing, wherever the
 // marker is.
 func TestBootKeeperReappliesWhatOneShardLost(t *testing.T) {
-	mini, st, b := bootStore(t)
+	mini, st, svc, b := bootStore(t)
 	logs := newSyncBuffer()
-	k := &bootKeeper{file: b, store: st, log: slog.New(slog.NewTextHandler(logs, nil)),
-		interval: time.Millisecond, timeout: time.Second, applied: true}
+	k := NewKeeper(b, svc, slog.New(slog.NewTextHandler(logs, nil)))
+	k.Interval, k.Timeout, k.applied = time.Millisecond, time.Second, true
 	ctx := context.Background()
 	search, err := st.Get(ctx, "search")
 	if err != nil {
@@ -325,13 +313,121 @@ func TestBootKeeperReappliesWhatOneShardLost(t *testing.T) {
 
 // shadow is a setting of every kind in the boot file too.
 func TestParseBootFileShadow(t *testing.T) {
-	b, err := parseBootFile("boot.yaml", []byte("limiters:\n  trial: {rate: 5, shadow: true}\n  login: {kind: smooth, rate: 5, shadow: true}\n"))
+	b, err := Parse("boot.yaml", []byte("limiters:\n  trial: {rate: 5, shadow: true}\n  login: {kind: smooth, rate: 5, shadow: true}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range b.limiters {
-		if !l.config.Shadow {
-			t.Errorf("%s: shadow not read: %+v", l.name, l.config)
+	for _, l := range b.Limiters {
+		if !l.Config.Shadow {
+			t.Errorf("%s: shadow not read: %+v", l.Name, l.Config)
+		}
+	}
+}
+
+const grpcBoot = `
+domains:
+  - domain: api
+    descriptors:
+      - key: user
+        limiter: {kind: schedule, rate: 1, burst: 1}
+`
+
+// A bad domains: section is refused at boot with its line.
+func TestBootDomainsError(t *testing.T) {
+	_, err := Parse("boot.yaml", []byte(`
+domains:
+  - domain: api
+    descriptors:
+      - key: user
+        rate_limit:
+          unit: fortnight
+          requests_per_unit: 5
+`))
+	if err == nil || !strings.Contains(err.Error(), "boot.yaml: line 7: domains[0].descriptors[0].rate_limit.unit: must be one of second") {
+		t.Errorf("%v", err)
+	}
+	_, err = Parse("boot.yaml", []byte("domains:\n  - domain: a\n    descriptors:\n      - {key: k, colour: red}\n"))
+	if err == nil || !strings.Contains(err.Error(), `boot.yaml: line 4: unknown field "colour" (in domains[0].descriptors[0])`) {
+		t.Errorf("unknown field: %v", err)
+	}
+}
+
+// The keeper reloads a changed file on a signal: a valid one replaces the
+// rules and is applied; a bad one is logged once and the old one kept.
+func TestBootReload(t *testing.T) {
+	_, _, svc, _ := bootStore(t)
+	file := filepath.Join(t.TempDir(), "boot.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(grpcBoot)
+	b, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := newSyncBuffer()
+	hup := make(chan os.Signal)
+	got := make(chan *File, 1)
+	k := NewKeeper(b, svc, slog.New(slog.NewTextHandler(logs, nil)))
+	k.Interval, k.Timeout, k.Hup, k.Reloaded = time.Hour, time.Second, hup, func(nb *File) { got <- nb }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { k.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	write(grpcBoot + "      - key: path\n        limiter: {rate: 5}\n")
+	hup <- os.Interrupt // any signal value: the keeper only hears that one came
+	var nb *File
+	select {
+	case nb = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no reload:\n%s", logs)
+	}
+	if nb.Rules.Len() != 2 {
+		t.Errorf("reloaded rules: %d, want 2", nb.Rules.Len())
+	}
+	tpls, err := svc.Templates(ctx)
+	if err != nil || len(tpls) != 3 { // per-user from the example, and the two rules'
+		t.Errorf("templates after reload: %d, %v; want 3", len(tpls), err)
+	}
+
+	write("domains:\n  - domain: ''\n")
+	hup <- os.Interrupt
+	hup <- os.Interrupt // the same bad content again: logged once
+	cancel()
+	<-done
+	if n := strings.Count(logs.String(), "the boot file changed and is invalid"); n != 1 {
+		t.Errorf("bad file logged %d times, want once:\n%s", n, logs)
+	}
+	if k.file != nb {
+		t.Error("a bad file replaced the good one")
+	}
+	select {
+	case <-got:
+		t.Error("a bad file was handed on")
+	default:
+	}
+}
+
+// Anchors, aliases and merge keys are read as YAML reads them, and what a
+// merge brings in is checked like the rest, with its own line.
+func TestParseBootFileMerge(t *testing.T) {
+	b, err := Parse("boot.yaml", []byte("limiters:\n  a: &base {rate: 10, burst: 2}\n  b:\n    <<: *base\n    rate: 20\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Limiters[1]; got.Name != "b" || got.Config.Rate != 20 || float64(*got.Config.Burst) != 2 {
+		t.Errorf("b = %+v, want rate 20 (its own) and burst 2 (merged)", got)
+	}
+	for _, tc := range []struct{ src, want string }{
+		{"limiters:\n  b:\n    rate: 1\n    <<: {burst: 2,\n      colour: red}\n", `boot.yaml: line 5: unknown field "colour" (in limiters.b)`},
+		{"limiters:\n  a: &base {rate: fast}\n  b: *base\n", "boot.yaml: line 2: cannot unmarshal !!str `fast` into float64 (in limiters.a.rate)"},
+		{"limiters:\n  b:\n    <<: 5\n", "boot.yaml: line 3: a merge key (<<) takes a mapping or a list of mappings (in limiters.b)"},
+	} {
+		if _, err := Parse("boot.yaml", []byte(tc.src)); err == nil || err.Error() != tc.want {
+			t.Errorf("%q:\n got %v\nwant %s", tc.src, err, tc.want)
 		}
 	}
 }

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/limitd/limitd/internal/boot"
+)
+
+// yamlDocs parses every document of a YAML file.
+func yamlDocs(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var docs []map[string]any
+	dec := yaml.NewDecoder(f)
+	for {
+		var d map[string]any
+		if err := dec.Decode(&d); err != nil {
+			if err.Error() == "EOF" {
+				return docs
+			}
+			t.Fatalf("%s: %v", path, err)
+		}
+		docs = append(docs, d)
+	}
+}
+
+// at walks a parsed YAML document: keys of mappings, indexes of lists.
+func at(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			l, _ := v.([]any)
+			if k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+// composeImage is the image docker-compose.yml builds: the examples run it.
+func composeImage(t *testing.T) string {
+	t.Helper()
+	docs := yamlDocs(t, filepath.Join(moduleRoot, "docker-compose.yml"))
+	img, _ := at(docs[0], "services", "limitd", "image").(string)
+	if img == "" {
+		t.Fatal("docker-compose.yml: services.limitd.image is not set")
+	}
+	return img
+}
+
+// envOf reads a container's env list as a map, checking that limitd reads
+// each variable: one of the reference's or a LIMITD_* one.
+func envOf(t *testing.T, where string, list any) map[string]string {
+	t.Helper()
+	known := map[string]bool{}
+	for _, v := range refVars {
+		known[v.name] = true
+	}
+	for _, f := range configFields() {
+		known[f.Tag.Get("env")] = true
+	}
+	env := map[string]string{}
+	items, _ := list.([]any)
+	for _, it := range items {
+		name, _ := at(it, "name").(string)
+		value, _ := at(it, "value").(string)
+		if !known[name] {
+			t.Errorf("%s: env %s is read neither by limitd nor by the reference", where, name)
+		}
+		env[name] = value
+	}
+	return env
+}
+
+// deploy/ratelimit/ is the reference's usual layout with limitd's image:
+// the container started as /bin/ratelimit, its variables ones limitd
+// honours, the ConfigMap of rules mounted where they say the runtime
+// directory is, and its files rules limitd loads.
+func TestDeployRatelimitManifest(t *testing.T) {
+	docs := yamlDocs(t, filepath.Join(moduleRoot, "deploy", "ratelimit", "ratelimit.yaml"))
+	var kinds []string
+	byName := map[string]map[string]any{}
+	for _, d := range docs {
+		kind, _ := d["kind"].(string)
+		name, _ := at(d, "metadata", "name").(string)
+		kinds = append(kinds, kind)
+		byName[kind+"/"+name] = d
+	}
+	if got := strings.Join(kinds, " "); got != "ConfigMap Deployment Service Deployment Service" {
+		t.Errorf("kinds %s", got)
+	}
+	dep := byName["Deployment/ratelimit"]
+	c := at(dep, "spec", "template", "spec", "containers", 0)
+	if img := at(c, "image"); img != composeImage(t) {
+		t.Errorf("image %v, want %s, the image docker-compose.yml builds", img, composeImage(t))
+	}
+	if cmd := at(c, "command"); !slices.Equal(toStrings(cmd), []string{"/bin/ratelimit"}) {
+		t.Errorf("command %v, want /bin/ratelimit", cmd)
+	}
+	env := envOf(t, "Deployment/ratelimit", at(c, "env"))
+	if notices, err := checkRefVars(env); err != nil || len(notices) > 0 {
+		t.Errorf("its variables: %v, ignored %v; want none ignored or refused", err, notices)
+	}
+	_, rm, err := ratelimitEnv(env)
+	if err != nil {
+		t.Fatalf("limitd ratelimit refuses its environment: %v", err)
+	}
+	mount := at(c, "volumeMounts", 0)
+	if at(mount, "mountPath") != rm.dir.Dir {
+		t.Errorf("the rules are mounted at %v, the runtime directory is %s", at(mount, "mountPath"), rm.dir.Dir)
+	}
+	vol := at(dep, "spec", "template", "spec", "volumes", 0)
+	if at(vol, "name") != at(mount, "name") || at(vol, "configMap", "name") != "ratelimit-config" {
+		t.Errorf("volume %v does not mount the ConfigMap ratelimit-config", vol)
+	}
+	for _, probe := range []string{"readinessProbe", "livenessProbe"} {
+		if at(c, probe, "httpGet", "path") != "/healthcheck" || at(c, probe, "httpGet", "port") != int(rm.s.Port) {
+			t.Errorf("%s %v, want GET /healthcheck on PORT %d", probe, at(c, probe), rm.s.Port)
+		}
+	}
+	ports := map[string]int{}
+	for _, p := range at(c, "ports").([]any) {
+		ports[at(p, "name").(string)] = at(p, "containerPort").(int)
+	}
+	if ports["grpc"] != int(rm.s.GRPCPort) || ports["http"] != int(rm.s.Port) || ports["metrics"] != 9090 || rm.s.PrometheusAddr != ":9090" {
+		t.Errorf("ports %v do not match GRPC_PORT, PORT and PROMETHEUS_ADDR", ports)
+	}
+	// The ConfigMap's files are rules limitd loads.
+	dir := t.TempDir()
+	data, _ := at(byName["ConfigMap/ratelimit-config"], "data").(map[string]any)
+	for name, content := range data {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content.(string)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := boot.LoadDir(boot.DirSource{Dir: dir, IgnoreDotFiles: true})
+	if err != nil || f.Rules.Domains() != 2 || f.Rules.Len() != 4 {
+		t.Errorf("the ConfigMap's rules: %v; want 2 domains, 4 rules", err)
+	}
+}
+
+func toStrings(v any) []string {
+	l, _ := v.([]any)
+	out := make([]string, len(l))
+	for i, s := range l {
+		out[i], _ = s.(string)
+	}
+	return out
+}
+
+// envoyGatewayEnv is the environment Envoy Gateway gives its envoy-ratelimit
+// container (its default Deployment, with prometheus telemetry disabled).
+var envoyGatewayEnv = map[string]string{
+	"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false",
+	"LOG_LEVEL": "info", "USE_STATSD": "false", "CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001",
+	"CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit", "GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/certs/tls.crt",
+	"GRPC_SERVER_TLS_KEY": "/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
+	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/certs/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/certs/tls.key",
+	"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+	"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis.redis-system.svc.cluster.local:6379",
+}
+
+// deploy/envoy-gateway/ is Envoy Gateway's configuration pointing its rate
+// limit deployment at limitd's image; limitd takes the environment Envoy
+// Gateway gives that container with the example's additions, and names
+// what it ignores.
+func TestDeployEnvoyGatewayConfig(t *testing.T) {
+	docs := yamlDocs(t, filepath.Join(moduleRoot, "deploy", "envoy-gateway", "envoy-gateway.yaml"))
+	if len(docs) != 1 || docs[0]["kind"] != "ConfigMap" || at(docs[0], "metadata", "name") != "envoy-gateway-config" ||
+		at(docs[0], "metadata", "namespace") != "envoy-gateway-system" {
+		t.Fatalf("want one ConfigMap envoy-gateway-config in envoy-gateway-system: %v", docs)
+	}
+	src, _ := at(docs[0], "data", "envoy-gateway.yaml").(string)
+	var eg map[string]any
+	if err := yaml.Unmarshal([]byte(src), &eg); err != nil {
+		t.Fatalf("envoy-gateway.yaml: %v", err)
+	}
+	if eg["kind"] != "EnvoyGateway" || eg["apiVersion"] != "gateway.envoyproxy.io/v1alpha1" || at(eg, "provider", "type") != "Kubernetes" {
+		t.Errorf("not an EnvoyGateway config for Kubernetes: %v", eg)
+	}
+	c := at(eg, "provider", "kubernetes", "rateLimitDeployment", "container")
+	if img := at(c, "image"); img != composeImage(t) {
+		t.Errorf("rateLimitDeployment image %v, want %s", img, composeImage(t))
+	}
+	if at(eg, "rateLimit", "backend", "type") != "Redis" || at(eg, "rateLimit", "backend", "redis", "url") == nil {
+		t.Errorf("rateLimit.backend: %v", at(eg, "rateLimit", "backend"))
+	}
+	env := envOf(t, "rateLimitDeployment", at(c, "env"))
+	if env["USE_PROMETHEUS"] == "true" && at(eg, "rateLimit", "telemetry", "metrics", "prometheus", "disable") != true {
+		t.Error("USE_PROMETHEUS without disabling Envoy Gateway's statsd exporter, which listens on the same port")
+	}
+	if ann := at(eg, "provider", "kubernetes", "rateLimitDeployment", "pod", "annotations", "prometheus.io/port"); ann == nil || ":"+ann.(string) != env["PROMETHEUS_ADDR"] {
+		t.Errorf("the scrape annotation's port %v is not PROMETHEUS_ADDR %s", ann, env["PROMETHEUS_ADDR"])
+	}
+	all := map[string]string{}
+	for k, v := range envoyGatewayEnv {
+		all[k] = v
+	}
+	for k, v := range env {
+		all[k] = v
+	}
+	notices, err := checkRefVars(all)
+	if err != nil {
+		t.Fatalf("limitd refuses Envoy Gateway's environment: %v", err)
+	}
+	if len(notices) != 1 || !strings.HasPrefix(notices[0], "GRPC_SERVER_TLS_CA_CERT:") {
+		t.Errorf("ignored %v; want GRPC_SERVER_TLS_CA_CERT alone", notices)
+	}
+}
+
+// The Dockerfile's build is the binary it says: the same go build, and
+// /bin/ratelimit, the link the image adds, serves as limitd ratelimit
+// while /limitd stays limitd.
+func TestDockerfileBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds limitd")
+	}
+	df, err := os.ReadFile(filepath.Join(moduleRoot, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := regexp.MustCompile(`(?m)^RUN (CGO_ENABLED=0 go build .*) -o /out/limitd (\./cmd/limitd)$`).FindStringSubmatch(string(df))
+	link := regexp.MustCompile(`(?m)^RUN mkdir -p /out/bin && ln -s /limitd /out/bin/ratelimit$`).FindString(string(df))
+	if build == nil || link == "" || !strings.Contains(string(df), "COPY --from=build /out/ /") || !strings.Contains(string(df), `ENTRYPOINT ["/limitd"]`) {
+		t.Fatalf("the Dockerfile no longer builds /out/limitd and links /out/bin/ratelimit to /limitd as this test expects")
+	}
+	out := t.TempDir()
+	// The words of the RUN line as sh splits them (double quotes only),
+	// but -trimpath and CGO_ENABLED=0: both make a build of their own,
+	// every dependency compiled again (minutes on a cold cache), and change
+	// nothing this test checks; the link flags are the line's.
+	var args []string
+	for _, m := range regexp.MustCompile(`"([^"]*)"|(\S+)`).FindAllStringSubmatch(strings.TrimPrefix(build[1], "CGO_ENABLED=0 go "), -1) {
+		if w := m[1] + m[2]; w != "-trimpath" {
+			args = append(args, strings.ReplaceAll(w, "${VERSION}", "image-test"))
+		}
+	}
+	args = append(args, "-o", filepath.Join(out, "limitd"), build[2])
+	cmd := exec.Command("go", args...)
+	cmd.Dir = moduleRoot
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %v: %v\n%s", args, err, b)
+	}
+	if b, err := exec.Command(filepath.Join(out, "limitd"), "version").Output(); err != nil || !strings.Contains(string(b), "image-test") {
+		t.Errorf("limitd version: %q, %v; want the build's version", b, err)
+	}
+	if err := os.MkdirAll(filepath.Join(out, "bin"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(out, "limitd"), filepath.Join(out, "bin", "ratelimit")); err != nil {
+		t.Fatal(err)
+	}
+	rules := filepath.Join(t.TempDir(), "config")
+	if err := os.Mkdir(rules, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rules, "web.yaml"), []byte(domainFile("web", "ip", 3)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rl := exec.CommandContext(ctx, filepath.Join(out, "bin", "ratelimit"))
+	rl.Env = []string{"RUNTIME_ROOT=" + filepath.Dir(rules), "HOST=127.0.0.1", "PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "USE_STATSD=true", "LIMITD_ADDR=0.0.0.0:8080"} // the image's LIMITD_ADDR
+	stderr, err := rl.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		seen = append(seen, sc.Text())
+		if strings.Contains(sc.Text(), "limitd serving") {
+			break
+		}
+	}
+	_ = rl.Process.Signal(syscall.SIGTERM)
+	for sc.Scan() {
+		seen = append(seen, sc.Text())
+	}
+	werr := rl.Wait()
+	log := strings.Join(seen, "\n")
+	if !strings.Contains(log, "mode=ratelimit") || !strings.Contains(log, "ignored: USE_STATSD") || !strings.Contains(log, `addr="" grpc_addr=127.0.0.1:`) {
+		t.Errorf("/bin/ratelimit did not serve as limitd ratelimit, its API off:\n%s", log)
+	}
+	if werr != nil {
+		t.Errorf("stop on SIGTERM: %v\n%s", werr, log)
+	}
+}

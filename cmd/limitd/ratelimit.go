@@ -1,0 +1,475 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/internal/boot"
+	"github.com/limitd/limitd/internal/xds"
+)
+
+// refBinary is the name the reference server's binary has in its image
+// (/bin/ratelimit): limitd invoked by it serves as limitd ratelimit.
+const refBinary = "ratelimit"
+
+func init() {
+	register(&command{
+		name:    "ratelimit",
+		summary: "serve Envoy's rate limit service configured as the reference server is",
+		usage: `usage: limitd ratelimit
+
+Serves Envoy's rate limit service (gRPC) the way the reference rate limit
+server (github.com/envoyproxy/ratelimit) does, configured by its environment
+variables, so that limitd runs where it runs: as the envoy-ratelimit
+Deployment of Envoy Gateway, or from a manifest or Helm chart written for it.
+Invoked as ` + refBinary + ` (the reference's binary name, /bin/ratelimit in
+limitd's image), limitd serves this way with no arguments.
+
+The rules are the reference's config files in RUNTIME_ROOT/
+RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY (CONFIG_TYPE=FILE, the default:
+every *.yaml there is one domain, read again every 3 s and on SIGHUP), or
+RateLimitConfig resources over xDS (CONFIG_TYPE=GRPC_XDS_SOTW, from
+CONFIG_GRPC_XDS_SERVER_URL). Redis is REDIS_URL (REDIS_TYPE single, sentinel
+or cluster). GRPC_HOST:GRPC_PORT serves gRPC, HOST:PORT /healthcheck and
+/json, DEBUG_HOST:DEBUG_PORT /rlconfig, /stats and /debug/pprof/, and with
+USE_PROMETHEUS=true, PROMETHEUS_ADDR serves the metrics under limitd's names
+and the reference's.
+
+A reference variable limitd does not implement is named at start as ignored,
+or refused (exit 1); README, "limitd as the reference server", has the table
+of every one. LIMITD_* variables apply too where the reference has none
+(LIMITD_TOKEN, the LIMITD_GRPC_* bounds); with LIMITD_ADMIN_TOKEN set,
+limitd's own HTTP API listens on LIMITD_ADDR as well (a port other than PORT).
+`,
+		run: func(ctx context.Context, args []string, _, stderr io.Writer) error {
+			if len(args) > 0 {
+				return usageErrorf("ratelimit takes no arguments, only environment variables (got %q)", args[0])
+			}
+			environ := environ()
+			if _, set := environ["GOGC"]; !set {
+				debug.SetGCPercent(serveGCPercent)
+			}
+			return serveRatelimit(ctx, environ, stderr, nil)
+		},
+	})
+}
+
+// refSettings are the reference server's variables that limitd reads, with
+// its defaults.
+type refSettings struct {
+	Host      string `env:"HOST" envDefault:"0.0.0.0"`
+	Port      uint16 `env:"PORT" envDefault:"8080"`
+	DebugHost string `env:"DEBUG_HOST" envDefault:"0.0.0.0"`
+	DebugPort uint16 `env:"DEBUG_PORT" envDefault:"6070"`
+	GRPCHost  string `env:"GRPC_HOST" envDefault:"0.0.0.0"`
+	GRPCPort  uint16 `env:"GRPC_PORT" envDefault:"8081"`
+
+	GRPCServerUseTLS    bool   `env:"GRPC_SERVER_USE_TLS"`
+	GRPCServerTLSCert   string `env:"GRPC_SERVER_TLS_CERT"`
+	GRPCServerTLSKey    string `env:"GRPC_SERVER_TLS_KEY"`
+	GRPCClientTLSCACert string `env:"GRPC_CLIENT_TLS_CACERT"`
+	GRPCClientTLSSAN    string `env:"GRPC_CLIENT_TLS_SAN"`
+
+	ConfigType string `env:"CONFIG_TYPE" envDefault:"FILE"`
+	ForceStart bool   `env:"FORCE_START_WITHOUT_INITIAL_CONFIG"`
+
+	XDSNodeID         string            `env:"CONFIG_GRPC_XDS_NODE_ID" envDefault:"default"`
+	XDSNodeMetadata   string            `env:"CONFIG_GRPC_XDS_NODE_METADATA"`
+	XDSServerURL      string            `env:"CONFIG_GRPC_XDS_SERVER_URL" envDefault:"localhost:18000"`
+	XDSConnectRetry   time.Duration     `env:"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL" envDefault:"3s"`
+	XDSHeaders        map[string]string `env:"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"`
+	XDSUseTLS         bool              `env:"CONFIG_GRPC_XDS_SERVER_USE_TLS"`
+	XDSClientTLSCert  string            `env:"CONFIG_GRPC_XDS_CLIENT_TLS_CERT"`
+	XDSClientTLSKey   string            `env:"CONFIG_GRPC_XDS_CLIENT_TLS_KEY"`
+	XDSServerTLSCA    string            `env:"CONFIG_GRPC_XDS_SERVER_TLS_CACERT"`
+	XDSServerTLSSAN   string            `env:"CONFIG_GRPC_XDS_SERVER_TLS_SAN"`
+	XDSBackoffInitial time.Duration     `env:"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL" envDefault:"10s"`
+	XDSBackoffMax     time.Duration     `env:"XDS_CLIENT_BACKOFF_MAX_INTERVAL" envDefault:"60s"`
+	XDSBackoffRandom  float64           `env:"XDS_CLIENT_BACKOFF_RANDOM_FACTOR" envDefault:"0.5"`
+	XDSBackoffJitter  bool              `env:"XDS_CLIENT_BACKOFF_JITTER" envDefault:"true"`
+	XDSMaxMsgSize     uint32            `env:"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"`
+
+	UsePrometheus  bool   `env:"USE_PROMETHEUS"`
+	PrometheusAddr string `env:"PROMETHEUS_ADDR" envDefault:":9090"`
+	PrometheusPath string `env:"PROMETHEUS_PATH" envDefault:"/metrics"`
+
+	RuntimeRoot           string `env:"RUNTIME_ROOT" envDefault:"/srv/runtime_data/current"`
+	RuntimeSubdirectory   string `env:"RUNTIME_SUBDIRECTORY"`
+	RuntimeAppDirectory   string `env:"RUNTIME_APPDIRECTORY" envDefault:"config"`
+	RuntimeIgnoreDotFiles bool   `env:"RUNTIME_IGNOREDOTFILES"`
+	RuntimeWatchRoot      bool   `env:"RUNTIME_WATCH_ROOT" envDefault:"true"`
+
+	HeadersEnabled  bool   `env:"LIMIT_RESPONSE_HEADERS_ENABLED"`
+	HeaderLimit     string `env:"LIMIT_LIMIT_HEADER" envDefault:"RateLimit-Limit"`
+	HeaderRemaining string `env:"LIMIT_REMAINING_HEADER" envDefault:"RateLimit-Remaining"`
+	HeaderReset     string `env:"LIMIT_RESET_HEADER" envDefault:"RateLimit-Reset"`
+
+	HealthyWithConfig bool `env:"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"`
+
+	RedisType          string        `env:"REDIS_TYPE" envDefault:"SINGLE"`
+	RedisURL           string        `env:"REDIS_URL"`
+	RedisPoolSize      uint32        `env:"REDIS_POOL_SIZE"`
+	RedisAuth          string        `env:"REDIS_AUTH"`
+	RedisSentinelAuth  string        `env:"REDIS_SENTINEL_AUTH"`
+	RedisTLS           bool          `env:"REDIS_TLS"`
+	RedisTLSClientCert string        `env:"REDIS_TLS_CLIENT_CERT"`
+	RedisTLSClientKey  string        `env:"REDIS_TLS_CLIENT_KEY"`
+	RedisTLSCACert     string        `env:"REDIS_TLS_CACERT"`
+	RedisTLSSkipVerify bool          `env:"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"`
+	RedisHealthCheck   bool          `env:"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION"`
+	RedisTimeout       time.Duration `env:"REDIS_TIMEOUT"`
+}
+
+// refMode is limitd ratelimit's part of serve: what the reference's
+// variables ask beyond the LIMITD_* ones they set.
+type refMode struct {
+	s        refSettings
+	notices  []string          // reference variables set and ignored
+	origin   map[string]string // LIMITD_* variable → the reference's that set it
+	api      bool              // LIMITD_ADMIN_TOKEN is set: limitd's own API listens on LIMITD_ADDR too
+	redisTLS *tls.Config       // what a rediss:// URL cannot say
+	grpcTLS  *tls.Config       // the gRPC port's (nil: plaintext)
+	xdsTLS   *tls.Config       // the xDS connection's (nil: plaintext)
+	dir      boot.DirSource    // CONFIG_TYPE=FILE
+	useXDS   bool              // CONFIG_TYPE=GRPC_XDS_SOTW
+	headers  *grpcapi.Headers
+}
+
+// serveRatelimit is limitd ratelimit: serve configured by the reference's
+// environment.
+func serveRatelimit(ctx context.Context, environ map[string]string, logOut io.Writer, ready func(net.Addr)) error {
+	env2, rm, err := ratelimitEnv(environ)
+	if err != nil {
+		return err
+	}
+	return serveWith(ctx, env2, logOut, ready, rm)
+}
+
+// ratelimitEnv reads the reference's variables: the environment with the
+// LIMITD_* variables they set, and the rest of what they ask.
+func ratelimitEnv(environ map[string]string) (map[string]string, *refMode, error) {
+	notices, err := checkRefVars(environ)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := env.ParseAsWithOptions[refSettings](env.Options{Environment: environ})
+	if err != nil {
+		return nil, nil, envError[refSettings](err, environ)
+	}
+	rm := &refMode{s: s, notices: notices, origin: map[string]string{}}
+	out := make(map[string]string, len(environ)+8)
+	for k, v := range environ {
+		out[k] = v
+	}
+	// limitd's image sets LIMITD_ADDR for limitd serve; limitd ratelimit
+	// runs the API only when asked with an admin token, so that the image
+	// started as /bin/ratelimit serves the reference's ports alone.
+	rm.api = environ["LIMITD_ADMIN_TOKEN"] != ""
+	if !rm.api {
+		delete(out, "LIMITD_ADDR") // not listened on: not checked
+	}
+	if cf, set := environ["LIMITD_CONFIG"]; set && cf != "" {
+		return nil, nil, errors.New("LIMITD_CONFIG: limitd ratelimit takes its rules from RUNTIME_ROOT or xDS (CONFIG_TYPE), not from a boot file")
+	}
+	// set gives a LIMITD_* variable the value a reference variable asks;
+	// both set and different is an error.
+	set := func(limitd, ref, value string) error {
+		if cur, ok := environ[limitd]; ok && cur != value {
+			return fmt.Errorf("%s: %s=%q says otherwise; set one of them", ref, limitd, cur)
+		}
+		out[limitd], rm.origin[limitd] = value, ref
+		return nil
+	}
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	add(set("LIMITD_GRPC_ADDR", "GRPC_PORT", net.JoinHostPort(s.GRPCHost, strconv.Itoa(int(s.GRPCPort)))))
+	for ref, limitd := range map[string]string{"GRPC_MAX_CONNECTION_AGE": "LIMITD_GRPC_MAX_CONNECTION_AGE",
+		"GRPC_MAX_CONNECTION_AGE_GRACE": "LIMITD_GRPC_MAX_CONNECTION_AGE_GRACE", "NEAR_LIMIT_RATIO": "LIMITD_GRPC_NEAR_LIMIT_RATIO",
+		"LOG_FORMAT": "LIMITD_LOG_FORMAT", "SHADOW_MODE": "LIMITD_SHADOW_MODE", "QUOTA_MODE": "LIMITD_GRPC_QUOTA_MODE"} {
+		if v, ok := environ[ref]; ok {
+			add(set(limitd, ref, v))
+		}
+	}
+	level, ok := environ["LOG_LEVEL"]
+	if !ok {
+		level = "warn" // the reference's default
+	}
+	add(set("LIMITD_LOG_LEVEL", "LOG_LEVEL", logLevelOf(level)))
+	if v, ok := environ["STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"]; ok && asks(v) {
+		add(set("LIMITD_GRPC_COUNTING", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "strict"))
+	}
+	if p := strings.TrimRight(environ["CACHE_KEY_PREFIX"], ":_."); p != "" {
+		add(set("LIMITD_PREFIX", "CACHE_KEY_PREFIX", p))
+	}
+	if s.RedisURL != "" {
+		u, err := redisURL(s)
+		if err != nil {
+			return nil, nil, err
+		}
+		add(set("LIMITD_REDIS_URL", "REDIS_URL", u))
+	}
+	if len(errs) > 0 {
+		return nil, nil, errs[0]
+	}
+
+	switch strings.ToUpper(s.ConfigType) {
+	case "FILE":
+		rm.dir = boot.DirSource{Dir: filepath.Join(s.RuntimeRoot, s.RuntimeSubdirectory, s.RuntimeAppDirectory), IgnoreDotFiles: s.RuntimeIgnoreDotFiles}
+	case "GRPC_XDS_SOTW":
+		rm.useXDS = true
+		if s.XDSServerURL == "" {
+			return nil, nil, errors.New("CONFIG_GRPC_XDS_SERVER_URL: must be host:port of the xDS management server")
+		}
+		if s.XDSBackoffInitial <= 0 || s.XDSBackoffMax < s.XDSBackoffInitial {
+			return nil, nil, fmt.Errorf("XDS_CLIENT_BACKOFF_MAX_INTERVAL: must be at least XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, which must be above 0 (got %v and %v)", s.XDSBackoffMax, s.XDSBackoffInitial)
+		}
+		if s.XDSBackoffRandom < 0 || s.XDSBackoffRandom > 1 {
+			return nil, nil, fmt.Errorf("XDS_CLIENT_BACKOFF_RANDOM_FACTOR: must be from 0 to 1 (got %v)", s.XDSBackoffRandom)
+		}
+	default:
+		return nil, nil, fmt.Errorf("CONFIG_TYPE: must be FILE or GRPC_XDS_SOTW (got %q)", s.ConfigType)
+	}
+	if s.HeadersEnabled {
+		rm.headers = &grpcapi.Headers{Limit: s.HeaderLimit, Remaining: s.HeaderRemaining, Reset: s.HeaderReset}
+	}
+	if rm.grpcTLS, err = serverTLS(s); err != nil {
+		return nil, nil, err
+	}
+	if s.XDSUseTLS {
+		if rm.xdsTLS, err = clientTLS("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", s.XDSClientTLSCert, s.XDSClientTLSKey, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", s.XDSServerTLSCA); err != nil {
+			return nil, nil, err
+		}
+		rm.xdsTLS.ServerName = s.XDSServerTLSSAN
+	}
+	if s.RedisTLS && (s.RedisTLSCACert != "" || s.RedisTLSClientCert != "") {
+		if rm.redisTLS, err = clientTLS("REDIS_TLS_CLIENT_CERT", s.RedisTLSClientCert, s.RedisTLSClientKey, "REDIS_TLS_CACERT", s.RedisTLSCACert); err != nil {
+			return nil, nil, err
+		}
+	}
+	return out, rm, nil
+}
+
+// logLevelOf words one of logrus' levels as LIMITD_LOG_LEVEL does; another
+// value passes as it is, for LIMITD_LOG_LEVEL's check to name.
+func logLevelOf(l string) string {
+	switch l = strings.ToLower(strings.TrimSpace(l)); l {
+	case "trace":
+		return "debug"
+	case "warning":
+		return "warn"
+	case "fatal", "panic":
+		return "error"
+	}
+	return l
+}
+
+// redisURL is LIMITD_REDIS_URL for REDIS_URL, REDIS_TYPE, REDIS_AUTH,
+// REDIS_SENTINEL_AUTH, REDIS_TLS, REDIS_POOL_SIZE and REDIS_TIMEOUT.
+func redisURL(s refSettings) (string, error) {
+	scheme := "redis"
+	if s.RedisTLS {
+		scheme = "rediss"
+	}
+	u := url.URL{Scheme: scheme}
+	q := url.Values{}
+	auth := func(a string) *url.Userinfo {
+		if a == "" {
+			return nil
+		}
+		if user, pw, ok := strings.Cut(a, ":"); ok {
+			return url.UserPassword(user, pw)
+		}
+		return url.UserPassword("", a)
+	}
+	var nodes []string
+	for n := range strings.SplitSeq(s.RedisURL, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			nodes = append(nodes, n)
+		}
+	}
+	switch strings.ToLower(s.RedisType) {
+	case "single":
+		if len(nodes) != 1 {
+			return "", fmt.Errorf("REDIS_URL: must be one host:port with REDIS_TYPE=single (got %q)", s.RedisURL)
+		}
+		u.Host, u.User = nodes[0], auth(s.RedisAuth)
+	case "sentinel":
+		if len(nodes) < 2 {
+			return "", fmt.Errorf("REDIS_URL: must be the master's name then the Sentinels, name,host:port[,host:port…], with REDIS_TYPE=sentinel (got %q)", s.RedisURL)
+		}
+		q.Set("master_name", nodes[0])
+		u.Host, u.User = nodes[1], auth(s.RedisSentinelAuth)
+		for _, n := range nodes[2:] {
+			q.Add("addr", n)
+		}
+		if a := auth(s.RedisAuth); a != nil {
+			if name := a.Username(); name != "" {
+				q.Set("username", name)
+			}
+			pw, _ := a.Password()
+			q.Set("password", pw)
+		}
+	case "cluster":
+		if len(nodes) < 1 {
+			return "", fmt.Errorf("REDIS_URL: must be the cluster's nodes, host:port[,host:port…], with REDIS_TYPE=cluster (got %q)", s.RedisURL)
+		}
+		u.Host, u.User = nodes[0], auth(s.RedisAuth)
+		rest := nodes[1:]
+		if len(rest) == 0 {
+			rest = nodes // one seed is named twice: the URL's addr= says "cluster"
+		}
+		for _, n := range rest {
+			q.Add("addr", n)
+		}
+	default:
+		return "", fmt.Errorf("REDIS_TYPE: must be single, sentinel or cluster (got %q)", s.RedisType)
+	}
+	if strings.ContainsAny(u.Host, "/ ") {
+		return "", fmt.Errorf("REDIS_URL: must be host:port (got %q)", u.Host)
+	}
+	if s.RedisPoolSize > 0 {
+		q.Set("pool_size", strconv.Itoa(int(s.RedisPoolSize)))
+	}
+	if s.RedisTimeout > 0 {
+		for _, k := range []string{"dial_timeout", "read_timeout", "write_timeout"} {
+			q.Set(k, s.RedisTimeout.String())
+		}
+	}
+	if s.RedisTLSSkipVerify {
+		q.Set("skip_verify", "true")
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// serverTLS is the gRPC port's TLS (GRPC_SERVER_USE_TLS), with mutual TLS
+// when GRPC_CLIENT_TLS_CACERT is set.
+func serverTLS(s refSettings) (*tls.Config, error) {
+	if !s.GRPCServerUseTLS {
+		return nil, nil
+	}
+	if s.GRPCServerTLSCert == "" || s.GRPCServerTLSKey == "" {
+		return nil, errors.New("GRPC_SERVER_USE_TLS: needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
+	}
+	cert, err := tls.LoadX509KeyPair(s.GRPCServerTLSCert, s.GRPCServerTLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("GRPC_SERVER_TLS_CERT: %w", err)
+	}
+	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if s.GRPCClientTLSCACert != "" {
+		if c.ClientCAs, err = certPool("GRPC_CLIENT_TLS_CACERT", s.GRPCClientTLSCACert); err != nil {
+			return nil, err
+		}
+		c.ClientAuth = tls.RequireAndVerifyClientCert
+		if san := s.GRPCClientTLSSAN; san != "" {
+			c.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
+				if len(chains) > 0 && len(chains[0]) > 0 && hasSAN(chains[0][0], san) {
+					return nil
+				}
+				return fmt.Errorf("the client certificate does not name %q (GRPC_CLIENT_TLS_SAN)", san)
+			}
+		}
+	}
+	return c, nil
+}
+
+// hasSAN reports whether a certificate names san among its DNS names, URIs,
+// IP addresses or e-mail addresses.
+func hasSAN(c *x509.Certificate, san string) bool {
+	for _, u := range c.URIs {
+		if u.String() == san {
+			return true
+		}
+	}
+	for _, ip := range c.IPAddresses {
+		if ip.String() == san {
+			return true
+		}
+	}
+	return slices.Contains(c.DNSNames, san) || slices.Contains(c.EmailAddresses, san)
+}
+
+// clientTLS is a client's TLS: its certificate (optional) and the CA it
+// trusts (empty: the system's).
+func clientTLS(certVar, certFile, keyFile, caVar, caFile string) (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if certFile != "" || keyFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", certVar, err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	if caFile != "" {
+		pool, err := certPool(caVar, caFile)
+		if err != nil {
+			return nil, err
+		}
+		c.RootCAs = pool
+	}
+	return c, nil
+}
+
+func certPool(name, file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: %s holds no PEM certificate", name, file)
+	}
+	return pool, nil
+}
+
+// rename words an error of a LIMITD_* variable that a reference variable
+// set under the reference's name.
+func (rm *refMode) rename(err error) error {
+	if rm == nil || err == nil {
+		return err
+	}
+	name, rest, ok := strings.Cut(err.Error(), ": ")
+	if ref, set := rm.origin[name]; ok && set {
+		return fmt.Errorf("%s (as %s): %s", ref, name, rest)
+	}
+	return err
+}
+
+// xdsNodeMetadata reads CONFIG_GRPC_XDS_NODE_METADATA, key=value pairs.
+func xdsNodeMetadata(s string) map[string]string {
+	m := map[string]string{}
+	for kv := range strings.SplitSeq(s, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
+
+// xdsOptions are the xDS client's options but Apply and Rejected.
+func (rm *refMode) xdsOptions() xds.Options {
+	s := rm.s
+	return xds.Options{Server: s.XDSServerURL, NodeID: s.XDSNodeID, NodeMetadata: xdsNodeMetadata(s.XDSNodeMetadata),
+		Headers: s.XDSHeaders, TLS: rm.xdsTLS, MaxRecvMsgSize: int(s.XDSMaxMsgSize), ConnectRetry: s.XDSConnectRetry,
+		Backoff: xds.Backoff{Initial: s.XDSBackoffInitial, Max: s.XDSBackoffMax, RandomFactor: s.XDSBackoffRandom, Jitter: s.XDSBackoffJitter}}
+}

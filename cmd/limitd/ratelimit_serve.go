@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/internal/boot"
+	"github.com/limitd/limitd/internal/xds"
+)
+
+// refRun is limitd ratelimit while it serves: the reference's ports, its
+// rules' source and its health.
+type refRun struct {
+	rm                *refMode
+	http, debug, prom net.Listener // prom: nil without USE_PROMETHEUS
+	servers           []*http.Server
+	errs              chan error // a port's server failed
+	hup               chan os.Signal
+
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	initial  *boot.File // the rules read at start (nil: none)
+	rls      *grpcapi.Server
+	rules    atomic.Pointer[boot.File] // the rules answering (nil: none yet)
+	redisBad atomic.Bool               // REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: Redis failed its last check
+	stopping atomic.Bool
+	healthy  atomic.Bool
+	healthMu sync.Mutex // orders the health updates
+
+	loadOK, loadBad prometheus.Counter
+}
+
+// listen opens the reference's ports before anything touches Redis, so
+// that a busy port fails at once.
+func (rm *refMode) listen() (*refRun, error) {
+	r := &refRun{rm: rm, errs: make(chan error, 3)}
+	var err error
+	if r.http, err = net.Listen("tcp", net.JoinHostPort(rm.s.Host, strconv.Itoa(int(rm.s.Port)))); err != nil {
+		return nil, fmt.Errorf("PORT: %w", err)
+	}
+	if r.debug, err = net.Listen("tcp", net.JoinHostPort(rm.s.DebugHost, strconv.Itoa(int(rm.s.DebugPort)))); err != nil {
+		r.close()
+		return nil, fmt.Errorf("DEBUG_PORT: %w", err)
+	}
+	if rm.s.UsePrometheus {
+		if r.prom, err = net.Listen("tcp", rm.s.PrometheusAddr); err != nil {
+			r.close()
+			return nil, fmt.Errorf("PROMETHEUS_ADDR: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// redisTLSConfig is what REDIS_TLS_* add to a rediss:// URL (nil: nothing,
+// or limitd serve).
+func (rm *refMode) redisTLSConfig() *tls.Config {
+	if rm == nil {
+		return nil
+	}
+	return rm.redisTLS
+}
+
+// start reads the first rules and sets the gRPC front end's options: the
+// reference's metric names and headers, and no answer but UNAVAILABLE
+// until rules are loaded.
+func (r *refRun) start(o *grpcapi.Options, log *slog.Logger, reg *prometheus.Registry) error {
+	r.log, r.reg = log, reg
+	o.ReferenceMetrics, o.Headers, o.WaitForRules = true, r.rm.headers, true
+	r.loadOK = registerCounter(reg, "ratelimit_service_config_load_success", "The reference server's config_load_success: rules loaded (from the runtime directory or over xDS).")
+	r.loadBad = registerCounter(reg, "ratelimit_service_config_load_error", "The reference server's config_load_error: rules refused (a runtime directory that does not parse, an xDS update NACKed).")
+	if r.rm.useXDS {
+		return nil
+	}
+	dir := r.rm.dir.Dir
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("RUNTIME_ROOT: %s is not a directory (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY holds the rules' files with CONFIG_TYPE=FILE)", dir)
+	}
+	f, err := boot.LoadDir(r.rm.dir)
+	if err != nil {
+		r.loadBad.Inc()
+		log.Error("the runtime directory is invalid: no rules until it is fixed", "dir", dir, "err", err)
+		return nil
+	}
+	r.initial = f
+	o.Rules = f.Rules
+	r.rules.Store(f)
+	r.loadOK.Inc()
+	return nil
+}
+
+func registerCounter(reg *prometheus.Registry, name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	reg.MustRegister(c)
+	return c
+}
+
+// serve starts the rules' keeper and source, the health and the ports.
+func (r *refRun) serve(ctx context.Context, wg *sync.WaitGroup, rls *grpcapi.Server, svc *core.Service, log *slog.Logger) {
+	r.rls = rls
+	k := boot.NewKeeper(r.initial, svc, log)
+	k.Interval, k.Timeout = bootCheckInterval, bootTimeout
+	k.Reloaded = r.loaded
+	k.Invalid = func(error) { r.loadBad.Inc() }
+	if r.rm.useXDS {
+		k.What = "the rules from xDS"
+		o := r.rm.xdsOptions()
+		o.Log, o.Apply = log, k.Set
+		o.Rejected = func(error) { r.loadBad.Inc() }
+		wg.Go(func() { xds.Run(ctx, o) })
+	} else {
+		k.What, k.Source, k.ReloadEvery = "the runtime directory", r.rm.dir, bootReloadEvery
+		r.hup = make(chan os.Signal, 1)
+		signal.Notify(r.hup, syscall.SIGHUP)
+		k.Hup = r.hup
+	}
+	k.Boot(ctx)
+	wg.Go(func() { k.Run(ctx) })
+	r.updateHealth()
+	if r.rm.s.RedisHealthCheck {
+		wg.Go(func() { r.watchRedis(ctx, svc) })
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthcheck", r.healthcheck)
+	mux.HandleFunc("POST /json", r.json)
+	r.run(wg, r.http, mux)
+	dbg := http.NewServeMux()
+	dbg.HandleFunc("GET /rlconfig", r.rlconfig)
+	dbg.Handle("GET /stats", promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{}))
+	dbg.HandleFunc("/debug/pprof/", pprof.Index)
+	dbg.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	dbg.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	dbg.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	dbg.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	r.run(wg, r.debug, dbg)
+	if r.prom != nil {
+		pm := http.NewServeMux()
+		pm.Handle("GET "+r.rm.s.PrometheusPath, promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{}))
+		r.run(wg, r.prom, pm)
+	}
+}
+
+// run serves ln with h until stop.
+func (r *refRun) run(wg *sync.WaitGroup, ln net.Listener, h http.Handler) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout, IdleTimeout: idleTimeout,
+		ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelWarn)}
+	r.servers = append(r.servers, srv)
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			r.errs <- fmt.Errorf("http server on %s: %w", ln.Addr(), err)
+		}
+	})
+}
+
+// loaded is told of new rules: they answer from now on.
+func (r *refRun) loaded(f *boot.File) {
+	r.rules.Store(f)
+	r.rls.SetRules(f.Rules)
+	r.loadOK.Inc()
+	r.updateHealth()
+}
+
+// updateHealth sets gRPC health and /healthcheck as the reference's
+// variables say: not while stopping; not before the first rules unless
+// FORCE_START_WITHOUT_INITIAL_CONFIG; not without a domain with
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED; not while Redis fails with
+// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION.
+func (r *refRun) updateHealth() {
+	r.healthMu.Lock()
+	defer r.healthMu.Unlock()
+	s, f := r.rm.s, r.rules.Load()
+	ok := !r.stopping.Load() &&
+		(s.ForceStart || f != nil) &&
+		(!s.HealthyWithConfig || f != nil && f.Rules.Domains() > 0) &&
+		(!s.RedisHealthCheck || !r.redisBad.Load())
+	r.healthy.Store(ok)
+	if r.rls != nil {
+		r.rls.SetServing(ok)
+	}
+}
+
+// watchRedis checks Redis every grpcHealthEvery until ctx ends.
+func (r *refRun) watchRedis(ctx context.Context, svc *core.Service) {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, grpcHealthEvery)
+		err := svc.Ready(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if r.redisBad.Swap(err != nil) != (err != nil) {
+			r.updateHealth()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(grpcHealthEvery):
+		}
+	}
+}
+
+// healthcheck answers as the reference's: 200 OK while healthy, else 500.
+func (r *refRun) healthcheck(w http.ResponseWriter, _ *http.Request) {
+	if !r.healthy.Load() {
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	_, _ = io.WriteString(w, "OK")
+}
+
+// maxJSONBody bounds a POST /json body.
+const maxJSONBody = 1 << 20
+
+// json is the reference's POST /json: a RateLimitRequest in protobuf's
+// JSON, answered with the RateLimitResponse, 200 or 429 when over the
+// limit; a bad request is 400, a missing or wrong token 401, Redis
+// unavailable 503.
+func (r *refRun) json(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxJSONBody))
+	if err != nil {
+		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	var in rlv3.RateLimitRequest
+	if err := protojson.Unmarshal(body, &in); err != nil {
+		http.Error(w, "bad request: not a RateLimitRequest: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	ctx := req.Context()
+	if a := req.Header.Get("Authorization"); a != "" {
+		ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", a))
+	}
+	resp, err := r.rls.ShouldRateLimit(ctx, &in)
+	if err != nil {
+		code := map[codes.Code]int{codes.InvalidArgument: http.StatusBadRequest, codes.Unauthenticated: http.StatusUnauthorized,
+			codes.Unavailable: http.StatusServiceUnavailable, codes.Canceled: http.StatusServiceUnavailable}[status.Code(err)]
+		if code == 0 {
+			code = http.StatusInternalServerError
+		}
+		http.Error(w, status.Convert(err).Message(), code)
+		return
+	}
+	out, err := protojson.Marshal(resp)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if resp.OverallCode == rlv3.RateLimitResponse_OVER_LIMIT {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	_, _ = w.Write(out)
+}
+
+// rlconfig shows the rules answering: where they came from, their domains
+// and the template of each rule.
+func (r *refRun) rlconfig(w http.ResponseWriter, _ *http.Request) {
+	f := r.rules.Load()
+	w.Header().Set("Content-Type", "application/json")
+	if f == nil {
+		_, _ = io.WriteString(w, `{"loaded":false}`+"\n")
+		return
+	}
+	type rule struct {
+		Template string `json:"template"`
+		Limiter  any    `json:"limiter"`
+	}
+	v := struct {
+		Loaded  bool   `json:"loaded"`
+		Source  string `json:"source"`
+		Sum     string `json:"sum"`
+		Domains int    `json:"domains"`
+		Rules   int    `json:"rules"`
+		Limits  []rule `json:"limits"`
+	}{Loaded: true, Source: f.Path, Sum: f.Sum, Domains: f.Rules.Domains(), Rules: f.Rules.Len()}
+	for _, t := range f.Templates {
+		v.Limits = append(v.Limits, rule{t.ID, t.Limiter})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// grpcOptions are the gRPC server's options of GRPC_SERVER_USE_TLS.
+func (r *refRun) grpcOptions() []grpc.ServerOption {
+	if r.rm.grpcTLS == nil {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(r.rm.grpcTLS))}
+}
+
+// attrs are the startup line's.
+func (r *refRun) attrs() []any {
+	a := []any{"mode", "ratelimit", "http_addr", r.http.Addr().String(), "debug_addr", r.debug.Addr().String()}
+	if r.prom != nil {
+		a = append(a, "metrics_addr", r.prom.Addr().String())
+	}
+	if r.rm.useXDS {
+		return append(a, "config", "xds", "xds_server", r.rm.s.XDSServerURL, "node", r.rm.s.XDSNodeID)
+	}
+	return append(a, "config", "file", "dir", r.rm.dir.Dir)
+}
+
+// shutdown makes the health fail as the stop starts.
+func (r *refRun) shutdown() {
+	r.stopping.Store(true)
+	r.updateHealth()
+}
+
+// stop stops the ports' servers.
+func (r *refRun) stop(ctx context.Context) {
+	for _, s := range r.servers {
+		if err := s.Shutdown(ctx); err != nil {
+			s.Close()
+		}
+	}
+}
+
+// close releases what listen and serve took (the servers closed their
+// listeners already; closing again is harmless).
+func (r *refRun) close() {
+	for _, ln := range []net.Listener{r.http, r.debug, r.prom} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+	if r.hup != nil {
+		signal.Stop(r.hup)
+	}
+}

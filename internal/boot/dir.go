@@ -1,0 +1,167 @@
+package boot
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/limitd/limitd/grpcapi"
+)
+
+// DirSource is a runtime directory as the reference rate limit server reads
+// it (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY): every
+// *.yaml (or *.yml) file in it is one domain's config in the reference's
+// format,
+//
+//	domain: messaging
+//	descriptors:
+//	  - key: to_number
+//	    rate_limit: {unit: day, requests_per_unit: 100}
+//
+// and all of them together are the rules, applied together or not at all.
+// Subdirectories are not read (a Kubernetes ConfigMap's volume keeps its
+// files' previous versions in one, "..2024_…"), symlinks to files are
+// followed, and files whose name starts with a dot are skipped when
+// IgnoreDotFiles is set.
+type DirSource struct {
+	Dir            string
+	IgnoreDotFiles bool
+}
+
+// Where is the directory.
+func (d DirSource) Where() string { return d.Dir }
+
+// dirFile is one config file of a runtime directory.
+type dirFile struct {
+	name string // relative to the directory
+	data []byte
+}
+
+// Read reads every config file of the directory.
+func (d DirSource) Read() (string, func() (*File, error), error) {
+	ents, err := os.ReadDir(d.Dir)
+	if err != nil {
+		return "", nil, err
+	}
+	var files []dirFile
+	h := sha256.New()
+	for _, e := range ents { // sorted by name
+		name := e.Name()
+		ext := filepath.Ext(name)
+		if ext != ".yaml" && ext != ".yml" || d.IgnoreDotFiles && strings.HasPrefix(name, ".") {
+			continue
+		}
+		path := filepath.Join(d.Dir, name)
+		if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+			continue // a directory, or a symlink left dangling by an update in progress
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return "", nil, err
+		}
+		files = append(files, dirFile{name, data})
+		fmt.Fprintf(h, "%d:%s%d:", len(name), name, len(data))
+		h.Write(data)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	return sum, func() (*File, error) { return parseDir(d.Dir, sum, files) }, nil
+}
+
+// LoadDir reads and checks a runtime directory once.
+func LoadDir(d DirSource) (*File, error) {
+	_, parse, err := d.Read()
+	if err != nil {
+		return nil, err
+	}
+	return parse()
+}
+
+var domainType = reflect.TypeFor[grpcapi.Domain]()
+
+// parseDir checks a runtime directory's files and compiles them as one set
+// of rules. Errors name the file, the line and the field.
+func parseDir(dir, sum string, files []dirFile) (*File, error) {
+	domains := make([]grpcapi.Domain, len(files))
+	roots := make([]*yaml.Node, len(files))
+	for i, f := range files {
+		fail := func(line int, format string, a ...any) error {
+			if line > 0 {
+				return fmt.Errorf("%s: line %d: %s", f.name, line, fmt.Sprintf(format, a...))
+			}
+			return fmt.Errorf("%s: %s", f.name, fmt.Sprintf(format, a...))
+		}
+		var root yaml.Node
+		if err := yaml.Unmarshal(f.data, &root); err != nil {
+			return nil, fail(0, "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+		}
+		if ft := check(&root, domainType); ft != nil {
+			return nil, fail(ft.line, "%s", ft.msg)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(f.data))
+		dec.KnownFields(true)
+		switch err := dec.Decode(&domains[i]); {
+		case errors.Is(err, io.EOF):
+			return nil, fail(0, "is empty: a config file declares one domain")
+		case err != nil:
+			return nil, fail(0, "%v", err)
+		}
+		if err := dec.Decode(new(yaml.Node)); !errors.Is(err, io.EOF) {
+			return nil, fail(0, "holds more than one YAML document; a config file declares one domain")
+		}
+		for j := range i {
+			if domains[j].Domain == domains[i].Domain && domains[i].Domain != "" {
+				return nil, fail(lineOfPath(&root, "domain"), "domain: %q is declared by %s too; a domain's rules are in one file", domains[i].Domain, files[j].name)
+			}
+		}
+		roots[i] = &root
+	}
+	f, err := FromDomains(dir, sum, domains)
+	var de *DomainError
+	if errors.As(err, &de) {
+		line := lineOfPath(roots[de.Index], de.Field)
+		if line > 0 {
+			return nil, fmt.Errorf("%s: line %d: %s: %s", files[de.Index].name, line, de.Field, de.Rule)
+		}
+		return nil, fmt.Errorf("%s: %s: %s", files[de.Index].name, de.Field, de.Rule)
+	}
+	return f, err
+}
+
+// DomainError is a rule of domains[Index] that does not compile: Field is
+// its path inside that domain ("descriptors[0].rate_limit.unit").
+type DomainError struct {
+	Index       int
+	Field, Rule string
+}
+
+func (e *DomainError) Error() string {
+	return fmt.Sprintf("domains[%d].%s: %s", e.Index, e.Field, e.Rule)
+}
+
+// FromDomains is the configuration of domains alone (a runtime directory's
+// files, an xDS update): their rules and the rules' templates, no limiters.
+// where names its source in logs, sum tells a change. A rule that does not
+// compile is a *DomainError.
+func FromDomains(where, sum string, domains []grpcapi.Domain) (*File, error) {
+	rules, err := grpcapi.Compile(domains)
+	if err != nil {
+		field, rule := fieldOf(err)
+		var i int
+		if _, serr := fmt.Sscanf(field, "domains[%d]", &i); serr == nil {
+			_, rest, _ := strings.Cut(field, ".")
+			return nil, &DomainError{Index: i, Field: rest, Rule: rule}
+		}
+		return nil, err
+	}
+	return &File{Path: where, Sum: sum, Templates: slices.Clone(rules.Templates()), Rules: rules}, nil
+}

@@ -1,0 +1,184 @@
+package boot
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/limiter"
+)
+
+// File is a parsed and checked boot file.
+type File struct {
+	Path      string
+	Sum       string // sha256 of the content, the mark core.Service.Mark keeps
+	Limiters  []Limiter
+	Templates []core.Template // the file's own, then the rules'
+	Rules     *grpcapi.Rules  // the domains' descriptor rules
+}
+
+// Limiter is one limiter of a boot file.
+type Limiter struct {
+	Name   string
+	Config limiter.Config
+}
+
+// schema is the file's schema.
+type schema struct {
+	Limiters  map[string]limiter.Config `yaml:"limiters"`
+	Templates map[string]template       `yaml:"templates"`
+	Domains   []grpcapi.Domain          `yaml:"domains"`
+}
+
+type template struct {
+	Pattern string            `yaml:"pattern"`
+	Order   int               `yaml:"order"`
+	IdleTTL *limiter.Duration `yaml:"idle_ttl"`
+	Limiter limiter.Config    `yaml:"limiter"`
+}
+
+// Load reads and checks the boot file at path. Errors start with the path
+// and, when one is at fault, the line.
+func Load(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err // *PathError names the file
+	}
+	return Parse(path, data)
+}
+
+// Parse checks data, the content of the boot file at path.
+func Parse(path string, data []byte) (*File, error) {
+	fail := func(line int, format string, a ...any) error {
+		msg := fmt.Sprintf(format, a...)
+		if line > 0 {
+			return fmt.Errorf("%s: line %d: %s", path, line, msg)
+		}
+		return fmt.Errorf("%s: %s", path, msg)
+	}
+
+	// The node tree gives syntax errors and the line of each field: its
+	// shape is checked against the schema first (check.go), so that the
+	// decode below meets nothing it would refuse.
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		// A syntax error: yaml words it with its line.
+		return nil, fail(0, "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if f := check(&root, schemaType); f != nil {
+		return nil, fail(f.line, "%s", f.msg)
+	}
+	var doc schema
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	switch err := dec.Decode(&doc); {
+	case errors.Is(err, io.EOF): // an empty file declares nothing
+	case err != nil:
+		return nil, fail(0, "%v", err) // what check missed, as yaml words it
+	}
+	if err := dec.Decode(new(yaml.Node)); !errors.Is(err, io.EOF) {
+		return nil, fail(0, "holds more than one YAML document; put everything in one")
+	}
+
+	sum := sha256.Sum256(data)
+	b := &File{Path: path, Sum: hex.EncodeToString(sum[:])}
+	limiterNodes, templateNodes := entries(&root, "limiters"), entries(&root, "templates")
+	for _, name := range sortedKeys(doc.Limiters) {
+		c, n := doc.Limiters[name], limiterNodes[name]
+		if err := core.CheckName("name", name); err != nil {
+			return nil, fail(n.lineOf(""), "limiters: %q is not a valid name: must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", name)
+		}
+		if err := checkLimiter(c); err != nil {
+			field, rule := fieldOf(err)
+			return nil, fail(n.lineOf(field), "%s: %s", dotted("limiters", name, field), rule)
+		}
+		b.Limiters = append(b.Limiters, Limiter{Name: name, Config: c})
+	}
+	for _, id := range sortedKeys(doc.Templates) {
+		bt, n := doc.Templates[id], templateNodes[id]
+		t := core.Template{ID: id, Pattern: bt.Pattern, Order: bt.Order, IdleTTL: bt.IdleTTL, Limiter: bt.Limiter}
+		norm, err := t.Normalize()
+		if err == nil {
+			err = checkLimiter(norm.Limiter)
+			if fe := (*limiter.FieldError)(nil); errors.As(err, &fe) {
+				err = &limiter.FieldError{Field: "limiter." + fe.Field, Rule: fe.Rule, Value: fe.Value}
+			}
+		}
+		if err != nil {
+			field, rule := fieldOf(err)
+			if field == "id" {
+				return nil, fail(n.lineOf(""), "templates: %q is not a valid id: %s", id, rule)
+			}
+			return nil, fail(n.lineOf(field), "%s: %s", dotted("templates", id, field), rule)
+		}
+		b.Templates = append(b.Templates, t)
+	}
+	rules, err := grpcapi.Compile(doc.Domains)
+	if err != nil {
+		field, rule := fieldOf(err)
+		return nil, fail(lineOfPath(&root, field), "%s: %s", field, rule)
+	}
+	for _, t := range rules.Templates() {
+		if _, dup := doc.Templates[t.ID]; dup {
+			return nil, fail(templateNodes[t.ID].lineOf(""), "templates: %q is the id of a domains rule's template (ids starting %q are taken by domains:)", t.ID, grpcapi.TemplatePrefix)
+		}
+		b.Templates = append(b.Templates, t)
+	}
+	b.Rules = rules
+	return b, nil
+}
+
+// checkLimiter accepts exactly the configs core.Service.Put accepts, minus
+// the restart verb: a boot file that reset its schedules at every boot of
+// every limitd process would disturb the callers it is meant to pace.
+func checkLimiter(c limiter.Config) error {
+	norm, verb, err := c.Normalize()
+	if err != nil {
+		return err
+	}
+	if verb == limiter.VerbRestart {
+		return &limiter.FieldError{Field: "spec", Rule: "must not use the restart verb in a boot file: it would reset the schedule at every boot", Value: fmt.Sprintf("%q", c.Spec)}
+	}
+	_, err = limiter.Compile(norm)
+	return err
+}
+
+// dotted is the path of a field in the file: "limiters.orders.rate".
+func dotted(parts ...string) string {
+	return strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "" }), ".")
+}
+
+// fieldOf splits a config error into the field at fault and its rule.
+func fieldOf(err error) (field, rule string) {
+	var fe *limiter.FieldError
+	if errors.As(err, &fe) {
+		return fe.Field, ruleOf(fe)
+	}
+	return "", err.Error()
+}
+
+func ruleOf(fe *limiter.FieldError) string {
+	if fe.Value == nil {
+		return fe.Rule
+	}
+	return fmt.Sprintf("%s (got %v)", fe.Rule, fe.Value)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,201 @@
+package boot
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/limitd/limitd/core"
+)
+
+// Keeper keeps a configuration applied and re-applies the parts of it
+// Redis lost. Every Interval it checks each limiter and template of it
+// (core.Service.Lost: one pipelined round trip per node), so a cluster
+// shard restarted empty gets its own limiters back, and a limiter the index
+// no longer lists is listed again. It also reloads it from its Source, or
+// takes a new one from Set (rules received over xDS).
+//
+// Set the options before Boot; Boot and Run are called by one goroutine,
+// which owns the Keeper.
+type Keeper struct {
+	Service  *core.Service
+	Log      *slog.Logger
+	Interval time.Duration // between checks
+	Timeout  time.Duration // for one check and apply
+	// What names the configuration in logs: "the boot file".
+	What string
+
+	// Source is where the configuration is read again (nil: nowhere),
+	// every ReloadEvery (0: never) and at once on a Hup signal. A changed
+	// configuration that parses replaces the one applied (Reloaded is
+	// told); a bad one is logged once (Invalid is told) and the one
+	// applied stays.
+	Source      Source
+	ReloadEvery time.Duration
+	Hup         <-chan os.Signal
+	Reloaded    func(*File)
+	Invalid     func(error)
+
+	file    *File      // nil: none yet
+	push    chan *File // Set
+	applied bool       // the file was applied once: what is missing now, Redis lost
+	down    bool       // Redis failed the last check: log the outage once
+	bad     string     // what was last logged as bad: a content's sum or a read error
+}
+
+// NewKeeper returns a keeper of the boot file f over svc that logs to log,
+// checking every second with a timeout of 10 s and reading f again from its
+// path; change the options before Boot. f may be nil when there is no
+// configuration yet (one comes from Source or Set).
+func NewKeeper(f *File, svc *core.Service, log *slog.Logger) *Keeper {
+	k := &Keeper{file: f, Service: svc, Log: log, Interval: time.Second, Timeout: 10 * time.Second,
+		What: "the boot file", push: make(chan *File)}
+	if f != nil {
+		k.Source = FileSource(f.Path)
+	}
+	return k
+}
+
+// Boot applies the configuration once, within Timeout. When Redis cannot
+// take it, it logs so and Run applies it once Redis answers.
+func (k *Keeper) Boot(ctx context.Context) {
+	f := k.file
+	if f == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, k.Timeout)
+	defer cancel()
+	if err := f.Apply(ctx, k.Service); err != nil {
+		k.down = true
+		k.Log.Warn("could not apply "+k.What+"; it will be applied once Redis answers", "file", f.Path, "err", err)
+		return
+	}
+	k.applied = true
+	k.Log.Info("applied "+k.What, "file", f.Path, "limiters", len(f.Limiters), "templates", len(f.Templates),
+		"domains", f.Rules.Domains(), "rules", f.Rules.Len())
+}
+
+// Set hands a new configuration to Run, which applies it and tells
+// Reloaded. It returns once Run took it, or ctx's error.
+func (k *Keeper) Set(ctx context.Context, f *File) error {
+	select {
+	case k.push <- f:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run checks every Interval, and reloads the file every ReloadEvery and on
+// Hup, until ctx ends.
+func (k *Keeper) Run(ctx context.Context) {
+	t := time.NewTicker(k.Interval)
+	defer t.Stop()
+	var reload <-chan time.Time
+	if k.ReloadEvery > 0 {
+		rt := time.NewTicker(k.ReloadEvery)
+		defer rt.Stop()
+		reload = rt.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			k.check(ctx)
+		case <-reload:
+			k.reload(ctx)
+		case <-k.Hup:
+			k.reload(ctx)
+		case f := <-k.push:
+			k.replace(ctx, f)
+		}
+	}
+}
+
+// replace makes f the configuration kept applied, applies it and tells
+// Reloaded.
+func (k *Keeper) replace(ctx context.Context, f *File) {
+	k.file, k.applied = f, false
+	k.check(ctx) // applies it
+	k.Log.Info("reloaded "+k.What, "file", f.Path, "limiters", len(f.Limiters), "templates", len(f.Templates),
+		"domains", f.Rules.Domains(), "rules", f.Rules.Len(), "applied", k.applied)
+	if k.Reloaded != nil {
+		k.Reloaded(f)
+	}
+}
+
+// reload reads the configuration again; when its content changed and is
+// valid, it becomes the one kept applied. Limiters and templates the new
+// one no longer has stay in Redis (delete them through the API).
+func (k *Keeper) reload(ctx context.Context) {
+	if k.Source == nil {
+		return
+	}
+	sum, parse, err := k.Source.Read()
+	if err != nil {
+		if k.bad != err.Error() {
+			k.bad = err.Error()
+			k.Log.Error("cannot read "+k.What+" again; keeping the one applied", "file", k.Source.Where(), "err", err)
+			k.invalid(err)
+		}
+		return
+	}
+	if k.file != nil && sum == k.file.Sum || sum == k.bad {
+		return
+	}
+	nb, err := parse()
+	if err != nil {
+		k.bad = sum
+		k.Log.Error(k.What+" changed and is invalid; keeping the one applied", "err", err)
+		k.invalid(err)
+		return
+	}
+	k.bad = ""
+	k.replace(ctx, nb)
+}
+
+func (k *Keeper) invalid(err error) {
+	if k.Invalid != nil {
+		k.Invalid(err)
+	}
+}
+
+// check re-applies what Redis lost of the file. While Redis (or a shard) is
+// down it logs once, when the outage starts, and once more when it is back;
+// what a reachable shard lost is re-applied meanwhile.
+func (k *Keeper) check(ctx context.Context) {
+	if k.file == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, k.Timeout)
+	defer cancel()
+	if !k.applied {
+		if err := k.file.Apply(ctx, k.Service); err == nil {
+			k.applied = true
+			k.Log.Warn("applied "+k.What, "file", k.file.Path, "limiters", len(k.file.Limiters), "templates", len(k.file.Templates))
+		}
+	}
+	names, ids := k.file.names()
+	lostL, lostT, err := k.Service.Lost(ctx, names, ids)
+	if len(lostL)+len(lostT) > 0 {
+		if aerr := k.file.applySome(ctx, k.Service, lostL, lostT); aerr != nil {
+			err = errors.Join(err, aerr)
+		} else {
+			k.Log.Warn("redis lost part of the boot configuration (a node restarted without persistence?): applied it again",
+				"file", k.file.Path, "limiters", lostL, "templates", lostT)
+		}
+	}
+	switch {
+	case err != nil && errors.Is(ctx.Err(), context.Canceled):
+		// shutting down
+	case err != nil && !k.down:
+		k.down = true
+		k.Log.Warn("redis unavailable: the boot configuration will be checked again when it is back", "err", err)
+	case err == nil && k.down:
+		k.down = false
+		k.Log.Info("redis is back; the boot configuration is in place", "file", k.file.Path)
+	}
+}

@@ -1,0 +1,245 @@
+// Package xds receives the rate limit service's rules over xDS, as the
+// reference rate limit server does with CONFIG_TYPE=GRPC_XDS_SOTW and as
+// Envoy Gateway serves them: a state-of-the-world subscription, on the
+// aggregated discovery service, to resources of type
+// ratelimit.config.ratelimit.v3.RateLimitConfig (one domain each).
+//
+// Each response is the whole set of rules. It is converted to the
+// reference's config format (grpcapi.Domain) and compiled whole
+// (boot.FromDomains): when every resource compiles, the rules are handed to
+// Options.Apply and the response is ACKed; when one does not, the response
+// is NACKed with the error (naming the resource and the field) and nothing
+// changes, the last good rules keep answering. A lost stream is opened
+// again after a back-off that grows from Backoff.Initial to Backoff.Max.
+//
+// Layer: cmd → xds → boot → grpcapi → core.
+package xds
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/internal/boot"
+)
+
+// TypeURL is the type of the resources the client subscribes to.
+const TypeURL = resource.RateLimitConfigType
+
+// Options configure a client.
+type Options struct {
+	// Server is the management server, host:port (a gRPC target).
+	Server string
+	// NodeID and NodeMetadata identify the client: the server keys its
+	// snapshots by node id.
+	NodeID       string
+	NodeMetadata map[string]string
+	// Headers are sent as metadata on the stream.
+	Headers map[string]string
+	// TLS, when not nil, secures the connection.
+	TLS *tls.Config
+	// MaxRecvMsgSize bounds one response (0: gRPC's 4 MiB).
+	MaxRecvMsgSize int
+	// ConnectRetry is the first wait before dialling the server again
+	// while it cannot be reached (gRPC's connection back-off, growing to
+	// Backoff.Max; 0: gRPC's 1 s).
+	ConnectRetry time.Duration
+	// Backoff paces reconnections.
+	Backoff Backoff
+	// Log gets connection and update lines (nil: none).
+	Log *slog.Logger
+	// Apply is given each valid update's rules. It returns once they are
+	// taken (not necessarily written to Redis: that may wait for Redis);
+	// the update is ACKed after it. An error (ctx ending) drops the stream.
+	Apply func(context.Context, *boot.File) error
+	// Rejected is told of each NACKed update (nil: nobody).
+	Rejected func(error)
+}
+
+// Backoff is how long the client waits before it connects again: Initial,
+// then twice as long each time up to Max, each wait moved by up to
+// ±RandomFactor of itself when Jitter is set. A stream that delivered an
+// update starts over at Initial.
+type Backoff struct {
+	Initial, Max time.Duration
+	RandomFactor float64
+	Jitter       bool
+}
+
+// next is the wait after attempt (0: the first).
+func (b Backoff) next(attempt int) time.Duration {
+	d := b.Initial
+	for range attempt {
+		if d >= b.Max/2 {
+			d = b.Max
+			break
+		}
+		d *= 2
+	}
+	d = min(d, b.Max)
+	if b.Jitter && b.RandomFactor > 0 {
+		f := 1 + b.RandomFactor*(2*rand.Float64()-1)
+		d = time.Duration(float64(d) * f)
+	}
+	return max(d, 0)
+}
+
+// Run subscribes until ctx ends, connecting again after every failure.
+func Run(ctx context.Context, o Options) {
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	for attempt := 0; ; attempt++ {
+		delivered, err := subscribe(ctx, o, log)
+		if ctx.Err() != nil {
+			return
+		}
+		if delivered {
+			attempt = 0
+		}
+		wait := o.Backoff.next(attempt)
+		log.Warn("xds: the stream to the management server ended; connecting again", "server", o.Server, "err", err, "in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// subscribe runs one stream until it fails: delivered says whether it
+// received an update.
+func subscribe(ctx context.Context, o Options, log *slog.Logger) (delivered bool, err error) {
+	creds := insecure.NewCredentials()
+	if o.TLS != nil {
+		creds = credentials.NewTLS(o.TLS)
+	}
+	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if o.ConnectRetry > 0 {
+		bc := backoff.DefaultConfig
+		bc.BaseDelay = o.ConnectRetry
+		bc.MaxDelay = max(o.Backoff.Max, o.ConnectRetry)
+		dopts = append(dopts, grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc}))
+	}
+	if o.MaxRecvMsgSize > 0 {
+		dopts = append(dopts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxRecvMsgSize)))
+	}
+	conn, err := grpc.NewClient(o.Server, dopts...)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	sctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, metadata.New(o.Headers)))
+	defer cancel() // ends the stream, and a Fetch blocked on it
+	ads := sotw.NewADSClient(sctx, node(o), TypeURL)
+	if err := ads.InitConnect(conn, grpc.WaitForReady(true)); err != nil {
+		return false, err
+	}
+	for {
+		resp, err := ads.Fetch()
+		if err != nil {
+			return delivered, err
+		}
+		if !delivered {
+			log.Info("xds: receiving rate limit configs", "server", o.Server, "node", o.NodeID)
+		}
+		delivered = true
+		f, err := Decode(resp.Resources)
+		if err != nil {
+			log.Error("xds: an update is invalid: NACKed, the rules in place stay", "err", err)
+			if o.Rejected != nil {
+				o.Rejected(err)
+			}
+			if err := ads.Nack(err.Error()); err != nil {
+				return delivered, err
+			}
+			continue
+		}
+		if err := o.Apply(ctx, f); err != nil {
+			return delivered, err
+		}
+		if err := ads.Ack(); err != nil {
+			return delivered, err
+		}
+	}
+}
+
+// node is the client's identity.
+func node(o Options) *corev3.Node {
+	fields := map[string]*structpb.Value{}
+	for k, v := range o.NodeMetadata {
+		fields[k] = structpb.NewStringValue(v)
+	}
+	return &corev3.Node{Id: o.NodeID, Metadata: &structpb.Struct{Fields: fields}}
+}
+
+// Decode converts an update's resources and compiles them whole. Errors
+// name the resource (its name and domain) and the field.
+func Decode(resources []*anypb.Any) (*boot.File, error) {
+	domains := make([]grpcapi.Domain, len(resources))
+	names := make([]string, len(resources))
+	h := sha256.New()
+	for i, res := range resources {
+		var c rlsconfv3.RateLimitConfig
+		if err := anypb.UnmarshalTo(res, &c, proto.UnmarshalOptions{}); err != nil {
+			return nil, fmt.Errorf("resources[%d]: not a %s: %w", i, TypeURL, err)
+		}
+		domains[i] = grpcapi.Domain{Domain: c.Domain, Descriptors: descriptors(c.Descriptors)}
+		names[i] = fmt.Sprintf("RateLimitConfig %q (domain %q)", c.Name, c.Domain)
+		b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&c)
+		fmt.Fprintf(h, "%d:", len(b))
+		h.Write(b)
+	}
+	f, err := boot.FromDomains("xds", hex.EncodeToString(h.Sum(nil)), domains)
+	var de *boot.DomainError
+	if errors.As(err, &de) {
+		return nil, fmt.Errorf("%s: %s: %s", names[de.Index], de.Field, de.Rule)
+	}
+	return f, err
+}
+
+func descriptors(ds []*rlsconfv3.RateLimitDescriptor) []grpcapi.Descriptor {
+	if len(ds) == 0 {
+		return nil
+	}
+	out := make([]grpcapi.Descriptor, len(ds))
+	for i, d := range ds {
+		out[i] = grpcapi.Descriptor{Key: d.Key, Value: d.Value, Descriptors: descriptors(d.Descriptors),
+			ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric}
+		if p := d.RateLimit; p != nil {
+			rl := &grpcapi.RateLimit{RequestsPerUnit: p.RequestsPerUnit, Unlimited: p.Unlimited, Name: p.Name}
+			if p.Unit != rlsconfv3.RateLimitUnit_UNKNOWN {
+				rl.Unit = strings.ToLower(p.Unit.String())
+			}
+			for _, r := range p.Replaces {
+				rl.Replaces = append(rl.Replaces, grpcapi.Replace{Name: r.Name})
+			}
+			out[i].RateLimit = rl
+		}
+	}
+	return out
+}
