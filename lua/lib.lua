@@ -34,7 +34,8 @@
 -- derived from them (see Layouts). What one acquire changes (RUN: next pace
 -- rem, the low parts and last) is one run of bytes, with only what it reads
 -- before it, so that a kind's fast path (schedule's acquire_one) reads a
--- prefix and rewrites only that run. An x of an earlier format (format 4:
+-- prefix and rewrites only that run (window's window_one reads on to its
+-- count, stored, and rewrites from next to there). An x of an earlier format (format 4:
 -- expires at the end, 144 or 168 bytes; OLD_FORMATS: 137 or 161 bytes
 -- without expires, 136 or 160 also without the format byte, 129 or 153 also
 -- without last) is read with expires and last 0 where it had none, and
@@ -171,8 +172,9 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2 -- and a charge's, R_CHARGE
 --     calendar window bounds first (A_BOUNDS, NEED_BOUNDS: see window.lua);
 --     set_bounds(L, now, e, f) takes them (bounds.lua)
 -- and in the row itself:
---   fast (optional) is the path for one acquire on a named limiter of the
---     kind (fast_named) or an instance (see create_instance): (key, x, n,
+--   fast (optional) is the path for one acquire (window's: or charge) on a
+--     named limiter of the kind (fast_named) or an instance (see
+--     create_instance): (key, x, n,
 --     max_wait, us, fl, fj, [tver, idle_ttl]), fl and fj the call's floors
 --     and this limiter's place in them (floor_read), the answer or nil for the
 --     general path; create (optional) the same for an instance that does not
@@ -336,6 +338,16 @@ local function ttl_ms(debt, idle_ttl_ms, settle)
   return ms - r + 1
 end
 
+-- instance_ttl is the TTL the fast paths give an instance whose key must
+-- live ttl ms from now and whose recorded deadline does not cover that (see
+-- Instance TTLs): ttl and an eighth more, as PEXPIRE's argument and in ms.
+-- The deadline to record is now (Unix ms) + more - 1: a ms early, as Redis
+-- counts the TTL from its time at the call's start.
+local function instance_ttl(ttl)
+  local more = ttl + (ttl - ttl % 8) / 8
+  return string.format('%d', more), more -- ('%d': a number argument is not written as an integer in every Lua)
+end
+
 -- head_of reads the head of a template's requests (acquire_many): m, the
 -- template's version, its idle_ttl_ms, its params (text) and its kind.
 local function head_of(head)
@@ -462,6 +474,14 @@ local function check_layouts()
     end
     return table.concat(names, ' '), '<' .. table.concat(fmts), size
   end
+  -- tail_of is walk's names and format of REST's first fields, as many as
+  -- a fast path says it reads after RUN (lean_tail)
+  local function tail_of(rest, names)
+    local g = {}
+    for _ in string.gmatch(names, '%S+') do g[#g + 1] = rest[#g + 1] end
+    local tnames, tfmt = walk({g})
+    return tnames .. '|' .. tfmt
+  end
   local n = 0
   for name, K in pairs(KINDS) do
     n = n + 1
@@ -481,7 +501,8 @@ local function check_layouts()
           (K.create and (K.lean_full[1] .. sub(K.lean_full[2], 2) ~= fmt or K.lean_params ~= X.params)) or
           tostring(lsize - rsize) ~= K.lean_run_at or
           (K.lean_expires_at and (REST[1][1] ~= 'expires' or K.lean_expires_at ~= tostring(lsize) or
-            K.lean_fmt_i ~= lfmt .. REST[1][2])) then
+            K.lean_fmt_i ~= lfmt .. REST[1][2])) or
+          (K.lean_tail and (K.lean_tail .. '|<' .. K.lean_tail_fmt) ~= tail_of(REST, K.lean_tail)) then
         error('lib.lua: the fast path of ' .. name .. ' reads a layout that is not its field groups\'')
       end
     end
@@ -1017,7 +1038,7 @@ end
 -- order, or '0' for none), then per limiter, in KEYS order, a head and m
 -- pairs n, max_wait (ns; negative: forever); a pair whose n is negative is
 -- a charge of -1 - n permits (charge: taken whatever is left; -1 is a
--- check), which no fast path takes (n < 1). The head is m, or when a
+-- check), which only window's fast path takes (schedule's: n < 1). The head is m, or when a
 -- template matches, one string: m, the template's version, its idle_ttl_ms
 -- and its params (see Layouts; version last, again), one space apart.
 -- One acquire on one limiter without a template may come as the pair alone,
