@@ -55,6 +55,10 @@ type Options struct {
 	// QuotaMode makes every counter of a metered call a quota counter
 	// (Count): the call is refused only when all of them are over.
 	QuotaMode bool
+	// OverLimitCache is how many window counters Count may remember as
+	// over their limit, to answer them without Redis until they could
+	// grant again (see overlimit.go); 0: none, every call asks Redis.
+	OverLimitCache int
 }
 
 const defaultDecideTimeout = 1500 * time.Millisecond
@@ -72,6 +76,8 @@ type Service struct {
 	quota  bool      // every counter of a metered call a quota counter (Options.QuotaMode)
 	// shadows remembers named limiters' shadow mode by version (shadow.go).
 	shadows *shadowHints
+	// over is the over-limit cache (overlimit.go; nil: none).
+	over *overLimit
 }
 
 // New returns the service over st. It panics if st is nil.
@@ -79,7 +85,8 @@ func New(st *store.Store, o Options) *Service {
 	if st == nil {
 		panic("core: store is nil")
 	}
-	s := &Service{store: st, obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode, shadows: &shadowHints{}}
+	s := &Service{store: st, obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode, shadows: &shadowHints{},
+		over: newOverLimit(o.OverLimitCache)}
 	if s.clock == nil {
 		s.clock = limiter.SystemClock()
 	}
@@ -100,7 +107,8 @@ func (s *Service) Observed(o Observer) *Service {
 	if _, none := s.obs.(nopObserver); !none {
 		obs = observers{s.obs, o}
 	}
-	return &Service{store: s.store, obs: obs, decide: s.decide, clock: s.clock, shadow: s.shadow, quota: s.quota, shadows: s.shadows}
+	return &Service{store: s.store, obs: obs, decide: s.decide, clock: s.clock, shadow: s.shadow, quota: s.quota, shadows: s.shadows,
+		over: s.over}
 }
 
 // timed reports one store call to the observer.

@@ -180,7 +180,7 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 		cancel()
 	}
 	reg := prometheus.NewRegistry()
-	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode, QuotaMode: cfg.GRPCQuota})
+	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode, QuotaMode: cfg.GRPCQuota, OverLimitCache: cfg.GRPCOverLimitCache})
 	var rls *grpcapi.Server
 	if gln != nil {
 		o := grpcapi.Options{
