@@ -235,7 +235,7 @@ local TEXT, SEP = 0, ''
 
 -- SMALL holds the arguments most acquires take (one permit, no wait or
 -- forever), so that reading them costs a table lookup, not tonumber's strtod.
-local SMALL = {['0'] = 0, ['1'] = 1, ['-1'] = -1}
+local SMALL = {['0'] = 0, ['1'] = 1, ['-1'] = -1, ['-2'] = -2} -- (-2: a charge of one)
 
 -- num is tonumber for the numbers limitd writes. Go's strconv 'g' and '%.17g'
 -- write some numbers in exponent form without a point ("1e+06", "1e+21");
@@ -424,6 +424,13 @@ end
 -- [rest] What follows is needed only off the fast paths: a script (not a
 -- library) runs it only when acquire_fast does not answer (see lua.Source).
 
+-- FAST_MANY[size] is the path for m (> 1) requests on one limiter (a
+-- named one or an instance that exists) of the kind whose x has that size,
+-- where the kind has one (window's window_many, the function library's
+-- only): (key, x, m, argv, q, us, fl, fj, [tver, idle_ttl]), the requests'
+-- pairs from argv[q] on; the answer, or nil for acquire_group.
+local FAST_MANY = {}
+
 -- engine_of returns a kind's engine, made on first use (see above).
 local function engine_of(kind)
   local K = KINDS[kind]
@@ -498,6 +505,7 @@ local function check_layouts()
       local _, rfmt, rsize = walk({RUN})
       if lnames ~= K.lean_names or lfmt ~= K.lean_fmt or rfmt ~= K.lean_run or size ~= K.lean_size or
           K.lean_code ~= K.code or (FAST[size] and FAST[size] ~= K.fast) or
+          (FAST_MANY[size] and FAST_MANY[size] ~= K.fast_many) or
           (K.create and (K.lean_full[1] .. sub(K.lean_full[2], 2) ~= fmt or K.lean_params ~= X.params)) or
           tostring(lsize - rsize) ~= K.lean_run_at or
           (K.lean_expires_at and (REST[1][1] ~= 'expires' or K.lean_expires_at ~= tostring(lsize) or
@@ -1082,7 +1090,11 @@ local function acquire_many(keys, argv)
     if m then -- no template
       local x = xs[k]
       if x == nil then x = rcall('GET', keys[k]) end
-      if m == 1 then answer = fast_named(keys[k], x, argv[a + 1], argv[a + 2], us, fl, j) end
+      if m == 1 then
+        answer = fast_named(keys[k], x, argv[a + 1], argv[a + 2], us, fl, j)
+      elseif x and TEXT == 0 and FAST_MANY[#x] then
+        answer = FAST_MANY[#x](keys[k], x, m, argv, a + 1, us, fl, j)
+      end
       out[j] = answer or acquire_group(keys[k], nil, nil, 0, m, argv, a + 1, us, x, nil, fl, j)
       k = k + 1
     else
@@ -1098,6 +1110,8 @@ local function acquire_many(keys, argv)
         else
           answer = create_instance(ikey, params, kind, argv[a + 1], us, fl, j, version, idle_ttl)
         end
+      elseif ix and not xs[k] and TEXT == 0 and FAST_MANY[#ix] then
+        answer = FAST_MANY[#ix](ikey, ix, m, argv, a + 1, us, fl, j, version, idle_ttl)
       end
       out[j] = answer or acquire_group(keys[k], ikey, {text = params, version = version}, idle_ttl, m, argv, a + 1, us,
         xs[k], xs[k + 1], fl, j)

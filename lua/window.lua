@@ -267,16 +267,15 @@ end
 -- floor that moves the window. For a template instance, tver and idle_ttl
 -- are as for acquire_one (schedule.lua); a fixed window settles at its end,
 -- so its TTL is the time to its end, or idle_ttl when longer. It returns the
--- answer, or nil for the general path.
-local function window_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl)
+-- answer, or nil for the general path. With m (> 1) it decides the m
+-- requests of one limiter whose pairs start at argv[q] (window_many), in
+-- order, as acquire_group does: many callers of one hot counter in a batch.
+local function window_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl, m, argv, q)
   local code, format, version, whole, frac, den, max_permits, limit, period, sliding, calendar, zone, started, epoch,
     next, pace, rem, allocated, idle, permits, lateness, last, expires, origin, stored = dec(X_READ, x)
   if code ~= CODE or format ~= FORMAT or (tver and version < tver) or sliding ~= 0 or calendar ~= 0 then return nil end
   local now = (us - epoch) * 1000
-  if started ~= 1 or now >= REBASE or now < last then return nil end
-  local charged
-  n, charged = fast_n(n, max_permits, whole, frac)
-  if not n or fl and floor_moves(fl, fj, us, epoch, now, next) then return nil end
+  if started ~= 1 or now >= REBASE or now < last or fl and floor_moves(fl, fj, us, epoch, now, next) then return nil end
   local changed = false
   if now >= next then -- roll: the window containing now
     local pu = period / 1000
@@ -284,13 +283,29 @@ local function window_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl)
     rem, stored, next = 0, 0, (us - fmod(us, pu) - epoch) * 1000 + period
     changed = true
   end
-  local count, rc, delay, left, last_field = window_rec(stored, n, charged, limit, next - now)
-  if count ~= stored or charged and n > 0 then
-    if count > MAX_COUNT then return nil end
-    stored, permits, last, changed = count, permits + n, now, true
+  local recs, rc, delay, left, last_field
+  if m then recs = {false} else m = 1 end
+  for r = 1, m do
+    if recs then n = argv[q + 2 * r - 2] end
+    local charged, count
+    n, charged = fast_n(n, max_permits, whole, frac)
+    if not n then return nil end
+    count, rc, delay, left, last_field = window_rec(stored, n, charged, limit, next - now)
+    if count ~= stored or charged and n > 0 then
+      if count > MAX_COUNT then return nil end
+      stored, permits, last, changed = count, permits + n, now, true
+      if permits >= LOW then return nil end -- a carry
+    end
+    if recs then recs[r + 1] = enc(R, rc, limit, delay, left, last_field) end
   end
-  if idle >= LOW or permits >= LOW then return nil end -- a carry
-  local answer = enc(HR, A_COUNTED, us, version, tver and 1 or 0, next - now, rc, limit, delay, left, last_field)
+  if idle >= LOW then return nil end -- a carry
+  local answer
+  if recs then
+    recs[1] = enc(H, A_COUNTED, us, version, tver and 1 or 0, next - now)
+    answer = table.concat(recs)
+  else
+    answer = enc(HR, A_COUNTED, us, version, tver and 1 or 0, next - now, rc, limit, delay, left, last_field)
+  end
   local ttl
   if tver and (changed or idle_ttl > 0) then -- save's TTL (settle_ms), when it must be set anew
     local debt = next - now -- max(0, next - now, pace - now)
@@ -313,6 +328,12 @@ local function window_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl)
   end
   if ttl then rcall('PEXPIRE', key, ttl) end
   return answer
+end
+
+-- window_many is window_one for m (> 1) requests on one limiter (FAST_MANY
+-- in lib.lua).
+local function window_many(key, x, m, argv, q, us, fl, fj, tver, idle_ttl)
+  return window_one(key, x, nil, nil, us, fl, fj, tver, idle_ttl, m, argv, q)
 end
 
 -- window_create is acquire_many's path for one acquire or charge on a
@@ -369,6 +390,7 @@ end
 do
   local K = KINDS.window
   KINDS.window.fast = window_one
+  K.fast_many, FAST_MANY[X_SIZE] = window_many, window_many
   K.lean_names = 'code format version whole frac den max_permits limit period sliding calendar zone started epoch next pace rem allocated idle permits lateness last'
   K.lean_code, K.lean_fmt, K.lean_run, K.lean_run_at, K.lean_size = CODE, X_LEAN, X_RUN, X_RUN_AT, X_SIZE
   K.lean_expires_at, K.lean_fmt_i, K.lean_tail, K.lean_tail_fmt = X_EXPIRES_AT, X_LEAN_I, X_TAIL_NAMES, X_TAIL
