@@ -502,8 +502,11 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 	s := newSide("limitd", grpcAddr, p)
 	waitCall(ctx, s, p)
 
-	// limitd counts each value in an instance of the rule's template; its
-	// state's permits total is the value's count.
+	// limitd counts each value in an instance of the rule's template: the
+	// count of its window is the limit less what is left (Wait), which no
+	// round comes near; an instance not yet started has counted nothing. (Not its permits total, which lives as long as the
+	// instance: an instance outlives its window by up to an eighth of its
+	// TTL, and a later window's count starts afresh in it.)
 	st := store.New(rdb, store.WithPrefix(limitdPrefix))
 	atExit(func() { _ = st.Close() })
 	var pattern string
@@ -528,10 +531,11 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 			if errs[i] != nil {
 				return 0, nil, errs[i]
 			}
-			if !w.Started || !w.Instance {
+			if !w.Started || !w.Instance || !w.Window {
 				missing = append(missing, fmt.Sprintf("%s: %+v", values[i], w))
+				continue // (counted nothing)
 			}
-			sum += w.Permits
+			sum += w.Limit - w.Wait
 		}
 		return sum, missing, nil
 	}
