@@ -35,8 +35,8 @@
 -- rem, the low parts and last) is one run of bytes, with only what it reads
 -- before it, so that a kind's fast path (schedule's acquire_one) reads a
 -- prefix and rewrites only that run (window's window_one reads on to its
--- count, stored, and rewrites from next to there). An x of an earlier format (format 4:
--- expires at the end, 144 or 168 bytes; OLD_FORMATS: 137 or 161 bytes
+-- count, stored, and rewrites from next to there). An x of an earlier
+-- format (format 4: expires at the end, 144 or 168 bytes; OLD_FORMATS: 137 or 161 bytes
 -- without expires, 136 or 160 also without the format byte, 129 or 153 also
 -- without last) is read with expires and last 0 where it had none, and
 -- written in the current one; an x of a format this file does not know is an
@@ -174,13 +174,16 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2 -- and a charge's, R_CHARGE
 -- and in the row itself:
 --   fast (optional) is the path for one acquire (window's: or charge) on a
 --     named limiter of the kind (fast_named) or an instance (see
---     create_instance): (key, x, n,
---     max_wait, us, fl, fj, [tver, idle_ttl]), fl and fj the call's floors
---     and this limiter's place in them (floor_read), the answer or nil for the
---     general path; create (optional) the same for an instance that does not
---     exist: (key, params, n, us, fl, fj, tver, idle_ttl), params the
---     template's as acquire_many has them (text); lean_* are the layout it reads and the code
---     it checks (checked in check_layouts)
+--     create_instance): (key, x, n, max_wait, us, fl, fj, [tver,
+--     idle_ttl]), fl and fj the call's floors and this limiter's place in
+--     them (floor_read), the answer or nil for the general path; create
+--     (optional) the same for an instance that does not exist: (key,
+--     params, n, us, fl, fj, tver, idle_ttl), params the template's as
+--     acquire_many has them (text); lean_* are the layout it reads and the
+--     code it checks (checked in check_layouts); fast_many (optional) is
+--     the path for many requests on one limiter (FAST_MANY). A kind file
+--     may set these after its row, in a part only the function library
+--     gets (window.lua's: see scriptText in lua/layout.go)
 -- lib.lua and the operations dispatch through the engine (engine_of(L.kind))
 -- and never name a kind. The kind files follow lib.lua in every script and in
 -- the library (lua.Source, lua.Library), and then what is derived from the
@@ -1046,8 +1049,9 @@ end
 -- order, or '0' for none), then per limiter, in KEYS order, a head and m
 -- pairs n, max_wait (ns; negative: forever); a pair whose n is negative is
 -- a charge of -1 - n permits (charge: taken whatever is left; -1 is a
--- check), which only window's fast path takes (schedule's: n < 1). The head is m, or when a
--- template matches, one string: m, the template's version, its idle_ttl_ms
+-- check), which only window's fast path takes (schedule's: n < 1). The
+-- head is m, or when a template matches, one string: m, the template's
+-- version, its idle_ttl_ms
 -- and its params (see Layouts; version last, again), one space apart.
 -- One acquire on one limiter without a template may come as the pair alone,
 -- or as the pair and its floor (3 arguments).
