@@ -213,13 +213,13 @@ func TestInstructionsPerDecision(t *testing.T) {
 	ratio("script, named, hot", "function, named, hot", 2.3)
 	ratio("script, named, hot", "redis_rate, writing, hot", 1.9)
 	// A window's charge (a rate limit service's counter) takes window.lua's
-	// fast path, at about a schedule's cost: 1.07×, 1.16× and 1.11× as
-	// measured; 2.44×, 3.42× and 3.34× on the general path before it. The
+	// fast path, at about a schedule's cost: 1.07×, 1.19× and 1.12× as
+	// measured; 2.46×, 3.42× and 3.33× on the general path before it. The
 	// Envoy reference's INCRBY and EXPIRE (one pipeline per call) took
-	// 12,900, against 49,500 per charge in a batch of 64 and 85,800 alone:
-	// instructions in redis-server only; the round trips' system time,
-	// which a batch shares, is not counted here (scripts/envoy-vs.sh
-	// measures both).
+	// 12,100–13,300, against 49,400 per charge in a batch of 64 and
+	// 78,600–87,100 alone: instructions in redis-server only; the round
+	// trips' system time, which a batch shares, is not counted here
+	// (scripts/envoy-vs.sh measures both).
 	ratio("window charge, instance, hot", "function, instance, known", 1.3)
 	ratio("window charge, 1024 instances", "function, instance, known", 1.3)
 	ratio("batch of 64 window charges", "batch of 64, instances, known", 1.3)
