@@ -353,10 +353,10 @@ func runRow(ctx context.Context, rdb *redis.Client, sides []*side, r row, nRound
 func runRound(ctx context.Context, rdb *redis.Client, s *side, reqs []*rlsv3.RateLimitRequest, values []string,
 	callers int, d time.Duration, cursor *atomic.Int64) roundResult {
 	// A round and its reads stay within one window of the rule: at a
-	// window's end the reference starts new keys and limitd's instances
-	// expire, totals and all (a fixed window's state is then no different
-	// from a fresh one), so only one window's counts add up. A round that
-	// could reach the end waits for the next window.
+	// window's end the reference starts new keys and limitd's counters
+	// start their new window's count (or expire), so only one window's
+	// counts add up. A round that could reach the end waits for the next
+	// window.
 	w := windowOf(time.Now())
 	if end := time.Unix(w+unitSecs, 0); time.Until(end) < d+windowMargin {
 		time.Sleep(time.Until(end) + 100*time.Millisecond)
