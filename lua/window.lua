@@ -182,8 +182,8 @@ KINDS.window = {
 -- all of lib.lua.
 
 -- floor_moves is apply_floor's test without its change, for window_one: true
--- when the j-th floor of fl would move a started schedule whose epoch, now
--- and next are given (the general path then applies it).
+-- when the j-th floor of fl would move a started limiter whose epoch, now
+-- and next (a window's end) are given (the general path then applies it).
 local function floor_moves(fl, fj, us, epoch, now, next)
   local fus, ah
   if fl == floors_bin or byte(fl, 1) == 66 then -- floor_read's, once per call's floors
@@ -387,9 +387,9 @@ local function window_create(key, params, n, us, fl, fj, tver, idle_ttl)
   return enc(HR, A_COUNTED, us, tver, 1, next, rc, limit, delay, left, last_field)
 end
 
-do
+do -- the row's fast paths and the layouts they read (see Kinds in lib.lua)
   local K = KINDS.window
-  KINDS.window.fast = window_one
+  KINDS.window.fast = window_one -- (spelled out: lua/layout.go finds a kind's fast path by it)
   K.fast_many, FAST_MANY[X_SIZE] = window_many, window_many
   K.lean_names = 'code format version whole frac den max_permits limit period sliding calendar zone started epoch next pace rem allocated idle permits lateness last'
   K.lean_code, K.lean_fmt, K.lean_run, K.lean_run_at, K.lean_size = CODE, X_LEAN, X_RUN, X_RUN_AT, X_SIZE
