@@ -119,9 +119,9 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 
 // within is the bound of one decision's Redis part: the service's own
 // (DecideTimeout), or less, what is left until deadline (zero: none). The
-// decision has its own short bound because with Redis hung a call queued
-// behind a batch that is failing would otherwise wait for that batch and
-// then its own (2 × the client's timeouts and retries).
+// store keeps it for every caller however many there are (the bound travels
+// with the call into a batch: store.AcquireWithin), where the client's own
+// timeouts and retries would add up over the round trips of a decision.
 func (s *Service) within(deadline time.Time) time.Duration {
 	if deadline.IsZero() {
 		return s.decide

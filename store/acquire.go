@@ -73,38 +73,65 @@ func (s *Store) Acquire(ctx context.Context, name string, n int64, maxWait time.
 // AcquireWithin is Acquire whose caller waits at most within (> 0; 0: as
 // long as ctx allows) for Redis to answer, hung or not: then it returns an
 // *UnavailableError, as for a context that ended. It is the bound a server
-// puts on every decision, and cheaper than a context with that timeout: a
-// call that WithBatching queues takes no timer of its own. A worker drops a
-// queued call whose bound has passed rather than send it, and a batch ends at
-// the latest bound of its calls. The bound holds as a context deadline
-// would: with a client that honours those (NewClient's do).
+// puts on every decision, whatever the number of callers, and cheaper than a
+// context with that timeout: a call that WithBatching gathers into a batch
+// takes no timer of its own. The bound travels with the call: its batch's
+// round trip ends by the earliest bound of its calls, a call whose bound
+// passes while it waits to be sent is answered then, and a worker drops it
+// rather than send it. A direct call (and a batch's round trip) ends at the
+// bound as at a context deadline: with a client that honours those
+// (NewClient's do); a batched caller is answered at its bound in any case.
 func (s *Store) AcquireWithin(ctx context.Context, name string, n int64, maxWait, within time.Duration) (Decision, error) {
 	return s.decideWithin(ctx, Request{Name: name, Permits: n, MaxWait: maxWait}, within)
 }
 
 // decideWithin is AcquireWithin (and ChargeWithin) of req: once more when a
-// calendar window needed its bounds first.
+// calendar window needed its bounds first, all of it within the one bound.
 func (s *Store) decideWithin(ctx context.Context, req Request, within time.Duration) (Decision, error) {
-	d, err := s.acquireOnce(ctx, req, within)
-	if s.boundsSent(ctx, req.Name, &err) {
-		d, err = s.acquireOnce(ctx, req, within)
+	until := untilOf(within)
+	d, err := s.acquireOnce(ctx, req, until)
+	if s.boundsSentUntil(ctx, req.Name, until, &err) {
+		d, err = s.acquireOnce(ctx, req, until)
 	}
 	return d, err
 }
 
-func (s *Store) acquireOnce(ctx context.Context, req Request, within time.Duration) (Decision, error) {
-	if s.batcher != nil {
-		return s.batcher.acquire(ctx, req, within)
+// untilOf is the instant a bound of within (> 0; 0: none) from now ends,
+// zero for none.
+func untilOf(within time.Duration) time.Time {
+	if within > 0 {
+		return time.Now().Add(within)
 	}
-	return s.acquireDirectWithin(ctx, req, within)
+	return time.Time{}
 }
 
-// acquireDirectWithin is acquireDirect bounded by within (> 0) as by a
-// context deadline: one round trip of its own, so a timer is cheap beside it.
-func (s *Store) acquireDirectWithin(ctx context.Context, req Request, within time.Duration) (Decision, error) {
-	if within > 0 {
+// boundsSentUntil is boundsSent ending by until (zero: as ctx allows).
+func (s *Store) boundsSentUntil(ctx context.Context, name string, until time.Time, err *error) bool {
+	if *err == nil {
+		return false
+	}
+	if !until.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, within)
+		ctx, cancel = context.WithDeadline(ctx, until)
+		defer cancel()
+	}
+	return s.boundsSent(ctx, name, err)
+}
+
+func (s *Store) acquireOnce(ctx context.Context, req Request, until time.Time) (Decision, error) {
+	if s.batcher != nil {
+		return s.batcher.acquire(ctx, req, until)
+	}
+	return s.acquireDirectUntil(ctx, req, until)
+}
+
+// acquireDirectUntil is acquireDirect ending by until (zero: as ctx allows)
+// as at a context deadline: one round trip of its own, so a timer is cheap
+// beside it.
+func (s *Store) acquireDirectUntil(ctx context.Context, req Request, until time.Time) (Decision, error) {
+	if !until.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, until)
 		defer cancel()
 	}
 	return s.acquireDirect(ctx, req)

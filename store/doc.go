@@ -21,8 +21,11 @@
 // One script call decides all the requests of one limiter, reading and writing
 // it once at one Redis time, and on a single Redis server one call takes the
 // requests of many limiters. WithBatching does this for concurrent callers of
-// Acquire automatically. AcquireWithin bounds one caller's wait for Redis
-// without a timer of its own, as a server bounds every decision.
+// Acquire automatically (batcher.go): a call that arrives while others are in
+// flight goes out within a short linger on a connection of its own, so that it
+// costs one round trip, and batches stay large when Redis is busy.
+// AcquireWithin bounds a caller's wait for Redis, however many callers there
+// are, without a timer of its own, as a server bounds every decision.
 //
 // Several limits in one call: AcquireAll takes permits from several limiters
 // all or nothing (acquire_all.go says exactly how atomic that is on one

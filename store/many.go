@@ -13,35 +13,37 @@ import (
 // requests of any limiters, and more calls go out in the same pipeline.
 // Outcomes are in request order.
 func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
-	out := s.acquireManyDirectWithin(ctx, reqs, 0)
-	s.askWithBounds(ctx, reqs, out, 0)
+	out := s.acquireManyDirectUntil(ctx, reqs, time.Time{})
+	s.askWithBounds(ctx, reqs, out, time.Time{})
 	return out
 }
 
 // AcquireManyWithin is AcquireMany whose caller waits at most within (> 0;
-// 0: as long as ctx allows) for Redis to answer, as AcquireWithin: with
-// batching on, the requests go out together in one batch with those of
-// concurrent callers (one round trip for all of them), else in one
-// AcquireMany of their own. Outcomes are in request order; a request that
-// could not be decided has its Err.
+// 0: as long as ctx allows) for Redis to answer, as AcquireWithin (the
+// bound covers every round trip it makes): with batching on, the requests go
+// out together in one batch with those of concurrent callers (one round trip
+// for all of them), else in one AcquireMany of their own. Outcomes are in
+// request order; a request that could not be decided has its Err.
 func (s *Store) AcquireManyWithin(ctx context.Context, reqs []Request, within time.Duration) []Outcome {
 	if len(reqs) == 0 {
 		return nil
 	}
+	until := untilOf(within)
 	var out []Outcome
 	if s.batcher != nil {
-		out = s.batcher.acquireMany(ctx, reqs, within)
+		out = s.batcher.acquireMany(ctx, reqs, until)
 	} else {
-		out = s.acquireManyDirectWithin(ctx, reqs, within)
+		out = s.acquireManyDirectUntil(ctx, reqs, until)
 	}
-	s.askWithBounds(ctx, reqs, out, within)
+	s.askWithBounds(ctx, reqs, out, until)
 	return out
 }
 
 // askWithBounds asks again the requests of out that a calendar window
 // could not decide without its bounds, once the bounds are sent
-// (bounds.go), each limiter's bounds once.
-func (s *Store) askWithBounds(ctx context.Context, reqs []Request, out []Outcome, within time.Duration) {
+// (bounds.go), each limiter's bounds once, all by until (zero: as ctx
+// allows).
+func (s *Store) askWithBounds(ctx context.Context, reqs []Request, out []Outcome, until time.Time) {
 	var again []int
 	sent := map[string]bool{} // name → bounds sent
 	for i := range out {
@@ -52,7 +54,7 @@ func (s *Store) askWithBounds(ctx context.Context, reqs []Request, out []Outcome
 		name := reqs[i].Name
 		ok, seen := sent[name]
 		if !seen {
-			ok = s.boundsSent(ctx, name, &out[i].Err)
+			ok = s.boundsSentUntil(ctx, name, until, &out[i].Err)
 			sent[name] = ok
 		}
 		if ok {
@@ -66,18 +68,19 @@ func (s *Store) askWithBounds(ctx context.Context, reqs []Request, out []Outcome
 	for j, i := range again {
 		sub[j] = reqs[i]
 	}
-	subOut := s.acquireManyDirectWithin(ctx, sub, within)
+	subOut := s.acquireManyDirectUntil(ctx, sub, until)
 	for j, i := range again {
 		out[i] = subOut[j]
 	}
 }
 
-// acquireManyDirectWithin is AcquireMany bounded by within (> 0) as by a
-// context deadline, without asking again for calendar bounds.
-func (s *Store) acquireManyDirectWithin(ctx context.Context, reqs []Request, within time.Duration) []Outcome {
-	if within > 0 {
+// acquireManyDirectUntil is AcquireMany ending by until (zero: as ctx
+// allows) as at a context deadline, without asking again for calendar
+// bounds.
+func (s *Store) acquireManyDirectUntil(ctx context.Context, reqs []Request, until time.Time) []Outcome {
+	if !until.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, within)
+		ctx, cancel = context.WithDeadline(ctx, until)
 		defer cancel()
 	}
 	out := make([]Outcome, len(reqs))

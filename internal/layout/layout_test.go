@@ -24,6 +24,7 @@ var may = map[string][]string{
 	"lua":                  nil,
 	"internal/clockoffset": nil,
 	"internal/redistest":   nil,
+	"internal/faultproxy":  nil,
 	"internal/rounds":      nil,
 	"internal/promreg":     nil,
 	"internal/httpjson":    {"wire"},

@@ -1,0 +1,581 @@
+package store
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// WithBatching makes Acquire batch concurrent callers automatically: calls
+// that overlap go out together, up to maxBatch requests a batch (< 1: 64),
+// decided by one call of the script. It pays when many goroutines share one
+// store; a lone caller sees no extra delay. The option only configures: New
+// starts the batcher (once, whatever the options) and Close stops it.
+func WithBatching(maxBatch int) Option {
+	return func(s *Store) {
+		if maxBatch < 1 {
+			maxBatch = 64
+		}
+		s.batchMax = maxBatch
+	}
+}
+
+// How the batcher sends. A caller that finds no round trip under way goes
+// straight to Redis: batching only pays when calls overlap, and a lone
+// caller must not pay the hand-offs. Any other joins the open batch, which
+// leaves, on a connection of its own, at the first of these:
+//
+//   - it holds maxBatch requests;
+//   - a round trip under way comes back: its worker, having answered its
+//     callers and given them a moment to come back and join, takes the open
+//     batch. On a Redis near and busy the batches leave as answers come
+//     back, a few in flight, each large (the same callers come back
+//     together), which is what keeps Redis's time per acquire low;
+//   - it has lingered as long as a round trip has lasted lately, at most
+//     maxLinger. On a Redis far away (round trips longer than maxLinger) a
+//     call is sent within maxLinger of its arrival whatever is in flight,
+//     and costs one round trip, not the rest of another's and then its own.
+//
+// At most limit round trips are under way, the client's pool size, since
+// each holds a connection until its answer; past it, the open batch keeps
+// gathering, full ones queue, and a round trip that ends takes the oldest.
+//
+// Every call carries its bound (AcquireWithin's within as an instant, or its
+// context's deadline if earlier). A batch's round trip ends by the earliest
+// bound of its calls; a batch's timer answers each of its calls at its bound
+// if nothing did before (one timer a batch, not a call), whether it waits
+// to leave or is in flight; and a worker drops a call whose bound has passed
+// rather than send it. So no caller waits past its bound, however many
+// there are, and a caller that has given up takes no permits.
+const maxLinger = time.Millisecond
+
+// lingerYields is how often a worker whose round trip came back yields
+// before it takes the open batch, so that the callers it just answered,
+// which often come straight back, go out in it rather than one or two at
+// once and the rest in the next.
+const lingerYields = 2
+
+// batchTimeout bounds a batch whose calls have no bound.
+const batchTimeout = 2 * time.Second
+
+// newBatcher returns s's batcher, or nil without WithBatching. Its workers
+// start as batches need them; stop ends them.
+func newBatcher(s *Store) *batcher {
+	if s.batchMax == 0 {
+		return nil
+	}
+	limit := max(2, poolSize(s.rdb))
+	b := &batcher{s: s, max: s.batchMax, limit: limit, ready: make(chan *batch, limit), done: make(chan struct{})}
+	b.linger = time.AfterFunc(time.Hour, b.lingered)
+	b.linger.Stop()
+	return b
+}
+
+// poolSize is how many connections rdb keeps to one node at most.
+func poolSize(rdb redis.UniversalClient) int {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().PoolSize
+	case *redis.ClusterClient:
+		return c.Options().PoolSize
+	case *redis.Ring:
+		return c.Options().PoolSize
+	}
+	return 10 * runtime.GOMAXPROCS(0) // go-redis' default
+}
+
+type batcher struct {
+	s     *Store
+	max   int // requests a batch gathers at most
+	limit int // round trips under way at most
+
+	mu       sync.Mutex
+	closed   bool
+	inflight int       // round trips under way: direct calls and running batches
+	open     *batch    // gathering calls; nil: none
+	lingerAt time.Time // when open has lingered long enough
+	queue    []*batch  // full, waiting for a round trip to end
+	free     []*batch
+	running  int           // batches handed to workers and not finished
+	workers  int           // workers started
+	rtt      time.Duration // round trips lately (a moving average): the linger
+
+	linger *time.Timer // lingered, at lingerAt
+	ready  chan *batch // batches for the workers
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// call is one caller's requests, decided in one batch.
+type call struct {
+	ctx  context.Context
+	reqs []Request
+	res  []Outcome // the outcomes, in order, once done is signalled
+	// until is when the caller stops waiting (zero: when ctx ends).
+	until time.Time
+	// state is the call's generation times 2, plus 1 once answered. A call
+	// is answered once (claim), by a worker or a batch's timer, and a call
+	// that got its answer is reused under the next generation, which no
+	// batch that held it before can claim.
+	state atomic.Uint64
+	done  chan struct{}
+	one   [1]Request
+	oneR  [1]Outcome
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// reuse puts c back in the pool once its caller has read its answer.
+func (c *call) reuse() {
+	c.ctx = nil
+	c.state.Add(1) // answered → the next generation, waiting
+	callPool.Put(c)
+}
+
+// waiting is a call as a batch holds it: the generation it joined under, and
+// its number of requests (read while c could not be reused).
+type waiting struct {
+	c   *call
+	gen uint64
+	n   int
+}
+
+func (w waiting) pending() bool { return w.c.state.Load() == w.gen<<1 }
+func (w waiting) claim() bool   { return w.c.state.CompareAndSwap(w.gen<<1, w.gen<<1|1) }
+
+// fail answers w with err, unless it has its answer.
+func (w waiting) fail(err error) {
+	if w.claim() {
+		for i := range w.c.res {
+			w.c.res[i] = Outcome{Err: err}
+		}
+		w.c.done <- struct{}{}
+	}
+}
+
+type batchState uint8
+
+const (
+	batchFree    batchState = iota // in the free list
+	batchOpen                      // gathering calls
+	batchQueued                    // full, waiting for a round trip to end
+	batchRunning                   // with a worker
+)
+
+type batch struct {
+	state    batchState
+	calls    []waiting
+	n        int         // the requests of calls
+	earliest time.Time   // the earliest bound of calls; zero: none
+	bound    *time.Timer // expire, at earliest
+}
+
+// callBound is when a caller with ctx and until stops waiting (zero: never).
+func callBound(ctx context.Context, until time.Time) time.Time {
+	if dl, ok := ctx.Deadline(); ok && (until.IsZero() || dl.Before(until)) {
+		return dl
+	}
+	return until
+}
+
+// acquire decides req, waiting until until at most (zero: as long as ctx
+// allows).
+func (b *batcher) acquire(ctx context.Context, req Request, until time.Time) (Decision, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return Decision{}, ErrClosed
+	}
+	if b.inflight == 0 {
+		b.inflight++
+		b.mu.Unlock()
+		start := time.Now()
+		d, err := b.s.acquireDirectUntil(ctx, req, until)
+		b.directDone(time.Since(start))
+		return d, err
+	}
+	c := callPool.Get().(*call)
+	c.one[0] = req
+	c.ctx, c.reqs, c.res, c.until = ctx, c.one[:], c.oneR[:], callBound(ctx, until)
+	b.add(c)
+	b.mu.Unlock()
+	if err := b.wait(ctx, c); err != nil {
+		return Decision{}, err // c is not reused: its answer may still come
+	}
+	o := c.oneR[0]
+	c.reuse()
+	return o.Decision, o.Err
+}
+
+// acquireMany decides reqs in one batch and returns their outcomes, in
+// order, waiting until until at most (zero: as long as ctx allows).
+func (b *batcher) acquireMany(ctx context.Context, reqs []Request, until time.Time) []Outcome {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return failAll(len(reqs), ErrClosed)
+	}
+	if b.inflight == 0 {
+		b.inflight++
+		b.mu.Unlock()
+		start := time.Now()
+		out := b.s.acquireManyDirectUntil(ctx, reqs, until)
+		b.directDone(time.Since(start))
+		return out
+	}
+	c := &call{done: make(chan struct{}, 1), reqs: reqs, res: make([]Outcome, len(reqs))}
+	c.ctx, c.until = ctx, callBound(ctx, until)
+	b.add(c)
+	b.mu.Unlock()
+	if err := b.wait(ctx, c); err != nil {
+		return failAll(len(reqs), err)
+	}
+	return c.res
+}
+
+// wait waits for c's answer (nil: c.res holds it) or the end of ctx. Every
+// call a batch holds is answered: by a worker, at its bound, or by stop.
+func (b *batcher) wait(ctx context.Context, c *call) error {
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return wrapErr(ctx.Err())
+	}
+}
+
+// add puts c in the open batch, opening one if need be. Called with b.mu.
+func (b *batcher) add(c *call) {
+	w := waiting{c: c, gen: c.state.Load() >> 1, n: len(c.reqs)}
+	bt := b.open
+	if bt != nil && bt.n+w.n > b.max {
+		b.seal()
+		bt = nil
+	}
+	if bt == nil {
+		bt = b.newBatch()
+		bt.state = batchOpen
+		b.open = bt
+		d := min(b.rtt, maxLinger)
+		b.lingerAt = time.Now().Add(d)
+		b.linger.Reset(d)
+	}
+	bt.calls = append(bt.calls, w)
+	bt.n += w.n
+	if u := c.until; !u.IsZero() && (bt.earliest.IsZero() || u.Before(bt.earliest)) {
+		bt.earliest = u
+		bt.bound.Reset(time.Until(u))
+	}
+	if bt.n >= b.max {
+		b.seal()
+	}
+}
+
+// seal ends the open batch's gathering: it leaves, or queues if limit round
+// trips are under way. Called with b.mu.
+func (b *batcher) seal() {
+	bt := b.open
+	b.open = nil
+	if b.inflight < b.limit {
+		b.start(bt)
+		return
+	}
+	bt.state = batchQueued
+	b.queue = append(b.queue, bt)
+}
+
+// start hands bt to a worker, starting one if every worker is busy. Called
+// with b.mu, fewer than limit round trips under way.
+func (b *batcher) start(bt *batch) {
+	bt.state = batchRunning
+	b.inflight++
+	b.running++
+	if b.running > b.workers {
+		b.workers++
+		b.wg.Add(1)
+		go b.work()
+	}
+	b.ready <- bt // room: at most limit batches run
+}
+
+// lingered sends the open batch once it has lingered, if fewer than limit
+// round trips are under way; if not, it goes on gathering until one ends.
+func (b *batcher) lingered() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed && b.open != nil && b.inflight < b.limit && !time.Now().Before(b.lingerAt) {
+		b.seal()
+	}
+}
+
+// directDone ends a direct call's round trip, which took took, and starts
+// what may start.
+func (b *batcher) directDone(took time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sample(took)
+	b.inflight--
+	if b.closed {
+		return
+	}
+	for len(b.queue) > 0 && b.inflight < b.limit {
+		bt := b.queue[0]
+		b.queue[0] = nil
+		b.queue = b.queue[1:]
+		b.start(bt)
+	}
+	// Nothing else under way, the open batch has nothing to wait for.
+	if b.open != nil && b.inflight < b.limit && (b.inflight == 0 || !time.Now().Before(b.lingerAt)) {
+		b.seal()
+	}
+}
+
+// sample adds a round trip's time to the moving average. Called with b.mu.
+func (b *batcher) sample(took time.Duration) {
+	if b.rtt == 0 {
+		b.rtt = took
+		return
+	}
+	b.rtt += (took - b.rtt) / 8
+}
+
+// workerMem is a worker's memory, kept from one batch to the next.
+type workerMem struct {
+	calls []waiting
+	reqs  []Request
+	outs  []Outcome
+	sc    batchScratch
+}
+
+func (b *batcher) work() {
+	defer b.wg.Done()
+	var m workerMem
+	for {
+		select {
+		case bt := <-b.ready:
+			for bt != nil {
+				bt = b.run(bt, &m)
+			}
+		case <-b.done:
+			return
+		}
+	}
+}
+
+// run decides bt in one round trip and returns the batch to run next, if
+// one is waiting.
+func (b *batcher) run(bt *batch, m *workerMem) *batch {
+	// The calls to send, read while none can be answered by another: a
+	// caller that gave up, or whose bound passed, must not take permits
+	// that nobody will use.
+	b.mu.Lock()
+	now := time.Now()
+	m.calls, m.reqs = m.calls[:0], m.reqs[:0]
+	var earliest time.Time
+	for _, w := range bt.calls {
+		if !w.pending() {
+			continue
+		}
+		err := w.c.ctx.Err()
+		if u := w.c.until; err == nil && !u.IsZero() {
+			if !now.Before(u) {
+				err = context.DeadlineExceeded
+			} else if earliest.IsZero() || u.Before(earliest) {
+				earliest = u
+			}
+		}
+		if err != nil {
+			w.fail(wrapErr(err))
+			continue
+		}
+		m.calls = append(m.calls, w)
+		m.reqs = append(m.reqs, w.c.reqs...)
+	}
+	if !earliest.Equal(bt.earliest) {
+		bt.earliest = earliest
+		bt.bound.Stop()
+		if !earliest.IsZero() {
+			bt.bound.Reset(earliest.Sub(now))
+		}
+	}
+	b.mu.Unlock()
+
+	var took time.Duration
+	if len(m.reqs) > 0 {
+		// The batch runs on its own deadline, the earliest bound of its
+		// calls: one caller giving up must not fail the others, and none
+		// waits past its bound (a client that honours context deadlines
+		// ends the round trip then; bt's timer answers the callers then
+		// whatever the client does).
+		end := now.Add(batchTimeout)
+		if !earliest.IsZero() && earliest.Before(end) {
+			end = earliest
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), end)
+		m.outs = slices.Grow(m.outs[:0], len(m.reqs))[:len(m.reqs)]
+		clear(m.outs)
+		start := time.Now()
+		b.s.acquireMany(ctx, m.reqs, m.outs, &m.sc)
+		took = time.Since(start)
+		cancel()
+		i := 0
+		for _, w := range m.calls {
+			if w.claim() {
+				copy(w.c.res, m.outs[i:i+w.n])
+				w.c.done <- struct{}{}
+			}
+			i += w.n
+		}
+		clear(m.calls) // no call kept past its batch
+		for range lingerYields {
+			runtime.Gosched()
+		}
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if took > 0 {
+		b.sample(took)
+	}
+	b.recycle(bt)
+	var next *batch
+	switch {
+	case b.closed:
+	case len(b.queue) > 0:
+		next = b.queue[0]
+		b.queue[0] = nil
+		b.queue = b.queue[1:]
+	case b.open != nil:
+		next, b.open = b.open, nil
+	}
+	if next == nil {
+		b.running--
+		b.inflight--
+		return nil
+	}
+	next.state = batchRunning
+	return next
+}
+
+// expire answers, at a batch's earliest bound, the calls whose bound has
+// passed: all of a running batch (its round trip ends then too), those of
+// a waiting one, which is left with the others, or dropped when none is
+// left.
+func (b *batcher) expire(bt *batch) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	if bt.state == batchFree || bt.earliest.IsZero() || now.Before(bt.earliest) {
+		return // reused, or moved later since the timer fired
+	}
+	if bt.state == batchRunning {
+		for _, w := range bt.calls {
+			w.fail(wrapErr(context.DeadlineExceeded))
+		}
+		return
+	}
+	live, n := bt.calls[:0], 0
+	var next time.Time
+	for _, w := range bt.calls {
+		if !w.pending() {
+			continue
+		}
+		if u := w.c.until; !u.IsZero() {
+			if !now.Before(u) {
+				w.fail(wrapErr(context.DeadlineExceeded))
+				continue
+			}
+			if next.IsZero() || u.Before(next) {
+				next = u
+			}
+		}
+		live = append(live, w)
+		n += w.n
+	}
+	clear(bt.calls[len(live):])
+	bt.calls, bt.n, bt.earliest = live, n, next
+	if !next.IsZero() {
+		bt.bound.Reset(next.Sub(now))
+	}
+	if len(live) > 0 {
+		return
+	}
+	if b.open == bt {
+		b.open = nil
+	} else if i := slices.Index(b.queue, bt); i >= 0 {
+		b.queue = slices.Delete(b.queue, i, i+1)
+	}
+	b.recycle(bt)
+}
+
+// newBatch returns a free batch. Called with b.mu.
+func (b *batcher) newBatch() *batch {
+	if n := len(b.free); n > 0 {
+		bt := b.free[n-1]
+		b.free = b.free[:n-1]
+		return bt
+	}
+	bt := &batch{}
+	bt.bound = time.AfterFunc(time.Hour, func() { b.expire(bt) })
+	bt.bound.Stop()
+	return bt
+}
+
+// recycle returns bt to the free list. Called with b.mu.
+func (b *batcher) recycle(bt *batch) {
+	bt.bound.Stop()
+	clear(bt.calls)
+	bt.calls, bt.n, bt.earliest, bt.state = bt.calls[:0], 0, time.Time{}, batchFree
+	b.free = append(b.free, bt)
+}
+
+// stop answers every call still waiting to leave with ErrClosed and waits
+// for the round trips under way.
+func (b *batcher) stop() {
+	b.mu.Lock()
+	if !b.closed {
+		b.closed = true
+		b.linger.Stop()
+		waiting := b.queue
+		if b.open != nil {
+			waiting = append(waiting, b.open)
+		}
+		b.open, b.queue = nil, nil
+		for _, bt := range waiting {
+			for _, w := range bt.calls {
+				w.fail(ErrClosed)
+			}
+			b.recycle(bt)
+		}
+		close(b.done)
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for { // a batch handed to a worker that saw done first
+		select {
+		case bt := <-b.ready:
+			for _, w := range bt.calls {
+				w.fail(ErrClosed)
+			}
+			b.recycle(bt)
+		default:
+			return
+		}
+	}
+}
+
+// failAll is n outcomes of err.
+func failAll(n int, err error) []Outcome {
+	out := make([]Outcome, n)
+	for i := range out {
+		out[i].Err = err
+	}
+	return out
+}
