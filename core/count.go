@@ -113,8 +113,9 @@ type Count struct {
 	// Shadow: Over, and the counter's limiter is in shadow mode: it does
 	// not refuse the call.
 	Shadow bool
-	// Counted: the hits were counted. CountEvery: always; CountStrict:
-	// when the call was granted.
+	// Counted: the hits were counted. CountEvery: always, but for a
+	// counter the over-limit cache answered (Options.OverLimitCache);
+	// CountStrict: when the call was granted.
 	Counted bool
 	// Window: a window limiter counts (Limit, Remaining, Used and Reset are
 	// its); else a schedule or smooth limiter.
@@ -313,20 +314,48 @@ func countOf(d Decision, over, counted bool, hits int64) Count {
 // round trip (store.Request.Charge): the requests of one limiter are
 // decided in order, so a counter named twice counts twice and each answer
 // says what it saw. An error fails the call, but the counters that had
-// answered before it have counted: Redis decides each on its own.
+// answered before it have counted: Redis decides each on its own. With the
+// over-limit cache, a counter it holds as over is answered from it and not
+// asked (nor counted); a window counter found over is put in it.
 func (s *Service) countEvery(ctx context.Context, cs []Counter, counts []Count) error {
+	var sent time.Time
+	var cached []bool // counters the cache answered
+	if s.over != nil {
+		sent = s.clock.Now()
+		for i, c := range cs {
+			if c.Name == "" || c.Hits == 0 {
+				continue
+			}
+			if e, ok := s.over.get(c.Name, sent); ok {
+				if cached == nil {
+					cached = make([]bool, len(cs))
+				}
+				cached[i] = true
+				counts[i] = e.count(sent)
+				outcome := "denied"
+				if counts[i].Shadow = s.limiterShadow(ctx, c.Name, e.d); counts[i].Shadow {
+					outcome = "shadow"
+				}
+				s.report(ctx, c.Name, c.Hits, e.d, outcome)
+			}
+		}
+	}
+	asked := func(i int) bool { return cs[i].Name != "" && (cached == nil || !cached[i]) }
 	reqs := make([]store.Request, 0, len(cs))
-	for _, c := range cs {
-		if c.Name != "" {
+	for i, c := range cs {
+		if asked(i) {
 			reqs = append(reqs, store.Request{Name: c.Name, Permits: c.Hits, Charge: true})
 		}
+	}
+	if len(reqs) == 0 {
+		return nil
 	}
 	start := time.Now()
 	outs := s.store.AcquireManyWithin(ctx, reqs, s.decide)
 	s.timed(OpCount, start)
 	j := 0
 	for i, c := range cs {
-		if c.Name == "" {
+		if !asked(i) {
 			continue
 		}
 		o := outs[j]
@@ -341,6 +370,13 @@ func (s *Service) countEvery(ctx context.Context, cs []Counter, counts []Count) 
 			outcome = "denied"
 			if counts[i].Shadow = s.limiterShadow(ctx, c.Name, d); counts[i].Shadow {
 				outcome = "shadow"
+			}
+			if s.over != nil && d.Window && d.Delay > 0 {
+				// over until a permit fits again: Delay after the
+				// decision, at the latest as long after the call was sent
+				s.over.put(c.Name, overEntry{until: sent.Add(time.Duration(d.Delay)), at: sent,
+					limit: d.Limit, used: counts[i].Used, reset: d.Position, redisNow: d.Now,
+					d: Decision{Instance: d.Instance, Version: d.Version}})
 			}
 		}
 		s.report(ctx, c.Name, c.Hits, d, outcome)

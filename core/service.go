@@ -57,6 +57,10 @@ type Options struct {
 	// QuotaMode makes every counter of a metered call a quota counter
 	// (Count): the call is refused only when all of them are over.
 	QuotaMode bool
+	// OverLimitCache is how many window counters Count may remember as
+	// over their limit, to answer them without Redis until they could
+	// grant again (see overlimit.go); 0: none, every call asks Redis.
+	OverLimitCache int
 }
 
 const defaultDecideTimeout = 1500 * time.Millisecond
@@ -74,6 +78,8 @@ type Service struct {
 	quota  bool      // every counter of a metered call a quota counter (Options.QuotaMode)
 	// shadows remembers named limiters' shadow mode by version (shadow.go).
 	shadows *shadowHints
+	// over is the over-limit cache (overlimit.go; nil: none).
+	over *overLimit
 }
 
 // New returns the service over st. It panics if st is nil.
@@ -81,7 +87,8 @@ func New(st *store.Store, o Options) *Service {
 	if st == nil {
 		panic("core: store is nil")
 	}
-	s := &Service{store: st, obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode, shadows: &shadowHints{}}
+	s := &Service{store: st, obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode, shadows: &shadowHints{},
+		over: newOverLimit(o.OverLimitCache)}
 	if s.clock == nil {
 		s.clock = limiter.SystemClock()
 	}

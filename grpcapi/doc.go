@@ -23,7 +23,9 @@
 // current_limit, limit_remaining (0 when over) and duration_until_reset
 // (a window's end, in whole seconds rounded up). Options.Counting picks the
 // reference's counting (every hit counted, refused or not: the default) or
-// limitd's all or nothing. Redis failing is codes.Unavailable (Envoy's
+// limitd's all or nothing; the service's over-limit cache
+// (core.Options.OverLimitCache) answers counters it remembers as over, and
+// Server.SetRules empties it. Redis failing is codes.Unavailable (Envoy's
 // failure_mode_deny decides), bad requests codes.InvalidArgument, a missing
 // or wrong token codes.Unauthenticated. Decisions reach the service's
 // core.Observer (the same metrics as the HTTP API's), and each rule's hits,

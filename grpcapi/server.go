@@ -125,9 +125,12 @@ func New(o Options) *Server {
 }
 
 // SetRules replaces the rules: calls that start after it see the new ones.
+// It empties the service's over-limit cache (core.Options.OverLimitCache):
+// a counter remembered as over under the old rules is asked again.
 func (s *Server) SetRules(r *Rules) {
 	if r != nil {
 		s.rules.Store(r)
+		s.svc.ClearOverLimit()
 	}
 }
 

@@ -28,8 +28,9 @@ type Kind struct {
 	Layout []Field
 	file   string
 	// fast: its row has a fast path (fast = ...), which a script's hot part
-	// needs (see scriptText).
-	fast bool
+	// needs (see scriptText), unless the file keeps it to the function
+	// library (libOnly: it is in a library-only part, see forScript).
+	fast, libOnly bool
 }
 
 // Size is x's size in bytes (binary form).
@@ -118,7 +119,7 @@ var kinds = sync.OnceValue(func() []Kind {
 		}
 		code, _ := strconv.Atoi(m[0][2])
 		k := Kind{Name: m[0][1], Code: code, Params: fieldsBy(paramPair, m[0][3]), file: file,
-			fast: fastField.MatchString(src)}
+			fast: fastField.MatchString(src), libOnly: libOnlyPart.MatchString(src)}
 		k.Layout = slices.Concat(g.head, g.slice, k.Params, g.state, g.run, g.rest)
 		ks = append(ks, k)
 	}
@@ -136,26 +137,44 @@ var kinds = sync.OnceValue(func() []Kind {
 var libSource = sync.OnceValue(func() string {
 	var b strings.Builder
 	b.WriteString(mustRead("lib.lua"))
-	writeKinds(&b, func(Kind) bool { return true })
+	writeKinds(&b, func(Kind) bool { return true }, false)
 	b.WriteString("\n")
 	b.WriteString(derived())
-	b.WriteString(derivedFast())
+	b.WriteString(derivedFast(func(Kind) bool { return true }))
 	return b.String()
 })
 
-// fastField is a kind row's fast path (see Kinds in lib.lua).
-var fastField = regexp.MustCompile(`\n\s*fast = `)
+// fastField is a kind row's fast path (see Kinds in lib.lua), in the row
+// or set on it later in the file; libOnly is a kind file's part that only
+// the function library gets (see scriptText), from its first line to its
+// last.
+var (
+	fastField   = regexp.MustCompile(`\n\s*(?:KINDS\.\w+\.)?fast = `)
+	libOnlyPart = regexp.MustCompile(`(?s)\n-- \[library only\].*\n-- \[end library only\]\n`)
+)
+
+// forScript is a kind file's source as a script has it: without its
+// library-only part.
+func forScript(src string) string { return libOnlyPart.ReplaceAllString(src, "\n") }
+
+// inScriptHot reports whether k's file belongs to a script's hot part: it
+// has a fast path that scripts take.
+func (k Kind) inScriptHot() bool { return k.fast && !k.libOnly }
 
 // writeKinds writes the kind files for which keep is true, each a block of
 // its own: its locals are its own, and closed when it ends (a closure made
 // later walks past every open one).
-func writeKinds(b *strings.Builder, keep func(Kind) bool) {
+func writeKinds(b *strings.Builder, keep func(Kind) bool, script bool) {
 	for _, k := range kinds() {
 		if !keep(k) {
 			continue
 		}
+		src := mustRead(k.file)
+		if script {
+			src = forScript(src)
+		}
 		b.WriteString("\ndo\n")
-		b.WriteString(mustRead(k.file))
+		b.WriteString(src)
 		b.WriteString("\nend\n")
 	}
 }
@@ -177,7 +196,12 @@ var fastEntries = map[string]string{Acquire: "acquire_fast"}
 // the other kinds' files (each costs a script call its closures, a fast
 // path needs none of them), the layouts and the operation's file, which
 // the script calls only when its fast entry (if it has one) does not
-// answer.
+// answer. A kind file's part marked "-- [library only]" (to "-- [end
+// library only]") is left out of a script, with the fast path it holds: in
+// a script its closures would cost every call, the other kinds' too, more
+// than the path saves (each captures lib.lua's locals, and making a closure
+// walks Lua's list of the open ones), so a script decides that kind's
+// limiters on the general path.
 func scriptText(op string) string {
 	lib := mustRead("lib.lua")
 	i := strings.Index(lib, restMark)
@@ -186,12 +210,12 @@ func scriptText(op string) string {
 	}
 	var b strings.Builder
 	b.WriteString(lib[:i+1])
-	writeKinds(&b, func(k Kind) bool { return k.fast })
+	writeKinds(&b, Kind.inScriptHot, true)
 	b.WriteString("\n")
-	b.WriteString(derivedFast())
+	b.WriteString(derivedFast(Kind.inScriptHot))
 	b.WriteString("\nlocal function rest_of_library(KEYS, ARGV)\n")
 	b.WriteString(lib[i+1:])
-	writeKinds(&b, func(k Kind) bool { return !k.fast })
+	writeKinds(&b, func(k Kind) bool { return !k.inScriptHot() }, true)
 	b.WriteString("\n")
 	b.WriteString(derived())
 	b.WriteString("\n")
@@ -277,15 +301,16 @@ func derived() string {
 }
 
 // derivedFast is FAST (see lib.lua): a kind's fast path by its x's size,
-// where no other kind's x has that size (nil for a kind without one).
-func derivedFast() string {
+// where no other kind's x has that size (nil for a kind without one), for
+// the kinds for which keep is true.
+func derivedFast(keep func(Kind) bool) string {
 	var b strings.Builder
 	sizes := map[int]int{}
 	for _, k := range kinds() {
 		sizes[k.Size()]++
 	}
 	for _, k := range kinds() {
-		if sizes[k.Size()] == 1 && k.fast {
+		if sizes[k.Size()] == 1 && k.fast && keep(k) {
 			fmt.Fprintf(&b, "FAST[%d] = KINDS[%s].fast\n", k.Size(), strconv.Quote(k.Name))
 		}
 	}

@@ -34,8 +34,9 @@
 -- derived from them (see Layouts). What one acquire changes (RUN: next pace
 -- rem, the low parts and last) is one run of bytes, with only what it reads
 -- before it, so that a kind's fast path (schedule's acquire_one) reads a
--- prefix and rewrites only that run. An x of an earlier format (format 4:
--- expires at the end, 144 or 168 bytes; OLD_FORMATS: 137 or 161 bytes
+-- prefix and rewrites only that run (window's window_one reads on to its
+-- count, stored, and rewrites from next to there). An x of an earlier
+-- format (format 4: expires at the end, 144 or 168 bytes; OLD_FORMATS: 137 or 161 bytes
 -- without expires, 136 or 160 also without the format byte, 129 or 153 also
 -- without last) is read with expires and last 0 where it had none, and
 -- written in the current one; an x of a format this file does not know is an
@@ -171,14 +172,18 @@ local R_DENIED, R_GRANTED, R_PERMITS_RANGE = 0, 1, 2 -- and a charge's, R_CHARGE
 --     calendar window bounds first (A_BOUNDS, NEED_BOUNDS: see window.lua);
 --     set_bounds(L, now, e, f) takes them (bounds.lua)
 -- and in the row itself:
---   fast (optional) is the path for one acquire on a named limiter of the
---     kind (fast_named) or an instance (see create_instance): (key, x, n,
---     max_wait, us, fl, fj, [tver, idle_ttl]), fl and fj the call's floors
---     and this limiter's place in them (floor_read), the answer or nil for the
---     general path; create (optional) the same for an instance that does not
---     exist: (key, params, n, us, fl, fj, tver, idle_ttl), params the
---     template's as acquire_many has them (text); lean_* are the layout it reads and the code
---     it checks (checked in check_layouts)
+--   fast (optional) is the path for one acquire (window's: or charge) on a
+--     named limiter of the kind (fast_named) or an instance (see
+--     create_instance): (key, x, n, max_wait, us, fl, fj, [tver,
+--     idle_ttl]), fl and fj the call's floors and this limiter's place in
+--     them (floor_read), the answer or nil for the general path; create
+--     (optional) the same for an instance that does not exist: (key,
+--     params, n, us, fl, fj, tver, idle_ttl), params the template's as
+--     acquire_many has them (text); lean_* are the layout it reads and the
+--     code it checks (checked in check_layouts); fast_many (optional) is
+--     the path for many requests on one limiter (FAST_MANY). A kind file
+--     may set these after its row, in a part only the function library
+--     gets (window.lua's: see scriptText in lua/layout.go)
 -- lib.lua and the operations dispatch through the engine (engine_of(L.kind))
 -- and never name a kind. The kind files follow lib.lua in every script and in
 -- the library (lua.Source, lua.Library), and then what is derived from the
@@ -233,7 +238,7 @@ local TEXT, SEP = 0, ''
 
 -- SMALL holds the arguments most acquires take (one permit, no wait or
 -- forever), so that reading them costs a table lookup, not tonumber's strtod.
-local SMALL = {['0'] = 0, ['1'] = 1, ['-1'] = -1}
+local SMALL = {['0'] = 0, ['1'] = 1, ['-1'] = -1, ['-2'] = -2} -- (-2: a charge of one)
 
 -- num is tonumber for the numbers limitd writes. Go's strconv 'g' and '%.17g'
 -- write some numbers in exponent form without a point ("1e+06", "1e+21");
@@ -336,6 +341,16 @@ local function ttl_ms(debt, idle_ttl_ms, settle)
   return ms - r + 1
 end
 
+-- instance_ttl is the TTL the fast paths give an instance whose key must
+-- live ttl ms from now and whose recorded deadline does not cover that (see
+-- Instance TTLs): ttl and an eighth more, as PEXPIRE's argument and in ms.
+-- The deadline to record is now (Unix ms) + more - 1: a ms early, as Redis
+-- counts the TTL from its time at the call's start.
+local function instance_ttl(ttl)
+  local more = ttl + (ttl - ttl % 8) / 8
+  return string.format('%d', more), more -- ('%d': a number argument is not written as an integer in every Lua)
+end
+
 -- head_of reads the head of a template's requests (acquire_many): m, the
 -- template's version, its idle_ttl_ms, its params (text) and its kind.
 local function head_of(head)
@@ -412,6 +427,13 @@ end
 -- [rest] What follows is needed only off the fast paths: a script (not a
 -- library) runs it only when acquire_fast does not answer (see lua.Source).
 
+-- FAST_MANY[size] is the path for m (> 1) requests on one limiter (a
+-- named one or an instance that exists) of the kind whose x has that size,
+-- where the kind has one (window's window_many, the function library's
+-- only): (key, x, m, argv, q, us, fl, fj, [tver, idle_ttl]), the requests'
+-- pairs from argv[q] on; the answer, or nil for acquire_group.
+local FAST_MANY = {}
+
 -- engine_of returns a kind's engine, made on first use (see above).
 local function engine_of(kind)
   local K = KINDS[kind]
@@ -462,6 +484,14 @@ local function check_layouts()
     end
     return table.concat(names, ' '), '<' .. table.concat(fmts), size
   end
+  -- tail_of is walk's names and format of REST's first fields, as many as
+  -- a fast path says it reads after RUN (lean_tail)
+  local function tail_of(rest, names)
+    local g = {}
+    for _ in string.gmatch(names, '%S+') do g[#g + 1] = rest[#g + 1] end
+    local tnames, tfmt = walk({g})
+    return tnames .. '|' .. tfmt
+  end
   local n = 0
   for name, K in pairs(KINDS) do
     n = n + 1
@@ -478,10 +508,12 @@ local function check_layouts()
       local _, rfmt, rsize = walk({RUN})
       if lnames ~= K.lean_names or lfmt ~= K.lean_fmt or rfmt ~= K.lean_run or size ~= K.lean_size or
           K.lean_code ~= K.code or (FAST[size] and FAST[size] ~= K.fast) or
+          (FAST_MANY[size] and FAST_MANY[size] ~= K.fast_many) or
           (K.create and (K.lean_full[1] .. sub(K.lean_full[2], 2) ~= fmt or K.lean_params ~= X.params)) or
           tostring(lsize - rsize) ~= K.lean_run_at or
           (K.lean_expires_at and (REST[1][1] ~= 'expires' or K.lean_expires_at ~= tostring(lsize) or
-            K.lean_fmt_i ~= lfmt .. REST[1][2])) then
+            K.lean_fmt_i ~= lfmt .. REST[1][2])) or
+          (K.lean_tail and (K.lean_tail .. '|<' .. K.lean_tail_fmt) ~= tail_of(REST, K.lean_tail)) then
         error('lib.lua: the fast path of ' .. name .. ' reads a layout that is not its field groups\'')
       end
     end
@@ -1017,8 +1049,9 @@ end
 -- order, or '0' for none), then per limiter, in KEYS order, a head and m
 -- pairs n, max_wait (ns; negative: forever); a pair whose n is negative is
 -- a charge of -1 - n permits (charge: taken whatever is left; -1 is a
--- check), which no fast path takes (n < 1). The head is m, or when a
--- template matches, one string: m, the template's version, its idle_ttl_ms
+-- check), which only window's fast path takes (schedule's: n < 1). The
+-- head is m, or when a template matches, one string: m, the template's
+-- version, its idle_ttl_ms
 -- and its params (see Layouts; version last, again), one space apart.
 -- One acquire on one limiter without a template may come as the pair alone,
 -- or as the pair and its floor (3 arguments).
@@ -1061,7 +1094,11 @@ local function acquire_many(keys, argv)
     if m then -- no template
       local x = xs[k]
       if x == nil then x = rcall('GET', keys[k]) end
-      if m == 1 then answer = fast_named(keys[k], x, argv[a + 1], argv[a + 2], us, fl, j) end
+      if m == 1 then
+        answer = fast_named(keys[k], x, argv[a + 1], argv[a + 2], us, fl, j)
+      elseif x and TEXT == 0 and FAST_MANY[#x] then
+        answer = FAST_MANY[#x](keys[k], x, m, argv, a + 1, us, fl, j)
+      end
       out[j] = answer or acquire_group(keys[k], nil, nil, 0, m, argv, a + 1, us, x, nil, fl, j)
       k = k + 1
     else
@@ -1077,6 +1114,8 @@ local function acquire_many(keys, argv)
         else
           answer = create_instance(ikey, params, kind, argv[a + 1], us, fl, j, version, idle_ttl)
         end
+      elseif ix and not xs[k] and TEXT == 0 and FAST_MANY[#ix] then
+        answer = FAST_MANY[#ix](ikey, ix, m, argv, a + 1, us, fl, j, version, idle_ttl)
       end
       out[j] = answer or acquire_group(keys[k], ikey, {text = params, version = version}, idle_ttl, m, argv, a + 1, us,
         xs[k], xs[k + 1], fl, j)

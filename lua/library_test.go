@@ -39,3 +39,32 @@ func TestLibrary(t *testing.T) {
 		t.Errorf("Library is not deterministic")
 	}
 }
+
+// TestLibraryOnlyPart: a kind file's library-only part (window.lua's fast
+// paths) is in the function library and in no script, and a script's hot
+// part holds only the kinds whose fast path scripts take.
+func TestLibraryOnlyPart(t *testing.T) {
+	var window Kind
+	for _, k := range Kinds() {
+		if k.Name == "window" {
+			window = k
+		}
+	}
+	if !window.fast || !window.libOnly || window.inScriptHot() {
+		t.Fatalf("window: fast %v, library-only %v, in a script's hot part %v; want true, true, false",
+			window.fast, window.libOnly, window.inScriptHot())
+	}
+	const part = "local function window_one("
+	if !strings.Contains(Library().Source, part) {
+		t.Errorf("the library lacks window.lua's fast path")
+	}
+	for _, op := range Ops {
+		if src := Source(op); strings.Contains(src, part) || strings.Contains(src, "-- [library only]") {
+			t.Errorf("%s: the script holds window.lua's library-only part", op)
+		}
+	}
+	hot, _, _ := strings.Cut(Source(Acquire), "local function rest_of_library(")
+	if !strings.Contains(hot, "KINDS.schedule = {") || strings.Contains(hot, "KINDS.window = {") {
+		t.Errorf("acquire's hot part: want schedule's file and not window's")
+	}
+}

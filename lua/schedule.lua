@@ -36,16 +36,6 @@ local X_FULL_HEAD, X_FULL_TAIL = '<BBi7i7I4I4i7di7B', '<i7i7i7I4i7i7i7i7i7i7i7i7
 local X_PARAMS = 'kind whole frac den max_permits burst max_backlog version'
 local P_WORDS = '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$'
 
--- instance_ttl is the TTL the fast paths give an instance whose key must
--- live ttl ms from now and whose recorded deadline does not cover that (see
--- Instance TTLs in lib.lua): ttl and an eighth more, as PEXPIRE's argument
--- and in ms. The deadline to record is now (Unix ms) + more - 1: a ms early,
--- as Redis counts the TTL from its time at the call's start.
-local function instance_ttl(ttl)
-  local more = ttl + (ttl - ttl % 8) / 8
-  return string.format('%d', more), more -- ('%d': a number argument is not written as an integer in every Lua)
-end
-
 -- slice_cost is cost (lib.lua) in numbers: n permits' whole ns and the new
 -- sub-ns carry.
 local function slice_cost(n, whole, frac, den, rem)

@@ -458,3 +458,119 @@ func TestWindowCalendarRealRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestDiffRealRedisWindowInstance runs acquires and charges on an instance
+// of a window template against a real redis-server, where one request on
+// an instance of a fixed window takes window.lua's fast path (window_one),
+// or when the instance does not exist creates it there (window_create), as
+// functions; sliding windows, new template versions and scripts (which
+// have no window fast path) take the general path. The state Redis keeps
+// is checked to the byte against the model.
+func TestDiffRealRedisWindowInstance(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Server(t)
+	ops := 900
+	if testing.Short() {
+		ops = 300
+	}
+	for i, mode := range []string{"functions", "scripts"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			var opts []store.Option
+			if mode == "scripts" {
+				opts = []store.Option{store.WithScriptsOnly()}
+			}
+			pfx := "diffwin-" + mode
+			rdb := srv.Client()
+			// The model does not expire instances: an idle TTL of an hour
+			// keeps them while the test runs (TestWindowInstanceTTL checks
+			// the TTLs without one).
+			g := &diffRig{t: t, ctx: context.Background(), rdb: rdb, st: store.New(rdb, append([]store.Option{store.WithPrefix(pfx)}, opts...)...),
+				name: "t:diff", key: pfx + ":{t:diff}:i", label: "real redis window instance (" + mode + ")", ops: map[string]int{}, tpl: true,
+				tplIdle: limiter.D(time.Hour)}
+			r := rand.New(rand.NewPCG(uint64(7300+i), 0x77696e69))
+			config := func() limiter.Config {
+				l := []int64{0, 1, 3, 10, 1000}[r.IntN(5)]
+				return limiter.Config{Kind: limiter.KindWindow, Limit: &l,
+					Period: []string{"1ms", "3ms", "10ms", "1s"}[r.IntN(4)], Sliding: r.IntN(5) == 0}
+			}
+			g.put(config())
+			fresh := 0
+			for range ops {
+				g.advance(r.Int64N(2000))
+				switch x := r.IntN(100); {
+				case x < 2:
+					g.put(config())
+				case x < 10: // an instance of a name never used: created by this request
+					fresh++
+					name := fmt.Sprintf("t:fresh%d", fresh)
+					f := *g
+					f.name, f.key, f.instExists, f.s, f.ver, f.p, f.grants = name, pfx+":{"+name+"}:i", false, limiter.State{}, g.tver, g.tp, nil
+					f.hist = nil
+					if r.IntN(2) == 0 {
+						f.charge(f.chargeN(r), f.chargeWait(r))
+					} else {
+						f.acquire(f.windowN(r), f.randWait(r), false)
+					}
+					if f.instExists {
+						f.checkRaw()
+					}
+					continue
+				case x < 45:
+					g.charge(g.chargeN(r), g.chargeWait(r))
+				case x < 55:
+					g.mixedMany(r, g.windowN)
+				default:
+					g.acquire(g.windowN(r), g.randWait(r), false)
+				}
+				if g.instExists {
+					g.checkRaw()
+				}
+			}
+			g.peek()
+			t.Logf("%s: %s", mode, g.summary())
+		})
+	}
+}
+
+// TestWindowInstanceTTL: the TTL the fast paths give an instance of a fixed
+// window without an idle_ttl, created (window_create) and used
+// (window_one), on a real redis-server: until its window's end, and an
+// eighth more, set again only when a use needs more (lua/lib.lua, Instance
+// TTLs). Read right after the request: a machine stalled for 10 s between
+// the two would fail it.
+func TestWindowInstanceTTL(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Server(t).Client()
+	ctx := context.Background()
+	s := store.New(rdb, store.WithPrefix("wttl"))
+	l := int64(1000)
+	if _, err := s.PutTemplate(ctx, store.Template{ID: "w", Pattern: "w:*", Limiter: limiter.Config{Kind: limiter.KindWindow, Limit: &l, Period: "1h"}}); err != nil {
+		t.Fatal(err)
+	}
+	var first time.Duration
+	for i, what := range []string{"created", "used", "charged"} {
+		var d store.Decision
+		var err error
+		if what == "charged" {
+			d, err = s.Charge(ctx, "w:a", 5)
+		} else {
+			d, err = s.Acquire(ctx, "w:a", 1, 0)
+		}
+		if err != nil || !d.Granted || !d.Instance || !d.Window {
+			t.Fatalf("%s: %+v, %v", what, d, err)
+		}
+		toEnd := time.Duration(d.Position - d.Now)
+		ttl := rdb.PTTL(ctx, "wttl:{w:a}:i").Val()
+		if i == 0 {
+			first = ttl
+			if most := toEnd + toEnd/8 + 2*time.Millisecond; ttl > most || ttl < toEnd-10*time.Second {
+				t.Fatalf("%s: PTTL %v, want the window's end (in %v) and up to an eighth more", what, ttl, toEnd)
+			}
+			continue
+		}
+		if ttl > first || ttl < toEnd { // not set again: it still covers the window
+			t.Errorf("%s: PTTL %v, want at most the first one (%v) and at least the window's end (in %v)", what, ttl, first, toEnd)
+		}
+	}
+}

@@ -43,6 +43,8 @@ type config struct {
 	GRPCCounting     string  `env:"LIMITD_GRPC_COUNTING" envDefault:"reference" help:"how the gRPC front end's rules count hits: reference (as the Envoy reference server: every hit counted, refused or not, each rule on its own) or strict (all or nothing across a call; refused hits never counted)"`
 	GRPCQuota        bool    `env:"LIMITD_GRPC_QUOTA_MODE" envDefault:"false" help:"true: every gRPC rule is a quota (quota_mode): a call is refused only when all its descriptors are over (needs LIMITD_GRPC_COUNTING=reference)"`
 	GRPCNearRatio    float64 `env:"LIMITD_GRPC_NEAR_LIMIT_RATIO" envDefault:"0.8" help:"where a window rule's near_limit counter starts, a fraction of its limit, above 0 and at most 1 (the reference's NEAR_LIMIT_RATIO)"`
+	// GRPCOverLimitCache is core.Options.OverLimitCache.
+	GRPCOverLimitCache int `env:"LIMITD_GRPC_OVER_LIMIT_CACHE" envDefault:"0" help:"window counters the gRPC front end remembers as over their limit, 0 to 1000000 (about 200 bytes each and the name), to answer them OVER_LIMIT without Redis until their window ends, those hits not counted (the reference's LOCAL_CACHE_SIZE_IN_BYTES); a reset or a raised limit is seen by a remembered counter only when its window ends; 0: off (needs LIMITD_GRPC_COUNTING=reference)"`
 
 	GRPCLimits
 }
@@ -67,6 +69,15 @@ type GRPCLimits struct {
 // maxEventStreams bounds LIMITD_EVENTS_MAX_STREAMS: each stream holds a
 // connection, a file descriptor and a goroutine.
 const maxEventStreams = 100_000
+
+// maxOverLimitCache bounds LIMITD_GRPC_OVER_LIMIT_CACHE: each entry holds
+// its counter's name and about 200 bytes.
+const maxOverLimitCache = 1_000_000
+
+// overLimitEntryBytes is what one entry of the over-limit cache costs, its
+// name included, as limitd ratelimit reckons the reference's
+// LOCAL_CACHE_SIZE_IN_BYTES in entries.
+const overLimitEntryBytes = 256
 
 var (
 	logFormats = []string{"text", "json"}
@@ -161,6 +172,12 @@ func (c *config) check() error {
 	}
 	if !(c.GRPCNearRatio > 0 && c.GRPCNearRatio <= 1) {
 		return fmt.Errorf("LIMITD_GRPC_NEAR_LIMIT_RATIO: must be above 0 and at most 1 (got %v)", c.GRPCNearRatio)
+	}
+	if c.GRPCOverLimitCache < 0 || c.GRPCOverLimitCache > maxOverLimitCache {
+		return fmt.Errorf("LIMITD_GRPC_OVER_LIMIT_CACHE: must be from 0 (off) to %d counters (got %d)", maxOverLimitCache, c.GRPCOverLimitCache)
+	}
+	if c.GRPCOverLimitCache > 0 && counting == core.CountStrict {
+		return fmt.Errorf("LIMITD_GRPC_OVER_LIMIT_CACHE: needs LIMITD_GRPC_COUNTING=reference: a strict call asks every counter")
 	}
 	a, err := api.ParseAccessLog(c.AccessLog)
 	if err != nil {

@@ -71,7 +71,7 @@ func TestConfigVariables(t *testing.T) {
 	}
 	// The README's table, and the bounds of the gRPC port.
 	want := "LIMITD_ADDR LIMITD_GRPC_ADDR LIMITD_REDIS_URL LIMITD_PREFIX LIMITD_CONFIG LIMITD_ADMIN_TOKEN LIMITD_TOKEN LIMITD_METRICS_TOKEN LIMITD_INSECURE LIMITD_LOG_FORMAT LIMITD_LOG_LEVEL LIMITD_ACCESS_LOG LIMITD_SHADOW_MODE LIMITD_EVENTS_MAX_STREAMS" +
-		" LIMITD_GRPC_COUNTING LIMITD_GRPC_QUOTA_MODE LIMITD_GRPC_NEAR_LIMIT_RATIO" +
+		" LIMITD_GRPC_COUNTING LIMITD_GRPC_QUOTA_MODE LIMITD_GRPC_NEAR_LIMIT_RATIO LIMITD_GRPC_OVER_LIMIT_CACHE" +
 		" LIMITD_GRPC_MAX_CONCURRENT_STREAMS LIMITD_GRPC_MAX_CONNECTIONS LIMITD_GRPC_MAX_RECV_MSG_SIZE LIMITD_GRPC_MAX_SEND_MSG_SIZE LIMITD_GRPC_MAX_HEADER_LIST_SIZE" +
 		" LIMITD_GRPC_KEEPALIVE_MIN_TIME LIMITD_GRPC_KEEPALIVE_TIME LIMITD_GRPC_KEEPALIVE_TIMEOUT LIMITD_GRPC_MAX_CONNECTION_IDLE LIMITD_GRPC_MAX_CONNECTION_AGE LIMITD_GRPC_MAX_CONNECTION_AGE_GRACE"
 	if strings.Join(got, " ") != want {
@@ -155,6 +155,28 @@ func TestEnvHelpListsEveryVariable(t *testing.T) {
 	}
 	if !strings.Contains(h, "(default 127.0.0.1:8080)") {
 		t.Errorf("help lacks the LIMITD_ADDR default:\n%s", h)
+	}
+}
+
+// The over-limit cache is a number of counters within its bound, and needs
+// the reference counting.
+func TestGRPCOverLimitCacheConfig(t *testing.T) {
+	c, err := loadConfig(map[string]string{"LIMITD_GRPC_OVER_LIMIT_CACHE": "5000"})
+	if err != nil || c.GRPCOverLimitCache != 5000 {
+		t.Fatalf("5000: %+v, %v", c.GRPCOverLimitCache, err)
+	}
+	for v, want := range map[string]string{
+		"-1":      "LIMITD_GRPC_OVER_LIMIT_CACHE: must be from 0 (off) to 1000000 counters (got -1)",
+		"1000001": "LIMITD_GRPC_OVER_LIMIT_CACHE: must be from 0 (off) to 1000000 counters (got 1000001)",
+		"many":    "LIMITD_GRPC_OVER_LIMIT_CACHE: must be a whole number",
+	} {
+		if _, err := loadConfig(map[string]string{"LIMITD_GRPC_OVER_LIMIT_CACHE": v}); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s: %v, want %s", v, err, want)
+		}
+	}
+	_, err = loadConfig(map[string]string{"LIMITD_GRPC_OVER_LIMIT_CACHE": "10", "LIMITD_GRPC_COUNTING": "strict"})
+	if err == nil || !strings.HasPrefix(err.Error(), "LIMITD_GRPC_OVER_LIMIT_CACHE: needs LIMITD_GRPC_COUNTING=reference") {
+		t.Errorf("with strict counting: %v", err)
 	}
 }
 

@@ -218,6 +218,15 @@ func ratelimitEnv(environ map[string]string) (map[string]string, *refMode, error
 	if v, ok := environ["STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"]; ok && asks(v) {
 		add(set("LIMITD_GRPC_COUNTING", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "strict"))
 	}
+	if v, ok := environ["LOCAL_CACHE_SIZE_IN_BYTES"]; ok && v != "" && v != "0" {
+		// The reference sizes its cache in bytes; limitd's holds counters,
+		// about 256 bytes each with its name.
+		b, err := strconv.ParseUint(v, 10, 63)
+		if err != nil {
+			return nil, nil, fmt.Errorf("LOCAL_CACHE_SIZE_IN_BYTES: must be a whole number of bytes (got %q)", v)
+		}
+		add(set("LIMITD_GRPC_OVER_LIMIT_CACHE", "LOCAL_CACHE_SIZE_IN_BYTES", strconv.FormatUint(max(1, min(b/overLimitEntryBytes, maxOverLimitCache)), 10)))
+	}
 	if p := strings.TrimRight(environ["CACHE_KEY_PREFIX"], ":_."); p != "" {
 		add(set("LIMITD_PREFIX", "CACHE_KEY_PREFIX", p))
 	}

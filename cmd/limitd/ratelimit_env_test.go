@@ -29,6 +29,8 @@ func TestRatelimitEnv(t *testing.T) {
 			map[string]string{"LIMITD_REDIS_URL": "redis://:spw@s1:26379?addr=s2%3A26379&master_name=mymaster&password=mpw"}},
 		{"cluster", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "n1:7000,n2:7001,n3:7002"},
 			map[string]string{"LIMITD_REDIS_URL": "redis://n1:7000?addr=n2%3A7001&addr=n3%3A7002"}},
+		{"over-limit cache", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"},
+			map[string]string{"LIMITD_GRPC_OVER_LIMIT_CACHE": "4096"}},
 		{"cluster of one seed", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "n1:7000"},
 			map[string]string{"LIMITD_REDIS_URL": "redis://n1:7000?addr=n1%3A7000"}},
 		{"the rest", map[string]string{"GRPC_HOST": "127.0.0.1", "GRPC_PORT": "9000", "LOG_LEVEL": "TRACE", "LOG_FORMAT": "json",
@@ -81,7 +83,7 @@ func TestRatelimitEnv(t *testing.T) {
 		}
 	}
 	// Ignored variables set are named; those set off are not.
-	notices, err := checkRefVars(map[string]string{"USE_STATSD": "false", "TRACING_ENABLED": "true", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt", "LOCAL_CACHE_SIZE_IN_BYTES": "1048576"})
+	notices, err := checkRefVars(map[string]string{"USE_STATSD": "false", "TRACING_ENABLED": "true", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt", "EXPIRATION_JITTER_MAX_SECONDS": "300"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func TestRatelimitEnv(t *testing.T) {
 	for _, n := range notices {
 		names = append(names, strings.SplitN(n, ":", 2)[0])
 	}
-	if got := strings.Join(names, " "); got != "LOCAL_CACHE_SIZE_IN_BYTES TRACING_ENABLED GRPC_SERVER_TLS_CA_CERT" {
+	if got := strings.Join(names, " "); got != "EXPIRATION_JITTER_MAX_SECONDS TRACING_ENABLED GRPC_SERVER_TLS_CA_CERT" {
 		t.Errorf("named %s", got)
 	}
 }

@@ -84,7 +84,7 @@ var refVars = []refVar{
 	{name: "RUNTIME_IGNOREDOTFILES", status: honoured, what: "true: files whose name starts with a dot are not read"},
 	{name: "RUNTIME_WATCH_ROOT", status: honoured, what: "either way the same directory is read, every 3 s and on SIGHUP, and a change of any file (or of the root's symlink) reloads all of them"},
 	{name: "EXPIRATION_JITTER_MAX_SECONDS", status: ignored, what: "limitd's counters expire when their window ends, in Redis's clock"},
-	{name: "LOCAL_CACHE_SIZE_IN_BYTES", status: ignored, what: "no local over-limit cache yet: every call asks Redis"},
+	{name: "LOCAL_CACHE_SIZE_IN_BYTES", status: honoured, what: "`LIMITD_GRPC_OVER_LIMIT_CACHE`, a counter for every 256 bytes (at most 1,000,000): counters over their window's limit answered without Redis until the window ends on Redis' clock"},
 	{name: "NEAR_LIMIT_RATIO", status: honoured, what: "`LIMITD_GRPC_NEAR_LIMIT_RATIO`"},
 	{name: "CACHE_KEY_PREFIX", status: honoured, what: "`LIMITD_PREFIX`, without a trailing `:` or `_` (limitd's keys are its own: counts do not carry over from the reference's keys)"},
 	{name: "BACKEND_TYPE", status: refused, what: "limitd counts in Redis only: `redis` is accepted", allowed: []string{"redis"}},

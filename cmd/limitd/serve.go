@@ -205,7 +205,8 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 	reg := prometheus.NewRegistry()
 	// One observer counts every front end's decisions, in the registry
 	// /metrics serves.
-	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode, QuotaMode: cfg.GRPCQuota, Observer: coremetrics.New(reg)})
+	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode, QuotaMode: cfg.GRPCQuota, OverLimitCache: cfg.GRPCOverLimitCache,
+		Observer: coremetrics.New(reg)})
 	var rls *grpcapi.Server
 	if gln != nil {
 		o := grpcapi.Options{

@@ -353,10 +353,10 @@ func runRow(ctx context.Context, rdb *redis.Client, sides []*side, r row, nRound
 func runRound(ctx context.Context, rdb *redis.Client, s *side, reqs []*rlsv3.RateLimitRequest, values []string,
 	callers int, d time.Duration, cursor *atomic.Int64) roundResult {
 	// A round and its reads stay within one window of the rule: at a
-	// window's end the reference starts new keys and limitd's instances
-	// expire, totals and all (a fixed window's state is then no different
-	// from a fresh one), so only one window's counts add up. A round that
-	// could reach the end waits for the next window.
+	// window's end the reference starts new keys and limitd's counters
+	// start their new window's count (or expire), so only one window's
+	// counts add up. A round that could reach the end waits for the next
+	// window.
 	w := windowOf(time.Now())
 	if end := time.Unix(w+unitSecs, 0); time.Until(end) < d+windowMargin {
 		time.Sleep(time.Until(end) + 100*time.Millisecond)
@@ -502,8 +502,11 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 	s := newSide("limitd", grpcAddr, p)
 	waitCall(ctx, s, p)
 
-	// limitd counts each value in an instance of the rule's template; its
-	// state's permits total is the value's count.
+	// limitd counts each value in an instance of the rule's template: the
+	// count of its window is the limit less what is left (Wait), which no
+	// round comes near; an instance not yet started has counted nothing. (Not its permits total, which lives as long as the
+	// instance: an instance outlives its window by up to an eighth of its
+	// TTL, and a later window's count starts afresh in it.)
 	st := store.New(rdb, store.WithPrefix(limitdPrefix))
 	atExit(func() { _ = st.Close() })
 	var pattern string
@@ -528,10 +531,11 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 			if errs[i] != nil {
 				return 0, nil, errs[i]
 			}
-			if !w.Started || !w.Instance {
+			if !w.Started || !w.Instance || !w.Window {
 				missing = append(missing, fmt.Sprintf("%s: %+v", values[i], w))
+				continue // (counted nothing)
 			}
-			sum += w.Permits
+			sum += w.Limit - w.Wait
 		}
 		return sum, missing, nil
 	}
