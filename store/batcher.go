@@ -44,6 +44,8 @@ func WithBatching(maxBatch int) Option {
 // At most limit round trips are under way, the client's pool size, since
 // each holds a connection until its answer; past it, the open batch keeps
 // gathering, full ones queue, and a round trip that ends takes the oldest.
+// A connection the pool does not have yet costs its handshake (with
+// go-redis, two round trips) the first time; it stays in the pool after.
 //
 // Every call carries its bound (AcquireWithin's within as an instant, or its
 // context's deadline if earlier). A batch's round trip ends by the earliest

@@ -236,7 +236,8 @@ func TestBatcherBoundWhileSent(t *testing.T) {
 	s, g := gatedStore(t, 10)
 	direct := acquireAsync(s, "a", 0)
 	g.next(t, "a lone caller")
-	const within = 30 * time.Millisecond
+	// Long enough that a busy machine sends the call before its bound.
+	const within = 500 * time.Millisecond
 	start := time.Now()
 	bounded := acquireAsync(s, "a", within)
 	h := g.next(t, "a bounded caller")
