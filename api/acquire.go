@@ -141,18 +141,9 @@ type acquireBody struct {
 	hasPermits, hasMaxWait, hasBlock bool
 }
 
-// given names the first setting the body gives, in the order
-// core.AcquireRequest.Given lists them.
-func (a acquireBody) given() string {
-	switch {
-	case a.hasPermits:
-		return "permits"
-	case a.hasMaxWait:
-		return "max_wait"
-	case a.hasBlock:
-		return "block"
-	}
-	return ""
+// given says which settings the body gives.
+func (a acquireBody) given() core.Given {
+	return core.Given{Permits: a.hasPermits, MaxWait: a.hasMaxWait, Block: a.hasBlock}
 }
 
 // decodeAcquire reads a non-empty acquire body. The bodies clients send —

@@ -93,7 +93,7 @@ func (s *server) problemOf(err error, c echo.Context) *problem {
 		p = s.timeoutProblem()
 	case errors.Is(ctxErr, context.Canceled):
 		p = newProblem(statusClientClosed, wire.ProblemClientClosed, "the client closed the request")
-	case errors.Is(err, core.ErrUnavailable), errors.Is(err, core.ErrClosed):
+	case errors.Is(err, core.ErrUnavailable):
 		p = newProblem(http.StatusServiceUnavailable, wire.ProblemUnavailable, unavailableDetail(err))
 	default:
 		p = newProblem(http.StatusInternalServerError, wire.ProblemInternal, "limitd failed to answer this request; the failure is logged with its request id")
@@ -132,22 +132,22 @@ func fieldDetail(fe *limiter.FieldError) string {
 // hold addresses.
 func unavailableDetail(err error) string {
 	const rest = "so limitd can neither decide nor change limiters; retry later"
-	var ue *core.UnavailableError
-	if !errors.As(err, &ue) {
+	u, ok := core.UnavailabilityOf(err)
+	if !ok {
 		return "Redis is unavailable, " + rest
 	}
-	if unknownLayout(ue) {
-		return "this limiter cannot be served by this limitd (" + ue.Describe() + ")"
+	if u.OneLimiter {
+		return "this limiter cannot be served by this limitd (" + u.Description + ")"
 	}
-	return "Redis is unavailable (" + ue.Describe() + "), " + rest
+	return "Redis is unavailable (" + u.Description + "), " + rest
 }
 
 // unknownLayout reports whether err is one limiter's state in a layout this
-// limitd does not read (core.ConditionUnknownLayout): that limiter's
-// condition alone, where every other condition is Redis's.
+// limitd does not read: that limiter's condition alone, where every other
+// condition is Redis's.
 func unknownLayout(err error) bool {
-	var ue *core.UnavailableError
-	return errors.As(err, &ue) && ue.Condition == core.ConditionUnknownLayout
+	u, ok := core.UnavailabilityOf(err)
+	return ok && u.OneLimiter
 }
 
 // maxEcho is how much of a client's input a problem repeats.

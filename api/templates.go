@@ -55,7 +55,12 @@ func (s *server) putTemplate(c echo.Context) error {
 	if created || t.Version != before {
 		s.audit(c, "put", "template", tid, before, t.Version)
 	}
-	return c.JSON(status, t)
+	return c.JSON(status, templateOf(t))
+}
+
+// templateOf is a template as the API answers it.
+func templateOf(t core.Template) wire.Template {
+	return wire.Template{ID: t.ID, Pattern: t.Pattern, Order: t.Order, IdleTTL: t.IdleTTL, Limiter: t.Limiter, Version: t.Version}
 }
 
 func (s *server) getTemplate(c echo.Context) error {
@@ -71,16 +76,7 @@ func (s *server) getTemplate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, templateView{Template: t, Instances: n, InstancesExact: exact})
-}
-
-// templateView is GET /v1/templates/{id}: the template and how many of its
-// instances live now, counted exactly or, where Redis holds many keys,
-// estimated from a sample (InstancesExact false).
-type templateView struct {
-	core.Template
-	Instances      int64 `json:"instances"`
-	InstancesExact bool  `json:"instances_exact"`
+	return c.JSON(http.StatusOK, wire.TemplateView{Template: templateOf(t), Instances: n, InstancesExact: exact})
 }
 
 func (s *server) deleteTemplate(c echo.Context) error {
@@ -101,7 +97,11 @@ func (s *server) listTemplates(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	out := make([]wire.Template, len(ts))
+	for i, t := range ts {
+		out[i] = templateOf(t)
+	}
 	return c.JSON(http.StatusOK, struct {
-		Templates []core.Template `json:"templates"`
-	}{ts})
+		Templates []wire.Template `json:"templates"`
+	}{out})
 }

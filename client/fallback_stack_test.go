@@ -20,13 +20,12 @@ import (
 // the order a fault makes them, against the rate.
 
 // ctFaulty fails every grant and hand-back while the driven clock is in
-// [downAt, upAt): the shared schedule unreachable. With charges set it also
-// charges (the transport a charge reaches), recording each charge.
+// [downAt, upAt): the shared schedule unreachable. It also charges (the
+// transport a charge reaches), recording each charge.
 type ctFaulty struct {
 	client.Transport
 	clk          *ctClock
 	downAt, upAt time.Time
-	charge       bool
 
 	mu      sync.Mutex
 	charged []int64

@@ -18,10 +18,10 @@ type AcquireRequest struct {
 	Permits int64         // ≥ 1
 	MaxWait time.Duration // Forever: no bound; negative is 0
 	Block   bool          // wait out the delay before answering
-	// Given names the first of the settings above the caller set
-	// ("permits", "max_wait", "block"; "" for none): a concurrency
-	// limiter's acquire takes none, and a slot hint is tried only then.
-	Given string
+	// Given says which of the settings above the caller set (rather than
+	// left to their defaults): a concurrency limiter's acquire takes none,
+	// and a slot hint is tried only when none is given.
+	Given Given
 	// Deadline, if set, is when the answer is due, as a context's deadline
 	// would say, for a front end that puts no timer on each request's
 	// context (the HTTP API's acquire): the decision's Redis part and a
@@ -29,6 +29,25 @@ type AcquireRequest struct {
 	// the acquire makes but the ones its decision's observers make (the
 	// template cache's refresh, with the client's own timeouts).
 	Deadline time.Time
+}
+
+// Given are the settings of an AcquireRequest its caller set.
+type Given struct{ Permits, MaxWait, Block bool }
+
+func (g Given) none() bool { return g == Given{} }
+
+// first names the first setting given, as core's errors name its fields
+// ("permits", "max_wait", "block"), or "" for none.
+func (g Given) first() string {
+	switch {
+	case g.Permits:
+		return "permits"
+	case g.MaxWait:
+		return "max_wait"
+	case g.Block:
+		return "block"
+	}
+	return ""
 }
 
 // Acquired is the answer of Acquire: Rate for a schedule or smooth limiter
@@ -60,7 +79,7 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 	// made when one is taken; the decision bounds itself without one.
 	bc := bounded{ctx: ctx, at: r.Deadline}
 	defer bc.stop()
-	if r.Given == "" && s.slots.has(r.Name) {
+	if r.Given.none() && s.slots.has(r.Name) {
 		l, err := s.acquireSlot(bc.get(), r.Name)
 		if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
 			return Acquired{Slot: &l}, err
@@ -77,7 +96,7 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 		maxWait = min(maxWait, max(0, dl.Sub(s.clock.Now())-blockMargin))
 	}
 	start := time.Now()
-	d, err := s.store.AcquireWithin(ctx, r.Name, r.Permits, maxWait, s.within(r.Deadline))
+	d, err := s.acquireWithin(ctx, r.Name, r.Permits, maxWait, s.within(r.Deadline))
 	s.timed(OpAcquire, start)
 	if errors.Is(err, store.ErrConflict) {
 		return s.acquireOther(bc.get(), r, err)
@@ -97,7 +116,7 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 		if err := s.clock.Sleep(ctx, time.Duration(waited)); err != nil {
 			return Acquired{}, err
 		}
-		d, err = s.store.AcquireWithin(ctx, r.Name, r.Permits, maxWait-time.Duration(waited), s.within(r.Deadline))
+		d, err = s.acquireWithin(ctx, r.Name, r.Permits, maxWait-time.Duration(waited), s.within(r.Deadline))
 		if err != nil {
 			return Acquired{}, err
 		}
@@ -179,7 +198,7 @@ func (s *Service) decided(ctx context.Context, name string, permits int64, d Dec
 // limiter) the store's conflict, which names the right endpoint.
 func (s *Service) acquireOther(ctx context.Context, r AcquireRequest, conflict error) (Acquired, error) {
 	start := time.Now()
-	info, err := s.store.Get(ctx, r.Name)
+	info, err := s.get(ctx, r.Name)
 	s.timed(OpGet, start)
 	if err != nil {
 		return Acquired{}, err
@@ -187,8 +206,8 @@ func (s *Service) acquireOther(ctx context.Context, r AcquireRequest, conflict e
 	if info.Config.Kind != limiter.KindConcurrency {
 		return Acquired{}, conflict
 	}
-	if r.Given != "" {
-		return Acquired{}, invalid(r.Given, fmt.Sprintf("is not a setting of a concurrency limiter's acquire: %q is a concurrency limiter, whose acquire takes an empty body or {}", r.Name), nil)
+	if f := r.Given.first(); f != "" {
+		return Acquired{}, invalid(f, fmt.Sprintf("is not a setting of a concurrency limiter's acquire: %q is a concurrency limiter, whose acquire takes none", r.Name), nil)
 	}
 	s.slots.set(r.Name, true)
 	l, err := s.acquireSlot(ctx, r.Name)
@@ -198,7 +217,7 @@ func (s *Service) acquireOther(ctx context.Context, r AcquireRequest, conflict e
 // acquireSlot takes a concurrency slot and reports the decision.
 func (s *Service) acquireSlot(ctx context.Context, name string) (SlotLease, error) {
 	start := time.Now()
-	l, err := s.store.AcquireSlot(ctx, name)
+	l, err := s.acquireSlotStored(ctx, name)
 	s.timed(OpAcquireSlot, start)
 	if err != nil {
 		return l, err

@@ -68,12 +68,12 @@ func (s *Service) AcquireAll(ctx context.Context, r AcquireAllRequest) (AcquireA
 	if err != nil {
 		return AcquireAllResult{}, err
 	}
-	if !md.Granted && !s.shadow && s.shadowRefusals(ctx, reqs, md.Decisions) {
+	if !md.Granted && !s.shadow && s.shadowRefusals(ctx, reqs, decisionsOf(md.Decisions)) {
 		if md, err = s.acquireAll(ctx, reqs, maxWait); err != nil {
 			return AcquireAllResult{}, err
 		}
 	}
-	out := AcquireAllResult{Granted: md.Granted, Results: md.Decisions}
+	out := AcquireAllResult{Granted: md.Granted, Results: decisionsOf(md.Decisions)}
 	var longest int64
 	for i, d := range out.Results {
 		switch {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // A refusal by one limiter refuses the call: the observer sees it denied
@@ -111,7 +110,7 @@ func TestShadow(t *testing.T) {
 		t.Errorf("global shadow mode: %+v, %v", a.Rate, err)
 	}
 	// A template's shadow applies to its instances.
-	if _, _, err := s.PutTemplate(ctx, store.Template{ID: "u", Pattern: "u:*", Limiter: limiter.Config{Rate: 1, Burst: limiter.B(1), Shadow: true}}); err != nil {
+	if _, _, err := s.PutTemplate(ctx, Template{ID: "u", Pattern: "u:*", Limiter: limiter.Config{Rate: 1, Burst: limiter.B(1), Shadow: true}}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {

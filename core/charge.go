@@ -41,7 +41,7 @@ func (s *Service) Charge(ctx context.Context, r ChargeRequest) (Decision, error)
 	}
 	lim, tpl := s.subjectOf(ctx, r.Name, d.Instance)
 	s.obs.Decided(Event{Kind: EventRate, Limiter: lim, Template: tpl, Outcome: "charged", Permits: r.Permits})
-	return d, nil
+	return decisionOf(d), nil
 }
 
 // SettleRequest settles a grant (Token, GrantPermits and Version as a

@@ -363,7 +363,7 @@ func (s *Service) countEvery(ctx context.Context, cs []Counter, counts []Count) 
 		if o.Err != nil {
 			return o.Err
 		}
-		d := o.Decision
+		d := decisionOf(o.Decision)
 		counts[i] = countOf(d, !d.Granted, true, c.Hits)
 		outcome := "granted"
 		if counts[i].Over {

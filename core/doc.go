@@ -20,7 +20,7 @@
 // that metrics and logs need no hooks in the front ends' handlers.
 //
 // Errors are values callers branch on: ErrNotFound, ErrConflict,
-// ErrUnavailable (and store.ErrClosed), *limiter.FieldError (bad input,
+// ErrUnavailable (a closed store too), *limiter.FieldError (bad input,
 // naming the field; matches ErrInvalid) and *NotHeldError (a lease or client
 // the limiter does not hold: not found, naming the field). Mapping them to a
 // protocol (problem details, gRPC codes) is the front end's business.

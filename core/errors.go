@@ -9,14 +9,14 @@ import (
 	"github.com/limitd/limitd/store"
 )
 
-// The errors callers branch on (errors.Is). Bad input is a
-// *limiter.FieldError, which matches ErrInvalid.
+// The errors callers branch on (errors.Is), the domain's (limiter's): every
+// layer names them the same. Bad input is a *limiter.FieldError, which
+// matches ErrInvalid; a store that is closed answers ErrUnavailable.
 var (
 	ErrInvalid     = limiter.ErrInvalid
-	ErrNotFound    = store.ErrNotFound
-	ErrConflict    = store.ErrConflict
-	ErrUnavailable = store.ErrUnavailable
-	ErrClosed      = store.ErrClosed
+	ErrNotFound    = limiter.ErrNotFound
+	ErrConflict    = limiter.ErrConflict
+	ErrUnavailable = limiter.ErrUnavailable
 )
 
 // NotHeldError is a lease or a client's capacity that an existing limiter
@@ -68,13 +68,32 @@ func join(prefix, s string) string {
 // quoted is a string input as an error repeats it.
 func quoted(s string) string { return fmt.Sprintf("%q", s) }
 
-// UnavailableError names the condition that keeps Redis from serving
-// (READONLY, OOM, timeout, ...); it matches ErrUnavailable.
-type UnavailableError = store.UnavailableError
+// Unavailability is why Redis could not serve a call that failed with
+// ErrUnavailable.
+type Unavailability struct {
+	// Condition is the condition in Redis' own words where Redis said it
+	// (READONLY, OOM, LOADING, ...) or in a few plain ones (timeout,
+	// connection refused, ...).
+	Condition string
+	// Description says in one sentence what the condition means and what to
+	// look at, with no part of the underlying error's text (no address, no
+	// password): safe to show to any client.
+	Description string
+	// OneLimiter: the condition is one limiter's alone (its state in a
+	// layout this limitd does not read), where every other is Redis's.
+	OneLimiter bool
+}
 
-// ConditionUnknownLayout is the UnavailableError condition of one limiter
-// whose state a newer limitd wrote (store.ConditionUnknownLayout).
-const ConditionUnknownLayout = store.ConditionUnknownLayout
+// UnavailabilityOf tells why err (matching ErrUnavailable) happened; ok is
+// false when err names no condition.
+func UnavailabilityOf(err error) (u Unavailability, ok bool) {
+	var ue *store.UnavailableError
+	if !errors.As(err, &ue) {
+		return Unavailability{}, false
+	}
+	return Unavailability{Condition: ue.Condition, Description: ue.Describe(),
+		OneLimiter: ue.Condition == store.ConditionUnknownLayout}, true
+}
 
 // CheckName checks an input that follows the rule of limiter names
 // (store.NameRule): a name, a template id, a client id. Its error is a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
 
@@ -24,12 +25,27 @@ type GrantRequest struct {
 	MaxWait time.Duration // Forever: no bound; negative is 0
 }
 
-// Grant is a grant (or its refusal: Granted false, no Token).
+// Grant is a grant (or its refusal: Granted false, no Token): its decision,
+// and what a pool needs to place each permit on the schedule.
 type Grant struct {
-	store.Grant
+	Decision
+	Name      string
+	Kind      limiter.Kind
+	Slice     limiter.Slice
+	Burst     float64 // +Inf for "inf"
+	RemBefore int64   // the schedule's sub-ns carry before the grant
+	End       int64   // the schedule's position after the grant (Unix ns)
+	// MaxPermits is the most permits one grant of this limiter may take.
+	MaxPermits int64
 	// Token names the grant in its handback: an opaque string carrying
 	// what the handback needs (see HandbackRequest).
 	Token string
+}
+
+// grantOf is the Grant the store's g tells, with its token.
+func grantOf(g store.Grant, token string) Grant {
+	return Grant{Decision: decisionOf(g.Decision), Name: g.Name, Kind: g.Kind, Slice: g.Slice, Burst: g.Burst,
+		RemBefore: g.RemBefore, End: g.End, MaxPermits: g.MaxPermits, Token: token}
 }
 
 // Grant takes permits for a client pool; a refusal (Granted false) says
@@ -44,11 +60,11 @@ func (s *Service) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	if err != nil {
 		return Grant{}, err
 	}
-	s.decided(ctx, r.Name, r.Permits, g.Decision)
+	s.decided(ctx, r.Name, r.Permits, decisionOf(g.Decision))
 	if !g.Granted {
-		return Grant{Grant: g}, nil
+		return grantOf(g, ""), nil
 	}
-	return Grant{Grant: g, Token: encodeToken(g)}, nil
+	return grantOf(g, encodeToken(g)), nil
 }
 
 // HandbackRequest gives the last Permits of a grant back. The grant is its

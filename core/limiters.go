@@ -28,10 +28,10 @@ func (s *Service) view(ctx context.Context, info Info) (Limiter, error) {
 		if err != nil {
 			return Limiter{}, err
 		}
-		return Limiter{Info: info, Holders: &h}, nil
+		return Limiter{Info: info, Holders: holdersOf(&h)}, nil
 	}
 	start := time.Now()
-	w, err := s.store.Wait(ctx, info.Name)
+	w, err := s.wait(ctx, info.Name)
 	s.timed(OpWait, start)
 	if err != nil {
 		return Limiter{}, err
@@ -62,7 +62,8 @@ func (s *Service) Views(ctx context.Context, infos []Info) (out []Limiter, errs 
 	s.timed(OpWaitMany, start)
 	for j, i := range rate {
 		if errs[i] = werrs[j]; errs[i] == nil {
-			out[i] = Limiter{Info: infos[i], State: &ws[j]}
+			w := waitInfoOf(ws[j])
+			out[i] = Limiter{Info: infos[i], State: &w}
 		}
 	}
 	return out, errs
@@ -77,14 +78,14 @@ func (s *Service) Put(ctx context.Context, name string, cfg limiter.Config) (l L
 		return Limiter{}, false, specFault(err, cfg.Spec, "")
 	}
 	s.slots.set(name, info.Config.Kind == limiter.KindConcurrency)
-	l, err = s.view(ctx, info)
+	l, err = s.view(ctx, infoOf(info))
 	return l, created, err
 }
 
 // Get returns a limiter with its live state.
 func (s *Service) Get(ctx context.Context, name string) (Limiter, error) {
 	start := time.Now()
-	info, err := s.store.Get(ctx, name)
+	info, err := s.get(ctx, name)
 	s.timed(OpGet, start)
 	if err != nil {
 		return Limiter{}, err
@@ -115,7 +116,7 @@ func (s *Service) Patch(ctx context.Context, name string, change func(cur limite
 	if err != nil {
 		return Limiter{}, err
 	}
-	return s.view(ctx, info)
+	return s.view(ctx, infoOf(info))
 }
 
 // Delete removes a limiter and its state.
@@ -152,14 +153,18 @@ func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, err
 	if err != nil {
 		return Page{}, err
 	}
-	return Page{Limiters: infos, Next: next}, nil
+	page := Page{Limiters: make([]Info, len(infos)), Next: next}
+	for i, info := range infos {
+		page.Limiters[i] = infoOf(info)
+	}
+	return page, nil
 }
 
 // Wait returns the live state of a limiter (or template instance) without
 // changing it.
 func (s *Service) Wait(ctx context.Context, name string) (WaitInfo, error) {
 	start := time.Now()
-	w, err := s.store.Wait(ctx, name)
+	w, err := s.wait(ctx, name)
 	s.timed(OpWait, start)
 	if err != nil {
 		return WaitInfo{}, err

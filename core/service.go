@@ -9,24 +9,6 @@ import (
 	"github.com/limitd/limitd/store"
 )
 
-// Types of the store that the service's results carry as they are.
-type (
-	// Info is a limiter as stored: its canonical config and version.
-	Info = store.Info
-	// WaitInfo is a limiter's live state.
-	WaitInfo = store.WaitInfo
-	// Decision is a rate decision.
-	Decision = store.Decision
-	// SlotLease is a concurrency slot, or the answer that none is free.
-	SlotLease = store.SlotLease
-	// CapacityLease is a share client's lease.
-	CapacityLease = store.CapacityLease
-	// Template makes limiters on demand.
-	Template = store.Template
-	// Holders are a share or concurrency limiter's leases now.
-	Holders = store.Holders
-)
-
 // Forever is a MaxWait without bound.
 const Forever = store.Forever
 
@@ -118,7 +100,7 @@ func (s *Service) subjectOf(ctx context.Context, name string, instance bool) (li
 	if !instance {
 		return name, ""
 	}
-	if t, err := s.store.Resolve(ctx, name); err == nil {
+	if t, err := s.resolve(ctx, name); err == nil {
 		return "", t.ID
 	}
 	return "", ""
@@ -128,7 +110,7 @@ func (s *Service) subjectOf(ctx context.Context, name string, instance bool) (li
 // instance answered (share, concurrency): it asks Redis when a template
 // matches the name.
 func (s *Service) subject(ctx context.Context, name string) (lim, tpl string) {
-	t, err := s.store.Resolve(ctx, name)
+	t, err := s.resolve(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return name, "" // no template matches: only a limiter could have answered
 	}
@@ -136,7 +118,7 @@ func (s *Service) subject(ctx context.Context, name string) (lim, tpl string) {
 		return "", "" // unknown; never the name, which may be an instance's
 	}
 	start := time.Now()
-	_, err = s.store.Get(ctx, name) // a limiter of that name comes before templates
+	_, err = s.get(ctx, name) // a limiter of that name comes before templates
 	s.timed(OpGet, start)
 	if err == nil {
 		return name, ""

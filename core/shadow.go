@@ -42,14 +42,14 @@ func (s *Service) inShadow(ctx context.Context, name string, d Decision) bool {
 // instance's template is the store's template cache's.
 func (s *Service) limiterShadow(ctx context.Context, name string, d Decision) bool {
 	if d.Instance {
-		t, err := s.store.Resolve(ctx, name)
+		t, err := s.resolve(ctx, name)
 		return err == nil && t.Limiter.Shadow
 	}
 	if sh, ok := s.shadows.get(name, d.Version); ok {
 		return sh
 	}
 	start := time.Now()
-	info, err := s.store.Get(ctx, name)
+	info, err := s.get(ctx, name)
 	s.timed(OpGet, start)
 	if err != nil {
 		return false
@@ -66,7 +66,7 @@ func (s *Service) slotInShadow(ctx context.Context, name string) bool {
 		return true
 	}
 	start := time.Now()
-	info, err := s.store.Get(ctx, name)
+	info, err := s.get(ctx, name)
 	s.timed(OpGet, start)
 	return err == nil && info.Config.Shadow
 }

@@ -48,8 +48,9 @@ func (s *Service) Capacity(ctx context.Context, r CapacityRequest) (CapacityLeas
 		return CapacityLease{}, err
 	}
 	start := time.Now()
-	l, err := s.store.Capacity(ctx, r.Name, sr)
+	sl, err := s.store.Capacity(ctx, r.Name, sr)
 	s.timed(OpCapacity, start)
+	l := capacityLeaseOf(sl)
 	if err != nil {
 		return CapacityLease{}, err
 	}

@@ -42,8 +42,9 @@ func (s *Service) RenewSlot(ctx context.Context, name, leaseID string) (SlotLeas
 		return SlotLease{}, err
 	}
 	start := time.Now()
-	l, err := s.store.RenewSlot(ctx, name, leaseID)
+	sl, err := s.store.RenewSlot(ctx, name, leaseID)
 	s.timed(OpRenewSlot, start)
+	l := slotLeaseOf(sl)
 	if errors.Is(err, store.ErrNotFound) {
 		return SlotLease{}, s.notHeld(ctx, name, err, "lease_id", "lost",
 			fmt.Sprintf("lease_id: limiter %q holds no lease %q and has no free slot to take it again: it was released or it expired, and its slot is taken; stop using it and acquire again", name, leaseID))
@@ -62,7 +63,7 @@ func (s *Service) RenewSlot(ctx context.Context, name, leaseID string) (SlotLeas
 // outcome, if not empty, is reported as an EventLease.
 func (s *Service) notHeld(ctx context.Context, name string, err error, field, outcome, detail string) error {
 	start := time.Now()
-	_, gerr := s.store.Get(ctx, name)
+	_, gerr := s.get(ctx, name)
 	s.timed(OpGet, start)
 	if gerr != nil {
 		return err

@@ -14,19 +14,19 @@ func (s *Service) PutTemplate(ctx context.Context, t Template) (out Template, cr
 		return Template{}, false, err
 	}
 	start := time.Now()
-	_, err = s.store.GetTemplate(ctx, t.ID)
+	_, err = s.getTemplate(ctx, t.ID)
 	s.timed(OpGetTemplate, start)
 	created = errors.Is(err, store.ErrNotFound)
 	if err != nil && !created {
 		return Template{}, false, err
 	}
 	start = time.Now()
-	out, err = s.store.PutTemplate(ctx, t)
+	st, err := s.store.PutTemplate(ctx, t.stored())
 	s.timed(OpPutTemplate, start)
 	if err != nil {
 		return Template{}, false, specFault(err, t.Limiter.Spec, "limiter")
 	}
-	return out, created, nil
+	return templateOf(st), created, nil
 }
 
 // GetTemplate returns a template.
@@ -35,7 +35,7 @@ func (s *Service) GetTemplate(ctx context.Context, id string) (Template, error) 
 		return Template{}, err
 	}
 	start := time.Now()
-	t, err := s.store.GetTemplate(ctx, id)
+	t, err := s.getTemplate(ctx, id)
 	s.timed(OpGetTemplate, start)
 	return t, err
 }
@@ -69,5 +69,5 @@ func (s *Service) Templates(ctx context.Context) ([]Template, error) {
 	start := time.Now()
 	ts, err := s.store.Templates(ctx)
 	s.timed(OpTemplates, start)
-	return ts, err
+	return templatesOf(ts), err
 }

@@ -305,7 +305,7 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 		c := *d.Limiter
 		norm, _, err := c.Normalize()
 		if err == nil && !limiter.IsRate(norm.Kind) {
-			return nil, fieldErr(path+".limiter.kind", "must be a rate kind ("+rateKinds()+"): a descriptor counts requests", quote(string(norm.Kind)))
+			return nil, fieldErr(path+".limiter.kind", "must be a rate kind ("+limiter.RateKinds()+"): a descriptor counts requests", quote(string(norm.Kind)))
 		}
 		if err == nil {
 			_, err = limiter.Compile(norm)
@@ -404,17 +404,6 @@ func (r *Rules) Len() int { return r.count }
 
 // Quotas is the number of rules in quota mode.
 func (r *Rules) Quotas() int { return r.quotas }
-
-// rateKinds lists the rate kinds, as an error names them.
-func rateKinds() string {
-	var names []string
-	for _, k := range limiter.Kinds() {
-		if k.Class == limiter.ClassRate {
-			names = append(names, string(k.Name))
-		}
-	}
-	return strings.Join(names, ", ")
-}
 
 func fieldErr(field, rule string, value any) error {
 	return &limiter.FieldError{Field: field, Rule: rule, Value: value}

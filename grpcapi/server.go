@@ -377,7 +377,7 @@ func (s *Server) fail(err error) error {
 		// The rules' templates are not in Redis (yet): the boot file keeper
 		// applies them again within a second.
 		return status.Error(codes.Unavailable, "the rules' counters are not in Redis yet: "+err.Error())
-	case errors.Is(err, core.ErrUnavailable), errors.Is(err, core.ErrClosed), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, core.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		if !s.down.Swap(true) {
 			s.log.Warn("redis unavailable: rate limit calls answer UNAVAILABLE until it answers", "err", err)
 		}

@@ -12,6 +12,13 @@ var (
 	ErrInvalid = errors.New("invalid")
 	// ErrNotFound is returned for a limiter or template that does not exist.
 	ErrNotFound = errors.New("not found")
+	// ErrConflict means a change contradicts the limiter as it is (a kind
+	// change through a patch), or a call is not one the limiter's kind takes
+	// (an acquire of a share limiter, a capacity of a schedule...).
+	ErrConflict = errors.New("conflict")
+	// ErrUnavailable means the shared state could not be reached: Redis did
+	// not answer (down, timed out, failing over), or the store is closed.
+	ErrUnavailable = errors.New("redis unavailable")
 )
 
 // FieldError names the field at fault and the rule it breaks.

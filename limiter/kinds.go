@@ -177,6 +177,19 @@ func Counts(k Kind) bool {
 	return ok && i.engine != nil && i.engine.counts
 }
 
+// RateKinds names the rate kinds in words, "schedule, smooth or window",
+// for an error that asks for one.
+func RateKinds() string {
+	var names []string
+	for _, k := range kinds {
+		if k.Class == ClassRate {
+			names = append(names, string(k.Name))
+		}
+	}
+	last := len(names) - 1
+	return strings.Join(names[:last], ", ") + " or " + names[last]
+}
+
 // IsLease tells whether k is a lease kind (ClassLease).
 func IsLease(k Kind) bool {
 	i, ok := Lookup(k)

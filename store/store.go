@@ -16,17 +16,18 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// Errors callers branch on, besides limiter.ErrNotFound and limiter.ErrInvalid.
+// Errors callers branch on: limiter's, repeated here for convenience, and
+// ErrClosed.
 var (
 	// ErrUnavailable means Redis did not answer (down, timed out, failing over).
-	ErrUnavailable = errors.New("redis unavailable")
+	ErrUnavailable = limiter.ErrUnavailable
 	// ErrConflict means the change contradicts the limiter as it is (a kind
 	// change through Patch), or the call is not one the limiter's kind takes
 	// (Acquire on a share limiter, Capacity on a schedule...).
-	ErrConflict = errors.New("conflict")
-	// ErrClosed is returned by calls on a store after Close.
-	ErrClosed = errors.New("store closed")
-	// ErrNotFound and ErrInvalid are limiter's, repeated here for convenience.
+	ErrConflict = limiter.ErrConflict
+	// ErrClosed is returned by calls on a store after Close; it matches
+	// ErrUnavailable too.
+	ErrClosed   = fmt.Errorf("store closed: %w", ErrUnavailable)
 	ErrNotFound = limiter.ErrNotFound
 	ErrInvalid  = limiter.ErrInvalid
 )

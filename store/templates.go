@@ -62,7 +62,7 @@ func (t Template) Normalize() (Template, error) {
 	if !limiter.IsRate(norm.Kind) {
 		// Instances are rate limiters (schedule, smooth); a share or
 		// concurrency limiter is created by name.
-		return Template{}, &limiter.FieldError{Field: "limiter.kind", Rule: "must be schedule or smooth: templates make rate limiters", Value: fmt.Sprintf("%q", norm.Kind)}
+		return Template{}, &limiter.FieldError{Field: "limiter.kind", Rule: "must be a rate kind (" + limiter.RateKinds() + "): templates make rate limiters", Value: fmt.Sprintf("%q", norm.Kind)}
 	}
 	t.Limiter = norm
 	return t, nil

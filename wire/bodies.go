@@ -271,6 +271,25 @@ type Status struct {
 	Status string `json:"status"`
 }
 
+// Template is a template as PUT and GET /v1/templates answer it.
+type Template struct {
+	ID      string            `json:"id"`
+	Pattern string            `json:"pattern"`
+	Order   int               `json:"order"`
+	IdleTTL *limiter.Duration `json:"idle_ttl,omitempty"`
+	Limiter limiter.Config    `json:"limiter"`
+	Version int64             `json:"version"`
+}
+
+// TemplateView is GET /v1/templates/{id}: the template and how many of its
+// instances live now, counted exactly or, where Redis holds many keys,
+// estimated from a sample (InstancesExact false).
+type TemplateView struct {
+	Template
+	Instances      int64 `json:"instances"`
+	InstancesExact bool  `json:"instances_exact"`
+}
+
 // TemplateRequest is the body of PUT /v1/templates/{id}. id and version are
 // accepted so that what GET answered can be PUT back: id must then equal the
 // path's, version is read-only and ignored. Limiter is decoded on its own,
