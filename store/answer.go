@@ -1,0 +1,153 @@
+package store
+
+import (
+	"fmt"
+
+	"github.com/limitd/limitd/limiter"
+)
+
+// Reading the scripts' answers: the records of acquire_many (decodeAnswer),
+// a decision's fields, and the error codes every rate operation answers.
+
+// replyErr maps the error codes a rate limiter's script answers (grant,
+// peek, release, reset) for op on name; a reply without a code it knows is
+// ErrBadReply.
+func replyErr(op, name string, v []any) error {
+	r := reply{v: v}
+	switch r.int(0) {
+	case replyOK:
+		return nil
+	case replyNotFound:
+		return fmt.Errorf("limiter %q: %w", name, ErrNotFound)
+	case replyPermitsRange:
+		if maxn := r.int(1); r.err == nil {
+			return &limiter.FieldError{Field: "permits", Rule: limiter.PermitsRule(maxn)}
+		}
+	case replyOtherKind: // a limiter of a kind without a schedule (share, concurrency)
+		if kind := r.str(1); r.err == nil {
+			return kindConflict(name, limiter.Kind(kind))
+		}
+	case replyNeedBounds:
+		if now := r.int(1); r.err == nil {
+			return &needBounds{now: now * 1000}
+		}
+	default:
+		r.fail(0, "not a reply code")
+	}
+	return r.check(op, name)
+}
+
+func abs(ep, rel int64) int64 { return ep*1000 + rel }
+
+// decodeDecision reads grant.lua's reply (grant_main in lua/lib.lua) as far
+// as a Decision goes; r.err tells whether it could.
+func decodeDecision(r *reply) Decision {
+	ep := r.int(3)
+	d := Decision{
+		Granted: r.flag(1), Permits: r.int(2), Delay: r.int(6), Lateness: r.int(7),
+		Wait: r.int(8), RetryAfter: r.int(9), Version: r.int(10), Now: r.int(11) * 1000,
+		Instance: r.flag(12),
+	}
+	if d.Granted {
+		d.Scheduled, d.Start = abs(ep, r.int(4)), abs(ep, r.int(5))
+	}
+	return d
+}
+
+// decodeAnswer reads one limiter's answer from u, the reply of acquire.lua
+// (acquire_many in lua/lib.lua): its head (code 1, now_us, version,
+// instance, position) and one record per request (code, then sched, start, wait,
+// retry_after), or code 3 (not found), or code 4 and a kind's name. set gets
+// the Outcome of each of its m requests, once each, in order; a grant's
+// permits are not in the answer (Outcome.withPermits fills them in).
+func decodeAnswer(name string, u *unpacker, m int, set func(r int, o Outcome)) {
+	fail := func(err error) {
+		for r := range m {
+			set(r, Outcome{Err: err})
+		}
+	}
+	code := u.uint(1)
+	switch {
+	case u.err != nil:
+		fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
+		return
+	case code == answerNotFound:
+		fail(fmt.Errorf("limiter %q: %w", name, ErrNotFound))
+		return
+	case code == answerBounds:
+		if now := u.int(7); u.err == nil {
+			fail(&needBounds{now: now * 1000})
+		} else {
+			fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
+		}
+		return
+	case code == answerOtherKind: // a limiter of a kind without a schedule
+		kind := u.str()
+		if u.err != nil {
+			fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
+			return
+		}
+		fail(kindConflict(name, limiter.Kind(kind)))
+		return
+	case code != answerOK && code != answerCounted:
+		u.err = badReply("answer code %d", code)
+		fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
+		return
+	}
+	counted := code == answerCounted
+	now, ver, inst := u.int(7)*1000, u.int(7), u.uint(1) == 1
+	pos := now + u.int(7)
+	for r := range m {
+		code := u.uint(1)
+		sched, start, wait, retry := u.int(7), u.int(7), u.int(7), u.int(7)
+		var limit int64
+		if counted && code != recordPermitsRange { // the limit, and a grant starts now
+			limit, sched = sched, 0
+		}
+		switch {
+		case u.err != nil:
+			set(r, Outcome{Err: fmt.Errorf("store: acquire of %q: record %d: %w", name, r, u.err)})
+			continue
+		case code == recordPermitsRange:
+			set(r, Outcome{Err: &limiter.FieldError{Field: "permits", Rule: limiter.PermitsRule(sched)}})
+			continue
+		case code == recordChargeRange:
+			set(r, Outcome{Err: &limiter.FieldError{Field: "permits", Rule: limiter.ChargeRule(sched)}})
+			continue
+		case code == recordChargedWithin || code == recordChargedOver:
+			set(r, Outcome{Decision: chargedOf(code, counted, now, sched, start, wait, retry, ver, inst, pos, limit)})
+			continue
+		case code != recordGranted && code != recordDenied:
+			u.err = badReply("record code %d", code)
+			set(r, Outcome{Err: fmt.Errorf("store: acquire of %q: record %d: %w", name, r, u.err)})
+			continue
+		}
+		// A grant's delay is its start, its lateness start − sched; a
+		// denial's delay comes as start.
+		d := Decision{Granted: code == recordGranted, Delay: start, Wait: wait, RetryAfter: retry,
+			Version: ver, Now: now, Instance: inst, Position: pos, Window: counted, Limit: limit}
+		if d.Granted {
+			d.Lateness = start - sched
+			d.Scheduled, d.Start = now+sched, now+start
+		}
+		set(r, Outcome{Decision: d})
+	}
+}
+
+// withPermits is o with a grant's (or a charge's) permits, n (the answer
+// does not repeat them).
+func (o Outcome) withPermits(n int64) Outcome {
+	if o.Err == nil && (o.Granted || o.Charged) {
+		o.Permits = n
+	}
+	return o
+}
+
+// answerUnpacker reads acquire.lua's reply, v.
+func answerUnpacker(v any) unpacker {
+	s, ok := v.(string)
+	if !ok {
+		return unpacker{err: badReply("answer %v (%T), want a string", v, v)}
+	}
+	return newUnpacker(s)
+}
