@@ -59,11 +59,16 @@ func TestCtl(t *testing.T) {
 	if lines := strings.Count(ls, "\n"); lines != 3 {
 		t.Errorf("ls printed %d lines, want a header and 2 limiters:\n%s", lines, ls)
 	}
-	w := mustCtl(t, base, nil, "watch")
-	check("watch", w, "orders", "granted -", "granted 0.0/s", "backlog", "pool", "in use 0 of 3")
-	if lines := strings.Count(w, "\n"); lines != 4 {
-		t.Errorf("watch of 2 limiters for 2 ticks printed %d lines:\n%s", lines, w)
+	w := mustCtl(t, base, nil, "watch", "--once")
+	check("watch --once", w, "limitd "+base, "2 limiter(s)", "NAME", "GRANTED/S", "orders", "schedule", "pool", "concurrency", "3/3")
+	if lines := strings.Count(w, "\n"); lines != 4 || strings.Contains(w, clearScreen) {
+		t.Errorf("watch --once of 2 limiters printed %d lines (want a header, the column names and 2 rows, no screen clearing):\n%s", lines, w)
 	}
+	w = mustCtl(t, base, nil, "watch", "orders")
+	if tables := strings.Count(w, "limitd "+base); tables != 2 || strings.Count(w, "orders") != 2 || strings.Contains(w, "pool") {
+		t.Errorf("watch orders for 2 ticks printed %d tables, want 2 of orders alone:\n%s", tables, w)
+	}
+	check("templates", mustCtl(t, base, nil, "templates"), "ID", "PATTERN", "INSTANCES")
 	check("rm", mustCtl(t, base, admin, "rm", "orders"), "deleted orders")
 	if _, err := ctlRun(t, base, nil, "get", "orders"); err == nil || !strings.Contains(err.Error(), `limiter "orders": not found`) {
 		t.Errorf("get of a deleted limiter: %v", err)
@@ -93,6 +98,13 @@ func TestCtlErrors(t *testing.T) {
 		{[]string{"ctl", "put", "x", "{rate"}, 2, "CONFIG is not valid JSON"},
 		{[]string{"ctl", "patch", "x", "[1]"}, 2, "PATCH must be a JSON object"},
 		{[]string{"ctl", "get", "x"}, 1, "cannot reach limitd at http://127.0.0.1:1"},
+		{[]string{"ctl", "top"}, 2, "top takes 1 argument(s): limitd ctl top TEMPLATE [--by refused|granted] [--limit N] (got 0)"},
+		{[]string{"ctl", "top", "user", "--by", "late"}, 2, "--by must be refused or granted"},
+		{[]string{"ctl", "top", "user", "--limit=0"}, 2, "--limit must be a whole number from 1 to 100"},
+		{[]string{"ctl", "top", "user", "--limit"}, 2, "--limit needs a value"},
+		{[]string{"ctl", "watch", "--fast"}, 2, "unknown flag --fast"},
+		{[]string{"ctl", "ls", "--once"}, 2, "unknown flag --once"},
+		{[]string{"ctl", "watch", "--once=yes"}, 2, "--once takes no value"},
 	} {
 		t.Setenv("LIMITD_URL", "http://127.0.0.1:1")
 		var stdout, stderr bytes.Buffer
