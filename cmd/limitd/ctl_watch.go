@@ -258,6 +258,9 @@ func (r watchRow) update(e watchEvent) watchRow {
 		n.Left, n.Limit, n.HasLeft = *cfg.Capacity-*e.Held, *cfg.Capacity, true
 		n.Util = *e.Held / *cfg.Capacity
 	}
+	// As the server's signals say it: callers refused or waiting, or 95 %
+	// of the limit used.
+	n.Saturated = n.Util >= 0.95 || n.Refused > 0 || n.HasWait && n.Wait > 0
 	if s := e.Signals; s != nil {
 		n.Granted, n.Refused, n.Util, n.Wait, n.Saturated = s.GrantedPerS, s.RefusedPerS, s.Utilization, time.Duration(s.Wait), s.Saturated
 		n.HasWait = true

@@ -93,8 +93,8 @@ func TestCtlWatchRowUpdate(t *testing.T) {
 	e := rate(12*s, 600)
 	e.Totals = &watchTotals{RefusedPermits: 7}
 	r = r.update(e)
-	if r.Granted != 50 || r.Util != 0.5 || !math.IsNaN(r.Refused) {
-		t.Errorf("100 permits in 2 s at a rate of 100: %+v; want 50/s, utilization 0.5, refusals unknown (no totals before)", r)
+	if r.Granted != 50 || r.Util != 0.5 || !math.IsNaN(r.Refused) || !r.Saturated {
+		t.Errorf("100 permits in 2 s at a rate of 100: %+v; want 50/s, utilization 0.5, refusals unknown (no totals before), saturated (a new caller waits 30 ms)", r)
 	}
 	e = rate(14*s, 800)
 	e.Totals = &watchTotals{RefusedPermits: 27}
@@ -103,7 +103,7 @@ func TestCtlWatchRowUpdate(t *testing.T) {
 	}
 	e = rate(15*s, 800)
 	e.Signals = &watchSignals{GrantedPerS: 80, RefusedPerS: 3, Utilization: 0.8, Wait: 0, Saturated: false}
-	if r = r.update(e); r.Granted != 80 || r.Refused != 3 || r.Util != 0.8 || r.Wait != 0 || !r.HasWait {
+	if r = r.update(e); r.Granted != 80 || r.Refused != 3 || r.Util != 0.8 || r.Wait != 0 || !r.HasWait || r.Saturated {
 		t.Errorf("with signals: %+v, want the signals' values", r)
 	}
 
@@ -114,12 +114,12 @@ func TestCtlWatchRowUpdate(t *testing.T) {
 	}
 	three, four := 1, int64(4)
 	c := watchRow{}.update(watchEvent{Limiter: wire.Limiter{Name: "c", Config: limiter.Config{Kind: limiter.KindConcurrency, Limit: &four}, InUse: &three, Now: s}})
-	if c.Util != 0.25 || c.Left != 3 || c.Limit != 4 || c.HasWait {
+	if c.Util != 0.25 || c.Left != 3 || c.Limit != 4 || c.HasWait || c.Saturated {
 		t.Errorf("a concurrency limiter with 1 slot of 4 in use: %+v", c)
 	}
 	held, capacity := 7.5, 10.0
 	sh := watchRow{}.update(watchEvent{Limiter: wire.Limiter{Name: "s", Config: limiter.Config{Kind: limiter.KindShare, Capacity: &capacity}, Held: &held, Now: s}})
-	if sh.Util != 0.75 || sh.Left != 2.5 || sh.Limit != 10 {
+	if sh.Util != 0.75 || sh.Left != 2.5 || sh.Limit != 10 || sh.Saturated {
 		t.Errorf("a share limiter with 7.5 of 10 held: %+v", sh)
 	}
 }
