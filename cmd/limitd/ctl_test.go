@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +69,12 @@ func TestCtl(t *testing.T) {
 	if tables := strings.Count(w, "limitd "+base); tables != 2 || strings.Count(w, "orders") != 2 || strings.Contains(w, "pool") {
 		t.Errorf("watch orders for 2 ticks printed %d tables, want 2 of orders alone:\n%s", tables, w)
 	}
-	check("templates", mustCtl(t, base, nil, "templates"), "ID", "PATTERN", "INSTANCES")
+	putTemplate(t, base, "adm", "user", `{"pattern":"user:*","limiter":{"rate":5}}`)
+	check("templates", mustCtl(t, base, nil, "templates"), "ID", "PATTERN", "INSTANCES", "user", "user:*", `{"rate":5,`)
+	check("get an instance", mustCtl(t, base, nil, "get", "user:42"), `"name": "user:42"`, `"template": "user"`, `"rate": 5`, `"state": {`)
+	if _, err := ctlRun(t, base, nil, "get", "nouser:42"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("get of a name matching no limiter and no template: %v", err)
+	}
 	check("rm", mustCtl(t, base, admin, "rm", "orders"), "deleted orders")
 	if _, err := ctlRun(t, base, nil, "get", "orders"); err == nil || !strings.Contains(err.Error(), `limiter "orders": not found`) {
 		t.Errorf("get of a deleted limiter: %v", err)
@@ -78,6 +84,25 @@ func TestCtl(t *testing.T) {
 	}
 	if _, err := ctlRun(t, base, admin, "put", "x", `{"rate":-1}`); err == nil || !strings.Contains(err.Error(), "rate") {
 		t.Errorf("put of a bad config: %v", err)
+	}
+}
+
+// putTemplate creates a template over the HTTP API (ctl has no verb for it).
+func putTemplate(t *testing.T, base, token, id, body string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, base+"/v1/templates/"+id, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT /v1/templates/%s: %d", id, resp.StatusCode)
 	}
 }
 

@@ -24,7 +24,9 @@ import (
 type watchEvent struct {
 	wire.Limiter
 	Signals *watchSignals `json:"signals,omitempty"`
-	Totals  *watchTotals  `json:"totals,omitempty"`
+	// The view's totals, nil when the server sends none (it shadows the
+	// view's own field, which cannot say so).
+	Totals *wire.Totals `json:"totals,omitempty"`
 }
 
 // watchSignals are a state event's per-second rates over the last sample
@@ -35,12 +37,6 @@ type watchSignals struct {
 	Utilization float64 `json:"utilization"`
 	Wait        int64   `json:"wait_ns"`
 	Saturated   bool    `json:"saturated"`
-}
-
-// watchTotals are a limiter's decisions counted across every limitd.
-type watchTotals struct {
-	GrantedPermits int64 `json:"granted_permits"`
-	RefusedPermits int64 `json:"refused_permits"`
 }
 
 // watchStatus is the data of a status event: whether Redis serves.

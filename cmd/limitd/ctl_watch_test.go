@@ -91,13 +91,13 @@ func TestCtlWatchRowUpdate(t *testing.T) {
 		t.Errorf("a first state: %+v; want no rate yet, the wait of a new caller", r)
 	}
 	e := rate(12*s, 600)
-	e.Totals = &watchTotals{RefusedPermits: 7}
+	e.Totals = &wire.Totals{RefusedPermits: 7}
 	r = r.update(e)
 	if r.Granted != 50 || r.Util != 0.5 || !math.IsNaN(r.Refused) || !r.Saturated {
 		t.Errorf("100 permits in 2 s at a rate of 100: %+v; want 50/s, utilization 0.5, refusals unknown (no totals before), saturated (a new caller waits 30 ms)", r)
 	}
 	e = rate(14*s, 800)
-	e.Totals = &watchTotals{RefusedPermits: 27}
+	e.Totals = &wire.Totals{RefusedPermits: 27}
 	if r = r.update(e); r.Refused != 10 || r.Granted != 100 || r.Util != 1 {
 		t.Errorf("20 refused and 200 granted in 2 s: %+v", r)
 	}
