@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -188,5 +191,51 @@ func TestCtlFlags(t *testing.T) {
 		if err != nil || !slices.Equal(cmd.args, tc.names) || cmd.once != tc.once || cmd.by != tc.by || cmd.limit != tc.limit {
 			t.Errorf("checkCtl(%q) = %+v, %v", tc.args, cmd, err)
 		}
+	}
+}
+
+// top and templates ask what the contract says (by, limit, instances=true)
+// and print its answers; watch reads the signals and status events of the
+// event stream. A stand-in server answers as the contract's examples.
+func TestCtlAgainstContract(t *testing.T) {
+	var asked []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = append(asked, r.URL.RequestURI())
+		switch r.URL.Path {
+		case "/v1/templates/user/top":
+			fmt.Fprint(w, `{"by":"granted","since_ns":1795261877834527000,"instances":[{"name":"user:42","refused":0,"granted":900},{"name":"user:7","refused":12,"granted":300}]}`)
+		case "/v1/templates":
+			fmt.Fprint(w, `{"templates":[{"id":"user","pattern":"user:*","order":0,"limiter":{"kind":"schedule","rate":5},"version":3,"instances":1234}]}`)
+		case "/v1/limiters":
+			fmt.Fprint(w, `{"limiters":[{"name":"orders","config":{"kind":"schedule","rate":100},"version":1}],"next":""}`)
+		case "/v1/events":
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "event: status\ndata: {\"redis\":\"ok\",\"data_lost_at_ns\":1795261800000000000,\"ready\":true,\"limiters\":1}\n\n")
+			fmt.Fprint(w, ": keep-alive\n\n")
+			fmt.Fprint(w, "event: state\ndata: {\"name\":\"orders\",\"config\":{\"kind\":\"schedule\",\"rate\":100},\"version\":1,"+
+				"\"state\":{\"wait_ns\":96000000000,\"delay_ns\":0,\"now_ns\":1795261877834527000,\"version\":1,\"permits\":5},"+
+				"\"totals\":{\"granted_calls\":5,\"granted_permits\":5,\"refused_calls\":0,\"refused_permits\":0},"+
+				"\"signals\":{\"t_ns\":1795261877834527000,\"granted_per_s\":50,\"granted_calls_per_s\":50,\"refused_per_s\":0,\"refused_calls_per_s\":0,\"utilization\":0.5,\"wait_ns\":0,\"saturated\":false}}\n\n")
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	top := mustCtl(t, srv.URL, nil, "top", "user", "--by", "granted", "--limit", "2")
+	if want := "INSTANCE  REFUSED  GRANTED\nuser:42         0      900\nuser:7         12      300\n"; !strings.HasSuffix(top, want) || !strings.HasPrefix(top, "template user: instances by permits granted since ") {
+		t.Errorf("top printed:\n%s\nwant it to end with:\n%s", top, want)
+	}
+	tpl := mustCtl(t, srv.URL, nil, "templates")
+	if !strings.Contains(tpl, "user  user:*   0      1234") {
+		t.Errorf("templates printed:\n%s", tpl)
+	}
+	w := mustCtl(t, srv.URL, nil, "watch", "--once")
+	first, _, _ := strings.Cut(w, "\n")
+	if !strings.Contains(first, "redis ok  DATA LOST at 2026-11-21T11:50:00Z") || !strings.Contains(w, "\norders  schedule         50          0   50%     0\n") {
+		t.Errorf("watch --once printed:\n%s", w)
+	}
+	want := []string{"/v1/templates/user/top?by=granted&limit=2", "/v1/templates?instances=true", "/v1/limiters?limit=1000&cursor=", "/v1/events"}
+	if !slices.Equal(asked, want) {
+		t.Errorf("asked %q, want %q", asked, want)
 	}
 }
