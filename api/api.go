@@ -214,6 +214,7 @@ func New(o Options) *Handler {
 	get("/v1/templates", s.listTemplates, read)
 	e.PUT("/v1/templates/:id", s.putTemplate, admin)
 	get("/v1/templates/:id", s.getTemplate, read)
+	get("/v1/templates/:id/top", s.topInstances, read)
 	e.DELETE("/v1/templates/:id", s.deleteTemplate, admin)
 
 	for _, r := range e.Routes() {

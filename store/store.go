@@ -96,7 +96,7 @@ func (s *Store) stateKey(name string) string    { return s.prefix + ":{" + name 
 func (s *Store) instanceKey(name string) string { return s.prefix + ":{" + name + "}:i" }
 func (s *Store) indexKey() string               { return s.prefix + ":index" }
 func (s *Store) templatesKey() string           { return s.prefix + ":templates" }
-func (s *Store) templateVersionKey() string     { return s.prefix + ":templates:version" }
+func (s *Store) templateVersionKey() string     { return s.prefix + ":templates:versions" }
 
 // clientsKey is a share limiter's leases by client, slotsKey a concurrency
 // limiter's leased slots; both beside the limiter's hash, in its slot.
