@@ -165,6 +165,7 @@ func New(o Options) *Handler {
 	s.m = newMetrics(reg, o.Version)
 	s.core = o.Service
 	promreg.Register("api", reg, newStateCollector(s.core))
+	promreg.Register("api", reg, newTemplateCollector(s.core))
 	s.hub = newEventHub(s, o.MaxEventStreams)
 
 	e := echo.New()
