@@ -104,9 +104,10 @@ func (s *Store) clientsKey(name string) string { return s.prefix + ":{" + name +
 func (s *Store) slotsKey(name string) string   { return s.prefix + ":{" + name + "}:s" }
 
 // limiterKeys are every key a named limiter may have, its hash first, its
-// state key second.
+// state key second; its decision totals (totals.go) last, so that a limiter
+// deleted, or replaced by one of another kind, starts its totals over.
 func (s *Store) limiterKeys(name string) []string {
-	return []string{s.limiterKey(name), s.stateKey(name), s.clientsKey(name), s.slotsKey(name)}
+	return []string{s.limiterKey(name), s.stateKey(name), s.clientsKey(name), s.slotsKey(name), s.totalsKey(name)}
 }
 
 // Channel is the pub/sub channel on which every config change is published as
