@@ -21,14 +21,15 @@ const (
 	topScraped          = 5
 )
 
-// templateCollector answers, at a scrape, each template's live instances and
+// templateCollector answers, at a scrape, the ledger's overflow (see
+// core.Ledger), and each template's live instances and
 // its busiest instances over the last 5 minutes by refused and by granted
 // permits (the top 5 of each): at most 100 templates × 10 instance series,
 // read again from Redis at most every 10 s. An instance that leaves the top
 // has no series at the next read.
 type templateCollector struct {
-	core           *core.Service
-	instances, top *prometheus.Desc
+	core                     *core.Service
+	instances, top, overflow *prometheus.Desc
 
 	mu      sync.Mutex
 	at      time.Time
@@ -43,15 +44,19 @@ func newTemplateCollector(c *core.Service) *templateCollector {
 		top: prometheus.NewDesc("limitd_template_top_permits",
 			"Permits refused or granted (by) over the last 5 minutes to a template's 5 busiest instances by each, across every limitd on the Redis; read at most every 10 s.",
 			[]string{"template", "instance", "by"}, nil),
+		overflow: prometheus.NewDesc("limitd_ledger_overflow_total",
+			"Decisions counted in Redis totals only under their template, not their own name: this limitd had counted its most names (10,000) that second.", nil, nil),
 	}
 }
 
 func (c *templateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.instances
 	ch <- c.top
+	ch <- c.overflow
 }
 
 func (c *templateCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.overflow, prometheus.CounterValue, float64(c.core.LedgerOverflow()))
 	c.mu.Lock()
 	defer c.mu.Unlock() // one scrape reads Redis, the others wait for it
 	if c.metrics == nil || time.Since(c.at) >= templatesFor {

@@ -61,6 +61,7 @@ func TestTopInstances(t *testing.T) {
 		}
 	}
 	e.must(404, "GET", "/v1/templates/nobody/top", nil)
+	e.must(200, "HEAD", "/v1/templates/per-user/top", nil)
 
 	list := e.must(200, "GET", "/v1/templates?instances=true", nil)
 	if !strings.Contains(string(list.body), `"instances":3`) {

@@ -68,6 +68,16 @@ type Service struct {
 	over *overLimit
 	// instances caches counts of templates' instances (CachedInstances).
 	instances instanceCache
+	ledger    *Ledger // Options.Ledger
+}
+
+// LedgerOverflow is the Ledger's Overflow: decisions counted only under
+// their template, the interval having its most names (0 without a ledger).
+func (s *Service) LedgerOverflow() int64 {
+	if s.ledger == nil {
+		return 0
+	}
+	return s.ledger.Overflow()
 }
 
 // observers hands each event to every one of them.
@@ -100,6 +110,7 @@ func New(st *store.Store, o Options) *Service {
 	}
 	if o.Ledger != nil {
 		s.obs = observers{s.obs, o.Ledger}
+		s.ledger = o.Ledger
 	}
 	if s.decide <= 0 {
 		s.decide = defaultDecideTimeout
