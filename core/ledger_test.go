@@ -228,3 +228,47 @@ func TestLedgerRunFlushesOnStop(t *testing.T) {
 		t.Errorf("after Run stopped: %+v, %v", v.Totals, err)
 	}
 }
+
+// Decisions counted while flushes run are each added once.
+func TestLedgerConcurrent(t *testing.T) {
+	m := miniredis.RunT(t)
+	m.SetTime(t0)
+	s, l := ledgerService(t, m, LedgerOptions{})
+	ctx := context.Background()
+	const workers, each = 4, 500
+	done := make(chan struct{})
+	for w := range workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range each {
+				l.Decided(Event{Kind: EventRate, Template: "per-user", Instance: fmt.Sprintf("user:%d", (w*each+i)%7), Outcome: "granted", Permits: 2})
+			}
+		}()
+	}
+	for range workers {
+		for range 3 {
+			if err := l.Flush(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+		<-done
+	}
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.store.TemplateTotals(ctx, "per-user")
+	if want := (store.Counts{GrantedCalls: workers * each, GrantedPermits: 2 * workers * each}); err != nil || got != want {
+		t.Errorf("template totals %+v, %v; want %+v", got, err, want)
+	}
+	var calls int64
+	for i := range 7 {
+		ts, err := s.store.Totals(ctx, []string{fmt.Sprintf("user:%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls += ts[0].GrantedCalls
+	}
+	if calls != workers*each {
+		t.Errorf("instances' calls sum to %d, want %d", calls, workers*each)
+	}
+}
