@@ -62,6 +62,8 @@ type Service struct {
 	shadows *shadowHints
 	// over is the over-limit cache (overlimit.go; nil: none).
 	over *overLimit
+	// loss is what is known of Redis losing limitd's data (kept.go).
+	loss dataLoss
 }
 
 // New returns the service over st. It panics if st is nil.
@@ -88,9 +90,23 @@ func (s *Service) timed(op Op, start time.Time) { s.obs.StoreCall(op, time.Since
 
 // Ready reports whether limitd can decide: every Redis master it needs
 // accepts a write (store.Ready).
+//
+// Once limitd's marker was written (Mark), Ready also fails while Redis
+// has lost limitd's data and the configuration is not applied again
+// (ErrDataLost): its marker found gone, here or by a keeper (CheckMarker).
 func (s *Service) Ready(ctx context.Context) error {
-	defer s.timed(OpPing, time.Now())
-	return s.store.Ready(ctx)
+	start := time.Now()
+	err := s.store.Ready(ctx)
+	s.timed(OpPing, start)
+	if err != nil {
+		return err
+	}
+	if s.marking() {
+		if _, err := s.CheckMarker(ctx); err != nil {
+			return err
+		}
+	}
+	return s.lostErr()
 }
 
 // subjectOf names the subject of a rate decision whose reply said whether a
