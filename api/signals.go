@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -46,9 +47,16 @@ type sample struct {
 }
 
 func (s sample) wire() wire.Signals {
-	return wire.Signals{T: s.t, GrantedPerS: float64(s.granted), GrantedCallsPerS: float64(s.grantedCalls),
-		RefusedPerS: float64(s.refused), RefusedCallsPerS: float64(s.refusedCalls),
-		Utilization: float64(s.use), Wait: s.wait, Saturated: s.saturated}
+	return wire.Signals{T: s.t, GrantedPerS: wide(s.granted), GrantedCallsPerS: wide(s.grantedCalls),
+		RefusedPerS: wide(s.refused), RefusedCallsPerS: wide(s.refusedCalls),
+		Utilization: wide(s.use), Wait: s.wait, Saturated: s.saturated}
+}
+
+// wide is f as the float64 of its shortest decimal: 0.4, not
+// 0.4000000059604645.
+func wide(f float32) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(float64(f), 'g', -1, 32), 64)
+	return v
 }
 
 // totals are a limiter's decision counts since it was created, across every
@@ -237,8 +245,9 @@ type signals struct {
 	mu     sync.Mutex
 	series map[string]*series
 	last   wire.StreamStatus
-	known  bool // last was set
-	count  int  // limiters listed in the last round
+	known  bool   // last was set
+	count  int    // limiters listed in the last round
+	rounds uint64 // rounds done
 }
 
 func newSignals(s *server) *signals {
@@ -328,7 +337,8 @@ func (r *signalRounds) round(ctx context.Context) {
 	defer cancel()
 	r.rounds++
 	var failed error
-	if r.names == nil || r.relist || r.rounds%relistRounds == 0 {
+	// With no limiter listed, the list is what tells Redis is there.
+	if len(r.names) == 0 || r.relist || r.rounds%relistRounds == 0 {
 		page, err := g.svc.List(ctx, "", maxSignalLimiters)
 		if err == nil {
 			r.names, r.relist = r.names[:0], false
@@ -399,6 +409,9 @@ func (r *signalRounds) round(ctx context.Context) {
 	g.count = len(r.names)
 	g.mu.Unlock()
 	g.tell(failed)
+	g.mu.Lock()
+	g.rounds++ // after the status: a round is done once told
+	g.mu.Unlock()
 }
 
 // tell works out the status after a round (failed: why Redis could not
