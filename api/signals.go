@@ -59,26 +59,22 @@ func wide(f float32) float64 {
 	return v
 }
 
-// totals are a limiter's decision counts since it was created, across every
-// limitd sharing the Redis.
-type totals struct {
-	grantedCalls, grantedPermits, refusedCalls, refusedPermits int64
-}
-
-// totalsOf reads l's decision totals. A rate limiter's state counts the
-// permits it granted; calls and refusals come from the totals limitd keeps
-// in Redis beside each limiter.
-func totalsOf(l core.Limiter) totals {
-	if l.State == nil || l.State.Window {
-		return totals{}
+// totalsOf is l's decision totals, counted in Redis by every limitd
+// sharing it. While they have counted nothing (a limiter no limitd with
+// totals decided for yet), a rate limiter's state still tells the permits it
+// granted.
+func totalsOf(l core.Limiter) core.Totals {
+	t := l.Totals
+	if t == (core.Totals{}) && l.State != nil && !l.State.Window {
+		t.GrantedPermits = l.State.Permits
 	}
-	return totals{grantedPermits: l.State.Permits}
+	return t
 }
 
 // point is a limiter's totals at a Redis time.
 type point struct {
 	now int64
-	totals
+	core.Totals
 }
 
 // series is one limiter's history: its last utilizationSpan+1 points and
@@ -96,8 +92,8 @@ type series struct {
 func (s *series) add(p point) {
 	if s.npoints > 0 {
 		last := s.point(0)
-		if p.now <= last.now || p.grantedPermits < last.grantedPermits || p.grantedCalls < last.grantedCalls ||
-			p.refusedPermits < last.refusedPermits || p.refusedCalls < last.refusedCalls {
+		if p.now <= last.now || p.GrantedPermits < last.GrantedPermits || p.GrantedCalls < last.GrantedCalls ||
+			p.RefusedPermits < last.RefusedPermits || p.RefusedCalls < last.RefusedCalls {
 			s.npoints = 0
 		}
 	}
@@ -152,17 +148,17 @@ func perSecond(d, ns int64) float64 {
 
 // signal is l's sample, its totals added to s first.
 func (s *series) signal(l core.Limiter, now int64) sample {
-	s.add(point{now: now, totals: totalsOf(l)})
+	s.add(point{now: now, Totals: totalsOf(l)})
 	cur := s.point(0)
 	var sm sample
 	sm.t = now
 	if s.npoints > 1 {
 		prev := s.point(1)
 		dt := cur.now - prev.now
-		sm.granted = float32(perSecond(cur.grantedPermits-prev.grantedPermits, dt))
-		sm.grantedCalls = float32(perSecond(cur.grantedCalls-prev.grantedCalls, dt))
-		sm.refused = float32(perSecond(cur.refusedPermits-prev.refusedPermits, dt))
-		sm.refusedCalls = float32(perSecond(cur.refusedCalls-prev.refusedCalls, dt))
+		sm.granted = float32(perSecond(cur.GrantedPermits-prev.GrantedPermits, dt))
+		sm.grantedCalls = float32(perSecond(cur.GrantedCalls-prev.GrantedCalls, dt))
+		sm.refused = float32(perSecond(cur.RefusedPermits-prev.RefusedPermits, dt))
+		sm.refusedCalls = float32(perSecond(cur.RefusedCalls-prev.RefusedCalls, dt))
 	}
 	use, wait := utilization(l, s), waitOf(l)
 	sm.use, sm.wait = float32(use), wait
@@ -192,7 +188,7 @@ func utilization(l core.Limiter, s *series) float64 {
 			return 0
 		}
 		cur, back := s.point(0), s.point(utilizationSpan)
-		return perSecond(cur.grantedPermits-back.grantedPermits, cur.now-back.now) / c.Rate
+		return perSecond(cur.GrantedPermits-back.GrantedPermits, cur.now-back.now) / c.Rate
 	case l.Holders != nil && l.Holders.Kind == limiter.KindShare:
 		if c.Capacity == nil || *c.Capacity <= 0 {
 			return 0

@@ -64,3 +64,22 @@ func TestSignalsTotalsGoBack(t *testing.T) {
 		t.Errorf("utilization %v, want the last %d s' rate over the configured one", sm.use, utilizationSpan)
 	}
 }
+
+// Calls and refusals come from the decision totals in Redis: a refusal
+// makes the limiter saturated whatever its utilization.
+func TestSignalsRefused(t *testing.T) {
+	win := func(tot core.Totals, now int64) core.Limiter {
+		return core.Limiter{Info: core.Info{Config: limiter.Config{Kind: limiter.KindWindow}}, Totals: tot,
+			State: &core.WaitInfo{Window: true, Limit: 100, Wait: 90, Started: true, Now: now, Position: now + int64(time.Minute)}}
+	}
+	var s series
+	sec := int64(time.Second)
+	s.signal(win(core.Totals{GrantedCalls: 4, GrantedPermits: 8}, 0), 0)
+	sm := s.signal(win(core.Totals{GrantedCalls: 5, GrantedPermits: 10, RefusedCalls: 2, RefusedPermits: 6}, 2*sec), 2*sec)
+	if sm.grantedCalls != 0.5 || sm.granted != 1 || sm.refusedCalls != 1 || sm.refused != 3 {
+		t.Errorf("rates %+v, want over the 2 s between the samples", sm)
+	}
+	if sm.use != 0.1 || sm.wait != 0 || !sm.saturated {
+		t.Errorf("%+v: want utilization 0.1, no wait, saturated (callers refused)", sm)
+	}
+}
