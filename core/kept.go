@@ -90,6 +90,7 @@ type dataLoss struct {
 	at      int64 // when the last loss was found, Redis time; 0: never
 	pending bool  // found lost, not marked again yet
 	count   int64
+	found   chan struct{} // told each new loss (capacity 1)
 }
 
 // DataLost records that Redis was found to have lost limitd's data at at
@@ -104,8 +105,17 @@ func (s *Service) DataLost(at int64) bool {
 	}
 	s.loss.at, s.loss.pending = at, true
 	s.loss.count++
+	select {
+	case s.loss.found <- struct{}{}:
+	default: // told already, not taken yet
+	}
 	return true
 }
+
+// DataLosses is told each new data loss (DataLost), so that a keeper found
+// out by a readiness probe applies the configuration again at once rather
+// than at its next check. One keeper reads it.
+func (s *Service) DataLosses() <-chan struct{} { return s.loss.found }
 
 // DataLoss reports when Redis was last found to have lost limitd's data
 // (Redis time, Unix ns; 0: never since this process started), whether the

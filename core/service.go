@@ -73,6 +73,7 @@ func New(st *store.Store, o Options) *Service {
 	}
 	s := &Service{store: st, obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode, shadows: &shadowHints{},
 		over: newOverLimit(o.OverLimitCache)}
+	s.loss.found = make(chan struct{}, 1)
 	if s.clock == nil {
 		s.clock = limiter.SystemClock()
 	}

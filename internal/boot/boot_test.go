@@ -506,3 +506,29 @@ func TestBootKeeperDataLossWithoutFile(t *testing.T) {
 		t.Errorf("the loss was not logged at ERROR:\n%s", logs)
 	}
 }
+
+// A loss a readiness probe finds first has the keeper apply the file again
+// at once, not at its next check.
+func TestBootKeeperWokenByProbe(t *testing.T) {
+	mini, st, svc, b := bootStore(t)
+	k := NewKeeper(b, svc, slog.New(slog.DiscardHandler))
+	k.Interval = time.Hour // no check of its own during the test
+	ctx, cancel := context.WithCancel(context.Background())
+	k.Boot(ctx)
+	done := make(chan struct{})
+	go func() { k.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	mini.FlushAll()
+	if err := svc.Ready(context.Background()); !errors.Is(err, core.ErrDataLost) {
+		t.Fatalf("Ready after FLUSHALL = %v, want ErrDataLost", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		if _, err := st.Get(context.Background(), "orders"); err == nil && svc.Ready(context.Background()) == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the keeper did not apply the boot file again after the probe found the loss")
+		}
+	}
+}

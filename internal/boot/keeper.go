@@ -119,6 +119,8 @@ func (k *Keeper) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			k.check(ctx)
+		case <-k.Service.DataLosses(): // a readiness probe found it first
+			k.check(ctx)
 		case <-reload:
 			k.reload(ctx)
 		case <-k.Hup:
