@@ -61,9 +61,11 @@ func init() {
 		summary: "run the HTTP API over a shared Redis",
 		usage: `usage: limitd [serve]
 
-Runs limitd's HTTP API (/v1/limiters, /v1/templates, /healthz, /readyz,
-/metrics, /openapi.yaml) over the Redis named by LIMITD_REDIS_URL, or over an
-embedded in-memory Redis when it is empty. With LIMITD_GRPC_ADDR it also
+Runs limitd's HTTP API (/v1/limiters, /v1/templates, /v1/events,
+/v1/history, /healthz, /readyz, /metrics, /openapi.yaml) and its dashboard
+(/ui/) over the Redis named by LIMITD_REDIS_URL, or over an embedded
+in-memory Redis when it is empty. Every named limiter is sampled once a
+second for the dashboard's signals and its last 15 minutes. With LIMITD_GRPC_ADDR it also
 serves Envoy's rate limit service (gRPC) with the boot file's domains:
 rules. Stops gracefully on SIGINT or SIGTERM. Invalid configuration exits 1
 with one line naming the variable.
