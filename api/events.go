@@ -30,9 +30,12 @@ const (
 	keepAlive = 15 * time.Second
 )
 
-// events streams Server-Sent Events: every interval an "state" event per
-// watched limiter (what GET /v1/limiters/{name} answers: config, version,
-// live state or holders), read from Redis, and a "config" event for each
+// events streams Server-Sent Events. Its headers go out at once, then a
+// "status" event (wire.StreamStatus: Redis ok or unavailable, a data loss,
+// ready, the named limiters), and another each time the status changes.
+// Every interval a "state" event per watched limiter (what GET
+// /v1/limiters/{name} answers: config, version, live state or holders),
+// read from Redis, with its last signals (Handler.Run), and a "config" event for each
 // config change as it is published ({"limiter","version"}, version 0:
 // deleted; {"templates":true}). ?limiters=a,b watches those; without it,
 // every limiter (the first maxEventLimiters in name order), the list read

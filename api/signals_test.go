@@ -3,9 +3,11 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -305,5 +307,57 @@ func TestRootRedirects(t *testing.T) {
 	e.h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if rec.Code != http.StatusFound || rec.Header().Get("Location") != "/ui/" {
 		t.Errorf("GET /: %d to %q, want 302 to /ui/", rec.Code, rec.Header().Get("Location"))
+	}
+}
+
+// With Redis down a stream still answers 200 at once, its status saying
+// so, then the error of its first sample, and ends.
+func TestEventsRedisDownAtConnect(t *testing.T) {
+	e := newEnv(t)
+	e.m.Close()
+	events, stop := e.stream("/v1/events")
+	defer stop()
+	st := statusOf(t, next(t, events, func(sseEvent) bool { return true }))
+	if st.Redis != "unavailable" || st.Ready {
+		t.Errorf("status %+v, want redis unavailable, not ready", st)
+	}
+	ev := next(t, events, func(sseEvent) bool { return true })
+	if ev.name != "error" || !strings.Contains(ev.data, "unavailable") {
+		t.Errorf("event %s %s, want the unavailable problem", ev.name, ev.data)
+	}
+	select {
+	case ev, ok := <-events:
+		if ok {
+			t.Errorf("event %s %s after the error, want the stream to end", ev.name, ev.data)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the stream did not end after its first sample failed")
+	}
+}
+
+// A round reads each limiter's live state once, its config only after a
+// change: for rate limiters about one command per limiter per round.
+func TestSignalsCost(t *testing.T) {
+	s := newSampled(t)
+	const n = 300
+	for i := range n {
+		s.must(201, "PUT", fmt.Sprintf("/v1/limiters/l%03d", i), `{"rate":100}`)
+	}
+	s.round(time.Second) // listed again after the changes, configs read
+	var cmds atomic.Int64
+	s.rdb.AddHook(countHook{&cmds})
+	const rounds = 5
+	start := time.Now()
+	for range rounds {
+		s.round(time.Second)
+	}
+	took := time.Since(start)
+	per := float64(cmds.Load()) / rounds
+	t.Logf("%d limiters: %.1f Redis commands a round, %v a round (miniredis, test's wall clock)", n, per, took/rounds)
+	if per < n || per > n+n/10 {
+		t.Errorf("%.1f commands a round for %d rate limiters, want one per limiter (within 10%%)", per, n)
+	}
+	if h := s.history("l000,l299").Limiters; len(h["l000"]) != rounds+1 || len(h["l299"]) != rounds+1 {
+		t.Errorf("history lengths %d, %d, want %d", len(h["l000"]), len(h["l299"]), rounds+1)
 	}
 }
