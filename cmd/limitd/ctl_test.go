@@ -94,7 +94,9 @@ func putTemplate(t *testing.T, base, token, id, body string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -145,5 +147,76 @@ func TestCtlErrors(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := run(context.Background(), []string{"ctl", "ls"}, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), "LIMITD_URL") {
 		t.Errorf("a bad LIMITD_URL: exit %d, %q", code, stderr.String())
+	}
+}
+
+// templates counts a template's live instances; top names the instances
+// refused (or granted) the most once the server's totals have reached
+// Redis (each limitd adds them at least once a second); watch shows the
+// server's signals.
+func TestCtlTemplatesTopWatch(t *testing.T) {
+	base, _, _ := startServe(t, map[string]string{})
+	putTemplate(t, base, "", "user", `{"pattern":"user:*","limiter":{"rate":1,"burst":1}}`)
+	for i, n := range map[string]int{"user:42": 6, "user:7": 2} {
+		for range n {
+			acquire(t, base, i, `{"max_wait":"1ms"}`)
+		}
+	}
+	if tpl := mustCtl(t, base, nil, "templates"); !strings.Contains(tpl, "user  user:*   0      2          schedule") {
+		t.Errorf("templates with 2 live instances printed:\n%s", tpl)
+	}
+	// user:42 had 1 of 6 granted, user:7 1 of 2.
+	want := "INSTANCE  REFUSED  GRANTED\nuser:42         5        1\nuser:7          1        1\n"
+	var top string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if top = mustCtl(t, base, nil, "top", "user"); strings.HasSuffix(top, want) {
+			break
+		}
+	}
+	if !strings.HasSuffix(top, want) || !strings.HasPrefix(top, "template user: instances by permits refused since ") {
+		t.Errorf("top user printed:\n%s\nwant it to end with:\n%s", top, want)
+	}
+	if top = mustCtl(t, base, nil, "top", "user", "--by", "granted", "--limit", "1"); strings.Count(top, "\nuser:") != 1 {
+		t.Errorf("top user --by granted --limit 1 printed:\n%s", top)
+	}
+	if _, err := ctlRun(t, base, nil, "top", "nobody"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("top of an unknown template: %v", err)
+	}
+	if _, err := ctlRun(t, base, nil, "put", "orders", `{"rate":100}`); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		acquire(t, base, "orders", `{"permits":10}`)
+	}
+	// A limiter's first state may come before the server has sampled it
+	// (no signals yet, and no earlier state to take a rate from): its rates
+	// are "-" until then. Once sampled, its row has the signals'
+	// utilization and rates.
+	var row []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		w := mustCtl(t, base, nil, "watch", "--once")
+		if !strings.Contains(w, "redis ok  1 limiter(s)") {
+			t.Fatalf("watch --once printed:\n%s", w)
+		}
+		_, r, _ := strings.Cut(w, "\norders ")
+		if row = strings.Fields("orders " + r); len(row) >= 5 && strings.HasSuffix(row[4], "%") {
+			break
+		}
+	}
+	if len(row) < 6 || row[1] != "schedule" || !strings.HasSuffix(row[4], "%") || row[2] == "-" || row[3] != "0" {
+		t.Errorf("orders' row once sampled: %q; want its kind, granted/s, refused/s 0, a utilization, a wait", row)
+	}
+}
+
+// acquire asks name for permits over the HTTP API, granted or not.
+func acquire(t *testing.T, base, name, body string) {
+	t.Helper()
+	resp, err := http.Post(base+"/v1/limiters/"+name+"/acquire", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("acquire %s: %d", name, resp.StatusCode)
 	}
 }
