@@ -171,6 +171,39 @@ func grpcMetric(name string) bool {
 // type, after activity of every kind (so that every vector has a series).
 func servedMetrics(t *testing.T) map[string]string {
 	t.Helper()
+	return metricTypes(scrapeAfterActivity(t))
+}
+
+// metricTypes are the limitd_ metric families of a scrape, and their types.
+func metricTypes(scrape string) map[string]string {
+	served := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (limitd_[a-z_]+) ([a-z]+)$`).FindAllStringSubmatch(scrape, -1) {
+		served[m[1]] = m[2]
+	}
+	return served
+}
+
+// metricLabels are the label names of each limitd_ metric family of a
+// scrape (a histogram's le included).
+func metricLabels(scrape string) map[string]map[string]bool {
+	types := metricTypes(scrape)
+	labels := map[string]map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^(limitd_[a-z_]+)\{([^}]*)\}`).FindAllStringSubmatch(scrape, -1) {
+		name := queriedMetrics(m[1], types)[0]
+		if labels[name] == nil {
+			labels[name] = map[string]bool{}
+		}
+		for _, l := range regexp.MustCompile(`([a-z_]+)="`).FindAllStringSubmatch(m[2], -1) {
+			labels[name][l[1]] = true
+		}
+	}
+	return labels
+}
+
+// scrapeAfterActivity is what /metrics serves after activity of every
+// kind, a sampler round and a flush of the busiest instances.
+func scrapeAfterActivity(t *testing.T) string {
+	t.Helper()
 	s := newSampled(t) // the sampler's gauges need a round
 	e := s.env
 	e.must(201, "PUT", "/v1/limiters/r", `{"rate":10}`)
@@ -190,11 +223,7 @@ func servedMetrics(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	s.round(time.Second)
-	served := map[string]string{}
-	for _, m := range regexp.MustCompile(`(?m)^# TYPE (limitd_[a-z_]+) ([a-z]+)$`).FindAllStringSubmatch(string(e.must(200, "GET", "/metrics", nil).body), -1) {
-		served[m[1]] = m[2]
-	}
-	return served
+	return string(e.must(200, "GET", "/metrics", nil).body)
 }
 
 // queriedMetrics are the limitd_ metrics an expression queries, a
@@ -280,10 +309,12 @@ func checkServed(t *testing.T, served map[string]string, where string, names []s
 }
 
 // Every metric the alert rules in deploy/ use, and every series their unit
-// tests feed them, is one /metrics serves (cmd/limitd's
+// tests feed them, is one /metrics serves, the series with labels it has
+// (besides the scrape's job and instance) (cmd/limitd's
 // TestDeployAlertRulesPromtool runs promtool on both files).
 func TestAlertRules(t *testing.T) {
-	served := servedMetrics(t)
+	scrape := scrapeAfterActivity(t)
+	served, labels := metricTypes(scrape), metricLabels(scrape)
 	var rules struct {
 		Groups []struct {
 			Rules []struct{ Alert, Expr string }
@@ -313,7 +344,17 @@ func TestAlertRules(t *testing.T) {
 	readYAML(t, "../deploy/prometheus/limitd-alerts.test.yml", &tests)
 	for _, tc := range tests.Tests {
 		for _, s := range tc.Series {
-			checkServed(t, served, "the alert test "+tc.Name, queriedMetrics(s.Series, served))
+			names := queriedMetrics(s.Series, served)
+			checkServed(t, served, "the alert test "+tc.Name, names)
+			if len(names) != 1 {
+				continue // up{…}
+			}
+			_, ls, _ := strings.Cut(s.Series, "{")
+			for _, l := range regexp.MustCompile(`([a-z_]+)="`).FindAllStringSubmatch(ls, -1) {
+				if l[1] != "job" && l[1] != "instance" && !labels[names[0]][l[1]] {
+					t.Errorf("the alert test %s: %s has a label %s, which /metrics does not give it", tc.Name, s.Series, l[1])
+				}
+			}
 		}
 	}
 }
