@@ -67,7 +67,7 @@ func (s *Service) viewState(ctx context.Context, info Info) (Limiter, error) {
 	if info.Template != "" {
 		start := time.Now()
 		t, err := s.store.InstanceTTL(ctx, info.Name)
-		s.timed(OpWait, start)
+		s.timed(OpInstanceTTL, start)
 		if err != nil {
 			return Limiter{}, err
 		}
