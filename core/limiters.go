@@ -90,7 +90,7 @@ func freshWindow(w *WaitInfo, cfg limiter.Config) {
 	if !w.Window || w.Started {
 		return
 	}
-	if p, err := limiter.Compile(cfg); err == nil && p.Kind == limiter.KindWindow {
+	if p, err := limiter.Compile(cfg); err == nil { // w.Window: cfg is a window's
 		w.Position = p.WindowEnd(w.Now)
 	}
 }
