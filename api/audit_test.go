@@ -180,6 +180,15 @@ func servedMetrics(t *testing.T) map[string]string {
 	l := e.slot(200, "c", nil)
 	e.must(204, "POST", "/v1/limiters/c/release", lease(l.LeaseID))
 	e.must(404, "GET", "/v1/limiters/none", nil)
+	// One round of the signals sampler, as limitd serve runs it: the
+	// utilization and wait gauges.
+	h := e.h.(*api.Handler)
+	api.SetSignalTicker(h, make(chan time.Time))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { h.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, "the signals' first round", func() bool { return api.SignalRounds(h) == 1 })
 	served := map[string]string{}
 	for _, m := range regexp.MustCompile(`(?m)^# TYPE (limitd_[a-z_]+) ([a-z]+)$`).FindAllStringSubmatch(string(e.must(200, "GET", "/metrics", nil).body), -1) {
 		served[m[1]] = m[2]
