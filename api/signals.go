@@ -18,8 +18,8 @@ const (
 	// signalStep is how often every named limiter is sampled.
 	signalStep = time.Second
 	// historyLen is how many samples a limiter's history keeps: 15 minutes
-	// at one a second. A sample costs 48 bytes, so a limiter's history at
-	// most 43 KiB, and maxSignalLimiters' about 42 MiB.
+	// at one a second. A sample costs 40 bytes (TestSampleSize), so a
+	// limiter's history at most 36 KiB, and maxSignalLimiters' about 35 MiB.
 	historyLen = 900
 	// maxSignalLimiters bounds the limiters sampled: the first ones in name
 	// order. A round reads their live states in pipelines of sampleBatch
@@ -38,7 +38,7 @@ const (
 )
 
 // sample is one limiter's signals as kept in its history: wire.Signals in
-// 48 bytes rather than 64.
+// 40 bytes rather than 64.
 type sample struct {
 	t, wait                    int64
 	granted, grantedCalls      float32

@@ -3,6 +3,7 @@ package api
 import (
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
@@ -81,5 +82,13 @@ func TestSignalsRefused(t *testing.T) {
 	}
 	if sm.use != 0.1 || sm.wait != 0 || !sm.saturated {
 		t.Errorf("%+v: want utilization 0.1, no wait, saturated (callers refused)", sm)
+	}
+}
+
+// What the history costs, as its doc and the README count it: 40 bytes a
+// sample, so 900 of them about 36 KiB.
+func TestSampleSize(t *testing.T) {
+	if n := unsafe.Sizeof(sample{}); n != 40 {
+		t.Errorf("a sample is %d bytes; the README and historyLen's doc say 40", n)
 	}
 }
