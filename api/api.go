@@ -105,7 +105,7 @@ func (h *Handler) Close() { h.s.hub.close() }
 // limitd_limiter_utilization and limitd_limiter_wait_seconds gauges; and
 // the status event streams send (Redis ok or unavailable, a data loss,
 // ready). Each second costs Redis one read of the listed limiters' live
-// states, in pipelines of 500 (a lease limiter's holders one round trip
+// states and decision totals, in pipelines of 500 (a lease limiter's holders one round trip
 // each), their configs read again only after a change, and the list itself
 // every 30 s. The owner of the handler runs it in one goroutine and ends
 // ctx as it shuts down; without it, state events carry no signals and the
@@ -182,6 +182,7 @@ func New(o Options) *Handler {
 	s.m = newMetrics(reg, o.Version)
 	s.core = o.Service
 	promreg.Register("api", reg, newStateCollector(s.core))
+	promreg.Register("api", reg, newTemplateCollector(s.core))
 	s.sig = newSignals(s)
 	promreg.Register("api", reg, newSignalCollector(s.sig, s.core))
 	s.hub = newEventHub(s, o.MaxEventStreams)
@@ -236,6 +237,7 @@ func New(o Options) *Handler {
 	get("/v1/templates", s.listTemplates, read)
 	e.PUT("/v1/templates/:id", s.putTemplate, admin)
 	get("/v1/templates/:id", s.getTemplate, read)
+	get("/v1/templates/:id/top", s.topInstances, read)
 	e.DELETE("/v1/templates/:id", s.deleteTemplate, admin)
 
 	for _, r := range e.Routes() {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/store"
 )
 
 type logLine struct {
@@ -170,7 +171,8 @@ func grpcMetric(name string) bool {
 // type, after activity of every kind (so that every vector has a series).
 func servedMetrics(t *testing.T) map[string]string {
 	t.Helper()
-	e := newEnv(t)
+	s := newSampled(t) // the sampler's gauges need a round
+	e := s.env
 	e.must(201, "PUT", "/v1/limiters/r", `{"rate":10}`)
 	e.must(200, "POST", "/v1/limiters/r/acquire", nil)
 	e.must(201, "PUT", "/v1/limiters/s", `{"kind":"share","capacity":10}`)
@@ -180,15 +182,14 @@ func servedMetrics(t *testing.T) map[string]string {
 	l := e.slot(200, "c", nil)
 	e.must(204, "POST", "/v1/limiters/c/release", lease(l.LeaseID))
 	e.must(404, "GET", "/v1/limiters/none", nil)
-	// One round of the signals sampler, as limitd serve runs it: the
-	// utilization and wait gauges.
-	h := e.h.(*api.Handler)
-	api.SetSignalTicker(h, make(chan time.Time))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { h.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	eventually(t, "the signals' first round", func() bool { return api.SignalRounds(h) == 1 })
+	e.must(201, "PUT", "/v1/templates/per-user", `{"pattern":"user:*","limiter":{"rate":5}}`)
+	e.must(200, "POST", "/v1/limiters/user:1/acquire", nil)
+	// the busiest instances, as a ledger's flush adds them
+	if err := e.st.AddTotals(context.Background(), store.TotalsBatch{Top: []store.TopAdd{{Template: "per-user",
+		Minute: t0.Unix() / 60, Granted: map[string]int64{"user:1": 1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	s.round(time.Second)
 	served := map[string]string{}
 	for _, m := range regexp.MustCompile(`(?m)^# TYPE (limitd_[a-z_]+) ([a-z]+)$`).FindAllStringSubmatch(string(e.must(200, "GET", "/metrics", nil).body), -1) {
 		served[m[1]] = m[2]
