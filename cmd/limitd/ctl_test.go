@@ -156,6 +156,9 @@ func TestCtlErrors(t *testing.T) {
 // server's signals.
 func TestCtlTemplatesTopWatch(t *testing.T) {
 	base, _, _ := startServe(t, map[string]string{})
+	if w := mustCtl(t, base, nil, "watch", "--once"); !strings.Contains(w, "redis ok  0 limiter(s)\nNAME") {
+		t.Errorf("watch --once with no limiter printed:\n%s\nwant the header with the server's status, the column names", w)
+	}
 	putTemplate(t, base, "", "user", `{"pattern":"user:*","limiter":{"rate":1,"burst":1}}`)
 	for i, n := range map[string]int{"user:42": 6, "user:7": 2} {
 		for range n {

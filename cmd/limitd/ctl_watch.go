@@ -354,10 +354,6 @@ func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 		changed = false
 		drawn++
 	}
-	if once && len(expect) == 0 { // no limiter to wait for
-		draw()
-		return nil
-	}
 	changed = len(expect) == 0 // with no limiter, the first tick draws an empty table
 	tick := time.NewTicker(c.tick)
 	defer tick.Stop()
@@ -375,6 +371,10 @@ func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 			}
 			return fmt.Errorf("the event stream of %s ended: %v", c.base, err)
 		case <-tick.C:
+			if once && len(expect) == 0 { // no limiter to wait for, no status either
+				draw()
+				return nil
+			}
 			if changed && !once {
 				draw()
 				if c.ticks > 0 && drawn >= c.ticks {
@@ -417,6 +417,10 @@ func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 				var st watchStatus
 				if json.Unmarshal(ev.data, &st) == nil && st.Redis != "" {
 					t.Redis, t.Lost, changed = st.Redis, st.DataLostAtNs, true
+				}
+				if once && len(expect) == 0 { // no limiter to wait for
+					draw()
+					return nil
 				}
 			case "error":
 				var p wire.Problem
