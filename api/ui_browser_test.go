@@ -135,7 +135,7 @@ func (p *tab) eventually(what, script string) {
 // save writes a screenshot of the whole page to the screenshot folder.
 func (p *tab) save(name string) {
 	p.t.Helper()
-	p.do("settle", "") // one round trip, so that the last frame is drawn
+	p.do("settle", "")                                             // one round trip, so that the last frame is drawn
 	shot, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
 	if err != nil {
 		p.t.Fatal(err)
@@ -173,6 +173,19 @@ func traffic(t *testing.T, e *env, work func(step int)) {
 	t.Cleanup(func() { close(stop); wg.Wait() })
 }
 
+// sampled runs the handler's sampler of every named limiter (signals,
+// history, status) until the test ends, as limitd serve does.
+func sampled(t *testing.T, e *env) {
+	r, ok := e.h.(interface{ Run(context.Context) })
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 // The dashboard in a real browser (headless Chromium), each case over its
 // own limitd (the API handler on miniredis): what an on-call engineer asks
 // first (what is refused, who, why) and whether the page tells the truth.
@@ -185,6 +198,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// why. A semaphore and a share show what is held.
 	t.Run("Overview", func(t *testing.T) {
 		e := newEnv(t)
+		sampled(t, e)
 		e.must(201, "PUT", "/v1/limiters/steady", `{"rate":100,"burst":1.1}`)
 		e.must(201, "PUT", "/v1/limiters/quota", `{"kind":"window","limit":5,"period":"1h"}`)
 		e.must(201, "PUT", "/v1/limiters/exports", `{"kind":"concurrency","limit":4}`)
@@ -230,6 +244,7 @@ func TestDashboardInBrowser(t *testing.T) {
 				t.Errorf("the API has %s (%s, version %d); the page shows %s, version %s", l.Name, l.Config.Kind, l.Version, k, v)
 			}
 		}
+		p.eventually("steady's sparkline", `Number(document.querySelector('tr[data-name="steady"] canvas').dataset.points) >= 3`)
 		p.save("limitd-overview.png")
 	})
 
@@ -237,6 +252,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// that were refused most, each a link to its own page.
 	t.Run("Template", func(t *testing.T) {
 		e := newEnv(t)
+		sampled(t, e)
 		e.must(201, "PUT", "/v1/templates/users", `{"pattern":"user:*","limiter":{"kind":"window","limit":3,"period":"1h"}}`)
 		for name, n := range map[string]int{"user:1": 10, "user:2": 5, "user:3": 2} {
 			for range n {
@@ -276,6 +292,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// for and confirmed.
 	t.Run("Window", func(t *testing.T) {
 		e := newEnv(t, func(o *api.Options) { o.AdminToken = "adm" })
+		sampled(t, e)
 		e.must(201, "PUT", "/v1/limiters/daily", `{"kind":"window","limit":100,"period":"1m"}`)
 		for range 3 {
 			e.must(200, "POST", "/v1/limiters/daily/acquire", `{"permits":1}`)
@@ -349,36 +366,28 @@ func TestDashboardInBrowser(t *testing.T) {
 	// its chart holds the samples taken before it opened.
 	t.Run("History", func(t *testing.T) {
 		e := newEnv(t)
+		sampled(t, e)
 		e.must(201, "PUT", "/v1/limiters/orders", `{"rate":100,"burst":1.1}`)
-		var mu sync.Mutex
-		steps := 0
-		traffic(t, e, func(i int) {
-			e.send(true, "POST", "/v1/limiters/orders/acquire", `{"permits":5}`)
-			mu.Lock()
-			steps = i
-			mu.Unlock()
-		})
-		for { // three seconds of traffic, sampled before any page opens
-			mu.Lock()
-			n := steps
-			mu.Unlock()
-			if n >= 35 {
-				break
+		traffic(t, e, func(int) { e.send(true, "POST", "/v1/limiters/orders/acquire", `{"permits":5}`) })
+		// Samples taken before any page opens.
+		var before int // samples of orders in its history
+		for deadline := time.Now().Add(pageWait); before < 3; time.Sleep(100 * time.Millisecond) {
+			var hist struct {
+				Limiters map[string][]json.RawMessage `json:"limiters"`
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		var hist struct {
-			Limiters map[string][]json.RawMessage `json:"limiters"`
-		}
-		e.must(200, "GET", "/v1/history?limiters=orders", nil).decode(t, &hist)
-		before := len(hist.Limiters["orders"])
-		if before < 2 {
-			t.Fatalf("GET /v1/history has %d samples of orders after three seconds", before)
+			rec := httptest.NewRecorder()
+			e.h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/history?limiters=orders", nil))
+			if err := json.Unmarshal(rec.Body.Bytes(), &hist); rec.Code != 200 || err != nil {
+				t.Fatalf("GET /v1/history: %d %s", rec.Code, rec.Body)
+			}
+			if before = len(hist.Limiters["orders"]); before < 3 && time.Now().After(deadline) {
+				t.Fatalf("GET /v1/history has %d samples of orders", before)
+			}
 		}
 		srv := httptest.NewServer(e.h)
 		t.Cleanup(srv.Close)
 		p := b.open(t, srv.URL+"/ui/#/limiter/orders")
-		p.eventually("the chart drawn", `!!document.querySelector("#c-rates") && document.querySelector("#c-rates").dataset.points !== undefined`)
+		p.eventually("the chart drawn with the history", `!!document.querySelector("#c-rates") && document.querySelector("#c-rates").dataset.history === "loaded"`)
 		var points int
 		p.eval("the chart's points", `Number(document.querySelector("#c-rates").dataset.points)`, &points)
 		if points < before {
@@ -393,6 +402,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// An empty server: connected, and says there is no limiter yet.
 	t.Run("Empty", func(t *testing.T) {
 		e := newEnv(t)
+		sampled(t, e)
 		srv := httptest.NewServer(e.h)
 		t.Cleanup(srv.Close)
 		p := b.open(t, srv.URL+"/ui/")
@@ -409,6 +419,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// one opened after, and never that there is no limiter.
 	t.Run("RedisDown", func(t *testing.T) {
 		e := newEnv(t)
+		sampled(t, e)
 		e.must(201, "PUT", "/v1/limiters/orders", `{"rate":100}`)
 		srv := httptest.NewServer(e.h)
 		t.Cleanup(srv.Close)
