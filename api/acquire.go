@@ -104,7 +104,7 @@ func answerOf(d core.Decision) (any, func([]byte) []byte) {
 // windowOf is what a window limiter's decision adds: its wait is the
 // permits left, its position the window's end.
 func windowOf(d core.Decision) wire.Window {
-	return wire.Window{Limit: d.Limit, Remaining: d.Wait, Reset: max(0, d.Position-d.Now)}
+	return wire.Window{Limit: d.Limit, Remaining: d.Wait, Reset: max(0, d.Position-d.Now), ResetAt: d.Position}
 }
 
 // setRetryAfter sets the Retry-After header: ns in whole seconds, rounded

@@ -50,9 +50,9 @@ func ExampleNew() {
 	}
 	call("PATCH", "/v1/limiters/guava", `{"rate":10}`)
 	// Output:
-	// 201 {"name":"guava","config":{"kind":"smooth","rate":5,"max_burst_seconds":1,"initial_permits":0},"version":1,"state":{"wait_ns":0,"delay_ns":0,"idle_ns":0,"allocated_ns":0,"now_ns":1750000000000000000,"version":1,"permits":0,"lateness_ns":0,"started":true}}
+	// 201 {"name":"guava","config":{"kind":"smooth","rate":5,"max_burst_seconds":1,"initial_permits":0},"version":1,"state":{"wait_ns":0,"delay_ns":0,"idle_ns":0,"allocated_ns":0,"now_ns":1750000000000000000,"version":1,"permits":0,"lateness_total_ns":0,"started":true},"totals":{"granted_calls":0,"granted_permits":0,"refused_calls":0,"refused_permits":0}}
 	// 200 {"granted":true,"permits":1,"delay_ns":0,"scheduled_ns":1750000000000000000,"start_ns":1750000000000000000,"lateness_ns":0,"wait_ns":0,"version":1,"now_ns":1750000000000000000}
 	// 200 {"granted":true,"permits":1,"delay_ns":200000000,"scheduled_ns":1750000000200000000,"start_ns":1750000000200000000,"lateness_ns":0,"wait_ns":0,"version":1,"now_ns":1750000000000000000}
 	// 200 {"granted":true,"permits":1,"delay_ns":400000000,"scheduled_ns":1750000000400000000,"start_ns":1750000000400000000,"lateness_ns":0,"wait_ns":0,"version":1,"now_ns":1750000000000000000}
-	// 200 {"name":"guava","config":{"kind":"smooth","rate":10,"max_burst_seconds":1,"initial_permits":0},"version":2,"state":{"wait_ns":0,"delay_ns":600000000,"idle_ns":0,"allocated_ns":600000000,"now_ns":1750000000000000000,"version":2,"permits":3,"lateness_ns":0,"started":true}}
+	// 200 {"name":"guava","config":{"kind":"smooth","rate":10,"max_burst_seconds":1,"initial_permits":0},"version":2,"state":{"wait_ns":0,"delay_ns":600000000,"idle_ns":0,"allocated_ns":600000000,"now_ns":1750000000000000000,"version":2,"permits":3,"lateness_total_ns":0,"started":true},"totals":{"granted_calls":0,"granted_permits":0,"refused_calls":0,"refused_permits":0}}
 }

@@ -15,9 +15,9 @@ import (
 
 func stateOf(w core.WaitInfo) *wire.WaitState {
 	v := &wire.WaitState{Wait: w.Wait, Delay: w.Delay, Idle: w.Idle, Allocated: w.Allocated, Now: w.Now,
-		Version: w.Version, Permits: w.Permits, Lateness: w.Lateness, Started: w.Started}
+		Version: w.Version, Permits: w.Permits, LatenessTotal: w.Lateness, Started: w.Started}
 	if w.Window { // a window: wait is the permits left, position its end
-		v.Wait, v.Window = 0, &wire.Window{Limit: w.Limit, Remaining: w.Wait, Reset: max(0, w.Position-w.Now)}
+		v.Wait, v.Window = 0, &wire.Window{Limit: w.Limit, Remaining: w.Wait, Reset: max(0, w.Position-w.Now), ResetAt: w.Position}
 		if !w.Started {
 			v.Remaining = w.Limit
 		}
@@ -26,7 +26,11 @@ func stateOf(w core.WaitInfo) *wire.WaitState {
 }
 
 func viewOf(l core.Limiter) wire.Limiter {
-	v := wire.Limiter{Name: l.Name, Config: l.Config, Version: l.Version}
+	v := wire.Limiter{Name: l.Name, Config: l.Config, Version: l.Version, Template: l.Template, Totals: wire.Totals(l.Totals)}
+	if l.Template != "" {
+		ttl := l.TTL
+		v.TTL = &ttl
+	}
 	if l.State != nil {
 		v.State = stateOf(*l.State)
 	}
@@ -127,7 +131,7 @@ func (s *server) listLimiters(c echo.Context) error {
 	}
 	out := wire.LimiterList{Limiters: make([]wire.Limiter, len(page.Limiters)), Next: page.Next}
 	for i, info := range page.Limiters {
-		out.Limiters[i] = wire.Limiter{Name: info.Name, Config: info.Config, Version: info.Version}
+		out.Limiters[i] = wire.Limiter{Name: info.Name, Config: info.Config, Version: info.Version, Totals: wire.Totals(page.Totals[i])}
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTemplates(t *testing.T) {
@@ -43,7 +44,22 @@ func TestTemplates(t *testing.T) {
 	if got := e.must(200, "POST", "/v1/limiters/user:7/acquire", nil).num(t, "delay_ns"); got != 0 {
 		t.Errorf("user:7 shares state with user:42: delay %d", got)
 	}
-	e.must(404, "GET", "/v1/limiters/user:42", nil) // an instance is not a limiter
+	// An instance reads like a limiter, with its template and state's TTL.
+	inst := e.must(200, "GET", "/v1/limiters/user:42", nil)
+	if o := inst.obj(t); o["template"] != "per-user" || o["name"] != "user:42" {
+		t.Errorf("GET user:42: %s", inst.body)
+	}
+	if ttl := inst.num(t, "ttl_ns"); ttl <= 0 || ttl > int64(10*time.Minute) {
+		t.Errorf("GET user:42: ttl_ns %d, want in (0, 10m]", ttl)
+	}
+	if got := inst.num(t, "state", "allocated_ns"); got != 6e8 {
+		t.Errorf("GET user:42: allocated_ns %d, want 6e8", got)
+	}
+	fresh := e.must(200, "GET", "/v1/limiters/user:none", nil) // no state yet: a fresh one, TTL 0
+	if fresh.num(t, "ttl_ns") != 0 || fresh.num(t, "state", "allocated_ns") != 0 {
+		t.Errorf("GET user:none: %s", fresh.body)
+	}
+	e.must(404, "GET", "/v1/limiters/nobody", nil) // no limiter, no template
 
 	// A limiter of a matching name comes first: schedule rate 1000.
 	e.must(201, "PUT", "/v1/limiters/user:vip", `{"rate":1000}`)

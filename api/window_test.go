@@ -21,13 +21,18 @@ func TestWindowAcquire(t *testing.T) {
 	if got := r.obj(t)["config"].(map[string]any)["period"]; got != "1m0s" {
 		t.Errorf("canonical period %v", got)
 	}
-	if w := e.must(200, "GET", "/v1/limiters/w/wait", nil); w.num(t, "remaining") != 3 || w.num(t, "limit") != 3 {
-		t.Errorf("a fresh window: %s", w)
+	if w := e.must(200, "GET", "/v1/limiters/w/wait", nil); w.num(t, "remaining") != 3 || w.num(t, "limit") != 3 ||
+		w.num(t, "reset_ns") != 20e9 || w.num(t, "reset_at_ns") != w.num(t, "now_ns")+20e9 {
+		t.Errorf("a fresh window resets at the end of the window now, t0 + 20 s: %s", w)
+	}
+	if v := e.must(200, "GET", "/v1/limiters/w", nil); v.num(t, "state", "reset_ns") != 20e9 ||
+		v.num(t, "state", "reset_at_ns") != v.num(t, "state", "now_ns")+20e9 {
+		t.Errorf("a fresh window's view: %s", v)
 	}
 	e.at(35 * time.Second)
 	g := e.must(200, "POST", "/v1/limiters/w/acquire", `{"permits":2}`)
 	if g.num(t, "limit") != 3 || g.num(t, "remaining") != 1 || g.num(t, "reset_ns") != 45e9 ||
-		g.num(t, "delay_ns") != 0 || g.num(t, "wait_ns") != 0 {
+		g.num(t, "delay_ns") != 0 || g.num(t, "wait_ns") != 0 || g.num(t, "reset_at_ns") != g.num(t, "now_ns")+45e9 {
 		t.Errorf("granted: %s", g)
 	}
 	d := e.must(429, "POST", "/v1/limiters/w/acquire", `{"permits":2,"max_wait":"1h"}`)

@@ -3,6 +3,7 @@ package core
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,6 +17,22 @@ type Limiter struct {
 	Info
 	State   *WaitInfo // a rate limiter's
 	Holders *Holders  // a share or concurrency limiter's
+	// Totals are its decisions counted by every limitd on the Redis.
+	Totals Totals
+	// TTL is a template instance's (Info.Template set): the remaining time
+	// to live of its state, ns; 0 while it has none.
+	TTL int64
+}
+
+// Totals count a limiter's decisions, across every limitd sharing the
+// Redis: calls and the permits they asked for, granted and refused. A
+// refusal in shadow mode counts as refused (it is what would have been
+// refused); a charge counts as granted.
+type Totals struct {
+	GrantedCalls   int64
+	GrantedPermits int64
+	RefusedCalls   int64
+	RefusedPermits int64
 }
 
 // view returns info with its live state: a rate limiter's schedule, or a
@@ -30,13 +47,36 @@ func (s *Service) view(ctx context.Context, info Info) (Limiter, error) {
 		}
 		return Limiter{Info: info, Holders: holdersOf(&h)}, nil
 	}
+	var ttl int64
+	if info.Template != "" {
+		start := time.Now()
+		t, err := s.store.InstanceTTL(ctx, info.Name)
+		s.timed(OpWait, start)
+		if err != nil {
+			return Limiter{}, err
+		}
+		ttl = t
+	}
 	start := time.Now()
 	w, err := s.wait(ctx, info.Name)
 	s.timed(OpWait, start)
 	if err != nil {
 		return Limiter{}, err
 	}
-	return Limiter{Info: info, State: &w}, nil
+	freshWindow(&w, info.Config)
+	return Limiter{Info: info, State: &w, TTL: ttl}, nil
+}
+
+// freshWindow gives a window limiter that has not counted yet the end of
+// the window now as its position, so that its state says when it resets
+// (a started one's comes from Redis).
+func freshWindow(w *WaitInfo, cfg limiter.Config) {
+	if !w.Window || w.Started {
+		return
+	}
+	if p, err := limiter.Compile(cfg); err == nil && p.Kind == limiter.KindWindow {
+		w.Position = p.WindowEnd(w.Now)
+	}
 }
 
 // Views returns the live state of each limiter of infos (as List or Get
@@ -63,6 +103,7 @@ func (s *Service) Views(ctx context.Context, infos []Info) (out []Limiter, errs 
 	for j, i := range rate {
 		if errs[i] = werrs[j]; errs[i] == nil {
 			w := waitInfoOf(ws[j])
+			freshWindow(&w, infos[i].Config)
 			out[i] = Limiter{Info: infos[i], State: &w}
 		}
 	}
@@ -82,15 +123,34 @@ func (s *Service) Put(ctx context.Context, name string, cfg limiter.Config) (l L
 	return l, created, err
 }
 
-// Get returns a limiter with its live state.
+// Get returns a limiter with its live state, or a template instance's: the
+// name matches a template (and no limiter), its Info has the template's
+// config, version and id (Template), and its state is fresh while it has
+// none.
 func (s *Service) Get(ctx context.Context, name string) (Limiter, error) {
-	start := time.Now()
-	info, err := s.get(ctx, name)
-	s.timed(OpGet, start)
+	info, err := s.info(ctx, name)
 	if err != nil {
 		return Limiter{}, err
 	}
 	return s.view(ctx, info)
+}
+
+// info reads the limiter name, or else the template instance it names.
+func (s *Service) info(ctx context.Context, name string) (Info, error) {
+	start := time.Now()
+	info, err := s.get(ctx, name)
+	s.timed(OpGet, start)
+	if !errors.Is(err, store.ErrNotFound) {
+		return info, err
+	}
+	t, terr := s.resolve(ctx, name) // templates are cached: no round trip
+	switch {
+	case errors.Is(terr, store.ErrNotFound):
+		return Info{}, err
+	case terr != nil:
+		return Info{}, terr
+	}
+	return Info{Name: name, Config: t.Limiter, Version: t.Version, Template: t.ID}, nil
 }
 
 // Patch reconfigures a limiter in place with the config change makes of its
@@ -135,6 +195,7 @@ func (s *Service) Delete(ctx context.Context, name string) error {
 // the cursor of the next page, "" after the last.
 type Page struct {
 	Limiters []Info
+	Totals   []Totals // Limiters[i]'s
 	Next     string
 }
 
@@ -153,7 +214,7 @@ func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, err
 	if err != nil {
 		return Page{}, err
 	}
-	page := Page{Limiters: make([]Info, len(infos)), Next: next}
+	page := Page{Limiters: make([]Info, len(infos)), Totals: make([]Totals, len(infos)), Next: next}
 	for i, info := range infos {
 		page.Limiters[i] = infoOf(info)
 	}
@@ -168,6 +229,11 @@ func (s *Service) Wait(ctx context.Context, name string) (WaitInfo, error) {
 	s.timed(OpWait, start)
 	if err != nil {
 		return WaitInfo{}, err
+	}
+	if w.Window && !w.Started { // its config says when its window ends
+		if info, err := s.info(ctx, name); err == nil {
+			freshWindow(&w, info.Config)
+		}
 	}
 	return w, nil
 }

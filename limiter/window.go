@@ -241,6 +241,13 @@ func dayStart(y int, m time.Month, d int, loc *time.Location) int64 {
 	return t.UnixNano()
 }
 
+// WindowEnd returns the end (Unix ns) of the window of a window limiter
+// that contains now: when a fresh window limiter's count would reset.
+func (p *Params) WindowEnd(now int64) int64 {
+	_, end := p.windowAt(now)
+	return end
+}
+
 // windowAt returns the window containing now: its start and end.
 func (p *Params) windowAt(now int64) (start, end int64) {
 	if p.Calendar != 0 {

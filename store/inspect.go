@@ -133,6 +133,19 @@ func parseShareHolder(id, v string) (ShareHolder, error) {
 	return ShareHolder{ClientID: id, Wants: n[0], Has: n[1], Priority: n[2], Expires: int64(n[3]) * 1000}, nil
 }
 
+// InstanceTTL is the remaining time to live of the template instance name's
+// state, ns: 0 while it has none.
+func (s *Store) InstanceTTL(ctx context.Context, name string) (int64, error) {
+	if err := CheckName(name); err != nil {
+		return 0, err
+	}
+	d, err := s.rdb.PTTL(ctx, s.instanceKey(name)).Result()
+	if err != nil {
+		return 0, wrapErr(err)
+	}
+	return max(0, int64(d)), nil // no key (-2) or no TTL (-1): 0
+}
+
 // instanceScanBudget bounds the keys InstanceCount looks at per Redis node.
 const instanceScanBudget = 100_000
 

@@ -52,6 +52,7 @@ func (w Window) extend(b []byte) []byte {
 	b = strconv.AppendInt(append(b, ","+k[0][1:]...), w.Limit, 10)
 	b = strconv.AppendInt(append(b, k[1]...), w.Remaining, 10)
 	b = strconv.AppendInt(append(b, k[2]...), w.Reset, 10)
+	b = strconv.AppendInt(append(b, k[3]...), w.ResetAt, 10)
 	return append(b, '}')
 }
 

@@ -43,12 +43,14 @@ type Denied struct {
 }
 
 // Window is what the answers of a window limiter add: its permits per
-// window, those left, and the time until its window resets (ns, Redis
-// clock). Its wait_ns is then 0: a window has no backlog.
+// window, those left, the time until its window resets (ns; never 0 for a
+// fresh window: the time to the end of the window now) and that end (Unix
+// ns, Redis clock). Its wait_ns is then 0: a window has no backlog.
 type Window struct {
 	Limit     int64 `json:"limit"`
 	Remaining int64 `json:"remaining"`
 	Reset     int64 `json:"reset_ns"`
+	ResetAt   int64 `json:"reset_at_ns"`
 }
 
 // WindowGranted is a granted acquire of a window limiter (200).
@@ -219,11 +221,18 @@ type Renewed struct {
 
 // Limiter is a limiter as GET, PUT and PATCH answer it; a list leaves out
 // State, and so do share and concurrency limiters, which have no schedule.
+// A template instance (GET of a name only a template matches) names its
+// Template and the remaining TTL of its state (0 while it has none).
 type Limiter struct {
-	Name    string         `json:"name"`
-	Config  limiter.Config `json:"config"` // canonical: every default filled in
-	Version int64          `json:"version"`
-	State   *WaitState     `json:"state,omitempty"` // a rate limiter's
+	Name     string         `json:"name"`
+	Template string         `json:"template,omitempty"`
+	TTL      *int64         `json:"ttl_ns,omitempty"` // a template instance's
+	Config   limiter.Config `json:"config"`           // canonical: every default filled in
+	Version  int64          `json:"version"`
+	State    *WaitState     `json:"state,omitempty"` // a rate limiter's
+	// Totals are the limiter's decisions, counted by every limitd sharing
+	// the Redis (added to Redis about once a second by each).
+	Totals Totals `json:"totals"`
 	// A share or concurrency limiter's holders now, at Now (Redis time, Unix
 	// ns): a share limiter's with Held, the sum of what they have, and
 	// Learning; a concurrency limiter's with InUse, the slots they hold.
@@ -232,6 +241,16 @@ type Limiter struct {
 	Learning *bool    `json:"learning,omitempty"`
 	InUse    *int     `json:"in_use,omitempty"`
 	Now      int64    `json:"now_ns,omitempty"`
+}
+
+// Totals count a limiter's decisions: calls and the permits they asked
+// for, granted and refused (a refusal in shadow mode counts as refused:
+// it is what would have been refused).
+type Totals struct {
+	GrantedCalls   int64 `json:"granted_calls"`
+	GrantedPermits int64 `json:"granted_permits"`
+	RefusedCalls   int64 `json:"refused_calls"`
+	RefusedPermits int64 `json:"refused_permits"`
 }
 
 // Holder is one lease on a share limiter (ClientID, Has, Wants, Priority)
@@ -260,10 +279,12 @@ type WaitState struct {
 	Allocated int64 `json:"allocated_ns"` // total time granted
 	Now       int64 `json:"now_ns"`       // Redis time, Unix ns
 	Version   int64 `json:"version"`
-	Permits   int64 `json:"permits"`     // total permits granted
-	Lateness  int64 `json:"lateness_ns"` // total lateness of granted requests
-	Started   bool  `json:"started"`     // false until the first permit
-	*Window         // a window limiter's (wait_ns is then 0)
+	Permits   int64 `json:"permits"` // total permits granted
+	// LatenessTotal is the sum of the lateness of every granted request
+	// (each grant's own is the lateness_ns of its answer).
+	LatenessTotal int64 `json:"lateness_total_ns"`
+	Started       bool  `json:"started"` // false until the first permit
+	*Window             // a window limiter's (wait_ns is then 0)
 }
 
 // Status is the body of /healthz ("ok") and /readyz ("ready").

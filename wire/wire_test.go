@@ -60,7 +60,7 @@ func TestAppendJSON(t *testing.T) {
 		g := wire.Granted{Granted: r.IntN(2) == 0, Permits: n(), Delay: n(), Scheduled: n(), Start: n(),
 			Lateness: n(), Wait: n(), Version: n(), Now: n()}
 		d := wire.Denied{Granted: r.IntN(2) == 0, RetryAfter: n(), Delay: n(), Wait: n(), Version: n(), Now: n()}
-		w := wire.Window{Limit: n(), Remaining: n(), Reset: n()}
+		w := wire.Window{Limit: n(), Remaining: n(), Reset: n(), ResetAt: n()}
 		wg, wd := wire.WindowGranted{Granted: g, Window: w}, wire.WindowDenied{Denied: d, Window: w}
 		for _, c := range []struct {
 			v   any
@@ -88,8 +88,8 @@ func TestAnswerReadsEveryAnswer(t *testing.T) {
 	}{
 		{g, wire.Answer{Shadowed: wire.Shadowed{Granted: g}}},
 		{wire.Shadowed{Granted: g, Shadow: true, RetryAfter: 10}, wire.Answer{Shadowed: wire.Shadowed{Granted: g, Shadow: true, RetryAfter: 10}}},
-		{wire.WindowDenied{Denied: wire.Denied{RetryAfter: 11, Delay: 12, Wait: 13, Version: 14, Now: 15}, Window: wire.Window{Limit: 16, Remaining: 0, Reset: 17}},
-			wire.Answer{Shadowed: wire.Shadowed{Granted: wire.Granted{Delay: 12, Wait: 13, Version: 14, Now: 15}, RetryAfter: 11}, Window: wire.Window{Limit: 16, Reset: 17}}},
+		{wire.WindowDenied{Denied: wire.Denied{RetryAfter: 11, Delay: 12, Wait: 13, Version: 14, Now: 15}, Window: wire.Window{Limit: 16, Remaining: 0, Reset: 17, ResetAt: 18}},
+			wire.Answer{Shadowed: wire.Shadowed{Granted: wire.Granted{Delay: 12, Wait: 13, Version: 14, Now: 15}, RetryAfter: 11}, Window: wire.Window{Limit: 16, Reset: 17, ResetAt: 18}}},
 	} {
 		b, err := json.Marshal(c.v)
 		if err != nil {
