@@ -165,6 +165,7 @@ func New(o Options) *Handler {
 	s.m = newMetrics(reg, o.Version)
 	s.core = o.Service
 	promreg.Register("api", reg, newStateCollector(s.core))
+	promreg.Register("api", reg, newTemplateCollector(s.core))
 	s.hub = newEventHub(s, o.MaxEventStreams)
 
 	e := echo.New()
@@ -214,6 +215,7 @@ func New(o Options) *Handler {
 	get("/v1/templates", s.listTemplates, read)
 	e.PUT("/v1/templates/:id", s.putTemplate, admin)
 	get("/v1/templates/:id", s.getTemplate, read)
+	get("/v1/templates/:id/top", s.topInstances, read)
 	e.DELETE("/v1/templates/:id", s.deleteTemplate, admin)
 
 	for _, r := range e.Routes() {

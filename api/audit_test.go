@@ -16,6 +16,7 @@ import (
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/store"
 )
 
 type logLine struct {
@@ -180,6 +181,13 @@ func servedMetrics(t *testing.T) map[string]string {
 	l := e.slot(200, "c", nil)
 	e.must(204, "POST", "/v1/limiters/c/release", lease(l.LeaseID))
 	e.must(404, "GET", "/v1/limiters/none", nil)
+	e.must(201, "PUT", "/v1/templates/per-user", `{"pattern":"user:*","limiter":{"rate":5}}`)
+	e.must(200, "POST", "/v1/limiters/user:1/acquire", nil)
+	// the busiest instances, as a ledger's flush adds them
+	if err := e.st.AddTotals(context.Background(), store.TotalsBatch{Top: []store.TopAdd{{Template: "per-user",
+		Minute: t0.Unix() / 60, Granted: map[string]int64{"user:1": 1}}}}); err != nil {
+		t.Fatal(err)
+	}
 	served := map[string]string{}
 	for _, m := range regexp.MustCompile(`(?m)^# TYPE (limitd_[a-z_]+) ([a-z]+)$`).FindAllStringSubmatch(string(e.must(200, "GET", "/metrics", nil).body), -1) {
 		served[m[1]] = m[2]

@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v4"
 
@@ -91,17 +92,77 @@ func (s *server) deleteTemplate(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-// listTemplates answers every template in matching order.
+// listTemplates answers every template in matching order; with
+// ?instances=true each with its count of live instances (a bounded scan,
+// cached a few seconds).
 func (s *server) listTemplates(c echo.Context) error {
-	ts, err := s.core.Templates(c.Request().Context())
+	counted := false
+	if v := c.QueryParam("instances"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return invalid("instances", fmt.Sprintf("instances: must be true or false (got %s)", quote(v)))
+		}
+		counted = b
+	}
+	ctx := c.Request().Context()
+	ts, err := s.core.Templates(ctx)
 	if err != nil {
 		return err
 	}
-	out := make([]wire.Template, len(ts))
+	out := wire.TemplateList{Templates: make([]wire.TemplateListed, len(ts))}
 	for i, t := range ts {
-		out[i] = templateOf(t)
+		out.Templates[i] = wire.TemplateListed{Template: templateOf(t)}
+		if counted {
+			n, _, err := s.core.CachedInstances(ctx, t)
+			if err != nil {
+				return err
+			}
+			out.Templates[i].Instances = &n
+		}
 	}
-	return c.JSON(http.StatusOK, struct {
-		Templates []wire.Template `json:"templates"`
-	}{out})
+	return c.JSON(http.StatusOK, out)
+}
+
+// topInstances answers a template's busiest instances:
+// ?by=refused|granted&limit=N&minutes=M.
+func (s *server) topInstances(c echo.Context) error {
+	tid, err := templateID(c)
+	if err != nil {
+		return err
+	}
+	by := c.QueryParam("by")
+	if by == "" {
+		by = "refused"
+	}
+	limit, err := intParam(c, "limit", core.DefaultTopLimit, core.MaxTopLimit)
+	if err != nil {
+		return err
+	}
+	minutes, err := intParam(c, "minutes", core.DefaultTopMinutes, core.MaxTopMinutes)
+	if err != nil {
+		return err
+	}
+	top, err := s.core.Top(c.Request().Context(), tid, by, limit, minutes)
+	if err != nil {
+		return err
+	}
+	out := wire.Top{By: by, Since: top.Since, Instances: make([]wire.TopInstance, len(top.Instances))}
+	for i, t := range top.Instances {
+		out.Instances[i] = wire.TopInstance(t)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// intParam reads the query parameter name, an integer from 1 to most, or
+// def when it is absent.
+func intParam(c echo.Context, name string, def, most int) (int, error) {
+	v := c.QueryParam(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most {
+		return 0, invalid(name, fmt.Sprintf("%s: must be an integer ≥ 1 and ≤ %d (got %s)", name, most, quote(v)))
+	}
+	return n, nil
 }

@@ -182,7 +182,7 @@ func (b *bounded) stop() {
 // decided reports a rate decision (acquire or grant).
 func (s *Service) decided(ctx context.Context, name string, permits int64, d Decision) {
 	lim, tpl := s.subjectOf(ctx, name, d.Instance)
-	e := Event{Kind: EventRate, Limiter: lim, Template: tpl, Outcome: "granted", Permits: permits}
+	e := Event{Kind: EventRate, Limiter: lim, Template: tpl, Instance: instanceOf(name, tpl), Outcome: "granted", Permits: permits}
 	if d.Shadow {
 		e.Outcome = "shadow"
 	} else if d.Granted {

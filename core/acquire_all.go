@@ -128,5 +128,5 @@ func (s *Service) shadowRefusals(ctx context.Context, reqs []store.MultiRequest,
 // report reports a rate decision with the given outcome.
 func (s *Service) report(ctx context.Context, name string, permits int64, d Decision, outcome string) {
 	lim, tpl := s.subjectOf(ctx, name, d.Instance)
-	s.obs.Decided(Event{Kind: EventRate, Limiter: lim, Template: tpl, Outcome: outcome, Permits: permits})
+	s.obs.Decided(Event{Kind: EventRate, Limiter: lim, Template: tpl, Instance: instanceOf(name, tpl), Outcome: outcome, Permits: permits})
 }

@@ -40,7 +40,7 @@ func (s *Service) Charge(ctx context.Context, r ChargeRequest) (Decision, error)
 		return Decision{}, err
 	}
 	lim, tpl := s.subjectOf(ctx, r.Name, d.Instance)
-	s.obs.Decided(Event{Kind: EventRate, Limiter: lim, Template: tpl, Outcome: "charged", Permits: r.Permits})
+	s.obs.Decided(Event{Kind: EventRate, Limiter: lim, Template: tpl, Instance: instanceOf(r.Name, tpl), Outcome: "charged", Permits: r.Permits})
 	return decisionOf(d), nil
 }
 

@@ -19,6 +19,12 @@
 // templates Redis lost; Mark: the configuration last applied). Each decision and store call is reported to an Observer, so
 // that metrics and logs need no hooks in the front ends' handlers.
 //
+// The operator view: a Ledger (an Observer beside the others) counts
+// decisions in bounded memory and adds them to Redis each second, so that
+// every view of a limiter or template instance has the Totals of every
+// process on the Redis, and Top answers a template's busiest instances;
+// CachedInstances counts a template's instances for a list.
+//
 // Errors are values callers branch on: ErrNotFound, ErrConflict,
 // ErrUnavailable (a closed store too), *limiter.FieldError (bad input,
 // naming the field; matches ErrInvalid) and *NotHeldError (a lease or client

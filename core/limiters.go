@@ -38,6 +38,22 @@ type Totals struct {
 // view returns info with its live state: a rate limiter's schedule, or a
 // lease limiter's holders.
 func (s *Service) view(ctx context.Context, info Info) (Limiter, error) {
+	l, err := s.viewState(ctx, info)
+	if err != nil {
+		return Limiter{}, err
+	}
+	start := time.Now()
+	ts, err := s.store.Totals(ctx, []string{info.Name})
+	s.timed(OpTotals, start)
+	if err != nil {
+		return Limiter{}, err
+	}
+	l.Totals = Totals(ts[0])
+	return l, nil
+}
+
+// viewState is view without the totals.
+func (s *Service) viewState(ctx context.Context, info Info) (Limiter, error) {
 	if !limiter.IsRate(info.Config.Kind) {
 		start := time.Now()
 		h, err := s.store.Holders(ctx, info.Name)
@@ -88,23 +104,39 @@ func (s *Service) Views(ctx context.Context, infos []Info) (out []Limiter, errs 
 	var rate []int
 	var names []string
 	for i, info := range infos {
-		if limiter.IsRate(info.Config.Kind) {
+		if limiter.IsRate(info.Config.Kind) && info.Template == "" {
 			rate, names = append(rate, i), append(names, info.Name)
 			continue
 		}
-		out[i], errs[i] = s.view(ctx, info)
+		out[i], errs[i] = s.viewState(ctx, info)
 	}
-	if len(names) == 0 {
+	if len(names) > 0 {
+		start := time.Now()
+		ws, werrs := s.store.WaitMany(ctx, names)
+		s.timed(OpWaitMany, start)
+		for j, i := range rate {
+			if errs[i] = werrs[j]; errs[i] == nil {
+				w := waitInfoOf(ws[j])
+				freshWindow(&w, infos[i].Config)
+				out[i] = Limiter{Info: infos[i], State: &w}
+			}
+		}
+	}
+	if len(infos) == 0 {
 		return out, errs
 	}
+	all := make([]string, len(infos))
+	for i, info := range infos {
+		all[i] = info.Name
+	}
 	start := time.Now()
-	ws, werrs := s.store.WaitMany(ctx, names)
-	s.timed(OpWaitMany, start)
-	for j, i := range rate {
-		if errs[i] = werrs[j]; errs[i] == nil {
-			w := waitInfoOf(ws[j])
-			freshWindow(&w, infos[i].Config)
-			out[i] = Limiter{Info: infos[i], State: &w}
+	ts, err := s.store.Totals(ctx, all)
+	s.timed(OpTotals, start)
+	for i := range infos {
+		if errs[i] == nil && err != nil {
+			errs[i] = err
+		} else if errs[i] == nil {
+			out[i].Totals = Totals(ts[i])
 		}
 	}
 	return out, errs
@@ -215,8 +247,18 @@ func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, err
 		return Page{}, err
 	}
 	page := Page{Limiters: make([]Info, len(infos)), Totals: make([]Totals, len(infos)), Next: next}
+	names := make([]string, len(infos))
 	for i, info := range infos {
-		page.Limiters[i] = infoOf(info)
+		page.Limiters[i], names[i] = infoOf(info), info.Name
+	}
+	start = time.Now()
+	ts, err := s.store.Totals(ctx, names)
+	s.timed(OpTotals, start)
+	if err != nil {
+		return Page{}, err
+	}
+	for i, t := range ts {
+		page.Totals[i] = Totals(t)
 	}
 	return page, nil
 }

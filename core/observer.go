@@ -35,13 +35,15 @@ const (
 	OpCount
 	OpLost
 	OpMark
+	OpTotals
+	OpTop
 	NumOps // the number of Ops
 )
 
 var opNames = [NumOps]string{"ping", "put", "get", "patch", "delete", "list", "acquire", "wait",
 	"reset", "put_template", "get_template", "delete_template", "templates",
 	"capacity", "return_capacity", "acquire_slot", "renew_slot", "release_slot", "grant", "handback", "holders", "instances", "acquire_all", "wait_many",
-	"charge", "count", "lost", "mark"}
+	"charge", "count", "lost", "mark", "totals", "top"}
 
 // String is the op's name, as metrics label it ("acquire_slot").
 func (o Op) String() string {
@@ -74,13 +76,17 @@ const (
 )
 
 // Event is one decision. It names the limiter, or for a template instance
-// the template's id with Limiter empty: never an instance's name (user:42),
-// so that per-key limiters cannot blow up what an observer keeps. Both are
-// empty when the subject could not be told.
+// the template's id with Limiter empty. Both are empty when the subject
+// could not be told.
 type Event struct {
 	Kind     EventKind
 	Limiter  string
 	Template string
+	// Instance is a template instance's name (user:42), beside Template. An
+	// observer that labels series (metrics) must not use it: per-key
+	// limiters are unbounded. Only what bounds its memory by itself may
+	// keep it (the Ledger caps the names it counts).
+	Instance string
 	Outcome  string
 	// A rate decision's: the permits asked for (granted, denied or
 	// charged), and for

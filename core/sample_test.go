@@ -37,11 +37,11 @@ func TestSamplerReadsConfigOnce(t *testing.T) {
 		}
 		return ls[0]
 	}
-	get("r", OpGet, OpWait)
-	get("sem", OpGet, OpHolders)
+	get("r", OpGet, OpWait, OpTotals)
+	get("sem", OpGet, OpHolders, OpTotals)
 	for range 3 {
-		get("r", OpWaitMany)
-		get("sem", OpHolders)
+		get("r", OpWaitMany, OpTotals)
+		get("sem", OpHolders, OpTotals)
 	}
 	// Many rate limiters: one pipeline.
 	for _, n := range []string{"r2", "r3"} {
@@ -56,7 +56,7 @@ func TestSamplerReadsConfigOnce(t *testing.T) {
 		ls[1].Name != "r2" || ls[1].State == nil || ls[2].Holders == nil || ls[3].Name != "r3" {
 		t.Fatalf("all: %+v, %v", ls, errs)
 	}
-	if want := []Op{OpHolders, OpWaitMany}; !slices.Equal(rec.calls, want) {
+	if want := []Op{OpHolders, OpWaitMany, OpTotals}; !slices.Equal(rec.calls, want) {
 		t.Errorf("all: store calls %v, want %v", rec.calls, want)
 	}
 
@@ -64,26 +64,26 @@ func TestSamplerReadsConfigOnce(t *testing.T) {
 	if _, _, err := other.Put(ctx, "r", limiter.Config{Rate: 7}); err != nil {
 		t.Fatal(err)
 	}
-	if l := get("r", OpWaitMany, OpGet, OpWait); l.Config.Rate != 7 || l.Version != l.State.Version {
+	if l := get("r", OpWaitMany, OpTotals, OpGet, OpWait, OpTotals); l.Config.Rate != 7 || l.Version != l.State.Version {
 		t.Errorf("after another's PUT: rate %v, version %d (state's %d), want 7 and the state's", l.Config.Rate, l.Version, l.State.Version)
 	}
-	get("r", OpWaitMany)
+	get("r", OpWaitMany, OpTotals)
 	if _, _, err := other.Put(ctx, "sem", limiter.Config{Kind: limiter.KindConcurrency, Limit: ptr[int64](3), Lease: limiter.D(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
-	if l := get("sem", OpHolders, OpGet, OpHolders); *l.Config.Limit != 3 {
+	if l := get("sem", OpHolders, OpTotals, OpGet, OpHolders, OpTotals); *l.Config.Limit != 3 {
 		t.Errorf("after another's PUT: limit %d, want 3", *l.Config.Limit)
 	}
 
 	// One it is told of.
 	p.Changed("r")
-	get("r", OpGet, OpWait)
+	get("r", OpGet, OpWait, OpTotals)
 
 	// A PUT of another kind.
 	if _, _, err := other.Put(ctx, "r", limiter.Config{Kind: limiter.KindConcurrency, Limit: ptr[int64](1), Lease: limiter.D(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
-	if l := get("r", OpWaitMany, OpGet, OpHolders); l.Holders == nil || l.State != nil {
+	if l := get("r", OpWaitMany, OpTotals, OpGet, OpHolders, OpTotals); l.Holders == nil || l.State != nil {
 		t.Errorf("after a PUT of another kind: %+v, want holders and no schedule", l)
 	}
 
@@ -92,13 +92,13 @@ func TestSamplerReadsConfigOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.calls = nil
-	if _, errs := p.GetAll(ctx, []string{"sem"}); !errors.Is(errs[0], ErrNotFound) || !slices.Equal(rec.calls, []Op{OpHolders}) {
+	if _, errs := p.GetAll(ctx, []string{"sem"}); !errors.Is(errs[0], ErrNotFound) || !slices.Equal(rec.calls, []Op{OpHolders, OpTotals}) {
 		t.Errorf("deleted: %v, store calls %v; want ErrNotFound after %v", errs[0], rec.calls, []Op{OpHolders})
 	}
 	if _, _, err := other.Put(ctx, "sem", limiter.Config{Rate: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if l := get("sem", OpGet, OpWait); l.Config.Rate != 2 || l.State == nil {
+	if l := get("sem", OpGet, OpWait, OpTotals); l.Config.Rate != 2 || l.State == nil {
 		t.Errorf("made again: %+v, want a rate limiter at 2/s", l)
 	}
 }

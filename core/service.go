@@ -39,6 +39,10 @@ type Options struct {
 	// QuotaMode makes every counter of a metered call a quota counter
 	// (Count): the call is refused only when all of them are over.
 	QuotaMode bool
+	// Ledger counts decisions into Redis totals (nil: none, totals stay
+	// as other processes count them); it observes beside Observer. The
+	// caller runs its Run.
+	Ledger *Ledger
 	// OverLimitCache is how many window counters Count may remember as
 	// over their limit, to answer them without Redis until they could
 	// grant again (see overlimit.go); 0: none, every call asks Redis.
@@ -62,6 +66,33 @@ type Service struct {
 	shadows *shadowHints
 	// over is the over-limit cache (overlimit.go; nil: none).
 	over *overLimit
+	// instances caches counts of templates' instances (CachedInstances).
+	instances instanceCache
+	ledger    *Ledger // Options.Ledger
+}
+
+// LedgerOverflow is the Ledger's Overflow: decisions counted only under
+// their template, the interval having its most names (0 without a ledger).
+func (s *Service) LedgerOverflow() int64 {
+	if s.ledger == nil {
+		return 0
+	}
+	return s.ledger.Overflow()
+}
+
+// observers hands each event to every one of them.
+type observers []Observer
+
+func (os observers) StoreCall(op Op, took time.Duration) {
+	for _, o := range os {
+		o.StoreCall(op, took)
+	}
+}
+
+func (os observers) Decided(e Event) {
+	for _, o := range os {
+		o.Decided(e)
+	}
 }
 
 // New returns the service over st. It panics if st is nil.
@@ -76,6 +107,10 @@ func New(st *store.Store, o Options) *Service {
 	}
 	if s.obs == nil {
 		s.obs = nopObserver{}
+	}
+	if o.Ledger != nil {
+		s.obs = observers{s.obs, o.Ledger}
+		s.ledger = o.Ledger
 	}
 	if s.decide <= 0 {
 		s.decide = defaultDecideTimeout
@@ -126,9 +161,18 @@ func (s *Service) subject(ctx context.Context, name string) (lim, tpl string) {
 	return "", t.ID
 }
 
+// instanceOf is the instance name of an event on name whose subject is the
+// template tpl: name, or "" when tpl is.
+func instanceOf(name, tpl string) string {
+	if tpl == "" {
+		return ""
+	}
+	return name
+}
+
 // event reports a decision on name of a kind whose reply does not say
 // whether an instance answered.
 func (s *Service) event(ctx context.Context, kind EventKind, name, outcome string) {
 	lim, tpl := s.subject(ctx, name)
-	s.obs.Decided(Event{Kind: kind, Limiter: lim, Template: tpl, Outcome: outcome})
+	s.obs.Decided(Event{Kind: kind, Limiter: lim, Template: tpl, Instance: instanceOf(name, tpl), Outcome: outcome})
 }

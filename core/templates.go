@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/limitd/limitd/store"
@@ -70,4 +72,101 @@ func (s *Service) Templates(ctx context.Context) ([]Template, error) {
 	ts, err := s.store.Templates(ctx)
 	s.timed(OpTemplates, start)
 	return templatesOf(ts), err
+}
+
+// The bounds of Top's parameters.
+const (
+	DefaultTopLimit   = 10
+	MaxTopLimit       = 100
+	DefaultTopMinutes = 5
+	MaxTopMinutes     = store.TopMinutes
+)
+
+// TopInstance is one of a template's busiest instances: the permits it was
+// refused and granted over the minutes asked for.
+type TopInstance struct {
+	Name             string
+	Refused, Granted int64
+}
+
+// TopInstances are a template's busiest instances since Since (Unix ns,
+// Redis clock: the start of the oldest minute counted), largest first.
+type TopInstances struct {
+	Since     int64
+	Instances []TopInstance
+}
+
+// Top returns template id's busiest instances by "refused" or "granted"
+// permits over the last minutes (1 to MaxTopMinutes; the current minute
+// counts as one), at most limit (1 to MaxTopLimit), as every limitd on the
+// Redis counted them (each adds its largest TopK instances per template per
+// second, see Ledger). An unknown template is ErrNotFound.
+func (s *Service) Top(ctx context.Context, id, by string, limit, minutes int) (TopInstances, error) {
+	if by != "refused" && by != "granted" {
+		return TopInstances{}, invalid("by", `must be "refused" or "granted"`, quoted(by))
+	}
+	if limit < 1 || limit > MaxTopLimit {
+		return TopInstances{}, invalid("limit", fmt.Sprintf("must be an integer ≥ 1 and ≤ %d", MaxTopLimit), limit)
+	}
+	if minutes < 1 || minutes > MaxTopMinutes {
+		return TopInstances{}, invalid("minutes", fmt.Sprintf("must be an integer ≥ 1 and ≤ %d", MaxTopMinutes), minutes)
+	}
+	if _, err := s.GetTemplate(ctx, id); err != nil {
+		return TopInstances{}, err
+	}
+	start := time.Now()
+	since, top, err := s.store.Top(ctx, id, by == "refused", limit, minutes)
+	s.timed(OpTop, start)
+	if err != nil {
+		return TopInstances{}, err
+	}
+	out := TopInstances{Since: since, Instances: make([]TopInstance, len(top))}
+	for i, t := range top {
+		out.Instances[i] = TopInstance(t)
+	}
+	return out, nil
+}
+
+// instancesFor is how long a count of a template's instances is reused
+// (CachedInstances): a count scans keys.
+const instancesFor = 5 * time.Second
+
+// instanceCache caches instance counts by template id and pattern.
+type instanceCache struct {
+	mu sync.Mutex
+	m  map[string]instanceCount
+}
+
+type instanceCount struct {
+	pattern string
+	n       int64
+	exact   bool
+	at      time.Time
+}
+
+// CachedInstances counts t's live instances as Instances does, reusing a
+// count of the same pattern made in the last few seconds: what a list of
+// templates shows (GET /v1/templates?instances=true), so that a page that
+// polls it does not scan Redis each time.
+func (s *Service) CachedInstances(ctx context.Context, t Template) (n int64, exact bool, err error) {
+	c := &s.instances
+	c.mu.Lock()
+	v, ok := c.m[t.ID]
+	c.mu.Unlock()
+	if ok && v.pattern == t.Pattern && time.Since(v.at) < instancesFor {
+		return v.n, v.exact, nil
+	}
+	start := time.Now()
+	n, exact, err = s.store.InstanceCount(ctx, t.Pattern)
+	s.timed(OpInstances, start)
+	if err != nil {
+		return 0, false, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) > 1000 { // ids of deleted templates do not pile up
+		c.m = map[string]instanceCount{}
+	}
+	c.m[t.ID] = instanceCount{pattern: t.Pattern, n: n, exact: exact, at: time.Now()}
+	c.mu.Unlock()
+	return n, exact, nil
 }

@@ -35,6 +35,12 @@
 // script (never half-written), bumping its version and publishing the change on
 // prefix:changes. Templates map glob patterns to configs; a name that is not a
 // limiter but matches a template gets its own state, with a TTL, on first use.
+// A template's versions count per id (a hash, prefix:templates:versions).
+//
+// Decision totals (totals.go) live beside what they count: prefix:{name}:t
+// for a limiter or instance, prefix:{id}:tt for a template, and per-minute
+// sorted sets prefix:{id}:top:r|g:MINUTE of a template's busiest instances;
+// each expires, and every command that writes them names one key.
 //
 // Window limiters. A window's answers carry its limit (Decision.Limit,
 // WaitInfo.Limit); its Wait is then the permits left and its Position the end

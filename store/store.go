@@ -96,7 +96,7 @@ func (s *Store) stateKey(name string) string    { return s.prefix + ":{" + name 
 func (s *Store) instanceKey(name string) string { return s.prefix + ":{" + name + "}:i" }
 func (s *Store) indexKey() string               { return s.prefix + ":index" }
 func (s *Store) templatesKey() string           { return s.prefix + ":templates" }
-func (s *Store) templateVersionKey() string     { return s.prefix + ":templates:version" }
+func (s *Store) templateVersionKey() string     { return s.prefix + ":templates:versions" }
 
 // clientsKey is a share limiter's leases by client, slotsKey a concurrency
 // limiter's leased slots; both beside the limiter's hash, in its slot.
@@ -104,9 +104,10 @@ func (s *Store) clientsKey(name string) string { return s.prefix + ":{" + name +
 func (s *Store) slotsKey(name string) string   { return s.prefix + ":{" + name + "}:s" }
 
 // limiterKeys are every key a named limiter may have, its hash first, its
-// state key second.
+// state key second; its decision totals (totals.go) last, so that a limiter
+// deleted, or replaced by one of another kind, starts its totals over.
 func (s *Store) limiterKeys(name string) []string {
-	return []string{s.limiterKey(name), s.stateKey(name), s.clientsKey(name), s.slotsKey(name)}
+	return []string{s.limiterKey(name), s.stateKey(name), s.clientsKey(name), s.slotsKey(name), s.totalsKey(name)}
 }
 
 // Channel is the pub/sub channel on which every config change is published as

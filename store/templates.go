@@ -69,7 +69,10 @@ func (t Template) Normalize() (Template, error) {
 }
 
 // PutTemplate creates or replaces a template. Every change gets a new,
-// higher version; instances move to it on their next use, keeping state.
+// higher version, counted per template id (1, 2, 3…; a hash of counters,
+// kept when a template is deleted so that one made again under the same id
+// never repeats a version its instances' states may carry); instances move
+// to it on their next use, keeping state.
 func (s *Store) PutTemplate(ctx context.Context, t Template) (Template, error) {
 	t, err := t.Normalize()
 	if err != nil {
@@ -80,7 +83,7 @@ func (s *Store) PutTemplate(ctx context.Context, t Template) (Template, error) {
 			return old, nil
 		}
 	}
-	if t.Version, err = s.rdb.Incr(ctx, s.templateVersionKey()).Result(); err != nil {
+	if t.Version, err = s.rdb.HIncrBy(ctx, s.templateVersionKey(), t.ID, 1).Result(); err != nil {
 		return Template{}, wrapErr(err)
 	}
 	b, _ := json.Marshal(t)

@@ -311,6 +311,36 @@ type TemplateView struct {
 	InstancesExact bool  `json:"instances_exact"`
 }
 
+// TemplateListed is a template in GET /v1/templates; with ?instances=true
+// it adds how many instances live (counted at most a few seconds ago).
+type TemplateListed struct {
+	Template
+	Instances *int64 `json:"instances,omitempty"`
+}
+
+// TemplateList is GET /v1/templates: every template in matching order.
+type TemplateList struct {
+	Templates []TemplateListed `json:"templates"`
+}
+
+// Top is GET /v1/templates/{id}/top: the template's busiest instances by
+// refused or granted permits (By) since Since (Unix ns, Redis clock: the
+// start of the oldest minute counted), largest first, across every limitd
+// on the Redis.
+type Top struct {
+	By        string        `json:"by"`
+	Since     int64         `json:"since_ns"`
+	Instances []TopInstance `json:"instances"`
+}
+
+// TopInstance is one instance of a Top: the permits it was refused and
+// granted over the minutes counted.
+type TopInstance struct {
+	Name    string `json:"name"`
+	Refused int64  `json:"refused"`
+	Granted int64  `json:"granted"`
+}
+
 // TemplateRequest is the body of PUT /v1/templates/{id}. id and version are
 // accepted so that what GET answered can be PUT back: id must then equal the
 // path's, version is read-only and ignored. Limiter is decoded on its own,

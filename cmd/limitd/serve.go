@@ -205,8 +205,12 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 	reg := prometheus.NewRegistry()
 	// One observer counts every front end's decisions, in the registry
 	// /metrics serves.
+	// The ledger adds this process's decision counts to the Redis totals
+	// every second, and a last time when the background stops.
+	ledger := core.NewLedger(st, core.LedgerOptions{})
+	wg.Go(func() { ledger.Run(bgCtx) })
 	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode, QuotaMode: cfg.GRPCQuota, OverLimitCache: cfg.GRPCOverLimitCache,
-		Observer: coremetrics.New(reg)})
+		Observer: coremetrics.New(reg), Ledger: ledger})
 	var rls *grpcapi.Server
 	if gln != nil {
 		o := grpcapi.Options{
