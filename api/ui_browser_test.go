@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/internal/redistest"
 	"github.com/limitd/limitd/wire"
 )
@@ -173,17 +175,36 @@ func traffic(t *testing.T, e *env, work func(step int)) {
 	t.Cleanup(func() { close(stop); wg.Wait() })
 }
 
-// sampled runs the handler's sampler of every named limiter (signals,
-// history, status) until the test ends, as limitd serve does.
-func sampled(t *testing.T, e *env) {
-	r, ok := e.h.(interface{ Run(context.Context) })
-	if !ok {
-		return
+// newDashboardEnv is newEnv as limitd serve runs it: a ledger adds the
+// decisions to Redis totals each second (its minute buckets on the Redis
+// clock's first minute, where the tests' traffic stays), and the handler
+// samples every named limiter (signals, history, status), until the test
+// ends.
+func newDashboardEnv(t *testing.T, opts ...func(*api.Options)) *env {
+	e, _ := newDashboardService(t, opts...)
+	return e
+}
+
+// newDashboardService is newDashboardEnv with its service.
+func newDashboardService(t *testing.T, opts ...func(*api.Options)) (*env, *core.Service) {
+	e := newEnv(t, opts...)
+	led := core.NewLedger(e.st, core.LedgerOptions{Clock: func() time.Time { return t0 }})
+	e.reg = prometheus.NewRegistry()
+	svc := core.New(e.st, core.Options{Ledger: led})
+	o := api.Options{Service: svc, Registry: e.reg}
+	for _, f := range opts {
+		f(&o)
 	}
+	h := api.New(o)
+	e.h = h
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	var wg sync.WaitGroup
+	wg.Go(func() { led.Run(ctx) })
+	if r, ok := any(h).(interface{ Run(context.Context) }); ok {
+		wg.Go(func() { r.Run(ctx) })
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return e, svc
 }
 
 // The dashboard in a real browser (headless Chromium), each case over its
@@ -197,8 +218,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// no alarm whatever its backlog; one that refuses callers does, with
 	// why. A semaphore and a share show what is held.
 	t.Run("Overview", func(t *testing.T) {
-		e := newEnv(t)
-		sampled(t, e)
+		e := newDashboardEnv(t)
 		e.must(201, "PUT", "/v1/limiters/steady", `{"rate":100,"burst":1.1}`)
 		e.must(201, "PUT", "/v1/limiters/quota", `{"kind":"window","limit":5,"period":"1h"}`)
 		e.must(201, "PUT", "/v1/limiters/exports", `{"kind":"concurrency","limit":4}`)
@@ -213,8 +233,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Cleanup(srv.Close)
 		p := b.open(t, srv.URL+"/ui/")
 		p.eventually("four limiter rows", `document.querySelectorAll("tr.row").length === 4`)
-		p.eventually("quota shown as a problem", `(() => { const r = document.querySelector('tr[data-name="quota"]');
-			return r.classList.contains("problem") && /refusing|saturated/.test(r.querySelector(".health").textContent); })()`)
+		p.eventually("quota shown refusing, first", `(() => { const r = document.querySelector('tr[data-name="quota"]');
+			return r.classList.contains("problem") && r.querySelector(".health").textContent === "refusing" &&
+				/^[1-9][0-9.]*\/s$/.test(r.querySelector(".refused").textContent) && document.querySelector("tr.row") === r; })()`)
 		p.eventually("steady granting", `/^[1-9][0-9.]*\/s$/.test(document.querySelector('tr[data-name="steady"] .granted').textContent)`)
 		var steady struct {
 			Problem bool
@@ -251,8 +272,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// A template's page: its config and live instances, and the instances
 	// that were refused most, each a link to its own page.
 	t.Run("Template", func(t *testing.T) {
-		e := newEnv(t)
-		sampled(t, e)
+		e := newDashboardEnv(t)
 		e.must(201, "PUT", "/v1/templates/users", `{"pattern":"user:*","limiter":{"kind":"window","limit":3,"period":"1h"}}`)
 		for name, n := range map[string]int{"user:1": 10, "user:2": 5, "user:3": 2} {
 			for range n {
@@ -291,8 +311,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// (its reason shown at the field), one applied; then a refill, asked
 	// for and confirmed.
 	t.Run("Window", func(t *testing.T) {
-		e := newEnv(t, func(o *api.Options) { o.AdminToken = "adm" })
-		sampled(t, e)
+		e := newDashboardEnv(t, func(o *api.Options) { o.AdminToken = "adm" })
 		e.must(201, "PUT", "/v1/limiters/daily", `{"kind":"window","limit":100,"period":"1m"}`)
 		for range 3 {
 			e.must(200, "POST", "/v1/limiters/daily/acquire", `{"permits":1}`)
@@ -365,8 +384,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// A page opened after the traffic shows the limiter's history at once:
 	// its chart holds the samples taken before it opened.
 	t.Run("History", func(t *testing.T) {
-		e := newEnv(t)
-		sampled(t, e)
+		e := newDashboardEnv(t)
 		e.must(201, "PUT", "/v1/limiters/orders", `{"rate":100,"burst":1.1}`)
 		traffic(t, e, func(int) { e.send(true, "POST", "/v1/limiters/orders/acquire", `{"permits":5}`) })
 		// Samples taken before any page opens.
@@ -401,8 +419,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// An empty server: connected, and says there is no limiter yet.
 	t.Run("Empty", func(t *testing.T) {
-		e := newEnv(t)
-		sampled(t, e)
+		e := newDashboardEnv(t)
 		srv := httptest.NewServer(e.h)
 		t.Cleanup(srv.Close)
 		p := b.open(t, srv.URL+"/ui/")
@@ -415,11 +432,31 @@ func TestDashboardInBrowser(t *testing.T) {
 		p.save("limitd-empty.png")
 	})
 
+	// Redis found to have lost limitd's data: a banner says when.
+	t.Run("DataLost", func(t *testing.T) {
+		e, svc := newDashboardService(t)
+		e.must(201, "PUT", "/v1/limiters/orders", `{"rate":100}`)
+		srv := httptest.NewServer(e.h)
+		t.Cleanup(srv.Close)
+		p := b.open(t, srv.URL+"/ui/")
+		p.eventually("the limiter's row", `document.querySelectorAll("tr.row").length === 1`)
+		if p.text("#data-lost") != "" {
+			t.Error("a data-loss banner before any loss")
+		}
+		lost, ok := any(svc).(interface{ DataLost(int64) bool })
+		if !ok {
+			t.Fatal("core.Service has no DataLost")
+		}
+		lost.DataLost(t0.Add(time.Second).UnixNano())
+		p.eventually("the data-loss banner", `(() => { const b = document.querySelector("#data-lost");
+			return !!b && /^Redis lost limitd's data at (2025-06-15 )?15:06:41 UTC/.test(b.textContent); })()`)
+		p.save("limitd-data-lost.png")
+	})
+
 	// Redis going away: the page says so, on a page that was open and on
 	// one opened after, and never that there is no limiter.
 	t.Run("RedisDown", func(t *testing.T) {
-		e := newEnv(t)
-		sampled(t, e)
+		e := newDashboardEnv(t)
 		e.must(201, "PUT", "/v1/limiters/orders", `{"rate":100}`)
 		srv := httptest.NewServer(e.h)
 		t.Cleanup(srv.Close)
@@ -427,6 +464,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		p.eventually("the limiter's row", `document.querySelectorAll("tr.row").length === 1`)
 		e.m.Close()
 		p.eventually("Redis unavailable", `document.querySelector("#status").textContent === "Redis unavailable" && !!document.querySelector("#redis-down")`)
+		if h := p.text(`tr[data-name="orders"] .health`); h != "unknown" {
+			t.Errorf("with Redis down the limiter's health reads %q", h)
+		}
 		p.save("limitd-redis-down.png")
 		p.do("reload", `location.reload()`)
 		p.eventually("Redis unavailable after a reload", `!!document.querySelector("#redis-down") && document.querySelector("#none") && !document.querySelector("#none").hidden`)
