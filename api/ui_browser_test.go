@@ -415,6 +415,21 @@ func TestDashboardInBrowser(t *testing.T) {
 			t.Errorf("granted: %q", g)
 		}
 		p.save("limitd-history.png")
+
+		// A schedule's form: a burst of "abc" is refused in the page,
+		// nothing sent; a new rate and burst are applied.
+		p.do("a bad burst", `document.querySelector("#f-burst").value = "abc"; document.querySelector("#apply").click()`)
+		p.eventually("the burst's error", `document.querySelector("#e-burst").textContent === "burst: a number ≥ 1 and ≤ 1e6, or inf"`)
+		var l wire.Limiter
+		if e.must(200, "GET", "/v1/limiters/orders", nil).decode(t, &l); l.Version != 1 {
+			t.Errorf("a bad burst reached the API: version %d", l.Version)
+		}
+		p.do("a new rate", `document.querySelector("#f-rate").value = "250"; document.querySelector("#f-burst").value = "inf"; document.querySelector("#apply").click()`)
+		p.eventually("applied", `document.querySelector("#msg").textContent.startsWith("Applied: rate 250, burst inf")`)
+		if e.must(200, "GET", "/v1/limiters/orders", nil).decode(t, &l); l.Config.Rate != 250 || l.Config.Burst == nil || l.Config.Burst.String() != "inf" || l.Version != 2 {
+			t.Errorf("after the page's change the API has %+v, version %d", l.Config, l.Version)
+		}
+		p.eventually("the new config on the page", `document.querySelector("#cfg").textContent === "rate 250, burst inf" && document.querySelector("#e-burst").textContent === ""`)
 	})
 
 	// An empty server: connected, and says there is no limiter yet.
