@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	_ "embed"
 	"fmt"
 	"log/slog"
@@ -75,11 +76,12 @@ type server struct {
 	routes      map[string]*route // by echo path
 	unmatched   *route            // no route: echo's 404 and 405
 	hub         *eventHub         // what the event streams share
+	sig         *signals          // every named limiter's signals, sampled while Handler.Run runs
 }
 
 // Handler is the HTTP API: an http.Handler that owns what its event streams
 // share (one subscription to config changes, one sampling loop). Close
-// stops them.
+// stops them. Run samples every named limiter's signals while it runs.
 type Handler struct {
 	e *echo.Echo
 	s *server
@@ -94,6 +96,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.e.ServeH
 // that streams, which never end on their own, do not hold the shutdown.
 // Safe to call more than once.
 func (h *Handler) Close() { h.s.hub.close() }
+
+// Run samples every named limiter (the first 1,000 in name order) once a
+// second until ctx ends, whether or not anyone watches: each limiter's
+// signals (what it granted and refused per second, its utilization, the
+// wait of a new caller) for the event streams' state events, GET
+// /v1/history (the last 15 minutes, kept in memory) and the
+// limitd_limiter_utilization and limitd_limiter_wait_seconds gauges; and
+// the status event streams send (Redis ok or unavailable, a data loss,
+// ready). Each second costs Redis one read of the listed limiters' live
+// states, in pipelines of 500 (a lease limiter's holders one round trip
+// each), their configs read again only after a change, and the list itself
+// every 30 s. The owner of the handler runs it in one goroutine and ends
+// ctx as it shuts down; without it, state events carry no signals and the
+// history is empty.
+func (h *Handler) Run(ctx context.Context) { h.s.sig.run(ctx) }
 
 // AccessLog says which requests the API logs, one "http request" line each
 // at INFO. Health probes (/healthz, /readyz) are never logged.
@@ -166,7 +183,10 @@ func New(o Options) *Handler {
 	s.core = o.Service
 	promreg.Register("api", reg, newStateCollector(s.core))
 	promreg.Register("api", reg, newTemplateCollector(s.core))
+	s.sig = newSignals(s)
+	promreg.Register("api", reg, newSignalCollector(s.sig, s.core))
 	s.hub = newEventHub(s, o.MaxEventStreams)
+	s.sig.status = s.hub.setStatus
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -187,6 +207,7 @@ func New(o Options) *Handler {
 	get("/readyz", s.readyz)
 	get("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), metricsAuth)
 	get("/ui/", s.ui)
+	get("/", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/ui/") })
 	e.GET("/ui", func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, "/ui/") })
 	get("/openapi.yaml", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, "application/yaml", openapiYAML)
@@ -195,6 +216,7 @@ func New(o Options) *Handler {
 	read, admin := s.auth.read, s.auth.admin
 	get("/v1/limiters", s.listLimiters, read)
 	e.GET(eventsPath, s.events, read)
+	get("/v1/history", s.history, read)
 	e.PUT("/v1/limiters/:name", s.putLimiter, admin)
 	get("/v1/limiters/:name", s.getLimiter, read)
 	e.PATCH("/v1/limiters/:name", s.patchLimiter, admin)

@@ -14,13 +14,16 @@
 //	POST /v1/limiters/{name}/capacity          a share client asks for capacity (Doorman)
 //	DELETE /v1/limiters/{name}/capacity/{client_id}   and gives it back
 //	PUT|GET|DELETE /v1/templates/{id}, GET /v1/templates
-//	GET  /v1/events?limiters=&interval=        Server-Sent Events: states and config changes
-//	GET  /ui/                                  the dashboard, over /v1/events
+//	GET  /v1/events?limiters=&interval=        Server-Sent Events: status, states with their signals, config changes
+//	GET  /v1/history?limiters=a,b              each limiter's signals over the last 15 minutes
+//	GET  /ui/                                  the dashboard, over /v1/events and /v1/history
+//	GET  /                                     redirects to /ui/
 //	GET  /healthz, /readyz, /metrics, /openapi.yaml
 //
 // Every GET route answers HEAD as well. /readyz is 200 only while every Redis
-// master accepts a write (store.Ready); /metrics needs Options.MetricsToken
-// when one is set.
+// master accepts a write (store.Ready) and Redis has not lost limitd's data
+// since it was last marked (core.Service.Ready); /metrics needs
+// Options.MetricsToken when one is set.
 //
 // api/openapi.yaml describes every route, body and status; it is served at
 // /openapi.yaml and the tests validate every request and response they make
@@ -48,7 +51,17 @@
 // loop runs while a stream is open; Handler.Close, called as the server
 // shuts down, ends the streams and stops it. Options.MaxEventStreams caps
 // the streams open (503 past it), and a stream whose client does not read
-// is dropped after a bounded buffer.
+// is dropped after a bounded buffer. A stream answers its headers at once,
+// then the last status (Redis ok or unavailable, a data loss, ready, the
+// number of limiters), and again each time it changes.
+//
+// Handler.Run samples every named limiter once a second (signals.go), watched
+// or not: each one's signals (granted and refused per second, utilization,
+// the wait of a new caller, saturated), computed from what Redis holds, so
+// every replica shows the same; their last 900 in a ring per limiter for GET
+// /v1/history; the newest on each state event and in the utilization and
+// wait gauges. Its owner (limitd serve) runs it in a goroutine and stops it
+// by ending its context.
 //
 // A bearer token keeps browsers out on its own (a page cannot make a
 // browser send one). Routes that need no token are kept from pages of other

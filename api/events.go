@@ -30,9 +30,12 @@ const (
 	keepAlive = 15 * time.Second
 )
 
-// events streams Server-Sent Events: every interval an "state" event per
-// watched limiter (what GET /v1/limiters/{name} answers: config, version,
-// live state or holders), read from Redis, and a "config" event for each
+// events streams Server-Sent Events. Its headers go out at once, then a
+// "status" event (wire.StreamStatus: Redis ok or unavailable, a data loss,
+// ready, the named limiters), and another each time the status changes.
+// Every interval a "state" event per watched limiter (what GET
+// /v1/limiters/{name} answers: config, version, live state or holders),
+// read from Redis, with its last signals (Handler.Run), and a "config" event for each
 // config change as it is published ({"limiter","version"}, version 0:
 // deleted; {"templates":true}). ?limiters=a,b watches those; without it,
 // every limiter (the first maxEventLimiters in name order), the list read
@@ -56,43 +59,18 @@ func (s *server) events(c echo.Context) error {
 	}
 	var names []string // nil: every limiter
 	if q.Has("limiters") {
-		names = []string{}
-		for n := range strings.SplitSeq(q.Get("limiters"), ",") {
-			if n = strings.TrimSpace(n); n == "" {
-				continue
-			}
-			if err := core.CheckName("limiters", n); err != nil {
-				return err
-			}
-			if !slices.Contains(names, n) {
-				names = append(names, n)
-			}
-		}
-		if len(names) == 0 || len(names) > maxEventLimiters {
-			return invalid("limiters", fmt.Sprintf("limiters: must name from 1 to %d limiters, comma-separated (got %d)", maxEventLimiters, len(names)))
+		var err error
+		if names, err = limiterNames(q.Get("limiters")); err != nil {
+			return err
 		}
 	}
 	st := newStream(names, interval)
-	if err := s.hub.join(st); err != nil {
+	hasStatus, err := s.hub.join(st)
+	if err != nil {
 		return err
 	}
 	defer s.hub.leave(st)
 	ctx := c.Request().Context()
-	// The first sample comes at once; until it does, the answer may still
-	// be a problem (the list of limiters could not be read).
-	var first streamItem
-	select {
-	case <-ctx.Done():
-		return nil
-	case it, ok := <-st.out:
-		switch {
-		case !ok:
-			return shuttingDown()
-		case it.err != nil:
-			return it.err
-		}
-		first = it
-	}
 
 	w := c.Response()
 	rc := http.NewResponseController(w)
@@ -139,19 +117,26 @@ func (s *server) events(c echo.Context) error {
 		return err == nil
 	}
 	take := func(it streamItem) {
-		if it.round != nil {
+		switch {
+		case it.err != nil: // its first sample failed: the hub ends it
+			buf = append(buf, encodeEvent("error", s.problemOf(it.err, nil).Problem)...)
+		case it.round != nil:
 			buf = st.appendRound(buf, it.round)
-		} else {
+		default:
 			buf = append(buf, it.change...)
 		}
 	}
-	take(first)
-	// The headers go out with the first sample, at once, also when it is
-	// empty (no limiter yet).
-	if !write(buf) {
+	// The headers go out at once, also when there is no limiter to sample
+	// or Redis is slow, then the status: the last one the signals sampler
+	// told, or, before it told one, one worked out now.
+	if !write(nil) {
 		return nil
 	}
-	buf = buf[:0]
+	if !hasStatus {
+		if !write(encodeEvent("status", s.sig.probe(ctx))) {
+			return nil
+		}
+	}
 	quiet := time.NewTimer(keepAlive)
 	defer quiet.Stop()
 	for {
@@ -199,4 +184,25 @@ func (s *server) events(c echo.Context) error {
 			quiet.Reset(keepAlive)
 		}
 	}
+}
+
+// limiterNames reads a limiters parameter: 1 to maxEventLimiters names,
+// comma-separated, each once.
+func limiterNames(v string) ([]string, error) {
+	names := []string{}
+	for n := range strings.SplitSeq(v, ",") {
+		if n = strings.TrimSpace(n); n == "" {
+			continue
+		}
+		if err := core.CheckName("limiters", n); err != nil {
+			return nil, err
+		}
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 || len(names) > maxEventLimiters {
+		return nil, invalid("limiters", fmt.Sprintf("limiters: must name from 1 to %d limiters, comma-separated (got %d)", maxEventLimiters, len(names)))
+	}
+	return names, nil
 }

@@ -64,7 +64,11 @@ type eventHub struct {
 	wg      sync.WaitGroup // the loop
 	closing sync.Once
 
+	// signals is what each state event adds: the limiter's last signals.
+	signals *signals
+
 	mu      sync.Mutex
+	status  []byte // the last status event, nil before the first
 	streams map[*stream]struct{}
 	running bool          // a loop is running; it clears this as it stops
 	closed  bool          // close was called: no stream joins again
@@ -90,7 +94,7 @@ func newEventHub(s *server, max int) *eventHub {
 		max = DefaultMaxEventStreams
 	}
 	h := &eventHub{
-		svc: s.core, m: s.m, max: max, timeout: s.timeout,
+		svc: s.core, m: s.m, max: max, timeout: s.timeout, signals: s.sig,
 		problem:   func(err error) *problem { return s.problemOf(err, nil) },
 		newTicker: newTimeTicker,
 		streams:   map[*stream]struct{}{},
@@ -166,28 +170,46 @@ func newStream(names []string, interval time.Duration) *stream {
 }
 
 // join adds st to the hub, starting the loop if none runs; its first sample
-// comes at once. Past the cap, or once the hub is closed, it is a 503.
-func (h *eventHub) join(st *stream) error {
+// comes at once, after the last status when there was one (status: false
+// when none was handed). Past the cap, or once the hub is closed, it is a
+// 503.
+func (h *eventHub) join(st *stream) (status bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
 	case h.closed:
-		return shuttingDown()
+		return false, shuttingDown()
 	case len(h.streams) >= h.max:
 		p := newProblem(http.StatusServiceUnavailable, wire.ProblemTooManyStreams,
 			fmt.Sprintf("this limitd has %d event streams open, its limit (LIMITD_EVENTS_MAX_STREAMS); retry later, or close another stream", h.max))
 		p.retryAfter = strconv.Itoa(int(streamsFullRetry / time.Second))
-		return p
+		return false, p
 	}
 	h.streams[st] = struct{}{}
 	h.m.eventStreams.Inc()
+	if h.status != nil {
+		st.out <- streamItem{change: h.status} // its channel is empty
+		status = true
+	}
 	if !h.running {
 		h.running = true
 		h.wg.Add(1)
 		go h.loop()
 	}
 	h.poke()
-	return nil
+	return status, nil
+}
+
+// setStatus hands the status st to every stream, and to each that joins
+// later first.
+func (h *eventHub) setStatus(st wire.StreamStatus) {
+	ev := encodeEvent("status", st)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.status = ev
+	for s := range h.streams {
+		h.hand(s, streamItem{change: ev})
+	}
 }
 
 // leave removes st (if the hub has not dropped it already). The loop stops
@@ -457,7 +479,7 @@ func (l *sampling) encode(name string, lim core.Limiter, err error) sampled {
 	case err != nil:
 		return sampled{kind: sampleError, ev: encodeEvent("error", l.h.problem(err).Problem)}
 	}
-	return sampled{kind: sampleState, ev: encodeEvent("state", viewOf(lim))}
+	return sampled{kind: sampleState, ev: encodeEvent("state", wire.LimiterEvent{Limiter: viewOf(lim), Signals: l.h.signals.of(name)})}
 }
 
 // encodeEvent is one Server-Sent Event: its name and v as JSON.

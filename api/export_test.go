@@ -32,3 +32,16 @@ func OpenEventStreams(h *Handler) int {
 	defer h.s.hub.mu.Unlock()
 	return len(h.s.hub.streams)
 }
+
+// SetSignalTicker makes h's signals sampler (Run) follow tick: each value
+// sent on it is one round (one a second otherwise). Set it before Run.
+func SetSignalTicker(h *Handler, tick <-chan time.Time) {
+	h.s.sig.newTicker = func(time.Duration) ticker { return chanTicker(tick) }
+}
+
+// SignalRounds is how many rounds h's signals sampler finished.
+func SignalRounds(h *Handler) uint64 {
+	h.s.sig.mu.Lock()
+	defer h.s.sig.mu.Unlock()
+	return h.s.sig.rounds
+}

@@ -96,3 +96,40 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.scraped, prometheus.GaugeValue, float64(n))
 }
+
+// signalCollector exposes the signals sampler's last samples (no Redis call
+// at the scrape): each sampled limiter's utilization and the wait of a new
+// caller, and the data losses this limitd found.
+type signalCollector struct {
+	sig        *signals
+	core       *core.Service
+	use, wait  *prometheus.Desc
+	dataLosses *prometheus.Desc
+}
+
+func newSignalCollector(g *signals, c *core.Service) *signalCollector {
+	return &signalCollector{
+		sig: g, core: c,
+		use: prometheus.NewDesc("limitd_limiter_utilization",
+			"A named limiter's utilization, sampled every second: a rate limiter's granted permits/s over the last 10 s over its rate; a window's permits taken over its limit; a share limiter's capacity held over its capacity; a concurrency limiter's slots in use over its limit.", []string{"limiter"}, nil),
+		wait: prometheus.NewDesc("limitd_limiter_wait_seconds",
+			"How long a new caller asking one permit of a named limiter would wait, sampled every second (0: granted at once).", []string{"limiter"}, nil),
+		dataLosses: prometheus.NewDesc("limitd_redis_data_lost_total",
+			"Times this limitd found that Redis lost its data (limitd's marker gone: a restart without persistence, a FLUSHALL).", nil, nil),
+	}
+}
+
+func (c *signalCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.use
+	ch <- c.wait
+	ch <- c.dataLosses
+}
+
+func (c *signalCollector) Collect(ch chan<- prometheus.Metric) {
+	c.sig.lasts(func(name string, sm sample) {
+		ch <- prometheus.MustNewConstMetric(c.use, prometheus.GaugeValue, float64(sm.use), name)
+		ch <- prometheus.MustNewConstMetric(c.wait, prometheus.GaugeValue, time.Duration(sm.wait).Seconds(), name)
+	})
+	_, _, n := c.core.DataLoss()
+	ch <- prometheus.MustNewConstMetric(c.dataLosses, prometheus.CounterValue, float64(n))
+}

@@ -132,6 +132,9 @@ func fieldDetail(fe *limiter.FieldError) string {
 // hold addresses.
 func unavailableDetail(err error) string {
 	const rest = "so limitd can neither decide nor change limiters; retry later"
+	if errors.Is(err, core.ErrDataLost) {
+		return "Redis lost limitd's data (its marker is gone: a restart without persistence?); limitd is applying its boot configuration again"
+	}
 	u, ok := core.UnavailabilityOf(err)
 	if !ok {
 		return "Redis is unavailable, " + rest

@@ -200,9 +200,7 @@ func newDashboardService(t *testing.T, opts ...func(*api.Options)) (*env, *core.
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { led.Run(ctx) })
-	if r, ok := any(h).(interface{ Run(context.Context) }); ok {
-		wg.Go(func() { r.Run(ctx) })
-	}
+	wg.Go(func() { h.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	return e, svc
 }
@@ -458,11 +456,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		if p.text("#data-lost") != "" {
 			t.Error("a data-loss banner before any loss")
 		}
-		lost, ok := any(svc).(interface{ DataLost(int64) bool })
-		if !ok {
-			t.Fatal("core.Service has no DataLost")
-		}
-		lost.DataLost(t0.Add(time.Second).UnixNano())
+		svc.DataLost(t0.Add(time.Second).UnixNano())
 		p.eventually("the data-loss banner", `(() => { const b = document.querySelector("#data-lost");
 			return !!b && /^Redis lost limitd's data at (2025-06-15 )?15:06:41 UTC/.test(b.textContent); })()`)
 		p.save("limitd-data-lost.png")

@@ -2,6 +2,9 @@ package core
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"time"
 )
 
@@ -20,13 +23,119 @@ func (s *Service) Lost(ctx context.Context, limiters, templates []string) (lostL
 }
 
 // Mark records which configuration was last applied to this Redis: sum (a
-// file's hash, say) under the key <prefix>:boot, for an operator to read.
-// Nothing relies on it to tell what Redis lost (Lost does): on a Redis
-// Cluster it lives on one shard, and another shard may restart empty while
-// it stays.
+// file's hash, say; empty without one) under the key <prefix>:boot, for an
+// operator to read. On a Redis Cluster it lives on one shard, and another
+// shard may restart empty while it stays: what each shard lost is told by
+// Lost, name by name.
+//
+// It is also how limitd tells that Redis lost its data: once Mark
+// succeeded, the marker missing means Redis forgot everything since
+// (CheckMarker). A Mark that succeeds ends a pending loss (DataLost): the
+// configuration was applied again before it.
 func (s *Service) Mark(ctx context.Context, sum string) error {
 	start := time.Now()
-	err := s.store.Client().Set(ctx, s.store.Prefix()+":boot", sum, 0).Err()
+	err := s.store.Mark(ctx, sum)
 	s.timed(OpMark, start)
-	return err
+	if err != nil {
+		return err
+	}
+	s.loss.mu.Lock()
+	s.loss.marked, s.loss.pending = true, false
+	s.loss.mu.Unlock()
+	return nil
+}
+
+// CheckMarker looks for limitd's marker once it was written (Mark): when it
+// is gone, Redis lost limitd's data, which is recorded (DataLost) at Redis'
+// time. It reports whether a loss is pending: found now or before, and the
+// configuration not marked again since.
+func (s *Service) CheckMarker(ctx context.Context) (pending bool, err error) {
+	if !s.marking() {
+		return false, nil
+	}
+	marked, now, err := s.Marked(ctx)
+	if err != nil {
+		return false, err
+	}
+	if !marked {
+		s.DataLost(now)
+	}
+	_, pending, _ = s.DataLoss()
+	return pending, nil
+}
+
+// marking reports whether Mark succeeded once.
+func (s *Service) marking() bool {
+	s.loss.mu.Lock()
+	defer s.loss.mu.Unlock()
+	return s.loss.marked
+}
+
+// Marked reports whether this Redis still holds limitd's marker (Mark's
+// key), and Redis' time (Unix ns) when it answered, in one round trip. A
+// marker written once and gone since means Redis lost limitd's data (a
+// restart without persistence, a FLUSHALL): a keeper tells it with
+// DataLost and writes it again with Mark.
+func (s *Service) Marked(ctx context.Context) (marked bool, now int64, err error) {
+	defer s.timed(OpMark, time.Now())
+	return s.store.Marked(ctx)
+}
+
+// dataLoss is what the service knows of Redis losing its data: when it
+// was last found lost, whether the configuration is not applied again yet,
+// and how often it happened.
+type dataLoss struct {
+	mu      sync.Mutex
+	marked  bool  // Mark succeeded once: a missing marker now means a loss
+	at      int64 // when the last loss was found, Redis time; 0: never
+	pending bool  // found lost, not marked again yet
+	count   int64
+	found   chan struct{} // told each new loss (capacity 1)
+}
+
+// DataLost records that Redis was found to have lost limitd's data at at
+// (Redis time, Unix ns): Ready fails until Mark succeeds again, after the
+// configuration was applied again. It reports whether this is a new loss
+// (false while one is already pending).
+func (s *Service) DataLost(at int64) bool {
+	s.loss.mu.Lock()
+	defer s.loss.mu.Unlock()
+	if s.loss.pending {
+		return false
+	}
+	s.loss.at, s.loss.pending = at, true
+	s.loss.count++
+	select {
+	case s.loss.found <- struct{}{}:
+	default: // told already, not taken yet
+	}
+	return true
+}
+
+// DataLosses is told each new data loss (DataLost), so that a keeper found
+// out by a readiness probe applies the configuration again at once rather
+// than at its next check. One keeper reads it.
+func (s *Service) DataLosses() <-chan struct{} { return s.loss.found }
+
+// DataLoss reports when Redis was last found to have lost limitd's data
+// (Redis time, Unix ns; 0: never since this process started), whether the
+// configuration is still to be applied again, and how many losses this
+// process found.
+func (s *Service) DataLoss() (at int64, pending bool, count int64) {
+	s.loss.mu.Lock()
+	defer s.loss.mu.Unlock()
+	return s.loss.at, s.loss.pending, s.loss.count
+}
+
+// ErrDataLost is what Ready answers (wrapped, matching ErrUnavailable too)
+// while a data loss is pending: the configuration is not in place again.
+var ErrDataLost = errors.New("redis lost limitd's data; the configuration is being applied again")
+
+// lostErr is Ready's error while a loss is pending, nil otherwise.
+func (s *Service) lostErr() error {
+	at, pending, _ := s.DataLoss()
+	if !pending {
+		return nil
+	}
+	return fmt.Errorf("%w: %w (found at %s)", ErrUnavailable, ErrDataLost, time.Unix(0, at).UTC().Format(time.RFC3339))
 }

@@ -69,6 +69,8 @@ type Service struct {
 	// instances caches counts of templates' instances (CachedInstances).
 	instances instanceCache
 	ledger    *Ledger // Options.Ledger
+	// loss is what is known of Redis losing limitd's data (kept.go).
+	loss dataLoss
 }
 
 // LedgerOverflow is the Ledger's Overflow: decisions counted only under
@@ -102,6 +104,7 @@ func New(st *store.Store, o Options) *Service {
 	}
 	s := &Service{store: st, obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode, shadows: &shadowHints{},
 		over: newOverLimit(o.OverLimitCache)}
+	s.loss.found = make(chan struct{}, 1)
 	if s.clock == nil {
 		s.clock = limiter.SystemClock()
 	}
@@ -123,9 +126,23 @@ func (s *Service) timed(op Op, start time.Time) { s.obs.StoreCall(op, time.Since
 
 // Ready reports whether limitd can decide: every Redis master it needs
 // accepts a write (store.Ready).
+//
+// Once limitd's marker was written (Mark), Ready also fails while Redis
+// has lost limitd's data and the configuration is not applied again
+// (ErrDataLost): its marker found gone, here or by a keeper (CheckMarker).
 func (s *Service) Ready(ctx context.Context) error {
-	defer s.timed(OpPing, time.Now())
-	return s.store.Ready(ctx)
+	start := time.Now()
+	err := s.store.Ready(ctx)
+	s.timed(OpPing, start)
+	if err != nil {
+		return err
+	}
+	if s.marking() {
+		if _, err := s.CheckMarker(ctx); err != nil {
+			return err
+		}
+	}
+	return s.lostErr()
 }
 
 // subjectOf names the subject of a rate decision whose reply said whether a

@@ -59,3 +59,24 @@ func (s *Store) Lost(ctx context.Context, limiters, templates []string) (lostLim
 	}
 	return lostLimiters, lostTemplates, nil
 }
+
+// markerKey is where Mark writes limitd's marker.
+func (s *Store) markerKey() string { return s.prefix + ":boot" }
+
+// Mark writes limitd's marker, sum as its value (the applied
+// configuration's hash, for an operator to read).
+func (s *Store) Mark(ctx context.Context, sum string) error {
+	return wrapErr(s.rdb.Set(ctx, s.markerKey(), sum, 0).Err())
+}
+
+// Marked reports whether limitd's marker is there, and Redis' time (Unix
+// ns) as it answered, in one round trip.
+func (s *Store) Marked(ctx context.Context) (marked bool, now int64, err error) {
+	pipe := s.rdb.Pipeline()
+	exists := pipe.Exists(ctx, s.markerKey())
+	t := pipe.Time(ctx)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, 0, wrapErr(err)
+	}
+	return exists.Val() == 1, t.Val().UnixNano(), nil
+}

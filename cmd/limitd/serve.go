@@ -61,9 +61,11 @@ func init() {
 		summary: "run the HTTP API over a shared Redis",
 		usage: `usage: limitd [serve]
 
-Runs limitd's HTTP API (/v1/limiters, /v1/templates, /healthz, /readyz,
-/metrics, /openapi.yaml) over the Redis named by LIMITD_REDIS_URL, or over an
-embedded in-memory Redis when it is empty. With LIMITD_GRPC_ADDR it also
+Runs limitd's HTTP API (/v1/limiters, /v1/templates, /v1/events,
+/v1/history, /healthz, /readyz, /metrics, /openapi.yaml) and its dashboard
+(/ui/) over the Redis named by LIMITD_REDIS_URL, or over an embedded
+in-memory Redis when it is empty. Every named limiter is sampled once a
+second for the dashboard's signals and its last 15 minutes. With LIMITD_GRPC_ADDR it also
 serves Envoy's rate limit service (gRPC) with the boot file's domains:
 rules. Stops gracefully on SIGINT or SIGTERM. Invalid configuration exits 1
 with one line naming the variable.
@@ -179,6 +181,10 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 	st := store.New(rdb, store.WithPrefix(cfg.Prefix), store.WithBatching(batchSize))
 	defer st.Close()
 
+	warnUnknownVars(logger, environ)
+	if cfg.AdminToken != "" && cfg.Token == "" && cfg.exposed() && ln != nil {
+		logger.Warn("LIMITD_ADDR listens beyond loopback without LIMITD_TOKEN: anyone who reaches it can acquire permits, spending the limiters' limits, and read every limiter", "addr", cfg.Addr)
+	}
 	if cfg.Insecure && cfg.AdminToken == "" && cfg.exposed() {
 		logger.Warn("LIMITD_INSECURE=true: listening beyond loopback without LIMITD_ADMIN_TOKEN; anyone who reaches this address can change limiters", "addr", cfg.Addr)
 	}
@@ -235,6 +241,14 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 			wg.Go(func() { rls.Watch(bgCtx, grpcHealthEvery) })
 		}
 	}
+	if bootFile == nil && rm == nil {
+		// No configuration to keep, only limitd's marker in Redis: its
+		// keeper tells when Redis lost limitd's data.
+		k := boot.NewKeeper(nil, svc, logger)
+		k.Interval, k.Timeout = bootCheckInterval, bootTimeout
+		k.Boot(ctx)
+		wg.Go(func() { k.Run(bgCtx) })
+	}
 	if bootFile != nil {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
@@ -276,6 +290,7 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 		// the shutdown starts, since they would not end on their own.
 		defer handler.Close()
 		srv.RegisterOnShutdown(handler.Close)
+		wg.Go(func() { handler.Run(bgCtx) }) // the signals sampler, stopped with the keeper
 		serveErr = make(chan error, 1)
 		wg.Go(func() { serveErr <- srv.Serve(ln) })
 	}
@@ -297,11 +312,11 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 		grpcAddr = gln.Addr().String()
 		wg.Go(func() { grpcErr <- gsrv.Serve(rls.Listener(gln, limits)) })
 	}
-	addr, readyAddr := "", net.Addr(nil)
+	addr, readyAddr, dashboard := "", net.Addr(nil), ""
 	if ln != nil {
-		addr, readyAddr = ln.Addr().String(), ln.Addr()
+		addr, readyAddr, dashboard = ln.Addr().String(), ln.Addr(), dashboardURL(ln.Addr().String())
 	}
-	attrs := []any{"addr", addr, "grpc_addr", grpcAddr, "version", version, "redis", redisTarget(cfg.RedisURL),
+	attrs := []any{"addr", addr, "dashboard", dashboard, "grpc_addr", grpcAddr, "version", version, "redis", redisTarget(cfg.RedisURL),
 		"prefix", cfg.Prefix, "admin_token", cfg.AdminToken != "", "token", cfg.Token != "", "metrics_token", cfg.MetricsToken != ""}
 	var refErr <-chan error
 	if ref != nil {
@@ -392,4 +407,17 @@ func redisTarget(raw string) string {
 		return "embedded (in-memory)"
 	}
 	return store.RedactURL(raw)
+}
+
+// dashboardURL is the dashboard's address on a listen address; a host that
+// means every interface is written as localhost.
+func dashboardURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/ui/"
 }

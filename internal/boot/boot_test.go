@@ -3,6 +3,7 @@ package boot
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -251,8 +252,8 @@ func TestBootKeeperOutageLoggedOnce(t *testing.T) {
 		t.Errorf("recovery not logged:\n%s", logs)
 	}
 	k.check(ctx) // nothing lost: nothing to do, nothing to log
-	if n := strings.Count(logs.String(), "\n"); n != 3 {
-		t.Errorf("%d log lines, want 3 (outage, re-applied, back):\n%s", n, logs)
+	if n := strings.Count(logs.String(), "\n"); n != 4 {
+		t.Errorf("%d log lines, want 4 (outage, data lost, re-applied, back):\n%s", n, logs)
 	}
 }
 
@@ -428,6 +429,106 @@ func TestParseBootFileMerge(t *testing.T) {
 	} {
 		if _, err := Parse("boot.yaml", []byte(tc.src)); err == nil || err.Error() != tc.want {
 			t.Errorf("%q:\n got %v\nwant %s", tc.src, err, tc.want)
+		}
+	}
+}
+
+// Redis emptied (the marker gone): limitd is not ready from the moment Redis
+// lost it, Ready itself looking for the marker, until the keeper applied the
+// boot file again; the loss is logged once at ERROR and counted once.
+func TestBootKeeperDataLoss(t *testing.T) {
+	mini, st, svc, b := bootStore(t)
+	logs := newSyncBuffer()
+	k := NewKeeper(b, svc, slog.New(slog.NewTextHandler(logs, nil)))
+	var told []int64
+	k.OnDataLost = func(at int64) { told = append(told, at) }
+	ctx := context.Background()
+	k.Boot(ctx)
+	if err := svc.Ready(ctx); err != nil {
+		t.Fatalf("not ready after boot: %v", err)
+	}
+	lostAt := time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)
+	mini.SetTime(lostAt)
+	mini.FlushAll()
+	err := svc.Ready(ctx)
+	if !errors.Is(err, core.ErrDataLost) || !errors.Is(err, core.ErrUnavailable) {
+		t.Fatalf("Ready after FLUSHALL = %v, want ErrDataLost (unavailable)", err)
+	}
+	if at, pending, n := svc.DataLoss(); at != lostAt.UnixNano() || !pending || n != 1 {
+		t.Errorf("DataLoss = %d, %v, %d; want %d (Redis time), pending, 1", at, pending, n, lostAt.UnixNano())
+	}
+	if _, err := st.Get(ctx, "orders"); err == nil {
+		t.Fatal("orders still there after FLUSHALL")
+	}
+	k.check(ctx)
+	if err := svc.Ready(ctx); err != nil {
+		t.Errorf("not ready once the boot file was applied again: %v", err)
+	}
+	if _, err := st.Get(ctx, "orders"); err != nil {
+		t.Errorf("orders not applied again: %v", err)
+	}
+	k.check(ctx) // nothing lost since: nothing logged, nothing counted
+	if at, pending, n := svc.DataLoss(); at != lostAt.UnixNano() || pending || n != 1 {
+		t.Errorf("DataLoss = %d, %v, %d; want the loss's time, not pending, 1", at, pending, n)
+	}
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 || !strings.Contains(logs.String(), "redis lost limitd's data") {
+		t.Errorf("%d ERROR lines, want 1 telling the loss:\n%s", n, logs)
+	}
+	if len(told) != 1 || told[0] != lostAt.UnixNano() {
+		t.Errorf("OnDataLost told %v, want once, the loss's time", told)
+	}
+}
+
+// Without a boot file the keeper writes the marker alone: a loss is still
+// logged and counted, and limitd is ready again as soon as it is re-marked.
+func TestBootKeeperDataLossWithoutFile(t *testing.T) {
+	mini, _, svc, _ := bootStore(t)
+	logs := newSyncBuffer()
+	k := NewKeeper(nil, svc, slog.New(slog.NewTextHandler(logs, nil)))
+	ctx := context.Background()
+	mini.FlushAll() // bootStore's apply marked it: Boot marks it again, finding nothing
+	k.Boot(ctx)
+	if !mini.Exists("boottest:boot") {
+		t.Fatal("Boot without a file wrote no marker")
+	}
+	mini.FlushAll()
+	k.check(ctx)
+	if !mini.Exists("boottest:boot") {
+		t.Error("the marker was not written again")
+	}
+	if err := svc.Ready(ctx); err != nil {
+		t.Errorf("not ready after re-marking: %v", err)
+	}
+	if _, pending, n := svc.DataLoss(); pending || n != 1 {
+		t.Errorf("DataLoss pending %v, count %d; want not pending, 1", pending, n)
+	}
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 || !strings.Contains(logs.String(), "no boot file") {
+		t.Errorf("the loss was not logged at ERROR:\n%s", logs)
+	}
+}
+
+// A loss a readiness probe finds first has the keeper apply the file again
+// at once, not at its next check.
+func TestBootKeeperWokenByProbe(t *testing.T) {
+	mini, st, svc, b := bootStore(t)
+	k := NewKeeper(b, svc, slog.New(slog.DiscardHandler))
+	k.Interval = time.Hour // no check of its own during the test
+	ctx, cancel := context.WithCancel(context.Background())
+	k.Boot(ctx)
+	done := make(chan struct{})
+	go func() { k.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	mini.FlushAll()
+	if err := svc.Ready(context.Background()); !errors.Is(err, core.ErrDataLost) {
+		t.Fatalf("Ready after FLUSHALL = %v, want ErrDataLost", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		if _, err := st.Get(context.Background(), "orders"); err == nil && svc.Ready(context.Background()) == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the keeper did not apply the boot file again after the probe found the loss")
 		}
 	}
 }

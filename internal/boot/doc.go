@@ -34,5 +34,12 @@
 // a single node or of any one cluster shard; and it reloads the file when
 // it changes, or on SIGHUP.
 //
+// The Keeper also tells when Redis lost limitd's data: once written, the
+// marker (core.Service.Mark, written with the file, or alone without one)
+// gone means a restart without persistence or a FLUSHALL emptied Redis. It
+// logs that once at ERROR, and limitd is not ready (core.Service.Ready)
+// until the file is applied whole again and the marker rewritten, which it
+// does at once, also when a readiness probe found the loss first.
+//
 // Layer: cmd → boot → grpcapi → core. boot applies through core only.
 package boot

@@ -43,6 +43,13 @@ type Keeper struct {
 	applied bool       // the file was applied once: what is missing now, Redis lost
 	down    bool       // Redis failed the last check: log the outage once
 	bad     string     // what was last logged as bad: a content's sum or a read error
+	// lossLogged is the time of the data loss last logged (Redis time,
+	// Unix ns): each loss is logged once.
+	lossLogged int64
+	reapplying bool // applying the configuration again after a data loss
+	// OnDataLost, when set, is told each data loss as it is found (Redis
+	// time, Unix ns), after its log line.
+	OnDataLost func(at int64)
 }
 
 // NewKeeper returns a keeper of the boot file f over svc that logs to log,
@@ -60,13 +67,20 @@ func NewKeeper(f *File, svc *core.Service, log *slog.Logger) *Keeper {
 
 // Boot applies the configuration once, within Timeout. When Redis cannot
 // take it, it logs so and Run applies it once Redis answers.
+//
+// Without a configuration it writes limitd's marker alone
+// (core.Service.Mark), by which the Keeper tells later that Redis lost its
+// data.
 func (k *Keeper) Boot(ctx context.Context) {
-	f := k.file
-	if f == nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(ctx, k.Timeout)
 	defer cancel()
+	f := k.file
+	if f == nil {
+		if err := k.Service.Mark(ctx, ""); err == nil {
+			k.applied = true
+		}
+		return
+	}
 	if err := f.Apply(ctx, k.Service); err != nil {
 		k.down = true
 		k.Log.Warn("could not apply "+k.What+"; it will be applied once Redis answers", "file", f.Path, "err", err)
@@ -104,6 +118,8 @@ func (k *Keeper) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			k.check(ctx)
+		case <-k.Service.DataLosses(): // a readiness probe found it first
 			k.check(ctx)
 		case <-reload:
 			k.reload(ctx)
@@ -166,17 +182,33 @@ func (k *Keeper) invalid(err error) {
 // check re-applies what Redis lost of the file. While Redis (or a shard) is
 // down it logs once, when the outage starts, and once more when it is back;
 // what a reachable shard lost is re-applied meanwhile.
+//
+// First it looks for limitd's marker (core.Service.CheckMarker): gone,
+// Redis lost everything (a restart without persistence, a FLUSHALL), which
+// is logged once at ERROR, and the whole configuration is applied again
+// before the marker is written again; until then limitd is not ready.
+// Without a configuration the marker is written again at once.
 func (k *Keeper) check(ctx context.Context) {
-	if k.file == nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(ctx, k.Timeout)
 	defer cancel()
+	if lost, err := k.Service.CheckMarker(ctx); err == nil && lost {
+		k.lost(ctx)
+	}
 	if !k.applied {
-		if err := k.file.Apply(ctx, k.Service); err == nil {
+		if k.file == nil {
+			k.applied = k.Service.Mark(ctx, "") == nil
+		} else if err := k.file.Apply(ctx, k.Service); err == nil {
 			k.applied = true
-			k.Log.Warn("applied "+k.What, "file", k.file.Path, "limiters", len(k.file.Limiters), "templates", len(k.file.Templates))
+			msg := "applied " + k.What
+			if k.reapplying {
+				msg = "redis lost " + k.What + ": applied it again; limitd is ready"
+			}
+			k.reapplying = false
+			k.Log.Warn(msg, "file", k.file.Path, "limiters", len(k.file.Limiters), "templates", len(k.file.Templates))
 		}
+	}
+	if k.file == nil {
+		return
 	}
 	names, ids := k.file.names()
 	lostL, lostT, err := k.Service.Lost(ctx, names, ids)
@@ -198,4 +230,24 @@ func (k *Keeper) check(ctx context.Context) {
 		k.down = false
 		k.Log.Info("redis is back; the boot configuration is in place", "file", k.file.Path)
 	}
+}
+
+// lost logs a data loss once and has the configuration applied again (and
+// the marker written) by the rest of the check.
+func (k *Keeper) lost(ctx context.Context) {
+	at, _, _ := k.Service.DataLoss()
+	if at != k.lossLogged {
+		k.lossLogged = at
+		what := "limitd writes its marker again at once (no boot file)"
+		attrs := []any{"lost_at", time.Unix(0, at).UTC().Format(time.RFC3339Nano)}
+		if k.file != nil {
+			what = "limitd is not ready until " + k.What + " is applied again"
+			attrs = append(attrs, "file", k.file.Path)
+		}
+		k.Log.Error("redis lost limitd's data (its marker is gone: a restart without persistence, a FLUSHALL?): every limiter, template and schedule in it is gone; "+what, attrs...)
+		if k.OnDataLost != nil {
+			k.OnDataLost(at)
+		}
+	}
+	k.applied, k.reapplying = false, true // the rest of the check applies it whole, then marks
 }

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"log/slog"
+	"slices"
+	"strings"
+)
+
+// otherVars are LIMITD_ variables limitd reads outside serve's config:
+// limitd ctl's address, and the switch that makes tests needing a real
+// redis-server fail rather than skip.
+var otherVars = []string{"LIMITD_URL", "LIMITD_REQUIRE_REDIS"}
+
+// knownVars are every LIMITD_ variable limitd reads.
+func knownVars() []string {
+	var names []string
+	for _, f := range configFields() {
+		names = append(names, f.Tag.Get("env"))
+	}
+	return append(names, otherVars...)
+}
+
+// maxSuggestDistance is how far (in edits) a variable may be from a known
+// one for the warning to suggest it.
+const maxSuggestDistance = 4
+
+// warnUnknownVars warns once about each LIMITD_ variable of environ that
+// limitd does not read, in name order, with the known one closest to it:
+// a misspelt variable is otherwise silently ignored (LIMITD_ADMIN_TOKN
+// leaves limiters open to change).
+func warnUnknownVars(log *slog.Logger, environ map[string]string) {
+	known := knownVars()
+	var unknown []string
+	for k := range environ {
+		if strings.HasPrefix(k, "LIMITD_") && !slices.Contains(known, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	slices.Sort(unknown)
+	for _, k := range unknown {
+		best, dist := closest(k, known)
+		if dist <= maxSuggestDistance {
+			log.Warn(k+" is not a variable limitd reads; did you mean "+best+"?", "variable", k, "did_you_mean", best)
+		} else {
+			log.Warn(k+" is not a variable limitd reads (see limitd help serve)", "variable", k)
+		}
+	}
+}
+
+// closest is the name of names nearest to s in edit distance, and that
+// distance (the first of equals).
+func closest(s string, names []string) (string, int) {
+	best, dist := "", -1
+	for _, n := range names {
+		if d := editDistance(s, n); dist < 0 || d < dist {
+			best, dist = n, d
+		}
+	}
+	return best, dist
+}
+
+// editDistance is the Levenshtein distance of a and b: the fewest
+// insertions, deletions and substitutions of a byte that turn one into the
+// other.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,47 @@
+package wire
+
+// Signals are what one limiter did over the last sample interval and where
+// it stands, as the live view samples every named limiter once a second:
+// the "signals" of an event stream's "state" event, and the items of GET
+// /v1/history. Rates are per second over the interval since the sample
+// before (decision totals read from Redis, so every limitd sharing it
+// answers the same).
+type Signals struct {
+	T                int64   `json:"t_ns"` // when it was sampled, Redis time, Unix ns
+	GrantedPerS      float64 `json:"granted_per_s"`
+	GrantedCallsPerS float64 `json:"granted_calls_per_s"`
+	RefusedPerS      float64 `json:"refused_per_s"`
+	RefusedCallsPerS float64 `json:"refused_calls_per_s"`
+	Utilization      float64 `json:"utilization"` // see the README: per kind
+	Wait             int64   `json:"wait_ns"`     // how long a new caller asking 1 permit would wait now
+	Saturated        bool    `json:"saturated"`   // refused or waiting callers, or utilization ≥ 0.95
+}
+
+// LimiterEvent is an event stream's "state" event: the limiter's view, and
+// its last signals once it was sampled.
+type LimiterEvent struct {
+	Limiter
+	Signals *Signals `json:"signals,omitempty"`
+}
+
+// History is GET /v1/history: each limiter's signals, oldest first, one
+// every Step ns.
+type History struct {
+	Step     int64                `json:"step_ns"`
+	Limiters map[string][]Signals `json:"limiters"`
+}
+
+// StreamStatus is an event stream's "status" event: how this limitd stands,
+// sent on connect and on every change.
+type StreamStatus struct {
+	Redis    string `json:"redis"` // "ok" or "unavailable"
+	DataLost int64  `json:"data_lost_at_ns"`
+	Ready    bool   `json:"ready"`
+	Limiters int    `json:"limiters"`
+}
+
+// The values of StreamStatus.Redis.
+const (
+	RedisOK          = "ok"
+	RedisUnavailable = "unavailable"
+)
