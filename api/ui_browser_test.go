@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -411,6 +412,14 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		if g := p.text("#v-granted b"); !strings.HasSuffix(g, "/s") || g == "–" {
 			t.Errorf("granted: %q", g)
+		}
+		// Used at half its rate, orders has a backlog (time nobody
+		// claimed): shown, and not a problem.
+		var backlog struct{ Health, Backlog, Color string }
+		p.eval("the backlog", `({Health: document.querySelector("#v-health b").textContent, Backlog: document.querySelector("#v-backlog b").textContent,
+			Color: getComputedStyle(document.querySelector("#v-backlog b")).color})`, &backlog)
+		if backlog.Health != "ok" || !regexp.MustCompile(`^[1-9][0-9.]* m?s$`).MatchString(backlog.Backlog) || backlog.Color != "rgb(29, 35, 39)" {
+			t.Errorf("orders at half its rate: %+v; want health ok, a backlog in the text's colour", backlog)
 		}
 		p.save("limitd-history.png")
 
