@@ -171,7 +171,8 @@ func grpcMetric(name string) bool {
 // type, after activity of every kind (so that every vector has a series).
 func servedMetrics(t *testing.T) map[string]string {
 	t.Helper()
-	e := newEnv(t)
+	s := newSampled(t) // the sampler's gauges need a round
+	e := s.env
 	e.must(201, "PUT", "/v1/limiters/r", `{"rate":10}`)
 	e.must(200, "POST", "/v1/limiters/r/acquire", nil)
 	e.must(201, "PUT", "/v1/limiters/s", `{"kind":"share","capacity":10}`)
@@ -188,6 +189,7 @@ func servedMetrics(t *testing.T) map[string]string {
 		Minute: t0.Unix() / 60, Granted: map[string]int64{"user:1": 1}}}}); err != nil {
 		t.Fatal(err)
 	}
+	s.round(time.Second)
 	served := map[string]string{}
 	for _, m := range regexp.MustCompile(`(?m)^# TYPE (limitd_[a-z_]+) ([a-z]+)$`).FindAllStringSubmatch(string(e.must(200, "GET", "/metrics", nil).body), -1) {
 		served[m[1]] = m[2]

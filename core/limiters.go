@@ -90,7 +90,7 @@ func freshWindow(w *WaitInfo, cfg limiter.Config) {
 	if !w.Window || w.Started {
 		return
 	}
-	if p, err := limiter.Compile(cfg); err == nil && p.Kind == limiter.KindWindow {
+	if p, err := limiter.Compile(cfg); err == nil && limiter.Counts(p.Kind) {
 		w.Position = p.WindowEnd(w.Now)
 	}
 }
