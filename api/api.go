@@ -105,7 +105,7 @@ func (h *Handler) Close() { h.s.hub.close() }
 // limitd_limiter_utilization and limitd_limiter_wait_seconds gauges; and
 // the status event streams send (Redis ok or unavailable, a data loss,
 // ready). Each second costs Redis one read of the listed limiters' live
-// states, in pipelines of 500 (a lease limiter's holders one round trip
+// states and decision totals, in pipelines of 500 (a lease limiter's holders one round trip
 // each), their configs read again only after a change, and the list itself
 // every 30 s. The owner of the handler runs it in one goroutine and ends
 // ctx as it shuts down; without it, state events carry no signals and the

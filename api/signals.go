@@ -18,8 +18,8 @@ const (
 	// signalStep is how often every named limiter is sampled.
 	signalStep = time.Second
 	// historyLen is how many samples a limiter's history keeps: 15 minutes
-	// at one a second. A sample costs 48 bytes, so a limiter's history at
-	// most 43 KiB, and maxSignalLimiters' about 42 MiB.
+	// at one a second. A sample costs 40 bytes (TestSampleSize), so a
+	// limiter's history at most 36 KiB, and maxSignalLimiters' about 35 MiB.
 	historyLen = 900
 	// maxSignalLimiters bounds the limiters sampled: the first ones in name
 	// order. A round reads their live states in pipelines of sampleBatch
@@ -38,7 +38,7 @@ const (
 )
 
 // sample is one limiter's signals as kept in its history: wire.Signals in
-// 48 bytes rather than 64.
+// 40 bytes rather than 64.
 type sample struct {
 	t, wait                    int64
 	granted, grantedCalls      float32
@@ -60,12 +60,17 @@ func wide(f float32) float64 {
 }
 
 // totalsOf is l's decision totals, counted in Redis by every limitd
-// sharing it. While they have counted nothing (a limiter no limitd with
-// totals decided for yet), a rate limiter's state still tells the permits it
-// granted.
-func totalsOf(l core.Limiter) core.Totals {
+// sharing it (core.Ledger). While they have counted nothing for this series
+// (no ledger, or none decided on it yet), a rate limiter's state still
+// tells the permits it granted; once they have, they alone count, so that
+// totals that expire after a long idle read as going back, not as the
+// state's whole count granted in one second.
+func (s *series) totalsOf(l core.Limiter) core.Totals {
 	t := l.Totals
-	if t == (core.Totals{}) && l.State != nil && !l.State.Window {
+	if t != (core.Totals{}) {
+		s.counted = true
+	}
+	if !s.counted && l.State != nil && !l.State.Window {
 		t.GrantedPermits = l.State.Permits
 	}
 	return t
@@ -84,7 +89,8 @@ type series struct {
 	points  [utilizationSpan + 1]point
 	npoints int // points kept, up to len(points); the newest at (npoints-1)%len
 	samples []sample
-	next    int // where the next sample goes once samples is full
+	next    int  // where the next sample goes once samples is full
+	counted bool // its totals in Redis counted something: they alone count
 }
 
 // add keeps p, forgetting what came before when the totals went back (the
@@ -148,7 +154,7 @@ func perSecond(d, ns int64) float64 {
 
 // signal is l's sample, its totals added to s first.
 func (s *series) signal(l core.Limiter, now int64) sample {
-	s.add(point{now: now, Totals: totalsOf(l)})
+	s.add(point{now: now, Totals: s.totalsOf(l)})
 	cur := s.point(0)
 	var sm sample
 	sm.t = now

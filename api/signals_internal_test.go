@@ -3,6 +3,7 @@ package api
 import (
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
@@ -81,5 +82,39 @@ func TestSignalsRefused(t *testing.T) {
 	}
 	if sm.use != 0.1 || sm.wait != 0 || !sm.saturated {
 		t.Errorf("%+v: want utilization 0.1, no wait, saturated (callers refused)", sm)
+	}
+}
+
+// What the history costs, as its doc and the README count it: 40 bytes a
+// sample, so 900 of them about 36 KiB.
+func TestSampleSize(t *testing.T) {
+	if n := unsafe.Sizeof(sample{}); n != 40 {
+		t.Errorf("a sample is %d bytes; the README and historyLen's doc say 40", n)
+	}
+}
+
+// Once a limiter's totals in Redis counted something they alone count: when
+// they expire (a long idle) the state's count of granted permits does not
+// come back as a burst of grants.
+func TestSignalsTotalsExpire(t *testing.T) {
+	l := func(tot core.Totals, permits, now int64) core.Limiter {
+		return core.Limiter{Info: core.Info{Config: limiter.Config{Kind: limiter.KindSchedule, Rate: 1000}}, Totals: tot,
+			State: &core.WaitInfo{Permits: permits, Now: now, Started: true}}
+	}
+	var s series
+	sec := int64(time.Second)
+	s.signal(l(core.Totals{}, 900, 0), 0) // no totals yet: the state's count
+	if sm := s.signal(l(core.Totals{}, 1000, sec), sec); sm.granted != 100 {
+		t.Errorf("from the state: %+v, want 100/s", sm)
+	}
+	s.signal(l(core.Totals{GrantedPermits: 10, GrantedCalls: 10}, 1010, 2*sec), 2*sec)
+	if sm := s.signal(l(core.Totals{GrantedPermits: 30, GrantedCalls: 20}, 1030, 3*sec), 3*sec); sm.granted != 20 || sm.grantedCalls != 10 {
+		t.Errorf("from the totals: %+v, want 20 permits/s, 10 calls/s", sm)
+	}
+	if sm := s.signal(l(core.Totals{}, 1030, 4*sec), 4*sec); sm.granted != 0 {
+		t.Errorf("totals expired: %+v, want nothing granted", sm)
+	}
+	if sm := s.signal(l(core.Totals{GrantedPermits: 5, GrantedCalls: 5}, 1035, 5*sec), 5*sec); sm.granted != 5 {
+		t.Errorf("counting again: %+v, want 5/s", sm)
 	}
 }

@@ -63,6 +63,9 @@ func TestTopInstances(t *testing.T) {
 	e.must(404, "GET", "/v1/templates/nobody/top", nil)
 	e.must(200, "HEAD", "/v1/templates/per-user/top", nil)
 
+	// A named limiter matching the pattern is no instance.
+	e.must(201, "PUT", "/v1/limiters/user:vip", `{"rate":10}`)
+	e.must(200, "POST", "/v1/limiters/user:vip/acquire", nil)
 	list := e.must(200, "GET", "/v1/templates?instances=true", nil)
 	if !strings.Contains(string(list.body), `"instances":3`) {
 		t.Errorf("templates?instances=true: %s", list.body)

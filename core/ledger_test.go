@@ -11,6 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd/internal/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -271,4 +272,34 @@ func TestLedgerConcurrent(t *testing.T) {
 	if calls != workers*each {
 		t.Errorf("instances' calls sum to %d, want %d", calls, workers*each)
 	}
+}
+
+// CachedInstances counts a template's instances and reuses the count for a
+// few seconds of the service's clock, and counts again for a new pattern.
+func TestCachedInstances(t *testing.T) {
+	m := miniredis.RunT(t)
+	m.SetTime(t0)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	clk := redistest.NewMiniClock(m, t0)
+	s := New(store.New(rdb), Options{Clock: clk})
+	ctx := context.Background()
+	tpl, _, err := s.PutTemplate(ctx, Template{ID: "per-user", Pattern: "user:*", Limiter: limiter.Config{Rate: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquireN(t, s, "user:1", 1, 1)
+	count := func(tpl Template, want int64) {
+		t.Helper()
+		if n, exact, err := s.CachedInstances(ctx, tpl); err != nil || n != want || !exact {
+			t.Errorf("%s: %d (exact %v), %v; want %d", tpl.Pattern, n, exact, err, want)
+		}
+	}
+	count(tpl, 1)
+	acquireN(t, s, "user:2", 1, 1)
+	count(tpl, 1) // cached
+	clk.Time = clk.Time.Add(instancesFor)
+	count(tpl, 2)
+	tpl.Pattern = "user:1"
+	count(tpl, 1) // another pattern: counted again
 }

@@ -67,7 +67,7 @@ func (s *Service) viewState(ctx context.Context, info Info) (Limiter, error) {
 	if info.Template != "" {
 		start := time.Now()
 		t, err := s.store.InstanceTTL(ctx, info.Name)
-		s.timed(OpWait, start)
+		s.timed(OpInstanceTTL, start)
 		if err != nil {
 			return Limiter{}, err
 		}
@@ -90,7 +90,7 @@ func freshWindow(w *WaitInfo, cfg limiter.Config) {
 	if !w.Window || w.Started {
 		return
 	}
-	if p, err := limiter.Compile(cfg); err == nil && limiter.Counts(p.Kind) {
+	if p, err := limiter.Compile(cfg); err == nil { // w.Window: cfg is a window's
 		w.Position = p.WindowEnd(w.Now)
 	}
 }

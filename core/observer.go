@@ -37,13 +37,14 @@ const (
 	OpMark
 	OpTotals
 	OpTop
+	OpInstanceTTL
 	NumOps // the number of Ops
 )
 
 var opNames = [NumOps]string{"ping", "put", "get", "patch", "delete", "list", "acquire", "wait",
 	"reset", "put_template", "get_template", "delete_template", "templates",
 	"capacity", "return_capacity", "acquire_slot", "renew_slot", "release_slot", "grant", "handback", "holders", "instances", "acquire_all", "wait_many",
-	"charge", "count", "lost", "mark", "totals", "top"}
+	"charge", "count", "lost", "mark", "totals", "top", "instance_ttl"}
 
 // String is the op's name, as metrics label it ("acquire_slot").
 func (o Op) String() string {

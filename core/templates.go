@@ -153,7 +153,7 @@ func (s *Service) CachedInstances(ctx context.Context, t Template) (n int64, exa
 	c.mu.Lock()
 	v, ok := c.m[t.ID]
 	c.mu.Unlock()
-	if ok && v.pattern == t.Pattern && time.Since(v.at) < instancesFor {
+	if ok && v.pattern == t.Pattern && s.clock.Now().Sub(v.at) < instancesFor {
 		return v.n, v.exact, nil
 	}
 	start := time.Now()
@@ -166,7 +166,7 @@ func (s *Service) CachedInstances(ctx context.Context, t Template) (n int64, exa
 	if c.m == nil || len(c.m) > 1000 { // ids of deleted templates do not pile up
 		c.m = map[string]instanceCount{}
 	}
-	c.m[t.ID] = instanceCount{pattern: t.Pattern, n: n, exact: exact, at: time.Now()}
+	c.m[t.ID] = instanceCount{pattern: t.Pattern, n: n, exact: exact, at: s.clock.Now()}
 	c.mu.Unlock()
 	return n, exact, nil
 }

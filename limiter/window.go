@@ -242,8 +242,12 @@ func dayStart(y int, m time.Month, d int, loc *time.Location) int64 {
 }
 
 // WindowEnd returns the end (Unix ns) of the window of a window limiter
-// that contains now: when a fresh window limiter's count would reset.
+// that contains now: when a fresh window limiter's count would reset. A
+// limiter without windows has none: now.
 func (p *Params) WindowEnd(now int64) int64 {
+	if p.Calendar == 0 && p.Period <= 0 {
+		return now
+	}
 	_, end := p.windowAt(now)
 	return end
 }

@@ -244,3 +244,27 @@ func TestWindowConfigErrors(t *testing.T) {
 		t.Errorf("a calendar period's zone defaults to UTC: %+v %v", n, err)
 	}
 }
+
+// WindowEnd is the end of the window now: of a duration window the next
+// multiple of its period, of a calendar one the next local midnight (day),
+// and of a limiter without windows now itself.
+func TestWindowEnd(t *testing.T) {
+	now := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC).UnixNano()
+	limit := int64(3)
+	for _, c := range []struct {
+		cfg  Config
+		want int64
+	}{
+		{Config{Kind: "window", Limit: &limit, Period: "1m"}, time.Date(2031, 5, 6, 7, 9, 0, 0, time.UTC).UnixNano()},
+		{Config{Kind: "window", Limit: &limit, Period: "day", Zone: "Europe/Berlin"}, time.Date(2031, 5, 6, 22, 0, 0, 0, time.UTC).UnixNano()},
+		{Config{Rate: 5}, now},
+	} {
+		p, err := Compile(c.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.WindowEnd(now); got != c.want {
+			t.Errorf("%+v: WindowEnd %v, want %v", c.cfg, time.Unix(0, got).UTC(), time.Unix(0, c.want).UTC())
+		}
+	}
+}

@@ -316,8 +316,12 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 	if ln != nil {
 		addr, readyAddr, dashboard = ln.Addr().String(), ln.Addr(), dashboardURL(ln.Addr().String())
 	}
-	attrs := []any{"addr", addr, "dashboard", dashboard, "grpc_addr", grpcAddr, "version", version, "redis", redisTarget(cfg.RedisURL),
-		"prefix", cfg.Prefix, "admin_token", cfg.AdminToken != "", "token", cfg.Token != "", "metrics_token", cfg.MetricsToken != ""}
+	attrs := []any{"addr", addr}
+	if dashboard != "" {
+		attrs = append(attrs, "dashboard", dashboard)
+	}
+	attrs = append(attrs, "grpc_addr", grpcAddr, "version", version, "redis", redisTarget(cfg.RedisURL),
+		"prefix", cfg.Prefix, "admin_token", cfg.AdminToken != "", "token", cfg.Token != "", "metrics_token", cfg.MetricsToken != "")
 	var refErr <-chan error
 	if ref != nil {
 		refErr = ref.errs
