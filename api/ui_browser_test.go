@@ -383,23 +383,48 @@ func TestDashboardInBrowser(t *testing.T) {
 	// A page opened after the traffic shows the limiter's history at once:
 	// its chart holds the samples taken before it opened.
 	t.Run("History", func(t *testing.T) {
-		e := newDashboardEnv(t)
+		// 90 s of traffic on Redis' clock, each second flushed by the
+		// ledger and sampled, before any page opens.
+		e := newEnv(t)
+		led := core.NewLedger(e.st, core.LedgerOptions{Clock: func() time.Time { return t0 }})
+		h := api.New(api.Options{Service: core.New(e.st, core.Options{Ledger: led}), Registry: prometheus.NewRegistry()})
+		e.h = h
+		tick := make(chan time.Time)
+		api.SetSignalTicker(h, tick)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { h.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
 		e.must(201, "PUT", "/v1/limiters/orders", `{"rate":100,"burst":1.1}`)
-		traffic(t, e, func(int) { e.send(true, "POST", "/v1/limiters/orders/acquire", `{"permits":5}`) })
-		// Samples taken before any page opens.
-		var before int // samples of orders in its history
-		for deadline := time.Now().Add(pageWait); before < 3; time.Sleep(100 * time.Millisecond) {
-			var hist struct {
-				Limiters map[string][]json.RawMessage `json:"limiters"`
+		const seconds = 90
+		for i := 1; i <= seconds; i++ {
+			for j := range 10 { // 50 permits a second, half the rate, spread over the second
+				e.at(time.Duration(i-1)*time.Second + time.Duration(j)*100*time.Millisecond)
+				e.send(true, "POST", "/v1/limiters/orders/acquire", `{"permits":5}`)
 			}
-			rec := httptest.NewRecorder()
-			e.h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/history?limiters=orders", nil))
-			if err := json.Unmarshal(rec.Body.Bytes(), &hist); rec.Code != 200 || err != nil {
-				t.Fatalf("GET /v1/history: %d %s", rec.Code, rec.Body)
+			e.at(time.Duration(i)*time.Second - 50*time.Millisecond)
+			if err := led.Flush(ctx); err != nil {
+				t.Fatal(err)
 			}
-			if before = len(hist.Limiters["orders"]); before < 3 && time.Now().After(deadline) {
-				t.Fatalf("GET /v1/history has %d samples of orders", before)
+			n := api.SignalRounds(h)
+			tick <- time.Time{}
+			for deadline := time.Now().Add(pageWait); api.SignalRounds(h) == n; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the sampler took no round")
+				}
 			}
+		}
+		var hist struct {
+			Limiters map[string][]json.RawMessage `json:"limiters"`
+		}
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/history?limiters=orders", nil))
+		if err := json.Unmarshal(rec.Body.Bytes(), &hist); rec.Code != 200 || err != nil {
+			t.Fatalf("GET /v1/history: %d %s", rec.Code, rec.Body)
+		}
+		before := len(hist.Limiters["orders"]) // samples of orders in its history
+		if before < seconds {
+			t.Fatalf("GET /v1/history has %d samples of orders, want the %d rounds", before, seconds)
 		}
 		srv := httptest.NewServer(e.h)
 		t.Cleanup(srv.Close)
