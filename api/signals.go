@@ -168,8 +168,23 @@ func (s *series) signal(l core.Limiter, now int64) sample {
 	}
 	use, wait := utilization(l, s), waitOf(l)
 	sm.use, sm.wait = float32(use), wait
-	sm.saturated = sm.refused > 0 || sm.refusedCalls > 0 || wait > 0 || use >= saturatedUtilization
+	sm.saturated = sm.refused > 0 || sm.refusedCalls > 0 || queued(l, wait) || use >= saturatedUtilization
 	return sm
+}
+
+// queued reports whether a new caller's wait says callers queue: a full
+// window or concurrency limiter (any wait), a rate limiter whose next permit
+// is further away than the pace of two permits. A rate limiter used well
+// below its rate still has its next permit up to one interval ahead right
+// after a grant; that is pacing, not a queue.
+func queued(l core.Limiter, wait int64) bool {
+	if wait <= 0 {
+		return false
+	}
+	if l.State != nil && !l.State.Window && l.Config.Rate > 0 {
+		return float64(wait) > 2*float64(time.Second)/l.Config.Rate
+	}
+	return true
 }
 
 // utilization is how much of l's capacity is used, by kind: a rate
@@ -433,13 +448,6 @@ func (g *signals) tell(failed error) {
 	if changed && g.status != nil {
 		g.status(st)
 	}
-}
-
-// current is the last status told; ok is false before the first round.
-func (g *signals) current() (wire.StreamStatus, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.last, g.known
 }
 
 // probe works out a status without a round (none ran yet): whether Redis

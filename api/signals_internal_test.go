@@ -118,3 +118,37 @@ func TestSignalsTotalsExpire(t *testing.T) {
 		t.Errorf("counting again: %+v, want 5/s", sm)
 	}
 }
+
+// A rate limiter used below its rate has its next permit up to one interval
+// ahead right after a grant: that pacing is no queue, and not saturated. A
+// wait beyond two intervals is callers queueing; a full window's wait is.
+func TestSaturatedByWait(t *testing.T) {
+	sec := int64(time.Second)
+	sched := func(tot core.Totals, now, delay int64) core.Limiter {
+		return core.Limiter{Info: core.Info{Config: limiter.Config{Kind: limiter.KindSchedule, Rate: 50}}, Totals: tot,
+			State: &core.WaitInfo{Started: true, Now: now, Delay: delay}}
+	}
+	for _, c := range []struct {
+		delay     int64
+		saturated bool
+	}{
+		{0, false},
+		{20 * int64(time.Millisecond), false}, // one interval at 50/s: pacing
+		{39 * int64(time.Millisecond), false},
+		{41 * int64(time.Millisecond), true}, // beyond two intervals: a queue
+		{3 * sec, true},
+	} {
+		var s series
+		s.signal(sched(core.Totals{GrantedCalls: 0, GrantedPermits: 0}, 0, 0), 0)
+		sm := s.signal(sched(core.Totals{GrantedCalls: 40, GrantedPermits: 40}, sec, c.delay), sec) // 80 % of the rate
+		if sm.saturated != c.saturated || sm.wait != c.delay {
+			t.Errorf("delay %v at 80 %% use: saturated %v (wait %v), want %v", time.Duration(c.delay), sm.saturated, time.Duration(sm.wait), c.saturated)
+		}
+	}
+	win := core.Limiter{Info: core.Info{Config: limiter.Config{Kind: limiter.KindWindow}},
+		State: &core.WaitInfo{Window: true, Limit: 10, Wait: 0, Started: true, Now: 0, Position: sec}}
+	var s series
+	if sm := s.signal(win, 0); !sm.saturated || sm.wait != sec {
+		t.Errorf("a full window: %+v, want saturated with a wait of 1 s", sm)
+	}
+}

@@ -154,15 +154,15 @@ func TestCrossOriginWritesInBrowser(t *testing.T) {
 	if status != 200 {
 		t.Errorf("acquire from the dashboard's page: %d, want 200", status)
 	}
-	until("the limiter's page", `!!document.querySelector("#reset") && !!document.querySelector("#rate")`)
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#reset"))); err != nil {
+	until("the limiter's page", `!!document.querySelector("#reset") && !!document.querySelector("#f-rate")`)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#reset")), chromedp.Click(chromedp.CSS("#confirm-yes"))); err != nil {
 		t.Fatal(err)
 	}
-	until("the reset done", `document.querySelector("#msg").textContent === "schedule reset"`)
-	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#rate"), "7"), chromedp.Click(chromedp.CSS("#apply"))); err != nil {
+	until("the reset done", `document.querySelector("#msg").textContent === "Done: schedule restarted."`)
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS("#f-rate"), "7"), chromedp.Click(chromedp.CSS("#apply"))); err != nil {
 		t.Fatal(err)
 	}
-	until("the change applied", `document.querySelector("#msg").textContent === "applied"`)
+	until("the change applied", `document.querySelector("#msg").textContent.startsWith("Applied: rate 7")`)
 	var l wire.Limiter
 	e.must(200, "GET", "/v1/limiters/x", nil).decode(t, &l)
 	if l.Config.Rate != 7 || l.Version != 2 || l.State == nil || l.State.Permits != 5 {

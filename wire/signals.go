@@ -14,7 +14,7 @@ type Signals struct {
 	RefusedCallsPerS float64 `json:"refused_calls_per_s"`
 	Utilization      float64 `json:"utilization"` // see the README: per kind
 	Wait             int64   `json:"wait_ns"`     // how long a new caller asking 1 permit would wait now
-	Saturated        bool    `json:"saturated"`   // refused or waiting callers, or utilization ≥ 0.95
+	Saturated        bool    `json:"saturated"`   // refused or queueing callers (a rate limiter: a wait beyond two permits' pace), or utilization ≥ 0.95
 }
 
 // LimiterEvent is an event stream's "state" event: the limiter's view, and
