@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -35,10 +37,23 @@ Verbs:
   wait NAME              how far behind schedule it is, and how long a new caller
                          would wait (JSON)
   reset NAME             start a new schedule now: its backlog is forfeited
-  watch [NAME...]        a line per second per limiter (every limiter when none is
-                         named): permits granted per second, backlog, delay; for
-                         share and concurrency limiters what their holders hold.
-                         Ctrl-C stops it.
+  watch [--once] [NAME...]
+                         a table of the limiters (every limiter when none is
+                         named), redrawn each second from the server's event
+                         stream: permits granted and refused per second,
+                         utilization, the wait of a new caller, what is left of
+                         a window, share or concurrency limit and when a window
+                         resets. Redrawn in place on a terminal, one table after
+                         the other otherwise; --once prints one table. Ctrl-C
+                         stops it.
+  templates              the templates: id, pattern, order, live instances, config
+  top TEMPLATE [--by refused|granted] [--limit N]
+                         the template's instances that were refused (or granted)
+                         the most permits over the last 5 minutes, across every
+                         limitd on the Redis (N from 1 to 100, default 10)
+
+NAME may also be a template's instance (get user:42): its template, TTL,
+config and state.
 
 Environment:
   LIMITD_URL             the server (default http://127.0.0.1:8080)
@@ -52,7 +67,7 @@ on the command line.
 func init() {
 	register(&command{
 		name:    "ctl",
-		summary: "administer a running server's limiters: ls, get, put, patch, rm, wait, reset, watch",
+		summary: "administer a running server's limiters: ls, get, put, patch, rm, wait, reset, watch, templates, top",
 		usage:   ctlUsage,
 		run: func(ctx context.Context, args []string, stdout, _ io.Writer) error {
 			c, err := newCtl(environ(), stdout)
@@ -71,8 +86,8 @@ type ctl struct {
 	adminToken, token string
 	hc                *http.Client
 	out               io.Writer
-	tick              time.Duration // watch's interval
-	ticks             int           // watch stops after this many lines per limiter (0: never)
+	tick              time.Duration // watch's redraw interval
+	ticks             int           // watch stops after this many tables (0: never)
 }
 
 const defaultCtlURL = "http://127.0.0.1:8080"
@@ -95,63 +110,117 @@ func newCtl(env map[string]string, out io.Writer) (*ctl, error) {
 	return c, nil
 }
 
-// ctlVerbs are the verbs and how many names or values each takes after it
-// (-1: any number).
+// ctlVerbs are the verbs, how many names or values each takes after it
+// (-1: any number) and its flags.
 var ctlVerbs = map[string]struct {
-	args int
-	use  string
+	args  int
+	use   string
+	flags []string
 }{
-	"ls": {0, "ls"}, "get": {1, "get NAME"}, "put": {2, "put NAME CONFIG"}, "patch": {2, "patch NAME PATCH"},
-	"rm": {1, "rm NAME"}, "wait": {1, "wait NAME"}, "reset": {1, "reset NAME"}, "watch": {-1, "watch [NAME...]"},
+	"ls": {0, "ls", nil}, "get": {1, "get NAME", nil}, "put": {2, "put NAME CONFIG", nil}, "patch": {2, "patch NAME PATCH", nil},
+	"rm": {1, "rm NAME", nil}, "wait": {1, "wait NAME", nil}, "reset": {1, "reset NAME", nil},
+	"watch": {-1, "watch [--once] [NAME...]", []string{"--once"}}, "templates": {0, "templates", nil},
+	"top": {1, "top TEMPLATE [--by refused|granted] [--limit N]", []string{"--by", "--limit"}},
 }
 
-// checkCtl checks ctl's arguments before anything is sent: the verb, how
-// many arguments it takes, the names, put's CONFIG and patch's PATCH. It
-// returns the body of put or patch.
-func checkCtl(args []string) (body []byte, err error) {
+const ctlVerbList = "ls, get, put, patch, rm, wait, reset, watch, templates or top"
+
+// ctlCommand is a checked command line of limitd ctl.
+type ctlCommand struct {
+	verb  string
+	args  []string // names, then put's CONFIG or patch's PATCH
+	body  []byte   // put's and patch's
+	once  bool     // watch --once
+	by    string   // top --by: refused (default) or granted
+	limit int      // top --limit: 1..100, default 10
+}
+
+// checkCtl checks ctl's arguments before anything is sent: the verb, its
+// flags, how many arguments it takes, the names, put's CONFIG and patch's
+// PATCH.
+func checkCtl(args []string) (ctlCommand, error) {
 	if len(args) == 0 {
-		return nil, usageErrorf("a verb is required: ls, get, put, patch, rm, wait, reset or watch")
+		return ctlCommand{}, usageErrorf("a verb is required: %s", ctlVerbList)
 	}
-	verb, rest := args[0], args[1:]
-	v, ok := ctlVerbs[verb]
+	cmd := ctlCommand{verb: args[0], by: "refused", limit: 10}
+	v, ok := ctlVerbs[cmd.verb]
 	if !ok {
-		return nil, usageErrorf("unknown verb %q: want ls, get, put, patch, rm, wait, reset or watch", verb)
+		return ctlCommand{}, usageErrorf("unknown verb %q: want %s", cmd.verb, ctlVerbList)
 	}
-	if v.args >= 0 && len(rest) != v.args {
-		return nil, usageErrorf("%s takes %d argument(s): limitd ctl %s (got %d)", verb, v.args, v.use, len(rest))
+	rest := args[1:]
+	for i := 0; i < len(rest); i++ {
+		a := rest[i]
+		if !strings.HasPrefix(a, "-") || (cmd.verb == "put" || cmd.verb == "patch") {
+			cmd.args = append(cmd.args, a)
+			continue
+		}
+		flag, value, hasValue := strings.Cut(a, "=")
+		if !slices.Contains(v.flags, flag) {
+			return ctlCommand{}, usageErrorf("%s: unknown flag %s: limitd ctl %s", cmd.verb, flag, v.use)
+		}
+		if flag == "--once" {
+			if hasValue {
+				return ctlCommand{}, usageErrorf("%s: --once takes no value", cmd.verb)
+			}
+			cmd.once = true
+			continue
+		}
+		if !hasValue {
+			if i+1 == len(rest) {
+				return ctlCommand{}, usageErrorf("%s: %s needs a value: limitd ctl %s", cmd.verb, flag, v.use)
+			}
+			i++
+			value = rest[i]
+		}
+		switch flag {
+		case "--by":
+			if value != "refused" && value != "granted" {
+				return ctlCommand{}, usageErrorf("%s: --by must be refused or granted (got %q)", cmd.verb, value)
+			}
+			cmd.by = value
+		case "--limit":
+			n, err := strconv.Atoi(value)
+			if err != nil || n < 1 || n > 100 {
+				return ctlCommand{}, usageErrorf("%s: --limit must be a whole number from 1 to 100 (got %q)", cmd.verb, value)
+			}
+			cmd.limit = n
+		}
 	}
-	for i, name := range rest {
-		if (verb == "put" || verb == "patch") && i == 1 {
+	if v.args >= 0 && len(cmd.args) != v.args {
+		return ctlCommand{}, usageErrorf("%s takes %d argument(s): limitd ctl %s (got %d)", cmd.verb, v.args, v.use, len(cmd.args))
+	}
+	for i, name := range cmd.args {
+		if (cmd.verb == "put" || cmd.verb == "patch") && i == 1 {
 			break
 		}
 		if err := store.CheckName(name); err != nil {
-			return nil, usageErrorf("%s: %v", verb, err)
+			return ctlCommand{}, usageErrorf("%s: %v", cmd.verb, err)
 		}
 	}
-	switch verb {
+	switch cmd.verb {
 	case "put":
-		body, err := ctlConfig(rest[1])
+		body, err := ctlConfig(cmd.args[1])
 		if err != nil {
-			return nil, usageErrorf("put %s: %v", rest[0], err)
+			return ctlCommand{}, usageErrorf("put %s: %v", cmd.args[0], err)
 		}
-		return body, nil
+		cmd.body = body
 	case "patch":
 		var patch map[string]any
-		if err := json.Unmarshal([]byte(rest[1]), &patch); err != nil || patch == nil {
-			return nil, usageErrorf(`patch %s: PATCH must be a JSON object of the fields to change, as '{"rate":2000}' (got %q)`, rest[0], rest[1])
+		if err := json.Unmarshal([]byte(cmd.args[1]), &patch); err != nil || patch == nil {
+			return ctlCommand{}, usageErrorf(`patch %s: PATCH must be a JSON object of the fields to change, as '{"rate":2000}' (got %q)`, cmd.args[0], cmd.args[1])
 		}
-		return []byte(rest[1]), nil
+		cmd.body = []byte(cmd.args[1])
 	}
-	return nil, nil
+	return cmd, nil
 }
 
 func (c *ctl) run(ctx context.Context, args []string) error {
-	body, err := checkCtl(args)
+	cmd, err := checkCtl(args)
 	if err != nil {
 		return err
 	}
-	verb, rest := args[0], args[1:]
-	switch verb {
+	rest, body := cmd.args, cmd.body
+	switch cmd.verb {
 	case "ls":
 		return c.ls(ctx)
 	case "get":
@@ -170,8 +239,12 @@ func (c *ctl) run(ctx context.Context, args []string) error {
 		return c.show(ctx, http.MethodGet, "/v1/limiters/"+rest[0]+"/wait", c.token, nil)
 	case "reset":
 		return c.show(ctx, http.MethodPost, "/v1/limiters/"+rest[0]+"/reset", c.adminToken, nil)
+	case "templates":
+		return c.templates(ctx)
+	case "top":
+		return c.top(ctx, rest[0], cmd.by, cmd.limit)
 	default:
-		return c.watch(ctx, rest)
+		return c.watch(ctx, rest, cmd.once)
 	}
 }
 
@@ -261,42 +334,6 @@ func (c *ctl) eachLimiter(ctx context.Context, f func(wire.Limiter)) error {
 	}
 }
 
-// watch prints, every tick, a line per limiter: a rate limiter's permits
-// granted per second since the last line (on the Redis clock), backlog and
-// delay; a share limiter's holders and what they hold; a concurrency
-// limiter's slots in use.
-func (c *ctl) watch(ctx context.Context, names []string) error {
-	all := len(names) == 0
-	last := map[string]wire.WaitState{}
-	for n := 0; c.ticks == 0 || n < c.ticks; n++ {
-		if all {
-			var err error
-			if names, err = c.names(ctx); err != nil {
-				return err
-			}
-		}
-		for _, name := range names {
-			line, err := c.watchLine(ctx, name, last)
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(c.out, "%s  %-24s %s\n", time.Now().Format("15:04:05"), name, line)
-		}
-		if c.ticks != 0 && n+1 == c.ticks {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(c.tick):
-		}
-	}
-	return nil
-}
-
 // names lists every limiter's name.
 func (c *ctl) names(ctx context.Context) ([]string, error) {
 	var names []string
@@ -304,44 +341,90 @@ func (c *ctl) names(ctx context.Context) ([]string, error) {
 	return names, err
 }
 
-// watchLine is one limiter's line (see watch); last keeps each rate
-// limiter's previous state, for its rate.
-func (c *ctl) watchLine(ctx context.Context, name string, last map[string]wire.WaitState) (string, error) {
-	var l wire.Limiter
-	if err := c.call(ctx, http.MethodGet, "/v1/limiters/"+name, c.token, nil, &l); err != nil {
-		return "", err
+// templates prints every template with its live instances.
+func (c *ctl) templates(ctx context.Context) error {
+	var list struct {
+		Templates []ctlTemplate `json:"templates"`
 	}
-	switch {
-	case l.State != nil:
-		w := *l.State
-		rate := "-"
-		if p, ok := last[name]; ok && w.Now > p.Now && w.Version == p.Version {
-			rate = fmt.Sprintf("%.1f/s", float64(w.Permits-p.Permits)/(float64(w.Now-p.Now)/1e9))
-		}
-		last[name] = w
-		if v := w.Window; v != nil {
-			return fmt.Sprintf("%-8s granted %-12s remaining %d of %d, resets in %v", l.Config.Kind, rate,
-				v.Remaining, v.Limit, time.Duration(v.Reset)), nil
-		}
-		return fmt.Sprintf("%-8s granted %-12s backlog %-10v delay %-10v permits %d", l.Config.Kind, rate,
-			time.Duration(w.Wait), time.Duration(w.Delay), w.Permits), nil
-	case l.InUse != nil:
-		return fmt.Sprintf("%-8s in use %d of %d", l.Config.Kind, *l.InUse, ptrOr(l.Config.Limit)), nil
-	case l.Held != nil:
-		learning := ""
-		if l.Learning != nil && *l.Learning {
-			learning = " (learning)"
-		}
-		return fmt.Sprintf("%-8s held %g of %g by %d holder(s)%s", l.Config.Kind, *l.Held, ptrOr(l.Config.Capacity),
-			len(l.Holders), learning), nil
+	if err := c.call(ctx, http.MethodGet, "/v1/templates?instances=true", c.token, nil, &list); err != nil {
+		return err
 	}
-	return string(l.Config.Kind), nil
+	fmt.Fprint(c.out, formatTemplates(list.Templates))
+	return nil
 }
 
-func ptrOr[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
+// ctlTemplate is a template as GET /v1/templates?instances=true lists it.
+type ctlTemplate struct {
+	wire.Template
+	Instances *int64 `json:"instances"`
+}
+
+// formatTemplates lays templates out as a table, in the order given (the
+// order they match in).
+func formatTemplates(ts []ctlTemplate) string {
+	rows := [][]string{{"ID", "PATTERN", "ORDER", "INSTANCES", "KIND", "CONFIG", "VERSION"}}
+	for _, t := range ts {
+		cfg := t.Limiter
+		kind := cfg.Kind
+		cfg.Kind = ""
+		b, _ := json.Marshal(cfg)
+		n := "-"
+		if t.Instances != nil {
+			n = strconv.FormatInt(*t.Instances, 10)
+		}
+		rows = append(rows, []string{t.ID, t.Pattern, strconv.Itoa(t.Order), n, string(kind), string(b), strconv.FormatInt(t.Version, 10)})
 	}
-	return *p
+	return alignLeft(rows)
+}
+
+// ctlTop is the answer of GET /v1/templates/{id}/top.
+type ctlTop struct {
+	By        string `json:"by"`
+	Since     int64  `json:"since_ns"`
+	Instances []struct {
+		Name    string  `json:"name"`
+		Refused float64 `json:"refused"`
+		Granted float64 `json:"granted"`
+	} `json:"instances"`
+}
+
+// top prints a template's busiest instances.
+func (c *ctl) top(ctx context.Context, template, by string, limit int) error {
+	var t ctlTop
+	path := fmt.Sprintf("/v1/templates/%s/top?by=%s&limit=%d", url.PathEscape(template), by, limit)
+	if err := c.call(ctx, http.MethodGet, path, c.token, nil, &t); err != nil {
+		return err
+	}
+	fmt.Fprint(c.out, formatTop(template, t))
+	return nil
+}
+
+// formatTop lays a top answer out: a line saying what it counts, then a
+// row per instance, busiest first, permits refused and granted.
+func formatTop(template string, t ctlTop) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "template %s: instances by permits %s", template, t.By)
+	if t.Since != 0 {
+		fmt.Fprintf(&b, " since %s", time.Unix(0, t.Since).UTC().Format("15:04:05 UTC"))
+	}
+	b.WriteString("\n")
+	if len(t.Instances) == 0 {
+		b.WriteString("no instance took or was refused a permit\n")
+		return b.String()
+	}
+	rows := [][]string{{"INSTANCE", "REFUSED", "GRANTED"}}
+	for _, in := range t.Instances {
+		rows = append(rows, []string{in.Name, fmtAmount(in.Refused), fmtAmount(in.Granted)})
+	}
+	b.WriteString(alignColumns(rows, 1))
+	return b.String()
+}
+
+// alignLeft lays out rows of cells in columns, every one flush left.
+func alignLeft(rows [][]string) string {
+	n := 0
+	for _, r := range rows {
+		n = max(n, len(r))
+	}
+	return alignColumns(rows, n)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -59,10 +60,20 @@ func TestCtl(t *testing.T) {
 	if lines := strings.Count(ls, "\n"); lines != 3 {
 		t.Errorf("ls printed %d lines, want a header and 2 limiters:\n%s", lines, ls)
 	}
-	w := mustCtl(t, base, nil, "watch")
-	check("watch", w, "orders", "granted -", "granted 0.0/s", "backlog", "pool", "in use 0 of 3")
-	if lines := strings.Count(w, "\n"); lines != 4 {
-		t.Errorf("watch of 2 limiters for 2 ticks printed %d lines:\n%s", lines, w)
+	w := mustCtl(t, base, nil, "watch", "--once")
+	check("watch --once", w, "limitd "+base, "2 limiter(s)", "NAME", "GRANTED/S", "orders", "schedule", "pool", "concurrency", "3/3")
+	if lines := strings.Count(w, "\n"); lines != 4 || strings.Contains(w, clearScreen) {
+		t.Errorf("watch --once of 2 limiters printed %d lines (want a header, the column names and 2 rows, no screen clearing):\n%s", lines, w)
+	}
+	w = mustCtl(t, base, nil, "watch", "orders")
+	if tables := strings.Count(w, "limitd "+base); tables != 2 || strings.Count(w, "orders") != 2 || strings.Contains(w, "pool") {
+		t.Errorf("watch orders for 2 ticks printed %d tables, want 2 of orders alone:\n%s", tables, w)
+	}
+	putTemplate(t, base, "adm", "user", `{"pattern":"user:*","limiter":{"rate":5}}`)
+	check("templates", mustCtl(t, base, nil, "templates"), "ID", "PATTERN", "INSTANCES", "user", "user:*", `{"rate":5,`)
+	check("get an instance", mustCtl(t, base, nil, "get", "user:42"), `"name": "user:42"`, `"template": "user"`, `"rate": 5`, `"state": {`)
+	if _, err := ctlRun(t, base, nil, "get", "nouser:42"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("get of a name matching no limiter and no template: %v", err)
 	}
 	check("rm", mustCtl(t, base, admin, "rm", "orders"), "deleted orders")
 	if _, err := ctlRun(t, base, nil, "get", "orders"); err == nil || !strings.Contains(err.Error(), `limiter "orders": not found`) {
@@ -73,6 +84,27 @@ func TestCtl(t *testing.T) {
 	}
 	if _, err := ctlRun(t, base, admin, "put", "x", `{"rate":-1}`); err == nil || !strings.Contains(err.Error(), "rate") {
 		t.Errorf("put of a bad config: %v", err)
+	}
+}
+
+// putTemplate creates a template over the HTTP API (ctl has no verb for it).
+func putTemplate(t *testing.T, base, token, id, body string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, base+"/v1/templates/"+id, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT /v1/templates/%s: %d", id, resp.StatusCode)
 	}
 }
 
@@ -93,6 +125,13 @@ func TestCtlErrors(t *testing.T) {
 		{[]string{"ctl", "put", "x", "{rate"}, 2, "CONFIG is not valid JSON"},
 		{[]string{"ctl", "patch", "x", "[1]"}, 2, "PATCH must be a JSON object"},
 		{[]string{"ctl", "get", "x"}, 1, "cannot reach limitd at http://127.0.0.1:1"},
+		{[]string{"ctl", "top"}, 2, "top takes 1 argument(s): limitd ctl top TEMPLATE [--by refused|granted] [--limit N] (got 0)"},
+		{[]string{"ctl", "top", "user", "--by", "late"}, 2, "--by must be refused or granted"},
+		{[]string{"ctl", "top", "user", "--limit=0"}, 2, "--limit must be a whole number from 1 to 100"},
+		{[]string{"ctl", "top", "user", "--limit"}, 2, "--limit needs a value"},
+		{[]string{"ctl", "watch", "--fast"}, 2, "unknown flag --fast"},
+		{[]string{"ctl", "ls", "--once"}, 2, "unknown flag --once"},
+		{[]string{"ctl", "watch", "--once=yes"}, 2, "--once takes no value"},
 	} {
 		t.Setenv("LIMITD_URL", "http://127.0.0.1:1")
 		var stdout, stderr bytes.Buffer
@@ -108,5 +147,79 @@ func TestCtlErrors(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := run(context.Background(), []string{"ctl", "ls"}, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), "LIMITD_URL") {
 		t.Errorf("a bad LIMITD_URL: exit %d, %q", code, stderr.String())
+	}
+}
+
+// templates counts a template's live instances; top names the instances
+// refused (or granted) the most once the server's totals have reached
+// Redis (each limitd adds them at least once a second); watch shows the
+// server's signals.
+func TestCtlTemplatesTopWatch(t *testing.T) {
+	base, _, _ := startServe(t, map[string]string{})
+	if w := mustCtl(t, base, nil, "watch", "--once"); !strings.Contains(w, "redis ok  0 limiter(s)\nNAME") {
+		t.Errorf("watch --once with no limiter printed:\n%s\nwant the header with the server's status, the column names", w)
+	}
+	putTemplate(t, base, "", "user", `{"pattern":"user:*","limiter":{"rate":1,"burst":1}}`)
+	for i, n := range map[string]int{"user:42": 6, "user:7": 2} {
+		for range n {
+			acquire(t, base, i, `{"max_wait":"1ms"}`)
+		}
+	}
+	if tpl := mustCtl(t, base, nil, "templates"); !strings.Contains(tpl, "user  user:*   0      2          schedule") {
+		t.Errorf("templates with 2 live instances printed:\n%s", tpl)
+	}
+	// user:42 had 1 of 6 granted, user:7 1 of 2.
+	want := "INSTANCE  REFUSED  GRANTED\nuser:42         5        1\nuser:7          1        1\n"
+	var top string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if top = mustCtl(t, base, nil, "top", "user"); strings.HasSuffix(top, want) {
+			break
+		}
+	}
+	if !strings.HasSuffix(top, want) || !strings.HasPrefix(top, "template user: instances by permits refused since ") {
+		t.Errorf("top user printed:\n%s\nwant it to end with:\n%s", top, want)
+	}
+	if top = mustCtl(t, base, nil, "top", "user", "--by", "granted", "--limit", "1"); strings.Count(top, "\nuser:") != 1 {
+		t.Errorf("top user --by granted --limit 1 printed:\n%s", top)
+	}
+	if _, err := ctlRun(t, base, nil, "top", "nobody"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("top of an unknown template: %v", err)
+	}
+	if _, err := ctlRun(t, base, nil, "put", "orders", `{"rate":100}`); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		acquire(t, base, "orders", `{"permits":10}`)
+	}
+	// A limiter's first state may come before the server has sampled it
+	// (no signals yet, and no earlier state to take a rate from): its rates
+	// are "-" until then. Once sampled, its row has the signals'
+	// utilization and rates.
+	var row []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		w := mustCtl(t, base, nil, "watch", "--once")
+		if !strings.Contains(w, "redis ok  1 limiter(s)") {
+			t.Fatalf("watch --once printed:\n%s", w)
+		}
+		_, r, _ := strings.Cut(w, "\norders ")
+		if row = strings.Fields("orders " + r); len(row) >= 5 && strings.HasSuffix(row[4], "%") {
+			break
+		}
+	}
+	if len(row) < 6 || row[1] != "schedule" || !strings.HasSuffix(row[4], "%") || row[2] == "-" || row[3] != "0" {
+		t.Errorf("orders' row once sampled: %q; want its kind, granted/s, refused/s 0, a utilization, a wait", row)
+	}
+}
+
+// acquire asks name for permits over the HTTP API, granted or not.
+func acquire(t *testing.T, base, name, body string) {
+	t.Helper()
+	resp, err := http.Post(base+"/v1/limiters/"+name+"/acquire", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("acquire %s: %d", name, resp.StatusCode)
 	}
 }

@@ -1,0 +1,477 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/limitd/limitd/wire"
+)
+
+// watchEvent is the data of a state event of GET /v1/events: the limiter's
+// view, with the sampler's signals and the totals across every limitd when
+// the server sends them.
+type watchEvent struct {
+	wire.Limiter
+	Signals *watchSignals `json:"signals,omitempty"`
+	// The view's totals, nil when the server sends none (it shadows the
+	// view's own field, which cannot say so).
+	Totals *wire.Totals `json:"totals,omitempty"`
+}
+
+// watchSignals are a state event's per-second rates over the last sample
+// interval, the limiter's utilization and the wait of a new caller.
+type watchSignals struct {
+	GrantedPerS float64 `json:"granted_per_s"`
+	RefusedPerS float64 `json:"refused_per_s"`
+	Utilization float64 `json:"utilization"`
+	Wait        int64   `json:"wait_ns"`
+	Saturated   bool    `json:"saturated"`
+}
+
+// watchStatus is the data of a status event: whether Redis serves.
+type watchStatus struct {
+	Redis        string `json:"redis"`
+	DataLostAtNs int64  `json:"data_lost_at_ns"`
+	Ready        bool   `json:"ready"`
+}
+
+// watchRow is one limiter's line of the watch table. A rate not known yet
+// (the first sample of a server without signals) is NaN, shown as "-".
+type watchRow struct {
+	Name, Kind           string
+	Granted, Refused     float64       // permits per second
+	Util                 float64       // 0..1 and more
+	Wait                 time.Duration // how long a new caller would wait
+	HasWait              bool
+	Left, Limit          float64 // a window's remaining, a share's or concurrency limiter's free capacity
+	HasLeft              bool
+	Reset                time.Duration // a window's time to its end
+	HasReset, Saturated  bool
+	Shadow               bool
+	lastNow, lastPermits int64 // for rates derived from the state
+	lastRefused          int64
+	hasTotals            bool
+}
+
+// watchTable is what one screen of limitd ctl watch shows.
+type watchTable struct {
+	Server string
+	At     time.Time // when it was drawn (the local clock: shown, never computed with)
+	Redis  string    // "ok", "unavailable", or a problem's detail; "" unknown
+	Lost   int64     // Unix ns of a Redis data loss, 0 none
+	Rows   []watchRow
+}
+
+// formatWatch lays t out as an aligned table: a header line, the column
+// names, then a row per limiter in name order; names and kinds flush left,
+// numbers flush right.
+func formatWatch(t watchTable) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "limitd %s  %s", t.Server, t.At.Format("15:04:05"))
+	if t.Redis != "" {
+		fmt.Fprintf(&b, "  redis %s", t.Redis)
+	}
+	if t.Lost != 0 {
+		fmt.Fprintf(&b, "  DATA LOST at %s", time.Unix(0, t.Lost).UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(&b, "  %d limiter(s)\n", len(t.Rows))
+	cells := [][]string{{"NAME", "KIND", "GRANTED/S", "REFUSED/S", "UTIL", "WAIT", "LEFT", "RESET IN"}}
+	rows := slices.Clone(t.Rows)
+	slices.SortFunc(rows, func(a, b watchRow) int { return strings.Compare(a.Name, b.Name) })
+	for _, r := range rows {
+		kind := r.Kind
+		if r.Shadow {
+			kind += " (shadow)"
+		}
+		util := fmtPercent(r.Util)
+		if r.Saturated {
+			util += " !"
+		}
+		wait, left, reset := "", "", ""
+		if r.HasWait {
+			wait = fmtDuration(r.Wait)
+		}
+		if r.HasLeft {
+			left = fmtAmount(r.Left) + "/" + fmtAmount(r.Limit)
+		}
+		if r.HasReset {
+			reset = fmtDuration(r.Reset)
+		}
+		cells = append(cells, []string{r.Name, kind, fmtRate(r.Granted), fmtRate(r.Refused), util, wait, left, reset})
+	}
+	b.WriteString(alignColumns(cells, 2))
+	return b.String()
+}
+
+// alignColumns lays out rows of cells in columns two spaces apart: the
+// first left columns flush left, the others flush right; no trailing
+// spaces.
+func alignColumns(rows [][]string, left int) string {
+	var width []int
+	for _, r := range rows {
+		for i, c := range r {
+			if i == len(width) {
+				width = append(width, 0)
+			}
+			width[i] = max(width[i], utf8.RuneCountInString(c))
+		}
+	}
+	var b strings.Builder
+	for _, r := range rows {
+		var line strings.Builder
+		for i, c := range r {
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
+			if i > 0 {
+				line.WriteString("  ")
+			}
+			if i < left {
+				line.WriteString(c + pad)
+			} else {
+				line.WriteString(pad + c)
+			}
+		}
+		b.WriteString(strings.TrimRight(line.String(), " "))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// fmtDuration rounds d for reading: 250ms, 1.5s, 1m34s, 2h5m; 0 is "0".
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0"
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		d = d.Round(time.Second)
+	default:
+		d = d.Round(time.Minute)
+	}
+	// "1m0s", "2h5m0s": the zero seconds say nothing.
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	return s
+}
+
+// fmtRate is a rate per second: "-" unknown, then 3 significant digits at
+// most (0, 0.5, 12.5, 1234).
+func fmtRate(r float64) string {
+	switch {
+	case math.IsNaN(r):
+		return "-"
+	case r == 0:
+		return "0"
+	case r < 10:
+		return trimZeros(fmt.Sprintf("%.2f", r))
+	case r < 100:
+		return trimZeros(fmt.Sprintf("%.1f", r))
+	}
+	return fmt.Sprintf("%.0f", r)
+}
+
+func fmtPercent(u float64) string {
+	if math.IsNaN(u) {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", u*100)
+}
+
+// fmtAmount is a count or a share's capacity: whole numbers as integers.
+func fmtAmount(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return trimZeros(fmt.Sprintf("%.2f", v))
+}
+
+func trimZeros(s string) string {
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s
+}
+
+// update makes r the row of e, r being its previous row (zero for a new
+// limiter). The server's signals are used as they are; without them the
+// rates come from the difference of two states (granted permits of a rate
+// limiter, the totals' refused permits), the utilization from the state.
+func (r watchRow) update(e watchEvent) watchRow {
+	cfg := e.Config
+	n := watchRow{Name: e.Name, Kind: string(cfg.Kind), Shadow: cfg.Shadow,
+		Granted: math.NaN(), Refused: math.NaN(), Util: math.NaN()}
+	if e.State != nil {
+		n.lastNow, n.lastPermits = e.State.Now, e.State.Permits
+		n.Wait, n.HasWait = time.Duration(e.State.Delay), e.State.Window == nil
+		if w := e.State.Window; w != nil {
+			n.Left, n.Limit, n.HasLeft = float64(w.Remaining), float64(w.Limit), true
+			n.Reset, n.HasReset = time.Duration(w.Reset), true
+			if w.Limit > 0 {
+				n.Util = float64(w.Limit-w.Remaining) / float64(w.Limit)
+			}
+		} else if dt := n.lastNow - r.lastNow; r.lastNow != 0 && dt > 0 && n.lastPermits >= r.lastPermits {
+			n.Granted = float64(n.lastPermits-r.lastPermits) / (float64(dt) / 1e9)
+			if cfg.Rate > 0 {
+				n.Util = n.Granted / cfg.Rate
+			}
+		}
+	}
+	now := e.Now
+	if e.State != nil {
+		now = e.State.Now
+	}
+	if e.Totals != nil {
+		n.lastRefused, n.hasTotals = e.Totals.RefusedPermits, true
+		if dt := now - r.lastNow; r.hasTotals && r.lastNow != 0 && dt > 0 && n.lastRefused >= r.lastRefused {
+			n.Refused = float64(n.lastRefused-r.lastRefused) / (float64(dt) / 1e9)
+		}
+	}
+	if e.State == nil {
+		n.lastNow = now
+	}
+	switch {
+	case e.InUse != nil && cfg.Limit != nil:
+		n.Left, n.Limit, n.HasLeft = float64(*cfg.Limit-int64(*e.InUse)), float64(*cfg.Limit), true
+		n.Util = float64(*e.InUse) / float64(*cfg.Limit)
+	case e.Held != nil && cfg.Capacity != nil && *cfg.Capacity > 0:
+		n.Left, n.Limit, n.HasLeft = *cfg.Capacity-*e.Held, *cfg.Capacity, true
+		n.Util = *e.Held / *cfg.Capacity
+	}
+	// As the server's signals say it: callers refused or waiting, or 95 %
+	// of the limit used.
+	n.Saturated = n.Util >= 0.95 || n.Refused > 0 || n.HasWait && n.Wait > 0
+	if s := e.Signals; s != nil {
+		n.Granted, n.Refused, n.Util, n.Wait, n.Saturated = s.GrantedPerS, s.RefusedPerS, s.Utilization, time.Duration(s.Wait), s.Saturated
+		n.HasWait = true
+	}
+	return n
+}
+
+// isTerminal reports whether w is a terminal, where watch redraws its table
+// in place.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// clearScreen moves the cursor home and clears the screen (ANSI).
+const clearScreen = "\x1b[H\x1b[2J"
+
+// watch follows GET /v1/events and shows every limiter (those named, or
+// every one) as a table, redrawn each tick when something changed: in
+// place on a terminal, else one table after the other. With once it prints
+// the first table, when every limiter has been seen once, and returns.
+func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	expect := map[string]bool{}
+	for _, n := range names {
+		expect[n] = true
+	}
+	if len(names) == 0 {
+		all, err := c.names(ctx)
+		if err != nil {
+			return err
+		}
+		for _, n := range all {
+			expect[n] = true
+		}
+	}
+	path := "/v1/events"
+	if len(names) > 0 {
+		path += "?limiters=" + url.QueryEscape(strings.Join(names, ","))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	// The stream lasts as long as watch: no client timeout.
+	hc := &http.Client{Transport: c.hc.Transport}
+	resp, err := hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("cannot reach limitd at %s (%v): is it running? LIMITD_URL sets the address", c.base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return c.call(ctx, http.MethodGet, path, c.token, nil, nil) // the same request, for its problem
+	}
+
+	events := make(chan sseEvent)
+	readErr := make(chan error, 1)
+	go func() { readErr <- readSSE(ctx, resp.Body, events) }()
+	// The reader ends when the stream does: cancel ends the request, and
+	// the reader's send gives way to ctx.
+	defer func() {
+		cancel()
+		resp.Body.Close()
+		<-readErr
+	}()
+
+	t := watchTable{Server: c.base}
+	rows := map[string]watchRow{}
+	changed, drawn := false, 0
+	term := isTerminal(c.out)
+	draw := func() {
+		t.At, t.Rows = time.Now(), t.Rows[:0]
+		for _, r := range rows {
+			t.Rows = append(t.Rows, r)
+		}
+		s := formatWatch(t)
+		if term {
+			s = clearScreen + s
+		} else if drawn > 0 {
+			s = "\n" + s
+		}
+		fmt.Fprint(c.out, s)
+		changed = false
+		drawn++
+	}
+	changed = len(expect) == 0 // with no limiter, the first tick draws an empty table
+	tick := time.NewTicker(c.tick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-readErr:
+			readErr <- err // for the deferred wait
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err == nil {
+				return fmt.Errorf("the event stream of %s ended: the server stopped", c.base)
+			}
+			return fmt.Errorf("the event stream of %s ended: %v", c.base, err)
+		case <-tick.C:
+			if once && len(expect) == 0 { // no limiter to wait for, no status either
+				draw()
+				return nil
+			}
+			if changed && !once {
+				draw()
+				if c.ticks > 0 && drawn >= c.ticks {
+					return nil
+				}
+			}
+		case ev := <-events:
+			switch ev.name {
+			case "state":
+				var e watchEvent
+				if err := json.Unmarshal(ev.data, &e); err != nil || e.Name == "" {
+					return fmt.Errorf("the event stream sent a state event limitd ctl cannot read: %s", ev.data)
+				}
+				_, seen := rows[e.Name]
+				rows[e.Name] = rows[e.Name].update(e)
+				changed = true
+				if t.Redis == "" || strings.HasPrefix(t.Redis, "unavailable") {
+					t.Redis = "ok"
+				}
+				delete(expect, e.Name)
+				if once && (len(expect) == 0 || seen) {
+					draw()
+					return nil
+				}
+			case "config":
+				var ch struct {
+					Limiter string `json:"limiter"`
+					Version int64  `json:"version"`
+				}
+				if json.Unmarshal(ev.data, &ch) == nil && ch.Limiter != "" && ch.Version == 0 {
+					delete(rows, ch.Limiter)
+					delete(expect, ch.Limiter)
+					changed = true
+					if once && len(expect) == 0 {
+						draw()
+						return nil
+					}
+				}
+			case "status":
+				var st watchStatus
+				if json.Unmarshal(ev.data, &st) == nil && st.Redis != "" {
+					t.Redis, t.Lost, changed = st.Redis, st.DataLostAtNs, true
+				}
+				if once && len(expect) == 0 { // no limiter to wait for
+					draw()
+					return nil
+				}
+			case "error":
+				var p wire.Problem
+				if json.Unmarshal(ev.data, &p) == nil {
+					t.Redis, changed = "unavailable: "+p.Detail, true
+				}
+				if once { // this round will not come whole
+					draw()
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// sseEvent is one Server-Sent Event: its name and data.
+type sseEvent struct {
+	name string
+	data []byte
+}
+
+// readSSE sends every event of r on out until r ends (nil), fails, or ctx
+// is done.
+func readSSE(ctx context.Context, r io.Reader, out chan<- sseEvent) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var ev sseEvent
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if ev.name != "" || ev.data != nil {
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return nil
+				}
+			}
+			ev = sseEvent{}
+		case strings.HasPrefix(line, ":"): // a comment: keep-alive
+		case strings.HasPrefix(line, "event:"):
+			ev.name = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
+		case strings.HasPrefix(line, "data:"):
+			if ev.data != nil {
+				ev.data = append(ev.data, '\n')
+			}
+			ev.data = append(ev.data, strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " ")...)
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return sc.Err()
+}
