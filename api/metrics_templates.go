@@ -42,8 +42,8 @@ func newTemplateCollector(c *core.Service) *templateCollector {
 		instances: prometheus.NewDesc("limitd_template_instances",
 			"A template's live instances (a bounded scan of their keys), read at most every 10 s.", []string{"template"}, nil),
 		top: prometheus.NewDesc("limitd_template_top_permits",
-			"Permits refused or granted (by) over the last 5 minutes to a template's 5 busiest instances by each, across every limitd on the Redis; read at most every 10 s.",
-			[]string{"template", "instance", "by"}, nil),
+			"Permits refused or granted (by) over the last 5 minutes to a template's 5 busiest instances by each (key: the instance's name), across every limitd on the Redis; read at most every 10 s.",
+			[]string{"template", "key", "by"}, nil),
 		overflow: prometheus.NewDesc("limitd_ledger_overflow_total",
 			"Decisions counted in Redis totals only under their template, not their own name: this limitd had counted its most names (10,000) that second.", nil, nil),
 	}

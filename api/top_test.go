@@ -80,8 +80,8 @@ func TestTopInstances(t *testing.T) {
 	m := string(e.must(200, "GET", "/metrics", nil).body)
 	for _, want := range []string{
 		`limitd_template_instances{template="per-user"} 3`,
-		`limitd_template_top_permits{by="refused",instance="user:2",template="per-user"} 4`,
-		`limitd_template_top_permits{by="granted",instance="user:3",template="per-user"} 1`,
+		`limitd_template_top_permits{by="refused",key="user:2",template="per-user"} 4`,
+		`limitd_template_top_permits{by="granted",key="user:3",template="per-user"} 1`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics has no %s", want)
