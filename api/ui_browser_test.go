@@ -28,6 +28,11 @@ import (
 // chromium returns the path of a Chromium (Debian's chromium) or skips the
 // test; with redistest.RequireEnv set (CI) a missing browser fails it.
 func chromium(t *testing.T) string {
+	if testing.Short() {
+		// CI's race run is -short: a browser's seconds there would test
+		// the page's script, not Go's races; the full run has them.
+		t.Skip("browser tests run without -short")
+	}
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
