@@ -26,7 +26,7 @@ func stateOf(w core.WaitInfo) *wire.WaitState {
 }
 
 func viewOf(l core.Limiter) wire.Limiter {
-	v := wire.Limiter{Name: l.Name, Config: l.Config, Version: l.Version, Template: l.Template, Totals: wire.Totals(l.Totals)}
+	v := wire.Limiter{Name: l.Name, Config: l.Config, Version: l.Version, Template: l.Template, Totals: (*wire.Totals)(l.Totals)}
 	if l.Template != "" {
 		ttl := l.TTL
 		v.TTL = &ttl
@@ -131,7 +131,7 @@ func (s *server) listLimiters(c echo.Context) error {
 	}
 	out := wire.LimiterList{Limiters: make([]wire.Limiter, len(page.Limiters)), Next: page.Next}
 	for i, info := range page.Limiters {
-		out.Limiters[i] = wire.Limiter{Name: info.Name, Config: info.Config, Version: info.Version, Totals: wire.Totals(page.Totals[i])}
+		out.Limiters[i] = wire.Limiter{Name: info.Name, Config: info.Config, Version: info.Version, Totals: (*wire.Totals)(&page.Totals[i])}
 	}
 	return c.JSON(http.StatusOK, out)
 }

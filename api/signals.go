@@ -66,7 +66,10 @@ func wide(f float32) float64 {
 // totals that expire after a long idle read as going back, not as the
 // state's whole count granted in one second.
 func (s *series) totalsOf(l core.Limiter) core.Totals {
-	t := l.Totals
+	var t core.Totals
+	if l.Totals != nil {
+		t = *l.Totals
+	}
 	if t != (core.Totals{}) {
 		s.counted = true
 	}

@@ -70,7 +70,7 @@ func TestSignalsTotalsGoBack(t *testing.T) {
 // makes the limiter saturated whatever its utilization.
 func TestSignalsRefused(t *testing.T) {
 	win := func(tot core.Totals, now int64) core.Limiter {
-		return core.Limiter{Info: core.Info{Config: limiter.Config{Kind: limiter.KindWindow}}, Totals: tot,
+		return core.Limiter{Info: core.Info{Config: limiter.Config{Kind: limiter.KindWindow}}, Totals: &tot,
 			State: &core.WaitInfo{Window: true, Limit: 100, Wait: 90, Started: true, Now: now, Position: now + int64(time.Minute)}}
 	}
 	var s series
@@ -98,7 +98,7 @@ func TestSampleSize(t *testing.T) {
 // come back as a burst of grants.
 func TestSignalsTotalsExpire(t *testing.T) {
 	l := func(tot core.Totals, permits, now int64) core.Limiter {
-		return core.Limiter{Info: core.Info{Config: limiter.Config{Kind: limiter.KindSchedule, Rate: 1000}}, Totals: tot,
+		return core.Limiter{Info: core.Info{Config: limiter.Config{Kind: limiter.KindSchedule, Rate: 1000}}, Totals: &tot,
 			State: &core.WaitInfo{Permits: permits, Now: now, Started: true}}
 	}
 	var s series
@@ -125,7 +125,7 @@ func TestSignalsTotalsExpire(t *testing.T) {
 func TestSaturatedByWait(t *testing.T) {
 	sec := int64(time.Second)
 	sched := func(tot core.Totals, now, delay int64) core.Limiter {
-		return core.Limiter{Info: core.Info{Config: limiter.Config{Kind: limiter.KindSchedule, Rate: 50}}, Totals: tot,
+		return core.Limiter{Info: core.Info{Config: limiter.Config{Kind: limiter.KindSchedule, Rate: 50}}, Totals: &tot,
 			State: &core.WaitInfo{Started: true, Now: now, Delay: delay}}
 	}
 	for _, c := range []struct {

@@ -216,7 +216,7 @@ func (l *Ledger) Flush(ctx context.Context) error {
 // batch is t as the store adds it: every count, and per template its topK
 // instances by refused and by granted permits.
 func (l *Ledger) batch(t tally, minute int64) store.TotalsBatch {
-	b := store.TotalsBatch{Limiters: map[string]store.Counts{}, Instances: map[string]store.Counts{}, Templates: map[string]store.Counts{}}
+	b := store.TotalsBatch{Limiters: map[string]store.Counts{}, Templates: map[string]store.Counts{}}
 	for n, c := range t.limiters {
 		b.Limiters[n] = *c
 	}
@@ -229,7 +229,6 @@ func (l *Ledger) batch(t tally, minute int64) store.TotalsBatch {
 	}
 	byTemplate := map[string][]entry{}
 	for n, c := range t.instances {
-		b.Instances[n] = c.Counts
 		byTemplate[c.template] = append(byTemplate[c.template], entry{n, c.Counts})
 	}
 	top := func(es []entry, of func(store.Counts) int64) map[string]int64 {

@@ -52,8 +52,9 @@ func acquireN(t *testing.T, s *Service, name string, permits int64, n int) {
 }
 
 // Totals are those of every process on the Redis: each counts in memory,
-// a flush adds them; a limiter's and an instance's views show them, and a
-// flush with nothing counted writes nothing.
+// a flush adds them; a limiter's view shows them, an instance's has none
+// (its decisions count under its template), and a flush with nothing
+// counted writes nothing.
 func TestLedgerTotals(t *testing.T) {
 	m := miniredis.RunT(t)
 	m.SetTime(t0)
@@ -69,7 +70,7 @@ func TestLedgerTotals(t *testing.T) {
 	acquireN(t, a, "orders", 1, 2) // granted 2
 	acquireN(t, b, "orders", 1, 3) // granted 1, refused 2
 	acquireN(t, b, "user:1", 2, 2) // granted 2 permits, refused 2
-	if v, err := a.Get(ctx, "orders"); err != nil || v.Totals != (Totals{}) {
+	if v, err := a.Get(ctx, "orders"); err != nil || v.Totals == nil || *v.Totals != (Totals{}) {
 		t.Fatalf("before a flush: %+v, %v; want zero totals", v.Totals, err)
 	}
 	for _, l := range []*Ledger{la, lb} {
@@ -78,19 +79,30 @@ func TestLedgerTotals(t *testing.T) {
 		}
 	}
 	want := Totals{GrantedCalls: 3, GrantedPermits: 3, RefusedCalls: 2, RefusedPermits: 2}
-	if v, err := b.Get(ctx, "orders"); err != nil || v.Totals != want {
+	if v, err := b.Get(ctx, "orders"); err != nil || v.Totals == nil || *v.Totals != want {
 		t.Errorf("orders: %+v, %v; want %+v", v.Totals, err, want)
 	}
+	if v, err := a.Get(ctx, "user:1"); err != nil || v.Totals != nil || v.Template != "per-user" {
+		t.Errorf("user:1: %+v, %v; want an instance of per-user without totals", v, err)
+	}
 	want = Totals{GrantedCalls: 1, GrantedPermits: 2, RefusedCalls: 1, RefusedPermits: 2}
-	if v, err := a.Get(ctx, "user:1"); err != nil || v.Totals != want || v.Template != "per-user" {
-		t.Errorf("user:1: %+v, %v; want %+v of per-user", v, err, want)
+	if got, err := a.store.TemplateTotals(ctx, "per-user"); err != nil || Totals(got) != want {
+		t.Errorf("per-user: %+v, %v; want %+v", got, err, want)
+	}
+	if n := len(m.Keys()); n == 0 {
+		t.Fatal("no keys")
+	}
+	for _, k := range m.Keys() {
+		if strings.Contains(k, "user:1") && !strings.Contains(k, ":top:") && !strings.HasSuffix(k, ":i") {
+			t.Errorf("key %s: an instance's decisions are written only to its template's top buckets", k)
+		}
 	}
 	page, err := a.List(ctx, "", 10)
 	if err != nil || len(page.Totals) != 1 || page.Totals[0].GrantedCalls != 3 {
 		t.Errorf("list: %+v, %v", page, err)
 	}
 	views, errs := a.Views(ctx, []Info{{Name: "orders", Config: page.Limiters[0].Config}})
-	if errs[0] != nil || views[0].Totals.RefusedCalls != 2 {
+	if errs[0] != nil || views[0].Totals == nil || views[0].Totals.RefusedCalls != 2 {
 		t.Errorf("Views: %+v, %v", views[0].Totals, errs[0])
 	}
 	keys := len(m.Keys())
@@ -225,7 +237,7 @@ func TestLedgerRunFlushesOnStop(t *testing.T) {
 	go func() { l.Run(rctx); close(done) }()
 	stop()
 	<-done
-	if v, err := s.Get(ctx, "orders"); err != nil || v.Totals.GrantedCalls != 1 {
+	if v, err := s.Get(ctx, "orders"); err != nil || v.Totals == nil || v.Totals.GrantedCalls != 1 {
 		t.Errorf("after Run stopped: %+v, %v", v.Totals, err)
 	}
 }
@@ -236,6 +248,9 @@ func TestLedgerConcurrent(t *testing.T) {
 	m.SetTime(t0)
 	s, l := ledgerService(t, m, LedgerOptions{})
 	ctx := context.Background()
+	if _, _, err := s.PutTemplate(ctx, Template{ID: "per-user", Pattern: "user:*", Limiter: limiter.Config{Rate: 5}}); err != nil {
+		t.Fatal(err)
+	}
 	const workers, each = 4, 500
 	done := make(chan struct{})
 	for w := range workers {
@@ -261,16 +276,16 @@ func TestLedgerConcurrent(t *testing.T) {
 	if want := (store.Counts{GrantedCalls: workers * each, GrantedPermits: 2 * workers * each}); err != nil || got != want {
 		t.Errorf("template totals %+v, %v; want %+v", got, err, want)
 	}
-	var calls int64
-	for i := range 7 {
-		ts, err := s.store.Totals(ctx, []string{fmt.Sprintf("user:%d", i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		calls += ts[0].GrantedCalls
+	top, err := s.Top(ctx, "per-user", "granted", 10, 1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if calls != workers*each {
-		t.Errorf("instances' calls sum to %d, want %d", calls, workers*each)
+	var permits int64
+	for _, in := range top.Instances {
+		permits += in.Granted
+	}
+	if len(top.Instances) != 7 || permits != 2*workers*each {
+		t.Errorf("top: %d instances granted %d permits, want 7 and %d", len(top.Instances), permits, 2*workers*each)
 	}
 }
 

@@ -17,8 +17,11 @@ type Limiter struct {
 	Info
 	State   *WaitInfo // a rate limiter's
 	Holders *Holders  // a share or concurrency limiter's
-	// Totals are its decisions counted by every limitd on the Redis.
-	Totals Totals
+	// Totals are its decisions counted by every limitd on the Redis; nil
+	// for a template instance, whose decisions count under its template
+	// (Service.Top names its busiest): a count of its own would cost Redis
+	// a write a second for every key decided on.
+	Totals *Totals
 	// TTL is a template instance's (Info.Template set): the remaining time
 	// to live of its state, ns; 0 while it has none.
 	TTL int64
@@ -39,8 +42,8 @@ type Totals struct {
 // lease limiter's holders.
 func (s *Service) view(ctx context.Context, info Info) (Limiter, error) {
 	l, err := s.viewState(ctx, info)
-	if err != nil {
-		return Limiter{}, err
+	if err != nil || info.Template != "" {
+		return l, err
 	}
 	start := time.Now()
 	ts, err := s.store.Totals(ctx, []string{info.Name})
@@ -48,7 +51,8 @@ func (s *Service) view(ctx context.Context, info Info) (Limiter, error) {
 	if err != nil {
 		return Limiter{}, err
 	}
-	l.Totals = Totals(ts[0])
+	t := Totals(ts[0])
+	l.Totals = &t
 	return l, nil
 }
 
@@ -135,8 +139,9 @@ func (s *Service) Views(ctx context.Context, infos []Info) (out []Limiter, errs 
 	for i := range infos {
 		if errs[i] == nil && err != nil {
 			errs[i] = err
-		} else if errs[i] == nil {
-			out[i].Totals = Totals(ts[i])
+		} else if errs[i] == nil && infos[i].Template == "" {
+			t := Totals(ts[i])
+			out[i].Totals = &t
 		}
 	}
 	return out, errs

@@ -41,13 +41,12 @@ func (c Counts) values() [4]int64 {
 	return [4]int64{c.GrantedCalls, c.GrantedPermits, c.RefusedCalls, c.RefusedPermits}
 }
 
-// How long totals are kept after the last decision that added to them: a
-// limiter's or template's long (a limiter deleted and not made again must
-// not leave its key forever), an instance's as long as an idle instance
-// might plausibly be looked at again.
+// How long totals are kept after the last decision that added to them
+// (a limiter's or template's): long, but a limiter deleted and not made
+// again must not leave its key forever. Instances have none: their
+// decisions count under their template and in its top buckets.
 const (
-	TotalsTTL         = 30 * 24 * time.Hour
-	InstanceTotalsTTL = time.Hour
+	TotalsTTL = 30 * 24 * time.Hour
 	// TopMinutes is how many minutes of top-instance buckets a query may
 	// read; a bucket expires TopMinutes+1 minutes after its minute began.
 	TopMinutes = 15
@@ -68,7 +67,6 @@ func (s *Store) topKey(id string, refused bool, minute int64) string {
 // TotalsBatch is what one process counted in one interval.
 type TotalsBatch struct {
 	Limiters  map[string]Counts // named limiters
-	Instances map[string]Counts // template instances
 	Templates map[string]Counts // templates: the sum of their instances'
 	// Top are the minute buckets of templates' busiest instances.
 	Top []TopAdd
@@ -99,9 +97,6 @@ func (s *Store) AddTotals(ctx context.Context, b TotalsBatch) error {
 		}
 		for name, c := range b.Limiters {
 			add(s.totalsKey(name), c, TotalsTTL)
-		}
-		for name, c := range b.Instances {
-			add(s.totalsKey(name), c, InstanceTotalsTTL)
 		}
 		for id, c := range b.Templates {
 			add(s.templateTotalsKey(id), c, TotalsTTL)

@@ -57,20 +57,20 @@ func TestTotalsAddAndDelete(t *testing.T) {
 	}
 	one := Counts{GrantedCalls: 1, GrantedPermits: 3, RefusedCalls: 2, RefusedPermits: 2}
 	for range 2 {
-		if err := s.AddTotals(ctx, TotalsBatch{Limiters: map[string]Counts{"orders": one}, Instances: map[string]Counts{"user:1": one},
+		if err := s.AddTotals(ctx, TotalsBatch{Limiters: map[string]Counts{"orders": one},
 			Templates: map[string]Counts{"per-user": one}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	two := Counts{GrantedCalls: 2, GrantedPermits: 6, RefusedCalls: 4, RefusedPermits: 4}
-	if got, err := s.Totals(ctx, []string{"orders", "user:1", "nobody"}); err != nil || got[0] != two || got[1] != two || !got[2].IsZero() {
+	if got, err := s.Totals(ctx, []string{"orders", "nobody"}); err != nil || got[0] != two || !got[1].IsZero() {
 		t.Errorf("totals %+v, %v", got, err)
 	}
 	if got, err := s.TemplateTotals(ctx, "per-user"); err != nil || got != two {
 		t.Errorf("template totals %+v, %v", got, err)
 	}
-	if ttl := m.TTL(s.totalsKey("user:1")); ttl <= 0 || ttl > InstanceTotalsTTL {
-		t.Errorf("an instance's totals TTL %v", ttl)
+	if ttl := m.TTL(s.totalsKey("orders")); ttl <= 0 || ttl > TotalsTTL {
+		t.Errorf("a limiter's totals TTL %v", ttl)
 	}
 	if err := s.Delete(ctx, "orders"); err != nil {
 		t.Fatal(err)

@@ -231,8 +231,9 @@ type Limiter struct {
 	Version  int64          `json:"version"`
 	State    *WaitState     `json:"state,omitempty"` // a rate limiter's
 	// Totals are the limiter's decisions, counted by every limitd sharing
-	// the Redis (added to Redis about once a second by each).
-	Totals Totals `json:"totals"`
+	// the Redis (added to Redis about once a second by each); absent for a
+	// template instance, whose decisions count under its template.
+	Totals *Totals `json:"totals,omitempty"`
 	// A share or concurrency limiter's holders now, at Now (Redis time, Unix
 	// ns): a share limiter's with Held, the sum of what they have, and
 	// Learning; a concurrency limiter's with InUse, the slots they hold.
