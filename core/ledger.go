@@ -19,11 +19,13 @@ import (
 //
 // Counting costs no Redis command on the decision's path, granted or
 // refused: a decision adds to a map under a mutex. Each flush is one
-// pipeline whose size depends on how many names were decided on in the
-// second, not on how many decisions: per limiter, instance and template
-// an HINCRBY per non-zero count and a PEXPIRE, and per template at most
-// TopK ZINCRBY by refused and TopK by granted permits (its largest
-// instances of the second) with a PEXPIRE per bucket.
+// pipeline whose size depends on the named limiters and templates decided
+// on in the second, not on how many decisions nor on how many instances:
+// per named limiter and template an HINCRBY per non-zero count and a
+// PEXPIRE, and per template at most TopK ZINCRBY by refused and TopK by
+// granted permits (its largest instances of the second) with a PEXPIRE
+// per bucket. An instance has no totals of its own: a write a second for
+// every key decided on would cost a fleet's Redis more than its decisions.
 //
 // Memory is bounded: at most MaxNames distinct limiters and instances are
 // counted per interval. Past that, a decision on a new name still counts in
@@ -255,17 +257,11 @@ func (l *Ledger) putBack(t tally) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := &l.cur
-	sum := func(into, from *store.Counts) {
-		into.GrantedCalls += from.GrantedCalls
-		into.GrantedPermits += from.GrantedPermits
-		into.RefusedCalls += from.RefusedCalls
-		into.RefusedPermits += from.RefusedPermits
-	}
 	for id, x := range t.templates {
 		if c.templates[id] == nil {
 			c.templates[id] = &store.Counts{}
 		}
-		sum(c.templates[id], x)
+		c.templates[id].Add(*x)
 	}
 	for n, x := range t.limiters {
 		if c.limiters[n] == nil {
@@ -275,7 +271,7 @@ func (l *Ledger) putBack(t tally) {
 			}
 			c.limiters[n] = &store.Counts{}
 		}
-		sum(c.limiters[n], x)
+		c.limiters[n].Add(*x)
 	}
 	for n, x := range t.instances {
 		if c.instances[n] == nil {
@@ -285,6 +281,6 @@ func (l *Ledger) putBack(t tally) {
 			}
 			c.instances[n] = &instanceCounts{template: x.template}
 		}
-		sum(&c.instances[n].Counts, &x.Counts)
+		c.instances[n].Add(x.Counts)
 	}
 }

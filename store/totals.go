@@ -34,6 +34,14 @@ type Counts struct {
 // IsZero reports whether c counts nothing.
 func (c Counts) IsZero() bool { return c == Counts{} }
 
+// Add adds o to c.
+func (c *Counts) Add(o Counts) {
+	c.GrantedCalls += o.GrantedCalls
+	c.GrantedPermits += o.GrantedPermits
+	c.RefusedCalls += o.RefusedCalls
+	c.RefusedPermits += o.RefusedPermits
+}
+
 // The fields of a totals hash, in Counts' order.
 var countFields = [4]string{"gc", "gp", "rc", "rp"}
 
@@ -121,7 +129,8 @@ func (s *Store) AddTotals(ctx context.Context, b TotalsBatch) error {
 	return wrapErr(err)
 }
 
-// Totals reads the totals of each of names (limiters or instances), in one
+// Totals reads the totals of each of names (named limiters: instances have
+// none, their decisions count under their template), in one
 // pipeline; a name nothing was counted for has zero Counts.
 func (s *Store) Totals(ctx context.Context, names []string) ([]Counts, error) {
 	keys := make([]string, len(names))
