@@ -583,7 +583,11 @@ func TestAllowRefusesOnlyAtAReadingUnderTheLock(t *testing.T) {
 	mc := &movingClock{ctClock: clk}
 	const rate = 1000.0 // a slice of 1ms
 	ctPut(t, st, "moving", strict(rate))
-	c := client.NewWithTransport(clk.transport(client.NewStoreTransport(st)), client.WithClock(mc))
+	// Grants after the first fail: the permit Allow takes must come from
+	// the grant the pool holds (not its fallback), whatever a background
+	// fetch for the next grant does meanwhile.
+	tr := &firstGrantOnly{Transport: clk.transport(client.NewStoreTransport(st))}
+	c := client.NewWithTransport(tr, client.WithClock(mc))
 	t.Cleanup(func() { _ = c.Close() })
 	l, err := c.Limiter("moving")
 	if err != nil {
@@ -600,9 +604,23 @@ func TestAllowRefusesOnlyAtAReadingUnderTheLock(t *testing.T) {
 		t.Fatal("Allow refused a permit that was due when it held the lock")
 	}
 	mc.moving.Store(false)
-	if got := l.Stats().RemoteCalls; got != 1 {
-		t.Errorf("%d calls to Redis, want the one grant", got)
+	if st := l.Stats(); st.SharedPermits != 2 || st.FallbackPermits != 0 {
+		t.Errorf("%+v: want both permits from the first grant", st)
 	}
+}
+
+// firstGrantOnly answers its first Grant and fails every later one, as a
+// Redis that went away would.
+type firstGrantOnly struct {
+	client.Transport
+	grants atomic.Int32
+}
+
+func (f *firstGrantOnly) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+	if f.grants.Add(1) > 1 {
+		return store.Grant{}, store.ErrUnavailable
+	}
+	return f.Transport.Grant(ctx, name, k, maxWait)
 }
 
 // slowRelease is a transport whose hand-backs wait (up to a bound) for a
