@@ -16,21 +16,31 @@ import (
 // does not count (WithoutRefusalCounts), on one redis-server:
 //
 //   - refused: Allow on a limiter of 1 permit an hour whose permit is
-//     taken, every call refused (by the handle's lock-free fast path): the
+//     taken (one limiter a side), every call refused (by the handle's lock-free fast path): the
 //     path that counts. counted/off is the counting client's time per
 //     refusal over the other's (1.0: no slower).
-//   - granted: Allow at 1e8 permits/s (BenchmarkPermit's limiter), every
-//     call granted from the pool: the path that does not count, unchanged.
+//   - granted: Allow at 1e8 permits/s (as BenchmarkPermit), every call
+//     granted from the pool: the path that does not count, unchanged.
 //
 // From one goroutine (g1) and 8 per CPU (p8), where refused callers add to
-// one counter.
+// one counter. On a 2-CPU VM (where one atomic add costs about 30 ns and a
+// clock reading 160): refused 219 → 255 ns (g1, counted/off 1.14) and 190
+// → 218 ns (p8, 1.15), the one atomic add; granted 474 → 464 and 382 →
+// 351 ns (0.97, 0.89): no slower.
 //
 //	go test -run='^$' -bench=BenchmarkRefusalCounts -benchtime=20x ./client/
 func BenchmarkRefusalCounts(b *testing.B) {
 	rdb, st, _, _ := cbServer(b)
 	ctx := context.Background()
-	if _, _, err := st.Put(ctx, "cb-refused", limiter.Config{Rate: 1.0 / 3600}); err != nil {
-		b.Fatal(err)
+	// Each side has limiters of its own, so that neither takes the other's
+	// permits.
+	for _, side := range []string{"on", "off"} {
+		if _, _, err := st.Put(ctx, "cb-refused-"+side, limiter.Config{Rate: 1.0 / 3600}); err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := st.Put(ctx, "cb-granted-"+side, limiter.Config{Rate: cbRate, Burst: limiter.B(1.1)}); err != nil {
+			b.Fatal(err)
+		}
 	}
 	handle := func(c *client.Client, name string) *client.Limiter {
 		l, err := c.Limiter(name)
@@ -42,7 +52,7 @@ func BenchmarkRefusalCounts(b *testing.B) {
 	for _, path := range []struct {
 		name, limiter string
 		want          bool // what Allow answers on this path
-	}{{"refused", "cb-refused", false}, {"granted", "cb-pool", true}} {
+	}{{"refused", "cb-refused-", false}, {"granted", "cb-granted-", true}} {
 		for _, g := range []struct {
 			name string
 			n    int
@@ -50,8 +60,8 @@ func BenchmarkRefusalCounts(b *testing.B) {
 			b.Run(path.name+"/"+g.name, func(b *testing.B) {
 				on, off := client.New(rdb), client.New(rdb, client.WithoutRefusalCounts())
 				b.Cleanup(func() { _ = on.Close(); _ = off.Close() })
-				lOn, lOff := handle(on, path.limiter), handle(off, path.limiter)
-				lOn.Allow() // the first grant of each (on cb-refused, one takes the hour's permit)
+				lOn, lOff := handle(on, path.limiter+"on"), handle(off, path.limiter+"off")
+				lOn.Allow() // the first grant of each (of 1/h: the hour's permit)
 				lOff.Allow()
 				rounds.Run(b, g.n, 100*time.Millisecond,
 					rounds.Side{Name: "counted", Op: func() bool { return lOn.Allow() == path.want }},
