@@ -222,7 +222,7 @@ func (r *refusals) flush(ctx context.Context) error {
 	return r.tally.Flush(ctx)
 }
 
-// run flushes every second on the client's clock until the client closes
+// runRefusals flushes every second on the client's clock until the client closes
 // (Close flushes the rest).
 func (c *Client) runRefusals() {
 	defer c.wg.Done()
