@@ -173,7 +173,7 @@ func (s *Service) Unavailability(err error) (Unavailability, bool) {
 	r := s.redis
 	switch {
 	case u.Condition == "NOPERM":
-		u.Fix = "give limitd's Redis user the commands and keys it needs (README, Reliability), or name another user in " + r.Credentials
+		u.Fix = "give limitd's Redis user the commands and keys it needs (docs/reliability.md), or name another user in " + r.Credentials
 	case u.Cause == RedisCauseUnauthorized:
 		u.Fix = "set the user name and password Redis expects in " + r.Credentials
 	case u.Cause == RedisCauseLoading:
