@@ -46,6 +46,10 @@ type Options struct {
 	// whose ReadTimeout is no longer, the server's bound applies and the
 	// API sets no read deadline of its own.
 	BodyTimeout time.Duration
+	// EmbeddedRedis says that Service's Redis is limitd serve's embedded
+	// in-memory one, which no other process shares: /readyz, the event
+	// status and the dashboard say so ("redis": "embedded").
+	EmbeddedRedis bool
 }
 
 // Defaults of Options.
@@ -77,6 +81,7 @@ type server struct {
 	unmatched   *route            // no route: echo's 404 and 405
 	hub         *eventHub         // what the event streams share
 	sig         *signals          // every named limiter's signals, sampled while Handler.Run runs
+	embedded    bool              // Options.EmbeddedRedis
 }
 
 // Handler is the HTTP API: an http.Handler that owns what its event streams
@@ -181,6 +186,7 @@ func New(o Options) *Handler {
 	}
 	s.m = newMetrics(reg, o.Version)
 	s.core = o.Service
+	s.embedded = o.EmbeddedRedis
 	promreg.Register("api", reg, newStateCollector(s.core))
 	promreg.Register("api", reg, newTemplateCollector(s.core))
 	s.sig = newSignals(s)
@@ -264,9 +270,11 @@ func (s *server) healthz(c echo.Context) error {
 
 // readyz answers 200 only while limitd can decide: every Redis master it
 // needs accepts a write (core.Service.Ready), within store.ReadyTimeout.
+// Its body says which Redis ("ok", or "embedded": not shared); a 503's
+// problem says why not ("redis": "unauthorized", "loading", ...).
 func (s *server) readyz(c echo.Context) error {
 	if err := s.core.Ready(c.Request().Context()); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, wire.Status{Status: "ready"})
+	return c.JSON(http.StatusOK, wire.Ready{Status: "ready", Redis: redisUp(s.embedded)})
 }

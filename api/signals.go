@@ -260,7 +260,8 @@ type signals struct {
 	timeout   time.Duration
 	newTicker func(time.Duration) ticker
 	// status is told every status that differs from the one before.
-	status func(wire.StreamStatus)
+	status   func(wire.StreamStatus)
+	embedded bool // Options.EmbeddedRedis
 
 	mu     sync.Mutex
 	series map[string]*series
@@ -271,7 +272,7 @@ type signals struct {
 }
 
 func newSignals(s *server) *signals {
-	return &signals{svc: s.core, timeout: s.timeout, newTicker: newTimeTicker, series: map[string]*series{}}
+	return &signals{svc: s.core, timeout: s.timeout, newTicker: newTimeTicker, series: map[string]*series{}, embedded: s.embedded}
 }
 
 // of is name's newest signals, nil before its first sample or when it is
@@ -437,12 +438,12 @@ func (r *signalRounds) round(ctx context.Context) {
 // tell works out the status after a round (failed: why Redis could not
 // serve it) and hands it to status when it changed.
 func (g *signals) tell(failed error) {
-	st := wire.StreamStatus{Redis: wire.RedisOK}
+	st := wire.StreamStatus{Redis: redisUp(g.embedded)}
 	if failed != nil && errors.Is(failed, core.ErrUnavailable) || errors.Is(failed, context.DeadlineExceeded) {
-		st.Redis = wire.RedisUnavailable
+		st.Redis, st.RedisDetail = redisDown(g.svc, failed)
 	}
 	at, pending, _ := g.svc.DataLoss()
-	st.DataLost, st.Ready = at, st.Redis == wire.RedisOK && !pending
+	st.DataLost, st.Ready = at, wire.RedisServing(st.Redis) && !pending
 	g.mu.Lock()
 	st.Limiters = g.count
 	changed := !g.known || st != g.last
@@ -458,7 +459,7 @@ func (g *signals) tell(failed error) {
 func (g *signals) probe(ctx context.Context) wire.StreamStatus {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	st := wire.StreamStatus{Redis: wire.RedisOK}
+	st := wire.StreamStatus{Redis: redisUp(g.embedded)}
 	err := g.svc.Ready(ctx)
 	at, pending, _ := g.svc.DataLoss()
 	switch {
@@ -466,10 +467,10 @@ func (g *signals) probe(ctx context.Context) wire.StreamStatus {
 		st.Ready = true
 	case errors.Is(err, core.ErrDataLost):
 	default:
-		st.Redis = wire.RedisUnavailable
+		st.Redis, st.RedisDetail = redisDown(g.svc, err)
 	}
 	st.DataLost, st.Ready = at, st.Ready && !pending
-	if st.Redis == wire.RedisOK {
+	if wire.RedisServing(st.Redis) {
 		if page, err := g.svc.List(ctx, "", maxSignalLimiters); err == nil {
 			st.Limiters = len(page.Limiters)
 		}

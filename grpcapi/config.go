@@ -3,6 +3,7 @@ package grpcapi
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -115,6 +116,7 @@ const (
 // is immutable; a reload compiles a new one.
 type Rules struct {
 	domains   map[string]*node
+	rules     []*rule // every rule, in the config's order
 	templates []core.Template
 	count     int
 	quotas    int // rules in quota mode
@@ -163,6 +165,11 @@ type rule struct {
 	limit  uint32
 	config limiter.Config
 }
+
+// fullKey names the rule as the reference server does (its config's
+// FullKey, in /rlconfig and its stats): the domain and the descriptors'
+// key_value path, "mongo_cps.database_users".
+func (rl *rule) fullKey() string { return rl.domain + "." + rl.label }
 
 // TemplatePrefix starts the id of every template a rule counts in.
 const TemplatePrefix = "envoy."
@@ -285,6 +292,7 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 			}
 			rl.unlimited = true
 			r.count++
+			r.rules = append(r.rules, rl)
 			return rl, nil
 		}
 		if !known {
@@ -326,8 +334,10 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 		r.quotas++
 	}
 	rl.template = templateID(domain, rl.label)
-	r.templates = append(r.templates, core.Template{ID: rl.template, Pattern: rl.template + ":*", Order: templateOrder, Limiter: rl.config})
+	r.templates = append(r.templates, core.Template{ID: rl.template, Pattern: rl.template + ":*", Order: templateOrder, Limiter: rl.config,
+		Description: rl.fullKey()})
 	r.count++
+	r.rules = append(r.rules, rl)
 	return rl, nil
 }
 
@@ -389,6 +399,35 @@ func templateID(domain, label string) string {
 // safe are the bytes a counter's name keeps as they are.
 func safe(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '-'
+}
+
+// unitNames are the protocol's units as the reference prints them (the
+// enum's names).
+var unitNames = map[Unit]string{UnitUnknown: "UNKNOWN", UnitSecond: "SECOND", UnitMinute: "MINUTE", UnitHour: "HOUR",
+	UnitDay: "DAY", UnitMonth: "MONTH", UnitYear: "YEAR", UnitWeek: "WEEK"}
+
+// Dump prints every rule as the reference server's /rlconfig does, one line
+// each, in the config's order (the reference's own order is its maps'):
+//
+//	mongo_cps.database_users: unit=SECOND requests_per_unit=500, shadow_mode: false, quota_mode: false
+//
+// A rule with a limitd limiter (not a rate_limit) words its rate in the
+// smallest unit that makes it whole (UNKNOWN 0 where none does) and adds
+// the limiter's config.
+func (r *Rules) Dump() string {
+	var b strings.Builder
+	for _, rl := range r.rules {
+		fmt.Fprintf(&b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t", rl.fullKey(),
+			unitNames[rl.unit], rl.limit, rl.config.Shadow, rl.quota)
+		if !rl.unlimited && !limiter.Counts(rl.config.Kind) {
+			c := rl.config
+			c.Shadow = false // said above
+			j, _ := json.Marshal(c)
+			fmt.Fprintf(&b, ", limiter: %s", j)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 // Templates are the limitd templates the rules count in, one per rule with

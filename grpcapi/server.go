@@ -381,12 +381,26 @@ func (s *Server) fail(err error) error {
 		if !s.down.Swap(true) {
 			s.log.Warn("redis unavailable: rate limit calls answer UNAVAILABLE until it answers", "err", err)
 		}
-		return status.Error(codes.Unavailable, "Redis is unavailable: "+err.Error())
+		return status.Error(codes.Unavailable, s.unavailable(err))
 	}
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
 	return status.Error(codes.Internal, err.Error())
+}
+
+// unavailable is the message of an UNAVAILABLE answer: the condition and,
+// for a known cause (credentials, permissions, loading, read-only), the
+// setting to fix, as the HTTP API's 503 says them.
+func (s *Server) unavailable(err error) string {
+	u, ok := s.svc.Unavailability(err)
+	switch {
+	case !ok:
+		return "Redis is unavailable: " + err.Error()
+	case u.Fix != "":
+		return "Redis cannot serve (" + u.Description + "): " + u.Fix
+	}
+	return "Redis is unavailable (" + u.Description + ")"
 }
 
 // authorize checks the bearer token when one is required.

@@ -34,14 +34,36 @@ type History struct {
 // StreamStatus is an event stream's "status" event: how this limitd stands,
 // sent on connect and on every change.
 type StreamStatus struct {
-	Redis    string `json:"redis"` // "ok" or "unavailable"
-	DataLost int64  `json:"data_lost_at_ns"`
-	Ready    bool   `json:"ready"`
-	Limiters int    `json:"limiters"`
+	Redis string `json:"redis"` // one of the Redis* values below
+	// RedisDetail says, when Redis cannot serve, why and what to fix (the
+	// detail of the 503 problems the API answers meanwhile).
+	RedisDetail string `json:"redis_detail,omitempty"`
+	DataLost    int64  `json:"data_lost_at_ns"`
+	Ready       bool   `json:"ready"`
+	Limiters    int    `json:"limiters"`
 }
 
-// The values of StreamStatus.Redis.
+// The values of StreamStatus.Redis, and of /readyz's and a Redis problem's
+// "redis".
 const (
-	RedisOK          = "ok"
-	RedisUnavailable = "unavailable"
+	RedisOK = "ok"
+	// RedisEmbedded: serving, from limitd serve's embedded in-memory Redis,
+	// which no other process shares.
+	RedisEmbedded    = "embedded"
+	RedisUnavailable = "unavailable" // down, timed out, ...: any other cause
+	// RedisUnauthorized: Redis refused limitd's credentials or permissions.
+	RedisUnauthorized = "unauthorized"
+	RedisLoading      = "loading"   // Redis is loading its dataset
+	RedisReadOnly     = "read-only" // Redis is a read-only replica
 )
+
+// RedisServing reports whether a StreamStatus.Redis value means that Redis
+// serves.
+func RedisServing(v string) bool { return v == RedisOK || v == RedisEmbedded }
+
+// Ready is the body of GET /readyz while limitd is ready: "status" is
+// "ready", "redis" RedisOK or RedisEmbedded.
+type Ready struct {
+	Status string `json:"status"`
+	Redis  string `json:"redis"`
+}

@@ -156,7 +156,7 @@ func TestCtlErrors(t *testing.T) {
 // server's signals.
 func TestCtlTemplatesTopWatch(t *testing.T) {
 	base, _, _ := startServe(t, map[string]string{})
-	if w := mustCtl(t, base, nil, "watch", "--once"); !strings.Contains(w, "redis ok  0 limiter(s)\nNAME") {
+	if w := mustCtl(t, base, nil, "watch", "--once"); !strings.Contains(w, "redis embedded  0 limiter(s)\nNAME") {
 		t.Errorf("watch --once with no limiter printed:\n%s\nwant the header with the server's status, the column names", w)
 	}
 	putTemplate(t, base, "", "user", `{"pattern":"user:*","limiter":{"rate":1,"burst":1}}`)
@@ -198,7 +198,7 @@ func TestCtlTemplatesTopWatch(t *testing.T) {
 	var row []string
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		w := mustCtl(t, base, nil, "watch", "--once")
-		if !strings.Contains(w, "redis ok  1 limiter(s)") {
+		if !strings.Contains(w, "redis embedded  1 limiter(s)") {
 			t.Fatalf("watch --once printed:\n%s", w)
 		}
 		_, r, _ := strings.Cut(w, "\norders ")

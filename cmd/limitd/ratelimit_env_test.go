@@ -74,7 +74,7 @@ func TestRatelimitEnv(t *testing.T) {
 		{map[string]string{"LIMITD_CONFIG": "/etc/limitd.yaml"}, "LIMITD_CONFIG: limitd ratelimit takes its rules from RUNTIME_ROOT or xDS"},
 		{map[string]string{"NEAR_LIMIT_RATIO": "2", "RUNTIME_ROOT": "/nonexistent"}, "NEAR_LIMIT_RATIO (as LIMITD_GRPC_NEAR_LIMIT_RATIO): must be above 0 and at most 1"},
 		{map[string]string{"LOG_LEVEL": "loud"}, `LOG_LEVEL (as LIMITD_LOG_LEVEL): must be one of debug, info, warn, error (got "loud")`},
-		{map[string]string{"RUNTIME_ROOT": "/nonexistent", "HOST": "127.0.0.1", "PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0"},
+		{map[string]string{"RUNTIME_ROOT": "/nonexistent", "REDIS_URL": "127.0.0.1:1", "HOST": "127.0.0.1", "PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0"},
 			"RUNTIME_ROOT: /nonexistent/config is not a directory"},
 	} {
 		err := serveRatelimit(context.Background(), tc.env, io.Discard, nil)

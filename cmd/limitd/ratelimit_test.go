@@ -202,8 +202,15 @@ func TestRatelimitRuntimeDir(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
-	if code, body := fetch(t, "http://"+addrs["debug_addr"]+"/rlconfig"); code != 200 || !strings.Contains(body, `"domains": 3`) {
+	// /rlconfig as the reference prints it: a line per rule.
+	if code, body := fetch(t, "http://"+addrs["debug_addr"]+"/rlconfig"); code != 200 ||
+		!strings.Contains(body, "a.k: unit=MINUTE requests_per_unit=3, shadow_mode: false, quota_mode: false\n") ||
+		!strings.Contains(body, "b.k: unit=MINUTE requests_per_unit=9, shadow_mode: false, quota_mode: false\n") || strings.Count(body, "\n") != 3 {
 		t.Errorf("/rlconfig: %d %s", code, body)
+	}
+	if code, body := fetch(t, "http://"+addrs["debug_addr"]+"/rlconfig?format=json"); code != 200 || !strings.Contains(body, `"domains": 3`) ||
+		!strings.Contains(body, `"name": "a.k"`) {
+		t.Errorf("/rlconfig?format=json: %d %s", code, body)
 	}
 	var prefixed bool
 	for _, k := range mini.Keys() {

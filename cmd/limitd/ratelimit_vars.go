@@ -96,7 +96,7 @@ var refVars = []refVar{
 	{name: "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", status: honoured, what: "true: healthy only while the rules loaded have at least one domain"},
 	{name: "REDIS_SOCKET_TYPE", status: refused, what: "`tcp` is accepted (and assumed when unset); limitd does not dial unix sockets", allowed: []string{"tcp"}},
 	{name: "REDIS_TYPE", status: honoured, what: "`single` (default), `sentinel` (`REDIS_URL` is `master,sentinel:26379,…`) or `cluster` (`REDIS_URL` is `node:7000,node2:7001,…`), made into `LIMITD_REDIS_URL`"},
-	{name: "REDIS_URL", status: honoured, what: "host:port (or the lists of `REDIS_TYPE`); unset (with `LIMITD_REDIS_URL` unset too): an embedded in-memory Redis, as `limitd serve` does"},
+	{name: "REDIS_URL", status: honoured, what: "host:port (or the lists of `REDIS_TYPE`); unset (with `LIMITD_REDIS_URL` unset too): exit 1, `REDIS_URL: not set…`, as the reference stops when nothing answers at its default socket: no embedded Redis, which no replica would share"},
 	{name: "REDIS_POOL_SIZE", status: honoured, what: "the connections per node (`pool_size`); unset: go-redis's default, 10 per CPU"},
 	{name: "REDIS_AUTH", status: honoured, what: "`password` or `user:password` of the Redis (of the master, with Sentinel)"},
 	{name: "REDIS_TLS", status: honoured, what: "speak TLS to Redis (`rediss://`)"},

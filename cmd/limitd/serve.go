@@ -116,6 +116,16 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 	if err != nil {
 		return rm.rename(err)
 	}
+	if cfg.RedisURL == "" && rm == nil {
+		if err := embeddedRefused(environ); err != nil {
+			return err
+		}
+	}
+	if cfg.RedisURL == "" && rm != nil {
+		// As the reference: it dials its default, a unix socket, and stops
+		// when nothing answers there.
+		return errors.New("REDIS_URL: not set: limitd ratelimit counts in a Redis every replica shares (the reference would dial /var/run/nutcracker/ratelimit.sock and stop); set REDIS_URL=host:port")
+	}
 	logger := cfg.logger(logOut)
 	if rm != nil {
 		for _, n := range rm.notices { // each once, at the start
@@ -175,7 +185,7 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 			return fmt.Errorf("embedded redis: %w", err)
 		}
 		defer rdb.Close()
-		logger.Warn("LIMITD_REDIS_URL is empty: using an EMBEDDED IN-MEMORY Redis. Limiters are NOT shared with other processes and are LOST when limitd stops; set LIMITD_REDIS_URL for real use",
+		logger.Warn("LIMITD_REDIS_URL is empty: using an EMBEDDED IN-MEMORY Redis (embedded: not shared between processes). Limiters are NOT shared with other processes and are LOST when limitd stops; set LIMITD_REDIS_URL for real use",
 			"embedded_addr", mini.Addr())
 	}
 	st := store.New(rdb, store.WithPrefix(cfg.Prefix), store.WithBatching(batchSize))
@@ -216,7 +226,7 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 	ledger := core.NewLedger(st, core.LedgerOptions{})
 	wg.Go(func() { ledger.Run(bgCtx) })
 	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode, QuotaMode: cfg.GRPCQuota, OverLimitCache: cfg.GRPCOverLimitCache,
-		Observer: coremetrics.New(reg), Ledger: ledger})
+		Observer: coremetrics.New(reg), Ledger: ledger, Redis: rm.redisSettings()})
 	var rls *grpcapi.Server
 	if gln != nil {
 		o := grpcapi.Options{
@@ -274,6 +284,7 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 			Registry:        reg,
 			Version:         version,
 			MaxEventStreams: cfg.EventsMaxStreams,
+			EmbeddedRedis:   cfg.RedisURL == "",
 			// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
 		})
 	}
@@ -405,10 +416,14 @@ func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
 	r.l.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
 }
 
+// embeddedMark is what the start line, /readyz, the event status and the
+// dashboard say of the embedded Redis, in their words.
+const embeddedMark = "embedded: not shared between processes"
+
 // redisTarget describes LIMITD_REDIS_URL for the log, without its password.
 func redisTarget(raw string) string {
 	if raw == "" {
-		return "embedded (in-memory)"
+		return embeddedMark
 	}
 	return store.RedactURL(raw)
 }
