@@ -88,6 +88,7 @@ func main() {
 // TestREADMEChargeRuns runs the README's Go example of charges as written,
 // but for the model call's stub, with a main of its own (chargeHarness).
 func TestREADMEChargeRuns(t *testing.T) {
+	t.Parallel() // each builds or serves on its own: a scratch folder, a free port
 	blocks, _ := readREADME(t)
 	i := slices.IndexFunc(blocks, func(b mdBlock) bool {
 		return b.lang == "go" && b.section == readmeCharges && slices.Contains(b.lines, readmeComplete)

@@ -560,6 +560,7 @@ func checkHTTPExamples(t *testing.T, blocks []mdBlock, ps *readmeProblems) (ran 
 
 // TestREADMEHTTP runs the curl examples of the README and docs/.
 func TestREADMEHTTP(t *testing.T) {
+	t.Parallel() // each builds or serves on its own: a scratch folder, a free port
 	blocks, _ := readREADME(t)
 	var ps readmeProblems
 	if n := checkHTTPExamples(t, blocks, &ps); n == 0 {
