@@ -647,6 +647,11 @@ func TestREADMECommands(t *testing.T) {
 // is the only error it may return.
 func TestREADMEGoClientRuns(t *testing.T) {
 	t.Parallel() // each builds or serves on its own: a scratch folder, a free port
+	if testing.Short() {
+		// It links and runs a program of the client and a Redis: the
+		// quick check leaves that out; TestREADMEGo compiles the block.
+		t.Skip("builds and runs the example as a program: left out of -short")
+	}
 	srv := redistest.Server(t)
 	blocks, _ := readREADME(t)
 	i := slices.IndexFunc(blocks, func(b mdBlock) bool {
