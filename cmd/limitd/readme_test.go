@@ -85,10 +85,10 @@ func curlBlock(b mdBlock) bool {
 	return b.lang == "sh" && len(b.lines) > 0 && strings.HasPrefix(b.lines[0], readmeBaseVar)
 }
 
-// docFiles are the pages whose snippets are checked: the README, then every
-// page under docs/ in name order.
+// docFiles are the pages whose snippets are checked: the README, the
+// CHANGELOG, then every page under docs/ in name order.
 var docFiles = sync.OnceValue(func() []string {
-	files := []string{readmeFile}
+	files := []string{readmeFile, "CHANGELOG.md"}
 	pages, _ := filepath.Glob(filepath.Join(moduleRoot, "docs", "*.md"))
 	for _, p := range pages {
 		files = append(files, "docs/"+filepath.Base(p))
