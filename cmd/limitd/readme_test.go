@@ -85,10 +85,10 @@ func curlBlock(b mdBlock) bool {
 	return b.lang == "sh" && len(b.lines) > 0 && strings.HasPrefix(b.lines[0], readmeBaseVar)
 }
 
-// docFiles are the pages whose snippets are checked: the README, then every
-// page under docs/ in name order.
+// docFiles are the pages whose snippets are checked: the README, the
+// CHANGELOG, then every page under docs/ in name order.
 var docFiles = sync.OnceValue(func() []string {
-	files := []string{readmeFile}
+	files := []string{readmeFile, "CHANGELOG.md"}
 	pages, _ := filepath.Glob(filepath.Join(moduleRoot, "docs", "*.md"))
 	for _, p := range pages {
 		files = append(files, "docs/"+filepath.Base(p))
@@ -349,8 +349,8 @@ func TestREADMEChecksFail(t *testing.T) {
 			5:  `config.rate: shows 6`,
 			6:  `shows key "versoin"`,
 			8:  `has keys lateness_ns, now_ns`,
-			10: `shows status 429; the answer to line 9 was 200`,
-			11: `shows status 200; the answer to line 11 was 204`,
+			10: `shows status 429; the answer to README.md:9 was 200`,
+			11: `shows status 200; the answer to README.md:11 was 204`,
 			12: `shows no error; the answer was 404`,
 			15: `"redis-cli flushall" is neither`,
 			16: "not run: a command must reach limitd as $B",
