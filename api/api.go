@@ -194,7 +194,7 @@ func New(o Options) *Handler {
 		w = s.core.NewWatcher(core.WatcherOptions{Step: signalStep, Timeout: s.timeout})
 	}
 	s.sig = newSignals(s, w)
-	promreg.Register("api", reg, newSignalCollector(s.sig, s.core))
+	promreg.Register("api", reg, newSignalCollector(func() *core.Watcher { return s.sig.w }, s.core))
 	s.hub = newEventHub(s, o.MaxEventStreams)
 	s.sig.status, s.sig.round = s.hub.setStatus, s.hub.onRound
 

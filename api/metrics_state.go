@@ -15,7 +15,7 @@ import (
 // capacity held, wanted and total), whichever process took the permits;
 // and the data losses this limitd found.
 type signalCollector struct {
-	sig                                 *signals
+	watcher                             func() *core.Watcher
 	core                                *core.Service
 	use, wait, granted, refused, shadow *prometheus.Desc
 	backlog, remaining, inUse, slots    *prometheus.Desc
@@ -23,12 +23,19 @@ type signalCollector struct {
 	sampled, dataLosses                 *prometheus.Desc
 }
 
-func newSignalCollector(g *signals, c *core.Service) *signalCollector {
+// SignalMetrics is the collector of w's gauges, as the API's /metrics
+// serves them, for a process that runs a sampler without the API (limitd
+// ratelimit without LIMITD_ADDR).
+func SignalMetrics(w *core.Watcher, svc *core.Service) prometheus.Collector {
+	return newSignalCollector(func() *core.Watcher { return w }, svc)
+}
+
+func newSignalCollector(w func() *core.Watcher, c *core.Service) *signalCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &signalCollector{
-		sig: g, core: c,
+		watcher: w, core: c,
 		use: d("limitd_limiter_utilization",
 			"A named limiter's utilization, sampled every second: a rate limiter's granted permits/s over the last 10 s (as its state in Redis counts them, whoever took them) over its rate; a window's permits taken over its limit; a share limiter's capacity held over its capacity; a concurrency limiter's slots in use over its limit.", "limiter"),
 		wait: d("limitd_limiter_wait_seconds",
@@ -61,7 +68,7 @@ func (c *signalCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *signalCollector) Collect(ch chan<- prometheus.Metric) {
 	n := 0
-	if r := c.sig.w.Last(); r != nil {
+	if r := c.watcher().Last(); r != nil {
 		for name, e := range r.Entries {
 			if e.Err != nil || e.Limiter.Template != "" {
 				continue // an instance counts under its template
