@@ -44,7 +44,7 @@ type watchRow struct {
 	HasWait             bool
 	Left, Limit         float64 // a window's remaining, a share's or concurrency limiter's free capacity
 	HasLeft             bool
-	Reset               time.Duration // a window's time to its end; a full concurrency limiter's to its next lease expiry
+	Reset               time.Duration // a window's time to its end
 	HasReset, Saturated bool
 	Shadow              bool
 }
@@ -72,8 +72,6 @@ func formatWatch(t watchTable) string {
 	}
 	fmt.Fprintf(&b, "  %d limiter(s)\n", len(t.Rows))
 	cells := [][]string{{"NAME", "KIND", "GRANTED/S", "REFUSED/S", "UTIL", "WAIT", "LEFT", "RESET IN"}}
-	// RESET IN is a window's end, or a concurrency limiter's next lease
-	// expiry (a slot frees sooner when its holder releases it).
 	rows := slices.Clone(t.Rows)
 	slices.SortFunc(rows, func(a, b watchRow) int { return strings.Compare(a.Name, b.Name) })
 	for _, r := range rows {
@@ -224,11 +222,8 @@ func rowOf(e watchEvent) watchRow {
 	case s.Held != nil && s.Capacity != nil:
 		n.Left, n.Limit, n.HasLeft = *s.Capacity-*s.Held, *s.Capacity, true
 	}
-	switch {
-	case s.ResetAt != nil:
+	if s.ResetAt != nil { // a lease's expiry is no reset: not shown here
 		n.Reset, n.HasReset = time.Duration(*s.ResetAt-s.T), true
-	case s.NextExpiry != nil && s.Free != nil && *s.Free == 0:
-		n.Reset, n.HasReset = time.Duration(*s.NextExpiry-s.T), true
 	}
 	return n
 }
