@@ -239,6 +239,7 @@ type Limiter struct {
 	// Learning; a concurrency limiter's with InUse, the slots they hold.
 	Holders  []Holder `json:"holders,omitzero"`
 	Held     *float64 `json:"held,omitempty"`
+	Wanted   *float64 `json:"wanted,omitempty"` // a share limiter's: what its holders want in all
 	Learning *bool    `json:"learning,omitempty"`
 	InUse    *int     `json:"in_use,omitempty"`
 	Now      int64    `json:"now_ns,omitempty"`

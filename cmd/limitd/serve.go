@@ -304,6 +304,13 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 		wg.Go(func() { handler.Run(bgCtx) }) // the signals sampler, stopped with the keeper
 		serveErr = make(chan error, 1)
 		wg.Go(func() { serveErr <- srv.Serve(ln) })
+	} else {
+		// No API (limitd ratelimit without LIMITD_ADDR): the same sampler
+		// feeds the limiters' gauges of the registry the reference's
+		// metrics are served from.
+		w := svc.NewWatcher(core.WatcherOptions{})
+		reg.MustRegister(api.SignalMetrics(w, svc))
+		wg.Go(func() { w.Run(bgCtx) })
 	}
 	var gsrv *grpc.Server
 	grpcErr := make(chan error, 1)
