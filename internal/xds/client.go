@@ -222,6 +222,11 @@ func Decode(resources []*anypb.Any) (*boot.File, error) {
 	return f, err
 }
 
+// descriptors are a config's descriptors in the reference's file format,
+// field for field as the reference's config_xds.go maps them: every unit
+// (WEEK, MONTH and YEAR included), shadow_mode, detailed_metric, quota_mode
+// and metadata. value_to_metric and share_threshold have no field in
+// RateLimitConfig: they come from files only, here as in the reference.
 func descriptors(ds []*rlsconfv3.RateLimitDescriptor) []grpcapi.Descriptor {
 	if len(ds) == 0 {
 		return nil
@@ -229,7 +234,10 @@ func descriptors(ds []*rlsconfv3.RateLimitDescriptor) []grpcapi.Descriptor {
 	out := make([]grpcapi.Descriptor, len(ds))
 	for i, d := range ds {
 		out[i] = grpcapi.Descriptor{Key: d.Key, Value: d.Value, Descriptors: descriptors(d.Descriptors),
-			ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric}
+			ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, QuotaMode: d.QuotaMode}
+		if d.Metadata != nil {
+			out[i].Metadata = d.Metadata.AsMap()
+		}
 		if p := d.RateLimit; p != nil {
 			rl := &grpcapi.RateLimit{RequestsPerUnit: p.RequestsPerUnit, Unlimited: p.Unlimited, Name: p.Name}
 			if p.Unit != rlsconfv3.RateLimitUnit_UNKNOWN {
