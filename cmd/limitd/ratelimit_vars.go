@@ -61,7 +61,7 @@ var refVars = []refVar{
 	{name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", status: honoured, what: "its private key (PEM file)"},
 	{name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", status: honoured, what: "the CA that signed the management server's certificate (unset: the system's)"},
 	{name: "CONFIG_GRPC_XDS_SERVER_TLS_SAN", status: honoured, what: "the name the management server's certificate must have"},
-	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", status: honoured, what: "the wait before opening a lost xDS stream again (default 10s), doubled each time"},
+	{name: "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", status: honoured, what: "the wait before opening a lost xDS stream again, and before NACKing again an invalid update the management server sent again (default 10s), doubled each time"},
 	{name: "XDS_CLIENT_BACKOFF_MAX_INTERVAL", status: honoured, what: "the longest such wait (default 60s)"},
 	{name: "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", status: honoured, what: "the jitter: each wait moves by up to ± this fraction of itself (default 0.5)"},
 	{name: "XDS_CLIENT_BACKOFF_JITTER", status: honoured, what: "false: no jitter (default true)"},
