@@ -333,7 +333,7 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 	if d.QuotaMode {
 		r.quotas++
 	}
-	rl.template = templateID(domain, rl.label)
+	rl.template = templateID(domain, rl.label, counterShape(rl.config))
 	r.templates = append(r.templates, core.Template{ID: rl.template, Pattern: rl.template + ":*", Order: templateOrder, Limiter: rl.config,
 		Description: rl.fullKey()})
 	r.count++
@@ -381,10 +381,10 @@ func limitOf(c limiter.Config) (Unit, uint32) {
 }
 
 // templateID names a rule's template: "envoy.<domain>.<hash>", the domain
-// made safe and cut to be readable, the hash (of domain and the rule's
-// path) to be unique.
-func templateID(domain, label string) string {
-	sum := sha256.Sum256([]byte(domain + "\x00" + label))
+// made safe and cut to be readable, the hash (of domain, the rule's path
+// and the shape of its counters) to be unique.
+func templateID(domain, label, shape string) string {
+	sum := sha256.Sum256([]byte(domain + "\x00" + label + "\x00" + shape))
 	hint := make([]byte, 0, maxDomainHint)
 	for i := 0; i < len(domain) && len(hint) < maxDomainHint; i++ {
 		c := domain[i]
@@ -394,6 +394,21 @@ func templateID(domain, label string) string {
 		hint = append(hint, c)
 	}
 	return TemplatePrefix + string(hint) + "." + hex.EncodeToString(sum[:6])
+}
+
+// counterShape is what a rule's counts are counted in: the kind, and for a
+// window its period, sliding or not, and zone. A rule whose shape changes
+// (a unit from HOUR to SECOND) counts in counters of another name, so that
+// nothing counted or remembered for the old shape (the window in Redis,
+// the floor the store keeps of its end) applies to the new one: the
+// reference's keys name their unit's window the same way. Its limit and
+// shadow mode are not part of it: a limit changed within one unit keeps the
+// window's count, as the reference's key is the same.
+func counterShape(c limiter.Config) string {
+	if c.Kind != limiter.KindWindow {
+		return string(c.Kind)
+	}
+	return fmt.Sprintf("%s/%s/%t/%s", c.Kind, c.Period, c.Sliding, c.Zone)
 }
 
 // safe are the bytes a counter's name keeps as they are.

@@ -105,6 +105,8 @@ func (r *refRun) start(o *grpcapi.Options, log *slog.Logger, reg *prometheus.Reg
 	o.ReferenceMetrics, o.Headers, o.WaitForRules = true, r.rm.headers, true
 	r.loadOK = registerCounter(reg, "ratelimit_service_config_load_success", "The reference server's config_load_success: rules loaded (from the runtime directory or over xDS).")
 	r.loadBad = registerCounter(reg, "ratelimit_service_config_load_error", "The reference server's config_load_error: rules refused (a runtime directory that does not parse, an xDS update NACKed).")
+	reg.MustRegister(r.rm.certs.reloads)
+	r.rm.certs.log.Store(log)
 	if r.rm.useXDS {
 		return nil
 	}

@@ -27,6 +27,7 @@ var may = map[string][]string{
 	"internal/faultproxy":  nil,
 	"internal/rounds":      nil,
 	"internal/promreg":     nil,
+	"internal/certfiles":   nil,
 	"internal/httpjson":    {"wire"},
 	"wire":                 {"limiter"},
 	"store":                {"limiter", "lua"},
@@ -40,7 +41,7 @@ var may = map[string][]string{
 	"internal/boot":        {"grpcapi", "core", "limiter"},
 	"internal/xds":         {"internal/boot", "grpcapi"},
 	"internal/bench":       {"client", "store", "limiter", "wire", "internal/clockoffset", "internal/httpjson"},
-	"cmd/limitd":           {"api", "grpcapi", "core", "store", "limiter", "wire", "internal/bench", "internal/boot", "internal/coremetrics", "internal/httpjson", "internal/xds"},
+	"cmd/limitd":           {"api", "grpcapi", "core", "store", "limiter", "wire", "internal/bench", "internal/boot", "internal/coremetrics", "internal/httpjson", "internal/xds", "internal/certfiles"},
 	"integration":          nil, // tests only
 }
 
