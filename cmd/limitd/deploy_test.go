@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -115,8 +116,8 @@ func TestDeployRatelimitManifest(t *testing.T) {
 	if img := at(c, "image"); img != composeImage(t) {
 		t.Errorf("image %v, want %s, the image docker-compose.yml builds", img, composeImage(t))
 	}
-	if cmd := at(c, "command"); !slices.Equal(toStrings(cmd), []string{"/bin/ratelimit"}) {
-		t.Errorf("command %v, want /bin/ratelimit", cmd)
+	if cmd := at(c, "command"); !slices.Equal(toStrings(cmd), []string{refCommand}) {
+		t.Errorf("command %v, want %s", cmd, refCommand)
 	}
 	env := envOf(t, "Deployment/ratelimit", at(c, "env"))
 	if notices, err := checkRefVars(env); err != nil || len(notices) > 0 {
@@ -125,6 +126,15 @@ func TestDeployRatelimitManifest(t *testing.T) {
 	_, rm, err := ratelimitEnv(env)
 	if err != nil {
 		t.Fatalf("limitd ratelimit refuses its environment: %v", err)
+	}
+	// It starts under runAsNonRoot as the image's user.
+	uid, gid := imageUser(t)
+	pod := at(dep, "spec", "template", "spec", "securityContext")
+	if at(pod, "runAsNonRoot") != true || at(c, "securityContext", "runAsNonRoot") != true {
+		t.Errorf("runAsNonRoot: pod %v, container %v; want true", at(pod, "runAsNonRoot"), at(c, "securityContext", "runAsNonRoot"))
+	}
+	if at(pod, "runAsUser") != uid || at(pod, "runAsGroup") != gid {
+		t.Errorf("runs as %v:%v, the image's USER is %d:%d", at(pod, "runAsUser"), at(pod, "runAsGroup"), uid, gid)
 	}
 	mount := at(c, "volumeMounts", 0)
 	if at(mount, "mountPath") != rm.dir.Dir {
@@ -229,21 +239,177 @@ func TestDeployEnvoyGatewayConfig(t *testing.T) {
 	}
 }
 
+// dockerStage is one stage of the Dockerfile: its base, its name and its
+// instructions in order (continuation lines joined).
+type dockerStage struct {
+	from, name string
+	instrs     [][2]string // instruction (upper case), its arguments
+}
+
+func readDockerfile(t *testing.T) []dockerStage {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(moduleRoot, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stages []dockerStage
+	var line string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "#") && line == "" {
+			continue
+		}
+		if cont, ok := strings.CutSuffix(l, "\\"); ok {
+			line += cont
+			continue
+		}
+		line += l
+		op, args, _ := strings.Cut(strings.TrimSpace(line), " ")
+		line = ""
+		op = strings.ToUpper(op)
+		switch {
+		case op == "":
+		case op == "FROM":
+			f := strings.Fields(args)
+			st := dockerStage{from: f[0]}
+			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
+				st.name = f[2]
+			}
+			stages = append(stages, st)
+		case len(stages) == 0:
+			if op != "ARG" {
+				t.Fatalf("Dockerfile: %s before FROM", op)
+			}
+		default:
+			st := &stages[len(stages)-1]
+			st.instrs = append(st.instrs, [2]string{op, strings.TrimSpace(args)})
+		}
+	}
+	return stages
+}
+
+// last returns the arguments of a stage's last instruction op, "" if none.
+func (s dockerStage) last(op string) string {
+	out := ""
+	for _, in := range s.instrs {
+		if in[0] == op {
+			out = in[1]
+		}
+	}
+	return out
+}
+
+// imageUser is the Dockerfile's final USER as uid and gid: numbers, so that
+// the kubelet can check runAsNonRoot against them.
+func imageUser(t *testing.T) (uid, gid int) {
+	t.Helper()
+	stages := readDockerfile(t)
+	user := stages[len(stages)-1].last("USER")
+	m := regexp.MustCompile(`^(\d+):(\d+)$`).FindStringSubmatch(user)
+	if m == nil {
+		t.Fatalf("Dockerfile: USER %q is not numeric uid:gid; with runAsNonRoot the kubelet refuses a user name", user)
+	}
+	uid, _ = strconv.Atoi(m[1])
+	gid, _ = strconv.Atoi(m[2])
+	return uid, gid
+}
+
+// The image starts under runAsNonRoot and on every builder: both bases
+// pinned, a numeric unprivileged USER, nothing copied through the base's
+// /bin link, and /bin/ratelimit, the command Envoy Gateway gives its rate
+// limit container, a link to the binary the entrypoint names.
+func TestDockerfileImage(t *testing.T) {
+	stages := readDockerfile(t)
+	if len(stages) != 2 || stages[0].name != "build" {
+		t.Fatalf("want a build stage and the runtime stage, got %d stages", len(stages))
+	}
+	digest := regexp.MustCompile(`^[a-z0-9./-]+:[a-z0-9.-]+@sha256:[0-9a-f]{64}$`)
+	exactTag := regexp.MustCompile(`^[a-z0-9./-]+:\d+\.\d+\.\d+(-[a-z0-9]+)?$`) // golang:1.26.8-trixie
+	for _, st := range stages {
+		if !digest.MatchString(st.from) && !exactTag.MatchString(st.from) {
+			t.Errorf("FROM %s is neither pinned by digest nor an exact version tag", st.from)
+		}
+	}
+	run := stages[len(stages)-1]
+	// The runtime base is Debian 13's, where /usr is merged: /bin is a link
+	// to usr/bin, so /bin/x is /usr/bin/x.
+	if !strings.Contains(run.from, "-debian13") {
+		t.Errorf("runtime base %s: the layout below assumes Debian 13's merged /usr (/bin a link to usr/bin)", run.from)
+	}
+	if uid, gid := imageUser(t); uid != 65532 || gid != 65532 {
+		t.Errorf("USER %d:%d, want 65532:65532, distroless's nonroot", uid, gid)
+	}
+
+	// Where the build stage puts the binary and the link, in the image.
+	build := stages[0]
+	var binary, link, target string
+	for _, in := range build.instrs {
+		if in[0] != "RUN" {
+			continue
+		}
+		if m := regexp.MustCompile(`go build .* -o /out(/\S+) \./cmd/limitd$`).FindStringSubmatch(in[1]); m != nil {
+			binary = m[1]
+		}
+		if m := regexp.MustCompile(`ln -s (\S+) /out(/\S+)$`).FindStringSubmatch(in[1]); m != nil {
+			target, link = m[1], m[2]
+		}
+	}
+	var copies []string
+	for _, in := range run.instrs {
+		if in[0] != "COPY" {
+			continue
+		}
+		f := strings.Fields(in[1])
+		src, dst := f[len(f)-2], f[len(f)-1]
+		if f[0] != "--from=build" || !strings.HasPrefix(src, "/out/") || strings.TrimPrefix(src, "/out") != dst {
+			t.Errorf("COPY %s: want --from=build /out/<dir>/ <dir>/", in[1])
+			continue
+		}
+		if dst == "/" || strings.HasPrefix(dst, "/bin") || strings.HasPrefix(dst, "/sbin") || strings.HasPrefix(dst, "/lib") {
+			t.Errorf("COPY into %s: onto (or through) the base's /bin link, which BuildKit will not copy a directory onto", dst)
+		}
+		copies = append(copies, dst)
+	}
+	copied := func(p string) bool {
+		return slices.ContainsFunc(copies, func(dst string) bool { return strings.HasPrefix(p, dst) })
+	}
+	if binary == "" || !copied(binary) {
+		t.Errorf("the binary %q is not built into a directory the runtime stage copies (%v)", binary, copies)
+	}
+	if link == "" || !copied(link) {
+		t.Errorf("the link %q is not made in a directory the runtime stage copies (%v)", link, copies)
+	}
+	if target != binary {
+		t.Errorf("the link points to %s, the binary is %s", target, binary)
+	}
+	merged := strings.Replace(refCommand, "/bin/", "/usr/bin/", 1)
+	if link != merged {
+		t.Errorf("the link is %s; %s, the command Envoy Gateway starts, is %s in the image", link, refCommand, merged)
+	}
+	if ep := run.last("ENTRYPOINT"); ep != `["`+binary+`"]` {
+		t.Errorf("ENTRYPOINT %s, want the binary %s", ep, binary)
+	}
+}
+
+// refCommand is the command Envoy Gateway (internal/infrastructure/
+// kubernetes/ratelimit) and the reference's manifests give the container.
+const refCommand = "/bin/ratelimit"
+
 // The Dockerfile's build is the binary it says: the same go build, and
-// /bin/ratelimit, the link the image adds, serves as limitd ratelimit
-// while /limitd stays limitd.
+// /bin/ratelimit, through the base's /bin link and the link the image adds,
+// serves as limitd ratelimit while the binary stays limitd.
 func TestDockerfileBuild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds limitd")
 	}
-	df, err := os.ReadFile(filepath.Join(moduleRoot, "Dockerfile"))
-	if err != nil {
-		t.Fatal(err)
+	stages := readDockerfile(t)
+	var build []string
+	for _, in := range stages[0].instrs {
+		if m := regexp.MustCompile(`^(CGO_ENABLED=0 go build .*) -o /out(/\S+) (\./cmd/limitd)$`).FindStringSubmatch(in[1]); in[0] == "RUN" && m != nil {
+			build = m
+		}
 	}
-	build := regexp.MustCompile(`(?m)^RUN (CGO_ENABLED=0 go build .*) -o /out/limitd (\./cmd/limitd)$`).FindStringSubmatch(string(df))
-	link := regexp.MustCompile(`(?m)^RUN mkdir -p /out/bin && ln -s /limitd /out/bin/ratelimit$`).FindString(string(df))
-	if build == nil || link == "" || !strings.Contains(string(df), "COPY --from=build /out/ /") || !strings.Contains(string(df), `ENTRYPOINT ["/limitd"]`) {
-		t.Fatalf("the Dockerfile no longer builds /out/limitd and links /out/bin/ratelimit to /limitd as this test expects")
+	if build == nil {
+		t.Fatalf("the Dockerfile no longer builds limitd into /out as this test expects")
 	}
 	out := t.TempDir()
 	// The words of the RUN line as sh splits them (double quotes only),
@@ -256,19 +422,25 @@ func TestDockerfileBuild(t *testing.T) {
 			args = append(args, strings.ReplaceAll(w, "${VERSION}", "image-test"))
 		}
 	}
-	args = append(args, "-o", filepath.Join(out, "limitd"), build[2])
+	// The image's layout under out: the binary, the link, and the base's
+	// /bin, a link to usr/bin.
+	binary := filepath.Join(out, build[2])
+	args = append(args, "-o", binary, build[3])
 	cmd := exec.Command("go", args...)
 	cmd.Dir = moduleRoot
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go %v: %v\n%s", args, err, b)
 	}
-	if b, err := exec.Command(filepath.Join(out, "limitd"), "version").Output(); err != nil || !strings.Contains(string(b), "image-test") {
+	if b, err := exec.Command(binary, "version").Output(); err != nil || !strings.Contains(string(b), "image-test") {
 		t.Errorf("limitd version: %q, %v; want the build's version", b, err)
 	}
-	if err := os.MkdirAll(filepath.Join(out, "bin"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(out, "usr", "bin"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(filepath.Join(out, "limitd"), filepath.Join(out, "bin", "ratelimit")); err != nil {
+	if err := os.Symlink(binary, filepath.Join(out, "usr", "bin", "ratelimit")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("usr/bin", filepath.Join(out, "bin")); err != nil {
 		t.Fatal(err)
 	}
 	rules := filepath.Join(t.TempDir(), "config")
@@ -280,7 +452,7 @@ func TestDockerfileBuild(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rl := exec.CommandContext(ctx, filepath.Join(out, "bin", "ratelimit"))
+	rl := exec.CommandContext(ctx, filepath.Join(out, refCommand))
 	rl.Env = []string{"RUNTIME_ROOT=" + filepath.Dir(rules), "HOST=127.0.0.1", "PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "USE_STATSD=true", "LIMITD_ADDR=0.0.0.0:8080"} // the image's LIMITD_ADDR
 	stderr, err := rl.StderrPipe()
