@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -179,8 +180,9 @@ func toStrings(v any) []string {
 	return out
 }
 
-// envoyGatewayEnv is the environment Envoy Gateway gives its envoy-ratelimit
-// container (its default Deployment, with prometheus telemetry disabled).
+// envoyGatewayEnv is the environment Envoy Gateway (v1.9.1,
+// internal/infrastructure/kubernetes/ratelimit) gives its envoy-ratelimit
+// container by default: Redis as the backend, its Prometheus metrics on.
 var envoyGatewayEnv = map[string]string{
 	"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false",
 	"LOG_LEVEL": "info", "USE_STATSD": "false", "CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "envoy-gateway:18001",
@@ -189,53 +191,97 @@ var envoyGatewayEnv = map[string]string{
 	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/certs/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/certs/tls.key",
 	"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
 	"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis.redis-system.svc.cluster.local:6379",
+	"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml",
 }
 
-// deploy/envoy-gateway/ is Envoy Gateway's configuration pointing its rate
-// limit deployment at limitd's image; limitd takes the environment Envoy
-// Gateway gives that container with the example's additions, and names
-// what it ignores.
-func TestDeployEnvoyGatewayConfig(t *testing.T) {
-	docs := yamlDocs(t, filepath.Join(moduleRoot, "deploy", "envoy-gateway", "envoy-gateway.yaml"))
-	if len(docs) != 1 || docs[0]["kind"] != "ConfigMap" || at(docs[0], "metadata", "name") != "envoy-gateway-config" ||
-		at(docs[0], "metadata", "namespace") != "envoy-gateway-system" {
-		t.Fatalf("want one ConfigMap envoy-gateway-config in envoy-gateway-system: %v", docs)
+// deploy/envoy-gateway/values.yaml gives Envoy Gateway's chart limitd's
+// image and a Redis; limitd takes the environment Envoy Gateway then gives
+// the container, and names what it ignores. (deploy/helm's tests render
+// the chart itself with the file.)
+func TestDeployEnvoyGatewayValues(t *testing.T) {
+	docs := yamlDocs(t, filepath.Join(moduleRoot, "deploy", "envoy-gateway", "values.yaml"))
+	if len(docs) != 1 {
+		t.Fatalf("want one document, got %d", len(docs))
 	}
-	src, _ := at(docs[0], "data", "envoy-gateway.yaml").(string)
-	var eg map[string]any
-	if err := yaml.Unmarshal([]byte(src), &eg); err != nil {
-		t.Fatalf("envoy-gateway.yaml: %v", err)
+	v := docs[0]
+	// The chart reads registry/repository:tag: docker.io/library/ is the
+	// name Docker and kind give an image built as limitd:dev.
+	if img := at(v, "global", "images", "ratelimit", "image"); img != "docker.io/library/"+composeImage(t) {
+		t.Errorf("global.images.ratelimit.image %v, want the image docker-compose.yml builds, %s, fully named", img, composeImage(t))
 	}
-	if eg["kind"] != "EnvoyGateway" || eg["apiVersion"] != "gateway.envoyproxy.io/v1alpha1" || at(eg, "provider", "type") != "Kubernetes" {
-		t.Errorf("not an EnvoyGateway config for Kubernetes: %v", eg)
-	}
-	c := at(eg, "provider", "kubernetes", "rateLimitDeployment", "container")
-	if img := at(c, "image"); img != composeImage(t) {
-		t.Errorf("rateLimitDeployment image %v, want %s", img, composeImage(t))
-	}
-	if at(eg, "rateLimit", "backend", "type") != "Redis" || at(eg, "rateLimit", "backend", "redis", "url") == nil {
+	eg := at(v, "config", "envoyGateway")
+	url, _ := at(eg, "rateLimit", "backend", "redis", "url").(string)
+	if at(eg, "rateLimit", "backend", "type") != "Redis" || url == "" {
 		t.Errorf("rateLimit.backend: %v", at(eg, "rateLimit", "backend"))
 	}
-	env := envOf(t, "rateLimitDeployment", at(c, "env"))
-	if env["USE_PROMETHEUS"] == "true" && at(eg, "rateLimit", "telemetry", "metrics", "prometheus", "disable") != true {
-		t.Error("USE_PROMETHEUS without disabling Envoy Gateway's statsd exporter, which listens on the same port")
-	}
-	if ann := at(eg, "provider", "kubernetes", "rateLimitDeployment", "pod", "annotations", "prometheus.io/port"); ann == nil || ":"+ann.(string) != env["PROMETHEUS_ADDR"] {
-		t.Errorf("the scrape annotation's port %v is not PROMETHEUS_ADDR %s", ann, env["PROMETHEUS_ADDR"])
+	if at(eg, "rateLimit", "telemetry") != nil {
+		t.Error("rateLimit.telemetry set: Envoy Gateway's default (USE_PROMETHEUS on :19001, its metrics port open) is what limitd serves")
 	}
 	all := map[string]string{}
 	for k, v := range envoyGatewayEnv {
 		all[k] = v
 	}
-	for k, v := range env {
+	all["REDIS_URL"] = url
+	for k, v := range envOf(t, "rateLimitDeployment", at(eg, "provider", "kubernetes", "rateLimitDeployment", "container", "env")) {
 		all[k] = v
 	}
 	notices, err := checkRefVars(all)
 	if err != nil {
 		t.Fatalf("limitd refuses Envoy Gateway's environment: %v", err)
 	}
-	if len(notices) != 1 || !strings.HasPrefix(notices[0], "GRPC_SERVER_TLS_CA_CERT:") {
-		t.Errorf("ignored %v; want GRPC_SERVER_TLS_CA_CERT alone", notices)
+	var ignored []string
+	for _, n := range notices {
+		name, _, _ := strings.Cut(n, ":")
+		ignored = append(ignored, name)
+	}
+	slices.Sort(ignored)
+	if got := strings.Join(ignored, " "); got != "GRPC_SERVER_TLS_CA_CERT PROMETHEUS_MAPPER_YAML" {
+		t.Errorf("ignored %v; want GRPC_SERVER_TLS_CA_CERT and PROMETHEUS_MAPPER_YAML alone", notices)
+	}
+}
+
+// deploy/helm/limitd (rendered and validated by deploy/helm's own tests)
+// against what limitd reads: the variables its templates set, its default
+// boot file, the image and its user.
+func TestDeployHelmChart(t *testing.T) {
+	dir := filepath.Join(moduleRoot, "deploy", "helm", "limitd")
+	known := map[string]bool{}
+	for _, f := range configFields() {
+		known[f.Tag.Get("env")] = true
+	}
+	templates, err := filepath.Glob(filepath.Join(dir, "templates", "*.yaml"))
+	if err != nil || len(templates) == 0 {
+		t.Fatalf("no templates in %s: %v", dir, err)
+	}
+	set := map[string]bool{}
+	for _, path := range templates {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`- name: (LIMITD_\w+)`).FindAllStringSubmatch(string(b), -1) {
+			set[m[1]] = true
+			if !known[m[1]] {
+				t.Errorf("%s sets %s, which limitd serve does not read", filepath.Base(path), m[1])
+			}
+		}
+	}
+	for _, name := range []string{"LIMITD_ADDR", "LIMITD_CONFIG", "LIMITD_REDIS_URL", "LIMITD_ADMIN_TOKEN", "LIMITD_GRPC_ADDR"} {
+		if !set[name] {
+			t.Errorf("the chart never sets %s", name)
+		}
+	}
+	v := yamlDocs(t, filepath.Join(dir, "values.yaml"))[0]
+	if img := fmt.Sprintf("%v:%v", at(v, "image", "repository"), at(v, "image", "tag")); img != composeImage(t) {
+		t.Errorf("image %s, want %s, the image docker-compose.yml builds", img, composeImage(t))
+	}
+	uid, gid := imageUser(t)
+	if at(v, "podSecurityContext", "runAsNonRoot") != true || at(v, "podSecurityContext", "runAsUser") != uid || at(v, "podSecurityContext", "runAsGroup") != gid {
+		t.Errorf("podSecurityContext %v, want runAsNonRoot as the image's user %d:%d", at(v, "podSecurityContext"), uid, gid)
+	}
+	config, _ := at(v, "config").(string)
+	if _, err := boot.Parse("values.yaml config", []byte(config)); err != nil {
+		t.Errorf("the chart's default boot file: %v", err)
 	}
 }
 
