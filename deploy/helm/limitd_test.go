@@ -94,6 +94,9 @@ func TestLimitdChartDefaults(t *testing.T) {
 	if _, on := env["LIMITD_GRPC_ADDR"]; on {
 		t.Error("LIMITD_GRPC_ADDR set with grpc.enabled false")
 	}
+	if env["GOMEMLIMIT"].Value != "900MiB" {
+		t.Errorf("GOMEMLIMIT %q, want goMemLimit, 90 %% of the memory limit", env["GOMEMLIMIT"].Value)
+	}
 	if env["LIMITD_ADDR"].Value != "0.0.0.0:8080" {
 		t.Errorf("LIMITD_ADDR %q", env["LIMITD_ADDR"].Value)
 	}
@@ -358,9 +361,9 @@ func checkLabels(l map[string]string, bad func(string)) {
 	}
 }
 
-// The README's helm install: the values it sets, the boot file
+// docs/kubernetes.md's helm install: the values it sets, the boot file
 // deploy/limitd.yaml given with --set-file.
-func TestLimitdChartREADMEInstall(t *testing.T) {
+func TestLimitdChartDocsInstall(t *testing.T) {
 	config, err := os.ReadFile(filepath.Join("..", "limitd.yaml"))
 	if err != nil {
 		t.Fatal(err)
