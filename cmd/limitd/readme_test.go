@@ -131,6 +131,11 @@ var readmeNotRun = []struct{ cmd, why string }{
 	{"git worktree add", "checks out and builds another commit beside this one, for BenchmarkHTTPAcquireVs, whose form is checked"},
 	{"mkdir -p /tmp/rl/config", "writes the rule file of the next line; TestRatelimitRuntimeDir serves such a directory"},
 	{"RUNTIME_ROOT=/tmp/rl", "serves on the fixed ports 8080, 8081 and 6070 until stopped; TestRatelimitRuntimeDir runs limitd ratelimit over such a directory on free ports"},
+	{"docker build", "needs a Docker engine; TestDockerfileImage reads the Dockerfile, TestDockerfileBuild runs its go build and the link"},
+	{"kind load docker-image", "needs a kind cluster"},
+	{"kubectl create secret", "needs a cluster"},
+	{"helm install limitd deploy/helm/limitd", "needs a cluster; deploy/helm's TestLimitdChartDocsInstall renders the chart with these values"},
+	{"helm upgrade --install eg", "needs a cluster and Envoy Gateway's chart; deploy/helm's TestEnvoyGatewayValues renders that chart with the values file"},
 }
 
 // readmeProblem is one wrong line of a page (see docLineBase).
