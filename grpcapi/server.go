@@ -206,15 +206,23 @@ const (
 // answer: Envoy's failure_mode_deny then decides.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitRequest) (resp *rlv3.RateLimitResponse, err error) {
 	start := time.Now()
-	defer func() { s.finish(ctx, req, err, time.Since(start)) }()
+	class := noError
+	defer func() { s.finish(ctx, req, err, class, time.Since(start)) }()
 	if err := s.authorize(ctx); err != nil {
 		return nil, err
 	}
 	descs, err := parseRequest(req)
 	if err != nil {
+		// The reference counts its own request checks (a domain, some
+		// descriptors) as service errors; limitd's further checks count
+		// with them.
+		class = serviceError
 		return nil, err
 	}
-	return s.decide(ctx, req.GetDomain(), descs)
+	if resp, err = s.decide(ctx, req.GetDomain(), descs); err != nil {
+		class, err = s.fail(err)
+	}
+	return resp, err
 }
 
 // descriptor is one checked request descriptor.
@@ -273,7 +281,7 @@ func parseRequest(req *rlv3.RateLimitRequest) ([]descriptor, error) {
 func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) (*rlv3.RateLimitResponse, error) {
 	rules := s.rules.Load()
 	if rules == nil {
-		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded yet")
+		return nil, errNoRules
 	}
 	matched := make([]*rule, len(descs))
 	replaced := map[string]bool{}
@@ -302,7 +310,7 @@ func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) 
 	}
 	res, err := s.svc.Count(ctx, req)
 	if err != nil {
-		return nil, s.fail(err)
+		return nil, err
 	}
 	s.down.Store(false)
 	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(descs))}
@@ -365,28 +373,36 @@ func wholeSeconds(d time.Duration) time.Duration {
 // reference's default.
 const defaultNearRatio float32 = 0.8
 
-// fail maps an error of the service to a gRPC status, logging the start of
-// an outage once.
-func (s *Server) fail(err error) error {
+// errNoRules answers a call before the first rules (Options.WaitForRules).
+var errNoRules = status.Error(codes.Unavailable, "no rate limit configuration loaded yet")
+
+// fail maps an error of decide to the class it counts as and a gRPC status
+// (the reference's: only Redis failing is a redis_error; no rules yet is a
+// service_error, as the reference's "no rate limit configuration loaded"),
+// logging the start of an outage once.
+func (s *Server) fail(err error) (errClass, error) {
 	switch {
+	case err == errNoRules:
+		return serviceError, err
 	case errors.Is(err, core.ErrInvalid):
-		return status.Error(codes.InvalidArgument, err.Error())
+		return serviceError, status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
+		return noError, status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, core.ErrNotFound):
 		// The rules' templates are not in Redis (yet): the boot file keeper
-		// applies them again within a second.
-		return status.Error(codes.Unavailable, "the rules' counters are not in Redis yet: "+err.Error())
+		// applies them again within a second. Redis answered: the service
+		// could not decide.
+		return serviceError, status.Error(codes.Unavailable, "the rules' counters are not in Redis yet: "+err.Error())
 	case errors.Is(err, core.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		if !s.down.Swap(true) {
 			s.log.Warn("redis unavailable: rate limit calls answer UNAVAILABLE until it answers", "err", err)
 		}
-		return status.Error(codes.Unavailable, "Redis is unavailable: "+err.Error())
+		return redisError, status.Error(codes.Unavailable, "Redis is unavailable: "+err.Error())
 	}
 	if _, ok := status.FromError(err); ok {
-		return err
+		return serviceError, err
 	}
-	return status.Error(codes.Internal, err.Error())
+	return serviceError, status.Error(codes.Internal, err.Error())
 }
 
 // authorize checks the bearer token when one is required.
@@ -415,9 +431,9 @@ func (s *Server) authorize(ctx context.Context) error {
 }
 
 // finish counts a call and writes its access log line.
-func (s *Server) finish(ctx context.Context, req *rlv3.RateLimitRequest, err error, took time.Duration) {
+func (s *Server) finish(ctx context.Context, req *rlv3.RateLimitRequest, err error, class errClass, took time.Duration) {
 	code := status.Code(err)
-	s.m.called(code)
+	s.m.called(code, class, took)
 	if s.accessLog != "all" && (s.accessLog != "errors" || err == nil) {
 		return
 	}
