@@ -83,7 +83,7 @@ func TestRatelimitEnv(t *testing.T) {
 		}
 	}
 	// Ignored variables set are named; those set off are not.
-	notices, err := checkRefVars(map[string]string{"USE_STATSD": "false", "TRACING_ENABLED": "true", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt", "EXPIRATION_JITTER_MAX_SECONDS": "300"})
+	notices, err := checkRefVars(map[string]string{"USE_STATSD": "false", "USE_DOG_STATSD": "true", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt", "EXPIRATION_JITTER_MAX_SECONDS": "300"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestRatelimitEnv(t *testing.T) {
 	for _, n := range notices {
 		names = append(names, strings.SplitN(n, ":", 2)[0])
 	}
-	if got := strings.Join(names, " "); got != "EXPIRATION_JITTER_MAX_SECONDS TRACING_ENABLED GRPC_SERVER_TLS_CA_CERT" {
+	if got := strings.Join(names, " "); got != "USE_DOG_STATSD EXPIRATION_JITTER_MAX_SECONDS GRPC_SERVER_TLS_CA_CERT" {
 		t.Errorf("named %s", got)
 	}
 }

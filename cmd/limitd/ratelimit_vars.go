@@ -135,12 +135,12 @@ var refVars = []refVar{
 	{name: "QUOTA_MODE", status: honoured, what: "`LIMITD_GRPC_QUOTA_MODE`"},
 	{name: "RESPONSE_DYNAMIC_METADATA", status: refused, what: "limitd returns no dynamic metadata"},
 	{name: "MERGE_DOMAIN_CONFIG", status: refused, what: "a domain's rules are in one file (two files of one domain are an error naming both)"},
-	{name: "TRACING_ENABLED", status: ignored, what: "limitd exports no traces"},
-	{name: "TRACING_SERVICE_NAME", status: ignored, what: "no traces (`TRACING_ENABLED`)"},
-	{name: "TRACING_SERVICE_NAMESPACE", status: ignored, what: "no traces (`TRACING_ENABLED`)"},
-	{name: "TRACING_SERVICE_INSTANCE_ID", status: ignored, what: "no traces (`TRACING_ENABLED`)"},
-	{name: "TRACING_EXPORTER_PROTOCOL", status: ignored, what: "no traces (`TRACING_ENABLED`)"},
-	{name: "TRACING_SAMPLING_RATE", status: ignored, what: "no traces (`TRACING_ENABLED`)"},
+	{name: "TRACING_ENABLED", status: honoured, what: "true: OpenTelemetry traces (`LIMITD_TRACING`): a span for each gRPC call with a child for each Redis command or pipeline it sent, exported over OTLP to `OTEL_EXPORTER_OTLP_ENDPOINT` (the other `OTEL_EXPORTER_OTLP_*` variables apply, as in the reference)"},
+	{name: "TRACING_SERVICE_NAME", status: honoured, what: "`LIMITD_TRACING_SERVICE_NAME` (default RateLimit)"},
+	{name: "TRACING_SERVICE_NAMESPACE", status: honoured, what: "`LIMITD_TRACING_SERVICE_NAMESPACE`"},
+	{name: "TRACING_SERVICE_INSTANCE_ID", status: honoured, what: "`LIMITD_TRACING_SERVICE_INSTANCE_ID` (default: a random id, new at each start)"},
+	{name: "TRACING_EXPORTER_PROTOCOL", status: honoured, what: "`http` (the default; `LIMITD_TRACING=otlp-http`) or `grpc` (`otlp-grpc`)"},
+	{name: "TRACING_SAMPLING_RATE", status: honoured, what: "`LIMITD_TRACING_SAMPLING_RATE`: the fraction of new traces sampled (default 1); a call in a sampled trace is always traced"},
 }
 
 // strayVars are variables deployments set that the reference does not read
