@@ -86,6 +86,7 @@ type Server struct {
 	health    *health.Server
 	headers   *Headers
 	down      atomic.Bool // Redis failed the last call: its outage was logged
+	overrides overrides   // override.go
 }
 
 // New returns a Server. It panics if o.Service is nil.
@@ -227,8 +228,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitRequest
 
 // descriptor is one checked request descriptor.
 type descriptor struct {
-	entries []Entry
-	hits    uint64
+	entries  []Entry
+	hits     uint64
+	override *override // its own limit (override.go); nil: none
 }
 
 // parseRequest checks a request; its errors are InvalidArgument naming the
@@ -253,8 +255,9 @@ func parseRequest(req *rlv3.RateLimitRequest) ([]descriptor, error) {
 		if len(es) > maxEntries {
 			return nil, invalidArg("descriptors[%d].entries: at most %d (got %d)", i, maxEntries, len(es))
 		}
-		if d.GetLimit() != nil {
-			return nil, invalidArg("descriptors[%d].limit: limit overrides are not supported by limitd: put the limit in the domain's config", i)
+		var err error
+		if out[i].override, err = overrideOf(i, d.GetLimit()); err != nil {
+			return nil, err
 		}
 		if d.GetIsNegativeHits() {
 			return nil, invalidArg("descriptors[%d].is_negative_hits: is not supported by limitd", i)
@@ -284,8 +287,20 @@ func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) 
 		return nil, errNoRules
 	}
 	matched := make([]*rule, len(descs))
+	names := make([]string, len(descs)) // an override's counter
 	replaced := map[string]bool{}
 	for i, d := range descs {
+		if d.override != nil && rules.known(domain) {
+			t, err := d.override.template()
+			if err != nil {
+				return nil, invalidArg("descriptors[%d].limit: %v", i, err)
+			}
+			if err := s.ensureOverride(ctx, t); err != nil {
+				return nil, err
+			}
+			matched[i], names[i] = d.override.rule(domain, d.entries, t)
+			continue
+		}
 		rl := rules.match(domain, d.entries)
 		matched[i] = rl
 		if rl != nil {
@@ -300,6 +315,8 @@ func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) 
 		c.Hits = int64(d.hits)
 		switch {
 		case rl == nil:
+		case names[i] != "":
+			c.Name = names[i]
 		case rl.unlimited: // never replaced, as the reference has it
 			c.Unlimited = true
 		case rl.name != "" && replaced[rl.name]: // another matched rule replaces it: no limit
@@ -310,6 +327,9 @@ func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) 
 	}
 	res, err := s.svc.Count(ctx, req)
 	if err != nil {
+		if errors.Is(err, core.ErrNotFound) {
+			s.forgetOverrides() // Redis lost them: the next call puts them again
+		}
 		return nil, err
 	}
 	s.down.Store(false)
