@@ -45,7 +45,7 @@ type config struct {
 	GRPCQuota        bool    `env:"LIMITD_GRPC_QUOTA_MODE" envDefault:"false" help:"true: every gRPC rule is a quota (quota_mode): a call is refused only when all its descriptors are over (needs LIMITD_GRPC_COUNTING=reference)"`
 	GRPCNearRatio    float64 `env:"LIMITD_GRPC_NEAR_LIMIT_RATIO" envDefault:"0.8" help:"where a window rule's near_limit counter starts, a fraction of its limit, above 0 and at most 1 (the reference's NEAR_LIMIT_RATIO)"`
 	// GRPCOverLimitCache is core.Options.OverLimitCache.
-	GRPCOverLimitCache int `env:"LIMITD_GRPC_OVER_LIMIT_CACHE" envDefault:"0" help:"window counters the gRPC front end remembers as over their limit, 0 to 1000000 (about 200 bytes each and the name), to answer them OVER_LIMIT without Redis until their window ends, those hits not counted (the reference's LOCAL_CACHE_SIZE_IN_BYTES); a reset or a raised limit is seen by a remembered counter only when its window ends; 0: off (needs LIMITD_GRPC_COUNTING=reference)"`
+	GRPCOverLimitCache int `env:"LIMITD_GRPC_OVER_LIMIT_CACHE" envDefault:"0" help:"window counters the gRPC front end remembers as over their limit, 0 to 1000000 (about 200 bytes each and the name), to answer them OVER_LIMIT without Redis until their window ends, those hits not counted (the reference's LOCAL_CACHE_SIZE_IN_BYTES); a reset or a raised limit is seen by a remembered counter only when its window ends; with LIMITD_GRPC_COUNTING=strict, a call naming a remembered counter is refused at once and counts nothing; 0: off"`
 	// Tracing is tracing.Config (tracingConfig reads the OTEL_* variables
 	// beside these).
 	Tracing          string  `env:"LIMITD_TRACING" help:"OpenTelemetry traces of gRPC calls, HTTP requests and their Redis commands: off, otlp-grpc or otlp-http (OTLP to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else localhost:4317 or :4318; the other OTEL_EXPORTER_OTLP_* variables apply); unset: off, unless OTEL_TRACES_EXPORTER=otlp asks for OTLP over OTEL_EXPORTER_OTLP_PROTOCOL (grpc or http/protobuf, the default); OTEL_SDK_DISABLED=true: off"`
@@ -183,9 +183,6 @@ func (c *config) check() error {
 	}
 	if c.GRPCOverLimitCache < 0 || c.GRPCOverLimitCache > maxOverLimitCache {
 		return fmt.Errorf("LIMITD_GRPC_OVER_LIMIT_CACHE: must be from 0 (off) to %d counters (got %d)", maxOverLimitCache, c.GRPCOverLimitCache)
-	}
-	if c.GRPCOverLimitCache > 0 && counting == core.CountStrict {
-		return fmt.Errorf("LIMITD_GRPC_OVER_LIMIT_CACHE: needs LIMITD_GRPC_COUNTING=reference: a strict call asks every counter")
 	}
 	c.Tracing = strings.ToLower(c.Tracing)
 	if err := (tracing.Config{Exporter: c.Tracing, SamplingRate: c.TracingSampling}).Check(); err != nil {

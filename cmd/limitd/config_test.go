@@ -176,9 +176,10 @@ func TestGRPCOverLimitCacheConfig(t *testing.T) {
 			t.Errorf("%s: %v, want %s", v, err, want)
 		}
 	}
-	_, err = loadConfig(map[string]string{"LIMITD_GRPC_OVER_LIMIT_CACHE": "10", "LIMITD_GRPC_COUNTING": "strict"})
-	if err == nil || !strings.HasPrefix(err.Error(), "LIMITD_GRPC_OVER_LIMIT_CACHE: needs LIMITD_GRPC_COUNTING=reference") {
-		t.Errorf("with strict counting: %v", err)
+	// With strict counting too (the reference's LOCAL_CACHE_SIZE_IN_BYTES
+	// with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
+	if c, err := loadConfig(map[string]string{"LIMITD_GRPC_OVER_LIMIT_CACHE": "10", "LIMITD_GRPC_COUNTING": "strict"}); err != nil || c.GRPCOverLimitCache != 10 {
+		t.Errorf("with strict counting: %v, %v", c.GRPCOverLimitCache, err)
 	}
 }
 
