@@ -12,6 +12,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/internal/promreg"
@@ -46,6 +48,11 @@ type Options struct {
 	// whose ReadTimeout is no longer, the server's bound applies and the
 	// API sets no read deadline of its own.
 	BodyTimeout time.Duration
+	// TracerProvider, when not nil, traces every request (tracing.go),
+	// continuing the caller's trace as Propagator reads it from the
+	// request's headers (nil: W3C trace context). nil: no tracing.
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
 }
 
 // Defaults of Options.
@@ -77,6 +84,7 @@ type server struct {
 	unmatched   *route            // no route: echo's 404 and 405
 	hub         *eventHub         // what the event streams share
 	sig         *signals          // every named limiter's signals, sampled while Handler.Run runs
+	tracing     *tracing          // nil: off
 }
 
 // Handler is the HTTP API: an http.Handler that owns what its event streams
@@ -161,6 +169,7 @@ func New(o Options) *Handler {
 		ids:       newRequestIDs(),
 		routes:    map[string]*route{},
 		unmatched: &route{label: "unmatched"},
+		tracing:   newTracing(o.TracerProvider, o.Propagator),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

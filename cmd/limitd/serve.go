@@ -293,7 +293,7 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 
 	var handler *api.Handler
 	if ln != nil {
-		handler = api.New(api.Options{
+		o := api.Options{
 			Service:         svc,
 			AdminToken:      cfg.AdminToken,
 			Token:           cfg.Token,
@@ -304,7 +304,11 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 			Version:         version,
 			MaxEventStreams: cfg.EventsMaxStreams,
 			// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
-		})
+		}
+		if tp != nil {
+			o.TracerProvider, o.Propagator = tp.TracerProvider(), tp.Propagator()
+		}
+		handler = api.New(o)
 	}
 	srv := &http.Server{
 		Handler:           handler,

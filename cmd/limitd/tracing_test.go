@@ -162,3 +162,65 @@ func TestTracingRatelimitOTLP(t *testing.T) {
 		})
 	}
 }
+
+// registerDropCollector registers a collector that keeps nothing.
+func registerDropCollector(g *grpc.Server) {
+	collectortrace.RegisterTraceServiceServer(g, dropCollector{})
+}
+
+type dropCollector struct {
+	collectortrace.UnimplementedTraceServiceServer
+}
+
+func (dropCollector) Export(context.Context, *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+// An acquire of limitd serve with LIMITD_TRACING=otlp-http is a trace at
+// the collector: the request's span, named by its route, and under it the
+// Redis commands it sent; the caller's trace (W3C traceparent) goes on.
+func TestTracingServeAcquire(t *testing.T) {
+	var c collector
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", c.serveHTTP(t))
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+	mini := miniredis.RunT(t)
+	base, logs, stop := startServe(t, map[string]string{"LIMITD_REDIS_URL": mini.Addr(), "LIMITD_TRACING": "otlp-http"})
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("stop: %v\n%s", err, logs)
+		}
+	}()
+	do := func(method, path, body string, header ...string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode >= 300 {
+			t.Fatalf("%s %s: %d", method, path, resp.StatusCode)
+		}
+	}
+	do("PUT", "/v1/limiters/login", `{"kind":"smooth","rate":5}`)
+	const parent = "4bf92f3577b34da6a3ce929d0e0e4736"
+	do("POST", "/v1/limiters/login/acquire", `{}`, "traceparent", "00-"+parent+"-00f067aa0ba902b7-01")
+	eventually(t, "the acquire's trace at the collector", func() error {
+		_, err := c.parentAndChild("POST /v1/limiters/{name}/acquire")
+		return err
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.spans {
+		if s.Name == "POST /v1/limiters/{name}/acquire" && hex.EncodeToString(s.TraceId) != parent {
+			t.Errorf("the acquire's span is in trace %x, want the caller's %s", s.TraceId, parent)
+		}
+	}
+	if len(c.services) == 0 || c.services[0] != "limitd" {
+		t.Errorf("service.name %v, want limitd (LIMITD_TRACING_SERVICE_NAME's default)", c.services)
+	}
+}
