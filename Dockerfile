@@ -7,7 +7,7 @@
 # /bin/ratelimit is a link to the same binary: started by that name, as
 # Envoy Gateway and the reference rate limit server's manifests start their
 # container (command: /bin/ratelimit), limitd serves Envoy's rate limit
-# service configured by the reference's environment variables (README,
+# service configured by the reference's environment variables (docs/envoy.md,
 # "limitd as the reference server"). deploy/envoy-gateway/ and
 # deploy/ratelimit/ run it that way.
 

@@ -131,10 +131,10 @@ func TestPermitMetrics(t *testing.T) {
 	}
 }
 
-// The README's metrics table names every limitd_ metric /metrics serves,
+// The metrics table of docs/operations.md names every limitd_ metric /metrics serves,
 // with its type, and no other.
 func TestMetricsTableInREADME(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestMetricsTableInREADME(t *testing.T) {
 	}
 	for name, typ := range served {
 		if d, ok := documented[name]; !ok || d != typ {
-			t.Errorf("/metrics serves %s (%s); the README's table says %q", name, typ, d)
+			t.Errorf("/metrics serves %s (%s); docs/operations.md's table says %q", name, typ, d)
 		}
 	}
 	for name := range documented {
@@ -156,7 +156,7 @@ func TestMetricsTableInREADME(t *testing.T) {
 			continue // the gRPC front end's: grpcapi's TestMetricsTableInREADME checks them
 		}
 		if _, ok := served[name]; !ok {
-			t.Errorf("the README's table names %s, which /metrics does not serve", name)
+			t.Errorf("docs/operations.md's table names %s, which /metrics does not serve", name)
 		}
 	}
 }

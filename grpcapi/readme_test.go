@@ -9,10 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The README's metrics table names every metric of the gRPC front end, with
+// The metrics table of docs/operations.md names every metric of the gRPC front end, with
 // its type, and no other of its prefixes.
 func TestMetricsTableInREADME(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,12 +37,12 @@ func TestMetricsTableInREADME(t *testing.T) {
 	}
 	for name, typ := range served {
 		if documented[name] != typ {
-			t.Errorf("the front end serves %s (%s); the README's table says %q", name, typ, documented[name])
+			t.Errorf("the front end serves %s (%s); docs/operations.md's table says %q", name, typ, documented[name])
 		}
 	}
 	for name := range documented {
 		if _, ok := served[name]; !ok {
-			t.Errorf("the README's table names %s, which the front end does not serve", name)
+			t.Errorf("docs/operations.md's table names %s, which the front end does not serve", name)
 		}
 	}
 }

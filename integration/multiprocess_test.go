@@ -4,7 +4,7 @@ package integration
 
 // Several `limitd bench` OS processes share one schedule limiter in a real
 // redis-server, and their --log files show whether the schedule held across
-// them: the claim of the README (Concepts: client pools) that a fleet of processes together
+// them: the claim of docs/concepts.md (client pools) that a fleet of processes together
 // drives exactly R permits/s, checked from the outside.
 //
 // How the rates are measured, and why it means something:

@@ -5,7 +5,7 @@ package integration
 // `limitd serve` as an operator runs it: the real binary, configured only by
 // its environment, over a real redis-server, driven over plain HTTP. What is
 // checked is what a user relies on: the boot file's limiters exist, they pace
-// as the README says, a Redis restart without persistence loses no
+// as docs/reliability.md says, a Redis restart without persistence loses no
 // configuration and needs no restart of limitd, and SIGTERM stops it cleanly.
 // Every name here starts with sv so that other tests of the package cannot
 // clash with it.

@@ -7,7 +7,7 @@ package integration
 // killed (its replica takes over), a cluster shard restarted empty, a
 // Sentinel failover with the old master coming back. Each test asserts that
 // no response is a 500, measures the time to recover (t.Logf, for the
-// README's Reliability table) and holds it to a bound.
+// table of docs/reliability.md) and holds it to a bound.
 //
 // Run them alone with
 //

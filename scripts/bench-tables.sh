@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-tables.sh prints the README's side-by-side tables (Performance), each
+# bench-tables.sh prints the side-by-side tables of docs/performance.md, each
 # from a benchmark that runs limitd and the peer in alternating rounds, with
 # the machine and its load noted. ROUNDS=n sets the rounds per figure
 # (default 20); QUICK=1 runs 3 rounds of each, to check the script.

@@ -11,7 +11,7 @@ import (
 	"github.com/limitd/limitd/internal/redistest"
 )
 
-// TestBenchTablesScript: scripts/bench-tables.sh, which prints the README's
+// TestBenchTablesScript: scripts/bench-tables.sh, which prints docs/performance.md's
 // performance tables, is executable and valid bash, and every benchmark and
 // test it runs exists in the package it names, so that a renamed benchmark
 // breaks here rather than in the script's next run.
@@ -66,7 +66,7 @@ func testSources(t *testing.T, dir string) string {
 	return all.String()
 }
 
-// TestStoreVsScript runs scripts/store-vs.sh, which the README gives for
+// TestStoreVsScript runs scripts/store-vs.sh, which docs/performance.md gives for
 // comparing the store with another build of it, against this very commit,
 // one short round per row: it builds both trees under their module paths,
 // starts its own redis-servers and prints every row with a speed.

@@ -64,13 +64,13 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 }
 
-// Every variable of the README's configuration table is read, and no other.
+// Every variable of docs/configuration.md's table is read, and no other.
 func TestConfigVariables(t *testing.T) {
 	var got []string
 	for _, f := range configFields() {
 		got = append(got, f.Tag.Get("env"))
 	}
-	// The README's table, and the bounds of the gRPC port.
+	// docs/configuration.md's table, and the bounds of the gRPC port.
 	want := "LIMITD_ADDR LIMITD_GRPC_ADDR LIMITD_REDIS_URL LIMITD_PREFIX LIMITD_CONFIG LIMITD_ADMIN_TOKEN LIMITD_TOKEN LIMITD_METRICS_TOKEN LIMITD_INSECURE LIMITD_LOG_FORMAT LIMITD_LOG_LEVEL LIMITD_ACCESS_LOG LIMITD_SHADOW_MODE LIMITD_EVENTS_MAX_STREAMS" +
 		" LIMITD_GRPC_COUNTING LIMITD_GRPC_QUOTA_MODE LIMITD_GRPC_NEAR_LIMIT_RATIO LIMITD_GRPC_OVER_LIMIT_CACHE" +
 		" LIMITD_TRACING LIMITD_TRACING_SAMPLING_RATE LIMITD_TRACING_SERVICE_NAME LIMITD_TRACING_SERVICE_NAMESPACE LIMITD_TRACING_SERVICE_INSTANCE_ID" +

@@ -41,7 +41,7 @@ func TestEnvoyVsProgram(t *testing.T) {
 	}
 }
 
-// TestEnvoyVsScript runs scripts/envoy-vs.sh, which the README gives for
+// TestEnvoyVsScript runs scripts/envoy-vs.sh, which docs/performance.md gives for
 // measuring the gRPC front end against the Envoy reference rate limit
 // server, with QUICK=1 (one short round per row), when LIMITD_ENVOY_VS=1:
 // it builds the reference and limitd, starts its own redis-server and both

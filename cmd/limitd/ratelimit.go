@@ -55,7 +55,7 @@ USE_PROMETHEUS=true, PROMETHEUS_ADDR serves the metrics under limitd's names
 and the reference's.
 
 A reference variable limitd does not implement is named at start as ignored,
-or refused (exit 1); README, "limitd as the reference server", has the table
+or refused (exit 1); docs/envoy.md, "limitd as the reference server", has the table
 of every one. LIMITD_* variables apply too where the reference has none
 (LIMITD_TOKEN, the LIMITD_GRPC_* bounds); with LIMITD_ADMIN_TOKEN set,
 limitd's own HTTP API listens on LIMITD_ADDR as well (a port other than PORT).

@@ -109,16 +109,16 @@ func TestRatelimitEnv(t *testing.T) {
 	}
 }
 
-// refTableRow is a README table row of refVars' v.
+// refTableRow is a docs/envoy.md table row of refVars' v.
 func refTableRow(v refVar) string {
 	return "| `" + v.name + "` | " + string(v.status) + " | " + v.what + " |"
 }
 
-// The README's table of the reference's variables is refVars, and refVars
+// The table of the reference's variables in docs/envoy.md is refVars, and refVars
 // is every variable of the reference's settings.go (read from the module
 // cache when the reference's source is there).
 func TestRatelimitREADMETable(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(moduleRoot, "README.md"))
+	readme, err := os.ReadFile(filepath.Join(moduleRoot, "docs", "envoy.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,11 +133,11 @@ func TestRatelimitREADMETable(t *testing.T) {
 		want = append(want, refTableRow(v))
 	}
 	if !slices.Equal(rows, want) {
-		t.Errorf("README's table of the reference's variables differs from refVars; it should read:\n%s", strings.Join(want, "\n"))
+		t.Errorf("docs/envoy.md's table of the reference's variables differs from refVars; it should read:\n%s", strings.Join(want, "\n"))
 	}
 	for n := range strayVars {
 		if !strings.Contains(string(readme), "`"+n+"`") {
-			t.Errorf("README does not name %s", n)
+			t.Errorf("docs/envoy.md does not name %s", n)
 		}
 	}
 

@@ -17,7 +17,7 @@ const (
 
 // refVar is one variable of the reference rate limit server
 // (src/settings/settings.go) and what limitd ratelimit does with it. The
-// README's table is this one (TestRatelimitREADMETable).
+// table in docs/envoy.md is this one (TestRatelimitREADMETable).
 type refVar struct {
 	name   string
 	status refStatus

@@ -1,6 +1,6 @@
 package main
 
-// The README's Go example of charges, run: see readme_test.go.
+// The Go example of charges (docs/http.md), run: see readme_test.go.
 
 import (
 	"context"
@@ -93,7 +93,7 @@ func TestREADMEChargeRuns(t *testing.T) {
 		return b.lang == "go" && b.section == readmeCharges && slices.Contains(b.lines, readmeComplete)
 	})
 	if i < 0 {
-		t.Fatalf("README has no go block under %q with the line %s", readmeCharges, readmeComplete)
+		t.Fatalf("no page has a go block under %q with the line %s", readmeCharges, readmeComplete)
 	}
 	src := strings.Replace(snippetFile(blocks[i]), "\nfunc main() {}\n", "\n", 1)
 	src = strings.Replace(src, readmeComplete, runComplete, 1)
@@ -107,6 +107,6 @@ func TestREADMEChargeRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if out, err := goCommand(ctx, t, root, "run", "./"+filepath.ToSlash(rel)).CombinedOutput(); err != nil {
-		t.Fatalf("the README's charges example, run: %v\n%s", err, out)
+		t.Fatalf("the charges example, run: %v\n%s", err, out)
 	}
 }

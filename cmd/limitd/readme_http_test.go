@@ -1,6 +1,6 @@
 package main
 
-// The HTTP examples of the README, run with curl: see readme_test.go.
+// The HTTP examples of the README and docs/, run with curl: see readme_test.go.
 
 import (
 	"bytes"
@@ -170,7 +170,7 @@ func runCurlSteps(t *testing.T, base string, mini *miniredis.Miniredis, now *tim
 			ps.add(s.line, "%s: %v: %s", s.cmd, err, strings.TrimSpace(stderr.String()))
 			continue
 		}
-		t.Logf("%s:%d: %s\n%s", readmeFile, s.line, s.cmd, strings.TrimSpace(stdout.String()))
+		t.Logf("%s: %s\n%s", docPos(s.line), s.cmd, strings.TrimSpace(stdout.String()))
 		checkAnswer(s, stdout.String(), ps)
 	}
 }
@@ -534,19 +534,22 @@ func startReadmeServe(t *testing.T) (string, *miniredis.Miniredis) {
 	return base, mini
 }
 
-// checkHTTPExamples runs the sh blocks of the HTTP section and of charges,
-// one after the other on one serve, as a reader would.
+// checkHTTPExamples runs the curl blocks of each page one after the other
+// on a serve of the page's own, as a reader would.
 func checkHTTPExamples(t *testing.T, blocks []mdBlock, ps *readmeProblems) (ran int) {
 	t.Helper()
 	var base string
 	var mini *miniredis.Miniredis
-	now := readmeEpoch
+	var now time.Time
+	page := -1
 	for _, b := range blocks {
-		if !curlSection(b.section) || b.lang != "sh" {
+		if !curlBlock(b) {
 			continue
 		}
-		if base == "" {
+		if b.line/docLineBase != page {
+			page = b.line / docLineBase
 			base, mini = startReadmeServe(t)
+			now = readmeEpoch
 		}
 		pre, steps := parseHTTPBlock(b, ps)
 		runCurlSteps(t, base, mini, &now, pre, steps, b.line, ps)
@@ -555,12 +558,12 @@ func checkHTTPExamples(t *testing.T, blocks []mdBlock, ps *readmeProblems) (ran 
 	return ran
 }
 
-// TestREADMEHTTP runs the curl commands of "The HTTP API by example".
+// TestREADMEHTTP runs the curl examples of the README and docs/.
 func TestREADMEHTTP(t *testing.T) {
 	blocks, _ := readREADME(t)
 	var ps readmeProblems
 	if n := checkHTTPExamples(t, blocks, &ps); n == 0 {
-		t.Fatalf("no curl command found under %q", readmeHTTP)
+		t.Fatalf("no curl block (an sh block that starts with %s) found", readmeBaseVar)
 	}
 	ps.report(t)
 }

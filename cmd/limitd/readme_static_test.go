@@ -1,6 +1,7 @@
 package main
 
-// The README's go blocks and the commands it does not run: see readme_test.go.
+// The go blocks of the README and docs/, and the commands they do not run:
+// see readme_test.go.
 
 import (
 	"context"
@@ -142,11 +143,11 @@ var (
 	goMainFunc      = regexp.MustCompile(`(?m)^func main\(\)`)
 )
 
-// snippetFile makes a go block a file. Its lines keep their README numbers
-// (a //line directive), so the compiler names README lines.
+// snippetFile makes a go block a file. Its lines keep their page's numbers
+// (a //line directive), so the compiler names the page's lines.
 func snippetFile(b mdBlock) string {
 	src := strings.Join(b.lines, "\n") + "\n"
-	directive := fmt.Sprintf("//line %s:%d\n", readmeFile, b.line)
+	directive := fmt.Sprintf("//line %s\n", docPos(b.line))
 	if goPackageClause.MatchString(src) {
 		return directive + src
 	}
@@ -204,7 +205,7 @@ func checkGofmt(b mdBlock, ps *readmeProblems) {
 	}
 }
 
-var vetLine = regexp.MustCompile(`README\.md:([0-9]+)(?::[0-9]+)?: (.*)`)
+var vetLine = regexp.MustCompile(`((?:docs/)?[A-Za-z0-9_.-]+\.md):([0-9]+)(?::[0-9]+)?: (.*)`)
 
 // checkGoBlocks compiles and vets every go block, each as its own main
 // package in a directory of the module (so that it resolves the module's
@@ -224,7 +225,7 @@ func checkGoBlocks(t *testing.T, blocks []mdBlock, ps *readmeProblems) (n int) {
 	args := []string{"vet"}
 	for _, b := range goBlocks {
 		checkGofmt(b, ps)
-		sub := filepath.Join(dir, fmt.Sprintf("line%d", b.line))
+		sub := filepath.Join(dir, fmt.Sprintf("line%d", b.line)) // unique across pages
 		if err := os.Mkdir(sub, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -243,9 +244,11 @@ func checkGoBlocks(t *testing.T, blocks []mdBlock, ps *readmeProblems) (n int) {
 	found := false
 	for _, l := range strings.Split(string(out), "\n") {
 		if m := vetLine.FindStringSubmatch(l); m != nil {
-			line, _ := strconv.Atoi(m[1])
-			ps.add(line, "go block: %s", m[2])
-			found = true
+			n, _ := strconv.Atoi(m[2])
+			if line := docLine(m[1], n); line >= 0 {
+				ps.add(line, "go block: %s", m[3])
+				found = true
+			}
 		}
 	}
 	if !found {
@@ -285,12 +288,12 @@ func goCommand(ctx context.Context, t *testing.T, root string, args ...string) *
 	return cmd
 }
 
-// TestREADMEGo compiles and vets the README's go blocks.
+// TestREADMEGo compiles and vets the go blocks of the README and docs/.
 func TestREADMEGo(t *testing.T) {
 	blocks, _ := readREADME(t)
 	var ps readmeProblems
 	if checkGoBlocks(t, blocks, &ps) == 0 {
-		t.Error("README has no go block")
+		t.Error("no page has a go block")
 	}
 	ps.report(t)
 }
@@ -594,7 +597,7 @@ func checkCommands(root string, blocks []mdBlock, spans []mdSpan, ps *readmeProb
 		if b.lang != "sh" && b.lang != "bash" && b.lang != "shell" {
 			continue
 		}
-		if curlSection(b.section) {
+		if curlBlock(b) {
 			for _, c := range shCommands(b) {
 				mark(c.text)
 			}
@@ -630,13 +633,13 @@ func TestREADMECommands(t *testing.T) {
 	ps.report(t)
 	for _, n := range readmeNotRun {
 		if !used[n.cmd] {
-			t.Errorf("readmeNotRun lists %q, which the README no longer has: remove it", n.cmd)
+			t.Errorf("readmeNotRun lists %q, which no page has any more: remove it", n.cmd)
 		}
 		t.Logf("not run: %s: %s", n.cmd, n.why)
 	}
 }
 
-// TestREADMEGoClientRuns runs the README's Go client example as written,
+// TestREADMEGoClientRuns runs the Go client example (docs/go-client.md) as written,
 // with its Redis address pointed at a private redis-server: run creates the
 // limiter, opens a handle and takes permits until its context ends, which
 // is the only error it may return.
@@ -647,7 +650,7 @@ func TestREADMEGoClientRuns(t *testing.T) {
 		return b.lang == "go" && slices.Contains(b.lines, "func run(ctx context.Context) error {")
 	})
 	if i < 0 {
-		t.Fatal("README has no go block with func run(ctx context.Context) error")
+		t.Fatal("no page has a go block with func run(ctx context.Context) error")
 	}
 	const readmeRedis = "redis://127.0.0.1:6379"
 	src := snippetFile(blocks[i])
@@ -655,7 +658,7 @@ func TestREADMEGoClientRuns(t *testing.T) {
 		t.Fatalf("the client example does not connect to %s", readmeRedis)
 	}
 	src = strings.Replace(src, readmeRedis, "redis://"+srv.Addr(), 1)
-	src = strings.Replace(src, "\nfunc main() {}\n", `
+	src = strings.Replace(src, "\nfunc main() {}\n", "\n", 1) + `
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
@@ -663,7 +666,7 @@ func main() {
 		panic(err)
 	}
 }
-`, 1)
+`
 	root, dir := moduleScratch(t, "_readme-run-")
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
@@ -672,7 +675,7 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if out, err := goCommand(ctx, t, root, "run", "./"+filepath.ToSlash(rel)).CombinedOutput(); err != nil {
-		t.Fatalf("the README's client example, run: %v\n%s", err, out)
+		t.Fatalf("the Go client example, run: %v\n%s", err, out)
 	}
 	// It created the limiter and took permits from it.
 	w, err := store.New(srv.Client()).Wait(context.Background(), "orders")

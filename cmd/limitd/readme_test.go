@@ -1,49 +1,60 @@
 package main
 
-// The README's examples are tested here, so that none of them rots: every
-// snippet must run as written.
+// The examples of the README and of the pages under docs/ are tested here,
+// so that none of them rots: every snippet must run as written, or say why
+// it is not run.
 //
-//   - The sh blocks of "The HTTP API by example", then of "Charges: usage
-//     recorded after the fact", run as written: each curl
-//     command, with the block's assignments before it, goes to sh against a
-//     limitd serve of this test over miniredis; only B=http://127.0.0.1:8080
-//     is rewritten to the test's address. The Redis clock is driven: it
-//     starts at a fixed instant and moves readmeStep per command, and as far
-//     as a "sleep N" line says instead of sleeping, so the answers do not
-//     depend on how fast the machine is. A command must exit 0 and answer as
-//     the lines after it show: a status line (HTTP/1.1 429 …) or a trailing
-//     "# 204" gives the status, else a problem body's "status", else any 2xx;
-//     shown headers must be there; a shown JSON body must have the keys
-//     shown, with the values shown, except times and durations (keys ending
-//     in _ns, Retry-After), whose type only is checked. "..." stands for more
-//     keys (an object without it is shown whole, so a key the README does not
-//     show is an error), for any value, or for more elements; "<cursor>" for
-//     any string.
+//   - sh blocks whose first line is B=http://127.0.0.1:8080 are curl
+//     examples, run as written: each curl command, with the block's
+//     assignments before it, goes to sh against a limitd serve of this test
+//     over miniredis (one serve per page, its blocks in page order); only
+//     B=http://127.0.0.1:8080 is rewritten to the test's address. The Redis
+//     clock is driven: it starts at a fixed instant and moves readmeStep per
+//     command, and as far as a "sleep N" line says instead of sleeping, so
+//     the answers do not depend on how fast the machine is. A command must
+//     exit 0 and answer as the lines after it show: a status line
+//     (HTTP/1.1 429 …) or a trailing "# 204" gives the status, else a
+//     problem body's "status", else any 2xx; shown headers must be there; a
+//     shown JSON body must have the keys shown, with the values shown,
+//     except times and durations (keys ending in _ns, Retry-After), whose
+//     type only is checked. "..." stands for more keys (an object without it
+//     is shown whole, so a key the page does not show is an error), for any
+//     value, or for more elements; "<cursor>" for any string.
 //   - yaml blocks, and deploy/limitd.yaml, are boot files: boot.Parse
-//     accepts them.
+//     accepts them; an excerpt of deploy/envoy.yaml, an Istio EnvoyFilter
+//     and an Envoy Gateway policy are checked as such.
 //   - go blocks compile and pass go vet, each on its own; the Go client
 //     example also runs, against a private redis-server
-//     (TestREADMEGoClientRuns). A block without a
-//     package clause is a file's declarations: it gets "package main", the
-//     imports of the packages it names, and an empty main when it has none.
+//     (TestREADMEGoClientRuns), as do the charges example
+//     (TestREADMEChargeRuns) and every block with a main whose last lines
+//     are an "// Output:" comment, whose output must be those lines
+//     (TestDocsGoOutput). A block without a package clause is a file's
+//     declarations: it gets "package main", the imports of the packages it
+//     names, and an empty main when it has none.
 //   - Other commands are not run. Each `go test` command, in a block or
 //     inline, must name packages that exist and -run/-bench patterns of which
 //     every alternative matches a test or benchmark there; `go run` must name
 //     a main package, as must `go install`; `limitd bench` flags must parse, `limitd ctl` arguments
 //     pass checkCtl. A command of any other
 //     form is an error unless readmeNotRun lists it with a reason.
-//   - An inline `path` whose first element is in the repository must exist.
+//   - A block of any other language (output, a tree) is preceded by the line
+//     <!-- not run: REASON -->, which TestDocsSnippetsCovered requires.
+//   - An inline `path` whose first element is in the repository must exist,
+//     and a relative link must name a file that exists and a heading of it
+//     (TestDocsLinks).
 //
-// Every problem is reported as README.md:LINE: what is wrong.
+// Every problem is reported as FILE:LINE: what is wrong.
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,10 +64,13 @@ import (
 const (
 	readmeFile = "README.md"
 	moduleRoot = "../.." // from cmd/limitd, where go test runs this test
-	readmeHTTP = "The HTTP API by example"
-	// readmeCharges is the section of charges, whose sh blocks run as the
-	// HTTP examples' do, after them, on the same serve.
+	// readmeCharges is the section of charges, whose go block
+	// TestREADMEChargeRuns runs.
 	readmeCharges = "Charges: usage recorded after the fact"
+	// docLineBase separates the pages' lines: a block's line is its page's
+	// index in docFiles × docLineBase + its line in the page, so that one
+	// number says where it is (docPos).
+	docLineBase   = 1_000_000
 	readmeBaseVar = "B=http://127.0.0.1:8080"
 	// readmeStep is how far the Redis clock moves for each command of the
 	// HTTP examples, about what a curl takes.
@@ -65,15 +79,43 @@ const (
 	readmeStatus = "\n@@readme-status "
 )
 
-// curlSection reports whether the sh blocks of a section are curl examples
-// that run (see the top of this file).
-func curlSection(section string) bool { return section == readmeHTTP || section == readmeCharges }
+// curlBlock reports whether a block is curl examples that run (see the top
+// of this file).
+func curlBlock(b mdBlock) bool {
+	return b.lang == "sh" && len(b.lines) > 0 && strings.HasPrefix(b.lines[0], readmeBaseVar)
+}
+
+// docFiles are the pages whose snippets are checked: the README, then every
+// page under docs/ in name order.
+var docFiles = sync.OnceValue(func() []string {
+	files := []string{readmeFile}
+	pages, _ := filepath.Glob(filepath.Join(moduleRoot, "docs", "*.md"))
+	for _, p := range pages {
+		files = append(files, "docs/"+filepath.Base(p))
+	}
+	return files
+})
+
+// docPos is FILE:LINE of a block's line number (see docLineBase).
+func docPos(line int) string {
+	return fmt.Sprintf("%s:%d", docFiles()[line/docLineBase], line%docLineBase)
+}
+
+// docLine is the line number of FILE's line n, or -1 for a file not in
+// docFiles.
+func docLine(file string, n int) int {
+	i := slices.Index(docFiles(), file)
+	if i < 0 {
+		return -1
+	}
+	return i*docLineBase + n
+}
 
 // readmeEpoch is the Redis time of the first HTTP example: the instant the
-// README's first output shows.
+// first output of docs/http.md shows.
 var readmeEpoch = time.Unix(0, 1795261877834527000)
 
-// readmeNotRun are the README's commands that are not run, and why. A
+// readmeNotRun are the pages' commands that are not run, and why. A
 // command is listed by its words up to where they vary; its form is still
 // checked (a go run names a main package, bench flags parse). go test
 // commands are never run (suites and benchmarks are not this test's to run)
@@ -91,7 +133,7 @@ var readmeNotRun = []struct{ cmd, why string }{
 	{"RUNTIME_ROOT=/tmp/rl", "serves on the fixed ports 8080, 8081 and 6070 until stopped; TestRatelimitRuntimeDir runs limitd ratelimit over such a directory on free ports"},
 }
 
-// readmeProblem is one wrong line of the README.
+// readmeProblem is one wrong line of a page (see docLineBase).
 type readmeProblem struct {
 	line int
 	msg  string
@@ -103,20 +145,23 @@ func (ps *readmeProblems) add(line int, format string, a ...any) {
 	*ps = append(*ps, readmeProblem{line, fmt.Sprintf(format, a...)})
 }
 
-// report fails t with every problem, in README order.
+// report fails t with every problem, in page order.
 func (ps readmeProblems) report(t *testing.T) {
 	t.Helper()
 	sort.SliceStable(ps, func(i, j int) bool { return ps[i].line < ps[j].line })
 	for _, p := range ps {
-		t.Errorf("%s:%d: %s", readmeFile, p.line, p.msg)
+		t.Errorf("%s: %s", docPos(p.line), p.msg)
 	}
 }
 
 // mdBlock is a fenced code block.
 type mdBlock struct {
 	lang, section string
-	line          int // README line of the block's first line (after the fence)
+	line          int // the line of the block's first line (after the fence; see docLineBase)
 	lines         []string
+	// notRun is the reason of a <!-- not run: REASON --> line right before
+	// the fence: the block is not checked.
+	notRun string
 }
 
 // mdSpan is an inline code span outside the blocks.
@@ -128,15 +173,25 @@ type mdSpan struct {
 var (
 	mdHeading = regexp.MustCompile("^##+ +(.*)$")
 	mdSpanRE  = regexp.MustCompile("`([^`]+)`")
+	mdNotRun  = regexp.MustCompile(`^<!-- not run: *(.*?) *-->$`)
 )
 
+// parseMarkdown finds the blocks and spans of a page; base is added to
+// every line number (see docLineBase).
 func parseMarkdown(text string) (blocks []mdBlock, spans []mdSpan) {
+	return parsePage(text, 0)
+}
+
+func parsePage(text string, base int) (blocks []mdBlock, spans []mdSpan) {
 	var (
 		section string
 		cur     *mdBlock
+		prev    string
 	)
 	for i, l := range strings.Split(text, "\n") {
-		n := i + 1
+		n := base + i + 1
+		before := prev
+		prev = l
 		if cur != nil {
 			if strings.HasPrefix(l, "```") {
 				blocks = append(blocks, *cur)
@@ -148,6 +203,12 @@ func parseMarkdown(text string) (blocks []mdBlock, spans []mdSpan) {
 		}
 		if lang, ok := strings.CutPrefix(l, "```"); ok {
 			cur = &mdBlock{lang: strings.TrimSpace(lang), section: section, line: n + 1}
+			if m := mdNotRun.FindStringSubmatch(before); m != nil {
+				cur.notRun = m[1]
+				if cur.notRun == "" {
+					cur.notRun = " " // marked, without a reason: TestDocsSnippetsCovered says so
+				}
+			}
 			continue
 		}
 		if m := mdHeading.FindStringSubmatch(l); m != nil {
@@ -160,13 +221,34 @@ func parseMarkdown(text string) (blocks []mdBlock, spans []mdSpan) {
 	return blocks, spans
 }
 
+// readREADME reads the README and the pages under docs/: their blocks that
+// are not marked "not run", and their spans.
 func readREADME(t *testing.T) ([]mdBlock, []mdSpan) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(moduleRoot, readmeFile))
-	if err != nil {
-		t.Fatal(err)
+	all, spans := readDocs(t)
+	var blocks []mdBlock
+	for _, b := range all {
+		if b.notRun == "" {
+			blocks = append(blocks, b)
+		}
 	}
-	return parseMarkdown(string(b))
+	return blocks, spans
+}
+
+// readDocs reads every block and span of the README and the pages under
+// docs/.
+func readDocs(t *testing.T) (blocks []mdBlock, spans []mdSpan) {
+	t.Helper()
+	for i, f := range docFiles() {
+		text, err := os.ReadFile(filepath.Join(moduleRoot, filepath.FromSlash(f)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, s := parsePage(string(text), i*docLineBase)
+		blocks = append(blocks, b...)
+		spans = append(spans, s...)
+	}
+	return blocks, spans
 }
 
 // ---- yaml -------------------------------------------------------------------
@@ -210,7 +292,7 @@ func TestREADMEYAML(t *testing.T) {
 		}
 	}
 	if n == 0 {
-		t.Error("README has no yaml block")
+		t.Error("no page has a yaml block")
 	}
 	ps.report(t)
 	if _, err := boot.Load(filepath.Join(moduleRoot, "deploy", "limitd.yaml")); err != nil {
@@ -220,14 +302,14 @@ func TestREADMEYAML(t *testing.T) {
 
 // ---- the checks can fail ----------------------------------------------------
 
-// Each check finds a README that is wrong, and names the line.
+// Each check finds a page that is wrong, and names the line.
 func TestREADMEChecksFail(t *testing.T) {
 	wantLines := func(t *testing.T, ps readmeProblems, want map[int]string) {
 		t.Helper()
 		got := map[int]string{}
 		for _, p := range ps {
 			got[p.line] += p.msg + "; "
-			t.Logf("found %s:%d: %s", readmeFile, p.line, p.msg)
+			t.Logf("found %s: %s", docPos(p.line), p.msg)
 		}
 		for line, sub := range want {
 			if !strings.Contains(got[line], sub) {
@@ -242,7 +324,7 @@ func TestREADMEChecksFail(t *testing.T) {
 	}
 
 	t.Run("http", func(t *testing.T) {
-		blocks, _ := parseMarkdown("## " + readmeHTTP + "\n```sh\n" + // block at line 3
+		blocks, _ := parseMarkdown("## Any section\n```sh\n" + // block at line 3
 			readmeBaseVar + "; J='Content-Type: application/json'\n" +
 			"curl -H \"$J\" -X PUT $B/v1/limiters/x -d '{\"rate\":5}'\n" +
 			"{\"name\":\"x\",\"config\":{\"kind\":\"schedule\",\"rate\":6},\n" + // line 5: wrong value
