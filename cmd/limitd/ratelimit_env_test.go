@@ -72,6 +72,7 @@ func TestRatelimitEnv(t *testing.T) {
 	}{
 		{map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "zipkin"}, `TRACING_EXPORTER_PROTOCOL: must be http or grpc (got "zipkin")`},
 		{map[string]string{"TRACING_ENABLED": "true", "TRACING_SAMPLING_RATE": "2", "RUNTIME_ROOT": "/nonexistent"}, "TRACING_SAMPLING_RATE (as LIMITD_TRACING_SAMPLING_RATE): must be from 0 to 1"},
+		{map[string]string{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "true"}, "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS: not supported"},
 		{map[string]string{"BACKEND_TYPE": "memcache"}, `BACKEND_TYPE: not supported by limitd ratelimit: limitd counts in Redis only`},
 		{map[string]string{"REDIS_SOCKET_TYPE": "unix"}, "REDIS_SOCKET_TYPE: not supported"},
 		{map[string]string{"GRPC_UDS": "/tmp/rl.sock"}, "GRPC_UDS: not supported"},
