@@ -27,7 +27,11 @@ func (c *Client) Acquire(ctx context.Context, name string, n int64, maxWait time
 	if !ok {
 		return store.Decision{}, fmt.Errorf("client: the transport %T takes no direct acquire", c.t)
 	}
-	return a.Acquire(ctx, name, n, maxWait)
+	d, err := a.Acquire(ctx, name, n, maxWait)
+	if err == nil && !d.Granted && c.refusals != nil {
+		c.refusals.direct(ctx, name, n, d.Instance)
+	}
+	return d, err
 }
 
 // acquirer is a Transport that also decides one acquire (Client.Acquire):

@@ -57,7 +57,15 @@ func (c *Client) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Du
 	if !ok {
 		return AllResult{}, fmt.Errorf("client: AcquireAll over %T: %w", c.t, errors.ErrUnsupported)
 	}
-	return a.AcquireAll(ctx, reqs, maxWait)
+	r, err := a.AcquireAll(ctx, reqs, maxWait)
+	if err == nil && !r.Granted && c.refusals != nil && len(r.Decisions) == len(reqs) {
+		for i, d := range r.Decisions {
+			if !d.Granted { // those that granted took nothing: not counted
+				c.refusals.direct(ctx, reqs[i].Name, reqs[i].Permits, d.Instance)
+			}
+		}
+	}
+	return r, err
 }
 
 func (t redisTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error) {

@@ -23,11 +23,13 @@ func ctTransports(t *testing.T, f func(t *testing.T, c *client.Client, st *store
 			m, rdb, st := ctMini(t)
 			t0 := time.Unix(1_750_000_020, 0) // a whole minute
 			m.SetTime(t0)
-			c := client.New(rdb)
+			var c *client.Client
 			if over == "http" {
 				srv := httptest.NewServer(api.New(api.Options{Service: core.New(st, core.Options{})}))
 				t.Cleanup(srv.Close)
 				c = client.NewHTTP(srv.URL, client.WithHTTPClient(srv.Client()))
+			} else {
+				c = client.New(rdb)
 			}
 			t.Cleanup(func() { _ = c.Close() })
 			f(t, c, st, t0)

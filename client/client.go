@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -78,6 +79,8 @@ type Client struct {
 
 	rc redisClock // the Redis clock's offset, for leases (Share, Semaphore)
 
+	refusals *refusals // nil: not counted (over HTTP, WithoutRefusalCounts)
+
 	mu      sync.Mutex
 	handles map[string]*Limiter
 	leases  map[io.Closer]struct{} // open Shares and Semaphores, closed with the client
@@ -86,31 +89,49 @@ type Client struct {
 
 // New returns a client that reaches the shared schedules through Redis.
 // The caller keeps ownership of rdb.
+//
+// The client counts what it refuses (Allow answering false, a Wait past
+// its deadline, a refused Reserve or Acquire: see refusals.go for the
+// list) and adds the counts once a second to the Redis totals a limitd
+// server's ledger writes, so that the dashboard, /metrics and ctl watch
+// show them beside every server's, and Close adds the rest; a goroutine
+// of the client does it, stopped by Close. WithoutRefusalCounts turns it
+// off.
 func New(rdb redis.UniversalClient, opts ...RedisOption) *Client {
 	o := defaults()
 	for _, f := range opts {
 		f.applyRedis(&o)
 	}
-	return newClient(redisTransport{st: store.New(rdb, store.WithPrefix(o.prefix))}, o)
+	st := store.New(rdb, store.WithPrefix(o.prefix))
+	var r *refusals
+	if !o.noRefusalCounts {
+		r = newRefusals(st, o.clock)
+	}
+	return newClient(redisTransport{st: st}, o, r)
 }
 
-// NewWithTransport returns a client over any Transport.
+// NewWithTransport returns a client over any Transport. It counts no
+// refusals, whatever the transport (New does).
 func NewWithTransport(t Transport, opts ...ClientOption) *Client {
 	o := defaults()
 	for _, f := range opts {
 		f.applyClient(&o)
 	}
-	return newClient(t, o)
+	return newClient(t, o, nil)
 }
 
-func newClient(t Transport, o options) *Client {
-	c := &Client{t: t, o: o, handles: map[string]*Limiter{}, leases: map[io.Closer]struct{}{}}
+func newClient(t Transport, o options, r *refusals) *Client {
+	c := &Client{t: t, o: o, handles: map[string]*Limiter{}, leases: map[io.Closer]struct{}{}, refusals: r}
 	_, c.sys = o.clock.(systemClock)
 	c.base = o.clock.Now()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if ch := t.Changes(c.ctx); ch != nil {
 		c.wg.Add(1)
 		go c.watch(ch)
+	}
+	if r != nil {
+		c.wg.Add(1)
+		go c.runRefusals()
 	}
 	return c
 }
@@ -144,7 +165,7 @@ func (c *Client) Limiter(name string, opts ...Option) (*Limiter, error) {
 	for _, f := range opts {
 		f.applyHandle(&o)
 	}
-	l := &Limiter{c: c, name: name, o: o}
+	l := &Limiter{c: c, name: name, o: o, refused: c.refusals.of(name)}
 	c.handles[name] = l
 	return l, nil
 }
@@ -166,8 +187,9 @@ func (c *Client) Stats() []LimiterStats {
 	return out
 }
 
-// Close hands every handle's unused permits back and stops the client's
-// goroutines. It does not close the Redis client.
+// Close hands every handle's unused permits back, adds the refusals
+// counted since the last flush to Redis (for at most 2 s), and stops the
+// client's goroutines. It does not close the Redis client.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -193,6 +215,9 @@ func (c *Client) Close() error {
 	}
 	c.cancel()
 	c.wg.Wait()
+	if err := c.flushLast(); err != nil {
+		errs = append(errs, fmt.Errorf("client: adding the refusals counted to Redis: %w", err))
+	}
 	return errors.Join(errs...)
 }
 

@@ -35,6 +35,13 @@
 // (Limiter.Reserve) is settled with what it used (Reservation.Settle: the
 // unused part handed back, the excess charged).
 //
+// A client over Redis (New) counts what it refuses (Allow answering false, a
+// Wait past its deadline, a refused Reserve or Acquire, a semaphore poll
+// that found no slot) and adds the counts once a second, and on Close, to
+// the Redis totals a limitd server's ledger writes, at the same bounded
+// cost (store.Tally), so that limitd's dashboard and metrics show the
+// refusals no server saw. WithoutRefusalCounts turns it off.
+//
 // The HTTP middleware that limits requests per key through limiter templates
 // is in package httplimit, so that a user of the client alone does not compile
 // echo.

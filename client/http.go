@@ -58,7 +58,7 @@ func NewHTTP(baseURL string, opts ...HTTPOption) *Client {
 		hc = http.DefaultClient
 	}
 	t := &httpTransport{base: strings.TrimRight(baseURL, "/"), token: o.http.token, hc: hc, clock: o.clock, ids: map[grantKey]grantRef{}}
-	return newClient(t, o)
+	return newClient(t, o, nil)
 }
 
 // httpTransport is a Transport over the limitd HTTP API.

@@ -65,6 +65,8 @@ type options struct {
 	retry    time.Duration // how often to try Redis again while falling back
 	clock    Clock
 	http     httpOptions // NewHTTP only
+	// noRefusalCounts: New's client adds no refusal counts to Redis.
+	noRefusalCounts bool
 }
 
 func defaults() options {
@@ -75,6 +77,16 @@ func defaults() options {
 // WithPrefix sets the Redis key prefix (default "limitd"). A client over
 // HTTP has none: the server has its own.
 func WithPrefix(p string) RedisOption { return redisOption(func(o *options) { o.prefix = p }) }
+
+// WithoutRefusalCounts stops a client over Redis from adding its
+// refusals to the Redis totals that limitd's dashboard, metrics and
+// ctl watch read (see New): its refusals then show nowhere but in the
+// caller's own code. Counting costs an atomic add per refusal and, once a
+// second, one pipeline into Redis. Over HTTP there is nothing to turn off:
+// the limitd server counts what it decides.
+func WithoutRefusalCounts() RedisOption {
+	return redisOption(func(o *options) { o.noRefusalCounts = true })
+}
 
 // WithFallback sets what handles do while Redis is unreachable.
 func WithFallback(f Fallback) Option { return handleOption(func(o *options) { o.fallback = f }) }

@@ -28,6 +28,7 @@ type Limiter struct {
 	refuseUntil atomic.Int64
 	name        string
 	o           options
+	refused     *refusalCount // what callers were refused; nil: not counted
 
 	mu            sync.Mutex
 	lastTake      int64         // the local clock reading at which take last dispensed
@@ -88,7 +89,10 @@ type Permit struct {
 // Allow reports whether a permit may start now, taking it if so. It waits for
 // Redis only when the pool is empty.
 func (l *Limiter) Allow() bool {
-	ok, _, _ := l.allow(context.Background(), false)
+	ok, _, err := l.allow(context.Background(), false)
+	if !ok && err == nil && l.refused != nil {
+		l.refused.one()
+	}
 	return ok
 }
 
@@ -115,6 +119,28 @@ func (l *Limiter) Stats() LimiterStats {
 		RemoteCalls: l.remoteCalls.Load(), Fallback: down}
 }
 
+// refusedOne counts a refusal of one permit (a Wait past its deadline).
+func (l *Limiter) refusedOne() {
+	if l.refused != nil {
+		l.refused.one()
+	}
+}
+
+// refusedMany counts a refusal of n permits.
+func (l *Limiter) refusedMany(n int64) {
+	if l.refused != nil {
+		l.refused.many(n)
+	}
+}
+
+// sawSubject records whether a decision from Redis came from a template
+// instance, which the refusal counts are flushed under.
+func (l *Limiter) sawSubject(instance bool) {
+	if l.refused != nil {
+		l.refused.saw(instance)
+	}
+}
+
 // mayChange clears refuseUntil: the pool is about to change (l.mu held).
 func (l *Limiter) mayChange() { l.refuseUntil.Store(0) }
 
@@ -124,7 +150,11 @@ func (l *Limiter) mayChange() { l.refuseUntil.Store(0) }
 // hides: ErrClosed, a limiter that does not exist, ctx's error while the pool
 // waits for a grant.
 func (l *Limiter) AllowNext(ctx context.Context) (ok bool, next time.Duration, err error) {
-	return l.allow(ctx, true)
+	ok, next, err = l.allow(ctx, true)
+	if !ok && err == nil && l.refused != nil {
+		l.refused.one()
+	}
+	return ok, next, err
 }
 
 // allow is Allow, and AllowNext if withNext (Allow does not look further
@@ -262,6 +292,7 @@ func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 		}
 		if dl, has := ctx.Deadline(); has && l.c.o.clock.Now().Add(time.Duration(s.start-now)).After(dl) {
 			l.mu.Unlock()
+			l.refusedOne()
 			return Permit{}, limiter.ErrDeadline
 		}
 		l.take(s, now)
@@ -296,6 +327,7 @@ func (l *Limiter) Close() error {
 		l.mu.Unlock()
 		return nil
 	}
+	l.c.refusals.done(l.refused) // its counts go with the next flush
 	l.closed = true
 	l.mayChange()
 	close(l.quitting())

@@ -39,6 +39,8 @@ type Semaphore struct {
 	o      semaphoreOptions
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
+	// refused counts the polls that found every slot taken; nil: not counted
+	refused *refusalCount
 
 	mu     sync.Mutex
 	held   map[*heldSlot]struct{}
@@ -90,6 +92,7 @@ func (c *Client) Semaphore(name string, opts ...SemaphoreOption) (*Semaphore, er
 		s.cancel()
 		return nil, err
 	}
+	s.refused = c.refusals.of(name)
 	return s, nil
 }
 
@@ -124,6 +127,9 @@ func (s *Semaphore) Acquire(ctx context.Context) (release func(), err error) {
 		cancel()
 		if err != nil {
 			return nil, err
+		}
+		if s.refused != nil {
+			s.refused.one()
 		}
 		d := backoff/2 + rand.N(backoff/2+1) // jittered: pollers do not march in step
 		if l.RetryAfter > 0 {
@@ -195,6 +201,7 @@ func (s *Semaphore) Close() error {
 	for _, h := range hs {
 		h.release()
 	}
+	s.c.refusals.done(s.refused)
 	s.c.untrack(s)
 	return nil
 }

@@ -407,6 +407,7 @@ func TestShareFallback(t *testing.T) {
 			cfg.SafeCapacity = &safe
 			ctPut(t, st, "fb", cfg)
 			c := client.New(rdb, client.WithFallback(mode), client.WithRetryInterval(50*time.Millisecond))
+			t.Cleanup(func() { _ = c.Close() })
 			s := shShare(t, c, "fb", client.WithWants(100))
 			if s.Gets() != 100 {
 				t.Fatalf("gets %v, want 100", s.Gets())

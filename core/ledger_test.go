@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -204,7 +205,7 @@ func TestLedgerTop(t *testing.T) {
 func TestLedgerCap(t *testing.T) {
 	m := miniredis.RunT(t)
 	m.SetTime(t0)
-	_, l := ledgerService(t, m, LedgerOptions{MaxNames: 2})
+	s, l := ledgerService(t, m, LedgerOptions{MaxNames: 2})
 	for i := range 5 {
 		l.Decided(Event{Kind: EventRate, Template: "per-user", Instance: fmt.Sprintf("user:%d", i), Outcome: "denied", Permits: 1})
 	}
@@ -214,11 +215,27 @@ func TestLedgerCap(t *testing.T) {
 	if got := l.Overflow(); got != 4 {
 		t.Errorf("overflow %d, want 4 (user:2..4, orders)", got)
 	}
-	if n := l.cur.names(); n != 2 {
-		t.Errorf("%d names kept, want 2", n)
+	ctx := context.Background()
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
 	}
-	if c := *l.cur.templates["per-user"]; c != (store.Counts{GrantedCalls: 1, GrantedPermits: 3, RefusedCalls: 5, RefusedPermits: 5}) {
-		t.Errorf("template counts %+v", c)
+	if c, err := s.store.TemplateTotals(ctx, "per-user"); err != nil || c != (store.Counts{GrantedCalls: 1, GrantedPermits: 3, RefusedCalls: 5, RefusedPermits: 5}) {
+		t.Errorf("template counts %+v, %v", c, err)
+	}
+	if c, err := s.store.Totals(ctx, []string{"orders"}); err != nil || !c[0].IsZero() {
+		t.Errorf("orders, past the cap, counted by name: %+v, %v", c, err)
+	}
+	_, top, err := s.store.Top(ctx, "per-user", true, 10, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range top {
+		names = append(names, e.Name)
+	}
+	slices.Sort(names)
+	if want := []string{"user:0", "user:1"}; fmt.Sprint(names) != fmt.Sprint(want) {
+		t.Errorf("instances kept by name %v, want %v (the first 2)", names, want)
 	}
 }
 

@@ -1,0 +1,251 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/limitd/limitd/store"
+)
+
+// Refusal counts. A client over Redis decides most calls itself, from the
+// permits its pools hold, so a limitd server never sees them; what Redis
+// granted it records in each limiter's state, but what the client refused
+// it would never learn. So the client counts its refusals (on the hot path
+// an atomic add, no lock, no allocation) and adds them once a second to
+// the same Redis totals a limitd server's ledger writes, through the same
+// store.Tally: the same subjects (a limiter, or a template and its busiest
+// instances), the same bound on names per interval and on commands per
+// flush. WithoutRefusalCounts turns it off; over HTTP the server counts.
+//
+// What counts as a refusal, one call and the permits it asked for:
+//
+//   - Limiter.Allow and AllowNext answering false (no error): 1 permit,
+//     whether the pool's next permit was not due yet or the fallback
+//     refused it while Redis was unreachable;
+//   - Limiter.Wait and WaitN returning limiter.ErrDeadline (the permits
+//     would start after ctx's deadline): 1 permit, or n;
+//   - Limiter.Reserve (and WaitN) returning ErrRefused: n permits;
+//   - Client.Acquire answering a Decision that is not Granted: n permits;
+//   - Client.AcquireAll refused: each limiter that refused, its permits
+//     (the limiters that granted in a refused call count nothing: their
+//     permits were not taken);
+//   - Semaphore.Acquire, each time a poll finds every slot taken: 1 permit.
+//
+// Errors (a missing limiter, Redis unreachable with no fallback permit, a
+// cancelled context, ErrClosed) are not refusals: nothing was decided.
+// Share's local decisions do not count, as a server's ledger counts no
+// share capacity. Granted permits are not written here: Redis recorded them
+// when it granted them.
+
+// refusalCount is what one limiter's handles and semaphores of this
+// client refused since the last flush.
+type refusalCount struct {
+	name    string
+	subject atomic.Int32 // what name is: subjectUnknown until a decision says
+	// ones are refusals of one permit (Allow, Wait): one atomic add each.
+	ones atomic.Int64
+	// calls and permits are refusals of more (Reserve, WaitN, Acquire).
+	calls, permits atomic.Int64
+}
+
+const (
+	subjectUnknown  int32 = iota
+	subjectLimiter        // a named limiter
+	subjectInstance       // a template instance
+)
+
+func (r *refusalCount) one() { r.ones.Add(1) }
+
+func (r *refusalCount) many(n int64) {
+	r.calls.Add(1)
+	r.permits.Add(n)
+}
+
+// saw records what a decision from Redis said name is.
+func (r *refusalCount) saw(instance bool) {
+	s := subjectLimiter
+	if instance {
+		s = subjectInstance
+	}
+	if r.subject.Load() != s {
+		r.subject.Store(s)
+	}
+}
+
+// take returns the counts and zeroes them.
+func (r *refusalCount) take() store.Counts {
+	ones, calls, permits := r.ones.Swap(0), r.calls.Swap(0), r.permits.Swap(0)
+	return store.Counts{RefusedCalls: ones + calls, RefusedPermits: ones + permits}
+}
+
+func (r *refusalCount) empty() bool {
+	return r.ones.Load() == 0 && r.calls.Load() == 0 && r.permits.Load() == 0
+}
+
+// giveBack adds c to the counts again (their subject was not known yet).
+func (r *refusalCount) giveBack(c store.Counts) {
+	r.calls.Add(c.RefusedCalls)
+	r.permits.Add(c.RefusedPermits)
+}
+
+// refusals is a client's refusal counting: one count per limiter its
+// handles and semaphores use, and the tally they are flushed through.
+type refusals struct {
+	st    *store.Store
+	tally *store.Tally
+	every time.Duration
+
+	mu     sync.Mutex
+	counts map[string]*refusalCount
+	users  map[*refusalCount]int // open handles and semaphores using each count
+}
+
+// How often the client adds its refusals to Redis.
+const refusalFlushEvery = time.Second
+
+func newRefusals(st *store.Store, clock Clock) *refusals {
+	return &refusals{st: st, every: refusalFlushEvery,
+		tally:  st.NewTally(store.TallyOptions{Clock: clock.Now}),
+		counts: map[string]*refusalCount{}, users: map[*refusalCount]int{}}
+}
+
+// of returns the count of name for a new handle or semaphore, which calls
+// done when it closes; nil when r is (no counting).
+func (r *refusals) of(name string) *refusalCount {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.counts[name]
+	if c == nil {
+		c = &refusalCount{name: name}
+		r.counts[name] = c
+	}
+	r.users[c]++
+	return c
+}
+
+// done ends a closing handle's or semaphore's use of c. The count stays
+// until a flush has taken what it holds.
+func (r *refusals) done(c *refusalCount) {
+	if r == nil || c == nil {
+		return
+	}
+	r.mu.Lock()
+	r.users[c]--
+	r.mu.Unlock()
+}
+
+// gather moves c's counts into the tally.
+func (r *refusals) gather(ctx context.Context, c *refusalCount) {
+	n := c.take()
+	if n.IsZero() {
+		return
+	}
+	what := c.subject.Load()
+	s, ok := r.subjectOf(ctx, c.name, what)
+	if !ok {
+		c.giveBack(n) // the next flush asks again
+		return
+	}
+	if what == subjectUnknown && (s.Limiter != "" || s.Instance != "") {
+		c.saw(s.Instance != "") // no lookup next time
+	}
+	r.tally.Add(s, n)
+}
+
+// subjectOf names what name's refusals count under (see core's ledger):
+// the limiter, or the template whose instance it is. What the pool's last
+// grant said is enough but for the template's id, which the store's cache
+// of templates gives without a round trip; a name no decision told about
+// yet (the fallback refused before any grant) costs a lookup.
+func (r *refusals) subjectOf(ctx context.Context, name string, what int32) (store.Subject, bool) {
+	if what == subjectLimiter {
+		return store.Subject{Limiter: name}, true
+	}
+	t, err := r.st.Resolve(ctx, name)
+	switch {
+	case errors.Is(err, store.ErrNotFound) && what == subjectInstance:
+		return store.Subject{}, true // its template was deleted since: nothing to count under
+	case errors.Is(err, store.ErrNotFound):
+		return store.Subject{Limiter: name}, true // no template matches: only a limiter could have refused
+	case err != nil:
+		return store.Subject{}, false
+	case what == subjectInstance:
+		return store.Subject{Template: t.ID, Instance: name}, true
+	}
+	// A limiter of that name comes before templates.
+	if _, err := r.st.Get(ctx, name); err == nil {
+		return store.Subject{Limiter: name}, true
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return store.Subject{}, false
+	}
+	return store.Subject{Template: t.ID, Instance: name}, true
+}
+
+// direct counts the refusal of a direct acquire (Client.Acquire,
+// AcquireAll) of permits on name, whose decision said whether an instance
+// refused: straight into the tally, a round trip having been paid anyway.
+func (r *refusals) direct(ctx context.Context, name string, permits int64, instance bool) {
+	what := subjectLimiter
+	if instance {
+		what = subjectInstance
+	}
+	if s, ok := r.subjectOf(ctx, name, what); ok {
+		r.tally.Add(s, store.Counts{RefusedCalls: 1, RefusedPermits: permits})
+	}
+}
+
+// flush gathers every count in use and adds the tally to Redis.
+func (r *refusals) flush(ctx context.Context) error {
+	r.mu.Lock()
+	cs := make([]*refusalCount, 0, len(r.counts))
+	for _, c := range r.counts {
+		cs = append(cs, c)
+	}
+	r.mu.Unlock()
+	for _, c := range cs {
+		r.gather(ctx, c)
+	}
+	r.mu.Lock()
+	for _, c := range cs { // counts of closed handles, once empty
+		if r.users[c] == 0 && c.empty() {
+			delete(r.users, c)
+			delete(r.counts, c.name)
+		}
+	}
+	r.mu.Unlock()
+	return r.tally.Flush(ctx)
+}
+
+// runRefusals flushes every second on the client's clock until the client closes
+// (Close flushes the rest).
+func (c *Client) runRefusals() {
+	defer c.wg.Done()
+	r := c.refusals
+	for {
+		t := c.o.clock.NewTimer(r.every)
+		select {
+		case <-t.C():
+			_ = r.flush(c.ctx)
+		case <-c.ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// flushLast flushes what the closed client's handles refused (for at most
+// 2 s: Close must not hang on a Redis that does not answer).
+func (c *Client) flushLast() error {
+	if c.refusals == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return c.refusals.flush(ctx)
+}
