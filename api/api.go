@@ -12,6 +12,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/internal/promreg"
@@ -54,6 +56,11 @@ type Options struct {
 	// in-memory one, which no other process shares: /readyz, the event
 	// status and the dashboard say so ("redis": "embedded").
 	EmbeddedRedis bool
+	// TracerProvider, when not nil, traces every request (tracing.go),
+	// continuing the caller's trace as Propagator reads it from the
+	// request's headers (nil: W3C trace context). nil: no tracing.
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
 }
 
 // Defaults of Options.
@@ -86,6 +93,7 @@ type server struct {
 	hub         *eventHub         // what the event streams share
 	sig         *signals          // the process's one sampler (core.Watcher), while Handler.Run runs
 	embedded    bool              // Options.EmbeddedRedis
+	tracing     *tracing          // nil: off
 }
 
 // Handler is the HTTP API: an http.Handler that owns what its event streams
@@ -173,6 +181,7 @@ func New(o Options) *Handler {
 		ids:       newRequestIDs(),
 		routes:    map[string]*route{},
 		unmatched: &route{label: "unmatched"},
+		tracing:   newTracing(o.TracerProvider, o.Propagator),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -467,3 +467,7 @@ func quote(s string) string { return fmt.Sprintf("%q", s) }
 
 // Has reports whether the rules define domain.
 func (r *Rules) Has(domain string) bool { return r.domains[domain] != nil }
+
+// known reports whether the rules have domain (a descriptor's own limit
+// counts only in a domain they have, as the reference's).
+func (r *Rules) known(domain string) bool { return r.domains[domain] != nil }

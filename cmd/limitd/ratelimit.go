@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -25,6 +27,7 @@ import (
 	"github.com/limitd/limitd/grpcapi"
 	"github.com/limitd/limitd/internal/boot"
 	"github.com/limitd/limitd/internal/certfiles"
+	"github.com/limitd/limitd/internal/tracing"
 	"github.com/limitd/limitd/internal/xds"
 )
 
@@ -236,6 +239,9 @@ func ratelimitEnv(environ map[string]string) (map[string]string, *refMode, error
 		}
 		add(set("LIMITD_GRPC_OVER_LIMIT_CACHE", "LOCAL_CACHE_SIZE_IN_BYTES", strconv.FormatUint(max(1, min(b/overLimitEntryBytes, maxOverLimitCache)), 10)))
 	}
+	if v, ok := environ["TRACING_ENABLED"]; ok && asks(v) {
+		add(tracingEnv(environ, set))
+	}
 	if p := strings.TrimRight(environ["CACHE_KEY_PREFIX"], ":_."); p != "" {
 		add(set("LIMITD_PREFIX", "CACHE_KEY_PREFIX", p))
 	}
@@ -285,6 +291,34 @@ func ratelimitEnv(environ map[string]string) (map[string]string, *refMode, error
 		}
 	}
 	return out, rm, nil
+}
+
+// tracingEnv sets the LIMITD_TRACING* variables of TRACING_ENABLED=true
+// and the other TRACING_* variables, with the reference's defaults: OTLP
+// over HTTP, service RateLimit, every trace sampled, a random instance id.
+// The exporter reads OTEL_EXPORTER_OTLP_* itself, as the reference's does.
+func tracingEnv(environ map[string]string, set func(limitd, ref, value string) error) error {
+	exporter := tracing.OTLPHTTP
+	switch p := strings.ToLower(environ["TRACING_EXPORTER_PROTOCOL"]); p {
+	case "", "http":
+	case "grpc":
+		exporter = tracing.OTLPGRPC
+	default:
+		return fmt.Errorf("TRACING_EXPORTER_PROTOCOL: must be http or grpc (got %q)", p)
+	}
+	id := environ["TRACING_SERVICE_INSTANCE_ID"]
+	if id == "" {
+		id = rand.Text()
+	}
+	rate := environ["TRACING_SAMPLING_RATE"]
+	if rate == "" {
+		rate = "1"
+	}
+	return errors.Join(set("LIMITD_TRACING", "TRACING_ENABLED", exporter),
+		set("LIMITD_TRACING_SERVICE_NAME", "TRACING_SERVICE_NAME", cmp.Or(environ["TRACING_SERVICE_NAME"], "RateLimit")),
+		set("LIMITD_TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_NAMESPACE", environ["TRACING_SERVICE_NAMESPACE"]),
+		set("LIMITD_TRACING_SERVICE_INSTANCE_ID", "TRACING_SERVICE_INSTANCE_ID", id),
+		set("LIMITD_TRACING_SAMPLING_RATE", "TRACING_SAMPLING_RATE", rate))
 }
 
 // logLevelOf words one of logrus' levels as LIMITD_LOG_LEVEL does; another

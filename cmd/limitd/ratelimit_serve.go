@@ -21,6 +21,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -107,6 +108,11 @@ func (r *refRun) start(o *grpcapi.Options, log *slog.Logger, reg *prometheus.Reg
 	r.loadBad = registerCounter(reg, "ratelimit_service_config_load_error", "The reference server's config_load_error: rules refused (a runtime directory that does not parse, an xDS update NACKed).")
 	reg.MustRegister(r.rm.certs.reloads)
 	r.rm.certs.log.Store(log)
+	// The reference serves Prometheus' default registry, which has the Go
+	// and process collectors; so does limitd's, with or without its API
+	// (whose metrics add them too: a second registration changes nothing).
+	_ = reg.Register(collectors.NewGoCollector())
+	_ = reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if r.rm.useXDS {
 		return nil
 	}

@@ -198,6 +198,10 @@ func TestRatelimitRuntimeDir(t *testing.T) {
 		"ratelimit_service_config_load_success 2",
 		"ratelimit_service_config_load_error 1",
 		"# TYPE limitd_limiters_scraped gauge", // the sampler's, without the admin API
+		// The Go and process collectors, without limitd's API, as the
+		// reference's default registry has them; every call timed.
+		"\ngo_goroutines ", "\nprocess_start_time_seconds ",
+		`ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="0.005"}`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)

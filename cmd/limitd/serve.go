@@ -26,6 +26,7 @@ import (
 	"github.com/limitd/limitd/grpcapi"
 	"github.com/limitd/limitd/internal/boot"
 	"github.com/limitd/limitd/internal/coremetrics"
+	"github.com/limitd/limitd/internal/tracing"
 	"github.com/limitd/limitd/store"
 )
 
@@ -136,6 +137,24 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 	// be a line per attempt. serve reports outages itself, so keep these for
 	// debugging. The logger is process-wide, hence set once.
 	setRedisLogger.Do(func() { redis.SetLogger(redisLog{logger}) })
+	tc, err := cfg.tracingConfig(environ)
+	if err != nil {
+		return err
+	}
+	// Off (the default): no provider, and no hook anywhere.
+	tp, err := tracing.Start(ctx, tc)
+	if err != nil {
+		return rm.rename(err)
+	}
+	if tp != nil {
+		defer func() { // last: the spans of the shutdown go too
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				logger.Warn("traces not all exported at shutdown", "err", err)
+			}
+		}()
+	}
 	var bootFile *boot.File
 	if cfg.ConfigFile != "" {
 		if bootFile, err = boot.Load(cfg.ConfigFile); err != nil {
@@ -151,6 +170,11 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 			return rm.rename(fmt.Errorf("LIMITD_REDIS_URL: %s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": ")))
 		}
 		defer rdb.Close()
+		if tp != nil {
+			if err := tp.InstrumentRedis(rdb); err != nil {
+				return err
+			}
+		}
 	}
 	// Listen before touching Redis, so a busy port fails at once.
 	var ln net.Listener // limitd's HTTP API; limitd ratelimit's only with LIMITD_ADMIN_TOKEN
@@ -185,6 +209,11 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 			return fmt.Errorf("embedded redis: %w", err)
 		}
 		defer rdb.Close()
+		if tp != nil {
+			if err := tp.InstrumentRedis(rdb); err != nil {
+				return err
+			}
+		}
 		logger.Warn("LIMITD_REDIS_URL is empty: using an EMBEDDED IN-MEMORY Redis (embedded: not shared between processes). Limiters are NOT shared with other processes and are LOST when limitd stops; set LIMITD_REDIS_URL for real use",
 			"embedded_addr", mini.Addr())
 	}
@@ -274,7 +303,7 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 
 	var handler *api.Handler
 	if ln != nil {
-		handler = api.New(api.Options{
+		o := api.Options{
 			Service:         svc,
 			AdminToken:      cfg.AdminToken,
 			Token:           cfg.Token,
@@ -286,7 +315,11 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 			MaxEventStreams: cfg.EventsMaxStreams,
 			EmbeddedRedis:   cfg.RedisURL == "",
 			// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
-		})
+		}
+		if tp != nil {
+			o.TracerProvider, o.Propagator = tp.TracerProvider(), tp.Propagator()
+		}
+		handler = api.New(o)
 	}
 	srv := &http.Server{
 		Handler:           handler,
@@ -324,6 +357,9 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 		}
 		if ref != nil {
 			opts = append(opts, ref.grpcOptions()...)
+		}
+		if tp != nil {
+			opts = append(opts, tp.GRPCServer())
 		}
 		gsrv = grpc.NewServer(opts...)
 		rls.Register(gsrv)
