@@ -28,6 +28,7 @@ var may = map[string][]string{
 	"internal/rounds":      nil,
 	"internal/promreg":     nil,
 	"internal/certfiles":   nil,
+	"internal/tracing":     nil,
 	"internal/httpjson":    {"wire"},
 	"wire":                 {"limiter"},
 	"store":                {"limiter", "lua"},
@@ -41,7 +42,7 @@ var may = map[string][]string{
 	"internal/boot":        {"grpcapi", "core", "limiter"},
 	"internal/xds":         {"internal/boot", "grpcapi"},
 	"internal/bench":       {"client", "store", "limiter", "wire", "internal/clockoffset", "internal/httpjson"},
-	"cmd/limitd":           {"api", "grpcapi", "core", "store", "limiter", "wire", "internal/bench", "internal/boot", "internal/coremetrics", "internal/httpjson", "internal/xds", "internal/certfiles"},
+	"cmd/limitd":           {"api", "grpcapi", "core", "store", "limiter", "wire", "internal/bench", "internal/boot", "internal/coremetrics", "internal/httpjson", "internal/xds", "internal/certfiles", "internal/tracing"},
 	"integration":          nil, // tests only
 }
 
