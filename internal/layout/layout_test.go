@@ -24,6 +24,7 @@ var may = map[string][]string{
 	"lua":                  nil,
 	"internal/clockoffset": nil,
 	"internal/redistest":   nil,
+	"internal/alerttest":   {"internal/redistest"},
 	"internal/faultproxy":  nil,
 	"internal/rounds":      nil,
 	"internal/promreg":     nil,
