@@ -5,22 +5,29 @@ package integration
 // Three OS processes of `limitd bench --mode pool` (the Go client's pools,
 // over Redis: no limitd server decides their permits) share one 500/s
 // schedule, and one `limitd serve` on the same Redis is asked what happened:
-// /v1/history, the limiter's signals and /metrics must show the rate the
-// benches took and a saturated limiter, and the shipped LimitdSaturated
+// /v1/history, the limiter's signals (its event stream), its dashboard page
+// in Chromium and /metrics must show the rate the benches took and a
+// saturated limiter, and the shipped LimitdSaturated
 // alert must fire on the utilization /metrics served. Every name here starts
 // with tp so that other tests of the package cannot clash with it.
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 
 	"github.com/limitd/limitd/internal/alerttest"
 	"github.com/limitd/limitd/internal/redistest"
@@ -52,6 +59,9 @@ func TestGoClientProcessesShowInSignals(t *testing.T) {
 	redis := redistest.Server(t)
 	url := "redis://" + redis.Addr()
 	p := svServe(t, map[string]string{"LIMITD_REDIS_URL": url})
+	// The browser starts first: its start-up on a busy machine must not
+	// push the page's reading past the benches' end.
+	browser, noBrowser := tpBrowser(t)
 
 	start := time.Now()
 	var benches []*svProc
@@ -63,8 +73,8 @@ func TestGoClientProcessesShowInSignals(t *testing.T) {
 	}
 
 	// Steady: the history holds samples from tpSettle after the start up to
-	// 22 s in, all while the benches still run.
-	steadyFrom, upTo := start.Add(tpSettle).UnixNano(), start.Add(22*time.Second).UnixNano()
+	// 20 s in, and every reading below is taken while the benches still run.
+	steadyFrom, upTo := start.Add(tpSettle).UnixNano(), start.Add(20*time.Second).UnixNano()
 	var h wire.History
 	svEventually(t, 40*time.Second, func() string {
 		for _, b := range benches {
@@ -84,7 +94,7 @@ func TestGoClientProcessesShowInSignals(t *testing.T) {
 		}
 		s := h.Limiters[tpLimiter]
 		if len(s) == 0 || s[len(s)-1].T < upTo {
-			return fmt.Sprintf("%d samples of %s, none yet 22 s after the benches started", len(s), tpLimiter)
+			return fmt.Sprintf("%d samples of %s, none yet 20 s after the benches started", len(s), tpLimiter)
 		}
 		return ""
 	})
@@ -105,6 +115,16 @@ func TestGoClientProcessesShowInSignals(t *testing.T) {
 		return v
 	}
 	metricGranted, metricUse := gauge("limitd_limiter_granted_per_second"), gauge("limitd_limiter_utilization")
+	var pageGranted, pageUse float64
+	page := t.Run("Page", func(t *testing.T) {
+		if noBrowser != "" {
+			if os.Getenv(redistest.RequireEnv) == "1" {
+				t.Fatal(noBrowser)
+			}
+			t.Skip(noBrowser)
+		}
+		pageGranted, pageUse = tpPage(t, browser, p.base, tpLimiter)
+	})
 
 	// What the benches say they took, together.
 	var took float64
@@ -143,7 +163,7 @@ func TestGoClientProcessesShowInSignals(t *testing.T) {
 		}
 	}
 	if n < 6 {
-		t.Errorf("%d steady samples in /v1/history, want one a second from %v to 22 s", n, tpSettle)
+		t.Errorf("%d steady samples in /v1/history, want one a second from %v to 20 s", n, tpSettle)
 	}
 	if s := sig; !in(s.GrantedPerS) || s.Utilization < 0.95 || s.Health != "saturated" {
 		t.Errorf("the limiter's signals: %.1f/s at %.3f, health %q; want %.1f to %.1f/s, utilization ≥ 0.95, saturated",
@@ -152,9 +172,12 @@ func TestGoClientProcessesShowInSignals(t *testing.T) {
 	if !in(metricGranted) || metricUse < 0.95 {
 		t.Errorf("/metrics: granted %.1f/s, utilization %v; want %.1f to %.1f/s, ≥ 0.95", metricGranted, metricUse, lo, hi)
 	}
+	if page && (!in(pageGranted) || pageUse < 95) {
+		t.Errorf("the limiter's page: %v/s granted at %v %%; want %.1f to %.1f/s, ≥ 95 %%", pageGranted, pageUse, lo, hi)
+	}
 	if n > 0 {
-		t.Logf("%d bench processes took %.1f/s of %v/s: /v1/history %.1f/s on average over %d steady samples, its event stream's signals %.1f/s at %.3f, /metrics %.1f/s at %v",
-			tpBenches, took, tpRate, sum/float64(n), n, sig.GrantedPerS, sig.Utilization, metricGranted, metricUse)
+		t.Logf("%d bench processes took %.1f/s of %v/s: /v1/history %.1f/s on average over %d steady samples, its event stream's signals %.1f/s at %.3f, /metrics %.1f/s at %v, the page %v/s at %v %%; %v from the benches' start",
+			tpBenches, took, tpRate, sum/float64(n), n, sig.GrantedPerS, sig.Utilization, metricGranted, metricUse, pageGranted, pageUse, time.Since(start).Round(time.Millisecond))
 	}
 	alerttest.SaturatedFires(t, "../deploy/prometheus/limitd-alerts.yml", tpLimiter, metricUse)
 }
@@ -197,4 +220,76 @@ func tpStateSignals(t *testing.T, p *svProc, name string) *wire.Signals {
 	}
 	t.Fatalf("no state event of %s with signals within 10 s: %v", name, sc.Err())
 	return nil
+}
+
+// tpBrowser starts a headless Chromium (Debian's chromium), stopped when the
+// test ends, or says why there is none.
+func tpBrowser(t *testing.T) (context.Context, string) {
+	bin := ""
+	for _, n := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(n); err == nil {
+			bin = p
+			break
+		}
+	}
+	if bin == "" {
+		return nil, "chromium not installed: apt-get install -y chromium to check the dashboard's limiter page"
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,
+		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1366, 900))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	return ctx, ""
+}
+
+// tpPage opens name's page of the dashboard in the browser, waits until it
+// shows a rate, saves a screenshot to $LIMITD_SCREENSHOTS (else the test's
+// temporary folder) and returns the granted rate and the utilization (in %)
+// it shows.
+func tpPage(t *testing.T, browser context.Context, base, name string) (granted, util float64) {
+	ctx, cancel := chromedp.NewContext(browser)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelT()
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/#/limiter/"+name)); err != nil {
+		t.Fatalf("open %s's page: %v", name, err)
+	}
+	shown, err := chromedp.Run(ctx, chromedp.Poll[[]string](`(() => {
+		const g = document.querySelector("#v-granted b"), u = document.querySelector("#v-util b");
+		return !!g && !!u && /\/s$/.test(g.textContent) && /%$/.test(u.textContent) && [g.textContent, u.textContent]; })()`,
+		chromedp.WithPollingTimeout(20*time.Second)))
+	if err != nil {
+		body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		t.Fatalf("%s's page shows no rate and utilization: %v; it shows:\n%s", name, err, body)
+	}
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := cmp.Or(os.Getenv("LIMITD_SCREENSHOTS"), t.TempDir())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "limitd-go-client-processes-limiter.png")
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the page shows granted %q, utilization %q; screenshot: %s", shown[0], shown[1], path)
+	m := regexp.MustCompile(`([0-9.]+)(k?)/s$`).FindStringSubmatch(shown[0])
+	if m == nil {
+		t.Fatalf("%q is no rate", shown[0])
+	}
+	granted, _ = strconv.ParseFloat(m[1], 64)
+	if m[2] == "k" {
+		granted *= 1000
+	}
+	util, err = strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(shown[1], "%")), 64)
+	if err != nil {
+		t.Fatalf("%q is no percentage", shown[1])
+	}
+	return granted, util
 }
