@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/api"
-	"github.com/limitd/limitd/internal/alerttest"
+	"github.com/limitd/limitd/internal/testkit/alerttest"
 	"github.com/limitd/limitd/store"
 	"github.com/limitd/limitd/wire"
 )
