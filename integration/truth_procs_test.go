@@ -269,6 +269,17 @@ func tpPage(t *testing.T, browser context.Context, base, name string) (granted, 
 		body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
 		t.Fatalf("%s's page shows no rate and utilization: %v; it shows:\n%s", name, err, body)
 	}
+	// The all-time count is Redis', every caller's: no "0 granted" beside a
+	// flow of Go clients.
+	total, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		const p = document.querySelector("#v-permits b"), t = document.querySelector("#v-total-granted");
+		return t ? "front ends' count shown: " + t.textContent : p ? p.textContent : "none"; })()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := strconv.Atoi(strings.ReplaceAll(strings.Fields(total + " x")[0], ",", "")); n <= 0 {
+		t.Errorf("%s's page shows granted, all time %q, want the permits Redis recorded (> 0)", name, total)
+	}
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
