@@ -176,11 +176,6 @@ func (s *Store) seeAll(groups []multiGroup, out MultiDecision) {
 // the takes (another caller's moment).
 type spreadHooks struct{ afterCheck func() }
 
-// withSpread sets spreadHooks (tests).
-func withSpread(afterCheck func()) Option {
-	return func(s *Store) { s.spread = &spreadHooks{afterCheck: afterCheck} }
-}
-
 // multiGroup is one limiter of an AcquireAll call.
 type multiGroup struct {
 	req   MultiRequest
