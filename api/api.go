@@ -12,6 +12,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/internal/promreg"
@@ -24,7 +26,11 @@ type Options struct {
 	// (core.New). Its observer (limitd serve's: internal/coremetrics, in
 	// Registry) counts every decision and store call; the API counts its
 	// requests and problems.
-	Service    *core.Service
+	Service *core.Service
+	// Watcher is the process's one sampler of live signals, when its owner
+	// shares it with something else (limitd ratelimit's metrics); nil: the
+	// handler makes its own. Handler.Run runs it.
+	Watcher    *core.Watcher
 	AdminToken string       // LIMITD_ADMIN_TOKEN: needed for PUT, PATCH, DELETE, reset
 	Token      string       // LIMITD_TOKEN: needed for every other /v1 request
 	Logger     *slog.Logger // nil: discard
@@ -46,6 +52,15 @@ type Options struct {
 	// whose ReadTimeout is no longer, the server's bound applies and the
 	// API sets no read deadline of its own.
 	BodyTimeout time.Duration
+	// EmbeddedRedis says that Service's Redis is limitd serve's embedded
+	// in-memory one, which no other process shares: /readyz, the event
+	// status and the dashboard say so ("redis": "embedded").
+	EmbeddedRedis bool
+	// TracerProvider, when not nil, traces every request (tracing.go),
+	// continuing the caller's trace as Propagator reads it from the
+	// request's headers (nil: W3C trace context). nil: no tracing.
+	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
 }
 
 // Defaults of Options.
@@ -76,7 +91,9 @@ type server struct {
 	routes      map[string]*route // by echo path
 	unmatched   *route            // no route: echo's 404 and 405
 	hub         *eventHub         // what the event streams share
-	sig         *signals          // every named limiter's signals, sampled while Handler.Run runs
+	sig         *signals          // the process's one sampler (core.Watcher), while Handler.Run runs
+	embedded    bool              // Options.EmbeddedRedis
+	tracing     *tracing          // nil: off
 }
 
 // Handler is the HTTP API: an http.Handler that owns what its event streams
@@ -97,19 +114,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.e.ServeH
 // Safe to call more than once.
 func (h *Handler) Close() { h.s.hub.close() }
 
-// Run samples every named limiter (the first 1,000 in name order) once a
-// second until ctx ends, whether or not anyone watches: each limiter's
-// signals (what it granted and refused per second, its utilization, the
-// wait of a new caller) for the event streams' state events, GET
-// /v1/history (the last 15 minutes, kept in memory) and the
-// limitd_limiter_utilization and limitd_limiter_wait_seconds gauges; and
-// the status event streams send (Redis ok or unavailable, a data loss,
-// ready). Each second costs Redis one read of the listed limiters' live
-// states and decision totals, in pipelines of 500 (a lease limiter's holders one round trip
-// each), their configs read again only after a change, and the list itself
-// every 30 s. The owner of the handler runs it in one goroutine and ends
-// ctx as it shuts down; without it, state events carry no signals and the
-// history is empty.
+// Run runs the process's one sampler (core.Watcher; Options.Watcher, or
+// the handler's own) until ctx ends: once a second it reads every named
+// limiter (the first 1,000 in name order) and the names event streams ask
+// for, whether or not anyone watches, and derives each one's signals once
+// (what it granted and refused per second over Redis time, its
+// utilization, the wait of a new caller, its kind's reading, its health)
+// for the event streams' state events, GET /v1/history (the last 15
+// minutes, kept in memory), the state gauges of /metrics, and the status
+// event streams send (Redis ok or unavailable, a data loss, ready). Each
+// second costs Redis one read of each sampled limiter's live state and
+// decision totals, in pipelines of 500 (a lease limiter's holders one
+// round trip each), their configs read again only after a change, and the
+// list itself every 30 s, however many streams, pages and scrapes read
+// them. The owner of the handler runs it in one goroutine and ends ctx as
+// it shuts down; without it, event streams get no state and the history
+// is empty.
 func (h *Handler) Run(ctx context.Context) { h.s.sig.run(ctx) }
 
 // AccessLog says which requests the API logs, one "http request" line each
@@ -161,6 +181,7 @@ func New(o Options) *Handler {
 		ids:       newRequestIDs(),
 		routes:    map[string]*route{},
 		unmatched: &route{label: "unmatched"},
+		tracing:   newTracing(o.TracerProvider, o.Propagator),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -181,12 +202,16 @@ func New(o Options) *Handler {
 	}
 	s.m = newMetrics(reg, o.Version)
 	s.core = o.Service
-	promreg.Register("api", reg, newStateCollector(s.core))
+	s.embedded = o.EmbeddedRedis
 	promreg.Register("api", reg, newTemplateCollector(s.core))
-	s.sig = newSignals(s)
-	promreg.Register("api", reg, newSignalCollector(s.sig, s.core))
+	w := o.Watcher
+	if w == nil {
+		w = s.core.NewWatcher(core.WatcherOptions{Step: signalStep, Timeout: s.timeout})
+	}
+	s.sig = newSignals(s, w)
+	promreg.Register("api", reg, newSignalCollector(func() *core.Watcher { return s.sig.w }, s.core))
 	s.hub = newEventHub(s, o.MaxEventStreams)
-	s.sig.status = s.hub.setStatus
+	s.sig.status, s.sig.round = s.hub.setStatus, s.hub.onRound
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -264,9 +289,11 @@ func (s *server) healthz(c echo.Context) error {
 
 // readyz answers 200 only while limitd can decide: every Redis master it
 // needs accepts a write (core.Service.Ready), within store.ReadyTimeout.
+// Its body says which Redis ("ok", or "embedded": not shared); a 503's
+// problem says why not ("redis": "unauthorized", "loading", ...).
 func (s *server) readyz(c echo.Context) error {
 	if err := s.core.Ready(c.Request().Context()); err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, wire.Status{Status: "ready"})
+	return c.JSON(http.StatusOK, wire.Ready{Status: "ready", Redis: redisUp(s.embedded)})
 }

@@ -222,7 +222,9 @@ func scrapeAfterActivity(t *testing.T) string {
 		Minute: t0.Unix() / 60, Granted: map[string]int64{"user:1": 1}}}}); err != nil {
 		t.Fatal(err)
 	}
+	e.must(201, "PUT", "/v1/limiters/sh", `{"rate":1,"shadow":true}`)
 	s.round(time.Second)
+	s.round(time.Second) // rates need two reads
 	return string(e.must(200, "GET", "/metrics", nil).body)
 }
 
@@ -370,7 +372,7 @@ func readYAML(t *testing.T, path string, v any) {
 	}
 }
 
-// The state gauges are read from Redis at the scrape, whoever took the
+// The state gauges are the sampler's reading of Redis, whoever took the
 // permits: here the store directly, as a client pool in another process
 // does, never this API.
 func TestStateGaugesFromRedis(t *testing.T) {
@@ -390,6 +392,7 @@ func TestStateGaugesFromRedis(t *testing.T) {
 	}
 	e.ask("q", "w", 4, 0)
 	e.at(3 * time.Second)
+	e.sampled1()
 	m := string(e.must(200, "GET", "/metrics", nil).body)
 	for _, want := range []string{
 		`limitd_limiter_backlog_seconds{limiter="b"} 2.9`,

@@ -22,8 +22,8 @@ const (
 	defaultEventInterval = time.Second
 	minEventInterval     = 100 * time.Millisecond
 	maxEventInterval     = time.Minute
-	// maxEventLimiters bounds the limiters one stream samples (a sample is
-	// one pipeline of their live states, core.Sampler).
+	// maxEventLimiters bounds the limiters a stream that watches every
+	// limiter is sent (the first in name order).
 	maxEventLimiters = 200
 	// keepAlive is how often a quiet stream sends a comment, so that proxies
 	// keep it open.
@@ -35,17 +35,19 @@ const (
 // ready, the named limiters), and another each time the status changes.
 // Every interval a "state" event per watched limiter (what GET
 // /v1/limiters/{name} answers: config, version, live state or holders),
-// read from Redis, with its last signals (Handler.Run), and a "config" event for each
+// as the process's one sampler (Handler.Run) read it, with its signals, and a "config" event for each
 // config change as it is published ({"limiter","version"}, version 0:
-// deleted; {"templates":true}). ?limiters=a,b watches those; without it,
-// every limiter (the first maxEventLimiters in name order), the list read
-// again after a change. ?interval= sets the sampling interval (100ms–1m,
-// default 1s; a whole number of 100 ms, rounded up). A limiter that
+// deleted; {"templates":true}). ?limiters=a,b watches those (a template
+// instance or a limiter past the sampler's cap is sampled from then on);
+// without it, every limiter (the first maxEventLimiters in name order), the
+// list read again after a change. ?interval= sets how often (100ms–1m,
+// default 1s; a whole number of the sampler's rounds, one a second,
+// rounded up). A limiter that
 // disappears is sent as a "config" event with version 0 and no longer
 // sampled.
 //
 // The stream reads the handler's eventHub: every stream shares its one
-// subscription and its sampling rounds, so a stream costs Redis nothing of
+// subscription and the sampler's rounds, so a stream costs Redis nothing of
 // its own. Past Options.MaxEventStreams open streams it is a 503.
 func (s *server) events(c echo.Context) error {
 	q := c.QueryParams()

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -31,74 +30,54 @@ const (
 	streamWriteTimeout = 10 * time.Second
 	// streamsFullRetry is the Retry-After of a stream refused at the cap.
 	streamsFullRetry = 10 * time.Second
-	// sampleBatch bounds the limiters one pipeline of a round reads, so that
-	// a round over many streams' distinct limiters does not hold Redis for
-	// one long pipeline.
-	sampleBatch = 500
 )
 
 // eventHub is what every event stream of one handler shares: one
-// subscription to config changes and one sampling loop. A stream is a
-// reader of the hub's samples: it says which limiters it watches (or every
-// limiter) and how often (a whole number of the hub's rounds, one every
-// minEventInterval); each round the loop reads the union of what the
-// streams due then watch, once, in pipelines (core.Sampler), encodes each
-// limiter's event once, and hands every due stream the same encoded round.
-// So the Redis cost of N streams watching the same limiters is that of one.
+// subscription to config changes, and the rounds of the process's one
+// sampler (core.Watcher, run by Handler.Run). A stream is a reader of those
+// rounds: it says which limiters it watches (or every limiter) and how
+// often (a whole number of the sampler's rounds, one a second); the
+// sampler reads what every stream watches once a round, the hub encodes
+// each limiter's event once and hands every due stream the same encoded
+// round. So the Redis cost of N streams watching the same limiters, and of
+// the pages, scrapes and histories beside them, is that of one.
 //
-// The loop runs while a stream is open: the first stream starts it, and it
-// stops when the last one leaves. close (the handler's Close) stops it for
-// good and ends every stream. A stream that falls streamBuffer items behind
-// is dropped: its channel is closed, a write blocked on its client ended,
-// and its handler counts it in limitd_event_streams_dropped_total.
+// The config subscription runs while a stream is open: the first stream
+// starts it, and it stops when the last one leaves. close (the handler's
+// Close) stops it for good and ends every stream. A stream that falls
+// streamBuffer items behind is dropped: its channel is closed, a write
+// blocked on its client ended, and its handler counts it in
+// limitd_event_streams_dropped_total.
 type eventHub struct {
-	svc       *core.Service
-	m         *metrics
-	max       int
-	timeout   time.Duration        // bounds one round's reads
-	problem   func(error) *problem // what a sample's error reads as
-	newTicker func(time.Duration) ticker
+	svc     *core.Service
+	sig     *signals // the process's one sampler: its rounds are the samples
+	m       *metrics
+	max     int
+	problem func(error) *problem // what a sample's error reads as
 
 	ctx     context.Context // ends with close
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // the loop
 	closing sync.Once
 
-	// signals is what each state event adds: the limiter's last signals.
-	signals *signals
-
 	mu      sync.Mutex
-	status  []byte // the last status event, nil before the first
+	status  []byte      // the last status event, nil before the first
+	last    *core.Round // the sampler's last round, nil before the first
 	streams map[*stream]struct{}
 	running bool          // a loop is running; it clears this as it stops
 	closed  bool          // close was called: no stream joins again
 	wake    chan struct{} // a stream joined or left (capacity 1)
 }
 
-// ticker is what the loop's rounds follow: a time.Ticker, or in tests a
-// channel they drive.
-type ticker interface {
-	C() <-chan time.Time
-	Stop()
-}
-
-type timeTicker struct{ t *time.Ticker }
-
-func (t timeTicker) C() <-chan time.Time { return t.t.C }
-func (t timeTicker) Stop()               { t.t.Stop() }
-
-func newTimeTicker(d time.Duration) ticker { return timeTicker{time.NewTicker(d)} }
-
 func newEventHub(s *server, max int) *eventHub {
 	if max <= 0 {
 		max = DefaultMaxEventStreams
 	}
 	h := &eventHub{
-		svc: s.core, m: s.m, max: max, timeout: s.timeout, signals: s.sig,
-		problem:   func(err error) *problem { return s.problemOf(err, nil) },
-		newTicker: newTimeTicker,
-		streams:   map[*stream]struct{}{},
-		wake:      make(chan struct{}, 1),
+		svc: s.core, sig: s.sig, m: s.m, max: max,
+		problem: func(err error) *problem { return s.problemOf(err, nil) },
+		streams: map[*stream]struct{}{},
+		wake:    make(chan struct{}, 1),
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	return h
@@ -108,8 +87,10 @@ func newEventHub(s *server, max int) *eventHub {
 type stream struct {
 	names []string            // the limiters watched, in the order asked; nil: every limiter
 	watch map[string]struct{} // names as a set; nil: every limiter
-	every uint64              // rounds between samples: its interval over the hub's
-	out   chan streamItem     // the hub's items; closed when the hub ends the stream
+	every uint64              // rounds between samples: its interval over the sampler's step
+	// unwatch takes back the names it asked the sampler for.
+	unwatch func()
+	out     chan streamItem // the hub's items; closed when the hub ends the stream
 	// dropped is set before out is closed when the stream fell
 	// streamBuffer items behind.
 	dropped bool
@@ -159,7 +140,7 @@ const (
 // rounded up to whole rounds.
 func newStream(names []string, interval time.Duration) *stream {
 	st := &stream{names: names, out: make(chan streamItem, streamBuffer)}
-	st.every = uint64((interval + minEventInterval - 1) / minEventInterval)
+	st.every = max(1, uint64((interval+signalStep-1)/signalStep))
 	if names != nil {
 		st.watch = make(map[string]struct{}, len(names))
 		for _, n := range names {
@@ -169,8 +150,10 @@ func newStream(names []string, interval time.Duration) *stream {
 	return st
 }
 
-// join adds st to the hub, starting the loop if none runs; its first sample
-// comes at once, after the last status when there was one (status: false
+// join adds st to the hub, starting the loop if none runs, and asks the
+// sampler for the limiters st names; its first sample is the sampler's last
+// round when that read them, else the next (a limiter not sampled yet is
+// read at once), after the last status when there was one (status: false
 // when none was handed). Past the cap, or once the hub is closed, it is a
 // 503.
 func (h *eventHub) join(st *stream) (status bool, err error) {
@@ -196,7 +179,12 @@ func (h *eventHub) join(st *stream) (status bool, err error) {
 		h.wg.Add(1)
 		go h.loop()
 	}
-	h.poke()
+	if st.names != nil {
+		st.unwatch = h.sig.w.Watch(st.names) // read at once when not sampled yet
+	}
+	if h.last != nil {
+		h.handRound(h.last, st) // the last round, when it read what st watches
+	}
 	return status, nil
 }
 
@@ -222,6 +210,9 @@ func (h *eventHub) leave(st *stream) {
 	}
 	delete(h.streams, st)
 	h.m.eventStreams.Dec()
+	if st.unwatch != nil {
+		st.unwatch()
+	}
 	if len(h.streams) == 0 {
 		h.poke()
 	}
@@ -257,6 +248,9 @@ func (h *eventHub) close() {
 func (h *eventHub) end(st *stream) {
 	delete(h.streams, st)
 	h.m.eventStreams.Dec()
+	if st.unwatch != nil {
+		st.unwatch()
+	}
 	close(st.out)
 }
 
@@ -296,57 +290,39 @@ func shuttingDown() *problem {
 	return newProblem(http.StatusServiceUnavailable, wire.ProblemShuttingDown, "this limitd is shutting down; connect again")
 }
 
-// sampling is the state of one run of the loop.
-type sampling struct {
-	h       *eventHub
-	sampler *core.Sampler // configs kept, live states read in pipelines
-	round   uint64        // ticks so far
-	all     []string      // every limiter, for the streams that watch them all; nil: not listed yet
-	relist  bool          // a change came since all was listed
-}
-
-// loop is the hub's one sampling loop and subscription. It ends when no
-// stream is left or the hub closes.
+// loop is the hub's subscription to config changes, which it tells the
+// streams as they come. It ends when no stream is left or the hub closes.
+// The samples come from the process's one sampler (onRound).
 func (h *eventHub) loop() {
 	defer h.wg.Done()
 	ctx, cancel := context.WithCancel(h.ctx)
 	defer cancel()
-	changes := h.svc.Changes(ctx) // subscribed before the first sample: no change falls between
-	l := &sampling{h: h, sampler: h.svc.Sampler()}
-	tick := h.newTicker(minEventInterval)
-	defer tick.Stop()
+	changes, unsubscribe := h.sig.w.Changes()
+	defer unsubscribe()
 	for {
-		ok := true
 		select {
 		case <-ctx.Done():
-		case ch, open := <-changes: // closed only as ctx ends
-			if open {
-				l.changed(ch)
-			}
-		case <-h.wake:
-			ok = l.sample(ctx, false)
-		case <-tick.C():
-			l.round++
-			ok = l.sample(ctx, true)
-		}
-		if !ok {
-			return // no stream left: sample said so, running cleared
-		}
-		if ctx.Err() != nil {
 			h.mu.Lock()
 			h.running = false // closed: no loop starts again
 			h.mu.Unlock()
 			return
+		case ch := <-changes:
+			h.changed(ch)
+		case <-h.wake:
+			h.mu.Lock()
+			if len(h.streams) == 0 {
+				h.running = false // a stream joining now starts a new loop
+				h.mu.Unlock()
+				return
+			}
+			h.mu.Unlock()
 		}
 	}
 }
 
 // changed tells a config change to every started stream that watches it.
-func (l *sampling) changed(ch core.Change) {
-	l.sampler.Changed(ch.Limiter)
-	l.relist = true
+func (h *eventHub) changed(ch core.Change) {
 	ev := encodeEvent("config", ch)
-	h := l.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for st := range h.streams {
@@ -360,116 +336,78 @@ func (l *sampling) changed(ch core.Change) {
 	}
 }
 
-// sample runs one round for the streams due: on a tick those whose interval
-// it completes, on a wake those that have had no sample yet. With no stream
-// left it reports false, having cleared running in the same hold of the
-// lock, so that a stream joining now starts a new loop rather than count on
-// this one.
-func (l *sampling) sample(ctx context.Context, tick bool) bool {
-	h := l.h
-	h.mu.Lock()
-	if len(h.streams) == 0 {
-		h.running = false
-		h.mu.Unlock()
-		return false
-	}
-	var due []*stream
-	for st := range h.streams {
-		if tick && st.started && l.round%st.every == 0 || !tick && !st.started {
-			due = append(due, st)
-		}
-	}
-	h.mu.Unlock()
-	if len(due) == 0 {
-		return true
-	}
-	// What they watch, each limiter once.
-	var names []string
-	seen := map[string]struct{}{}
-	all := false
-	for _, st := range due {
-		if st.names == nil {
-			all = true
-		}
-		for _, n := range st.names {
-			if _, ok := seen[n]; !ok {
-				seen[n] = struct{}{}
-				names = append(names, n)
-			}
-		}
-	}
-
-	rctx, cancel := context.WithTimeout(ctx, h.timeout)
-	defer cancel()
-	var listErr error
-	if all && (l.all == nil || l.relist) {
-		if list, err := l.list(rctx); err == nil {
-			l.all, l.relist = list, false
-		} else if l.all == nil {
-			listErr = err
-		} // else the list before the change serves until the next round
-	}
-	r := &eventRound{all: l.all, events: make(map[string]sampled, len(names)+len(l.all))}
-	if all {
-		for _, n := range l.all {
-			if _, ok := seen[n]; !ok {
-				seen[n] = struct{}{}
-				names = append(names, n)
-			}
-		}
-	}
-	for batch := range slices.Chunk(names, sampleBatch) {
-		ls, errs := l.sampler.GetAll(rctx, batch)
-		for i, n := range batch {
-			r.events[n] = l.encode(n, ls[i], errs[i])
-		}
-	}
-	if ctx.Err() != nil {
-		return true // closing: the loop sees it
-	}
-	if all && l.all != nil {
-		// A limiter gone is told once to the streams that watch them all,
-		// then no longer sampled for them.
-		l.all = slices.DeleteFunc(slices.Clone(l.all), func(n string) bool { return r.events[n].kind == sampleGone })
-	}
-
+// onRound hands a round of the sampler to the streams due: those whose
+// interval a full round completes, and those that have had no sample yet
+// and whose limiters it has read. Each limiter's event is encoded once,
+// for every stream.
+func (h *eventHub) onRound(r *core.Round) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, st := range due {
-		if _, ok := h.streams[st]; !ok {
-			continue // left meanwhile
+	h.last = r
+	h.handRound(r, nil)
+}
+
+// handRound hands r to the streams due (only to st when it is not nil),
+// h.mu held.
+func (h *eventHub) handRound(r *core.Round, only *stream) {
+	var er *eventRound
+	for st := range h.streams {
+		if only != nil && st != only {
+			continue
 		}
-		if st.names == nil && listErr != nil {
-			if !st.started {
-				h.hand(st, streamItem{err: listErr}) // its answer is the error
+		due := st.started && r.Full && r.N%st.every == 0
+		if !st.started {
+			due = st.covered(r)
+		}
+		if !due {
+			continue
+		}
+		if st.names == nil && r.Listed == nil {
+			if r.Err != nil {
+				h.hand(st, streamItem{err: r.Err}) // its answer is the error
 				if _, ok := h.streams[st]; ok {
 					h.end(st)
 				}
 			}
 			continue
 		}
+		if er == nil {
+			er = h.encodeRound(r)
+		}
 		st.started = true
-		h.hand(st, streamItem{round: r})
+		h.hand(st, streamItem{round: er})
+	}
+}
+
+// covered reports whether r read every limiter st watches.
+func (st *stream) covered(r *core.Round) bool {
+	if st.names == nil {
+		return r.Listed != nil || r.Err != nil
+	}
+	for _, n := range st.names {
+		if _, ok := r.Entries[n]; !ok {
+			return false
+		}
 	}
 	return true
 }
 
-// list is every limiter's name, the first maxEventLimiters in name order.
-func (l *sampling) list(ctx context.Context) ([]string, error) {
-	page, err := l.h.svc.List(ctx, "", maxEventLimiters)
-	if err != nil {
-		return nil, err
+// encodeRound is r's events, each limiter's encoded once.
+func (h *eventHub) encodeRound(r *core.Round) *eventRound {
+	all := r.Listed
+	if len(all) > maxEventLimiters {
+		all = all[:maxEventLimiters]
 	}
-	names := make([]string, len(page.Limiters))
-	for i, info := range page.Limiters {
-		names[i] = info.Name
+	er := &eventRound{all: all, events: make(map[string]sampled, len(r.Entries))}
+	for n, e := range r.Entries {
+		er.events[n] = h.encode(n, e)
 	}
-	return names, nil
+	return er
 }
 
 // encode is name's part of a round: the event its sample reads as.
-func (l *sampling) encode(name string, lim core.Limiter, err error) sampled {
-	switch {
+func (h *eventHub) encode(name string, e core.Entry) sampled {
+	switch err := e.Err; {
 	case errors.Is(err, core.ErrNotFound):
 		return sampled{kind: sampleGone, ev: encodeEvent("config", core.Change{Limiter: name})}
 	case unknownLayout(err):
@@ -477,9 +415,10 @@ func (l *sampling) encode(name string, lim core.Limiter, err error) sampled {
 		// saying so): the others are still sampled.
 		return sampled{kind: sampleSkip}
 	case err != nil:
-		return sampled{kind: sampleError, ev: encodeEvent("error", l.h.problem(err).Problem)}
+		return sampled{kind: sampleError, ev: encodeEvent("error", h.problem(err).Problem)}
 	}
-	return sampled{kind: sampleState, ev: encodeEvent("state", wire.LimiterEvent{Limiter: viewOf(lim), Signals: l.h.signals.of(name)})}
+	sg := signalsOf(e.Signals)
+	return sampled{kind: sampleState, ev: encodeEvent("state", wire.LimiterEvent{Limiter: viewOf(e.Limiter), Signals: &sg})}
 }
 
 // encodeEvent is one Server-Sent Event: its name and v as JSON.

@@ -84,9 +84,13 @@ func openCounted(t *testing.T, url string) *counted {
 // eventually polls cond until it holds, failing after 10 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
+	// A hang's bound, not a measure, so that a busy machine is not taken for
+	// a hang: the sampler's rounds over 300 limiters on miniredis
+	// (TestSignalsCost) share 2 cores with the suite and any busy loops.
+	const hang = time.Minute
+	for deadline := time.Now().Add(hang); !cond(); time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
+			t.Fatalf("%s: not within %v", what, hang)
 		}
 	}
 }
@@ -112,11 +116,12 @@ func (e *env) metric(name string) float64 {
 	return 0
 }
 
-// Every event stream reads one shared sampling loop: 200 streams, watching
-// the same limiters at 100 ms and 1 s, some by name and some all of them,
-// cost Redis what one stream does per round (within 2×), over one
-// subscription. Rounds are driven by the test, one per tick; a stream at
-// 1 s takes every tenth.
+// Every event stream, page and scrape reads the process's one sampler: 200
+// streams, watching the same limiters every second and every 10 s, some by
+// name and some all of them, with a scrape of /metrics and a read of
+// /v1/history each round, cost Redis exactly what one stream does: one read
+// of each limiter's view a round, over one subscription. Rounds are driven
+// by the test, one per tick; a stream at 10 s takes every tenth.
 func TestEventsShareRedis(t *testing.T) {
 	e := newEnv(t)
 	var names []string
@@ -132,20 +137,25 @@ func TestEventsShareRedis(t *testing.T) {
 	e.rdb.AddHook(countHook{&cmds})
 	h := e.h.(*api.Handler)
 	tick := make(chan time.Time)
-	api.SetEventTicker(h, tick)
 	srv := httptest.NewServer(e.h)
 	t.Cleanup(srv.Close) // after the streams' cleanups: it waits for them
+	e.sample(tick)
+	eventually(t, "the sampler's first round", func() bool { return api.SignalRounds(h) >= 1 })
 
 	// measure sends ticks rounds, waiting after each until every stream
 	// had its sample (want(j, k): stream j's state events after round k),
 	// and returns the commands sent meanwhile. The loop takes the next
 	// tick only once the round before it is handed out.
 	const ticks = 10
-	measure := func(streams []*counted, want func(j, k int) int64) int64 {
+	measure := func(streams []*counted, want func(j, k int) int64, readers bool) int64 {
 		t.Helper()
 		before := cmds.Load()
 		for k := 1; k <= ticks; k++ {
 			tick <- time.Time{}
+			if readers {
+				e.must(200, "GET", "/metrics", nil)
+				e.must(200, "GET", "/v1/history?limiters="+strings.Join(names, ","), nil)
+			}
 			eventually(t, fmt.Sprintf("round %d", k), func() bool {
 				for j, s := range streams {
 					if s.states.Load() < want(j, k) {
@@ -164,19 +174,19 @@ func TestEventsShareRedis(t *testing.T) {
 		return got
 	}
 
-	one := openCounted(t, srv.URL+"/v1/events?interval=100ms")
+	one := openCounted(t, srv.URL+"/v1/events?interval=1s")
 	eventually(t, "the first sample", func() bool { return one.states.Load() == perRound })
-	cost1 := measure([]*counted{one}, func(_, k int) int64 { return perRound * int64(1+k) })
+	cost1 := measure([]*counted{one}, func(_, k int) int64 { return perRound * int64(1+k) }, false)
 	one.stop()
 	eventually(t, "the loop stops with its last stream", func() bool { return !api.EventLoopRunning(h) })
 
 	const n = 200
 	streams := make([]*counted, n)
-	fast := func(j int) bool { return j%2 == 0 } // 100 ms; the others 1 s
+	fast := func(j int) bool { return j%2 == 0 } // 1 s (asked as 100 ms: whole rounds); the others 10 s
 	for j := range streams {
 		q := "interval=100ms"
 		if !fast(j) {
-			q = "interval=1s"
+			q = "interval=10s"
 		}
 		if j%4 < 2 {
 			q += "&limiters=" + strings.Join(names, ",")
@@ -199,13 +209,17 @@ func TestEventsShareRedis(t *testing.T) {
 			return perRound * int64(1+k)
 		}
 		return perRound * int64(1+k/10)
-	})
-	t.Logf("Redis commands per round: 1 stream %.1f, %d streams %.1f", float64(cost1)/ticks, n, float64(cost200)/ticks)
+	}, true)
+	t.Logf("Redis commands per round: 1 stream %.1f, %d streams with a scrape and a history read %.1f (%d limiters)",
+		float64(cost1)/ticks, n, float64(cost200)/ticks, perRound)
 	if cost1 < perRound*ticks {
 		t.Fatalf("1 stream: %d commands over %d rounds, want at least one per limiter per round", cost1, ticks)
 	}
-	if cost200 > 2*cost1 {
-		t.Errorf("%d streams cost %d commands over %d rounds, 1 stream %d: want at most twice", n, cost200, ticks, cost1)
+	// A scrape adds its read of the templates (a few commands, cached for
+	// seconds); the limiters' views cost what one stream's did.
+	if cost200 > cost1+ticks {
+		t.Errorf("%d streams, scrapes and history reads cost %d commands over %d rounds, 1 stream %d: want the same, but a scrape's templates read",
+			n, cost200, ticks, cost1)
 	}
 }
 
@@ -292,7 +306,7 @@ func TestEventsDropSlowReader(t *testing.T) {
 	}
 	h := e.h.(*api.Handler)
 	tick := make(chan time.Time)
-	api.SetEventTicker(h, tick)
+	e.sample(tick)
 	srv := httptest.NewUnstartedServer(e.h)
 	srv.Listener = smallBuffers{srv.Listener}
 	srv.Start()
@@ -304,7 +318,7 @@ func TestEventsDropSlowReader(t *testing.T) {
 	}
 	defer conn.Close()
 	_ = conn.(*net.TCPConn).SetReadBuffer(4 << 10)
-	fmt.Fprintf(conn, "GET /v1/events?interval=100ms&limiters=%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", strings.Join(names, ","))
+	fmt.Fprintf(conn, "GET /v1/events?interval=1s&limiters=%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", strings.Join(names, ","))
 	eventually(t, "the stream opens", func() bool { return api.OpenEventStreams(h) == 1 })
 	// The client reads nothing. Each round the server writes ~7 KB until
 	// the sockets' buffers are full; then samples wait for the stream
@@ -344,11 +358,12 @@ func TestEventsDropSlowReader(t *testing.T) {
 func TestEventsReopen(t *testing.T) {
 	e := newEnv(t)
 	e.must(201, "PUT", "/v1/limiters/a", `{"rate":10}`)
+	e.sample(nil)
 	srv := httptest.NewServer(e.h)
 	t.Cleanup(srv.Close)
 	for i := range 100 {
 		s := openCounted(t, srv.URL+"/v1/events?limiters=a")
-		eventually(t, fmt.Sprintf("stream %d's first sample", i), func() bool { return s.states.Load() == 1 })
+		eventually(t, fmt.Sprintf("stream %d's first sample", i), func() bool { return s.states.Load() >= 1 })
 		s.stop()
 	}
 }

@@ -21,10 +21,13 @@ type sseEvent struct {
 
 // stream opens GET path on a real server over e's handler and returns its
 // events as they come, and a stop function; the answer is checked against
-// openapi.yaml once stopped.
+// openapi.yaml once stopped. The handler's sampler runs from then on.
 func (e *env) stream(path string) (<-chan sseEvent, func()) {
 	t := e.t
 	t.Helper()
+	if !e.sampling {
+		e.sample(nil)
+	}
 	srv := httptest.NewServer(e.h)
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+path, nil)

@@ -47,7 +47,11 @@ var specRouter = sync.OnceValues(func() (routers.Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	return legacy.NewRouter(doc)
+	// The tests serve on free ports: routes are matched on the path alone,
+	// whatever the document's servers say.
+	d := *doc
+	d.Servers = nil
+	return legacy.NewRouter(&d)
 })
 
 // covered records every operation ("PUT /v1/limiters/{name}") that a test
@@ -99,6 +103,40 @@ type env struct {
 	h     http.Handler
 	reg   *prometheus.Registry
 	token string // sent as the bearer token unless a call sets Authorization
+	// sampling: the handler's sampler (Handler.Run) runs, until the test
+	// ends.
+	sampling bool
+}
+
+// sampled1 runs e's sampler and waits for its first round, which reads
+// every limiter as it stands now.
+func (e *env) sampled1() {
+	e.t.Helper()
+	e.sample(nil)
+	h := e.h.(*api.Handler)
+	for deadline := time.Now().Add(10 * time.Second); api.SignalRounds(h) == 0; time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			e.t.Fatal("the sampler's first round: not within 10 s")
+		}
+	}
+}
+
+// sample runs e's sampler (Handler.Run) until the test ends; tick, when
+// not nil, drives its rounds (one a second otherwise).
+func (e *env) sample(tick <-chan time.Time) {
+	e.t.Helper()
+	if e.sampling {
+		e.t.Fatal("the sampler runs already")
+	}
+	e.sampling = true
+	h := e.h.(*api.Handler)
+	if tick != nil {
+		api.SetSignalTicker(h, tick)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { h.Run(ctx); close(done) }()
+	e.t.Cleanup(func() { cancel(); <-done })
 }
 
 func newEnv(t testing.TB, opts ...func(*api.Options)) *env {

@@ -38,8 +38,8 @@ func viewOf(l core.Limiter) wire.Limiter {
 		v.Now, v.Holders = h.Now, []wire.Holder{}
 		switch h.Kind {
 		case limiter.KindShare:
-			held, learning := h.Held, h.Learning
-			v.Held, v.Learning = &held, &learning
+			held, wanted, learning := h.Held, core.ReadingOf(l).Wanted, h.Learning
+			v.Held, v.Wanted, v.Learning = &held, &wanted, &learning
 			for _, x := range h.Share {
 				v.Holders = append(v.Holders, wire.Holder{ClientID: x.ClientID, Has: &x.Has, Wants: &x.Wants,
 					Priority: &x.Priority, Expires: x.Expires})

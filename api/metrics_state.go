@@ -1,135 +1,108 @@
 package api
 
 import (
-	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/limitd/limitd/core"
-	"github.com/limitd/limitd/limiter"
 )
 
-const (
-	// maxScraped bounds the limiters whose state one scrape reads: the
-	// first ones in name order, their configs in one pipeline (List) and
-	// their live states in another (core.Views), but a lease limiter's,
-	// one round trip each.
-	maxScraped = 1000
-	// scrapeTimeout bounds the Redis work of one scrape; limiters not read
-	// by then are left out of it.
-	scrapeTimeout = 5 * time.Second
-)
-
-// stateCollector reads every limiter's live state from Redis when /metrics
-// is scraped: a rate limiter's backlog, a share limiter's held and total
-// capacity, a concurrency limiter's slots in use and its limit, whichever
-// process took the permits. Template instances are not listed (they are
-// per-key state, counted under their template by the decision metrics).
-type stateCollector struct {
-	core                                  *core.Service
-	backlog, held, capacity, inUse, slots *prometheus.Desc
-	remaining                             *prometheus.Desc
-	scraped                               *prometheus.Desc
+// signalCollector exposes the sampler's last round (no Redis call at the
+// scrape): each sampled limiter's utilization, the wait of a new caller,
+// and its kind's reading (a scheduled limiter's backlog, a window's
+// remaining, a concurrency limiter's slots in use and limit, a share's
+// capacity held, wanted and total), whichever process took the permits;
+// and the data losses this limitd found.
+type signalCollector struct {
+	watcher                             func() *core.Watcher
+	core                                *core.Service
+	use, wait, granted, refused, shadow *prometheus.Desc
+	backlog, remaining, inUse, slots    *prometheus.Desc
+	held, wanted, capacity              *prometheus.Desc
+	sampled, dataLosses                 *prometheus.Desc
 }
 
-func newStateCollector(c *core.Service) *stateCollector {
+// SignalMetrics is the collector of w's gauges, as the API's /metrics
+// serves them, for a process that runs a sampler without the API (limitd
+// ratelimit without LIMITD_ADDR).
+func SignalMetrics(w *core.Watcher, svc *core.Service) prometheus.Collector {
+	return newSignalCollector(func() *core.Watcher { return w }, svc)
+}
+
+func newSignalCollector(w func() *core.Watcher, c *core.Service) *signalCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
-	return &stateCollector{
-		core:      c,
-		backlog:   d("limitd_limiter_backlog_seconds", "A rate limiter's wait time read from Redis at the scrape (schedule: how far behind its schedule it is; smooth: its stored time).", "limiter"),
-		held:      d("limitd_share_held", "A share limiter's capacity its holders hold now, read from Redis at the scrape.", "limiter"),
-		capacity:  d("limitd_share_capacity", "A share limiter's capacity.", "limiter"),
-		inUse:     d("limitd_slots_in_use", "A concurrency limiter's slots held now, read from Redis at the scrape.", "limiter"),
-		slots:     d("limitd_slots_limit", "A concurrency limiter's limit.", "limiter"),
-		remaining: d("limitd_window_remaining", "A window limiter's permits left in its current window, read from Redis at the scrape.", "limiter"),
-		scraped:   d("limitd_limiters_scraped", "How many limiters this scrape read from Redis (at most 1000, in name order, within 5 s)."),
-	}
-}
-
-func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.backlog, c.held, c.capacity, c.inUse, c.slots, c.remaining, c.scraped} {
-		ch <- d
-	}
-}
-
-func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
-	defer cancel()
-	page, err := c.core.List(ctx, "", maxScraped)
-	if err != nil {
-		ch <- prometheus.MustNewConstMetric(c.scraped, prometheus.GaugeValue, 0)
-		return // Redis down: limitd_errors_total and /readyz say so
-	}
-	n := 0
-	views, errs := c.core.Views(ctx, page.Limiters)
-	for i, l := range views {
-		if errs[i] != nil {
-			continue // deleted since the list, or Redis too slow for the scrape
-		}
-		n++
-		gauge := func(d *prometheus.Desc, v float64) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l.Name)
-		}
-		switch {
-		case l.State != nil && l.State.Window: // a window: Wait is the permits left
-			remaining := l.State.Wait
-			if !l.State.Started {
-				remaining = l.State.Limit
-			}
-			gauge(c.remaining, float64(remaining))
-		case l.State != nil:
-			gauge(c.backlog, time.Duration(l.State.Wait).Seconds())
-		case l.Holders != nil && l.Holders.Kind == limiter.KindShare:
-			gauge(c.held, l.Holders.Held)
-			if l.Config.Capacity != nil {
-				gauge(c.capacity, *l.Config.Capacity)
-			}
-		case l.Holders != nil && l.Holders.Kind == limiter.KindConcurrency:
-			gauge(c.inUse, float64(len(l.Holders.Slots)))
-			if l.Config.Limit != nil {
-				gauge(c.slots, float64(*l.Config.Limit))
-			}
-		}
-	}
-	ch <- prometheus.MustNewConstMetric(c.scraped, prometheus.GaugeValue, float64(n))
-}
-
-// signalCollector exposes the signals sampler's last samples (no Redis call
-// at the scrape): each sampled limiter's utilization and the wait of a new
-// caller, and the data losses this limitd found.
-type signalCollector struct {
-	sig        *signals
-	core       *core.Service
-	use, wait  *prometheus.Desc
-	dataLosses *prometheus.Desc
-}
-
-func newSignalCollector(g *signals, c *core.Service) *signalCollector {
 	return &signalCollector{
-		sig: g, core: c,
-		use: prometheus.NewDesc("limitd_limiter_utilization",
-			"A named limiter's utilization, sampled every second: a rate limiter's granted permits/s over the last 10 s over its rate; a window's permits taken over its limit; a share limiter's capacity held over its capacity; a concurrency limiter's slots in use over its limit.", []string{"limiter"}, nil),
-		wait: prometheus.NewDesc("limitd_limiter_wait_seconds",
-			"How long a new caller asking one permit of a named limiter would wait, sampled every second (0: granted at once).", []string{"limiter"}, nil),
-		dataLosses: prometheus.NewDesc("limitd_redis_data_lost_total",
-			"Times this limitd found that Redis lost its data (limitd's marker gone: a restart without persistence, a FLUSHALL).", nil, nil),
+		watcher: w, core: c,
+		use: d("limitd_limiter_utilization",
+			"A named limiter's utilization, sampled every second: a rate limiter's granted permits/s over the last 10 s (as its state in Redis counts them, whoever took them) over its rate; a window's permits taken over its limit; a share limiter's capacity held over its capacity; a concurrency limiter's slots in use over its limit.", "limiter"),
+		wait: d("limitd_limiter_wait_seconds",
+			"How long a new caller asking one permit of a named limiter would wait, sampled every second (0: granted at once; a lease kind: 0).", "limiter"),
+		granted: d("limitd_limiter_granted_per_second",
+			"A named limiter's permits granted a second over the Redis time between two samples at least 5 s apart: a rate kind's as its state in Redis counts them (every path), a lease kind's as limitd's front ends count them.", "limiter"),
+		refused: d("limitd_limiter_refused_per_second",
+			"A named limiter's permits refused a second over the Redis time between two samples at least 5 s apart, as every front end counts them (0 in shadow mode).", "limiter"),
+		shadow: d("limitd_limiter_shadow_refused_per_second",
+			"A named limiter in shadow mode: the permits it would have refused a second (nobody was refused).", "limiter"),
+		backlog:   d("limitd_limiter_backlog_seconds", "A scheduled limiter's wait time, sampled every second (schedule: how far behind its schedule it is; smooth: its stored time).", "limiter"),
+		remaining: d("limitd_window_remaining", "A window limiter's permits left in its current window, sampled every second.", "limiter"),
+		inUse:     d("limitd_slots_in_use", "A concurrency limiter's slots held now, sampled every second.", "limiter"),
+		slots:     d("limitd_slots_limit", "A concurrency limiter's limit.", "limiter"),
+		held:      d("limitd_share_held", "A share limiter's capacity its holders hold, sampled every second.", "limiter"),
+		wanted:    d("limitd_share_wanted", "A share limiter's capacity its holders want in all, sampled every second.", "limiter"),
+		capacity:  d("limitd_share_capacity", "A share limiter's capacity.", "limiter"),
+		sampled:   d("limitd_limiters_scraped", "How many limiters the last sample read from Redis (the named ones, at most 1000 in name order, and those watched)."),
+		dataLosses: d("limitd_redis_data_lost_total",
+			"Times this limitd found that Redis lost its data (limitd's marker gone: a restart without persistence, a FLUSHALL)."),
 	}
 }
 
 func (c *signalCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.use
-	ch <- c.wait
-	ch <- c.dataLosses
+	for _, d := range []*prometheus.Desc{c.use, c.wait, c.granted, c.refused, c.shadow, c.backlog, c.remaining,
+		c.inUse, c.slots, c.held, c.wanted, c.capacity, c.sampled, c.dataLosses} {
+		ch <- d
+	}
 }
 
 func (c *signalCollector) Collect(ch chan<- prometheus.Metric) {
-	c.sig.lasts(func(name string, sm sample) {
-		ch <- prometheus.MustNewConstMetric(c.use, prometheus.GaugeValue, float64(sm.use), name)
-		ch <- prometheus.MustNewConstMetric(c.wait, prometheus.GaugeValue, time.Duration(sm.wait).Seconds(), name)
-	})
-	_, _, n := c.core.DataLoss()
-	ch <- prometheus.MustNewConstMetric(c.dataLosses, prometheus.CounterValue, float64(n))
+	n := 0
+	if r := c.watcher().Last(); r != nil {
+		for name, e := range r.Entries {
+			if e.Err != nil || e.Limiter.Template != "" {
+				continue // an instance counts under its template
+			}
+			n++
+			gauge := func(d *prometheus.Desc, v float64) {
+				ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, name)
+			}
+			s := e.Signals
+			gauge(c.use, s.Utilization)
+			gauge(c.wait, time.Duration(s.Wait).Seconds())
+			if s.Span > 0 {
+				gauge(c.granted, s.GrantedPerS)
+				gauge(c.refused, s.RefusedPerS)
+				if s.Shadow {
+					gauge(c.shadow, s.ShadowRefusedPerS)
+				}
+			}
+			switch r := s.Reading; {
+			case r.Counted:
+				gauge(c.remaining, float64(r.Remaining))
+			case r.Scheduled:
+				gauge(c.backlog, time.Duration(r.Backlog).Seconds())
+			case r.Slots:
+				gauge(c.inUse, float64(r.InUse))
+				gauge(c.slots, float64(r.Limit))
+			case r.Shares:
+				gauge(c.held, r.Held)
+				gauge(c.wanted, r.Wanted)
+				gauge(c.capacity, r.Capacity)
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.sampled, prometheus.GaugeValue, float64(n))
+	_, _, lost := c.core.DataLoss()
+	ch <- prometheus.MustNewConstMetric(c.dataLosses, prometheus.CounterValue, float64(lost))
 }

@@ -69,8 +69,12 @@ func (c *templateCollector) Collect(ch chan<- prometheus.Metric) {
 
 // read reads what Collect answers; with Redis down, nothing (errors and
 // /readyz say so).
+// templatesScrapeTimeout bounds the Redis work of one read of the
+// templates.
+const templatesScrapeTimeout = 5 * time.Second
+
 func (c *templateCollector) read() []prometheus.Metric {
-	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), templatesScrapeTimeout)
 	defer cancel()
 	ts, err := c.core.Templates(ctx)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/limitd/limitd/wire"
 )
@@ -31,9 +32,16 @@ func (s *server) front(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
 		s.setRequestID(c)
+		var span trace.Span
+		if s.tracing != nil {
+			span = s.tracing.start(c, s.routeOf(c, nil).label)
+		}
 		err := s.limits(c, next)
 		if err != nil {
 			c.Error(err)
+		}
+		if span != nil {
+			s.tracing.end(c, span)
 		}
 		s.observe(c, err, time.Since(start))
 		return nil
@@ -94,10 +102,7 @@ func (g *requestIDs) next() string {
 // observe counts and times a request and writes its access log line. Probes
 // (/healthz, /readyz) are counted, never logged.
 func (s *server) observe(c echo.Context, err error, latency time.Duration) {
-	rt := s.routes[c.Path()]
-	if rt == nil || errors.Is(err, echo.ErrNotFound) { // echo's "no route" handler
-		rt = s.unmatched
-	}
+	rt := s.routeOf(c, err)
 	r := c.Request()
 	status := c.Response().Status
 	s.m.request(rt, r.Method, status, latency)
@@ -121,6 +126,15 @@ func (s *server) observe(c echo.Context, err error, latency time.Duration) {
 	// The request's own context may be cancelled by now; the log line is
 	// still wanted.
 	s.log.LogAttrs(context.WithoutCancel(r.Context()), slog.LevelInfo, "http request", attrs...)
+}
+
+// routeOf is the route a request matched (err: its handler's).
+func (s *server) routeOf(c echo.Context, err error) *route {
+	rt := s.routes[c.Path()]
+	if rt == nil || errors.Is(err, echo.ErrNotFound) { // echo's "no route" handler
+		rt = s.unmatched
+	}
+	return rt
 }
 
 // limits gives the request its deadline and caps its body: a declared

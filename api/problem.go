@@ -94,7 +94,7 @@ func (s *server) problemOf(err error, c echo.Context) *problem {
 	case errors.Is(ctxErr, context.Canceled):
 		p = newProblem(statusClientClosed, wire.ProblemClientClosed, "the client closed the request")
 	case errors.Is(err, core.ErrUnavailable):
-		p = newProblem(http.StatusServiceUnavailable, wire.ProblemUnavailable, unavailableDetail(err))
+		p = unavailableProblem(s.core, err)
 	default:
 		p = newProblem(http.StatusInternalServerError, wire.ProblemInternal, "limitd failed to answer this request; the failure is logged with its request id")
 	}
@@ -125,24 +125,6 @@ func fieldDetail(fe *limiter.FieldError) string {
 		return fe.Error()
 	}
 	return fmt.Sprintf("%s: %s (got %s)", fe.Field, fe.Rule, clip(fmt.Sprint(fe.Value)))
-}
-
-// unavailableDetail names the condition that keeps Redis from serving
-// (READONLY, OOM, timeout, ...) without echoing Redis' own text, which may
-// hold addresses.
-func unavailableDetail(err error) string {
-	const rest = "so limitd can neither decide nor change limiters; retry later"
-	if errors.Is(err, core.ErrDataLost) {
-		return "Redis lost limitd's data (its marker is gone: a restart without persistence?); limitd is applying its boot configuration again"
-	}
-	u, ok := core.UnavailabilityOf(err)
-	if !ok {
-		return "Redis is unavailable, " + rest
-	}
-	if u.OneLimiter {
-		return "this limiter cannot be served by this limitd (" + u.Description + ")"
-	}
-	return "Redis is unavailable (" + u.Description + "), " + rest
 }
 
 // unknownLayout reports whether err is one limiter's state in a layout this

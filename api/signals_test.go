@@ -33,11 +33,7 @@ func newSampled(t *testing.T) *sampled {
 	var svc *core.Service
 	e := newEnv(t, func(o *api.Options) { svc = o.Service })
 	s := &sampled{env: e, svc: svc, h: e.h.(*api.Handler), tick: make(chan time.Time), now: t0}
-	api.SetSignalTicker(s.h, s.tick)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.h.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	e.sample(s.tick)
 	eventually(t, "the first round", func() bool { return api.SignalRounds(s.h) == 1 })
 	return s
 }
@@ -97,8 +93,10 @@ func TestHistorySignals(t *testing.T) {
 	if a[1].Utilization != 0.5 {
 		t.Errorf("utilization %v, want 5/s over rate 10", a[1].Utilization)
 	}
-	if a[2].GrantedPerS != 20 {
-		t.Errorf("after 20 permits in 1 s: %+v, want 20/s", a[2])
+	// Rates span the samples of the last RateSpan (5 s) of Redis time, or
+	// all there are: 25 permits over 2 s.
+	if a[2].GrantedPerS != 12.5 {
+		t.Errorf("after 5 then 20 permits in 2 s: %+v, want 12.5/s", a[2])
 	}
 	if a[2].Utilization != 1.25 {
 		t.Errorf("utilization %v, want 25 permits over 2 s over rate 10", a[2].Utilization)
@@ -119,7 +117,9 @@ func TestHistorySignals(t *testing.T) {
 	if err := json.Unmarshal([]byte(ev.data), &le); err != nil {
 		t.Fatal(err)
 	}
-	if le.Signals == nil || *le.Signals != a[2] || le.Name != "a" || le.State == nil {
+	if sg := le.Signals; sg == nil || sg.T != a[2].T || sg.GrantedPerS != a[2].GrantedPerS || sg.Utilization != a[2].Utilization ||
+		sg.Wait != a[2].Wait || sg.Span != 2e9 || le.Name != "a" || le.State == nil ||
+		sg.Permits == nil || *sg.Permits != 25 || sg.Backlog == nil || *sg.Backlog != le.State.Wait {
 		t.Errorf("state event %s, want a's view with its last signals %+v", ev.data, a[2])
 	}
 	s.must(200, "HEAD", "/v1/history?limiters=a", nil)
@@ -163,9 +163,8 @@ func (e *env) gauge(t *testing.T, metric, name string) float64 {
 }
 
 // Utilization and wait by kind: a window's share of its limit taken and
-// the time until it resets once full; a concurrency limiter's slots in use
-// and the time until its first lease expires once full; a share limiter's
-// capacity held.
+// the time until it resets once full; a concurrency limiter's slots in use,
+// free, and its next lease expiry; a share limiter's capacity held.
 func TestSignalsKinds(t *testing.T) {
 	s := newSampled(t)
 	s.must(201, "PUT", "/v1/limiters/win", `{"kind":"window","limit":4,"period":"10s"}`)
@@ -203,9 +202,21 @@ func TestSignalsKinds(t *testing.T) {
 	}
 	var sem wire.Limiter
 	s.must(200, "GET", "/v1/limiters/sem", nil).decode(t, &sem)
-	if c := last("sem"); c.Utilization != 1 || c.Wait != sem.Holders[0].Expires-sem.Now || !c.Saturated {
-		t.Errorf("full concurrency: %+v, want utilization 1, wait until the first lease expires (%d), saturated",
-			c, sem.Holders[0].Expires-sem.Now)
+	// A full concurrency limiter's callers are refused, not queued, and a
+	// slot frees when its holder releases it: no wait is claimed; its
+	// earliest lease expiry is told as what it is.
+	if c := last("sem"); c.Utilization != 1 || c.Wait != 0 || !c.Saturated {
+		t.Errorf("full concurrency: %+v, want utilization 1, no wait claimed, saturated", c)
+	}
+	events, stop := s.stream("/v1/events?limiters=sem")
+	defer stop()
+	var le wire.LimiterEvent
+	if err := json.Unmarshal([]byte(next(t, events, func(ev sseEvent) bool { return ev.name == "state" }).data), &le); err != nil {
+		t.Fatal(err)
+	}
+	if sg := le.Signals; sg == nil || sg.InUse == nil || *sg.InUse != 2 || sg.Free == nil || *sg.Free != 0 ||
+		sg.Limit == nil || *sg.Limit != 2 || sg.NextExpiry == nil || *sg.NextExpiry != sem.Holders[0].Expires {
+		t.Errorf("full concurrency's signals %+v, want 2 in use of 2, 0 free, next lease expiry %d", sg, sem.Holders[0].Expires)
 	}
 }
 
@@ -321,17 +332,20 @@ func TestEventsRedisDownAtConnect(t *testing.T) {
 	if st.Redis != "unavailable" || st.Ready {
 		t.Errorf("status %+v, want redis unavailable, not ready", st)
 	}
-	ev := next(t, events, func(sseEvent) bool { return true })
+	ev := next(t, events, func(ev sseEvent) bool { return ev.name != "status" }) // the sampler's round tells it again
 	if ev.name != "error" || !strings.Contains(ev.data, "unavailable") {
 		t.Errorf("event %s %s, want the unavailable problem", ev.name, ev.data)
 	}
-	select {
-	case ev, ok := <-events:
-		if ok {
-			t.Errorf("event %s %s after the error, want the stream to end", ev.name, ev.data)
+	for end := false; !end; {
+		select {
+		case ev, ok := <-events:
+			if ok && ev.name != "status" {
+				t.Errorf("event %s %s after the error, want the stream to end", ev.name, ev.data)
+			}
+			end = !ok
+		case <-time.After(5 * time.Second):
+			t.Fatal("the stream did not end after its first sample failed")
 		}
-	case <-time.After(5 * time.Second):
-		t.Error("the stream did not end after its first sample failed")
 	}
 }
 

@@ -44,7 +44,7 @@ func (s *server) putTemplate(c echo.Context) error {
 		before = old.Version
 	}
 	t, created, err := s.core.PutTemplate(c.Request().Context(),
-		core.Template{ID: tid, Pattern: req.Pattern, Order: req.Order, IdleTTL: req.IdleTTL, Limiter: cfg})
+		core.Template{ID: tid, Pattern: req.Pattern, Order: req.Order, IdleTTL: req.IdleTTL, Limiter: cfg, Description: req.Description})
 	if err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func (s *server) putTemplate(c echo.Context) error {
 
 // templateOf is a template as the API answers it.
 func templateOf(t core.Template) wire.Template {
-	return wire.Template{ID: t.ID, Pattern: t.Pattern, Order: t.Order, IdleTTL: t.IdleTTL, Limiter: t.Limiter, Version: t.Version}
+	return wire.Template{ID: t.ID, Pattern: t.Pattern, Order: t.Order, IdleTTL: t.IdleTTL, Limiter: t.Limiter, Version: t.Version, Description: t.Description}
 }
 
 func (s *server) getTemplate(c echo.Context) error {

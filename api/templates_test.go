@@ -69,6 +69,7 @@ func TestTemplates(t *testing.T) {
 	}
 
 	// Metrics count instances under the template id, never their names.
+	e.sampled1()
 	m := string(e.must(200, "GET", "/metrics", nil).body)
 	for _, want := range []string{
 		`limitd_acquire_decisions_total{decision="granted",limiter="",template="per-user"} 4`,

@@ -251,10 +251,10 @@ func TestDashboardInBrowser(t *testing.T) {
 		if steady.Problem || steady.Health != "ok" {
 			t.Errorf("steady, used at a fifth of its rate, shows %+v; want no alarm", steady)
 		}
-		if g := p.text(`tr[data-name="exports"] .granted`); g != "1 of 4 in use" {
+		if g := p.text(`tr[data-name="exports"] .granted`); g != "1 of 4 in use, 3 free" {
 			t.Errorf("the semaphore's row says %q", g)
 		}
-		if g := p.text(`tr[data-name="partner"] .granted`); g != "4 of 10 held" {
+		if g := p.text(`tr[data-name="partner"] .granted`); g != "4 of 10 held, 4 wanted" {
 			t.Errorf("the share's row says %q", g)
 		}
 		if s := p.text("#status"); s != "live" {

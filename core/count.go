@@ -213,8 +213,20 @@ func (s *Service) refuses(cs []Counter, counts []Count) bool {
 
 // countStrict decides the counters all or nothing in one AcquireAll:
 // counters named twice ask once, for their hits together, and share the
-// answer.
+// answer. With the over-limit cache, a counter it holds as over refuses
+// the call at once: nothing is counted, the others are only checked (the
+// reference's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT with its local
+// cache: a key in its cache stops every key of the call from counting),
+// and none is asked when every named counter is held; a window counter a
+// call of one hit finds full is put in it until one hit fits again.
 func (s *Service) countStrict(ctx context.Context, cs []Counter, counts []Count) error {
+	var sent time.Time
+	if s.over != nil {
+		sent = s.clock.Now()
+		if cached := s.cachedOver(ctx, cs, counts, sent); cached != nil {
+			return s.checkOthers(ctx, cs, counts, cached)
+		}
+	}
 	var reqs []LimiterPermits
 	at := make([]int, len(cs))
 	seen := map[string]int{}
@@ -272,6 +284,81 @@ func (s *Service) countStrict(ctx context.Context, cs []Counter, counts []Count)
 		d := res.Results[at[i]]
 		over := !d.Granted || d.Shadow
 		counts[i] = countOf(d, over, res.Granted && !over, reqs[at[i]].Permits)
+		if over {
+			counts[i].Shadow = s.limiterShadow(ctx, c.Name, d)
+		}
+		if over && !counts[i].Shadow && s.over != nil && d.Window && d.Wait <= 0 && reqs[at[i]].Permits == 1 && d.RetryAfter > 0 {
+			// full: one hit fits again RetryAfter after the decision, at
+			// the latest as long after the call was sent
+			s.over.put(c.Name, overEntry{until: sent.Add(time.Duration(d.RetryAfter)), at: sent,
+				limit: d.Limit, used: counts[i].Used, reset: d.Position, redisNow: d.Now,
+				d: Decision{Instance: d.Instance, Version: d.Version}})
+		}
+	}
+	return nil
+}
+
+// cachedOver answers from the over-limit cache the counters it holds as
+// over (not in shadow mode: those never refuse), reporting them denied;
+// nil when it holds none of them.
+func (s *Service) cachedOver(ctx context.Context, cs []Counter, counts []Count, now time.Time) []bool {
+	var cached []bool
+	for i, c := range cs {
+		if c.Name == "" || c.Hits == 0 {
+			continue
+		}
+		e, ok := s.over.get(c.Name, now)
+		if !ok || s.limiterShadow(ctx, c.Name, e.d) {
+			continue
+		}
+		if cached == nil {
+			cached = make([]bool, len(cs))
+		}
+		cached[i] = true
+		counts[i] = e.count(now)
+		s.report(ctx, c.Name, c.Hits, e.d, "denied")
+	}
+	return cached
+}
+
+// checkOthers decides a strict call the cache refused: the counters it
+// did not answer are checked, not counted, in one AcquireAll (each says
+// whether its hits would have fit).
+func (s *Service) checkOthers(ctx context.Context, cs []Counter, counts []Count, cached []bool) error {
+	var checks []LimiterPermits
+	at := make([]int, len(cs))
+	seen := map[string]int{}
+	hits := map[string]int64{}
+	for i, c := range cs {
+		if c.Name == "" || cached[i] {
+			continue
+		}
+		j, ok := seen[c.Name]
+		if !ok {
+			j = len(checks)
+			seen[c.Name] = j
+			checks = append(checks, LimiterPermits{Name: c.Name})
+		}
+		at[i] = j
+		hits[c.Name] += c.Hits
+	}
+	if len(checks) == 0 {
+		return nil
+	}
+	res, err := s.AcquireAll(ctx, AcquireAllRequest{Requests: checks})
+	if err != nil {
+		return err
+	}
+	if len(res.Results) != len(checks) {
+		return fmt.Errorf("core: %d decisions for %d limiters: %w", len(res.Results), len(checks), store.ErrBadReply)
+	}
+	for i, c := range cs {
+		if c.Name == "" || cached[i] {
+			continue
+		}
+		d := res.Results[at[i]]
+		over := !d.Granted || d.Window && d.Wait < hits[c.Name]
+		counts[i] = countOf(d, over, false, 0)
 		if over {
 			counts[i].Shadow = s.limiterShadow(ctx, c.Name, d)
 		}

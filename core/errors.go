@@ -68,31 +68,120 @@ func join(prefix, s string) string {
 // quoted is a string input as an error repeats it.
 func quoted(s string) string { return fmt.Sprintf("%q", s) }
 
+// The causes of an ErrUnavailable that the operator fixes in a known way
+// (errors.Is): at most one holds for an error, and none for a timeout, a
+// refused connection and the like.
+var (
+	// ErrRedisUnauthorized: Redis refused limitd's credentials (WRONGPASS,
+	// NOAUTH) or its user's permissions forbid a command or key (NOPERM).
+	ErrRedisUnauthorized = store.ErrUnauthorized
+	// ErrRedisLoading: Redis is loading its dataset (LOADING).
+	ErrRedisLoading = store.ErrLoading
+	// ErrRedisReadOnly: limitd writes to a read-only replica (READONLY).
+	ErrRedisReadOnly = store.ErrReadOnly
+)
+
+// RedisCause is which of the known causes keeps Redis from serving.
+type RedisCause int
+
+// The causes: RedisCauseOther for every condition without a known fix.
+const (
+	RedisCauseOther RedisCause = iota
+	RedisCauseUnauthorized
+	RedisCauseLoading
+	RedisCauseReadOnly
+)
+
+// RedisCauseOf is the known cause of err (RedisCauseOther when it has none,
+// or does not match ErrUnavailable at all): the one classification every
+// front end and status reads.
+func RedisCauseOf(err error) RedisCause {
+	switch {
+	case !errors.Is(err, ErrUnavailable):
+		return RedisCauseOther
+	case errors.Is(err, ErrRedisUnauthorized):
+		return RedisCauseUnauthorized
+	case errors.Is(err, ErrRedisLoading):
+		return RedisCauseLoading
+	case errors.Is(err, ErrRedisReadOnly):
+		return RedisCauseReadOnly
+	}
+	return RedisCauseOther
+}
+
 // Unavailability is why Redis could not serve a call that failed with
 // ErrUnavailable.
 type Unavailability struct {
 	// Condition is the condition in Redis' own words where Redis said it
-	// (READONLY, OOM, LOADING, ...) or in a few plain ones (timeout,
-	// connection refused, ...).
+	// (READONLY, OOM, LOADING, WRONGPASS, NOPERM, ...) or in a few plain
+	// ones (timeout, connection refused, ...).
 	Condition string
 	// Description says in one sentence what the condition means and what to
 	// look at, with no part of the underlying error's text (no address, no
 	// password): safe to show to any client.
 	Description string
+	// Cause is the known cause, if any.
+	Cause RedisCause
+	// Fix says what the operator changes, naming the setting (the
+	// Service's RedisSettings), for a known cause ("" for others, and from
+	// UnavailabilityOf).
+	Fix string
 	// OneLimiter: the condition is one limiter's alone (its state in a
 	// layout this limitd does not read), where every other is Redis's.
 	OneLimiter bool
 }
 
 // UnavailabilityOf tells why err (matching ErrUnavailable) happened; ok is
-// false when err names no condition.
+// false when err names no condition. Fix is empty: Service.Unavailability
+// knows the settings to name.
 func UnavailabilityOf(err error) (u Unavailability, ok bool) {
 	var ue *store.UnavailableError
 	if !errors.As(err, &ue) {
 		return Unavailability{}, false
 	}
-	return Unavailability{Condition: ue.Condition, Description: ue.Describe(),
+	return Unavailability{Condition: ue.Condition, Description: ue.Describe(), Cause: RedisCauseOf(err),
 		OneLimiter: ue.Condition == store.ConditionUnknownLayout}, true
+}
+
+// RedisSettings name the settings through which the operator gives limitd
+// its Redis, for the fixes an Unavailability names.
+type RedisSettings struct {
+	// Address names the Redis to use (default LIMITD_REDIS_URL).
+	Address string
+	// Credentials holds the user name and password (default
+	// LIMITD_REDIS_URL, where they are the URL's user information).
+	Credentials string
+}
+
+func (r RedisSettings) orDefault() RedisSettings {
+	if r.Address == "" {
+		r.Address = "LIMITD_REDIS_URL"
+	}
+	if r.Credentials == "" {
+		r.Credentials = r.Address
+	}
+	return r
+}
+
+// Unavailability is UnavailabilityOf with the fix of a known cause, in the
+// words of the service's RedisSettings.
+func (s *Service) Unavailability(err error) (Unavailability, bool) {
+	u, ok := UnavailabilityOf(err)
+	if !ok {
+		return u, false
+	}
+	r := s.redis
+	switch {
+	case u.Condition == "NOPERM":
+		u.Fix = "give limitd's Redis user the commands and keys it needs (docs/reliability.md), or name another user in " + r.Credentials
+	case u.Cause == RedisCauseUnauthorized:
+		u.Fix = "set the user name and password Redis expects in " + r.Credentials
+	case u.Cause == RedisCauseLoading:
+		u.Fix = "wait until Redis has loaded its data; nothing to change in limitd"
+	case u.Cause == RedisCauseReadOnly:
+		u.Fix = "point " + r.Address + " at the master (or a Sentinel or cluster URL that finds it)"
+	}
+	return u, true
 }
 
 // CheckName checks an input that follows the rule of limiter names

@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// The over-limit cache (Options.OverLimitCache): under CountEvery, a window
+// The over-limit cache (Options.OverLimitCache; under CountStrict see
+// countStrict, count.go): under CountEvery, a window
 // counter found over its limit answers every later call with hits "over"
 // without Redis until it could grant again, as the Envoy reference server's
 // local cache of keys over their limit does (its LOCAL_CACHE_SIZE_IN_BYTES).

@@ -121,3 +121,62 @@ func TestOverLimitCacheShadowAndOthers(t *testing.T) {
 		t.Errorf("the other counter: %+v, want counted", c)
 	}
 }
+
+// Under strict counting (the reference's
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT with its local cache) a window
+// counter that a call of one hit finds full is held as over until one hit
+// fits again: a call naming it is refused at once, nothing counted, the
+// other counters only checked, and Redis not asked when it names only
+// held counters. A shadow-mode counter is never held.
+func TestOverLimitCacheStrict(t *testing.T) {
+	s, clk, rec := overRig(t, 8)
+	ctx := context.Background()
+	strict := func(cs ...Counter) CountResult {
+		t.Helper()
+		r, err := s.Count(ctx, CountRequest{Counting: CountStrict, Counters: cs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for range 2 {
+		if r := strict(Counter{Name: "w1", Hits: 1}); r.Refused {
+			t.Fatalf("within the limit: %+v", r)
+		}
+	}
+	if r := strict(Counter{Name: "w1", Hits: 1}); !r.Refused || !r.Counts[0].Over || r.Counts[0].Counted {
+		t.Fatalf("full: %+v, want refused, not counted", r)
+	}
+	// Held: a reset in Redis is not seen, and Redis is not asked.
+	if _, err := s.Reset(ctx, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	calls := len(rec.calls)
+	if r := strict(Counter{Name: "w1", Hits: 1}); !r.Refused || !r.Counts[0].Over || r.Counts[0].Counted || r.Counts[0].Used != 2 {
+		t.Fatalf("held: %+v, want refused from the cache (2 used when it was put)", r)
+	}
+	if len(rec.calls) != calls {
+		t.Errorf("held: Redis asked (%v)", rec.calls[calls:])
+	}
+	// With another counter: refused, the other checked and not counted.
+	r := strict(Counter{Name: "w3", Hits: 1}, Counter{Name: "w1", Hits: 1})
+	if !r.Refused || r.Counts[0].Over || r.Counts[0].Counted || r.Counts[0].Remaining != 2 || !r.Counts[1].Over {
+		t.Fatalf("w3 and a held w1: %+v, want refused, w3 checked (2 left), w1 over", r)
+	}
+	if r := strict(Counter{Name: "w3", Hits: 2}); r.Refused || r.Counts[0].Used != 2 {
+		t.Fatalf("w3 after: %+v, want granted, 2 used (the refused call counted nothing)", r)
+	}
+	// A shadow-mode counter over its limit is not held.
+	for range 3 {
+		strict(Counter{Name: "w2", Hits: 1})
+	}
+	calls = len(rec.calls)
+	if r := strict(Counter{Name: "w2", Hits: 1}); r.Refused || !r.Counts[0].Shadow || len(rec.calls) == calls {
+		t.Fatalf("shadow w2: %+v (Redis asked: %v), want let through and asked of Redis", r, len(rec.calls) > calls)
+	}
+	// At the window's end the entry ends: asked again, and the reset seen.
+	clk.Sleep(ctx, t0.Add(51*time.Second).Sub(clk.Now()))
+	if r := strict(Counter{Name: "w1", Hits: 1}); r.Refused || !r.Counts[0].Counted || r.Counts[0].Used != 1 {
+		t.Fatalf("the next window: %+v, want granted, 1 used", r)
+	}
+}

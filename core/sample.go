@@ -5,13 +5,13 @@ import (
 	"errors"
 )
 
-// Sampler reads the same limiters again and again, as an event stream
-// samples them: it keeps each limiter's config and reads it again only when
+// Sampler reads the same limiters again and again, as a Watcher samples
+// them: it keeps each limiter's config and reads it again only when
 // the limiter's version moved (Changed was told, or its live state answered
 // another version) or its live state could not be read as its kind's (a PUT
 // of another kind). So a sample reads the live states alone, the rate
 // limiters' in one pipeline (Views). A sampler is not safe for concurrent
-// use: it belongs to one stream.
+// use: it belongs to one Watcher's loop.
 type Sampler struct {
 	s     *Service
 	infos map[string]Info

@@ -47,6 +47,9 @@ type Options struct {
 	// over their limit, to answer them without Redis until they could
 	// grant again (see overlimit.go); 0: none, every call asks Redis.
 	OverLimitCache int
+	// Redis names the settings that give limitd its Redis, for the fixes
+	// Unavailability names (zero: LIMITD_REDIS_URL).
+	Redis RedisSettings
 }
 
 const defaultDecideTimeout = 1500 * time.Millisecond
@@ -69,6 +72,7 @@ type Service struct {
 	// instances caches counts of templates' instances (CachedInstances).
 	instances instanceCache
 	ledger    *Ledger // Options.Ledger
+	redis     RedisSettings
 	// loss is what is known of Redis losing limitd's data (kept.go).
 	loss dataLoss
 }
@@ -103,7 +107,7 @@ func New(st *store.Store, o Options) *Service {
 		panic("core: store is nil")
 	}
 	s := &Service{store: st, obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode, shadows: &shadowHints{},
-		over: newOverLimit(o.OverLimitCache)}
+		over: newOverLimit(o.OverLimitCache), redis: o.Redis.orDefault()}
 	s.loss.found = make(chan struct{}, 1)
 	if s.clock == nil {
 		s.clock = limiter.SystemClock()

@@ -115,6 +115,10 @@ type Template struct {
 	IdleTTL *limiter.Duration // nil: the default
 	Limiter limiter.Config
 	Version int64
+	// Description is what displays call the template instead of its id
+	// (an Envoy rule's descriptors: "mongo_cps.database_users"); "": the
+	// id.
+	Description string
 }
 
 func templateOf(t store.Template) Template { return Template(t) }

@@ -94,4 +94,4 @@ func (s checkedStream) RecvMsg(m any) error { return decode(s.ServerStream.RecvM
 
 // malformed counts a rate limit call whose request did not decode, as
 // ShouldRateLimit counts the calls it answers.
-func (s *Server) malformed(ctx context.Context, err error) { s.finish(ctx, nil, err, 0) }
+func (s *Server) malformed(ctx context.Context, err error) { s.finish(ctx, nil, err, noError, 0) }

@@ -3,6 +3,7 @@ package grpcapi
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -115,6 +116,7 @@ const (
 // is immutable; a reload compiles a new one.
 type Rules struct {
 	domains   map[string]*node
+	rules     []*rule // every rule, in the config's order
 	templates []core.Template
 	count     int
 	quotas    int // rules in quota mode
@@ -163,6 +165,11 @@ type rule struct {
 	limit  uint32
 	config limiter.Config
 }
+
+// fullKey names the rule as the reference server does (its config's
+// FullKey, in /rlconfig and its stats): the domain and the descriptors'
+// key_value path, "mongo_cps.database_users".
+func (rl *rule) fullKey() string { return rl.domain + "." + rl.label }
 
 // TemplatePrefix starts the id of every template a rule counts in.
 const TemplatePrefix = "envoy."
@@ -285,6 +292,7 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 			}
 			rl.unlimited = true
 			r.count++
+			r.rules = append(r.rules, rl)
 			return rl, nil
 		}
 		if !known {
@@ -325,9 +333,11 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 	if d.QuotaMode {
 		r.quotas++
 	}
-	rl.template = templateID(domain, rl.label)
-	r.templates = append(r.templates, core.Template{ID: rl.template, Pattern: rl.template + ":*", Order: templateOrder, Limiter: rl.config})
+	rl.template = templateID(domain, rl.label, counterShape(rl.config))
+	r.templates = append(r.templates, core.Template{ID: rl.template, Pattern: rl.template + ":*", Order: templateOrder, Limiter: rl.config,
+		Description: rl.fullKey()})
 	r.count++
+	r.rules = append(r.rules, rl)
 	return rl, nil
 }
 
@@ -371,10 +381,10 @@ func limitOf(c limiter.Config) (Unit, uint32) {
 }
 
 // templateID names a rule's template: "envoy.<domain>.<hash>", the domain
-// made safe and cut to be readable, the hash (of domain and the rule's
-// path) to be unique.
-func templateID(domain, label string) string {
-	sum := sha256.Sum256([]byte(domain + "\x00" + label))
+// made safe and cut to be readable, the hash (of domain, the rule's path
+// and the shape of its counters) to be unique.
+func templateID(domain, label, shape string) string {
+	sum := sha256.Sum256([]byte(domain + "\x00" + label + "\x00" + shape))
 	hint := make([]byte, 0, maxDomainHint)
 	for i := 0; i < len(domain) && len(hint) < maxDomainHint; i++ {
 		c := domain[i]
@@ -386,9 +396,53 @@ func templateID(domain, label string) string {
 	return TemplatePrefix + string(hint) + "." + hex.EncodeToString(sum[:6])
 }
 
+// counterShape is what a rule's counts are counted in: the kind, and for a
+// window its period, sliding or not, and zone. A rule whose shape changes
+// (a unit from HOUR to SECOND) counts in counters of another name, so that
+// nothing counted or remembered for the old shape (the window in Redis,
+// the floor the store keeps of its end) applies to the new one: the
+// reference's keys name their unit's window the same way. Its limit and
+// shadow mode are not part of it: a limit changed within one unit keeps the
+// window's count, as the reference's key is the same.
+func counterShape(c limiter.Config) string {
+	if c.Period == "" { // a kind with no window: its name alone
+		return string(c.Kind)
+	}
+	return fmt.Sprintf("%s/%s/%t/%s", c.Kind, c.Period, c.Sliding, c.Zone)
+}
+
 // safe are the bytes a counter's name keeps as they are.
 func safe(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '-'
+}
+
+// unitNames are the protocol's units as the reference prints them (the
+// enum's names).
+var unitNames = map[Unit]string{UnitUnknown: "UNKNOWN", UnitSecond: "SECOND", UnitMinute: "MINUTE", UnitHour: "HOUR",
+	UnitDay: "DAY", UnitMonth: "MONTH", UnitYear: "YEAR", UnitWeek: "WEEK"}
+
+// Dump prints every rule as the reference server's /rlconfig does, one line
+// each, in the config's order (the reference's own order is its maps'):
+//
+//	mongo_cps.database_users: unit=SECOND requests_per_unit=500, shadow_mode: false, quota_mode: false
+//
+// A rule with a limitd limiter (not a rate_limit) words its rate in the
+// smallest unit that makes it whole (UNKNOWN 0 where none does) and adds
+// the limiter's config.
+func (r *Rules) Dump() string {
+	var b strings.Builder
+	for _, rl := range r.rules {
+		fmt.Fprintf(&b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t", rl.fullKey(),
+			unitNames[rl.unit], rl.limit, rl.config.Shadow, rl.quota)
+		if !rl.unlimited && !limiter.Counts(rl.config.Kind) {
+			c := rl.config
+			c.Shadow = false // said above
+			j, _ := json.Marshal(c)
+			fmt.Fprintf(&b, ", limiter: %s", j)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 // Templates are the limitd templates the rules count in, one per rule with
@@ -413,3 +467,7 @@ func quote(s string) string { return fmt.Sprintf("%q", s) }
 
 // Has reports whether the rules define domain.
 func (r *Rules) Has(domain string) bool { return r.domains[domain] != nil }
+
+// known reports whether the rules have domain (a descriptor's own limit
+// counts only in a domain they have, as the reference's).
+func (r *Rules) known(domain string) bool { return r.domains[domain] != nil }

@@ -33,6 +33,7 @@ var t0 = time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
 type env struct {
 	t      *testing.T
 	mini   *miniredis.Miniredis
+	rdb    redis.UniversalClient
 	st     *store.Store
 	svc    *core.Service
 	srv    *Server
@@ -107,7 +108,7 @@ func newEnv(t *testing.T, domains string, opts ...option) *env {
 // newEnvOver is newEnv over any Redis.
 func newEnvOver(t *testing.T, rdb redis.UniversalClient, domains string, opts ...option) *env {
 	t.Helper()
-	e := &env{t: t, now: t0, reg: prometheus.NewRegistry()}
+	e := &env{t: t, now: t0, reg: prometheus.NewRegistry(), rdb: rdb}
 	e.st = store.New(rdb)
 	rules := compile(t, domains)
 	o := Options{Rules: rules, Registry: e.reg}

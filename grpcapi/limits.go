@@ -219,7 +219,7 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 		return ctx, nil // the health service is open
 	}
 	if err := s.authorize(metadata.NewIncomingContext(ctx, info.Header)); err != nil {
-		s.finish(ctx, nil, err, 0)
+		s.finish(ctx, nil, err, noError, 0)
 		return ctx, err
 	}
 	return ctx, nil

@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -41,6 +42,7 @@ type refMetrics struct {
 	globalShadow                     prometheus.Counter
 	errors                           *prometheus.CounterVec // by err_type
 	requests                         prometheus.Counter     // total_requests of ShouldRateLimit
+	responseTime                     prometheus.Observer    // response_time of ShouldRateLimit
 }
 
 // withReference registers the reference's names beside limitd's.
@@ -59,30 +61,51 @@ func (m *metrics) withReference(reg *prometheus.Registry) {
 			Help: "The reference server's global_shadow_mode (limitd_ratelimit_global_shadow_mode_total under its name)."})),
 		errors: promreg.Register("grpcapi", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_service_should_rate_limit_error",
-			Help: "The reference server's should_rate_limit errors: redis_error (Redis unavailable: the call answered UNAVAILABLE), service_error (any other failure but a bad request).",
+			Help: "The reference server's should_rate_limit errors: redis_error (Redis failed the call: answered UNAVAILABLE), service_error (the service could not decide: no rules loaded yet, a request without a domain or descriptors or otherwise refused as invalid, an internal error).",
 		}, []string{"err_type"})),
 		requests: promreg.Register("grpcapi", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_service_total_requests",
 			Help: "The reference server's total_requests of each gRPC method (limitd_grpc_requests_total summed over codes).",
+		}, []string{"grpc_method"})).WithLabelValues("ShouldRateLimit"),
+		// The reference times every call in milliseconds and its exporter
+		// maps the timer to this histogram in seconds (scale 0.001), with
+		// the exporter's default buckets, Prometheus' DefBuckets.
+		responseTime: promreg.Register("grpcapi", reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ratelimit_service_response_time_seconds",
+			Help:    "The reference server's response_time of each gRPC method: the time to answer a ShouldRateLimit call, seconds.",
+			Buckets: prometheus.DefBuckets,
 		}, []string{"grpc_method"})).WithLabelValues("ShouldRateLimit"),
 	}
 	m.ref = r
 	m.globalShadow = tee{m.globalShadow, r.globalShadow}
 }
 
-// called counts a ShouldRateLimit call answered with code.
-func (m *metrics) called(code codes.Code) {
+// errClass is what a failed call counts as in the reference's
+// should_rate_limit errors.
+type errClass int
+
+const (
+	noError      errClass = iota // answered, or failed for no fault of the service (a token missing, the caller gone)
+	redisError                   // Redis failed the call
+	serviceError                 // the service could not decide: no rules yet, a request it refused, an internal error
+)
+
+// errTypes are the reference's err_type labels of each class.
+var errTypes = [...]string{redisError: "redis_error", serviceError: "service_error"}
+
+// called counts a ShouldRateLimit call answered with code, failed as class,
+// that took took (0: not timed, a call refused before it was read).
+func (m *metrics) called(code codes.Code, class errClass, took time.Duration) {
 	m.requests.WithLabelValues(code.String()).Inc()
 	if m.ref == nil {
 		return
 	}
 	m.ref.requests.Inc()
-	switch code {
-	case codes.Unavailable:
-		m.ref.errors.WithLabelValues("redis_error").Inc()
-	case codes.OK, codes.InvalidArgument, codes.Unauthenticated, codes.Canceled, codes.ResourceExhausted:
-	default:
-		m.ref.errors.WithLabelValues("service_error").Inc()
+	if took > 0 {
+		m.ref.responseTime.Observe(took.Seconds())
+	}
+	if class != noError {
+		m.ref.errors.WithLabelValues(errTypes[class]).Inc()
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/limitd/limitd/core"
 )
@@ -129,5 +131,52 @@ func TestReferenceMetricNames(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(e.reg, "ratelimit_service_rate_limit_total_hits"); n != 2 {
 		t.Errorf("%d total_hits series, want 2 (ip, user.plan_free)", n)
+	}
+}
+
+// Errors count as the reference counts them: no rules loaded yet and a
+// request without a domain are service_error, Redis failing is
+// redis_error; every call answered is timed in
+// ratelimit_service_response_time_seconds.
+func TestReferenceErrorClasses(t *testing.T) {
+	e := newEnv(t, headerRules, func(o *Options, _ *coreOptions) {
+		o.ReferenceMetrics, o.Rules, o.WaitForRules = true, nil, true
+	})
+	errs := func(class string) float64 {
+		got, _ := scrape(t, e, `ratelimit_service_should_rate_limit_error{err_type="`+class+`"}`)
+		return got
+	}
+	call := func(domain string) error {
+		_, err := e.client.ShouldRateLimit(t.Context(), &rlv3.RateLimitRequest{Domain: domain, Descriptors: []*rlcommonDescriptor{desc("ip", "x")}})
+		return err
+	}
+	if err := call("web"); status.Code(err) != codes.Unavailable {
+		t.Fatalf("before the first rules: %v, want Unavailable", err)
+	}
+	if s, r := errs("service_error"), errs("redis_error"); s != 1 || r != 0 {
+		t.Errorf("no rules yet: service_error %v, redis_error %v; want 1, 0", s, r)
+	}
+	e.srv.SetRules(compile(t, headerRules))
+	if err := call(""); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("no domain: %v, want InvalidArgument", err)
+	}
+	if s := errs("service_error"); s != 2 {
+		t.Errorf("no domain: service_error %v, want 2", s)
+	}
+	if err := call("web"); err != nil {
+		t.Fatalf("with rules: %v", err)
+	}
+	e.mini.Close()
+	if err := call("web"); status.Code(err) != codes.Unavailable {
+		t.Fatalf("Redis gone: %v, want Unavailable", err)
+	}
+	if s, r := errs("service_error"), errs("redis_error"); s != 2 || r != 1 {
+		t.Errorf("Redis gone: service_error %v, redis_error %v; want 2, 1", s, r)
+	}
+	if n, _ := scrape(t, e, `ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"}`); n != 4 {
+		t.Errorf("response_time count %v, want 4 (every call answered)", n)
+	}
+	if n, _ := scrape(t, e, `ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="10"}`); n != 4 {
+		t.Errorf("response_time le=10 bucket %v, want 4: the buckets are Prometheus' DefBuckets, as the reference exporter's", n)
 	}
 }

@@ -86,6 +86,7 @@ type Server struct {
 	health    *health.Server
 	headers   *Headers
 	down      atomic.Bool // Redis failed the last call: its outage was logged
+	overrides overrides   // override.go
 }
 
 // New returns a Server. It panics if o.Service is nil.
@@ -206,21 +207,30 @@ const (
 // answer: Envoy's failure_mode_deny then decides.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitRequest) (resp *rlv3.RateLimitResponse, err error) {
 	start := time.Now()
-	defer func() { s.finish(ctx, req, err, time.Since(start)) }()
+	class := noError
+	defer func() { s.finish(ctx, req, err, class, time.Since(start)) }()
 	if err := s.authorize(ctx); err != nil {
 		return nil, err
 	}
 	descs, err := parseRequest(req)
 	if err != nil {
+		// The reference counts its own request checks (a domain, some
+		// descriptors) as service errors; limitd's further checks count
+		// with them.
+		class = serviceError
 		return nil, err
 	}
-	return s.decide(ctx, req.GetDomain(), descs)
+	if resp, err = s.decide(ctx, req.GetDomain(), descs); err != nil {
+		class, err = s.fail(err)
+	}
+	return resp, err
 }
 
 // descriptor is one checked request descriptor.
 type descriptor struct {
-	entries []Entry
-	hits    uint64
+	entries  []Entry
+	hits     uint64
+	override *override // its own limit (override.go); nil: none
 }
 
 // parseRequest checks a request; its errors are InvalidArgument naming the
@@ -245,8 +255,9 @@ func parseRequest(req *rlv3.RateLimitRequest) ([]descriptor, error) {
 		if len(es) > maxEntries {
 			return nil, invalidArg("descriptors[%d].entries: at most %d (got %d)", i, maxEntries, len(es))
 		}
-		if d.GetLimit() != nil {
-			return nil, invalidArg("descriptors[%d].limit: limit overrides are not supported by limitd: put the limit in the domain's config", i)
+		var err error
+		if out[i].override, err = overrideOf(i, d.GetLimit()); err != nil {
+			return nil, err
 		}
 		if d.GetIsNegativeHits() {
 			return nil, invalidArg("descriptors[%d].is_negative_hits: is not supported by limitd", i)
@@ -273,11 +284,23 @@ func parseRequest(req *rlv3.RateLimitRequest) ([]descriptor, error) {
 func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) (*rlv3.RateLimitResponse, error) {
 	rules := s.rules.Load()
 	if rules == nil {
-		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded yet")
+		return nil, errNoRules
 	}
 	matched := make([]*rule, len(descs))
+	names := make([]string, len(descs)) // an override's counter
 	replaced := map[string]bool{}
 	for i, d := range descs {
+		if d.override != nil && rules.known(domain) {
+			t, err := d.override.template()
+			if err != nil {
+				return nil, invalidArg("descriptors[%d].limit: %v", i, err)
+			}
+			if err := s.ensureOverride(ctx, t); err != nil {
+				return nil, err
+			}
+			matched[i], names[i] = d.override.rule(domain, d.entries, t)
+			continue
+		}
 		rl := rules.match(domain, d.entries)
 		matched[i] = rl
 		if rl != nil {
@@ -292,6 +315,8 @@ func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) 
 		c.Hits = int64(d.hits)
 		switch {
 		case rl == nil:
+		case names[i] != "":
+			c.Name = names[i]
 		case rl.unlimited: // never replaced, as the reference has it
 			c.Unlimited = true
 		case rl.name != "" && replaced[rl.name]: // another matched rule replaces it: no limit
@@ -302,7 +327,10 @@ func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) 
 	}
 	res, err := s.svc.Count(ctx, req)
 	if err != nil {
-		return nil, s.fail(err)
+		if errors.Is(err, core.ErrNotFound) {
+			s.forgetOverrides() // Redis lost them: the next call puts them again
+		}
+		return nil, err
 	}
 	s.down.Store(false)
 	resp := &rlv3.RateLimitResponse{OverallCode: rlv3.RateLimitResponse_OK, Statuses: make([]*rlv3.RateLimitResponse_DescriptorStatus, len(descs))}
@@ -365,28 +393,50 @@ func wholeSeconds(d time.Duration) time.Duration {
 // reference's default.
 const defaultNearRatio float32 = 0.8
 
-// fail maps an error of the service to a gRPC status, logging the start of
-// an outage once.
-func (s *Server) fail(err error) error {
+// errNoRules answers a call before the first rules (Options.WaitForRules).
+var errNoRules = status.Error(codes.Unavailable, "no rate limit configuration loaded yet")
+
+// fail maps an error of decide to the class it counts as and a gRPC status
+// (the reference's: only Redis failing is a redis_error; no rules yet is a
+// service_error, as the reference's "no rate limit configuration loaded"),
+// logging the start of an outage once.
+func (s *Server) fail(err error) (errClass, error) {
 	switch {
+	case err == errNoRules:
+		return serviceError, err
 	case errors.Is(err, core.ErrInvalid):
-		return status.Error(codes.InvalidArgument, err.Error())
+		return serviceError, status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
+		return noError, status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, core.ErrNotFound):
 		// The rules' templates are not in Redis (yet): the boot file keeper
-		// applies them again within a second.
-		return status.Error(codes.Unavailable, "the rules' counters are not in Redis yet: "+err.Error())
+		// applies them again within a second. Redis answered: the service
+		// could not decide.
+		return serviceError, status.Error(codes.Unavailable, "the rules' counters are not in Redis yet: "+err.Error())
 	case errors.Is(err, core.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		if !s.down.Swap(true) {
 			s.log.Warn("redis unavailable: rate limit calls answer UNAVAILABLE until it answers", "err", err)
 		}
-		return status.Error(codes.Unavailable, "Redis is unavailable: "+err.Error())
+		return redisError, status.Error(codes.Unavailable, s.unavailable(err))
 	}
 	if _, ok := status.FromError(err); ok {
-		return err
+		return serviceError, err
 	}
-	return status.Error(codes.Internal, err.Error())
+	return serviceError, status.Error(codes.Internal, err.Error())
+}
+
+// unavailable is the message of an UNAVAILABLE answer: the condition and,
+// for a known cause (credentials, permissions, loading, read-only), the
+// setting to fix, as the HTTP API's 503 says them.
+func (s *Server) unavailable(err error) string {
+	u, ok := s.svc.Unavailability(err)
+	switch {
+	case !ok:
+		return "Redis is unavailable: " + err.Error()
+	case u.Fix != "":
+		return "Redis cannot serve (" + u.Description + "): " + u.Fix
+	}
+	return "Redis is unavailable (" + u.Description + ")"
 }
 
 // authorize checks the bearer token when one is required.
@@ -415,9 +465,9 @@ func (s *Server) authorize(ctx context.Context) error {
 }
 
 // finish counts a call and writes its access log line.
-func (s *Server) finish(ctx context.Context, req *rlv3.RateLimitRequest, err error, took time.Duration) {
+func (s *Server) finish(ctx context.Context, req *rlv3.RateLimitRequest, err error, class errClass, took time.Duration) {
 	code := status.Code(err)
-	s.m.called(code)
+	s.m.called(code, class, took)
 	if s.accessLog != "all" && (s.accessLog != "errors" || err == nil) {
 		return
 	}

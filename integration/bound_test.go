@@ -79,6 +79,7 @@ func bdRecovered(t *testing.T, p *svProc) {
 // client's own timeouts (a 500 ms read) and with a read timeout of 5 s,
 // which leaves the bound alone to end a call.
 func TestBoundManyCallers(t *testing.T) {
+	longTest(t)
 	for _, query := range []string{"", "?read_timeout=5s&write_timeout=5s"} {
 		p, px := bdServe(t, query)
 		for _, fault := range []struct {
@@ -154,6 +155,7 @@ func bdLoop(p *svProc, n int, d time.Duration) []fhResult {
 // caller alone does, not the rest of another batch's round trip and then
 // their own (about two, 102 ms, before).
 func TestRoundTripsManyCallers(t *testing.T) {
+	longTest(t)
 	p, px := bdServe(t, "")
 	const latency = 50 * time.Millisecond
 	px.SetLatency(latency)

@@ -510,6 +510,7 @@ func fbRestartEmpty(srv *redistest.Instance, wipe func()) {
 }
 
 func TestFallbackNeverStacks(t *testing.T) {
+	longTest(t)
 	redistest.Require(t)
 	bin := mpBuild(t)
 	const tol = 0.10

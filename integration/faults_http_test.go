@@ -233,6 +233,7 @@ var fhProbes = []fhProbe{
 // (REPLICAOF), then a master again (REPLICAOF NO ONE): writes and
 // readiness are 503 naming READONLY meanwhile, never 500.
 func TestFaultReadOnlyReplica(t *testing.T) {
+	longTest(t)
 	master := redistest.Server(t)
 	node := redistest.Server(t)
 	// The limiter exists on both, so that whichever data the node holds
@@ -284,6 +285,7 @@ func TestFaultReadOnlyReplica(t *testing.T) {
 // Redis at maxmemory with noeviction: writes and readiness are 503 naming
 // OOM, never 500; raising the limit recovers.
 func TestFaultMaxmemory(t *testing.T) {
+	longTest(t)
 	srv := redistest.Server(t)
 	p := fhServe(t, srv.Addr())
 	fhMust(t, p, "PUT", "/v1/limiters/fhl", `{"rate":1000000,"burst":"inf"}`, 201)
@@ -386,6 +388,7 @@ const fhHungBound = 3 * time.Second
 // A hung Redis (SIGSTOP): every endpoint answers 503 within fhHungBound,
 // and 2xx again soon after SIGCONT.
 func TestFaultHungRedis(t *testing.T) {
+	longTest(t)
 	srv := redistest.Server(t)
 	p := fhServe(t, srv.Addr())
 	fhMust(t, p, "PUT", "/v1/limiters/fhl", `{"rate":1000000,"burst":"inf"}`, 201)
@@ -503,6 +506,7 @@ const fhSlowConns = 2000
 // token is missing), other clients are served meanwhile, and the goroutines
 // return to their baseline.
 func TestFaultSlowBodies(t *testing.T) {
+	longTest(t)
 	srv := redistest.Server(t)
 	for _, tc := range []struct {
 		name  string
@@ -596,6 +600,7 @@ func TestFaultSlowBodies(t *testing.T) {
 // 20,000 PUTs of new names from 8 goroutines while another pages GET
 // /v1/limiters: at the end the listing holds exactly every limiter.
 func TestFaultListingRace(t *testing.T) {
+	longTest(t)
 	srv := redistest.Server(t)
 	p := fhServe(t, srv.Addr())
 	const pre, writers, perWriter = 3, 8, 2500

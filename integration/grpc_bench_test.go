@@ -130,7 +130,7 @@ func BenchmarkGRPCvsHTTP(b *testing.B) {
 // gbCounted fails b unless the rule's template has at least n instances in
 // Redis: the gRPC calls made decisions that were written, one counter per
 // value, as the HTTP acquires did.
-func gbCounted(b *testing.B, p *svProc, n int64) {
+func gbCounted(b testing.TB, p *svProc, n int64) {
 	b.Helper()
 	var list struct {
 		Templates []struct {

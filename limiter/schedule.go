@@ -7,11 +7,31 @@ import "math"
 // time that passes without a caller becomes backlog, which callers may catch up
 // at Burst × rate, and backlog beyond MaxBacklog is forfeited as idle time.
 
+// AtOnce is how early a schedule of burst inf lets a call start: its
+// starts are at once while the schedule runs at most AtOnce (or its
+// max_backlog, if less) ahead of now. See acquireSchedule.
+const AtOnce int64 = 1_000_000 // 1 ms
+
 // acquireSchedule is acquire(n, max_wait) of DESIGN §3.1.
+//
+// When a call starts at once: it waits for the schedule (the permits
+// granted before it) and for the pace (the distance its burst puts between
+// two starts), and a call that cannot wait is refused when either holds it
+// past now. With a finite burst the second of two simultaneous requests
+// waits for the pace, as it would a microsecond later. Burst inf has no
+// pace, and a start within its pace is at once: a call starts as early as
+// AtOnce before its slot (bounded by max_backlog: 0 keeps it strict), so
+// that the requests a batch decides at one Redis time, which arrived over
+// up to a millisecond (the batch's linger, a round trip), and a clock that
+// reads one time for many calls, do not turn a schedule meant to let them
+// through into refusals. The schedule still advances by every permit: a
+// run of starts at once leaves debt that the callers after it wait out,
+// and over any span the schedule grants at most AtOnce of the rate more
+// than its rate and backlog allow.
 func (p *Params) acquireSchedule(s *State, now, n, maxWait int64) Result {
 	p.forfeit(s, now, p.MaxBacklog)
 	sched := s.Next
-	start := max(sched, s.Pace, now)
+	start := p.startAt(s, now)
 	delay := start - now
 	if delay > maxWait {
 		return Result{Delay: delay, RetryAfter: delay - maxWait, Wait: max(0, now-s.Next)}
@@ -21,12 +41,27 @@ func (p *Params) acquireSchedule(s *State, now, n, maxWait int64) Result {
 	s.Allocated += cost
 	s.Next += cost
 	s.Pace = start + p.PaceOf(cost)
-	lateness := start - sched
+	lateness := max(0, start-sched) // a start at once, ahead of its slot, is on time
 	s.Permits += n
 	s.Lateness += lateness
 	s.Last = now
 	return Result{Granted: true, Permits: n, Scheduled: sched, Start: start, Delay: delay,
 		Lateness: lateness, Wait: max(0, now-s.Next)}
+}
+
+// startAt is where a call at now starts: after the schedule and the pace,
+// and for burst inf up to AtOnce (at most max_backlog) before its slot.
+func (p *Params) startAt(s *State, now int64) int64 {
+	return max(s.Next-p.early(), s.Pace, now)
+}
+
+// early is how long before its slot a call may start: for burst inf
+// AtOnce, at most max_backlog; else 0.
+func (p *Params) early() int64 {
+	if math.IsInf(p.Burst, 1) {
+		return min(p.MaxBacklog, AtOnce)
+	}
+	return 0
 }
 
 // PaceOf is how far the pace moves for a grant of cost ns: cost/burst rounded
@@ -62,7 +97,7 @@ var scheduleEngine = engine{
 	},
 	peek: func(p *Params, s *State, now int64) (int64, int64) {
 		p.forfeit(s, now, p.MaxBacklog)
-		return max(0, now-s.Next), max(s.Next, s.Pace, now) - now
+		return max(0, now-s.Next), p.startAt(s, now) - now
 	},
 	reset: func(p *Params, s *State, now int64) {
 		p.forfeit(s, now, 0)

@@ -109,8 +109,12 @@ func engStall(t *testing.T, c Config, span int64) (p Params, T int64, gs []engGr
 		if !r.Granted {
 			t.Fatalf("continuous phase: grant %d denied: %+v", i, r)
 		}
-		if i > 0 && r.Start-prev != p.Slice.Whole {
-			t.Fatalf("continuous phase: gap %d, want one slice %d", r.Start-prev, p.Slice.Whole)
+		want := p.Slice.Whole
+		if i == 1 { // the second starts as early as the schedule lets it (burst inf: early)
+			want -= min(p.early(), want)
+		}
+		if i > 0 && r.Start-prev != want {
+			t.Fatalf("continuous phase: gap %d at grant %d, want %d", r.Start-prev, i, want)
 		}
 		prev, now = r.Start, r.Start
 	}
@@ -221,15 +225,16 @@ func TestScheduleStrictNeverCatchesUp(t *testing.T) {
 
 func TestScheduleAverageCatchesUpAtOnce(t *testing.T) {
 	p, T, gs, _, _ := engStall(t, Config{Spec: "1000,inf"}, 3*engSec)
-	// The permits due in [T−1s, T] all start at T: 1001 of them; the backlog is
-	// gone without any time passing.
+	// The permits due in [T−1s, T] all start at T: 1001 of them, and one more
+	// due within AtOnce (1 ms: one slice) after T; the backlog is gone without
+	// any time passing.
 	i := 0
 	for ; i < len(gs) && gs[i].start == T; i++ {
 	}
-	if i != 1001 {
-		t.Errorf("burst inf: %d starts at the stall instant, want 1001", i)
+	if want := 1001 + int(AtOnce/p.Slice.Whole); i != want {
+		t.Errorf("burst inf: %d starts at the stall instant, want %d", i, want)
 	}
-	if gs[i-1].wait != 0 || gs[i-2].wait != 0 || gs[i-3].wait != engMs {
+	if gs[i-1].wait != 0 || gs[i-2].wait != 0 || gs[i-3].wait != 0 || gs[i-4].wait != engMs {
 		t.Errorf("burst inf: backlog did not reach 0 at the stall instant: %v", gs[i-3:i])
 	}
 	for j := i; j < len(gs); j++ {
@@ -674,7 +679,7 @@ func engScheduleRandomRun(t *testing.T, seed uint64, ops int) {
 				cost, rem = p.Slice.Cost(n, 0)
 			}
 			switch {
-			case r.Start != now+r.Delay || r.Start < now || r.Start < r.Scheduled || r.Lateness != r.Start-r.Scheduled:
+			case r.Start != now+r.Delay || r.Start < now || r.Start < r.Scheduled-p.early() || r.Lateness != max(0, r.Start-r.Scheduled):
 				fail(i, "inconsistent result %+v", r)
 			case s.Allocated-before.Allocated != cost || s.Rem != rem || s.Permits-before.Permits != n:
 				fail(i, "allocated +%d rem %d permits +%d, want cost %d rem %d permits %d",
@@ -794,12 +799,13 @@ func engScheduleRandomRun(t *testing.T, seed uint64, ops int) {
 //
 // so at most r·W·b + n_k permits start in any window, and once caught up (L_j
 // = 0) at most r·W + n_k: the burst only helps while behind (DESIGN §3.1),
-// and never by more than the backlog.
+// and never by more than the backlog. Burst inf adds E = min(AtOnce, M), how
+// early its starts may be: m·σ ≤ W + L_j + E + 1 ns.
 //
 // Why: every grant sets pace = start + ⌈cost/b⌉ and the next start is ≥ pace,
 // so Σ_{j..k−1} cost ≤ b·(start_k − start_j) ≤ b·W. And A only grows (by cost,
 // and by forfeiture), so Σ_{j..k−1} cost ≤ sched_k − sched_j ≤ start_k −
-// (start_j − L_j) ≤ W + L_j. The costs carry their sub-ns remainder, so m
+// (start_j − L_j) ≤ W + L_j (burst inf: sched_k ≤ start_k + E). The costs carry their sub-ns remainder, so m
 // permits cost more than m·σ − 1 ns. L_j ≤ M holds because after forfeiture
 // A ≥ now − M and pace − A ≤ M is kept by every operation.
 func TestSchedulePropertyWindow(t *testing.T) {
@@ -854,7 +860,7 @@ func TestSchedulePropertyWindow(t *testing.T) {
 						m += gs[k].n
 						k++
 					}
-					bound := float64(w) + float64(gs[j].late)
+					bound := float64(w) + float64(gs[j].late) + float64(p.early())
 					if !math.IsInf(p.Burst, 1) {
 						bound = min(bound, p.Burst*float64(w))
 					}

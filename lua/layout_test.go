@@ -90,6 +90,7 @@ func TestConstantsAreLimiters(t *testing.T) {
 	}{
 		{"lib.lua", `local HORIZON = (\d+)`, limiter.Horizon},
 		{"lib.lua", `local MAX_AHEAD = 2 \* HORIZON`, limiter.MaxAhead / 2 / limiter.Horizon},
+		{"schedule.lua", `local AT_ONCE = (\d+)`, limiter.AtOnce},
 		{"window.lua", `local FULL, MAX_COUNT = (\d+), \d+`, limiter.MaxWindowLimit},
 		{"window.lua", `local FULL, MAX_COUNT = \d+, (\d+)`, limiter.MaxWindowCount},
 	} {

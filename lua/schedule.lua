@@ -5,6 +5,11 @@
 -- beyond max_backlog is forfeited as idle time. It follows lib.lua (see
 -- Kinds there) and registers its row in KINDS.
 
+-- AT_ONCE is limiter.AtOnce: how early a start of burst inf may be (at
+-- most max_backlog early), so that requests decided at one Redis time are at
+-- once (see start_at in the engine, and limiter/schedule.go).
+local AT_ONCE = 1000000
+
 -- forfeit moves backlog beyond maxb to idle: nobody may catch it up.
 local function forfeit(L, now, maxb)
   local late = now - L.next
@@ -89,7 +94,10 @@ local function acquire_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl)
     next = now - max_backlog
   end
   local sched = next
-  local start = sched -- max(sched, pace, now)
+  local start = sched -- start_at: max(sched, pace, now), burst inf's up to AT_ONCE early
+  if burst == 0 then
+    if max_backlog < AT_ONCE then start = sched - max_backlog else start = sched - AT_ONCE end
+  end
   if pace > start then start = pace end
   if now > start then start = now end
   local delay = start - now
@@ -114,7 +122,9 @@ local function acquire_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl)
     c, rem = slice_cost(n, whole, frac, den, rem)
     next = sched + c
     if burst == 0 then pace = start else pace = start + math.ceil(c / burst) end
-    allocated, permits, lateness = allocated + c, permits + n, lateness + (start - sched)
+    local late = start - sched -- a start at once, ahead of its slot, is on time
+    if late < 0 then late = 0 end
+    allocated, permits, lateness = allocated + c, permits + n, lateness + late
     last = now
     local wait = now - next
     if wait < 0 then wait = 0 end
@@ -202,11 +212,19 @@ KINDS.schedule = {
   lean_code = CODE, lean_fmt = X_LEAN, lean_run = X_RUN, lean_run_at = X_RUN_AT, lean_size = X_SIZE,
   lean_expires_at = X_EXPIRES_AT, lean_fmt_i = X_LEAN_I,
   create = create_one, lean_full = {X_FULL_HEAD, X_FULL_TAIL}, lean_params = X_PARAMS,
-  engine = function() return {
+  engine = function()
+    -- start_at is where a call at now starts (limiter/schedule.go startAt):
+    -- after the schedule and the pace, and for burst inf (stored as 0) up to
+    -- AT_ONCE (at most max_backlog) before its slot.
+    local function start_at(L, now)
+      if L.burst == 0 then return max(L.next - min(L.max_backlog, AT_ONCE), L.pace, now) end
+      return max(L.next, L.pace, now)
+    end
+    return {
     acquire = function(L, now, n, max_wait)
       forfeit(L, now, L.max_backlog)
       local sched = L.next
-      local st = max(sched, L.pace, now)
+      local st = start_at(L, now)
       local delay = st - now
       if delay > max_wait then
         return 0, 0, 0, 0, delay, 0, max(0, now - sched), delay - max_wait
@@ -215,14 +233,15 @@ KINDS.schedule = {
       L.rem = r
       L.next = sched + c
       if L.burst == 0 then L.pace = st else L.pace = st + math.ceil(c / L.burst) end -- burst "inf" is stored as 0
-      local late = st - sched
+      local late = st - sched -- a start at once, ahead of its slot, is on time
+      if late < 0 then late = 0 end
       L.d_allocated, L.d_permits, L.d_lateness = L.d_allocated + c, L.d_permits + n, L.d_lateness + late
       L.last = now
       return 1, n, sched, st, delay, late, max(0, now - L.next), 0
     end,
     peek = function(L, now)
       forfeit(L, now, L.max_backlog)
-      return max(0, now - L.next), max(L.next, L.pace, now) - now
+      return max(0, now - L.next), start_at(L, now) - now
     end,
     reset = function(L, now)
       forfeit(L, now, 0)

@@ -22,7 +22,7 @@ type Decision struct {
 	Scheduled  int64 // when the permits were due on the schedule
 	Start      int64 // when the caller may start
 	Delay      int64 // Start − Now
-	Lateness   int64 // Start − Scheduled
+	Lateness   int64 // Start − Scheduled, or 0 for a start at once ahead of it (burst inf)
 	Wait       int64 // the limiter's backlog after the call
 	RetryAfter int64 // denied: how much later the same request could be granted
 	Version    int64 // the limiter's config version

@@ -127,7 +127,7 @@ func decodeAnswer(name string, u *unpacker, m int, set func(r int, o Outcome)) {
 		d := Decision{Granted: code == recordGranted, Delay: start, Wait: wait, RetryAfter: retry,
 			Version: ver, Now: now, Instance: inst, Position: pos, Window: counted, Limit: limit}
 		if d.Granted {
-			d.Lateness = start - sched
+			d.Lateness = max(0, start-sched) // a start at once, ahead of its slot (burst inf), is on time
 			d.Scheduled, d.Start = now+sched, now+start
 		}
 		set(r, Outcome{Decision: d})

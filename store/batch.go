@@ -42,7 +42,7 @@ func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, 
 	// exec runs call i if again(i): as a function while fn is set, else as
 	// a script.
 	exec := func(again func(i int) bool) {
-		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		pipelineErr(s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := range calls {
 				c := &calls[i]
 				if !again(i) {
@@ -57,7 +57,7 @@ func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, 
 				_ = p.Process(ctx, once{c.cmd}) // a pipeline of one such is sent at most once
 			}
 			return nil
-		})
+		}))
 	}
 	failed := func(is func(error) bool) func(i int) bool {
 		return func(i int) bool { return is(calls[i].cmd.Err()) }

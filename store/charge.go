@@ -69,7 +69,7 @@ func chargedOf(code int64, window bool, now, sched, start, wait, retry, ver int6
 		d.Delay, d.Scheduled, d.Start, d.Count = start, now, now, retry
 		return d
 	}
-	d.Delay, d.Lateness = retry, start-sched
+	d.Delay, d.Lateness = retry, max(0, start-sched)
 	d.Scheduled, d.Start = now+sched, now+start
 	return d
 }

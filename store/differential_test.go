@@ -543,7 +543,7 @@ func (g *diffRig) acquireMany(ns []int64, mws []time.Duration) {
 
 // decideMany is acquireMany where charges[i] (if any) makes the i-th
 // request a charge: a batch that mixes acquires and charges.
-func (g *diffRig) decideMany(ns []int64, mws []time.Duration, charges []bool) {
+func (g *diffRig) decideMany(ns []int64, mws []time.Duration, charges []bool) []store.Outcome {
 	g.t.Helper()
 	g.note("acquire-many n=%v max_wait=%v charge=%v", ns, mws, charges)
 	g.ops["acquire-many"]++
@@ -553,7 +553,8 @@ func (g *diffRig) decideMany(ns []int64, mws []time.Duration, charges []bool) {
 	}
 	g.takeFloor()
 	var pos []int64
-	for i, o := range g.st.AcquireMany(g.ctx, reqs) {
+	outs := g.st.AcquireMany(g.ctx, reqs)
+	for i, o := range outs {
 		if o.Err == nil { // every decision carries the position after them all
 			pos = append(pos, o.Position)
 			o.Position = 0
@@ -570,6 +571,7 @@ func (g *diffRig) decideMany(ns []int64, mws []time.Duration, charges []bool) {
 			g.fatalf("acquire-many: position %d, model %d", p, g.s.Next)
 		}
 	}
+	return outs
 }
 
 // takeFloor notes the floor the store will send with the next call.
@@ -1486,6 +1488,66 @@ func TestDiffTemplate(t *testing.T) {
 			}
 			g.peek()
 			t.Logf("seed %d %s: %s", seed, k, g.summary())
+		})
+	}
+}
+
+// TestDiffAtOnce: a schedule of burst inf starts calls at once while it
+// runs at most limiter.AtOnce ahead (limiter/schedule.go), on a named
+// limiter and on a fresh template instance: a batch of 1,200 requests at one
+// Redis time on a fresh 1e6/s schedule, acquires that cannot wait and
+// charges mixed, fits its first 1,001 (the first at its slot, then 1 ms of
+// slots early) and refuses the rest, the scripts and the model alike; 2 ms
+// later a batch fits again. With a finite burst the second waits for the
+// pace: refused.
+func TestDiffAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		tpl   bool
+		burst limiter.Burst
+		fit   int
+	}{
+		{"named", false, limiter.Burst(limiter.Inf), 1 + int(limiter.AtOnce/1000)},
+		{"instance", true, limiter.Burst(limiter.Inf), 1 + int(limiter.AtOnce/1000)},
+		{"burst-1000", false, 1000, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var g *diffRig
+			if tc.tpl {
+				g = diffNewTemplate(t, "at once "+tc.name, diffStart2025)
+			} else {
+				g = diffNewMini(t, "at once "+tc.name, diffStart2025)
+			}
+			g.put(limiter.Config{Rate: 1e6, Burst: limiter.B(float64(tc.burst))})
+			batch := func(k int) (fit int) {
+				ns, mws, charges := make([]int64, k), make([]time.Duration, k), make([]bool, k)
+				for i := range ns {
+					ns[i], charges[i] = 1, i%2 == 1
+				}
+				outs := g.decideMany(ns, mws, charges)
+				for i, o := range outs {
+					if o.Err != nil {
+						t.Fatalf("request %d: %v", i, o.Err)
+					}
+					if o.Granted {
+						if fit != i {
+							t.Fatalf("request %d fits after one that did not", i)
+						}
+						fit++
+					}
+				}
+				return fit
+			}
+			if n := batch(1200); n != tc.fit {
+				t.Errorf("a fresh schedule's batch of 1200 at one time: %d fit, want %d", n, tc.fit)
+			}
+			g.advance(2000)
+			if n := batch(100); n == 0 {
+				t.Errorf("2 ms later: none of 100 fit")
+			}
+			g.peek()
 		})
 	}
 }

@@ -30,7 +30,7 @@ func (s *Store) Lost(ctx context.Context, limiters, templates []string) (lostLim
 	for i, id := range templates {
 		held[i] = pipe.HExists(ctx, s.templatesKey(), id)
 	}
-	_, _ = pipe.Exec(ctx) // each command's own error is read below
+	pipelineErr(pipe.Exec(ctx)) // each command's own error is read below
 
 	var errs []error
 	for i, name := range limiters {

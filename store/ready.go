@@ -17,9 +17,11 @@ import (
 
 // UnavailableError is every error that means Redis cannot serve limitd now:
 // errors.Is(err, ErrUnavailable) holds for it. Condition names what is wrong
-// in Redis' own words where Redis said it (READONLY, OOM, LOADING, ...) and
-// in a few plain ones otherwise (timeout, connection refused, ...), so that
-// an operator reading a 503 knows what to fix.
+// in Redis' own words where Redis said it (READONLY, OOM, LOADING, WRONGPASS,
+// ...) and in a few plain ones otherwise (timeout, connection refused, ...),
+// so that an operator reading a 503 knows what to fix. Where the operator
+// must act in a known way, it also matches one of the causes
+// (ErrUnauthorized, ErrLoading, ErrReadOnly).
 type UnavailableError struct {
 	Condition string
 	err       error
@@ -29,8 +31,36 @@ func (e *UnavailableError) Error() string {
 	return fmt.Sprintf("%v (%s): %v", ErrUnavailable, e.Condition, e.err)
 }
 
-// Is makes errors.Is(err, ErrUnavailable) true.
-func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+// Is makes errors.Is(err, ErrUnavailable) true, and errors.Is(err, cause)
+// for the cause its condition means.
+func (e *UnavailableError) Is(target error) bool {
+	return target == ErrUnavailable || target != nil && target == conditionCause[e.Condition]
+}
+
+// The causes of unavailability an operator fixes in a known way: an
+// *UnavailableError matches at most one of them besides ErrUnavailable
+// (errors.Is). Every other condition (a timeout, a refused connection, ...)
+// matches none.
+var (
+	// ErrUnauthorized: Redis refused limitd's credentials (WRONGPASS, NOAUTH)
+	// or its user may not run a command or touch a key (NOPERM).
+	ErrUnauthorized = errors.New("redis refused limitd's credentials or permissions")
+	// ErrLoading: Redis is loading its dataset (LOADING) and answers nothing
+	// else until it is done.
+	ErrLoading = errors.New("redis is loading its dataset")
+	// ErrReadOnly: the Redis limitd writes to is a read-only replica
+	// (READONLY).
+	ErrReadOnly = errors.New("redis is read-only")
+)
+
+// conditionCause is the cause each condition means, where it means one.
+var conditionCause = map[string]error{
+	"WRONGPASS": ErrUnauthorized,
+	"NOAUTH":    ErrUnauthorized,
+	"NOPERM":    ErrUnauthorized,
+	"LOADING":   ErrLoading,
+	"READONLY":  ErrReadOnly,
+}
 
 func (e *UnavailableError) Unwrap() error { return e.err }
 
@@ -51,6 +81,9 @@ const ConditionUnknownLayout = "UNKNOWN LAYOUT"
 
 // conditionText explains each condition wrapErr may name.
 var conditionText = map[string]string{
+	"WRONGPASS":            "Redis refused limitd's user name or password",
+	"NOAUTH":               "Redis needs a password and limitd gave none",
+	"NOPERM":               "Redis' access rules (ACL) do not let limitd's user run a command or touch a key it needs",
 	"READONLY":             "Redis is a read-only replica; limitd must be pointed at the master",
 	"OOM":                  "Redis is out of memory (used memory over maxmemory with a noeviction policy)",
 	"LOADING":              "Redis is loading its dataset into memory",
@@ -73,9 +106,29 @@ var conditionText = map[string]string{
 }
 
 // redisCondition returns the condition a Redis error reply means, or "" when
-// the reply does not mean that Redis is unavailable.
-func redisCondition(msg string) string {
+// the reply does not mean that Redis is unavailable. go-redis' own
+// classification decides the credentials, permissions, loading and
+// read-only replies, wherever Redis gave them: to a command, to a script's
+// call, or to the AUTH or HELLO that opens a connection.
+func redisCondition(err error) string {
+	msg := err.Error()
 	code, _, _ := strings.Cut(msg, " ")
+	switch {
+	case redis.IsAuthError(err):
+		if code == "WRONGPASS" {
+			return code
+		}
+		// NOAUTH, or a command too long for a connection not
+		// authenticated ("ERR Protocol error: unauthenticated multibulk
+		// length"): no password, where Redis wants one.
+		return "NOAUTH"
+	case redis.IsPermissionError(err):
+		return "NOPERM"
+	case redis.IsLoadingError(err):
+		return "LOADING"
+	case redis.IsReadOnlyError(err):
+		return "READONLY"
+	}
 	switch code {
 	case "LOADING", "READONLY", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "MOVED", "ASK", "OOM", "NOREPLICAS", "BUSY":
 		// BUSY is a word of its own; BUSYKEY and BUSYGROUP are not this.
@@ -86,7 +139,7 @@ func redisCondition(msg string) string {
 		// Storage there), never read by guess.
 		return ConditionUnknownLayout
 	}
-	if fnMissing(errors.New(msg)) {
+	if fnMissing(err) {
 		// The library is loaded again on "Function not found" (functions.go);
 		// one still missing after that is a node that cannot take it.
 		return "FUNCTION NOT FOUND"

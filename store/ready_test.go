@@ -49,6 +49,10 @@ func TestWrapErrConditions(t *testing.T) {
 		{proto("NOREPLICAS Not enough good replicas to write."), "NOREPLICAS"},
 		{proto("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."), "BUSY"},
 		{proto("ERR Function not found"), "FUNCTION NOT FOUND"},
+		{proto("WRONGPASS invalid username-password pair or user is disabled."), "WRONGPASS"},
+		{proto("NOAUTH Authentication required."), "NOAUTH"},
+		{proto("ERR Protocol error: unauthenticated multibulk length"), "NOAUTH"},
+		{proto("NOPERM User reader has no permissions to run the 'evalsha' command"), "NOPERM"},
 		{proto("BUSYKEY Target key name already exists."), ""},
 		{proto("ERR wrong number of arguments"), ""},
 		{proto("WRONGTYPE Operation against a key holding the wrong kind of value"), ""},
@@ -74,6 +78,14 @@ func TestWrapErrConditions(t *testing.T) {
 			t.Errorf("%v: describe %q", c.err, ue.Describe())
 		case wrapErr(err) != err:
 			t.Errorf("%v: wrapping twice changed it", c.err)
+		}
+		// Each condition matches its cause (errors.Is), and no other.
+		want := map[string]error{"WRONGPASS": ErrUnauthorized, "NOAUTH": ErrUnauthorized, "NOPERM": ErrUnauthorized,
+			"LOADING": ErrLoading, "READONLY": ErrReadOnly}[c.want]
+		for _, cause := range []error{ErrUnauthorized, ErrLoading, ErrReadOnly} {
+			if errors.Is(err, cause) != (cause == want) {
+				t.Errorf("%v: errors.Is(err, %v) = %v", c.err, cause, errors.Is(err, cause))
+			}
 		}
 	}
 }

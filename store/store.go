@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -192,12 +193,26 @@ func wrapErr(err error) error {
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) && !errors.Is(err, redis.Nil) {
-		if c := redisCondition(rerr.Error()); c != "" {
+		if c := redisCondition(rerr); c != "" {
 			return &UnavailableError{Condition: c, err: err}
 		}
 		return fmt.Errorf("store: redis: %w", err)
 	}
 	return &UnavailableError{Condition: transportCondition(err), err: err}
+}
+
+// pipelineErr sets err, a pipeline's error, on each of its commands cmds
+// when none of them holds an error: go-redis returns a failure to open the
+// pipeline's connection (a refused AUTH or HELLO: WRONGPASS, NOAUTH) from
+// the pipeline alone, and its commands would read as answered with nothing
+// (a zero, a nil reply). Callers read each command's own error.
+func pipelineErr(cmds []redis.Cmder, err error) {
+	if err == nil || slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Err() != nil }) {
+		return
+	}
+	for _, c := range cmds {
+		c.SetErr(err)
+	}
 }
 
 // Ping reports whether Redis answers. Ready tells more: whether it can serve.

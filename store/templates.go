@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -35,7 +37,14 @@ type Template struct {
 	IdleTTL *limiter.Duration `json:"idle_ttl,omitempty"` // default DefaultIdleTTL after the debt
 	Limiter limiter.Config    `json:"limiter"`
 	Version int64             `json:"version"`
+	// Description is what displays call the template instead of its id
+	// (an Envoy rule's descriptors: "mongo_cps.database_users"); "": the
+	// id.
+	Description string `json:"description,omitempty"`
 }
+
+// maxDescription bounds a template's description, in characters.
+const maxDescription = 200
 
 var patternRE = regexp.MustCompile(`^[A-Za-z0-9*?][A-Za-z0-9._:*?-]{0,127}$`)
 
@@ -46,6 +55,10 @@ func (t Template) Normalize() (Template, error) {
 	}
 	if _, err := path.Match(t.Pattern, ""); err != nil || !patternRE.MatchString(t.Pattern) {
 		return Template{}, &limiter.FieldError{Field: "pattern", Rule: "must be name characters with * and ? wildcards", Value: fmt.Sprintf("%q", t.Pattern)}
+	}
+	if n := utf8.RuneCountInString(t.Description); n > maxDescription || !utf8.ValidString(t.Description) ||
+		strings.ContainsFunc(t.Description, unicode.IsControl) {
+		return Template{}, &limiter.FieldError{Field: "description", Rule: fmt.Sprintf("must be at most %d characters of text, without control characters", maxDescription), Value: n}
 	}
 	if t.IdleTTL != nil && (*t.IdleTTL <= 0 || int64(*t.IdleTTL) > limiter.Horizon) {
 		return Template{}, &limiter.FieldError{Field: "idle_ttl", Rule: "must be > 0 and at most ~13 days", Value: t.IdleTTL.String()}

@@ -68,7 +68,7 @@ func (s *Store) WaitMany(ctx context.Context, names []string) (out []WaitInfo, e
 	if f := s.fn.function(lua.Peek); f != "" {
 		verb, fn = "fcall", f
 	}
-	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	pipelineErr(s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, name := range names {
 			keys, tpl, err := s.target(ctx, name)
 			if err != nil {
@@ -79,7 +79,7 @@ func (s *Store) WaitMany(ctx context.Context, names []string) (out []WaitInfo, e
 			_ = p.Process(ctx, once{cmds[i]})
 		}
 		return nil
-	})
+	}))
 	for i, cmd := range cmds {
 		if cmd == nil {
 			continue

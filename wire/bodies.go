@@ -239,6 +239,7 @@ type Limiter struct {
 	// Learning; a concurrency limiter's with InUse, the slots they hold.
 	Holders  []Holder `json:"holders,omitzero"`
 	Held     *float64 `json:"held,omitempty"`
+	Wanted   *float64 `json:"wanted,omitempty"` // a share limiter's: what its holders want in all
 	Learning *bool    `json:"learning,omitempty"`
 	InUse    *int     `json:"in_use,omitempty"`
 	Now      int64    `json:"now_ns,omitempty"`
@@ -301,6 +302,10 @@ type Template struct {
 	IdleTTL *limiter.Duration `json:"idle_ttl,omitempty"`
 	Limiter limiter.Config    `json:"limiter"`
 	Version int64             `json:"version"`
+	// Description is what displays call the template instead of its id
+	// (an Envoy rule's descriptors, as the reference server names the
+	// rule: "mongo_cps.database_users"); empty: none, the id is its name.
+	Description string `json:"description,omitempty"`
 }
 
 // TemplateView is GET /v1/templates/{id}: the template and how many of its
@@ -352,6 +357,8 @@ type TemplateRequest struct {
 	Order   int               `json:"order"`
 	IdleTTL *limiter.Duration `json:"idle_ttl,omitempty"`
 	Limiter json.RawMessage   `json:"limiter"`
+	// Description: see Template.
+	Description string `json:"description,omitempty"`
 	// Read-only: what GET answers besides the template, ignored, so that a
 	// template read can be put back as it is.
 	Version        *int64 `json:"version,omitempty"`

@@ -9,6 +9,9 @@ type Problem struct {
 	// Field names the one input at fault: a JSON field (a dotted path inside
 	// nested objects: "limiter.rate"), a path parameter or a query parameter.
 	Field string `json:"field,omitempty"`
+	// Redis is, on a problem of Redis (a 503), how Redis stands: one of
+	// the values of StreamStatus.Redis ("unavailable", "unauthorized", ...).
+	Redis string `json:"redis,omitempty"`
 }
 
 // ProblemMediaType is the Content-Type of a Problem.
@@ -30,8 +33,16 @@ const (
 	ProblemClientClosed         = "client-closed"
 	ProblemInternal             = "internal"
 	ProblemUnavailable          = "unavailable"
-	ProblemTimeout              = "timeout"
-	ProblemBodyTimeout          = "body-timeout"
+	// ProblemRedisUnauthorized is the 503 of a Redis that refused limitd's
+	// credentials (WRONGPASS, NOAUTH) or its user's permissions (NOPERM).
+	ProblemRedisUnauthorized = "redis-unauthorized"
+	// ProblemRedisLoading is the 503 of a Redis loading its dataset.
+	ProblemRedisLoading = "redis-loading"
+	// ProblemRedisReadOnly is the 503 of a Redis that is a read-only
+	// replica.
+	ProblemRedisReadOnly = "redis-read-only"
+	ProblemTimeout       = "timeout"
+	ProblemBodyTimeout   = "body-timeout"
 	// ProblemCrossOrigin is the 403 of a write a browser sent from a page
 	// of another origin to a route that needs no token.
 	ProblemCrossOrigin = "cross-origin"
@@ -61,6 +72,9 @@ var titles = map[string]string{
 	ProblemClientClosed:         "Client closed the request",
 	ProblemInternal:             "Internal error",
 	ProblemUnavailable:          "Redis unavailable",
+	ProblemRedisUnauthorized:    "Redis refused limitd's credentials",
+	ProblemRedisLoading:         "Redis is loading its data",
+	ProblemRedisReadOnly:        "Redis is read-only",
 	ProblemTimeout:              "Request timed out",
 	ProblemBodyTimeout:          "Request body too slow",
 	ProblemCrossOrigin:          "Cross-origin write refused",

@@ -19,6 +19,7 @@ import (
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/internal/tracing"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -45,7 +46,14 @@ type config struct {
 	GRPCQuota        bool    `env:"LIMITD_GRPC_QUOTA_MODE" envDefault:"false" help:"true: every gRPC rule is a quota (quota_mode): a call is refused only when all its descriptors are over (needs LIMITD_GRPC_COUNTING=reference)"`
 	GRPCNearRatio    float64 `env:"LIMITD_GRPC_NEAR_LIMIT_RATIO" envDefault:"0.8" help:"where a window rule's near_limit counter starts, a fraction of its limit, above 0 and at most 1 (the reference's NEAR_LIMIT_RATIO)"`
 	// GRPCOverLimitCache is core.Options.OverLimitCache.
-	GRPCOverLimitCache int `env:"LIMITD_GRPC_OVER_LIMIT_CACHE" envDefault:"0" help:"window counters the gRPC front end remembers as over their limit, 0 to 1000000 (about 200 bytes each and the name), to answer them OVER_LIMIT without Redis until their window ends, those hits not counted (the reference's LOCAL_CACHE_SIZE_IN_BYTES); a reset or a raised limit is seen by a remembered counter only when its window ends; 0: off (needs LIMITD_GRPC_COUNTING=reference)"`
+	GRPCOverLimitCache int `env:"LIMITD_GRPC_OVER_LIMIT_CACHE" envDefault:"0" help:"window counters the gRPC front end remembers as over their limit, 0 to 1000000 (about 200 bytes each and the name), to answer them OVER_LIMIT without Redis until their window ends, those hits not counted (the reference's LOCAL_CACHE_SIZE_IN_BYTES); a reset or a raised limit is seen by a remembered counter only when its window ends; with LIMITD_GRPC_COUNTING=strict, a call naming a remembered counter is refused at once and counts nothing; 0: off"`
+	// Tracing is tracing.Config (tracingConfig reads the OTEL_* variables
+	// beside these).
+	Tracing          string  `env:"LIMITD_TRACING" help:"OpenTelemetry traces of gRPC calls, HTTP requests and their Redis commands: off, otlp-grpc or otlp-http (OTLP to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else localhost:4317 or :4318; the other OTEL_EXPORTER_OTLP_* variables apply); unset: off, unless OTEL_TRACES_EXPORTER=otlp asks for OTLP over OTEL_EXPORTER_OTLP_PROTOCOL (grpc or http/protobuf, the default); OTEL_SDK_DISABLED=true: off"`
+	TracingSampling  float64 `env:"LIMITD_TRACING_SAMPLING_RATE" envDefault:"1" help:"the fraction of new traces sampled, 0 to 1; a call that carries a sampled trace (W3C traceparent) is always traced"`
+	TracingService   string  `env:"LIMITD_TRACING_SERVICE_NAME" envDefault:"limitd" help:"the traces' service.name (OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over it and add attributes)"`
+	TracingNamespace string  `env:"LIMITD_TRACING_SERVICE_NAMESPACE" help:"the traces' service.namespace; empty: none"`
+	TracingInstance  string  `env:"LIMITD_TRACING_SERVICE_INSTANCE_ID" help:"the traces' service.instance.id; empty: none"`
 
 	GRPCLimits
 }
@@ -177,8 +185,9 @@ func (c *config) check() error {
 	if c.GRPCOverLimitCache < 0 || c.GRPCOverLimitCache > maxOverLimitCache {
 		return fmt.Errorf("LIMITD_GRPC_OVER_LIMIT_CACHE: must be from 0 (off) to %d counters (got %d)", maxOverLimitCache, c.GRPCOverLimitCache)
 	}
-	if c.GRPCOverLimitCache > 0 && counting == core.CountStrict {
-		return fmt.Errorf("LIMITD_GRPC_OVER_LIMIT_CACHE: needs LIMITD_GRPC_COUNTING=reference: a strict call asks every counter")
+	c.Tracing = strings.ToLower(c.Tracing)
+	if err := (tracing.Config{Exporter: c.Tracing, SamplingRate: c.TracingSampling}).Check(); err != nil {
+		return err
 	}
 	a, err := api.ParseAccessLog(c.AccessLog)
 	if err != nil {
@@ -296,4 +305,41 @@ func configFields() []reflect.StructField {
 		}
 	}
 	return fs
+}
+
+// tracingConfig is the tracing c and the OTEL_* variables of environ ask:
+// LIMITD_TRACING when set, else OTLP when OTEL_TRACES_EXPORTER=otlp, over
+// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL (grpc,
+// or http/protobuf: the standard's default); off with OTEL_SDK_DISABLED.
+func (c config) tracingConfig(environ map[string]string) (tracing.Config, error) {
+	tc := tracing.Config{Exporter: c.Tracing, SamplingRate: c.TracingSampling, ServiceName: c.TracingService,
+		ServiceNamespace: c.TracingNamespace, ServiceInstanceID: c.TracingInstance, ServiceVersion: version}
+	if strings.EqualFold(environ["OTEL_SDK_DISABLED"], "true") {
+		tc.Exporter = tracing.Off
+		return tc, nil
+	}
+	if tc.Exporter != "" {
+		return tc, nil
+	}
+	switch e := strings.ToLower(environ["OTEL_TRACES_EXPORTER"]); e {
+	case "", "none":
+		tc.Exporter = tracing.Off
+		return tc, nil
+	case "otlp":
+	default:
+		return tc, fmt.Errorf("OTEL_TRACES_EXPORTER: limitd exports traces over otlp only, or none (got %q)", e)
+	}
+	p := environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"]
+	if p == "" {
+		p = environ["OTEL_EXPORTER_OTLP_PROTOCOL"]
+	}
+	switch p {
+	case "grpc":
+		tc.Exporter = tracing.OTLPGRPC
+	case "", "http/protobuf":
+		tc.Exporter = tracing.OTLPHTTP
+	default:
+		return tc, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL: must be grpc or http/protobuf (got %q)", p)
+	}
+	return tc, nil
 }

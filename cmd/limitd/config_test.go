@@ -28,7 +28,8 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	// The gRPC port's bounds default to grpcapi's.
 	want := config{Addr: "127.0.0.1:8080", Prefix: "limitd", LogFormat: "text", LogLevel: "info", AccessLog: "off",
-		EventsMaxStreams: api.DefaultMaxEventStreams, GRPCCounting: "reference", GRPCNearRatio: 0.8, GRPCLimits: GRPCLimits(grpcapi.DefaultLimits())}
+		EventsMaxStreams: api.DefaultMaxEventStreams, GRPCCounting: "reference", GRPCNearRatio: 0.8, GRPCLimits: GRPCLimits(grpcapi.DefaultLimits()),
+		TracingSampling: 1, TracingService: "limitd"}
 	if c != want {
 		t.Errorf("defaults = %+v, want %+v", c, want)
 	}
@@ -55,7 +56,7 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 	want := config{Addr: "0.0.0.0:9000", RedisURL: "redis://r:6379", Prefix: "app1", ConfigFile: "/etc/limitd.yaml",
 		AdminToken: "adm", Token: "tok", MetricsToken: "met", LogFormat: "json", LogLevel: "debug", AccessLog: "errors", ShadowMode: true,
-		EventsMaxStreams: 1000, GRPCCounting: "strict", GRPCNearRatio: 0.8,
+		EventsMaxStreams: 1000, GRPCCounting: "strict", GRPCNearRatio: 0.8, TracingSampling: 1, TracingService: "limitd",
 		GRPCLimits: GRPCLimits{MaxConnections: 2000, MaxRecvMsgSize: 4096, MaxSendMsgSize: 8192, MaxHeaderListSize: 16384,
 			KeepaliveMinTime: 10 * time.Second, KeepaliveTimeout: 5 * time.Second, MaxConnectionIdle: time.Hour, MaxConnectionAgeGrace: 2 * time.Minute}}
 	if c != want {
@@ -72,6 +73,7 @@ func TestConfigVariables(t *testing.T) {
 	// docs/configuration.md's table, and the bounds of the gRPC port.
 	want := "LIMITD_ADDR LIMITD_GRPC_ADDR LIMITD_REDIS_URL LIMITD_PREFIX LIMITD_CONFIG LIMITD_ADMIN_TOKEN LIMITD_TOKEN LIMITD_METRICS_TOKEN LIMITD_INSECURE LIMITD_LOG_FORMAT LIMITD_LOG_LEVEL LIMITD_ACCESS_LOG LIMITD_SHADOW_MODE LIMITD_EVENTS_MAX_STREAMS" +
 		" LIMITD_GRPC_COUNTING LIMITD_GRPC_QUOTA_MODE LIMITD_GRPC_NEAR_LIMIT_RATIO LIMITD_GRPC_OVER_LIMIT_CACHE" +
+		" LIMITD_TRACING LIMITD_TRACING_SAMPLING_RATE LIMITD_TRACING_SERVICE_NAME LIMITD_TRACING_SERVICE_NAMESPACE LIMITD_TRACING_SERVICE_INSTANCE_ID" +
 		" LIMITD_GRPC_MAX_CONCURRENT_STREAMS LIMITD_GRPC_MAX_CONNECTIONS LIMITD_GRPC_MAX_RECV_MSG_SIZE LIMITD_GRPC_MAX_SEND_MSG_SIZE LIMITD_GRPC_MAX_HEADER_LIST_SIZE" +
 		" LIMITD_GRPC_KEEPALIVE_MIN_TIME LIMITD_GRPC_KEEPALIVE_TIME LIMITD_GRPC_KEEPALIVE_TIMEOUT LIMITD_GRPC_MAX_CONNECTION_IDLE LIMITD_GRPC_MAX_CONNECTION_AGE LIMITD_GRPC_MAX_CONNECTION_AGE_GRACE"
 	if strings.Join(got, " ") != want {
@@ -174,9 +176,10 @@ func TestGRPCOverLimitCacheConfig(t *testing.T) {
 			t.Errorf("%s: %v, want %s", v, err, want)
 		}
 	}
-	_, err = loadConfig(map[string]string{"LIMITD_GRPC_OVER_LIMIT_CACHE": "10", "LIMITD_GRPC_COUNTING": "strict"})
-	if err == nil || !strings.HasPrefix(err.Error(), "LIMITD_GRPC_OVER_LIMIT_CACHE: needs LIMITD_GRPC_COUNTING=reference") {
-		t.Errorf("with strict counting: %v", err)
+	// With strict counting too (the reference's LOCAL_CACHE_SIZE_IN_BYTES
+	// with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
+	if c, err := loadConfig(map[string]string{"LIMITD_GRPC_OVER_LIMIT_CACHE": "10", "LIMITD_GRPC_COUNTING": "strict"}); err != nil || c.GRPCOverLimitCache != 10 {
+		t.Errorf("with strict counting: %v, %v", c.GRPCOverLimitCache, err)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -360,9 +361,15 @@ type ctlTemplate struct {
 }
 
 // formatTemplates lays templates out as a table, in the order given (the
-// order they match in).
+// order they match in). Where a template has a description (an Envoy
+// rule's descriptors, "mongo_cps.database_users"), a NAME column comes
+// first: the description, else the id.
 func formatTemplates(ts []ctlTemplate) string {
+	named := slices.ContainsFunc(ts, func(t ctlTemplate) bool { return t.Description != "" })
 	rows := [][]string{{"ID", "PATTERN", "ORDER", "INSTANCES", "KIND", "CONFIG", "VERSION"}}
+	if named {
+		rows[0] = append([]string{"NAME"}, rows[0]...)
+	}
 	for _, t := range ts {
 		cfg := t.Limiter
 		kind := cfg.Kind
@@ -372,7 +379,11 @@ func formatTemplates(ts []ctlTemplate) string {
 		if t.Instances != nil {
 			n = strconv.FormatInt(*t.Instances, 10)
 		}
-		rows = append(rows, []string{t.ID, t.Pattern, strconv.Itoa(t.Order), n, string(kind), string(b), strconv.FormatInt(t.Version, 10)})
+		row := []string{t.ID, t.Pattern, strconv.Itoa(t.Order), n, string(kind), string(b), strconv.FormatInt(t.Version, 10)}
+		if named {
+			row = append([]string{cmp.Or(t.Description, t.ID)}, row...)
+		}
+		rows = append(rows, row)
 	}
 	return alignLeft(rows)
 }

@@ -19,24 +19,11 @@ import (
 )
 
 // watchEvent is the data of a state event of GET /v1/events: the limiter's
-// view, with the sampler's signals and the totals across every limitd when
-// the server sends them.
+// view, with the server's sampler's signals (every number the table shows,
+// each kind's meaning already in its own field).
 type watchEvent struct {
 	wire.Limiter
-	Signals *watchSignals `json:"signals,omitempty"`
-	// The view's totals, nil when the server sends none (it shadows the
-	// view's own field, which cannot say so).
-	Totals *wire.Totals `json:"totals,omitempty"`
-}
-
-// watchSignals are a state event's per-second rates over the last sample
-// interval, the limiter's utilization and the wait of a new caller.
-type watchSignals struct {
-	GrantedPerS float64 `json:"granted_per_s"`
-	RefusedPerS float64 `json:"refused_per_s"`
-	Utilization float64 `json:"utilization"`
-	Wait        int64   `json:"wait_ns"`
-	Saturated   bool    `json:"saturated"`
+	Signals *wire.Signals `json:"signals,omitempty"`
 }
 
 // watchStatus is the data of a status event: whether Redis serves.
@@ -46,22 +33,20 @@ type watchStatus struct {
 	Ready        bool   `json:"ready"`
 }
 
-// watchRow is one limiter's line of the watch table. A rate not known yet
-// (the first sample of a server without signals) is NaN, shown as "-".
+// watchRow is one limiter's line of the watch table. A number the server
+// has not sampled yet is NaN, shown as "-".
 type watchRow struct {
-	Name, Kind           string
-	Granted, Refused     float64       // permits per second
-	Util                 float64       // 0..1 and more
-	Wait                 time.Duration // how long a new caller would wait
-	HasWait              bool
-	Left, Limit          float64 // a window's remaining, a share's or concurrency limiter's free capacity
-	HasLeft              bool
-	Reset                time.Duration // a window's time to its end
-	HasReset, Saturated  bool
-	Shadow               bool
-	lastNow, lastPermits int64 // for rates derived from the state
-	lastRefused          int64
-	hasTotals            bool
+	Name, Kind          string
+	Granted, Refused    float64       // permits per second
+	WouldRefuse         float64       // shadow mode: permits per second it would refuse
+	Util                float64       // 0..1 and more
+	Wait                time.Duration // how long a new caller would wait
+	HasWait             bool
+	Left, Limit         float64 // a window's remaining, a share's or concurrency limiter's free capacity
+	HasLeft             bool
+	Reset               time.Duration // a window's time to its end
+	HasReset, Saturated bool
+	Shadow              bool
 }
 
 // watchTable is what one screen of limitd ctl watch shows.
@@ -108,7 +93,11 @@ func formatWatch(t watchTable) string {
 		if r.HasReset {
 			reset = fmtDuration(r.Reset)
 		}
-		cells = append(cells, []string{r.Name, kind, fmtRate(r.Granted), fmtRate(r.Refused), util, wait, left, reset})
+		refused := fmtRate(r.Refused)
+		if r.Shadow && r.WouldRefuse > 0 {
+			refused = "would " + fmtRate(r.WouldRefuse) // nobody was refused
+		}
+		cells = append(cells, []string{r.Name, kind, fmtRate(r.Granted), refused, util, wait, left, reset})
 	}
 	b.WriteString(alignColumns(cells, 2))
 	return b.String()
@@ -209,57 +198,32 @@ func trimZeros(s string) string {
 	return s
 }
 
-// update makes r the row of e, r being its previous row (zero for a new
-// limiter). The server's signals are used as they are; without them the
-// rates come from the difference of two states (granted permits of a rate
-// limiter, the totals' refused permits), the utilization from the state.
-func (r watchRow) update(e watchEvent) watchRow {
-	cfg := e.Config
-	n := watchRow{Name: e.Name, Kind: string(cfg.Kind), Shadow: cfg.Shadow,
+// rowOf is the row of e: the server's signals as they are (it derives every
+// number once, for every reader); without them yet, only the name and kind.
+func rowOf(e watchEvent) watchRow {
+	n := watchRow{Name: e.Name, Kind: string(e.Config.Kind), Shadow: e.Config.Shadow,
 		Granted: math.NaN(), Refused: math.NaN(), Util: math.NaN()}
-	if e.State != nil {
-		n.lastNow, n.lastPermits = e.State.Now, e.State.Permits
-		n.Wait, n.HasWait = time.Duration(e.State.Delay), e.State.Window == nil
-		if w := e.State.Window; w != nil {
-			n.Left, n.Limit, n.HasLeft = float64(w.Remaining), float64(w.Limit), true
-			n.Reset, n.HasReset = time.Duration(w.Reset), true
-			if w.Limit > 0 {
-				n.Util = float64(w.Limit-w.Remaining) / float64(w.Limit)
-			}
-		} else if dt := n.lastNow - r.lastNow; r.lastNow != 0 && dt > 0 && n.lastPermits >= r.lastPermits {
-			n.Granted = float64(n.lastPermits-r.lastPermits) / (float64(dt) / 1e9)
-			if cfg.Rate > 0 {
-				n.Util = n.Granted / cfg.Rate
-			}
-		}
+	s := e.Signals
+	if s == nil {
+		return n
 	}
-	now := e.Now
-	if e.State != nil {
-		now = e.State.Now
+	n.Granted, n.Refused, n.WouldRefuse, n.Util = s.GrantedPerS, s.RefusedPerS, s.ShadowRefusedPerS, s.Utilization
+	if s.Span == 0 { // one read yet: no rate
+		n.Granted, n.Refused = math.NaN(), math.NaN()
 	}
-	if e.Totals != nil {
-		n.lastRefused, n.hasTotals = e.Totals.RefusedPermits, true
-		if dt := now - r.lastNow; r.hasTotals && r.lastNow != 0 && dt > 0 && n.lastRefused >= r.lastRefused {
-			n.Refused = float64(n.lastRefused-r.lastRefused) / (float64(dt) / 1e9)
-		}
-	}
-	if e.State == nil {
-		n.lastNow = now
-	}
+	// A lease kind's callers do not wait for a permit: no wait is shown.
+	n.Wait, n.HasWait = time.Duration(s.Wait), s.InUse == nil && s.Held == nil
+	n.Saturated = s.Saturated && s.Health != "would_refuse"
 	switch {
-	case e.InUse != nil && cfg.Limit != nil:
-		n.Left, n.Limit, n.HasLeft = float64(*cfg.Limit-int64(*e.InUse)), float64(*cfg.Limit), true
-		n.Util = float64(*e.InUse) / float64(*cfg.Limit)
-	case e.Held != nil && cfg.Capacity != nil && *cfg.Capacity > 0:
-		n.Left, n.Limit, n.HasLeft = *cfg.Capacity-*e.Held, *cfg.Capacity, true
-		n.Util = *e.Held / *cfg.Capacity
+	case s.Remaining != nil && s.Limit != nil:
+		n.Left, n.Limit, n.HasLeft = float64(*s.Remaining), float64(*s.Limit), true
+	case s.Free != nil && s.Limit != nil:
+		n.Left, n.Limit, n.HasLeft = float64(*s.Free), float64(*s.Limit), true
+	case s.Held != nil && s.Capacity != nil:
+		n.Left, n.Limit, n.HasLeft = *s.Capacity-*s.Held, *s.Capacity, true
 	}
-	// As the server's signals say it: callers refused or waiting, or 95 %
-	// of the limit used.
-	n.Saturated = n.Util >= 0.95 || n.Refused > 0 || n.HasWait && n.Wait > 0
-	if s := e.Signals; s != nil {
-		n.Granted, n.Refused, n.Util, n.Wait, n.Saturated = s.GrantedPerS, s.RefusedPerS, s.Utilization, time.Duration(s.Wait), s.Saturated
-		n.HasWait = true
+	if s.ResetAt != nil { // a lease's expiry is no reset: not shown here
+		n.Reset, n.HasReset = time.Duration(*s.ResetAt-s.T), true
 	}
 	return n
 }
@@ -389,7 +353,7 @@ func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 					return fmt.Errorf("the event stream sent a state event limitd ctl cannot read: %s", ev.data)
 				}
 				_, seen := rows[e.Name]
-				rows[e.Name] = rows[e.Name].update(e)
+				rows[e.Name] = rowOf(e)
 				changed = true
 				if t.Redis == "" || strings.HasPrefix(t.Redis, "unavailable") {
 					t.Redis = "ok"

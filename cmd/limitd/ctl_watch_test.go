@@ -79,51 +79,50 @@ user-window  window               2        0.5    60%         40/100     1m34s
 	}
 }
 
-// A row comes from the server's signals when a state event has them;
-// without them, a rate limiter's granted permits per second come from two
-// states' permits on the Redis clock, refusals from two totals, and a
-// window's, share's or concurrency limiter's utilization from its state.
-func TestCtlWatchRowUpdate(t *testing.T) {
+// A row is the server's signals as they are: ctl keeps no reading of a
+// kind of its own. Rates need two reads (span_ns); a shadow limiter's
+// would-be refusals are shown as such and never make it saturated; a
+// concurrency limiter shows its free slots and no wait (its next lease
+// expiry is no reset: the page names it); a window its remaining and its
+// reset.
+func TestCtlWatchRowOf(t *testing.T) {
 	s := time.Second.Nanoseconds()
-	rate := func(now, permits int64) watchEvent {
-		return watchEvent{Limiter: wire.Limiter{Name: "orders", Config: limiter.Config{Kind: limiter.KindSchedule, Rate: 100},
-			State: &wire.WaitState{Now: now, Permits: permits, Delay: 30 * time.Millisecond.Nanoseconds(), Wait: 96 * s}}}
+	i64 := func(v int64) *int64 { return &v }
+	f64 := func(v float64) *float64 { return &v }
+	ev := func(kind limiter.Kind, shadow bool, sg *wire.Signals) watchEvent {
+		return watchEvent{Limiter: wire.Limiter{Name: "x", Config: limiter.Config{Kind: kind, Shadow: shadow}}, Signals: sg}
 	}
-	r := watchRow{}.update(rate(10*s, 500))
-	if !math.IsNaN(r.Granted) || !math.IsNaN(r.Util) || !r.HasWait || r.Wait != 30*time.Millisecond || r.HasLeft {
-		t.Errorf("a first state: %+v; want no rate yet, the wait of a new caller", r)
+	if r := rowOf(ev(limiter.KindSchedule, false, nil)); !math.IsNaN(r.Granted) || !math.IsNaN(r.Util) || r.HasWait {
+		t.Errorf("no signals yet: %+v, want nothing known", r)
 	}
-	e := rate(12*s, 600)
-	e.Totals = &wire.Totals{RefusedPermits: 7}
-	r = r.update(e)
-	if r.Granted != 50 || r.Util != 0.5 || !math.IsNaN(r.Refused) || !r.Saturated {
-		t.Errorf("100 permits in 2 s at a rate of 100: %+v; want 50/s, utilization 0.5, refusals unknown (no totals before), saturated (a new caller waits 30 ms)", r)
+	first := &wire.Signals{T: 10 * s, Utilization: 0.2, Wait: 30e6}
+	if r := rowOf(ev(limiter.KindSchedule, false, first)); !math.IsNaN(r.Granted) || r.Util != 0.2 || !r.HasWait || r.Wait != 30*time.Millisecond {
+		t.Errorf("one read: %+v, want no rate, the utilization and wait", r)
 	}
-	e = rate(14*s, 800)
-	e.Totals = &wire.Totals{RefusedPermits: 27}
-	if r = r.update(e); r.Refused != 10 || r.Granted != 100 || r.Util != 1 {
-		t.Errorf("20 refused and 200 granted in 2 s: %+v", r)
+	sched := &wire.Signals{T: 12 * s, Span: 5 * s, GrantedPerS: 80, RefusedPerS: 3, Utilization: 0.8, Saturated: true, Health: "refusing"}
+	if r := rowOf(ev(limiter.KindSchedule, false, sched)); r.Granted != 80 || r.Refused != 3 || r.Util != 0.8 || !r.Saturated || r.HasLeft {
+		t.Errorf("a schedule: %+v, want the signals' values", r)
 	}
-	e = rate(15*s, 800)
-	e.Signals = &watchSignals{GrantedPerS: 80, RefusedPerS: 3, Utilization: 0.8, Wait: 0, Saturated: false}
-	if r = r.update(e); r.Granted != 80 || r.Refused != 3 || r.Util != 0.8 || r.Wait != 0 || !r.HasWait || r.Saturated {
-		t.Errorf("with signals: %+v, want the signals' values", r)
+	shadow := &wire.Signals{T: 12 * s, Span: 5 * s, GrantedPerS: 1, ShadowRefusedPerS: 2, Utilization: 1, Saturated: true, Shadow: true, Health: "would_refuse"}
+	r := rowOf(ev(limiter.KindSchedule, true, shadow))
+	if r.Refused != 0 || r.WouldRefuse != 2 || r.Saturated || !r.Shadow {
+		t.Errorf("a shadow limiter: %+v, want nothing refused, would refuse 2/s, not flagged", r)
 	}
-
-	w := watchRow{}.update(watchEvent{Limiter: wire.Limiter{Name: "w", Config: limiter.Config{Kind: limiter.KindWindow},
-		State: &wire.WaitState{Now: s, Window: &wire.Window{Limit: 100, Remaining: 40, Reset: 90 * s}}}})
-	if w.Util != 0.6 || !w.HasLeft || w.Left != 40 || w.Limit != 100 || !w.HasReset || w.Reset != 90*time.Second || w.HasWait {
+	win := &wire.Signals{T: s, Span: 5 * s, Utilization: 0.6, Limit: i64(100), Remaining: i64(40), ResetAt: i64(91 * s)}
+	if w := rowOf(ev(limiter.KindWindow, false, win)); w.Util != 0.6 || !w.HasLeft || w.Left != 40 || w.Limit != 100 || !w.HasReset || w.Reset != 90*time.Second {
 		t.Errorf("a window: %+v", w)
 	}
-	three, four := 1, int64(4)
-	c := watchRow{}.update(watchEvent{Limiter: wire.Limiter{Name: "c", Config: limiter.Config{Kind: limiter.KindConcurrency, Limit: &four}, InUse: &three, Now: s}})
-	if c.Util != 0.25 || c.Left != 3 || c.Limit != 4 || c.HasWait || c.Saturated {
-		t.Errorf("a concurrency limiter with 1 slot of 4 in use: %+v", c)
+	full := &wire.Signals{T: s, Span: 5 * s, Utilization: 1, Saturated: true, Limit: i64(4), InUse: i64(4), Free: i64(0), NextExpiry: i64(27 * s)}
+	if c := rowOf(ev(limiter.KindConcurrency, false, full)); c.Left != 0 || c.Limit != 4 || c.HasWait || c.HasReset {
+		t.Errorf("a full concurrency limiter: %+v, want 0 free of 4, no wait, no reset", c)
 	}
-	held, capacity := 7.5, 10.0
-	sh := watchRow{}.update(watchEvent{Limiter: wire.Limiter{Name: "s", Config: limiter.Config{Kind: limiter.KindShare, Capacity: &capacity}, Held: &held, Now: s}})
-	if sh.Util != 0.75 || sh.Left != 2.5 || sh.Limit != 10 || sh.Saturated {
-		t.Errorf("a share limiter with 7.5 of 10 held: %+v", sh)
+	share := &wire.Signals{T: s, Span: 5 * s, Utilization: 0.75, Held: f64(7.5), Wanted: f64(12), Capacity: f64(10)}
+	if c := rowOf(ev(limiter.KindShare, false, share)); c.Util != 0.75 || c.Left != 2.5 || c.Limit != 10 || c.HasWait {
+		t.Errorf("a share limiter with 7.5 of 10 held: %+v", c)
+	}
+	got := formatWatch(watchTable{Server: "s", At: time.Unix(0, 0), Rows: []watchRow{r}})
+	if !strings.Contains(got, "schedule (shadow)") || !strings.Contains(got, "would 2") || strings.Contains(got, "!") {
+		t.Errorf("a shadow row:\n%s\nwant marked, would refuse 2/s, not flagged", got)
 	}
 }
 
@@ -215,7 +214,7 @@ func TestCtlAgainstContract(t *testing.T) {
 			fmt.Fprint(w, "event: state\ndata: {\"name\":\"orders\",\"config\":{\"kind\":\"schedule\",\"rate\":100},\"version\":1,"+
 				"\"state\":{\"wait_ns\":96000000000,\"delay_ns\":0,\"now_ns\":1795261877834527000,\"version\":1,\"permits\":5},"+
 				"\"totals\":{\"granted_calls\":5,\"granted_permits\":5,\"refused_calls\":0,\"refused_permits\":0},"+
-				"\"signals\":{\"t_ns\":1795261877834527000,\"granted_per_s\":50,\"granted_calls_per_s\":50,\"refused_per_s\":0,\"refused_calls_per_s\":0,\"utilization\":0.5,\"wait_ns\":0,\"saturated\":false}}\n\n")
+				"\"signals\":{\"t_ns\":1795261877834527000,\"span_ns\":5000000000,\"granted_per_s\":50,\"granted_calls_per_s\":50,\"refused_per_s\":0,\"refused_calls_per_s\":0,\"utilization\":0.5,\"wait_ns\":0,\"saturated\":false}}\n\n")
 		default:
 			http.NotFound(w, r)
 		}

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -15,14 +18,22 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/limitd/limitd/grpcapi"
 	"github.com/limitd/limitd/internal/boot"
+	"github.com/limitd/limitd/internal/certfiles"
+	"github.com/limitd/limitd/internal/tracing"
 	"github.com/limitd/limitd/internal/xds"
 )
+
+// certCheckEvery is how often, at most, limitd ratelimit looks at its
+// certificate files for a change (on a handshake that uses them).
+const certCheckEvery = certfiles.DefaultEvery
 
 // refBinary is the name the reference server's binary has in its image
 // (/bin/ratelimit): limitd invoked by it serves as limitd ratelimit.
@@ -146,6 +157,7 @@ type refMode struct {
 	redisTLS *tls.Config       // what a rediss:// URL cannot say
 	grpcTLS  *tls.Config       // the gRPC port's (nil: plaintext)
 	xdsTLS   *tls.Config       // the xDS connection's (nil: plaintext)
+	certs    *certEvents       // the reloads of grpcTLS's and xdsTLS's files
 	dir      boot.DirSource    // CONFIG_TYPE=FILE
 	useXDS   bool              // CONFIG_TYPE=GRPC_XDS_SOTW
 	headers  *grpcapi.Headers
@@ -227,6 +239,9 @@ func ratelimitEnv(environ map[string]string) (map[string]string, *refMode, error
 		}
 		add(set("LIMITD_GRPC_OVER_LIMIT_CACHE", "LOCAL_CACHE_SIZE_IN_BYTES", strconv.FormatUint(max(1, min(b/overLimitEntryBytes, maxOverLimitCache)), 10)))
 	}
+	if v, ok := environ["TRACING_ENABLED"]; ok && asks(v) {
+		add(tracingEnv(environ, set))
+	}
 	if p := strings.TrimRight(environ["CACHE_KEY_PREFIX"], ":_."); p != "" {
 		add(set("LIMITD_PREFIX", "CACHE_KEY_PREFIX", p))
 	}
@@ -261,14 +276,14 @@ func ratelimitEnv(environ map[string]string) (map[string]string, *refMode, error
 	if s.HeadersEnabled {
 		rm.headers = &grpcapi.Headers{Limit: s.HeaderLimit, Remaining: s.HeaderRemaining, Reset: s.HeaderReset}
 	}
-	if rm.grpcTLS, err = serverTLS(s); err != nil {
+	rm.certs = newCertEvents()
+	if rm.grpcTLS, err = serverTLS(s, rm.certs.options()); err != nil {
 		return nil, nil, err
 	}
 	if s.XDSUseTLS {
-		if rm.xdsTLS, err = clientTLS("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", s.XDSClientTLSCert, s.XDSClientTLSKey, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", s.XDSServerTLSCA); err != nil {
+		if rm.xdsTLS, err = xdsClientTLS(s, rm.certs.options()); err != nil {
 			return nil, nil, err
 		}
-		rm.xdsTLS.ServerName = s.XDSServerTLSSAN
 	}
 	if s.RedisTLS && (s.RedisTLSCACert != "" || s.RedisTLSClientCert != "") {
 		if rm.redisTLS, err = clientTLS("REDIS_TLS_CLIENT_CERT", s.RedisTLSClientCert, s.RedisTLSClientKey, "REDIS_TLS_CACERT", s.RedisTLSCACert); err != nil {
@@ -276,6 +291,34 @@ func ratelimitEnv(environ map[string]string) (map[string]string, *refMode, error
 		}
 	}
 	return out, rm, nil
+}
+
+// tracingEnv sets the LIMITD_TRACING* variables of TRACING_ENABLED=true
+// and the other TRACING_* variables, with the reference's defaults: OTLP
+// over HTTP, service RateLimit, every trace sampled, a random instance id.
+// The exporter reads OTEL_EXPORTER_OTLP_* itself, as the reference's does.
+func tracingEnv(environ map[string]string, set func(limitd, ref, value string) error) error {
+	exporter := tracing.OTLPHTTP
+	switch p := strings.ToLower(environ["TRACING_EXPORTER_PROTOCOL"]); p {
+	case "", "http":
+	case "grpc":
+		exporter = tracing.OTLPGRPC
+	default:
+		return fmt.Errorf("TRACING_EXPORTER_PROTOCOL: must be http or grpc (got %q)", p)
+	}
+	id := environ["TRACING_SERVICE_INSTANCE_ID"]
+	if id == "" {
+		id = rand.Text()
+	}
+	rate := environ["TRACING_SAMPLING_RATE"]
+	if rate == "" {
+		rate = "1"
+	}
+	return errors.Join(set("LIMITD_TRACING", "TRACING_ENABLED", exporter),
+		set("LIMITD_TRACING_SERVICE_NAME", "TRACING_SERVICE_NAME", cmp.Or(environ["TRACING_SERVICE_NAME"], "RateLimit")),
+		set("LIMITD_TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_NAMESPACE", environ["TRACING_SERVICE_NAMESPACE"]),
+		set("LIMITD_TRACING_SERVICE_INSTANCE_ID", "TRACING_SERVICE_INSTANCE_ID", id),
+		set("LIMITD_TRACING_SAMPLING_RATE", "TRACING_SAMPLING_RATE", rate))
 }
 
 // logLevelOf words one of logrus' levels as LIMITD_LOG_LEVEL does; another
@@ -372,22 +415,26 @@ func redisURL(s refSettings) (string, error) {
 }
 
 // serverTLS is the gRPC port's TLS (GRPC_SERVER_USE_TLS), with mutual TLS
-// when GRPC_CLIENT_TLS_CACERT is set.
-func serverTLS(s refSettings) (*tls.Config, error) {
+// when GRPC_CLIENT_TLS_CACERT is set. The certificate and the client CA are
+// read again when their files change (certfiles: looked at on handshakes,
+// at most every certCheckEvery), a Secret's `..data` swapped by the kubelet
+// included.
+func serverTLS(s refSettings, o certfiles.Options) (*tls.Config, error) {
 	if !s.GRPCServerUseTLS {
 		return nil, nil
 	}
 	if s.GRPCServerTLSCert == "" || s.GRPCServerTLSKey == "" {
 		return nil, errors.New("GRPC_SERVER_USE_TLS: needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
 	}
-	cert, err := tls.LoadX509KeyPair(s.GRPCServerTLSCert, s.GRPCServerTLSKey)
+	cert, err := certfiles.LoadKeyPair(s.GRPCServerTLSCert, s.GRPCServerTLSKey, o)
 	if err != nil {
 		return nil, fmt.Errorf("GRPC_SERVER_TLS_CERT: %w", err)
 	}
-	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}}
+	var clientCAs *certfiles.Pool
 	if s.GRPCClientTLSCACert != "" {
-		if c.ClientCAs, err = certPool("GRPC_CLIENT_TLS_CACERT", s.GRPCClientTLSCACert); err != nil {
-			return nil, err
+		if clientCAs, err = certfiles.LoadPool(s.GRPCClientTLSCACert, o); err != nil {
+			return nil, fmt.Errorf("GRPC_CLIENT_TLS_CACERT: %w", err)
 		}
 		c.ClientAuth = tls.RequireAndVerifyClientCert
 		if san := s.GRPCClientTLSSAN; san != "" {
@@ -399,7 +446,78 @@ func serverTLS(s refSettings) (*tls.Config, error) {
 			}
 		}
 	}
-	return c, nil
+	return certfiles.Server(c, cert, clientCAs), nil
+}
+
+// xdsClientTLS is the xDS connection's TLS (CONFIG_GRPC_XDS_SERVER_USE_TLS):
+// the client certificate and the management server's CA, read again when
+// their files change, as serverTLS's. The server's certificate must name
+// CONFIG_GRPC_XDS_SERVER_TLS_SAN, or else the host of
+// CONFIG_GRPC_XDS_SERVER_URL.
+func xdsClientTLS(s refSettings, o certfiles.Options) (*tls.Config, error) {
+	var cert *certfiles.KeyPair
+	var roots *certfiles.Pool
+	var err error
+	if s.XDSClientTLSCert != "" || s.XDSClientTLSKey != "" {
+		if cert, err = certfiles.LoadKeyPair(s.XDSClientTLSCert, s.XDSClientTLSKey, o); err != nil {
+			return nil, fmt.Errorf("CONFIG_GRPC_XDS_CLIENT_TLS_CERT: %w", err)
+		}
+	}
+	if s.XDSServerTLSCA != "" {
+		if roots, err = certfiles.LoadPool(s.XDSServerTLSCA, o); err != nil {
+			return nil, fmt.Errorf("CONFIG_GRPC_XDS_SERVER_TLS_CACERT: %w", err)
+		}
+	}
+	name := s.XDSServerTLSSAN
+	if name == "" && roots != nil {
+		name = hostOf(s.XDSServerURL)
+	}
+	return certfiles.Client(name, cert, roots)
+}
+
+// hostOf is the host of a gRPC target, host:port or scheme:///host:port.
+func hostOf(target string) string {
+	if _, rest, ok := strings.Cut(target, ":///"); ok {
+		target = rest
+	}
+	if h, _, err := net.SplitHostPort(target); err == nil {
+		return h
+	}
+	return target
+}
+
+// certEvents tells of the reloads of certificate files (certfiles.Options.
+// Loaded): a log line each, and limitd_tls_reloads_total{file,result}.
+type certEvents struct {
+	log     atomic.Pointer[slog.Logger] // nil until serving: no handshake before
+	reloads *prometheus.CounterVec
+}
+
+func newCertEvents() *certEvents {
+	return &certEvents{reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "limitd_tls_reloads_total",
+		Help: "Certificate files read again after they changed (file: the certificate's or the CA's), by result: ok, or error (the files before still serve)."},
+		[]string{"file", "result"})}
+}
+
+func (c *certEvents) loaded(file string, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	c.reloads.WithLabelValues(file, result).Inc()
+	log := c.log.Load()
+	switch {
+	case log == nil:
+	case err != nil:
+		log.Error("tls: certificate files changed and do not load; the ones before still serve", "file", file, "err", err)
+	default:
+		log.Info("tls: certificate files changed: reloaded", "file", file)
+	}
+}
+
+// options are the certfiles options of limitd ratelimit.
+func (c *certEvents) options() certfiles.Options {
+	return certfiles.Options{Every: certCheckEvery, Loaded: c.loaded}
 }
 
 // hasSAN reports whether a certificate names san among its DNS names, URIs,

@@ -31,6 +31,17 @@ func TestRatelimitEnv(t *testing.T) {
 			map[string]string{"LIMITD_REDIS_URL": "redis://n1:7000?addr=n2%3A7001&addr=n3%3A7002"}},
 		{"over-limit cache", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576"},
 			map[string]string{"LIMITD_GRPC_OVER_LIMIT_CACHE": "4096"}},
+		// The reference runs its local cache with stop-increment; so does
+		// limitd (strict counting with the cache).
+		{"over-limit cache and stop-increment", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"},
+			map[string]string{"LIMITD_GRPC_OVER_LIMIT_CACHE": "4096", "LIMITD_GRPC_COUNTING": "strict"}},
+		{"tracing", map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "grpc", "TRACING_SAMPLING_RATE": "0.25",
+			"TRACING_SERVICE_NAMESPACE": "gw", "TRACING_SERVICE_INSTANCE_ID": "pod-1"},
+			map[string]string{"LIMITD_TRACING": "otlp-grpc", "LIMITD_TRACING_SAMPLING_RATE": "0.25", "LIMITD_TRACING_SERVICE_NAME": "RateLimit",
+				"LIMITD_TRACING_SERVICE_NAMESPACE": "gw", "LIMITD_TRACING_SERVICE_INSTANCE_ID": "pod-1"}},
+		{"tracing's defaults", map[string]string{"TRACING_ENABLED": "true"},
+			map[string]string{"LIMITD_TRACING": "otlp-http", "LIMITD_TRACING_SAMPLING_RATE": "1"}},
+		{"tracing off", map[string]string{"TRACING_ENABLED": "false", "TRACING_EXPORTER_PROTOCOL": "grpc"}, map[string]string{"LIMITD_TRACING": ""}},
 		{"cluster of one seed", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "n1:7000"},
 			map[string]string{"LIMITD_REDIS_URL": "redis://n1:7000?addr=n1%3A7000"}},
 		{"the rest", map[string]string{"GRPC_HOST": "127.0.0.1", "GRPC_PORT": "9000", "LOG_LEVEL": "TRACE", "LOG_FORMAT": "json",
@@ -59,6 +70,9 @@ func TestRatelimitEnv(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
+		{map[string]string{"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": "zipkin"}, `TRACING_EXPORTER_PROTOCOL: must be http or grpc (got "zipkin")`},
+		{map[string]string{"TRACING_ENABLED": "true", "TRACING_SAMPLING_RATE": "2", "RUNTIME_ROOT": "/nonexistent"}, "TRACING_SAMPLING_RATE (as LIMITD_TRACING_SAMPLING_RATE): must be from 0 to 1"},
+		{map[string]string{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "true"}, "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS: not supported"},
 		{map[string]string{"BACKEND_TYPE": "memcache"}, `BACKEND_TYPE: not supported by limitd ratelimit: limitd counts in Redis only`},
 		{map[string]string{"REDIS_SOCKET_TYPE": "unix"}, "REDIS_SOCKET_TYPE: not supported"},
 		{map[string]string{"GRPC_UDS": "/tmp/rl.sock"}, "GRPC_UDS: not supported"},
@@ -74,7 +88,7 @@ func TestRatelimitEnv(t *testing.T) {
 		{map[string]string{"LIMITD_CONFIG": "/etc/limitd.yaml"}, "LIMITD_CONFIG: limitd ratelimit takes its rules from RUNTIME_ROOT or xDS"},
 		{map[string]string{"NEAR_LIMIT_RATIO": "2", "RUNTIME_ROOT": "/nonexistent"}, "NEAR_LIMIT_RATIO (as LIMITD_GRPC_NEAR_LIMIT_RATIO): must be above 0 and at most 1"},
 		{map[string]string{"LOG_LEVEL": "loud"}, `LOG_LEVEL (as LIMITD_LOG_LEVEL): must be one of debug, info, warn, error (got "loud")`},
-		{map[string]string{"RUNTIME_ROOT": "/nonexistent", "HOST": "127.0.0.1", "PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0"},
+		{map[string]string{"RUNTIME_ROOT": "/nonexistent", "REDIS_URL": "127.0.0.1:1", "HOST": "127.0.0.1", "PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0"},
 			"RUNTIME_ROOT: /nonexistent/config is not a directory"},
 	} {
 		err := serveRatelimit(context.Background(), tc.env, io.Discard, nil)
@@ -83,7 +97,7 @@ func TestRatelimitEnv(t *testing.T) {
 		}
 	}
 	// Ignored variables set are named; those set off are not.
-	notices, err := checkRefVars(map[string]string{"USE_STATSD": "false", "TRACING_ENABLED": "true", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt", "EXPIRATION_JITTER_MAX_SECONDS": "300"})
+	notices, err := checkRefVars(map[string]string{"USE_STATSD": "false", "USE_DOG_STATSD": "true", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt", "EXPIRATION_JITTER_MAX_SECONDS": "300"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +105,7 @@ func TestRatelimitEnv(t *testing.T) {
 	for _, n := range notices {
 		names = append(names, strings.SplitN(n, ":", 2)[0])
 	}
-	if got := strings.Join(names, " "); got != "EXPIRATION_JITTER_MAX_SECONDS TRACING_ENABLED GRPC_SERVER_TLS_CA_CERT" {
+	if got := strings.Join(names, " "); got != "USE_DOG_STATSD EXPIRATION_JITTER_MAX_SECONDS GRPC_SERVER_TLS_CA_CERT" {
 		t.Errorf("named %s", got)
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -78,6 +79,16 @@ func (rm *refMode) listen() (*refRun, error) {
 	return r, nil
 }
 
+// redisSettings names the variables that give limitd its Redis, for the
+// fixes of a Redis that cannot serve: the reference's in limitd ratelimit
+// (zero, LIMITD_REDIS_URL, for limitd serve).
+func (rm *refMode) redisSettings() core.RedisSettings {
+	if rm == nil || rm.origin["LIMITD_REDIS_URL"] == "" {
+		return core.RedisSettings{}
+	}
+	return core.RedisSettings{Address: "REDIS_URL", Credentials: "REDIS_AUTH"}
+}
+
 // redisTLSConfig is what REDIS_TLS_* add to a rediss:// URL (nil: nothing,
 // or limitd serve).
 func (rm *refMode) redisTLSConfig() *tls.Config {
@@ -95,6 +106,13 @@ func (r *refRun) start(o *grpcapi.Options, log *slog.Logger, reg *prometheus.Reg
 	o.ReferenceMetrics, o.Headers, o.WaitForRules = true, r.rm.headers, true
 	r.loadOK = registerCounter(reg, "ratelimit_service_config_load_success", "The reference server's config_load_success: rules loaded (from the runtime directory or over xDS).")
 	r.loadBad = registerCounter(reg, "ratelimit_service_config_load_error", "The reference server's config_load_error: rules refused (a runtime directory that does not parse, an xDS update NACKed).")
+	reg.MustRegister(r.rm.certs.reloads)
+	r.rm.certs.log.Store(log)
+	// The reference serves Prometheus' default registry, which has the Go
+	// and process collectors; so does limitd's, with or without its API
+	// (whose metrics add them too: a second registration changes nothing).
+	_ = reg.Register(collectors.NewGoCollector())
+	_ = reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if r.rm.useXDS {
 		return nil
 	}
@@ -279,16 +297,27 @@ func (r *refRun) json(w http.ResponseWriter, req *http.Request) {
 	_, _ = w.Write(out)
 }
 
-// rlconfig shows the rules answering: where they came from, their domains
-// and the template of each rule.
-func (r *refRun) rlconfig(w http.ResponseWriter, _ *http.Request) {
+// rlconfig shows the rules answering as the reference does: one line per
+// rule, "mongo_cps.database_users: unit=SECOND requests_per_unit=500,
+// shadow_mode: false, quota_mode: false", nothing before the first rules.
+// With ?format=json: where they came from, their domains, and each rule's
+// name, template and limiter.
+func (r *refRun) rlconfig(w http.ResponseWriter, req *http.Request) {
 	f := r.rules.Load()
+	if req.URL.Query().Get("format") != "json" {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if f != nil {
+			_, _ = io.WriteString(w, f.Rules.Dump())
+		}
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	if f == nil {
 		_, _ = io.WriteString(w, `{"loaded":false}`+"\n")
 		return
 	}
 	type rule struct {
+		Name     string `json:"name"` // as the reference names it: the domain and the descriptors' path
 		Template string `json:"template"`
 		Limiter  any    `json:"limiter"`
 	}
@@ -301,7 +330,7 @@ func (r *refRun) rlconfig(w http.ResponseWriter, _ *http.Request) {
 		Limits  []rule `json:"limits"`
 	}{Loaded: true, Source: f.Path, Sum: f.Sum, Domains: f.Rules.Domains(), Rules: f.Rules.Len()}
 	for _, t := range f.Templates {
-		v.Limits = append(v.Limits, rule{t.ID, t.Limiter})
+		v.Limits = append(v.Limits, rule{t.Description, t.ID, t.Limiter})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

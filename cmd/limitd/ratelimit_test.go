@@ -197,13 +197,25 @@ func TestRatelimitRuntimeDir(t *testing.T) {
 		`limitd_ratelimit_hits_total{domain="a",rule="k"} 2`,
 		"ratelimit_service_config_load_success 2",
 		"ratelimit_service_config_load_error 1",
+		"# TYPE limitd_limiters_scraped gauge", // the sampler's, without the admin API
+		// The Go and process collectors, without limitd's API, as the
+		// reference's default registry has them; every call timed.
+		"\ngo_goroutines ", "\nprocess_start_time_seconds ",
+		`ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="0.005"}`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
-	if code, body := fetch(t, "http://"+addrs["debug_addr"]+"/rlconfig"); code != 200 || !strings.Contains(body, `"domains": 3`) {
+	// /rlconfig as the reference prints it: a line per rule.
+	if code, body := fetch(t, "http://"+addrs["debug_addr"]+"/rlconfig"); code != 200 ||
+		!strings.Contains(body, "a.k: unit=MINUTE requests_per_unit=3, shadow_mode: false, quota_mode: false\n") ||
+		!strings.Contains(body, "b.k: unit=MINUTE requests_per_unit=9, shadow_mode: false, quota_mode: false\n") || strings.Count(body, "\n") != 3 {
 		t.Errorf("/rlconfig: %d %s", code, body)
+	}
+	if code, body := fetch(t, "http://"+addrs["debug_addr"]+"/rlconfig?format=json"); code != 200 || !strings.Contains(body, `"domains": 3`) ||
+		!strings.Contains(body, `"name": "a.k"`) {
+		t.Errorf("/rlconfig?format=json: %d %s", code, body)
 	}
 	var prefixed bool
 	for _, k := range mini.Keys() {

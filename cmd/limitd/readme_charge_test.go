@@ -88,6 +88,12 @@ func main() {
 // TestREADMEChargeRuns runs the README's Go example of charges as written,
 // but for the model call's stub, with a main of its own (chargeHarness).
 func TestREADMEChargeRuns(t *testing.T) {
+	t.Parallel() // each builds or serves on its own: a scratch folder, a free port
+	if testing.Short() {
+		// It links and runs a program of the client and a Redis: the
+		// quick check leaves that out; TestREADMEGo compiles the block.
+		t.Skip("builds and runs the example as a program: left out of -short")
+	}
 	blocks, _ := readREADME(t)
 	i := slices.IndexFunc(blocks, func(b mdBlock) bool {
 		return b.lang == "go" && b.section == readmeCharges && slices.Contains(b.lines, readmeComplete)

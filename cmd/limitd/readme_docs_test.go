@@ -166,6 +166,7 @@ func TestDocsLinks(t *testing.T) {
 // TestDocsGoOutput runs every go block with a main whose last comment is
 // "// Output:" and the lines it prints, as go test runs an example.
 func TestDocsGoOutput(t *testing.T) {
+	t.Parallel() // each builds or serves on its own: a scratch folder, a free port
 	blocks, _ := readREADME(t)
 	ran := 0
 	for _, b := range blocks {

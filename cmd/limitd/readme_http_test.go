@@ -196,7 +196,7 @@ func checkAnswer(s curlStep, out string, ps *readmeProblems) {
 	}
 	switch {
 	case s.status != 0 && status != s.status:
-		ps.add(s.statusLine, "shows status %d; the answer to line %d was %d: %s", s.status, s.line, status, body)
+		ps.add(s.statusLine, "shows status %d; the answer to %s was %d: %s", s.status, docPos(s.line), status, body)
 	case s.status == 0 && s.body == "" && (status < 200 || status > 299):
 		ps.add(s.line, "shows no error; the answer was %d: %s", status, body)
 	}
@@ -232,17 +232,17 @@ func checkAnswer(s curlStep, out string, ps *readmeProblems) {
 		// A problem body shows its status.
 		if st := want.fields["status"]; st != nil && st.kind == 'n' {
 			if v, err := strconv.Atoi(st.text); err == nil && v != status {
-				ps.add(s.bodyLine+lineOf(s.body, st.off), "shows status %d; the answer to line %d was %d: %s", v, s.line, status, body)
+				ps.add(s.bodyLine+lineOf(s.body, st.off), "shows status %d; the answer to %s was %d: %s", v, docPos(s.line), status, body)
 			}
 		} else if status < 200 || status > 299 {
-			ps.add(s.bodyLine, "shows a success; the answer to line %d was %d: %s", s.line, status, body)
+			ps.add(s.bodyLine, "shows a success; the answer to %s was %d: %s", docPos(s.line), status, body)
 		}
 	}
 	dec := json.NewDecoder(strings.NewReader(body))
 	dec.UseNumber()
 	var got any
 	if err := dec.Decode(&got); err != nil {
-		ps.add(s.bodyLine, "shows JSON; the answer to line %d is not: %v: %q", s.line, err, body)
+		ps.add(s.bodyLine, "shows JSON; the answer to %s is not: %v: %q", docPos(s.line), err, body)
 		return
 	}
 	want.compare(got, "", s, ps)
@@ -428,7 +428,7 @@ func (w *sketch) compare(got any, path string, s curlStep, ps *readmeProblems) {
 		name = "the answer"
 	}
 	bad := func(format string, a ...any) {
-		ps.add(line, "%s: %s; the answer to line %d: %s", name, fmt.Sprintf(format, a...), s.line, compact(got))
+		ps.add(line, "%s: %s; the answer to %s: %s", name, fmt.Sprintf(format, a...), docPos(s.line), compact(got))
 	}
 	isTime := strings.HasSuffix(path, "_ns")
 	switch w.kind {
@@ -469,7 +469,7 @@ func (w *sketch) compare(got any, path string, s curlStep, ps *readmeProblems) {
 		for _, k := range w.keys {
 			v, ok := g[k]
 			if !ok {
-				ps.add(s.bodyLine+lineOf(s.body, w.fields[k].off), "shows key %q; the answer to line %d has none: %s", join(path, k), s.line, compact(got))
+				ps.add(s.bodyLine+lineOf(s.body, w.fields[k].off), "shows key %q; the answer to %s has none: %s", join(path, k), docPos(s.line), compact(got))
 				continue
 			}
 			w.fields[k].compare(v, join(path, k), s, ps)
@@ -530,7 +530,10 @@ func startReadmeServe(t *testing.T) (string, *miniredis.Miniredis) {
 	}
 	mini := miniredis.RunT(t)
 	mini.SetTime(readmeEpoch)
-	base, _, _ := startServe(t, map[string]string{"LIMITD_REDIS_URL": "redis://" + mini.Addr(), "LIMITD_LOG_LEVEL": "warn"})
+	// Timeouts a busy machine does not reach: the examples show answers,
+	// not what a Redis too slow for limitd's short defaults gets.
+	url := "redis://" + mini.Addr() + "?dial_timeout=10s&read_timeout=10s&write_timeout=10s"
+	base, _, _ := startServe(t, map[string]string{"LIMITD_REDIS_URL": url, "LIMITD_LOG_LEVEL": "warn"})
 	return base, mini
 }
 

@@ -290,6 +290,7 @@ func goCommand(ctx context.Context, t *testing.T, root string, args ...string) *
 
 // TestREADMEGo compiles and vets the go blocks of the README and docs/.
 func TestREADMEGo(t *testing.T) {
+	t.Parallel() // each builds or serves on its own: a scratch folder, a free port
 	blocks, _ := readREADME(t)
 	var ps readmeProblems
 	if checkGoBlocks(t, blocks, &ps) == 0 {
@@ -627,6 +628,7 @@ func checkCommands(root string, blocks []mdBlock, spans []mdSpan, ps *readmeProb
 
 // TestREADMECommands checks the commands that are not run.
 func TestREADMECommands(t *testing.T) {
+	t.Parallel() // each builds or serves on its own: a scratch folder, a free port
 	blocks, spans := readREADME(t)
 	var ps readmeProblems
 	used := checkCommands(moduleRoot, blocks, spans, &ps)
@@ -644,6 +646,12 @@ func TestREADMECommands(t *testing.T) {
 // limiter, opens a handle and takes permits until its context ends, which
 // is the only error it may return.
 func TestREADMEGoClientRuns(t *testing.T) {
+	t.Parallel() // each builds or serves on its own: a scratch folder, a free port
+	if testing.Short() {
+		// It links and runs a program of the client and a Redis: the
+		// quick check leaves that out; TestREADMEGo compiles the block.
+		t.Skip("builds and runs the example as a program: left out of -short")
+	}
 	srv := redistest.Server(t)
 	blocks, _ := readREADME(t)
 	i := slices.IndexFunc(blocks, func(b mdBlock) bool {
@@ -658,11 +666,28 @@ func TestREADMEGoClientRuns(t *testing.T) {
 		t.Fatalf("the client example does not connect to %s", readmeRedis)
 	}
 	src = strings.Replace(src, readmeRedis, "redis://"+srv.Addr(), 1)
+	// run takes permits until its context ends: here, once Redis shows ten
+	// taken, however long a busy machine takes to get there (a minute is a
+	// hang).
 	src = strings.Replace(src, "\nfunc main() {}\n", "\n", 1) + `
 func main() {
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := run(ctx); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, limiter.ErrDeadline) {
+	go func() {
+		defer cancel()
+		rdb, err := store.NewClient("redis://` + srv.Addr() + `")
+		if err != nil {
+			panic(err)
+		}
+		defer rdb.Close()
+		for ctx.Err() == nil {
+			if w, err := store.New(rdb).Wait(ctx, "orders"); err == nil && w.Permits >= 10 {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	if err := run(ctx); !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, limiter.ErrDeadline) {
 		panic(err)
 	}
 }

@@ -85,10 +85,10 @@ func curlBlock(b mdBlock) bool {
 	return b.lang == "sh" && len(b.lines) > 0 && strings.HasPrefix(b.lines[0], readmeBaseVar)
 }
 
-// docFiles are the pages whose snippets are checked: the README, then every
-// page under docs/ in name order.
+// docFiles are the pages whose snippets are checked: the README, the
+// CHANGELOG, then every page under docs/ in name order.
 var docFiles = sync.OnceValue(func() []string {
-	files := []string{readmeFile}
+	files := []string{readmeFile, "CHANGELOG.md"}
 	pages, _ := filepath.Glob(filepath.Join(moduleRoot, "docs", "*.md"))
 	for _, p := range pages {
 		files = append(files, "docs/"+filepath.Base(p))
@@ -131,6 +131,11 @@ var readmeNotRun = []struct{ cmd, why string }{
 	{"git worktree add", "checks out and builds another commit beside this one, for BenchmarkHTTPAcquireVs, whose form is checked"},
 	{"mkdir -p /tmp/rl/config", "writes the rule file of the next line; TestRatelimitRuntimeDir serves such a directory"},
 	{"RUNTIME_ROOT=/tmp/rl", "serves on the fixed ports 8080, 8081 and 6070 until stopped; TestRatelimitRuntimeDir runs limitd ratelimit over such a directory on free ports"},
+	{"docker build", "needs a Docker engine; TestDockerfileImage reads the Dockerfile, TestDockerfileBuild runs its go build and the link"},
+	{"kind load docker-image", "needs a kind cluster"},
+	{"kubectl create secret", "needs a cluster"},
+	{"helm install limitd deploy/helm/limitd", "needs a cluster; deploy/helm's TestLimitdChartDocsInstall renders the chart with these values"},
+	{"helm upgrade --install eg", "needs a cluster and Envoy Gateway's chart; deploy/helm's TestEnvoyGatewayValues renders that chart with the values file"},
 }
 
 // readmeProblem is one wrong line of a page (see docLineBase).
@@ -349,8 +354,8 @@ func TestREADMEChecksFail(t *testing.T) {
 			5:  `config.rate: shows 6`,
 			6:  `shows key "versoin"`,
 			8:  `has keys lateness_ns, now_ns`,
-			10: `shows status 429; the answer to line 9 was 200`,
-			11: `shows status 200; the answer to line 11 was 204`,
+			10: `shows status 429; the answer to README.md:9 was 200`,
+			11: `shows status 200; the answer to README.md:11 was 204`,
 			12: `shows no error; the answer was 404`,
 			15: `"redis-cli flushall" is neither`,
 			16: "not run: a command must reach limitd as $B",

@@ -25,6 +25,7 @@ import (
 	"github.com/limitd/limitd/grpcapi"
 	"github.com/limitd/limitd/internal/boot"
 	"github.com/limitd/limitd/internal/coremetrics"
+	"github.com/limitd/limitd/internal/tracing"
 	"github.com/limitd/limitd/store"
 )
 
@@ -115,6 +116,16 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 	if err != nil {
 		return rm.rename(err)
 	}
+	if cfg.RedisURL == "" && rm == nil {
+		if err := embeddedRefused(environ); err != nil {
+			return err
+		}
+	}
+	if cfg.RedisURL == "" && rm != nil {
+		// As the reference: it dials its default, a unix socket, and stops
+		// when nothing answers there.
+		return errors.New("REDIS_URL: not set: limitd ratelimit counts in a Redis every replica shares (the reference would dial /var/run/nutcracker/ratelimit.sock and stop); set REDIS_URL=host:port")
+	}
 	logger := cfg.logger(logOut)
 	if rm != nil {
 		for _, n := range rm.notices { // each once, at the start
@@ -125,6 +136,24 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 	// be a line per attempt. serve reports outages itself, so keep these for
 	// debugging. The logger is process-wide, hence set once.
 	setRedisLogger.Do(func() { redis.SetLogger(redisLog{logger}) })
+	tc, err := cfg.tracingConfig(environ)
+	if err != nil {
+		return err
+	}
+	// Off (the default): no provider, and no hook anywhere.
+	tp, err := tracing.Start(ctx, tc)
+	if err != nil {
+		return rm.rename(err)
+	}
+	if tp != nil {
+		defer func() { // last: the spans of the shutdown go too
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				logger.Warn("traces not all exported at shutdown", "err", err)
+			}
+		}()
+	}
 	var bootFile *boot.File
 	if cfg.ConfigFile != "" {
 		if bootFile, err = boot.Load(cfg.ConfigFile); err != nil {
@@ -143,6 +172,11 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 			return rm.rename(fmt.Errorf("LIMITD_REDIS_URL: %w", err))
 		}
 		defer rdb.Close()
+		if tp != nil {
+			if err := tp.InstrumentRedis(rdb); err != nil {
+				return err
+			}
+		}
 	}
 	// Listen before touching Redis, so a busy port fails at once.
 	var ln net.Listener // limitd's HTTP API; limitd ratelimit's only with LIMITD_ADMIN_TOKEN
@@ -177,7 +211,12 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 			return fmt.Errorf("embedded redis: %w", err)
 		}
 		defer rdb.Close()
-		logger.Warn("LIMITD_REDIS_URL is empty: using an EMBEDDED IN-MEMORY Redis. Limiters are NOT shared with other processes and are LOST when limitd stops; set LIMITD_REDIS_URL for real use",
+		if tp != nil {
+			if err := tp.InstrumentRedis(rdb); err != nil {
+				return err
+			}
+		}
+		logger.Warn("LIMITD_REDIS_URL is empty: using an EMBEDDED IN-MEMORY Redis (embedded: not shared between processes). Limiters are NOT shared with other processes and are LOST when limitd stops; set LIMITD_REDIS_URL for real use",
 			"embedded_addr", mini.Addr())
 	}
 	st := store.New(rdb, store.WithPrefix(cfg.Prefix), store.WithBatching(batchSize))
@@ -218,7 +257,7 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 	ledger := core.NewLedger(st, core.LedgerOptions{})
 	wg.Go(func() { ledger.Run(bgCtx) })
 	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode, QuotaMode: cfg.GRPCQuota, OverLimitCache: cfg.GRPCOverLimitCache,
-		Observer: coremetrics.New(reg), Ledger: ledger})
+		Observer: coremetrics.New(reg), Ledger: ledger, Redis: rm.redisSettings()})
 	var rls *grpcapi.Server
 	if gln != nil {
 		o := grpcapi.Options{
@@ -266,7 +305,7 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 
 	var handler *api.Handler
 	if ln != nil {
-		handler = api.New(api.Options{
+		o := api.Options{
 			Service:         svc,
 			AdminToken:      cfg.AdminToken,
 			Token:           cfg.Token,
@@ -276,8 +315,13 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 			Registry:        reg,
 			Version:         version,
 			MaxEventStreams: cfg.EventsMaxStreams,
+			EmbeddedRedis:   cfg.RedisURL == "",
 			// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
-		})
+		}
+		if tp != nil {
+			o.TracerProvider, o.Propagator = tp.TracerProvider(), tp.Propagator()
+		}
+		handler = api.New(o)
 	}
 	srv := &http.Server{
 		Handler:           handler,
@@ -295,6 +339,13 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 		wg.Go(func() { handler.Run(bgCtx) }) // the signals sampler, stopped with the keeper
 		serveErr = make(chan error, 1)
 		wg.Go(func() { serveErr <- srv.Serve(ln) })
+	} else {
+		// No API (limitd ratelimit without LIMITD_ADDR): the same sampler
+		// feeds the limiters' gauges of the registry the reference's
+		// metrics are served from.
+		w := svc.NewWatcher(core.WatcherOptions{})
+		reg.MustRegister(api.SignalMetrics(w, svc))
+		wg.Go(func() { w.Run(bgCtx) })
 	}
 	var gsrv *grpc.Server
 	grpcErr := make(chan error, 1)
@@ -308,6 +359,9 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 		}
 		if ref != nil {
 			opts = append(opts, ref.grpcOptions()...)
+		}
+		if tp != nil {
+			opts = append(opts, tp.GRPCServer())
 		}
 		gsrv = grpc.NewServer(opts...)
 		rls.Register(gsrv)
@@ -407,10 +461,14 @@ func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
 	r.l.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
 }
 
+// embeddedMark is what the start line, /readyz, the event status and the
+// dashboard say of the embedded Redis, in their words.
+const embeddedMark = "embedded: not shared between processes"
+
 // redisTarget describes LIMITD_REDIS_URL for the log, without its password.
 func redisTarget(raw string) string {
 	if raw == "" {
-		return "embedded (in-memory)"
+		return embeddedMark
 	}
 	return store.RedactURL(raw)
 }

@@ -189,7 +189,7 @@ func TestServeAddrInUse(t *testing.T) {
 
 func TestRedisTargetHidesPassword(t *testing.T) {
 	for in, want := range map[string]string{
-		"":                          "embedded (in-memory)",
+		"":                          "embedded: not shared between processes",
 		"redis://:s3cret@r:6379/0":  "redis://:xxxxx@r:6379/0",
 		"rediss://u:s3cret@r:6380":  "rediss://u:xxxxx@r:6380",
 		"10.0.0.1:7000,10.0.0.2:70": "10.0.0.1:7000,10.0.0.2:70",

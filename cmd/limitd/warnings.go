@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -80,4 +81,43 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// embeddedRefused is why serve must not start on its embedded Redis although
+// LIMITD_REDIS_URL is empty (nil: nothing says Redis was meant): a variable
+// that names a Redis, which limitd would otherwise ignore. Each process would
+// then run on a Redis of its own and N replicas allow N times every limit,
+// so the start stops with one line naming the fix.
+func embeddedRefused(environ map[string]string) error {
+	var names []string
+	for k, v := range environ {
+		if v != "" {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	known := knownVars()
+	for _, k := range names {
+		if !strings.HasPrefix(k, "LIMITD_") || slices.Contains(known, k) {
+			continue
+		}
+		if best, d := closest(k, known); strings.Contains(k, "REDIS") || best == "LIMITD_REDIS_URL" && d <= maxSuggestDistance {
+			return fmt.Errorf("%s: not a variable limitd reads, and LIMITD_REDIS_URL is empty: limitd would run on an embedded Redis no other process shares; set LIMITD_REDIS_URL=redis://host:port instead", k)
+		}
+	}
+	for _, k := range names {
+		if refRedisVar(k) {
+			return fmt.Errorf("%s: the reference server's variable, which limitd serve does not read, and LIMITD_REDIS_URL is empty: limitd would run on an embedded Redis no other process shares; set LIMITD_REDIS_URL=redis://host:port, or run limitd ratelimit, which reads %s", k, k)
+		}
+	}
+	return nil
+}
+
+// refRedisVar reports whether name is one of the reference server's Redis
+// variables (REDIS_URL, REDIS_AUTH, REDIS_SOCKET_TYPE, ...).
+func refRedisVar(name string) bool {
+	if !strings.HasPrefix(name, "REDIS_") {
+		return false
+	}
+	return slices.ContainsFunc(refVars, func(v refVar) bool { return v.name == name })
 }

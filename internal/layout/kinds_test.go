@@ -84,6 +84,9 @@ func TestRateKindsNamedWhereDocumented(t *testing.T) {
 			return nil
 		}
 		goFile := strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go")
+		if strings.HasSuffix(name, ".html") {
+			return checkPage(t, root, path)
+		}
 		if !goFile && !strings.HasSuffix(name, ".lua") {
 			return nil
 		}
@@ -108,4 +111,29 @@ func TestRateKindsNamedWhereDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// checkPage holds a page's script to what its signals say: it branches on
+// the kind's flags and fields the server derives once (remaining, in_use,
+// held, backlog_ns, ...), never on a kind's name, so that a new kind needs
+// no change there. Tables keyed by kind (a form's fields) are data, not
+// branches, and are allowed.
+func checkPage(t *testing.T, root, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	rel, _ := filepath.Rel(root, path)
+	var names []string
+	for _, k := range limiter.Kinds() {
+		names = append(names, regexp.QuoteMeta(string(k.Name)))
+	}
+	alt := strings.Join(names, "|")
+	branch := regexp.MustCompile(`(?:kind\s*[!=]==?\s*["'](` + alt + `)["'])|(?:["'](` + alt + `)["']\s*[!=]==?\s*[A-Za-z_.]*kind)|(?:isRate\()`)
+	for i, line := range strings.Split(string(b), "\n") {
+		if m := branch.FindString(line); m != "" {
+			t.Errorf("%s:%d branches on a kind's name (%s): read the signals' fields instead", filepath.ToSlash(rel), i+1, m)
+		}
+	}
+	return nil
 }

@@ -9,8 +9,13 @@
 // (boot.FromDomains): when every resource compiles, the rules are handed to
 // Options.Apply and the response is ACKed; when one does not, the response
 // is NACKed with the error (naming the resource and the field) and nothing
-// changes, the last good rules keep answering. A lost stream is opened
-// again after a back-off that grows from Backoff.Initial to Backoff.Max.
+// changes, the last good rules keep answering. A management server answers
+// a NACK at once with what it has, the same invalid update until it is
+// fixed: the first NACK goes at once and is logged (once per version and
+// error), each next one waits a back-off that grows from Backoff.Initial to
+// Backoff.Max, so that an invalid update costs a request per back-off, not
+// a storm of them; an update ACKed ends the run. A lost stream is opened
+// again after the same back-off.
 //
 // Layer: cmd → xds → boot → grpcapi → core.
 package xds
@@ -28,11 +33,13 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -73,8 +80,30 @@ type Options struct {
 	// taken (not necessarily written to Redis: that may wait for Redis);
 	// the update is ACKed after it. An error (ctx ending) drops the stream.
 	Apply func(context.Context, *boot.File) error
-	// Rejected is told of each NACKed update (nil: nobody).
+	// Rejected is told of each update NACKed, once per version and error
+	// (nil: nobody).
 	Rejected func(error)
+
+	// wait, in tests, replaces the back-off's timer (nil: a timer).
+	wait func(context.Context, time.Duration) error
+}
+
+// sleep waits d, or until ctx ends.
+func (o *Options) sleep(ctx context.Context, d time.Duration) error {
+	if o.wait != nil {
+		return o.wait(ctx, d)
+	}
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // Backoff is how long the client waits before it connects again: Initial,
@@ -121,12 +150,8 @@ func Run(ctx context.Context, o Options) {
 		}
 		wait := o.Backoff.next(attempt)
 		log.Warn("xds: the stream to the management server ended; connecting again", "server", o.Server, "err", err, "in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if o.sleep(ctx, wait) != nil {
 			return
-		case <-t.C:
 		}
 	}
 }
@@ -154,13 +179,18 @@ func subscribe(ctx context.Context, o Options, log *slog.Logger) (delivered bool
 	}
 	defer conn.Close()
 	sctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, metadata.New(o.Headers)))
-	defer cancel() // ends the stream, and a Fetch blocked on it
-	ads := sotw.NewADSClient(sctx, node(o), TypeURL)
-	if err := ads.InitConnect(conn, grpc.WaitForReady(true)); err != nil {
+	defer cancel() // ends the stream, and a Recv blocked on it
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx, grpc.WaitForReady(true))
+	if err != nil {
 		return false, err
 	}
+	s := &stream{st: st, node: node(o)}
+	if err := s.send(""); err != nil {
+		return false, err
+	}
+	var rejected nacks
 	for {
-		resp, err := ads.Fetch()
+		resp, err := st.Recv()
 		if err != nil {
 			return delivered, err
 		}
@@ -168,24 +198,78 @@ func subscribe(ctx context.Context, o Options, log *slog.Logger) (delivered bool
 			log.Info("xds: receiving rate limit configs", "server", o.Server, "node", o.NodeID)
 		}
 		delivered = true
+		s.nonce = resp.Nonce
 		f, err := Decode(resp.Resources)
 		if err != nil {
-			log.Error("xds: an update is invalid: NACKed, the rules in place stay", "err", err)
-			if o.Rejected != nil {
-				o.Rejected(err)
+			wait, again := rejected.next(resp.VersionInfo, err, o.Backoff)
+			if !again {
+				log.Error("xds: an update is invalid: NACKed, the rules in place stay", "version", resp.VersionInfo, "err", err)
+				if o.Rejected != nil {
+					o.Rejected(err)
+				}
+			} else {
+				log.Debug("xds: the invalid update came again: NACKed again after a back-off", "version", resp.VersionInfo, "in", wait)
 			}
-			if err := ads.Nack(err.Error()); err != nil {
+			if err := o.sleep(ctx, wait); err != nil {
+				return delivered, err
+			}
+			if err := s.send(err.Error()); err != nil {
 				return delivered, err
 			}
 			continue
 		}
+		rejected = nacks{}
 		if err := o.Apply(ctx, f); err != nil {
 			return delivered, err
 		}
-		if err := ads.Ack(); err != nil {
+		s.acked = resp.VersionInfo
+		if err := s.send(""); err != nil {
 			return delivered, err
 		}
 	}
+}
+
+// stream is one state-of-the-world subscription: every request names the
+// version last ACKed and the nonce of the last response, and a NACK says
+// why that response was refused.
+type stream struct {
+	st    grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]
+	node  *corev3.Node
+	acked string // the version last ACKed ("": none yet)
+	nonce string // the last response's
+}
+
+// send requests the resources: the first request, an ACK (nack empty) or a
+// NACK of the last response.
+func (s *stream) send(nack string) error {
+	r := &discoveryv3.DiscoveryRequest{Node: s.node, TypeUrl: TypeURL, VersionInfo: s.acked, ResponseNonce: s.nonce}
+	if nack != "" {
+		r.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: nack}
+	}
+	return s.st.Send(r)
+}
+
+// nacks paces the NACKs of one run of invalid updates. A management server
+// answers a NACK at once with the update it has, the same invalid one until
+// it changes: so the first NACK of a run goes at once, and each next one
+// after a back-off (Backoff.Initial, doubled each time up to Max), so that
+// one invalid update costs a request per back-off, not a storm of them. An
+// update ACKed ends the run.
+type nacks struct {
+	n    int    // NACKs of the run so far
+	last string // the version and error last NACKed
+}
+
+// next counts a NACK of version for err: the wait before sending it, and
+// whether the same version was NACKed for the same error just before (it
+// was logged already).
+func (r *nacks) next(version string, err error, b Backoff) (wait time.Duration, again bool) {
+	key := version + "\x00" + err.Error()
+	again, r.last = key == r.last, key
+	if r.n++; r.n > 1 {
+		wait = b.next(r.n - 2)
+	}
+	return wait, again
 }
 
 // node is the client's identity.
@@ -222,6 +306,11 @@ func Decode(resources []*anypb.Any) (*boot.File, error) {
 	return f, err
 }
 
+// descriptors are a config's descriptors in the reference's file format,
+// field for field as the reference's config_xds.go maps them: every unit
+// (WEEK, MONTH and YEAR included), shadow_mode, detailed_metric, quota_mode
+// and metadata. value_to_metric and share_threshold have no field in
+// RateLimitConfig: they come from files only, here as in the reference.
 func descriptors(ds []*rlsconfv3.RateLimitDescriptor) []grpcapi.Descriptor {
 	if len(ds) == 0 {
 		return nil
@@ -229,7 +318,10 @@ func descriptors(ds []*rlsconfv3.RateLimitDescriptor) []grpcapi.Descriptor {
 	out := make([]grpcapi.Descriptor, len(ds))
 	for i, d := range ds {
 		out[i] = grpcapi.Descriptor{Key: d.Key, Value: d.Value, Descriptors: descriptors(d.Descriptors),
-			ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric}
+			ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, QuotaMode: d.QuotaMode}
+		if d.Metadata != nil {
+			out[i].Metadata = d.Metadata.AsMap()
+		}
 		if p := d.RateLimit; p != nil {
 			rl := &grpcapi.RateLimit{RequestsPerUnit: p.RequestsPerUnit, Unlimited: p.Unlimited, Name: p.Name}
 			if p.Unit != rlsconfv3.RateLimitUnit_UNKNOWN {

@@ -1,0 +1,489 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Watcher is the one sampler of a process: while Run runs it reads every
+// named limiter (the first MaxWatched in name order) and every name asked
+// for with Watch (template instances, a limiter past the cap) once a Step,
+// and derives each one's Signals once. Every reader of live signals takes
+// them from it (a server's event streams, /v1/history, /metrics; limitd
+// ratelimit runs one without its admin API), so the Redis reads of a
+// limiter's view are one per Step however many readers there are.
+//
+// A round reads the limiters' live states in pipelines of WatchBatch (a
+// lease limiter's holders one round trip each), their decision totals in
+// the same pipelines, their configs only after a change, the list every
+// relistRounds rounds and after a change, and for the template instances
+// watched their template's busiest-instances sets, once per template.
+type Watcher struct {
+	s         *Service
+	step      time.Duration
+	max       int
+	timeout   time.Duration
+	newTicker func(time.Duration) Ticker
+
+	poke chan struct{} // a name was watched (capacity 1)
+
+	mu      sync.Mutex
+	series  map[string]*series
+	extra   map[string]int // names watched, by how many watches
+	last    *Round
+	subs    map[chan *Round]struct{}
+	chsubs  map[chan Change]struct{}
+	rounds  uint64 // rounds published, partial ones included
+	listed  int
+	running bool
+}
+
+// Ticker is what a Watcher's rounds follow: a time.Ticker, or in tests a
+// channel they drive.
+type Ticker interface {
+	C() <-chan time.Time
+	Stop()
+}
+
+type timeTicker struct{ t *time.Ticker }
+
+func (t timeTicker) C() <-chan time.Time { return t.t.C }
+func (t timeTicker) Stop()               { t.t.Stop() }
+
+// WatcherOptions configure a Watcher; zero values take the defaults.
+type WatcherOptions struct {
+	Step    time.Duration // between rounds; default 1 s
+	Max     int           // named limiters sampled, the first in name order; default MaxWatched
+	Timeout time.Duration // bounds one round's Redis work; default 5 s
+	// Ticker makes the rounds' ticker (tests drive their own); default a
+	// time.Ticker.
+	Ticker func(time.Duration) Ticker
+}
+
+// Settings of a Watcher.
+const (
+	// MaxWatched is how many named limiters a Watcher samples by default.
+	MaxWatched = 1000
+	// WatchBatch bounds the limiters one pipeline of a round reads.
+	WatchBatch = 500
+	// relistRounds is how often the named limiters are listed again besides
+	// after a published change (a change missed while Redis was away).
+	relistRounds = 30
+)
+
+// NewWatcher returns a Watcher over s; it samples nothing until Run.
+func (s *Service) NewWatcher(o WatcherOptions) *Watcher {
+	w := &Watcher{s: s, step: o.Step, max: o.Max, timeout: o.Timeout, newTicker: o.Ticker,
+		poke: make(chan struct{}, 1), series: map[string]*series{}, extra: map[string]int{},
+		subs: map[chan *Round]struct{}{}, chsubs: map[chan Change]struct{}{}}
+	if w.step <= 0 {
+		w.step = time.Second
+	}
+	if w.max <= 0 {
+		w.max = MaxWatched
+	}
+	if w.timeout <= 0 {
+		w.timeout = 5 * time.Second
+	}
+	if w.newTicker == nil {
+		w.newTicker = func(d time.Duration) Ticker { return timeTicker{time.NewTicker(d)} }
+	}
+	return w
+}
+
+// Step is the time between rounds.
+func (w *Watcher) Step() time.Duration { return w.step }
+
+// Round is what one round read, never changed once published.
+type Round struct {
+	// N counts full rounds; a partial round (reading only names just
+	// watched) carries the N of the full round before it.
+	N    uint64
+	Full bool
+	// Listed is every named limiter sampled, in name order (nil while the
+	// list could not be read yet).
+	Listed []string
+	// Entries are every name's last read: the listed ones' and the watched
+	// ones'.
+	Entries map[string]Entry
+	// Err is why Redis could not serve the round (nil: it did).
+	Err error
+}
+
+// Entry is one limiter's part of a round: its view and signals, or the
+// error reading it answered (ErrNotFound: deleted).
+type Entry struct {
+	Limiter Limiter
+	Signals Signals
+	Err     error
+}
+
+// Watch adds names to those sampled each round, besides the named
+// limiters listed; one not sampled yet is read at once (a partial round).
+// The returned func takes them back.
+func (w *Watcher) Watch(names []string) (unwatch func()) {
+	names = slices.Clone(names)
+	w.mu.Lock()
+	fresh := false
+	for _, n := range names {
+		w.extra[n]++
+		if w.last == nil {
+			fresh = true
+		} else if _, ok := w.last.Entries[n]; !ok {
+			fresh = true
+		}
+	}
+	w.mu.Unlock()
+	if fresh {
+		select {
+		case w.poke <- struct{}{}:
+		default:
+		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			for _, n := range names {
+				if w.extra[n]--; w.extra[n] <= 0 {
+					delete(w.extra, n)
+				}
+			}
+		})
+	}
+}
+
+// Subscribe returns a channel that receives every round from now on (a
+// reader that falls behind gets the newest, rounds between skipped), and
+// the func that ends the subscription.
+func (w *Watcher) Subscribe() (<-chan *Round, func()) {
+	ch := make(chan *Round, 1)
+	w.mu.Lock()
+	w.subs[ch] = struct{}{}
+	w.mu.Unlock()
+	return ch, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.subs, ch)
+	}
+}
+
+// Changes returns a channel that receives the config changes Run's one
+// subscription receives (so that a process holds one), while the reader
+// keeps up: it has a buffer of 64, and a change past it is dropped (the
+// next round reads the limiter again anyway). The func ends it.
+func (w *Watcher) Changes() (<-chan Change, func()) {
+	ch := make(chan Change, 64)
+	w.mu.Lock()
+	w.chsubs[ch] = struct{}{}
+	w.mu.Unlock()
+	return ch, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.chsubs, ch)
+	}
+}
+
+// Last is the newest round, nil before the first.
+func (w *Watcher) Last() *Round {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
+
+// Rounds is how many rounds were published, partial ones included.
+func (w *Watcher) Rounds() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rounds
+}
+
+// Running reports whether Run runs.
+func (w *Watcher) Running() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.running
+}
+
+// Of is name's newest signals; ok false before its first sample or when it
+// is not sampled.
+func (w *Watcher) Of(name string) (Signals, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last == nil {
+		return Signals{}, false
+	}
+	e, ok := w.last.Entries[name]
+	if !ok || e.Err != nil {
+		return Signals{}, false
+	}
+	return e.Signals, true
+}
+
+// History is each of names' samples, oldest first (empty for a name not
+// sampled). A sample in the history has its rates, utilization, wait and
+// health; its Reading is the newest sample's alone.
+func (w *Watcher) History(names []string) map[string][]Signals {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string][]Signals, len(names))
+	for _, n := range names {
+		out[n] = []Signals{}
+		if s, ok := w.series[n]; ok {
+			out[n] = s.history()
+		}
+	}
+	return out
+}
+
+// Run samples every Step until ctx ends, the first round at once. It is
+// the Watcher's one loop: run it once, in one goroutine.
+func (w *Watcher) Run(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.mu.Lock()
+	w.running = true
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.running = false
+		w.mu.Unlock()
+	}()
+	changes := w.s.Changes(ctx)
+	r := &watchRounds{w: w, sampler: w.s.Sampler()}
+	tick := w.newTicker(w.step)
+	defer tick.Stop()
+	r.round(ctx, true)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ch, open := <-changes:
+			if open {
+				r.sampler.Changed(ch.Limiter)
+				r.relist = true
+				w.mu.Lock()
+				for sub := range w.chsubs {
+					select {
+					case sub <- ch:
+					default:
+					}
+				}
+				w.mu.Unlock()
+			}
+		case <-w.poke:
+			r.round(ctx, false)
+		case <-tick.C():
+			r.round(ctx, true)
+		}
+	}
+}
+
+// watchRounds is the state of Run, its goroutine's alone.
+type watchRounds struct {
+	w       *Watcher
+	sampler *Sampler
+	names   []string // the named limiters listed
+	listed  bool
+	relist  bool
+	n       uint64 // full rounds
+}
+
+// round reads what a round reads (full: every name; else only the watched
+// names not read yet) and publishes it.
+func (r *watchRounds) round(ctx context.Context, full bool) {
+	w := r.w
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	var failed error
+	if full {
+		r.n++
+		// With no limiter listed, the list is what tells Redis is there.
+		if !r.listed || len(r.names) == 0 || r.relist || r.n%relistRounds == 0 {
+			page, err := w.s.List(ctx, "", w.max)
+			if err == nil {
+				r.names, r.relist, r.listed = r.names[:0], false, true
+				for _, info := range page.Limiters {
+					r.names = append(r.names, info.Name)
+				}
+			} else {
+				failed = err
+			}
+		}
+	}
+	w.mu.Lock()
+	prev := w.last
+	var todo []string
+	seen := map[string]bool{}
+	add := func(n string) {
+		if !seen[n] {
+			seen[n] = true
+			todo = append(todo, n)
+		}
+	}
+	if full {
+		for _, n := range r.names {
+			add(n)
+		}
+		for n := range w.extra {
+			add(n)
+		}
+	} else {
+		for n := range w.extra {
+			if prev == nil {
+				add(n)
+			} else if _, ok := prev.Entries[n]; !ok {
+				add(n)
+			}
+		}
+	}
+	w.mu.Unlock()
+	if !full && len(todo) == 0 {
+		return
+	}
+
+	entries := map[string]Entry{}
+	var reads []string
+	if failed == nil {
+		for batch := range slices.Chunk(todo, WatchBatch) {
+			ls, errs := r.sampler.GetAll(ctx, batch)
+			for i, n := range batch {
+				entries[n] = Entry{Limiter: ls[i], Err: errs[i]}
+				switch err := errs[i]; {
+				case err == nil:
+					reads = append(reads, n)
+				case errors.Is(err, ErrNotFound):
+				default:
+					if u, ok := UnavailabilityOf(err); !ok || !u.OneLimiter {
+						failed = err
+					}
+				}
+			}
+		}
+	}
+	if ctx.Err() != nil && failed == nil {
+		failed = ctx.Err()
+	}
+	instances := r.instanceCounts(ctx, entries, reads)
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if full {
+		gone := map[string]bool{}
+		for n, e := range entries {
+			if errors.Is(e.Err, ErrNotFound) {
+				gone[n] = true
+			}
+		}
+		r.names = slices.DeleteFunc(r.names, func(n string) bool { return gone[n] })
+		keep := map[string]bool{}
+		for _, n := range r.names {
+			keep[n] = true
+		}
+		for n := range w.extra {
+			keep[n] = true
+		}
+		for n := range w.series {
+			if !keep[n] || gone[n] {
+				delete(w.series, n) // deleted, unwatched, or past the cap now
+			}
+		}
+	} else if prev != nil {
+		for n, e := range prev.Entries {
+			if _, ok := entries[n]; !ok {
+				entries[n] = e
+			}
+		}
+	}
+	for _, n := range reads {
+		e := entries[n]
+		s := w.series[n]
+		if s == nil || s.kind != e.Limiter.Config.Kind {
+			s = &series{kind: e.Limiter.Config.Kind}
+			w.series[n] = s
+		}
+		sg, sm := s.signal(e.Limiter)
+		if c, ok := instances[n]; ok {
+			sg.Instance = &c
+			sg.Health = healthOf(sg)
+		}
+		if sm.t > 0 && (len(s.samples) == 0 || s.samples[s.lastIndex()].t < sm.t) {
+			s.keep(sm)
+		}
+		e.Signals = sg
+		entries[n] = e
+	}
+	round := &Round{N: r.n, Full: full, Entries: entries, Err: failed}
+	if r.listed {
+		round.Listed = slices.Clone(r.names)
+	}
+	if !full && prev != nil {
+		round.Listed, round.Err = prev.Listed, prev.Err
+	}
+	w.last = round
+	w.rounds++
+	w.listed = len(r.names)
+	for ch := range w.subs {
+		select {
+		case ch <- round:
+		default:
+			select { // the reader is behind: it gets the newest
+			case <-ch:
+			default:
+			}
+			ch <- round
+		}
+	}
+}
+
+// lastIndex is where the newest sample is.
+func (s *series) lastIndex() int {
+	if len(s.samples) < HistoryLen {
+		return len(s.samples) - 1
+	}
+	return (s.next + HistoryLen - 1) % HistoryLen
+}
+
+// instanceCounts reads, for the template instances among reads, their
+// counts in their template's busiest-instances sets: one read of each set
+// per template.
+func (r *watchRounds) instanceCounts(ctx context.Context, entries map[string]Entry, reads []string) map[string]InstanceCounts {
+	byTemplate := map[string][]string{}
+	for _, n := range reads {
+		if id := entries[n].Limiter.Template; id != "" {
+			byTemplate[id] = append(byTemplate[id], n)
+		}
+	}
+	if len(byTemplate) == 0 {
+		return nil
+	}
+	out := map[string]InstanceCounts{}
+	for id, names := range byTemplate {
+		found := map[string]TopInstance{}
+		var since int64
+		for _, by := range []string{"refused", "granted"} {
+			top, err := r.w.s.Top(ctx, id, by, MaxTopLimit, InstanceMinutes)
+			if err != nil {
+				continue
+			}
+			since = top.Since
+			for _, t := range top.Instances {
+				if _, ok := found[t.Name]; !ok {
+					found[t.Name] = t
+				}
+			}
+		}
+		for _, n := range names {
+			c := InstanceCounts{Template: id, Since: since}
+			if t, ok := found[n]; ok {
+				c.Tracked, c.Granted, c.Refused = true, t.Granted, t.Refused
+			}
+			out[n] = c
+		}
+	}
+	return out
+}
