@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -167,7 +166,10 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 	var rdb redis.UniversalClient
 	if cfg.RedisURL != "" {
 		if rdb, err = store.NewClientTLS(cfg.RedisURL, rm.redisTLSConfig()); err != nil {
-			return rm.rename(fmt.Errorf("LIMITD_REDIS_URL: %s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": ")))
+			if ue := (*store.URLError)(nil); errors.As(err, &ue) {
+				err = errors.New(ue.Reason)
+			}
+			return rm.rename(fmt.Errorf("LIMITD_REDIS_URL: %w", err))
 		}
 		defer rdb.Close()
 		if tp != nil {
