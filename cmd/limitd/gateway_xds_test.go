@@ -117,6 +117,7 @@ func TestRatelimitEnvoyGatewayXDS(t *testing.T) {
 	env["CONFIG_GRPC_XDS_SERVER_URL"] = mgmt.addr
 	env["REDIS_URL"] = miniredis.RunT(t).Addr()
 	env["XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"], env["XDS_CLIENT_BACKOFF_MAX_INTERVAL"], env["XDS_CLIENT_BACKOFF_JITTER"] = "500ms", "1s", "false"
+	env["PROMETHEUS_ADDR"] = "127.0.0.1:0" // Envoy Gateway's :19001, on a free port
 	delete(env, "RUNTIME_ROOT")
 	logs, addrs := startRatelimit(t, env)
 
