@@ -405,7 +405,7 @@ func templateID(domain, label, shape string) string {
 // shadow mode are not part of it: a limit changed within one unit keeps the
 // window's count, as the reference's key is the same.
 func counterShape(c limiter.Config) string {
-	if c.Kind != limiter.KindWindow {
+	if c.Period == "" { // a kind with no window: its name alone
 		return string(c.Kind)
 	}
 	return fmt.Sprintf("%s/%s/%t/%s", c.Kind, c.Period, c.Sliding, c.Zone)

@@ -2,17 +2,12 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
+	"github.com/limitd/limitd/internal/testkit/tlstest"
 	"net"
 	"os"
 	"path/filepath"
@@ -32,89 +27,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"gopkg.in/yaml.v3"
 )
-
-// testCA signs the test's certificates.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "envoy-gateway"}, IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	return &testCA{c, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// leaf is a certificate for 127.0.0.1 (server and client), as Envoy
-// Gateway's certgen makes one certificate for both.
-func (ca *testCA) leaf(t *testing.T, serial int64) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "envoy"}, DNSNames: []string{"localhost"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, _ := x509.MarshalECPrivateKey(key)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: k})
-}
-
-// secretVolume is a Secret mounted as the kubelet mounts it (/certs): the
-// files in a timestamped directory, `..data` a link to it, each name a link
-// through `..data`; put swaps new files in the kubelet's way.
-type secretVolume struct {
-	t   *testing.T
-	dir string
-	n   int
-}
-
-func newSecretVolume(t *testing.T, files map[string][]byte) *secretVolume {
-	v := &secretVolume{t: t, dir: t.TempDir()}
-	v.put(files)
-	for name := range files {
-		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(v.dir, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return v
-}
-
-func (v *secretVolume) put(files map[string][]byte) {
-	v.t.Helper()
-	v.n++
-	ts := fmt.Sprintf("..2026_11_29_04_%02d_00.%d", v.n, v.n)
-	check := func(err error) {
-		if err != nil {
-			v.t.Fatal(err)
-		}
-	}
-	check(os.Mkdir(filepath.Join(v.dir, ts), 0o755))
-	for name, b := range files {
-		check(os.WriteFile(filepath.Join(v.dir, ts, name), b, 0o600))
-	}
-	old, _ := os.Readlink(filepath.Join(v.dir, "..data"))
-	check(os.Symlink(ts, filepath.Join(v.dir, "..data_tmp")))
-	check(os.Rename(filepath.Join(v.dir, "..data_tmp"), filepath.Join(v.dir, "..data")))
-	if old != "" {
-		check(os.RemoveAll(filepath.Join(v.dir, old)))
-	}
-}
 
 // egConfig reads one of Envoy Gateway's translator outputs kept in
 // internal/xds/testdata/envoy-gateway (value_to_metric and share_threshold,
@@ -158,13 +70,13 @@ func egConfig(t *testing.T, file string) *rlsconfv3.RateLimitConfig {
 // remaining at once; the Secret swapped the kubelet's way and the new
 // serial served within 10 s, the reload logged and counted.
 func TestRatelimitEnvoyGatewayXDS(t *testing.T) {
-	ca := newTestCA(t)
-	crt, key := ca.leaf(t, 100)
-	certs := newSecretVolume(t, map[string][]byte{"tls.crt": crt, "tls.key": key, "ca.crt": ca.pem})
+	ca := tlstest.NewCA(t, "envoy-gateway")
+	crt, key := ca.Leaf(t, "envoy", 100)
+	certs := tlstest.NewVolume(t, map[string][]byte{"tls.crt": crt, "tls.key": key, "ca.crt": ca.PEM})
 
 	// Envoy Gateway's xDS server for the rate limit service.
 	roots := x509.NewCertPool()
-	roots.AddCert(ca.cert)
+	roots.AddCert(ca.Cert)
 	serverPair, err := tls.X509KeyPair(crt, key)
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +112,7 @@ func TestRatelimitEnvoyGatewayXDS(t *testing.T) {
 
 	env := map[string]string{}
 	for k, v := range envoyGatewayEnv {
-		env[k] = strings.ReplaceAll(v, "/certs/", certs.dir+"/")
+		env[k] = strings.ReplaceAll(v, "/certs/", certs.Dir+"/")
 	}
 	env["CONFIG_GRPC_XDS_SERVER_URL"] = mgmt.addr
 	env["REDIS_URL"] = miniredis.RunT(t).Addr()
@@ -300,8 +212,8 @@ func TestRatelimitEnvoyGatewayXDS(t *testing.T) {
 	}
 
 	// The Secret swapped the kubelet's way: the new serial within 10 s.
-	crt2, key2 := ca.leaf(t, 101)
-	certs.put(map[string][]byte{"tls.crt": crt2, "tls.key": key2, "ca.crt": ca.pem})
+	crt2, key2 := ca.Leaf(t, "envoy", 101)
+	certs.Put(map[string][]byte{"tls.crt": crt2, "tls.key": key2, "ca.crt": ca.PEM})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		s, err := serial()
