@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -362,15 +363,27 @@ func TestSignalsCost(t *testing.T) {
 	var cmds atomic.Int64
 	s.rdb.AddHook(countHook{&cmds})
 	const rounds = 5
+	per := make([]float64, rounds)
 	start := time.Now()
-	for range rounds {
+	for i := range rounds {
+		before := cmds.Load()
 		s.round(time.Second)
+		per[i] = float64(cmds.Load() - before)
 	}
 	took := time.Since(start)
-	per := float64(cmds.Load()) / rounds
-	t.Logf("%d limiters: %.1f Redis commands a round, %v a round (miniredis, test's wall clock)", n, per, took/rounds)
-	if per < 2*n || per > 2*n+n/10 {
-		t.Errorf("%.1f commands a round for %d rate limiters, want two per limiter, the state and the totals (within 5%%)", per, n)
+	t.Logf("%d limiters: %v Redis commands in each round, %v a round (miniredis, test's wall clock)", n, per, took/rounds)
+	// A change published by the PUTs above may reach the sampler a round
+	// late on a busy machine, and then that round reads the configs again
+	// (two commands more per limiter, once): the median round is the cost.
+	sorted := slices.Clone(per)
+	slices.Sort(sorted)
+	if med := sorted[rounds/2]; med < 2*n || med > 2*n+n/10 {
+		t.Errorf("%.1f commands in the median round for %d rate limiters, want two per limiter, the state and the totals (within 5%%)", med, n)
+	}
+	for i, c := range per {
+		if c > 4*n+n/10 {
+			t.Errorf("round %d: %.0f commands, more than a state, totals and one config read per limiter", i, c)
+		}
 	}
 	if h := s.history("l000,l299").Limiters; len(h["l000"]) != rounds+1 || len(h["l299"]) != rounds+1 {
 		t.Errorf("history lengths %d, %d, want %d", len(h["l000"]), len(h["l299"]), rounds+1)

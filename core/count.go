@@ -137,6 +137,9 @@ type Count struct {
 	Now int64
 }
 
+// Refuses: Over and not in shadow mode (a quota counter refuses together).
+func (c Count) Refuses() bool { return c.Over && !c.Shadow }
+
 // Count decides a metered call (see Counting and CountRequest). Bad input
 // is a *limiter.FieldError naming counters[i].name or counters[i].hits; a
 // counter whose limiter does not exist is ErrNotFound, one of a lease kind
@@ -197,7 +200,7 @@ func (s *Service) Count(ctx context.Context, r CountRequest) (CountResult, error
 func (s *Service) refuses(cs []Counter, counts []Count) bool {
 	quotas, quotasOver := 0, 0
 	for i, c := range cs {
-		over := counts[i].Over && !counts[i].Shadow
+		over := counts[i].Refuses()
 		if c.Quota || s.quota && !c.Unlimited {
 			quotas++
 			if over {

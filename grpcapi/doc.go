@@ -2,24 +2,12 @@
 // (envoy.service.ratelimit.v3.RateLimitService, with grpc.health.v1 beside
 // it), over a core.Service.
 //
-// Descriptor rules come in the reference rate limit server's config format
-// (a list under the boot file's domains:, see Domain): a domain's tree of
-// keys and values, each level matched most specific first (exact value,
-// then the first wildcard pattern, then the key alone), a rule applying only
-// at the level of a descriptor's last entry. Each rule with a limit is a
-// limitd template (Rules.Templates, "envoy.<domain>.<hash>"); a request's
-// counter is an instance of it named by the request's values where the rule
-// has none (match.go: counter). A rate_limit is the window kind (fixed
-// windows of the unit, aligned to the Unix epoch); a descriptor may instead
-// name any limitd rate config (limiter:), so that a schedule or smooth limit
-// replaces the window.
-//
-// The server translates: each descriptor becomes a core.Counter (its rule's
-// counter and hits, quota mode; unlimited; or no limit where nothing
-// matched or the rule was replaced), core.Service.Count decides the call
-// (counting, shadow and quota mode, per rule and global, live there), and
-// each core.Count becomes a descriptor status as the reference words it:
-// OVER_LIMIT for a rule over its limit and not in shadow mode, the rule's
+// The server translates: package envoyrules (the descriptor rules and their
+// matching) makes each descriptor a core.Counter, core.Service.Count decides
+// the call (counting, shadow and quota mode, per rule and global, live
+// there), and each core.Count becomes a descriptor status as the reference
+// words it:
+// OVER_LIMIT for a counter that refuses (core.Count.Refuses), the rule's
 // current_limit, limit_remaining (0 when over) and duration_until_reset
 // (a window's end, in whole seconds rounded up). Options.Counting picks the
 // reference's counting (every hit counted, refused or not: the default) or
@@ -52,6 +40,6 @@
 // connections per worker and multiplexes its calls on them: DefaultLimits
 // say why each default suits it.
 //
-// Layer: cmd → api|grpcapi → core → store → limiter. grpcapi imports core
-// and limiter, never api, store or a Redis client.
+// Layer: cmd → api|grpcapi → envoyrules → core → store → limiter. grpcapi
+// imports envoyrules, core and limiter, never api, store or a Redis client.
 package grpcapi

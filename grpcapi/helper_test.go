@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/envoyrules"
 	"github.com/limitd/limitd/internal/redistest"
 	"github.com/limitd/limitd/store"
 )
@@ -45,10 +46,10 @@ type env struct {
 
 // parseDomains decodes a boot file's domains: list strictly, as the boot
 // file does.
-func parseDomains(t *testing.T, src string) []Domain {
+func parseDomains(t *testing.T, src string) []envoyrules.Domain {
 	t.Helper()
 	var doc struct {
-		Domains []Domain `yaml:"domains"`
+		Domains []envoyrules.Domain `yaml:"domains"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader([]byte(src)))
 	dec.KnownFields(true)
@@ -59,9 +60,9 @@ func parseDomains(t *testing.T, src string) []Domain {
 }
 
 // compile compiles a domains: list, failing the test on an error.
-func compile(t *testing.T, src string) *Rules {
+func compile(t *testing.T, src string) *envoyrules.Rules {
 	t.Helper()
-	r, err := Compile(parseDomains(t, src))
+	r, err := envoyrules.Compile(parseDomains(t, src))
 	if err != nil {
 		t.Fatalf("compile: %v", err)
 	}
@@ -138,7 +139,7 @@ func newEnvOver(t *testing.T, rdb redis.UniversalClient, domains string, opts ..
 }
 
 // apply writes the rules' templates to Redis, as the boot file does.
-func (e *env) apply(r *Rules) {
+func (e *env) apply(r *envoyrules.Rules) {
 	e.t.Helper()
 	for _, tpl := range r.Templates() {
 		if _, _, err := e.svc.PutTemplate(context.Background(), tpl); err != nil {
@@ -240,3 +241,13 @@ func (m *metrics) vec(name string) *prometheus.CounterVec {
 }
 
 func testutilValue(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
+
+// counterName is the counter the current rules count entries of domain in.
+func (e *env) counterName(domain string, entries ...envoyrules.Entry) string {
+	e.t.Helper()
+	cs, _, err := e.srv.rules.Load().Counters(domain, []envoyrules.Request{{Entries: entries, Hits: 1}}, nil)
+	if err != nil || cs[0].Name == "" {
+		e.t.Fatalf("%s %v: no counter (%v)", domain, entries, err)
+	}
+	return cs[0].Name
+}

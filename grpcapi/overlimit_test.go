@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/envoyrules"
 )
 
 // stillClock is a local clock that stays at t0: an over-limit cache's
@@ -30,8 +31,7 @@ domains:
 	e := newEnv(t, cfg, func(_ *Options, c *core.Options) { c.OverLimitCache, c.Clock = 16, stillClock{} })
 	counted := func() int64 {
 		t.Helper()
-		entries := []Entry{{"user", "ann"}}
-		w, err := e.st.Wait(context.Background(), e.srv.rules.Load().match("d", entries).counter(entries))
+		w, err := e.st.Wait(context.Background(), e.counterName("d", envoyrules.Entry{Key: "user", Value: "ann"}))
 		if err != nil {
 			t.Fatal(err)
 		}

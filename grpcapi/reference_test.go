@@ -51,12 +51,14 @@ var (
 	unlimited = want{code: ok, remaining: math.MaxUint32}
 )
 
-// unitOf is the window of a unit.
+// unitOf is the window of a unit (the reference's week, month and year
+// are 7, 30 and 365 days); a second for UNKNOWN.
 func unitOf(u rlv3.RateLimitResponse_RateLimit_Unit) time.Duration {
-	for _, v := range units {
-		if v.code == Unit(u) {
-			return v.period
-		}
+	day := 24 * time.Hour
+	if d, ok := map[rlv3.RateLimitResponse_RateLimit_Unit]time.Duration{rlv3.RateLimitResponse_RateLimit_MINUTE: time.Minute,
+		rlv3.RateLimitResponse_RateLimit_HOUR: time.Hour, rlv3.RateLimitResponse_RateLimit_DAY: day, rlv3.RateLimitResponse_RateLimit_WEEK: 7 * day,
+		rlv3.RateLimitResponse_RateLimit_MONTH: 30 * day, rlv3.RateLimitResponse_RateLimit_YEAR: 365 * day}[u]; ok {
+		return d
 	}
 	return time.Second
 }

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/envoyrules"
 )
 
 // ServiceName is the gRPC service the server implements.
@@ -39,7 +40,7 @@ type Options struct {
 	Service *core.Service
 	// Rules are the domains to start with (nil: none; every descriptor is
 	// then unlimited, as the reference answers for an unknown domain).
-	Rules *Rules
+	Rules *envoyrules.Rules
 	// Token and AdminToken (LIMITD_TOKEN, LIMITD_ADMIN_TOKEN): with Token
 	// set, every ShouldRateLimit call must carry "authorization: Bearer
 	// <Token or AdminToken>" metadata, as every HTTP /v1 read must. The
@@ -76,7 +77,7 @@ type Options struct {
 type Server struct {
 	rlv3.UnimplementedRateLimitServiceServer
 	svc       *core.Service
-	rules     atomic.Pointer[Rules]
+	rules     atomic.Pointer[envoyrules.Rules]
 	tokens    [][sha256.Size]byte
 	log       *slog.Logger
 	accessLog string
@@ -118,7 +119,7 @@ func New(o Options) *Server {
 	}
 	s.headers = o.Headers
 	if o.Rules == nil && !o.WaitForRules {
-		o.Rules, _ = Compile(nil)
+		o.Rules, _ = envoyrules.Compile(nil)
 	}
 	s.rules.Store(o.Rules)
 	s.setHealth(healthpb.HealthCheckResponse_SERVING)
@@ -128,7 +129,7 @@ func New(o Options) *Server {
 // SetRules replaces the rules: calls that start after it see the new ones.
 // It empties the service's over-limit cache (core.Options.OverLimitCache):
 // a counter remembered as over under the old rules is asked again.
-func (s *Server) SetRules(r *Rules) {
+func (s *Server) SetRules(r *envoyrules.Rules) {
 	if r != nil {
 		s.rules.Store(r)
 		s.svc.ClearOverLimit()
@@ -226,16 +227,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitRequest
 	return resp, err
 }
 
-// descriptor is one checked request descriptor.
-type descriptor struct {
-	entries  []Entry
-	hits     uint64
-	override *override // its own limit (override.go); nil: none
-}
-
 // parseRequest checks a request; its errors are InvalidArgument naming the
 // field.
-func parseRequest(req *rlv3.RateLimitRequest) ([]descriptor, error) {
+func parseRequest(req *rlv3.RateLimitRequest) ([]envoyrules.Request, error) {
 	if req.GetDomain() == "" {
 		return nil, invalidArg("domain: must not be empty")
 	}
@@ -246,7 +240,7 @@ func parseRequest(req *rlv3.RateLimitRequest) ([]descriptor, error) {
 	if len(ds) > maxDescriptors {
 		return nil, invalidArg("descriptors: at most %d in one request (got %d)", maxDescriptors, len(ds))
 	}
-	out := make([]descriptor, len(ds))
+	out := make([]envoyrules.Request, len(ds))
 	for i, d := range ds {
 		es := d.GetEntries()
 		if len(es) == 0 {
@@ -256,76 +250,41 @@ func parseRequest(req *rlv3.RateLimitRequest) ([]descriptor, error) {
 			return nil, invalidArg("descriptors[%d].entries: at most %d (got %d)", i, maxEntries, len(es))
 		}
 		var err error
-		if out[i].override, err = overrideOf(i, d.GetLimit()); err != nil {
+		if out[i].Override, err = overrideOf(i, d.GetLimit()); err != nil {
 			return nil, err
 		}
 		if d.GetIsNegativeHits() {
 			return nil, invalidArg("descriptors[%d].is_negative_hits: is not supported by limitd", i)
 		}
-		out[i].entries = make([]Entry, len(es))
+		out[i].Entries = make([]envoyrules.Entry, len(es))
 		for j, e := range es {
 			if e.GetKey() == "" {
 				return nil, invalidArg("descriptors[%d].entries[%d].key: must not be empty", i, j)
 			}
-			out[i].entries[j] = Entry{e.GetKey(), e.GetValue()}
+			out[i].Entries[j] = envoyrules.Entry{Key: e.GetKey(), Value: e.GetValue()}
 		}
 		// A descriptor's own hits_addend wins; the request's 0 means 1.
-		out[i].hits = uint64(max(1, req.GetHitsAddend()))
+		out[i].Hits = uint64(max(1, req.GetHitsAddend()))
 		if h := d.GetHitsAddend(); h != nil {
-			out[i].hits = h.GetValue()
+			out[i].Hits = h.GetValue()
 		}
-		if out[i].hits > maxHits {
-			return nil, invalidArg("descriptors[%d].hits_addend: must be at most %d (got %d)", i, maxHits, out[i].hits)
+		if out[i].Hits > maxHits {
+			return nil, invalidArg("descriptors[%d].hits_addend: must be at most %d (got %d)", i, maxHits, out[i].Hits)
 		}
 	}
 	return out, nil
 }
 
-func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) (*rlv3.RateLimitResponse, error) {
+func (s *Server) decide(ctx context.Context, domain string, descs []envoyrules.Request) (*rlv3.RateLimitResponse, error) {
 	rules := s.rules.Load()
 	if rules == nil {
 		return nil, errNoRules
 	}
-	matched := make([]*rule, len(descs))
-	names := make([]string, len(descs)) // an override's counter
-	replaced := map[string]bool{}
-	for i, d := range descs {
-		if d.override != nil && rules.known(domain) {
-			t, err := d.override.template()
-			if err != nil {
-				return nil, invalidArg("descriptors[%d].limit: %v", i, err)
-			}
-			if err := s.ensureOverride(ctx, t); err != nil {
-				return nil, err
-			}
-			matched[i], names[i] = d.override.rule(domain, d.entries, t)
-			continue
-		}
-		rl := rules.match(domain, d.entries)
-		matched[i] = rl
-		if rl != nil {
-			for _, n := range rl.replaces {
-				replaced[n] = true
-			}
-		}
+	counters, matched, err := rules.Counters(domain, descs, func(t core.Template) error { return s.ensureOverride(ctx, t) })
+	if err != nil {
+		return nil, err
 	}
-	req := core.CountRequest{Counting: s.counting, Counters: make([]core.Counter, len(descs))}
-	for i, d := range descs {
-		rl, c := matched[i], &req.Counters[i]
-		c.Hits = int64(d.hits)
-		switch {
-		case rl == nil:
-		case names[i] != "":
-			c.Name = names[i]
-		case rl.unlimited: // never replaced, as the reference has it
-			c.Unlimited = true
-		case rl.name != "" && replaced[rl.name]: // another matched rule replaces it: no limit
-			matched[i] = nil
-		default:
-			c.Name, c.Quota = rl.counter(d.entries), rl.quota
-		}
-	}
-	res, err := s.svc.Count(ctx, req)
+	res, err := s.svc.Count(ctx, core.CountRequest{Counting: s.counting, Counters: counters})
 	if err != nil {
 		if errors.Is(err, core.ErrNotFound) {
 			s.forgetOverrides() // Redis lost them: the next call puts them again
@@ -354,20 +313,20 @@ func (s *Server) decide(ctx context.Context, domain string, descs []descriptor) 
 // and when it resets (whole seconds, rounded up, as the reference
 // answers), or for a schedule or smooth rule that is over, when the same
 // hits would fit. It also counts the rule's hits in its metrics.
-func (s *Server) status(rl *rule, d descriptor, c core.Count) *rlv3.RateLimitResponse_DescriptorStatus {
+func (s *Server) status(rl *envoyrules.Rule, d envoyrules.Request, c core.Count) *rlv3.RateLimitResponse_DescriptorStatus {
 	st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
 	switch {
 	case rl == nil:
 		return st
-	case rl.unlimited:
+	case rl.Unlimited:
 		st.LimitRemaining = math.MaxUint32
 		return st
 	}
-	if c.Over && !c.Shadow {
+	if c.Refuses() {
 		st.Code = rlv3.RateLimitResponse_OVER_LIMIT
 	}
-	if rl.unit != UnitUnknown {
-		st.CurrentLimit = &rlv3.RateLimitResponse_RateLimit{Name: rl.name, RequestsPerUnit: rl.limit, Unit: rlv3.RateLimitResponse_RateLimit_Unit(rl.unit)}
+	if rl.Unit != envoyrules.UnitUnknown {
+		st.CurrentLimit = &rlv3.RateLimitResponse_RateLimit{Name: rl.Name, RequestsPerUnit: rl.Limit, Unit: rlv3.RateLimitResponse_RateLimit_Unit(rl.Unit)}
 	}
 	if c.Window {
 		if !c.Over {
@@ -377,7 +336,7 @@ func (s *Server) status(rl *rule, d descriptor, c core.Count) *rlv3.RateLimitRes
 	} else if c.Over {
 		st.DurationUntilReset = durationpb.New(time.Duration(c.RetryAfter))
 	}
-	s.m.series(rl.domain, rl.metricLabel(d.entries)).count(d.hits, c, s.nearRatio)
+	s.m.series(rl.Domain, rl.MetricLabel(d.Entries)).count(d.Hits, c, s.nearRatio)
 	return st
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/envoyrules"
 	"github.com/limitd/limitd/internal/redistest"
 )
 
@@ -182,8 +183,7 @@ domains:
 	if got := e.counter(e.srv.m.within, "d", "j"); got != 2 {
 		t.Errorf("j within_limit %v, want 2 (the call beside the shadow refusal took its hit)", got)
 	}
-	es := []Entry{{"j", "v"}}
-	w, err := e.svc.Wait(context.Background(), e.srv.rules.Load().match("d", es).counter(es))
+	w, err := e.svc.Wait(context.Background(), e.counterName("d", envoyrules.Entry{Key: "j", Value: "v"}))
 	if err != nil || w.Permits != 2 {
 		t.Errorf("j's counter: %+v, %v; want 2 permits taken", w, err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/envoyrules"
 )
 
 // DirSource is a runtime directory as the reference rate limit server reads
@@ -86,12 +86,12 @@ func LoadDir(d DirSource) (*File, error) {
 	return parse()
 }
 
-var domainType = reflect.TypeFor[grpcapi.Domain]()
+var domainType = reflect.TypeFor[envoyrules.Domain]()
 
 // parseDir checks a runtime directory's files and compiles them as one set
 // of rules. Errors name the file, the line and the field.
 func parseDir(dir, sum string, files []dirFile) (*File, error) {
-	domains := make([]grpcapi.Domain, len(files))
+	domains := make([]envoyrules.Domain, len(files))
 	roots := make([]*yaml.Node, len(files))
 	for i, f := range files {
 		fail := func(line int, format string, a ...any) error {
@@ -152,8 +152,8 @@ func (e *DomainError) Error() string {
 // files, an xDS update): their rules and the rules' templates, no limiters.
 // where names its source in logs, sum tells a change. A rule that does not
 // compile is a *DomainError.
-func FromDomains(where, sum string, domains []grpcapi.Domain) (*File, error) {
-	rules, err := grpcapi.Compile(domains)
+func FromDomains(where, sum string, domains []envoyrules.Domain) (*File, error) {
+	rules, err := envoyrules.Compile(domains)
 	if err != nil {
 		field, rule := fieldOf(err)
 		var i int

@@ -17,7 +17,7 @@
 //	      - key: to_number
 //	        rate_limit: {unit: day, requests_per_unit: 100}
 //
-// Each rule with a limit is a template (grpcapi.Rules.Templates) the file
+// Each rule with a limit is a template (envoyrules.Rules.Templates) the file
 // applies beside its own.
 //
 // Parse reads a file strictly and checks it whole before anything is

@@ -14,7 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/limitd/limitd/core"
-	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/envoyrules"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -23,8 +23,8 @@ type File struct {
 	Path      string
 	Sum       string // sha256 of the content, the mark core.Service.Mark keeps
 	Limiters  []Limiter
-	Templates []core.Template // the file's own, then the rules'
-	Rules     *grpcapi.Rules  // the domains' descriptor rules
+	Templates []core.Template   // the file's own, then the rules'
+	Rules     *envoyrules.Rules // the domains' descriptor rules
 }
 
 // Limiter is one limiter of a boot file.
@@ -37,7 +37,7 @@ type Limiter struct {
 type schema struct {
 	Limiters  map[string]limiter.Config `yaml:"limiters"`
 	Templates map[string]template       `yaml:"templates"`
-	Domains   []grpcapi.Domain          `yaml:"domains"`
+	Domains   []envoyrules.Domain       `yaml:"domains"`
 }
 
 type template struct {
@@ -123,14 +123,14 @@ func Parse(path string, data []byte) (*File, error) {
 		}
 		b.Templates = append(b.Templates, t)
 	}
-	rules, err := grpcapi.Compile(doc.Domains)
+	rules, err := envoyrules.Compile(doc.Domains)
 	if err != nil {
 		field, rule := fieldOf(err)
 		return nil, fail(lineOfPath(&root, field), "%s: %s", field, rule)
 	}
 	for _, t := range rules.Templates() {
 		if _, dup := doc.Templates[t.ID]; dup {
-			return nil, fail(templateNodes[t.ID].lineOf(""), "templates: %q is the id of a domains rule's template (ids starting %q are taken by domains:)", t.ID, grpcapi.TemplatePrefix)
+			return nil, fail(templateNodes[t.ID].lineOf(""), "templates: %q is the id of a domains rule's template (ids starting %q are taken by domains:)", t.ID, envoyrules.TemplatePrefix)
 		}
 		b.Templates = append(b.Templates, t)
 	}

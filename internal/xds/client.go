@@ -5,7 +5,7 @@
 // ratelimit.config.ratelimit.v3.RateLimitConfig (one domain each).
 //
 // Each response is the whole set of rules. It is converted to the
-// reference's config format (grpcapi.Domain) and compiled whole
+// reference's config format (envoyrules.Domain) and compiled whole
 // (boot.FromDomains): when every resource compiles, the rules are handed to
 // Options.Apply and the response is ACKed; when one does not, the response
 // is NACKed with the error (naming the resource and the field) and nothing
@@ -47,7 +47,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/envoyrules"
 	"github.com/limitd/limitd/internal/boot"
 )
 
@@ -284,7 +284,7 @@ func node(o Options) *corev3.Node {
 // Decode converts an update's resources and compiles them whole. Errors
 // name the resource (its name and domain) and the field.
 func Decode(resources []*anypb.Any) (*boot.File, error) {
-	domains := make([]grpcapi.Domain, len(resources))
+	domains := make([]envoyrules.Domain, len(resources))
 	names := make([]string, len(resources))
 	h := sha256.New()
 	for i, res := range resources {
@@ -292,7 +292,7 @@ func Decode(resources []*anypb.Any) (*boot.File, error) {
 		if err := anypb.UnmarshalTo(res, &c, proto.UnmarshalOptions{}); err != nil {
 			return nil, fmt.Errorf("resources[%d]: not a %s: %w", i, TypeURL, err)
 		}
-		domains[i] = grpcapi.Domain{Domain: c.Domain, Descriptors: descriptors(c.Descriptors)}
+		domains[i] = envoyrules.Domain{Domain: c.Domain, Descriptors: descriptors(c.Descriptors)}
 		names[i] = fmt.Sprintf("RateLimitConfig %q (domain %q)", c.Name, c.Domain)
 		b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&c)
 		fmt.Fprintf(h, "%d:", len(b))
@@ -311,24 +311,24 @@ func Decode(resources []*anypb.Any) (*boot.File, error) {
 // (WEEK, MONTH and YEAR included), shadow_mode, detailed_metric, quota_mode
 // and metadata. value_to_metric and share_threshold have no field in
 // RateLimitConfig: they come from files only, here as in the reference.
-func descriptors(ds []*rlsconfv3.RateLimitDescriptor) []grpcapi.Descriptor {
+func descriptors(ds []*rlsconfv3.RateLimitDescriptor) []envoyrules.Descriptor {
 	if len(ds) == 0 {
 		return nil
 	}
-	out := make([]grpcapi.Descriptor, len(ds))
+	out := make([]envoyrules.Descriptor, len(ds))
 	for i, d := range ds {
-		out[i] = grpcapi.Descriptor{Key: d.Key, Value: d.Value, Descriptors: descriptors(d.Descriptors),
+		out[i] = envoyrules.Descriptor{Key: d.Key, Value: d.Value, Descriptors: descriptors(d.Descriptors),
 			ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, QuotaMode: d.QuotaMode}
 		if d.Metadata != nil {
 			out[i].Metadata = d.Metadata.AsMap()
 		}
 		if p := d.RateLimit; p != nil {
-			rl := &grpcapi.RateLimit{RequestsPerUnit: p.RequestsPerUnit, Unlimited: p.Unlimited, Name: p.Name}
+			rl := &envoyrules.RateLimit{RequestsPerUnit: p.RequestsPerUnit, Unlimited: p.Unlimited, Name: p.Name}
 			if p.Unit != rlsconfv3.RateLimitUnit_UNKNOWN {
 				rl.Unit = strings.ToLower(p.Unit.String())
 			}
 			for _, r := range p.Replaces {
-				rl.Replaces = append(rl.Replaces, grpcapi.Replace{Name: r.Name})
+				rl.Replaces = append(rl.Replaces, envoyrules.Replace{Name: r.Name})
 			}
 			out[i].RateLimit = rl
 		}

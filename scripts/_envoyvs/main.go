@@ -44,7 +44,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/envoyrules"
 	"github.com/limitd/limitd/internal/rounds"
 	"github.com/limitd/limitd/store"
 )
@@ -511,13 +511,13 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 	atExit(func() { _ = st.Close() })
 	var pattern string
 	for _, t := range must(st.Templates(ctx)) {
-		if strings.HasPrefix(t.ID, grpcapi.TemplatePrefix+domain+".") {
+		if strings.HasPrefix(t.ID, envoyrules.TemplatePrefix+domain+".") {
 			pattern = t.Pattern
 		}
 	}
 	prefix, ok := strings.CutSuffix(pattern, "*")
 	if !ok {
-		fail(fmt.Errorf("limitd: no template of the rule in Redis (want %s%s.…, its pattern ending in *)", grpcapi.TemplatePrefix, domain))
+		fail(fmt.Errorf("limitd: no template of the rule in Redis (want %s%s.…, its pattern ending in *)", envoyrules.TemplatePrefix, domain))
 	}
 	s.counts = func(ctx context.Context, values []string, _ int64) (int64, []string, error) {
 		names := make([]string, len(values))

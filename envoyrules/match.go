@@ -1,4 +1,4 @@
-package grpcapi
+package envoyrules
 
 import (
 	"crypto/sha256"
@@ -14,7 +14,7 @@ type Entry struct{ Key, Value string }
 // specific match at each level (exact value, then the first pattern, then
 // the key alone), and a rule only at the level of the descriptor's last
 // entry, as the reference matches. nil: no rule limits the descriptor.
-func (r *Rules) match(domain string, entries []Entry) *rule {
+func (r *Rules) match(domain string, entries []Entry) *Rule {
 	n := r.domains[domain]
 	if n == nil {
 		return nil
@@ -72,7 +72,7 @@ const maxName = 128
 // digits ("a b" → "a_20b"), so different values never share a name. When
 // the name would pass 128 characters, the values part is "_h" and a hash of
 // the values instead.
-func (rl *rule) counter(entries []Entry) string {
+func (rl *Rule) counter(entries []Entry) string {
 	var b strings.Builder
 	b.WriteString(rl.template)
 	b.WriteByte(':')
@@ -114,11 +114,11 @@ func escape(b *strings.Builder, v string) {
 	}
 }
 
-// metricLabel is the rule label of a request's counters: the rule's own
+// MetricLabel is the rule label of a request's counters: the rule's own
 // label; with detailed_metric the request's keys and values; with
 // value_to_metric on a level without a fixed value, the request's value
 // there.
-func (rl *rule) metricLabel(entries []Entry) string {
+func (rl *Rule) MetricLabel(entries []Entry) string {
 	if !rl.detailed {
 		changed := false
 		for _, l := range rl.levels {
@@ -130,15 +130,23 @@ func (rl *rule) metricLabel(entries []Entry) string {
 			return rl.label
 		}
 	}
-	parts := make([]string, len(rl.levels))
+	es := make([]Entry, len(rl.levels))
 	for i, l := range rl.levels {
-		v := l.value
+		es[i] = Entry{l.key, l.value}
 		if (rl.detailed || l.valueToMetric) && l.variable {
-			v = entries[i].Value // a shared pattern stays a pattern
+			es[i].Value = entries[i].Value // a shared pattern stays a pattern
 		}
-		parts[i] = l.key
-		if v != "" {
-			parts[i] += "_" + v
+	}
+	return labelOf(es)
+}
+
+// labelOf is the reference's key of entries: "message_type_marketing.to_number".
+func labelOf(es []Entry) string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Key
+		if e.Value != "" {
+			parts[i] += "_" + e.Value
 		}
 	}
 	return strings.Join(parts, ".")

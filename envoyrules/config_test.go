@@ -1,4 +1,4 @@
-package grpcapi
+package envoyrules
 
 import (
 	"strings"
@@ -185,7 +185,7 @@ domains:
 		{[]Entry{{"key1", "value1"}}, "key1_value1"},
 		{[]Entry{{"route", "api"}, {"method", "GET"}}, "route_api.method"},
 	} {
-		if got := r.match("d", c.entries).metricLabel(c.entries); got != c.want {
+		if got := r.match("d", c.entries).MetricLabel(c.entries); got != c.want {
 			t.Errorf("%v: %q, want %q", c.entries, got, c.want)
 		}
 	}

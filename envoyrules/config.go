@@ -1,4 +1,4 @@
-package grpcapi
+package envoyrules
 
 import (
 	"crypto/sha256"
@@ -116,9 +116,8 @@ const (
 // is immutable; a reload compiles a new one.
 type Rules struct {
 	domains   map[string]*node
-	rules     []*rule // every rule, in the config's order
+	rules     []*Rule // every rule, in the config's order
 	templates []core.Template
-	count     int
 	quotas    int // rules in quota mode
 }
 
@@ -130,7 +129,7 @@ type node struct {
 	exact    map[entry]*node
 	patterns []pattern
 	anyValue map[string]*node // by key
-	rule     *rule            // nil: no limit at this level
+	rule     *Rule            // nil: no limit at this level
 }
 
 type entry struct{ key, value string }
@@ -149,27 +148,27 @@ type level struct {
 	valueToMetric bool
 }
 
-// rule is a descriptor with a limit.
-type rule struct {
-	domain    string
+// Rule is a descriptor with a limit, as the answer and the metrics read it.
+type Rule struct {
+	Domain    string
 	label     string // the reference's key of the rule without its domain: "message_type_marketing.to_number"
 	levels    []level
 	template  string // the limitd template its counters are instances of ("" for unlimited)
-	unlimited bool
+	Unlimited bool
 	quota     bool // quota_mode
 	detailed  bool
-	name      string   // rate_limit.name: what replaces refers to
+	Name      string   // rate_limit.name: what replaces refers to
 	replaces  []string // names of the rules this one replaces
 	// The reference's limit (window rules): the answer's current_limit.
-	unit   Unit
-	limit  uint32
+	Unit   Unit
+	Limit  uint32
 	config limiter.Config
 }
 
 // fullKey names the rule as the reference server does (its config's
 // FullKey, in /rlconfig and its stats): the domain and the descriptors'
 // key_value path, "mongo_cps.database_users".
-func (rl *rule) fullKey() string { return rl.domain + "." + rl.label }
+func (rl *Rule) fullKey() string { return rl.Domain + "." + rl.label }
 
 // TemplatePrefix starts the id of every template a rule counts in.
 const TemplatePrefix = "envoy."
@@ -248,7 +247,7 @@ func (r *Rules) load(n *node, domain string, parents []level, ds []Descriptor, p
 }
 
 // rule compiles a descriptor's limit (nil when it has none).
-func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (*rule, error) {
+func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (*Rule, error) {
 	if d.RateLimit == nil && d.Limiter == nil {
 		if d.Name != "" || len(d.Replaces) > 0 {
 			return nil, fieldErr(path+".name", "names a rule: it needs a limiter", nil)
@@ -258,14 +257,11 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 	if d.RateLimit != nil && d.Limiter != nil {
 		return nil, fieldErr(path+".limiter", "must not be given with rate_limit: a rule has one limit", nil)
 	}
-	parts := make([]string, len(levels))
+	es := make([]Entry, len(levels))
 	for i, l := range levels {
-		parts[i] = l.key
-		if l.value != "" {
-			parts[i] += "_" + l.value
-		}
+		es[i] = Entry{l.key, l.value}
 	}
-	rl := &rule{domain: domain, label: strings.Join(parts, "."), levels: levels, quota: d.QuotaMode, detailed: d.DetailedMetric}
+	rl := &Rule{Domain: domain, label: labelOf(es), levels: levels, quota: d.QuotaMode, detailed: d.DetailedMetric}
 	name, replaces, namePath := d.Name, d.Replaces, path
 	if d.RateLimit != nil {
 		if d.Name != "" || len(d.Replaces) > 0 {
@@ -273,7 +269,7 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 		}
 		name, replaces, namePath = d.RateLimit.Name, d.RateLimit.Replaces, path+".rate_limit"
 	}
-	rl.name = name
+	rl.Name = name
 	for j, rep := range replaces {
 		f := fmt.Sprintf("%s.replaces[%d].name", namePath, j)
 		if rep.Name == "" {
@@ -290,8 +286,7 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 			if rate.Unit != "" {
 				return nil, fieldErr(path+".rate_limit.unit", "must not be given when unlimited is true", quote(rate.Unit))
 			}
-			rl.unlimited = true
-			r.count++
+			rl.Unlimited = true
 			r.rules = append(r.rules, rl)
 			return rl, nil
 		}
@@ -300,7 +295,7 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 		}
 		// requests_per_unit 0 is a window of 0: it refuses every hit (a
 		// block list), and its reset is its window's end.
-		rl.unit, rl.limit = u.code, rate.RequestsPerUnit
+		rl.Unit, rl.Limit = u.code, rate.RequestsPerUnit
 		cfg, err := limiter.WindowConfig(int64(rate.RequestsPerUnit), u.period)
 		if err != nil {
 			if fe, ok := err.(*limiter.FieldError); ok && fe.Field == "limit" {
@@ -325,7 +320,7 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 			return nil, fieldErr(path+".limiter", err.Error(), nil)
 		}
 		rl.config = norm
-		rl.unit, rl.limit = limitOf(norm)
+		rl.Unit, rl.Limit = limitOf(norm)
 	}
 	// shadow_mode is the limit's shadow mode: core decides and counts it,
 	// and never lets it refuse a call.
@@ -336,7 +331,6 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 	rl.template = templateID(domain, rl.label, counterShape(rl.config))
 	r.templates = append(r.templates, core.Template{ID: rl.template, Pattern: rl.template + ":*", Order: templateOrder, Limiter: rl.config,
 		Description: rl.fullKey()})
-	r.count++
 	r.rules = append(r.rules, rl)
 	return rl, nil
 }
@@ -433,8 +427,8 @@ func (r *Rules) Dump() string {
 	var b strings.Builder
 	for _, rl := range r.rules {
 		fmt.Fprintf(&b, "%s: unit=%s requests_per_unit=%d, shadow_mode: %t, quota_mode: %t", rl.fullKey(),
-			unitNames[rl.unit], rl.limit, rl.config.Shadow, rl.quota)
-		if !rl.unlimited && !limiter.Counts(rl.config.Kind) {
+			unitNames[rl.Unit], rl.Limit, rl.config.Shadow, rl.quota)
+		if !rl.Unlimited && !limiter.Counts(rl.config.Kind) {
 			c := rl.config
 			c.Shadow = false // said above
 			j, _ := json.Marshal(c)
@@ -449,12 +443,11 @@ func (r *Rules) Dump() string {
 // a limit: the boot file applies them beside its own.
 func (r *Rules) Templates() []core.Template { return r.templates }
 
-// Domains is the number of domains, Len the number of rules (descriptors
-// with a limit, unlimited ones included).
+// Domains is the number of domains.
 func (r *Rules) Domains() int { return len(r.domains) }
 
-// Len is the number of rules.
-func (r *Rules) Len() int { return r.count }
+// Len is the number of rules (descriptors with a limit, unlimited included).
+func (r *Rules) Len() int { return len(r.rules) }
 
 // Quotas is the number of rules in quota mode.
 func (r *Rules) Quotas() int { return r.quotas }
@@ -467,7 +460,3 @@ func quote(s string) string { return fmt.Sprintf("%q", s) }
 
 // Has reports whether the rules define domain.
 func (r *Rules) Has(domain string) bool { return r.domains[domain] != nil }
-
-// known reports whether the rules have domain (a descriptor's own limit
-// counts only in a domain they have, as the reference's).
-func (r *Rules) known(domain string) bool { return r.domains[domain] != nil }

@@ -1,0 +1,119 @@
+package envoyrules
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/limiter"
+)
+
+// Request is one checked descriptor of a request (Override nil: none).
+type Request struct {
+	Entries  []Entry
+	Hits     uint64
+	Override *Override
+}
+
+// Counters turns a request's descriptors in domain into core's counters and
+// the rule that answers each (nil: none, or one another matched rule
+// replaces); put puts an override's template in Redis before it counts.
+func (r *Rules) Counters(domain string, ds []Request, put func(core.Template) error) ([]core.Counter, []*Rule, error) {
+	matched := make([]*Rule, len(ds))
+	names := make([]string, len(ds)) // an override's counter
+	replaced := map[string]bool{}
+	for i, d := range ds {
+		if d.Override != nil && r.Has(domain) {
+			rl, name, t, err := d.Override.rule(domain, d.Entries)
+			if err != nil {
+				return nil, nil, fieldErr(fmt.Sprintf("descriptors[%d].limit", i), err.Error(), nil)
+			}
+			if err := put(t); err != nil {
+				return nil, nil, err
+			}
+			matched[i], names[i] = rl, name
+			continue
+		}
+		if matched[i] = r.match(domain, d.Entries); matched[i] != nil {
+			for _, n := range matched[i].replaces {
+				replaced[n] = true
+			}
+		}
+	}
+	cs := make([]core.Counter, len(ds))
+	for i, d := range ds {
+		rl, c := matched[i], &cs[i]
+		c.Hits = int64(d.Hits)
+		switch {
+		case rl == nil:
+		case names[i] != "":
+			c.Name = names[i]
+		case rl.Unlimited: // never replaced, as the reference has it
+			c.Unlimited = true
+		case rl.Name != "" && replaced[rl.Name]: // another matched rule replaces it: no limit
+			matched[i] = nil
+		default:
+			c.Name, c.Quota = rl.counter(d.Entries), rl.quota
+		}
+	}
+	return cs, matched, nil
+}
+
+// Override is a descriptor's own limit (its limit field: Envoy's limit
+// override, from a route's dynamic metadata), counted as the reference
+// counts it: in a domain the rules know, it takes the place of whatever
+// rule the descriptor matches, or limits a descriptor no rule matches; it
+// is never in shadow or quota mode; in a domain they do not know, nothing
+// limits the descriptor. Its counter is its own: the domain, every key and
+// value of the descriptor, and the override's limit and unit (the
+// reference's key has the domain, the keys and values and the unit's
+// window, without the limit; see the README's differences). Its hits count
+// in the metrics under the reference's key of the descriptor
+// ("key_value.key2_value2"). Each limit and unit (one UnitPeriod knows)
+// counts in a template of its own, "envoy.override.<unit>.<limit>", put in
+// Redis the first time this process meets it.
+type Override struct {
+	Limit uint32
+	Unit  Unit
+}
+
+// UnitPeriod is a unit's window, by name.
+func UnitPeriod(u Unit) (string, bool) {
+	name := strings.ToLower(unitNames[u])
+	_, ok := units[name]
+	return name, ok
+}
+
+// rule is the override as a rule of domain for entries: its template, its
+// counter's name, and what the answer and the metrics say of it.
+func (o *Override) rule(domain string, entries []Entry) (*Rule, string, core.Template, error) {
+	name, _ := UnitPeriod(o.Unit)
+	cfg, err := limiter.WindowConfig(int64(o.Limit), units[name].period)
+	if err != nil {
+		return nil, "", core.Template{}, err
+	}
+	id := TemplatePrefix + "override." + name + "." + strconv.FormatUint(uint64(o.Limit), 10)
+	t := core.Template{ID: id, Pattern: id + ":*", Order: templateOrder, Limiter: cfg}
+	rl := &Rule{Domain: domain, label: labelOf(entries), template: t.ID, Unit: o.Unit, Limit: o.Limit, config: t.Limiter}
+	var b strings.Builder
+	b.WriteString(t.ID)
+	b.WriteByte(':')
+	escape(&b, domain)
+	for _, e := range entries {
+		b.WriteByte(':')
+		escape(&b, e.Key)
+		b.WriteByte(':')
+		escape(&b, e.Value)
+	}
+	if b.Len() <= maxName {
+		return rl, b.String(), t, nil
+	}
+	h := sha256.New()
+	for _, v := range append([]Entry{{domain, ""}}, entries...) {
+		h.Write([]byte(strconv.Itoa(len(v.Key)) + ":" + v.Key + strconv.Itoa(len(v.Value)) + ":" + v.Value))
+	}
+	return rl, t.ID + ":_h" + hex.EncodeToString(h.Sum(nil)[:16]), t, nil
+}
