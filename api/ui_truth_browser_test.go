@@ -2,11 +2,7 @@ package api_test
 
 import (
 	"context"
-	"fmt"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,10 +10,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"gopkg.in/yaml.v3"
 
 	"github.com/limitd/limitd/api"
-	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/testkit/alerttest"
 	"github.com/limitd/limitd/store"
 	"github.com/limitd/limitd/wire"
 )
@@ -44,71 +39,6 @@ func pctOf(t *testing.T, s string) float64 {
 		t.Fatalf("%q shows no percentage", s)
 	}
 	return v
-}
-
-// saturatedFires runs the shipped LimitdSaturated rule (its expression and
-// its for:) in promtool over the series limitd_limiter_utilization{limiter}
-// held at value for 20 minutes, and reports whether it fires for limiter.
-func saturatedFires(t *testing.T, limiter string, value float64) {
-	t.Helper()
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		msg := "promtool not installed: apt-get install -y prometheus to run the alert on the served series"
-		if os.Getenv(redistest.RequireEnv) == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	b, err := os.ReadFile("../deploy/prometheus/limitd-alerts.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Groups []struct {
-			Rules []map[string]any `yaml:"rules"`
-		} `yaml:"groups"`
-	}
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
-	var rule map[string]any
-	for _, g := range doc.Groups {
-		for _, r := range g.Rules {
-			if r["alert"] == "LimitdSaturated" {
-				rule = r
-			}
-		}
-	}
-	if rule == nil {
-		t.Fatal("deploy/prometheus/limitd-alerts.yml has no LimitdSaturated")
-	}
-	dir := t.TempDir()
-	// The rule as shipped, its labels and annotations left out so that the
-	// test compares what fires, not its wording.
-	rules := map[string]any{"groups": []any{map[string]any{"name": "t", "rules": []any{
-		map[string]any{"alert": "LimitdSaturated", "expr": rule["expr"], "for": rule["for"]}}}}}
-	tests := map[string]any{"rule_files": []string{"rules.yml"}, "evaluation_interval": "1m", "tests": []any{map[string]any{
-		"interval": "1m",
-		"input_series": []any{map[string]any{
-			"series": fmt.Sprintf(`limitd_limiter_utilization{job="limitd",instance="a:8080",limiter=%q}`, limiter),
-			"values": fmt.Sprintf("%vx20", value)}},
-		"alert_rule_test": []any{map[string]any{"eval_time": "15m", "alertname": "LimitdSaturated",
-			"exp_alerts": []any{map[string]any{"exp_labels": map[string]string{"limiter": limiter}}}}},
-	}}}
-	for name, v := range map[string]any{"rules.yml": rules, "tests.yml": tests} {
-		out, err := yaml.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cmd := exec.Command(promtool, "test", "rules", "tests.yml")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Errorf("LimitdSaturated on limitd_limiter_utilization{limiter=%q} %v: %v\n%s", limiter, value, err, out)
-	}
 }
 
 // What the page, the history and /metrics say is what Redis decided,
@@ -175,7 +105,7 @@ func TestDashboardTruthInBrowser(t *testing.T) {
 		}
 		use, _ := strconv.ParseFloat(m[1], 64)
 		t.Logf("Go clients at 498/s of 500/s: the page %.1f/s, history %.1f/s at %.3f, /metrics utilization %v", g, last.GrantedPerS, last.Utilization, use)
-		saturatedFires(t, "bulk", use)
+		alerttest.SaturatedFires(t, "../deploy/prometheus/limitd-alerts.yml", "bulk", use)
 	})
 
 	// A steady 20/s limiter whose samples land 0 to 2.6 s apart (a busy

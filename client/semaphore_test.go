@@ -51,31 +51,49 @@ func semFree(t *testing.T, st *store.Store, name string) bool {
 }
 
 // 12 goroutines on a semaphore of 3 never hold more than 3 slots at once,
-// and keep all 3 busy.
+// and do hold all 3.
 func TestSemaphoreLimit(t *testing.T) {
 	shBackends(t, func(t *testing.T, rdb *redis.Client, st *store.Store) {
 		ctPut(t, st, "sem", semConfig(3, 5*time.Second))
 		c := client.New(rdb)
 		defer c.Close()
-		s := semHandle(t, c, "sem")
+		s := semHandle(t, c, "sem", client.WithMaxBackoff(10*time.Millisecond))
+		// No deadline and no hold time to overlap by luck: the first holders
+		// keep their slots until three are held at once, so that the limit is
+		// reached on any machine, however slow; then each goroutine takes its
+		// share of acquisitions, and no more than three are ever held.
+		const goroutines, each = 12, 4
 		var cur, most, ops atomic.Int64
-		ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
-		defer cancel()
+		full := make(chan struct{})
+		var fullOnce sync.Once
 		var wg sync.WaitGroup
-		for range 12 {
+		for range goroutines {
 			wg.Go(func() {
-				for {
-					release, err := s.Acquire(ctx)
+				for range each {
+					release, err := s.Acquire(context.Background())
 					if err != nil {
-						if !errors.Is(err, context.DeadlineExceeded) {
-							t.Errorf("Acquire: %v", err)
-						}
+						t.Errorf("Acquire: %v", err)
 						return
 					}
 					n := cur.Add(1)
 					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 					}
-					time.Sleep(3 * time.Millisecond)
+					if n >= 3 {
+						fullOnce.Do(func() {
+							defer close(full)
+							// Three held and waiting: a fourth slot is refused.
+							l, err := st.AcquireSlot(context.Background(), "sem")
+							if err != nil || l.Granted {
+								t.Errorf("a fourth slot while three are held: %+v, %v", l, err)
+							}
+						})
+					}
+					select { // until three were held at once
+					case <-full:
+					case <-time.After(time.Minute): // a bound, not a measure: fails instead of hanging
+						t.Errorf("three slots never held at once")
+						return
+					}
 					cur.Add(-1) // before the slot is freed
 					ops.Add(1)
 					release()
@@ -85,6 +103,9 @@ func TestSemaphoreLimit(t *testing.T) {
 		}
 		wg.Wait()
 		t.Logf("%d acquisitions, at most %d held at once", ops.Load(), most.Load())
+		if n := ops.Load(); n != goroutines*each {
+			t.Fatalf("%d acquisitions, want %d", n, goroutines*each)
+		}
 		if m := most.Load(); m != 3 {
 			t.Fatalf("at most %d held at once, want 3", m)
 		}

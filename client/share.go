@@ -27,10 +27,11 @@ import (
 // estimated from its own use over the last interval: the permits per second
 // asked for through Allow (every call, allowed or not: call it once per
 // operation, not in a spin loop) and Wait, or the most operations in flight
-// and waiting through Acquire, with 10% headroom, and at least WithMinWants
-// (1). Waiters that take all the share gets, mostly after waiting their
-// turn, do not show how much more they want: the share then asks for twice
-// what it gets, and grows in a few refreshes rather than 10% a refresh.
+// and waiting through Acquire, with 10% headroom, and at least 1 (so that
+// an idle share can start using capacity at once). Waiters that take all
+// the share gets, mostly after waiting their turn, do not show how much
+// more they want: the share then asks for twice what it gets, and grows in
+// a few refreshes rather than 10% a refresh.
 //
 // What it gets is used either as a rate, Wait and Allow (a local strict
 // limiter at Gets permits per second), or as a gauge, Acquire (at most
@@ -92,6 +93,7 @@ type Share struct {
 const (
 	shareHeadroom = 1.1  // estimated wants: recent use × this
 	shareBusy     = 0.97 // a share that used this much of what it got was held back by it
+	shareMinWants = 1    // the least estimated wants: an idle share can start at once
 	// shareTimeout bounds one request, and Close's return of the capacity.
 	shareTimeout = 5 * time.Second
 )
@@ -105,7 +107,7 @@ func (c *Client) Share(name string, opts ...ShareOption) (*Share, error) {
 	if err := store.CheckName(name); err != nil {
 		return nil, err
 	}
-	o := shareOptions{wants: -1, minWants: 1}
+	o := shareOptions{wants: -1}
 	for _, f := range opts {
 		f(&o)
 	}

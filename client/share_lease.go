@@ -136,7 +136,7 @@ func (s *Share) estimateLocked(now int64) float64 {
 	if math.IsInf(w, 0) || math.IsNaN(w) {
 		w = math.MaxFloat64 / 2
 	}
-	return max(w, s.o.minWants)
+	return max(w, shareMinWants)
 }
 
 // expire applies the fallback when the lease has run out unrenewed.

@@ -7,7 +7,6 @@ type shareOptions struct {
 	clientID    string
 	wants       float64 // < 0: estimated
 	priority    float64
-	minWants    float64
 	fallback    Fallback
 	hasFallback bool
 }
@@ -21,14 +20,9 @@ func WithClientID(id string) ShareOption { return func(o *shareOptions) { o.clie
 func WithWants(w float64) ShareOption { return func(o *shareOptions) { o.wants = w } }
 
 // WithPriority sets the weight of the share's claim (default 1): it counts
-// as that many clients in the algorithm's equal shares.
+// as that many clients in the algorithm's equal shares, so that of two
+// clients wanting all of the capacity, one with priority 2 gets two thirds.
 func WithPriority(p float64) ShareOption { return func(o *shareOptions) { o.priority = p } }
-
-// WithMinWants sets the least an estimated wants asks for (default 1), so
-// that an idle share can start using capacity at once.
-func WithMinWants(w float64) ShareOption {
-	return func(o *shareOptions) { o.minWants = max(w, 0) }
-}
 
 // WithShareFallback sets the share's fallback mode, overriding the client's.
 func WithShareFallback(f Fallback) ShareOption {

@@ -145,6 +145,41 @@ func TestShareDoormanWorkedExample(t *testing.T) {
 	})
 }
 
+// WithPriority weighs a share's claim: two clients wanting more than the
+// capacity of 120 split it 2:1 when one asks with priority 2, and the
+// limiter's holders show the priority each asked with.
+func TestShareWithPriority(t *testing.T) {
+	shBackends(t, func(t *testing.T, rdb *redis.Client, st *store.Store) {
+		ctx := context.Background()
+		ctPut(t, st, "weighted", shConfig(120, time.Minute, 5*time.Second))
+		c := client.New(rdb)
+		defer c.Close()
+		hi := shShare(t, c, "weighted", client.WithClientID("hi"), client.WithWants(1000), client.WithPriority(2))
+		lo := shShare(t, c, "weighted", client.WithClientID("lo"), client.WithWants(1000))
+		for range 2 {
+			for _, s := range []*client.Share{hi, lo} {
+				if err := s.Refresh(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if g := shGets(hi, lo); !shNear(g[0], 80, 1e-9) || !shNear(g[1], 40, 1e-9) {
+			t.Fatalf("gets %v with priorities 2 and 1, want [80 40]", g)
+		}
+		hs, err := st.Holders(ctx, "weighted")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prio := map[string]float64{}
+		for _, h := range hs.Share {
+			prio[h.ClientID] = h.Priority
+		}
+		if prio["hi"] != 2 || prio["lo"] > 1 {
+			t.Fatalf("holders' priorities %v, want hi 2 and lo 1 (or 0, counted as 1)", prio)
+		}
+	})
+}
+
 // The same example with the refreshers doing the work: after two refresh
 // intervals the shares have settled, whatever the order the clients asked in.
 func TestShareRefreshesByItself(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/limitd/limitd/limiter"
@@ -248,13 +247,13 @@ func (s *Service) countStrict(ctx context.Context, cs []Counter, counts []Count)
 		reqs[j].Permits += c.Hits
 	}
 	res, err := s.AcquireAll(ctx, AcquireAllRequest{Requests: reqs})
-	var fe *limiter.FieldError
-	if errors.As(err, &fe) && strings.HasSuffix(fe.Field, "].permits") {
+	var re *limiter.RequestError
+	if errors.As(err, &re) && re.Field == "permits" {
 		// More hits than the limiter could ever grant at once (a window's
 		// limit, a schedule's max_reserve): a refusal, not bad input. The
 		// call is refused; every counter is checked for its state: the one
 		// at fault is over, and so is a window without room for its hits.
-		j, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(fe.Field, "requests["), "].permits"))
+		j := re.Index
 		checks := make([]LimiterPermits, len(reqs))
 		for k, q := range reqs {
 			checks[k] = LimiterPermits{Name: q.Name}

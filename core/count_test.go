@@ -78,6 +78,9 @@ func TestCount(t *testing.T) {
 		{"one counter twice counts twice, in order", Options{}, CountEvery, []call{
 			{[]Counter{c("w1", 2), c("w1", 1)}, true, ".o", []int64{2, 3}},
 		}},
+		{"strict: more hits than a window holds, second: that one is over", Options{}, CountStrict, []call{
+			{[]Counter{c("sched", 1), c("w1", 3)}, true, ".o", []int64{0, 0}},
+		}},
 		{"strict: one counter twice asks once", Options{}, CountStrict, []call{
 			{[]Counter{c("w1", 1), c("w1", 1)}, false, "..", []int64{2, 2}},
 		}},

@@ -2,7 +2,6 @@ package grpcapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -15,6 +14,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/tap"
+
+	"github.com/limitd/limitd/limiter"
 )
 
 // Limits bound what the clients of the gRPC port can make the server hold:
@@ -122,7 +123,7 @@ const streamWorkers = 128
 const handshakeTimeout = 10 * time.Second
 
 // Check reports a limit the server cannot use: a negative duration, or
-// pings without a timeout. Errors start with the field's name.
+// pings without a timeout. Errors are *limiter.FieldError naming the field.
 func (l Limits) Check() error {
 	for _, d := range []struct {
 		name string
@@ -130,21 +131,21 @@ func (l Limits) Check() error {
 	}{{"KeepaliveMinTime", l.KeepaliveMinTime}, {"KeepaliveTime", l.KeepaliveTime}, {"KeepaliveTimeout", l.KeepaliveTimeout},
 		{"MaxConnectionIdle", l.MaxConnectionIdle}, {"MaxConnectionAge", l.MaxConnectionAge}, {"MaxConnectionAgeGrace", l.MaxConnectionAgeGrace}} {
 		if d.val < 0 {
-			return fmt.Errorf("%s: must not be negative (got %s)", d.name, d.val)
+			return &limiter.FieldError{Field: d.name, Rule: "must not be negative", Value: d.val}
 		}
 	}
 	if l.KeepaliveTime > 0 && l.KeepaliveTime < time.Second {
-		return fmt.Errorf("KeepaliveTime: must be 0 (no pings) or at least 1s (got %s)", l.KeepaliveTime)
+		return &limiter.FieldError{Field: "KeepaliveTime", Rule: "must be 0 (no pings) or at least 1s", Value: l.KeepaliveTime}
 	}
 	if l.KeepaliveTime > 0 && l.KeepaliveTimeout == 0 {
-		return errors.New("KeepaliveTimeout: must be more than 0 while KeepaliveTime pings")
+		return &limiter.FieldError{Field: "KeepaliveTimeout", Rule: "must be more than 0 while KeepaliveTime pings"}
 	}
 	for _, n := range []struct {
 		name string
 		val  uint32
 	}{{"MaxRecvMsgSize", l.MaxRecvMsgSize}, {"MaxSendMsgSize", l.MaxSendMsgSize}} {
 		if n.val > math.MaxInt32 {
-			return fmt.Errorf("%s: must be at most %d bytes (got %d)", n.name, math.MaxInt32, n.val)
+			return &limiter.FieldError{Field: n.name, Rule: fmt.Sprintf("must be at most %d bytes", math.MaxInt32), Value: n.val}
 		}
 	}
 	return nil

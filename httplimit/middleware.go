@@ -15,7 +15,9 @@ import (
 )
 
 // Middleware limits HTTP requests per key: each request's key (by default the
-// client's IP address) names a limiter, usually a template instance ("ip:*"
+// client's IP address, from http.Request.RemoteAddr: X-Forwarded-For, which
+// any client can set, is ignored; behind a proxy, use KeyFunc with the
+// proxy's trusted header) names a limiter, usually a template instance ("ip:*"
 // matching "ip:192.0.2.7"), and the request goes on only if that limiter's
 // Allow lets it. Otherwise the answer is 429 Too Many Requests with a
 // Retry-After header and an RFC 9457 application/problem+json body.

@@ -18,12 +18,6 @@ type middlewareConfig struct {
 	maxKeys int
 }
 
-// KeyByIP keys requests by the client's IP address, from the connection
-// (http.Request.RemoteAddr). It is the default. It ignores X-Forwarded-For,
-// which any client can set: behind a proxy, use KeyFunc with the proxy's
-// trusted header.
-func KeyByIP() Option { return KeyFunc(remoteIP) }
-
 // KeyByHeader keys requests by a request header, such as "X-API-Key".
 // Requests without it share the key "".
 func KeyByHeader(name string) Option {

@@ -3,6 +3,7 @@ package limiter
 import (
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // Errors callers branch on with errors.Is.
@@ -41,3 +42,27 @@ func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
 func fieldErr(field, rule string, value any) error {
 	return &FieldError{Field: field, Rule: rule, Value: value}
 }
+
+// RequestError is bad input in one request of a call over several limiters
+// (an AcquireAll): Index is the request's place in the call, Field the
+// field within it ("name", "permits"). It unwraps to the *FieldError that
+// names the field in full ("requests[1].permits"), so callers that only
+// report the error read it as any other, and callers that must know which
+// request failed read Index, not the text.
+type RequestError struct {
+	Index int
+	Field string
+	Err   *FieldError
+}
+
+// RequestFieldError is the *RequestError of field in the request at index.
+func RequestFieldError(index int, field, rule string, value any) error {
+	return &RequestError{Index: index, Field: field, Err: &FieldError{
+		Field: "requests[" + strconv.Itoa(index) + "]." + field, Rule: rule, Value: value,
+	}}
+}
+
+func (e *RequestError) Error() string { return e.Err.Error() }
+
+// Unwrap gives the *FieldError, which matches ErrInvalid.
+func (e *RequestError) Unwrap() error { return e.Err }

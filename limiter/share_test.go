@@ -80,34 +80,3 @@ func TestShareLearningMode(t *testing.T) {
 		t.Fatalf("still learning after the learning period: %+v", l)
 	}
 }
-
-func TestSemaphore(t *testing.T) {
-	s := Slots{}
-	for i := range 3 {
-		if _, ok := s.AcquireSlot(0, fmt.Sprint(i), 3, 10); !ok {
-			t.Fatalf("slot %d refused", i)
-		}
-	}
-	if _, ok := s.AcquireSlot(1, "x", 3, 10); ok {
-		t.Fatal("a fourth slot was granted on a semaphore of 3")
-	}
-	if _, readded, ok := s.Renew(5, "0", 3, 10); !ok || readded {
-		t.Fatal("renew of a held lease refused or re-added")
-	}
-	// At 10 leases 1 and 2 expired (0 was renewed to 15): two slots are free.
-	if n := s.InUse(10); n != 1 {
-		t.Fatalf("in use at 10 = %d, want 1", n)
-	}
-	// An expired lease renewed while slots are free is registered again; on
-	// a full semaphore it is lost.
-	if _, readded, ok := s.Renew(11, "1", 3, 10); !ok || !readded {
-		t.Fatal("renew after expiry with free slots: not re-registered")
-	}
-	if _, _, ok := s.Renew(11, "2", 2, 10); ok {
-		t.Fatal("renew after expiry on a full semaphore succeeded")
-	}
-	s.ReleaseSlot(11, "1")
-	if !s.ReleaseSlot(12, "0") || s.ReleaseSlot(12, "0") {
-		t.Fatal("release: want true once, then false")
-	}
-}

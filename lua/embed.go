@@ -45,20 +45,28 @@ const (
 	Restore = "restore"
 )
 
-// Ops are the names of every operation.
-var Ops = []string{Acquire, Grant, Peek, Release, Reset, Configure, Delete, Bounds, Share, Concurrency, ConfigureLease,
+// Ops returns the names of every operation, a copy of its own to the caller.
+func Ops() []string { return slices.Clone(ops[:]) }
+
+// ops are the names of every operation: an array, which no caller can change.
+var ops = [...]string{Acquire, Grant, Peek, Release, Reset, Configure, Delete, Bounds, Share, Concurrency, ConfigureLease,
 	AcquireAll, Restore}
 
-// Standalone are the operations whose script is their file alone, without
-// lib.lua.
-var Standalone = map[string]bool{Share: true, Concurrency: true, ConfigureLease: true, Restore: true}
+// standalone reports whether op's script is its file alone, without lib.lua.
+func standalone(op string) bool {
+	switch op {
+	case Share, Concurrency, ConfigureLease, Restore:
+		return true
+	}
+	return false
+}
 
 // Source returns the full source of an operation's script: the code of
 // LibSource and the operation, arranged so that a fast path runs little of it
-// (see scriptText); or the operation alone for a Standalone one. It panics on an unknown name, which is a programming
+// (see scriptText); or the operation alone for a standalone one. It panics on an unknown name, which is a programming
 // error.
 func Source(op string) string {
-	if !slices.Contains(Ops, op) {
+	if !slices.Contains(ops[:], op) {
 		panic("lua: no script for operation " + op)
 	}
 	return sources()[op]
@@ -67,9 +75,9 @@ func Source(op string) string {
 // sources are every operation's script, made once.
 var sources = sync.OnceValue(func() map[string]string {
 	m := map[string]string{}
-	for _, op := range Ops {
+	for _, op := range ops {
 		body := mustRead(op + ".lua")
-		if Standalone[op] {
+		if standalone(op) {
 			m[op] = body
 		} else {
 			m[op] = scriptText(op)

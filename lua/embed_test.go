@@ -13,13 +13,13 @@ func TestSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, op := range Ops {
+	for _, op := range ops {
 		src := Source(op)
 		body, err := files.ReadFile(op + ".lua")
 		if err != nil {
 			t.Fatalf("%s: %v", op, err)
 		}
-		if Standalone[op] {
+		if standalone(op) {
 			if src != string(body) {
 				t.Errorf("%s: standalone script is not its file alone", op)
 			}

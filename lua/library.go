@@ -8,19 +8,20 @@ import (
 	"sync"
 )
 
-// LibraryOps are the operations Library serves: the rate limiter's calls,
-// every one of them LibSource followed by the operation's file.
-var LibraryOps = []string{Acquire, Grant, Peek, Release, Reset}
+// libraryOps are the operations Library serves: the rate limiter's calls,
+// every one of them LibSource followed by the operation's file. An array,
+// which no caller can change.
+var libraryOps = [...]string{Acquire, Grant, Peek, Release, Reset}
 
 // Lib is a Redis Function library (Redis ≥ 7: FUNCTION LOAD, FCALL) holding
-// the scripts of LibraryOps.
+// the scripts of the rate limiter's calls (acquire, grant, peek, release, reset).
 type Lib struct {
 	Name      string            // the library's name: limitd_ and a hash of its code
 	Source    string            // what FUNCTION LOAD takes
 	Functions map[string]string // operation → function name
 }
 
-// Library returns the function library of LibraryOps. A script's top level
+// Library returns the function library of those calls. A script's top level
 // runs on every call, defining lib.lua's few dozen closures each time; a
 // library's runs once at FUNCTION LOAD, so a call only runs the operation.
 //
@@ -39,8 +40,8 @@ var library = sync.OnceValue(func() Lib {
 	lib := libSource()
 	var body strings.Builder
 	body.WriteString(lib)
-	bodies := make([]string, len(LibraryOps))
-	for i, op := range LibraryOps {
+	bodies := make([]string, len(libraryOps))
+	for i, op := range libraryOps {
 		bodies[i] = mustRead(op + ".lua")
 	}
 	sum := sha1.New()
@@ -50,7 +51,7 @@ var library = sync.OnceValue(func() Lib {
 	}
 	name := "limitd_" + hex.EncodeToString(sum.Sum(nil))[:16]
 	l := Lib{Name: name, Functions: map[string]string{}}
-	for i, op := range LibraryOps {
+	for i, op := range libraryOps {
 		fn := name + "_" + op
 		l.Functions[op] = fn
 		// lib.lua's init reads the globals on the first call (see Globals

@@ -14,10 +14,10 @@ func TestLibrary(t *testing.T) {
 	if first, _, _ := strings.Cut(l.Source, "\n"); first != "#!lua name="+l.Name {
 		t.Errorf("first line %q, want the shebang naming the library", first)
 	}
-	if len(l.Functions) != len(LibraryOps) {
-		t.Errorf("%d functions for %d operations", len(l.Functions), len(LibraryOps))
+	if len(l.Functions) != len(libraryOps) {
+		t.Errorf("%d functions for %d operations", len(l.Functions), len(libraryOps))
 	}
-	for _, op := range LibraryOps {
+	for _, op := range libraryOps {
 		fn := l.Functions[op]
 		if fn != l.Name+"_"+op || strings.Count(l.Source, "redis.register_function('"+fn+"',") != 1 {
 			t.Errorf("operation %s: function %q not registered once", op, fn)
@@ -58,7 +58,7 @@ func TestLibraryOnlyPart(t *testing.T) {
 	if !strings.Contains(Library().Source, part) {
 		t.Errorf("the library lacks window.lua's fast path")
 	}
-	for _, op := range Ops {
+	for _, op := range ops {
 		if src := Source(op); strings.Contains(src, part) || strings.Contains(src, "-- [library only]") {
 			t.Errorf("%s: the script holds window.lua's library-only part", op)
 		}

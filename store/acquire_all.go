@@ -92,16 +92,15 @@ func (s *Store) AcquireAll(ctx context.Context, reqs []MultiRequest, maxWait tim
 	groups := make([]multiGroup, len(reqs))
 	seen := make(map[string]int, len(reqs))
 	for i, r := range reqs {
-		field := "requests[" + strconv.Itoa(i) + "]"
-		if err := CheckNameAs(field+".name", r.Name); err != nil {
+		if err := checkRequestName(i, r.Name); err != nil {
 			return MultiDecision{}, err
 		}
 		if j, dup := seen[r.Name]; dup {
-			return MultiDecision{}, &limiter.FieldError{Field: field + ".name", Rule: fmt.Sprintf("names the limiter of requests[%d] again: name each limiter once", j), Value: r.Name}
+			return MultiDecision{}, limiter.RequestFieldError(i, "name", fmt.Sprintf("names the limiter of requests[%d] again: name each limiter once", j), r.Name)
 		}
 		seen[r.Name] = i
 		if r.Permits < 0 {
-			return MultiDecision{}, &limiter.FieldError{Field: field + ".permits", Rule: "must be ≥ 0 (0 checks without taking)", Value: r.Permits}
+			return MultiDecision{}, limiter.RequestFieldError(i, "permits", "must be ≥ 0 (0 checks without taking)", r.Permits)
 		}
 		tpl, err := s.templates.match(ctx, s, r.Name)
 		if err != nil {
@@ -177,11 +176,6 @@ func (s *Store) seeAll(groups []multiGroup, out MultiDecision) {
 // the takes (another caller's moment).
 type spreadHooks struct{ afterCheck func() }
 
-// withSpread sets spreadHooks (tests).
-func withSpread(afterCheck func()) Option {
-	return func(s *Store) { s.spread = &spreadHooks{afterCheck: afterCheck} }
-}
-
 // multiGroup is one limiter of an AcquireAll call.
 type multiGroup struct {
 	req   MultiRequest
@@ -212,20 +206,30 @@ func (s *Store) takeGroup(ctx context.Context, groups []multiGroup, maxWait time
 	return granted, ws, r.check("acquire_all", groups[0].req.Name)
 }
 
+// checkRequestName checks the name of the request at index i: bad, it is
+// a *limiter.RequestError.
+func checkRequestName(i int, name string) error {
+	var fe *limiter.FieldError
+	if err := CheckNameAs("name", name); errors.As(err, &fe) {
+		return limiter.RequestFieldError(i, "name", fe.Rule, fe.Value)
+	}
+	return nil
+}
+
 // acquireOne is AcquireAll of one limiter taking permits: its own acquire
 // (its fast path, batched with concurrent callers where the store batches),
 // as all or nothing over one limiter is. A refusal leaves it as a refused
 // acquire does: unchanged but for what any call does (a backlog past
 // max_backlog forfeited, an instance's idle TTL renewed).
 func (s *Store) acquireOne(ctx context.Context, r MultiRequest, maxWait time.Duration) (MultiDecision, error) {
-	if err := CheckNameAs("requests[0].name", r.Name); err != nil {
+	if err := checkRequestName(0, r.Name); err != nil {
 		return MultiDecision{}, err
 	}
 	d, err := s.Acquire(ctx, r.Name, r.Permits, maxWait)
 	if err != nil {
 		var fe *limiter.FieldError
 		if errors.As(err, &fe) && fe.Field == "permits" {
-			err = &limiter.FieldError{Field: "requests[0].permits", Rule: fe.Rule, Value: r.Permits}
+			err = limiter.RequestFieldError(0, "permits", fe.Rule, r.Permits)
 		}
 		return MultiDecision{}, err
 	}
@@ -302,7 +306,7 @@ func (s *Store) acquireCallOnce(ctx context.Context, groups []multiGroup, maxWai
 		if o.Err != nil {
 			var fe *limiter.FieldError
 			if errors.As(o.Err, &fe) && fe.Field == "permits" {
-				o.Err = &limiter.FieldError{Field: "requests[" + strconv.Itoa(g.index) + "].permits", Rule: fe.Rule, Value: g.req.Permits}
+				o.Err = limiter.RequestFieldError(g.index, "permits", fe.Rule, g.req.Permits)
 			}
 			return false, nil, o.Err
 		}

@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,6 +164,13 @@ func multiSuite(t *testing.T, rdb redis.UniversalClient, s *Store, n multiNames,
 			t.Errorf("%+v: %v, want %v", c.reqs, err, c.is)
 		case c.is == nil && (!errors.As(err, &fe) || fe.Field != c.field):
 			t.Errorf("%+v: %v, want bad %s", c.reqs, err, c.field)
+		}
+		// A request's field is also told by its index, not only in text.
+		var re *limiter.RequestError
+		if got := errors.As(err, &re); got != strings.HasPrefix(c.field, "requests[") {
+			t.Errorf("%+v: %v: a *limiter.RequestError: %v", c.reqs, err, got)
+		} else if got && "requests["+strconv.Itoa(re.Index)+"]."+re.Field != c.field {
+			t.Errorf("%+v: RequestError{Index: %d, Field: %q}, want %s", c.reqs, re.Index, re.Field, c.field)
 		}
 	}
 	sameKeys(t, "after errors", before, readKeys(t, rdb, keys...), slack)

@@ -53,8 +53,8 @@ const (
 // (a failover), and a Sentinel client drops its connections to a master that
 // answers READONLY (demoted), see failover.go.
 //
-// Bad input is an error wrapping ErrInvalid that names the part at fault; no
-// password appears in it (RedactURL). The caller owns the client and closes
+// Bad input is a *URLError, which matches ErrInvalid, naming the part at
+// fault; no password appears in it (RedactURL). The caller owns the client and closes
 // it.
 func NewClient(rawURL string) (redis.UniversalClient, error) {
 	return NewClientTLS(rawURL, nil)
@@ -67,17 +67,29 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 func NewClientTLS(rawURL string, tlsConfig *tls.Config) (redis.UniversalClient, error) {
 	s := strings.TrimSpace(rawURL)
 	if s == "" {
-		return nil, fmt.Errorf("%w: redis URL is empty: want redis://host:port, rediss://host:port or host:port,host:port", ErrInvalid)
+		return nil, &URLError{Reason: "redis URL is empty: want redis://host:port, rediss://host:port or host:port,host:port"}
 	}
 	if tlsConfig != nil && !strings.HasPrefix(s, "rediss://") {
-		return nil, fmt.Errorf("%w: TLS settings need a rediss:// URL", ErrInvalid)
+		return nil, &URLError{Reason: "TLS settings need a rediss:// URL"}
 	}
 	rdb, err := newClient(s, tlsConfig)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrInvalid, scrub(err.Error(), s))
+		return nil, &URLError{Reason: scrub(err.Error(), s)}
 	}
 	return rdb, nil
 }
+
+// URLError is a Redis URL (or the TLS settings beside it) NewClient cannot
+// use; it matches ErrInvalid. Reason names the part at fault, without a
+// password.
+type URLError struct {
+	Reason string
+}
+
+func (e *URLError) Error() string { return ErrInvalid.Error() + ": " + e.Reason }
+
+// Is makes every URLError match ErrInvalid.
+func (e *URLError) Is(target error) bool { return target == ErrInvalid }
 
 func newClient(s string, tlsConfig *tls.Config) (redis.UniversalClient, error) {
 	scheme, _, isURL := strings.Cut(s, "://")

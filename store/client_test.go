@@ -109,8 +109,9 @@ func TestNewClientNeverShowsPasswords(t *testing.T) {
 			t.Errorf("NewClient(%q) accepted", c.url)
 			continue
 		}
-		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.names) {
-			t.Errorf("NewClient(%q) = %v; want ErrInvalid naming %s", c.url, err, c.names)
+		var ue *URLError
+		if !errors.Is(err, ErrInvalid) || !errors.As(err, &ue) || !strings.Contains(ue.Reason, c.names) {
+			t.Errorf("NewClient(%q) = %v; want a *URLError (ErrInvalid) naming %s", c.url, err, c.names)
 		}
 		if strings.Contains(err.Error(), pw) || strings.Contains(err.Error(), "s3cr3t") {
 			t.Errorf("NewClient(%q) error shows the password: %v", c.url, err)

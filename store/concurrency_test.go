@@ -17,7 +17,8 @@ import (
 )
 
 // Concurrency limiters (leased slots) through the store, on miniredis and a
-// real redis-server, and against limiter.Slots on a simulated clock.
+// real redis-server, and against slotsModel (slots_model_test.go) on a
+// simulated clock.
 
 func TestConcurrencyMiniredis(t *testing.T) { ccSuite(t, stMiniredisFactory(t)) }
 func TestConcurrencyRedis(t *testing.T)     { ccSuite(t, stServerFactory(t)) }
@@ -319,8 +320,8 @@ func ccTestBadInput(t *testing.T, f stFactory) {
 }
 
 // TestConcurrencyClock: on a simulated clock (miniredis SetTime) a lease ends
-// exactly when limiter.Slots says, to the µs of Redis' clock, for leases that
-// are not whole µs; random sequences agree with limiter.Slots; the set's TTL
+// exactly when slotsModel says, to the µs of Redis' clock, for leases that
+// are not whole µs; random sequences agree with slotsModel; the set's TTL
 // (FastForward) removes what is left once every lease ended.
 func TestConcurrencyClock(t *testing.T) {
 	m := miniredis.RunT(t)
@@ -350,14 +351,14 @@ func TestConcurrencyClock(t *testing.T) {
 		t.Error("the slots set outlived its last lease")
 	}
 
-	// Random sequences against limiter.Slots.
+	// Random sequences against slotsModel.
 	for seed := range 10 {
 		rng := rand.New(rand.NewPCG(uint64(seed), 77))
 		name := fmt.Sprint("rnd", seed)
 		limit := int64(1 + rng.IntN(4))
 		ttl := int64(1 + rng.Int64N(5e6))
 		stPut(t, s, name, ccConfig(limit, time.Duration(ttl)))
-		model := limiter.Slots{}
+		model := slotsModel{}
 		var ids []string
 		for step := range 300 {
 			us += rng.Int64N(ttl/1000/3 + 2)

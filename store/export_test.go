@@ -44,3 +44,9 @@ func FloorCount(s *Store) int { return s.floors.len() }
 
 // FloorCountOf is FloorCount for tests inside the package.
 func FloorCountOf(s *Store) int { return s.floors.len() }
+
+// withSpread sets spreadHooks: AcquireAll on one server decides as on a
+// cluster, with afterCheck between the dry run and the takes.
+func withSpread(afterCheck func()) Option {
+	return func(s *Store) { s.spread = &spreadHooks{afterCheck: afterCheck} }
+}

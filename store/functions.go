@@ -11,7 +11,7 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// Redis Functions. On Redis ≥ 7 the rate limiter's calls (lua.LibraryOps) run
+// Redis Functions. On Redis ≥ 7 the rate limiter's calls (lua.Library) run
 // as functions of one library (lua.Library) with FCALL. A script runs
 // lib.lua's whole top level on every call; a function only its operation,
 // which takes about a third off the server time of an acquire. Where Redis has

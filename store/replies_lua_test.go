@@ -47,7 +47,7 @@ func TestReplyCodesMatchLua(t *testing.T) {
 		}
 	}
 	bare := regexp.MustCompile(`return \{\s*-?[0-9]`)
-	for _, op := range lua.Ops {
+	for _, op := range lua.Ops() {
 		if l := bare.FindString(lua.Source(op)); l != "" {
 			t.Errorf("%s.lua answers a bare number where a code goes: %q", op, l)
 		}

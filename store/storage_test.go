@@ -457,7 +457,7 @@ func stFunctionFlush(t *testing.T, rdb redis.UniversalClient) {
 	}
 }
 
-// stEveryCall runs every operation of LibraryOps (and AcquireMany, and a
+// stEveryCall runs every operation of the function library, lua.Library (and AcquireMany, and a
 // batched Acquire) on limiter name, checking that each permit is due 1 ms
 // after the previous one (the limiter is stSched(1000, 1), used by nothing
 // else).

@@ -60,7 +60,7 @@ func WithPrefix(p string) Option { return func(s *Store) { s.prefix = p } }
 func New(rdb redis.UniversalClient, opts ...Option) *Store {
 	s := &Store{rdb: rdb, prefix: DefaultPrefix, scripts: map[string]*redis.Script{}}
 	s.fn.lib = library()
-	for _, name := range lua.Ops {
+	for _, name := range lua.Ops() {
 		s.scripts[name] = redis.NewScript(lua.Source(name))
 	}
 	s.templates.ttl = time.Second

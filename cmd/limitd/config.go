@@ -20,6 +20,7 @@ import (
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/grpcapi"
 	"github.com/limitd/limitd/internal/tracing"
+	"github.com/limitd/limitd/limiter"
 )
 
 // config is limitd serve's configuration, read from the environment. The
@@ -193,11 +194,13 @@ func (c *config) check() error {
 		return fmt.Errorf("LIMITD_ACCESS_LOG: %w", err)
 	}
 	c.AccessLog = a.String()
-	if err := grpcapi.Limits(c.GRPCLimits).Check(); err != nil {
-		// Errors start with grpcapi.Limits' field, which is GRPCLimits'.
-		field, rule, _ := strings.Cut(err.Error(), ": ")
-		f, _ := reflect.TypeFor[GRPCLimits]().FieldByName(field)
-		return fmt.Errorf("%s: %s", f.Tag.Get("env"), rule)
+	var fe *limiter.FieldError
+	if err := grpcapi.Limits(c.GRPCLimits).Check(); errors.As(err, &fe) {
+		// The field is grpcapi.Limits', which is GRPCLimits'.
+		f, _ := reflect.TypeFor[GRPCLimits]().FieldByName(fe.Field)
+		return &limiter.FieldError{Field: f.Tag.Get("env"), Rule: fe.Rule, Value: fe.Value}
+	} else if err != nil {
+		return err
 	}
 	if c.AdminToken == "" && !c.Insecure && !isLoopback(host) {
 		return fmt.Errorf("LIMITD_ADDR: %s is reachable from other machines and LIMITD_ADMIN_TOKEN is empty, "+

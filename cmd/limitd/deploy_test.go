@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/alicebob/miniredis/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -500,7 +501,8 @@ func TestDockerfileBuild(t *testing.T) {
 	defer cancel()
 	rl := exec.CommandContext(ctx, filepath.Join(out, refCommand))
 	rl.Env = []string{"RUNTIME_ROOT=" + filepath.Dir(rules), "HOST=127.0.0.1", "PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
-		"GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "USE_STATSD=true", "LIMITD_ADDR=0.0.0.0:8080"} // the image's LIMITD_ADDR
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "USE_STATSD=true", "LIMITD_ADDR=0.0.0.0:8080", // the image's LIMITD_ADDR
+		"REDIS_URL=" + miniredis.RunT(t).Addr()} // without it, limitd ratelimit stops as the reference does
 	stderr, err := rl.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

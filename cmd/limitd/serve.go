@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -231,7 +230,10 @@ func (s *server) configure(ctx context.Context) error {
 	}
 	if cfg.RedisURL != "" { // a client only: it dials on first use
 		if s.rdb, err = store.NewClientTLS(cfg.RedisURL, rm.redisTLSConfig()); err != nil {
-			return rm.rename(fmt.Errorf("LIMITD_REDIS_URL: %s", strings.TrimPrefix(err.Error(), store.ErrInvalid.Error()+": ")))
+			if ue := (*store.URLError)(nil); errors.As(err, &ue) {
+				err = errors.New(ue.Reason)
+			}
+			return rm.rename(fmt.Errorf("LIMITD_REDIS_URL: %w", err))
 		}
 		s.onClose(func() { s.rdb.Close() })
 	}
