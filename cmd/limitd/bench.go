@@ -161,22 +161,8 @@ func parseBench(args []string) (*benchOptions, error) {
 	} else if o.duration <= 0 {
 		return nil, usageErrorf("--duration must be > 0 (got %v)", o.duration)
 	}
-	switch o.mode {
-	case "":
-		o.mode = bench.ModePool
-		if o.httpURL != "" {
-			o.mode = bench.ModeHTTP
-		}
-	case bench.ModePool, bench.ModeDirect:
-		if o.redisURL == "" {
-			return nil, usageErrorf("--mode %s needs --redis: over --http only --mode http is available", o.mode)
-		}
-	case bench.ModeHTTP:
-		if o.httpURL == "" {
-			return nil, usageErrorf("--mode http needs --http URL")
-		}
-	default:
-		return nil, usageErrorf("--mode must be pool, direct or http (got %q)", o.mode)
+	if err := o.checkMode(); err != nil {
+		return nil, err
 	}
 	if set["log"] && o.logPath == "" {
 		return nil, usageErrorf("--log needs a file name")
@@ -189,6 +175,29 @@ func parseBench(args []string) (*benchOptions, error) {
 		o.create, o.createBody = &c, body
 	}
 	return o, nil
+}
+
+// checkMode sets the default --mode, pool over --redis and http over
+// --http, and checks that the one given fits the target.
+func (o *benchOptions) checkMode() error {
+	switch o.mode {
+	case "":
+		o.mode = bench.ModePool
+		if o.httpURL != "" {
+			o.mode = bench.ModeHTTP
+		}
+	case bench.ModePool, bench.ModeDirect:
+		if o.redisURL == "" {
+			return usageErrorf("--mode %s needs --redis: over --http only --mode http is available", o.mode)
+		}
+	case bench.ModeHTTP:
+		if o.httpURL == "" {
+			return usageErrorf("--mode http needs --http URL")
+		}
+	default:
+		return usageErrorf("--mode must be pool, direct or http (got %q)", o.mode)
+	}
+	return nil
 }
 
 // parseCreate reads --create: a JSON limiter config or a rate spec string. It

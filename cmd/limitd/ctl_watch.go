@@ -249,44 +249,15 @@ const clearScreen = "\x1b[H\x1b[2J"
 func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	expect := map[string]bool{}
-	for _, n := range names {
-		expect[n] = true
-	}
-	if len(names) == 0 {
-		all, err := c.names(ctx)
-		if err != nil {
-			return err
-		}
-		for _, n := range all {
-			expect[n] = true
-		}
-	}
-	path := "/v1/events"
-	if len(names) > 0 {
-		path += "?limiters=" + url.QueryEscape(strings.Join(names, ","))
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	expect, err := c.expected(ctx, names)
 	if err != nil {
 		return err
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	// The stream lasts as long as watch: no client timeout.
-	hc := &http.Client{Transport: c.hc.Transport}
-	resp, err := hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("cannot reach limitd at %s (%v): is it running? LIMITD_URL sets the address", c.base, err)
+	resp, err := c.openEvents(ctx, names)
+	if err != nil || resp == nil {
+		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return c.call(ctx, http.MethodGet, path, c.token, nil, nil) // the same request, for its problem
-	}
 
 	events := make(chan sseEvent)
 	readErr := make(chan error, 1)
@@ -299,26 +270,9 @@ func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 		<-readErr
 	}()
 
-	t := watchTable{Server: c.base}
-	rows := map[string]watchRow{}
-	changed, drawn := false, 0
-	term := isTerminal(c.out)
-	draw := func() {
-		t.At, t.Rows = time.Now(), t.Rows[:0]
-		for _, r := range rows {
-			t.Rows = append(t.Rows, r)
-		}
-		s := formatWatch(t)
-		if term {
-			s = clearScreen + s
-		} else if drawn > 0 {
-			s = "\n" + s
-		}
-		fmt.Fprint(c.out, s)
-		changed = false
-		drawn++
-	}
-	changed = len(expect) == 0 // with no limiter, the first tick draws an empty table
+	v := &watchView{c: c, once: once, expect: expect, rows: map[string]watchRow{},
+		t: watchTable{Server: c.base}, term: isTerminal(c.out)}
+	v.changed = len(expect) == 0 // with no limiter, the first tick draws an empty table
 	tick := time.NewTicker(c.tick)
 	defer tick.Stop()
 	for {
@@ -335,69 +289,159 @@ func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 			}
 			return fmt.Errorf("the event stream of %s ended: %v", c.base, err)
 		case <-tick.C:
-			if once && len(expect) == 0 { // no limiter to wait for, no status either
-				draw()
+			if v.tick() {
 				return nil
 			}
-			if changed && !once {
-				draw()
-				if c.ticks > 0 && drawn >= c.ticks {
-					return nil
-				}
-			}
 		case ev := <-events:
-			switch ev.name {
-			case "state":
-				var e watchEvent
-				if err := json.Unmarshal(ev.data, &e); err != nil || e.Name == "" {
-					return fmt.Errorf("the event stream sent a state event limitd ctl cannot read: %s", ev.data)
-				}
-				_, seen := rows[e.Name]
-				rows[e.Name] = rowOf(e)
-				changed = true
-				if t.Redis == "" || strings.HasPrefix(t.Redis, "unavailable") {
-					t.Redis = "ok"
-				}
-				delete(expect, e.Name)
-				if once && (len(expect) == 0 || seen) {
-					draw()
-					return nil
-				}
-			case "config":
-				var ch struct {
-					Limiter string `json:"limiter"`
-					Version int64  `json:"version"`
-				}
-				if json.Unmarshal(ev.data, &ch) == nil && ch.Limiter != "" && ch.Version == 0 {
-					delete(rows, ch.Limiter)
-					delete(expect, ch.Limiter)
-					changed = true
-					if once && len(expect) == 0 {
-						draw()
-						return nil
-					}
-				}
-			case "status":
-				var st watchStatus
-				if json.Unmarshal(ev.data, &st) == nil && st.Redis != "" {
-					t.Redis, t.Lost, changed = st.Redis, st.DataLostAtNs, true
-				}
-				if once && len(expect) == 0 { // no limiter to wait for
-					draw()
-					return nil
-				}
-			case "error":
-				var p wire.Problem
-				if json.Unmarshal(ev.data, &p) == nil {
-					t.Redis, changed = "unavailable: "+p.Detail, true
-				}
-				if once { // this round will not come whole
-					draw()
-					return nil
-				}
+			if done, err := v.event(ev); done || err != nil {
+				return err
 			}
 		}
 	}
+}
+
+// expected is the set of limiters watch waits for: those named, or every
+// one the server has.
+func (c *ctl) expected(ctx context.Context, names []string) (map[string]bool, error) {
+	if len(names) == 0 {
+		all, err := c.names(ctx)
+		if err != nil {
+			return nil, err
+		}
+		names = all
+	}
+	expect := map[string]bool{}
+	for _, n := range names {
+		expect[n] = true
+	}
+	return expect, nil
+}
+
+// openEvents opens the event stream of the limiters named (every one when
+// none is). A nil response with a nil error: ctx ended, or the server
+// refused and its problem has been told.
+func (c *ctl) openEvents(ctx context.Context, names []string) (*http.Response, error) {
+	path := "/v1/events"
+	if len(names) > 0 {
+		path += "?limiters=" + url.QueryEscape(strings.Join(names, ","))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	// The stream lasts as long as watch: no client timeout.
+	hc := &http.Client{Transport: c.hc.Transport}
+	resp, err := hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("cannot reach limitd at %s (%v): is it running? LIMITD_URL sets the address", c.base, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, c.call(ctx, http.MethodGet, path, c.token, nil, nil) // the same request, for its problem
+	}
+	return resp, nil
+}
+
+// watchView is watch's table as the events change it.
+type watchView struct {
+	c       *ctl
+	once    bool
+	expect  map[string]bool // limiters not seen yet
+	rows    map[string]watchRow
+	t       watchTable
+	term    bool
+	changed bool
+	drawn   int
+}
+
+// draw prints the table: in place on a terminal.
+func (v *watchView) draw() {
+	v.t.At, v.t.Rows = time.Now(), v.t.Rows[:0]
+	for _, r := range v.rows {
+		v.t.Rows = append(v.t.Rows, r)
+	}
+	s := formatWatch(v.t)
+	if v.term {
+		s = clearScreen + s
+	} else if v.drawn > 0 {
+		s = "\n" + s
+	}
+	fmt.Fprint(v.c.out, s)
+	v.changed = false
+	v.drawn++
+}
+
+// tick redraws a changed table; true: watch is done.
+func (v *watchView) tick() bool {
+	if v.once && len(v.expect) == 0 { // no limiter to wait for, no status either
+		v.draw()
+		return true
+	}
+	if v.changed && !v.once {
+		v.draw()
+		return v.c.ticks > 0 && v.drawn >= v.c.ticks
+	}
+	return false
+}
+
+// event applies one event to the table; done: watch has drawn its one
+// table.
+func (v *watchView) event(ev sseEvent) (done bool, err error) {
+	switch ev.name {
+	case "state":
+		var e watchEvent
+		if err := json.Unmarshal(ev.data, &e); err != nil || e.Name == "" {
+			return false, fmt.Errorf("the event stream sent a state event limitd ctl cannot read: %s", ev.data)
+		}
+		_, seen := v.rows[e.Name]
+		v.rows[e.Name] = rowOf(e)
+		v.changed = true
+		if v.t.Redis == "" || strings.HasPrefix(v.t.Redis, "unavailable") {
+			v.t.Redis = "ok"
+		}
+		delete(v.expect, e.Name)
+		return v.drawOnce(len(v.expect) == 0 || seen), nil
+	case "config":
+		var ch struct {
+			Limiter string `json:"limiter"`
+			Version int64  `json:"version"`
+		}
+		if json.Unmarshal(ev.data, &ch) == nil && ch.Limiter != "" && ch.Version == 0 {
+			delete(v.rows, ch.Limiter)
+			delete(v.expect, ch.Limiter)
+			v.changed = true
+			return v.drawOnce(len(v.expect) == 0), nil
+		}
+	case "status":
+		var st watchStatus
+		if json.Unmarshal(ev.data, &st) == nil && st.Redis != "" {
+			v.t.Redis, v.t.Lost, v.changed = st.Redis, st.DataLostAtNs, true
+		}
+		return v.drawOnce(len(v.expect) == 0), nil // no limiter to wait for
+	case "error":
+		var p wire.Problem
+		if json.Unmarshal(ev.data, &p) == nil {
+			v.t.Redis, v.changed = "unavailable: "+p.Detail, true
+		}
+		return v.drawOnce(true), nil // this round will not come whole
+	}
+	return false, nil
+}
+
+// drawOnce draws the one table of once when ready is true; true: it did.
+func (v *watchView) drawOnce(ready bool) bool {
+	if !v.once || !ready {
+		return false
+	}
+	v.draw()
+	return true
 }
 
 // sseEvent is one Server-Sent Event: its name and data.

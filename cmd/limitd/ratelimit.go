@@ -199,6 +199,22 @@ func ratelimitEnv(environ map[string]string) (map[string]string, *refMode, error
 	if cf, set := environ["LIMITD_CONFIG"]; set && cf != "" {
 		return nil, nil, errors.New("LIMITD_CONFIG: limitd ratelimit takes its rules from RUNTIME_ROOT or xDS (CONFIG_TYPE), not from a boot file")
 	}
+	if err := rm.mapVars(environ, out); err != nil {
+		return nil, nil, err
+	}
+	if err := rm.configSource(); err != nil {
+		return nil, nil, err
+	}
+	if err := rm.loadTLS(); err != nil {
+		return nil, nil, err
+	}
+	return out, rm, nil
+}
+
+// mapVars sets in out the LIMITD_* variables the reference's variables in
+// environ ask for.
+func (rm *refMode) mapVars(environ, out map[string]string) error {
+	s := rm.s
 	// set gives a LIMITD_* variable the value a reference variable asks;
 	// both set and different is an error.
 	set := func(limitd, ref, value string) error {
@@ -235,7 +251,7 @@ func ratelimitEnv(environ map[string]string) (map[string]string, *refMode, error
 		// about 256 bytes each with its name.
 		b, err := strconv.ParseUint(v, 10, 63)
 		if err != nil {
-			return nil, nil, fmt.Errorf("LOCAL_CACHE_SIZE_IN_BYTES: must be a whole number of bytes (got %q)", v)
+			return fmt.Errorf("LOCAL_CACHE_SIZE_IN_BYTES: must be a whole number of bytes (got %q)", v)
 		}
 		add(set("LIMITD_GRPC_OVER_LIMIT_CACHE", "LOCAL_CACHE_SIZE_IN_BYTES", strconv.FormatUint(max(1, min(b/overLimitEntryBytes, maxOverLimitCache)), 10)))
 	}
@@ -248,49 +264,63 @@ func ratelimitEnv(environ map[string]string) (map[string]string, *refMode, error
 	if s.RedisURL != "" {
 		u, err := redisURL(s)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		add(set("LIMITD_REDIS_URL", "REDIS_URL", u))
 	}
 	if len(errs) > 0 {
-		return nil, nil, errs[0]
+		return errs[0]
 	}
+	return nil
+}
 
+// configSource checks CONFIG_TYPE and the settings of the source it
+// names.
+func (rm *refMode) configSource() error {
+	s := rm.s
 	switch strings.ToUpper(s.ConfigType) {
 	case "FILE":
 		rm.dir = boot.DirSource{Dir: filepath.Join(s.RuntimeRoot, s.RuntimeSubdirectory, s.RuntimeAppDirectory), IgnoreDotFiles: s.RuntimeIgnoreDotFiles}
 	case "GRPC_XDS_SOTW":
 		rm.useXDS = true
 		if s.XDSServerURL == "" {
-			return nil, nil, errors.New("CONFIG_GRPC_XDS_SERVER_URL: must be host:port of the xDS management server")
+			return errors.New("CONFIG_GRPC_XDS_SERVER_URL: must be host:port of the xDS management server")
 		}
 		if s.XDSBackoffInitial <= 0 || s.XDSBackoffMax < s.XDSBackoffInitial {
-			return nil, nil, fmt.Errorf("XDS_CLIENT_BACKOFF_MAX_INTERVAL: must be at least XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, which must be above 0 (got %v and %v)", s.XDSBackoffMax, s.XDSBackoffInitial)
+			return fmt.Errorf("XDS_CLIENT_BACKOFF_MAX_INTERVAL: must be at least XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, which must be above 0 (got %v and %v)", s.XDSBackoffMax, s.XDSBackoffInitial)
 		}
 		if s.XDSBackoffRandom < 0 || s.XDSBackoffRandom > 1 {
-			return nil, nil, fmt.Errorf("XDS_CLIENT_BACKOFF_RANDOM_FACTOR: must be from 0 to 1 (got %v)", s.XDSBackoffRandom)
+			return fmt.Errorf("XDS_CLIENT_BACKOFF_RANDOM_FACTOR: must be from 0 to 1 (got %v)", s.XDSBackoffRandom)
 		}
 	default:
-		return nil, nil, fmt.Errorf("CONFIG_TYPE: must be FILE or GRPC_XDS_SOTW (got %q)", s.ConfigType)
+		return fmt.Errorf("CONFIG_TYPE: must be FILE or GRPC_XDS_SOTW (got %q)", s.ConfigType)
 	}
+	return nil
+}
+
+// loadTLS reads the certificates of the gRPC port, the xDS connection and
+// Redis, and the response headers asked.
+func (rm *refMode) loadTLS() error {
+	s := rm.s
+	var err error
 	if s.HeadersEnabled {
 		rm.headers = &grpcapi.Headers{Limit: s.HeaderLimit, Remaining: s.HeaderRemaining, Reset: s.HeaderReset}
 	}
 	rm.certs = newCertEvents()
 	if rm.grpcTLS, err = serverTLS(s, rm.certs.options()); err != nil {
-		return nil, nil, err
+		return err
 	}
 	if s.XDSUseTLS {
 		if rm.xdsTLS, err = xdsClientTLS(s, rm.certs.options()); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
 	if s.RedisTLS && (s.RedisTLSCACert != "" || s.RedisTLSClientCert != "") {
 		if rm.redisTLS, err = clientTLS("REDIS_TLS_CLIENT_CERT", s.RedisTLSClientCert, s.RedisTLSClientKey, "REDIS_TLS_CACERT", s.RedisTLSCACert); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
-	return out, rm, nil
+	return nil
 }
 
 // tracingEnv sets the LIMITD_TRACING* variables of TRACING_ENABLED=true

@@ -19,16 +19,11 @@ import (
 	"syscall"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/grpcapi"
@@ -167,7 +162,7 @@ func (r *refRun) serve(ctx context.Context, wg *sync.WaitGroup, rls *grpcapi.Ser
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthcheck", r.healthcheck)
-	mux.HandleFunc("POST /json", r.json)
+	mux.Handle("POST /json", r.rls.JSONHandler())
 	r.run(wg, r.http, mux)
 	dbg := http.NewServeMux()
 	dbg.HandleFunc("GET /rlconfig", r.rlconfig)
@@ -251,50 +246,6 @@ func (r *refRun) healthcheck(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	_, _ = io.WriteString(w, "OK")
-}
-
-// maxJSONBody bounds a POST /json body.
-const maxJSONBody = 1 << 20
-
-// json is the reference's POST /json: a RateLimitRequest in protobuf's
-// JSON, answered with the RateLimitResponse, 200 or 429 when over the
-// limit; a bad request is 400, a missing or wrong token 401, Redis
-// unavailable 503.
-func (r *refRun) json(w http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxJSONBody))
-	if err != nil {
-		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	var in rlv3.RateLimitRequest
-	if err := protojson.Unmarshal(body, &in); err != nil {
-		http.Error(w, "bad request: not a RateLimitRequest: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	ctx := req.Context()
-	if a := req.Header.Get("Authorization"); a != "" {
-		ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", a))
-	}
-	resp, err := r.rls.ShouldRateLimit(ctx, &in)
-	if err != nil {
-		code := map[codes.Code]int{codes.InvalidArgument: http.StatusBadRequest, codes.Unauthenticated: http.StatusUnauthorized,
-			codes.Unavailable: http.StatusServiceUnavailable, codes.Canceled: http.StatusServiceUnavailable}[status.Code(err)]
-		if code == 0 {
-			code = http.StatusInternalServerError
-		}
-		http.Error(w, status.Convert(err).Message(), code)
-		return
-	}
-	out, err := protojson.Marshal(resp)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if resp.OverallCode == rlv3.RateLimitResponse_OVER_LIMIT {
-		w.WriteHeader(http.StatusTooManyRequests)
-	}
-	_, _ = w.Write(out)
 }
 
 // rlconfig shows the rules answering as the reference does: one line per

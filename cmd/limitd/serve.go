@@ -112,118 +112,240 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 // reference server's ports, rules, health and metrics beside the gRPC
 // front end, and limitd's own HTTP API only with LIMITD_ADMIN_TOKEN.
 func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer, ready func(net.Addr), rm *refMode) error {
-	cfg, err := loadConfig(environ)
-	if err != nil {
-		return rm.rename(err)
-	}
-	if cfg.RedisURL == "" && rm == nil {
-		if err := embeddedRefused(environ); err != nil {
+	s := &server{environ: environ, logOut: logOut, ready: ready, mode: modeOf(rm)}
+	defer s.close()
+	for _, phase := range []func(context.Context) error{s.configure, s.listen, s.connect, s.build, s.start} {
+		if err := phase(ctx); err != nil {
 			return err
 		}
 	}
-	if cfg.RedisURL == "" && rm != nil {
+	return s.run(ctx)
+}
+
+// serveMode is what differs between limitd serve and limitd ratelimit,
+// read by the same phases.
+type serveMode struct {
+	ref *refMode // limitd ratelimit's settings (nil: limitd serve)
+	// api: limitd's HTTP API listens on LIMITD_ADDR (limitd ratelimit:
+	// only with LIMITD_ADMIN_TOKEN).
+	api bool
+	// embedded: an empty LIMITD_REDIS_URL starts an in-memory Redis
+	// (limitd serve); limitd ratelimit refuses it.
+	embedded bool
+	// keepMarker: without a boot file, say at start when Redis does not
+	// answer and keep limitd's marker in Redis (limitd serve; limitd
+	// ratelimit's rules and health do both their own way).
+	keepMarker bool
+	// warnGRPCExposed: warn of a gRPC port beyond loopback without a token
+	// (limitd serve; the reference's port is exposed by design).
+	warnGRPCExposed bool
+}
+
+func modeOf(rm *refMode) serveMode {
+	if rm == nil {
+		return serveMode{api: true, embedded: true, keepMarker: true, warnGRPCExposed: true}
+	}
+	return serveMode{ref: rm, api: rm.api}
+}
+
+// server is limitd serve (or limitd ratelimit) through its phases:
+// configure, listen, connect, build, start, run and, as run ends, shut
+// down; close undoes what the phases opened, last first.
+type server struct {
+	environ map[string]string
+	logOut  io.Writer
+	ready   func(net.Addr)
+	mode    serveMode
+
+	cfg      config
+	logger   *slog.Logger
+	tp       *tracing.Provider // nil: tracing off
+	bootFile *boot.File        // nil: no LIMITD_CONFIG
+
+	ln  net.Listener // limitd's HTTP API (nil: none)
+	gln net.Listener // gRPC (nil: no LIMITD_GRPC_ADDR)
+	ref *refRun      // the reference's ports (nil: limitd serve)
+
+	rdb     redis.UniversalClient
+	st      *store.Store
+	svc     *core.Service
+	reg     *prometheus.Registry
+	rls     *grpcapi.Server // nil: no gRPC
+	handler *api.Handler    // nil: no API
+	srv     *http.Server
+	gsrv    *grpc.Server
+
+	wg             sync.WaitGroup // the background and the servers
+	bgCtx          context.Context
+	stopBackground context.CancelFunc
+	serveErr       chan error // nil without the API: never ready
+	grpcErr        chan error
+	closers        []func() // run last first by close
+}
+
+// onClose has close run f, before what was added earlier.
+func (s *server) onClose(f func()) { s.closers = append(s.closers, f) }
+
+// close undoes the phases, last first.
+func (s *server) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// configure reads the configuration, starts tracing and loads the boot
+// file: nothing listens or dials yet.
+func (s *server) configure(ctx context.Context) error {
+	rm := s.mode.ref
+	cfg, err := loadConfig(s.environ)
+	if err != nil {
+		return rm.rename(err)
+	}
+	s.cfg = cfg
+	if cfg.RedisURL == "" && s.mode.embedded {
+		if err := embeddedRefused(s.environ); err != nil {
+			return err
+		}
+	}
+	if cfg.RedisURL == "" && !s.mode.embedded {
 		// As the reference: it dials its default, a unix socket, and stops
 		// when nothing answers there.
 		return errors.New("REDIS_URL: not set: limitd ratelimit counts in a Redis every replica shares (the reference would dial /var/run/nutcracker/ratelimit.sock and stop); set REDIS_URL=host:port")
 	}
-	logger := cfg.logger(logOut)
+	s.logger = cfg.logger(s.logOut)
 	if rm != nil {
 		for _, n := range rm.notices { // each once, at the start
-			logger.Warn("ignored: " + n)
+			s.logger.Warn("ignored: " + n)
 		}
 	}
 	// go-redis logs every failed dial on its own; during an outage that would
 	// be a line per attempt. serve reports outages itself, so keep these for
 	// debugging. The logger is process-wide, hence set once.
-	setRedisLogger.Do(func() { redis.SetLogger(redisLog{logger}) })
-	tc, err := cfg.tracingConfig(environ)
-	if err != nil {
+	setRedisLogger.Do(func() { redis.SetLogger(redisLog{s.logger}) })
+	if err := s.startTracing(ctx); err != nil {
 		return err
 	}
-	// Off (the default): no provider, and no hook anywhere.
-	tp, err := tracing.Start(ctx, tc)
-	if err != nil {
-		return rm.rename(err)
+	if err := s.loadBootFile(); err != nil {
+		return err
 	}
-	if tp != nil {
-		defer func() { // last: the spans of the shutdown go too
-			sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-			defer cancel()
-			if err := tp.Shutdown(sctx); err != nil {
-				logger.Warn("traces not all exported at shutdown", "err", err)
-			}
-		}()
-	}
-	var bootFile *boot.File
-	if cfg.ConfigFile != "" {
-		if bootFile, err = boot.Load(cfg.ConfigFile); err != nil {
-			return fmt.Errorf("LIMITD_CONFIG: %w", err)
-		}
-		if n := bootFile.Rules.Quotas(); n > 0 && cfg.counting() == core.CountStrict {
-			return fmt.Errorf("LIMITD_CONFIG: %d rules set quota_mode, which needs LIMITD_GRPC_COUNTING=reference (a strict call is all or nothing)", n)
-		}
-	}
-	var rdb redis.UniversalClient
-	if cfg.RedisURL != "" {
-		if rdb, err = store.NewClientTLS(cfg.RedisURL, rm.redisTLSConfig()); err != nil {
+	if cfg.RedisURL != "" { // a client only: it dials on first use
+		if s.rdb, err = store.NewClientTLS(cfg.RedisURL, rm.redisTLSConfig()); err != nil {
 			if ue := (*store.URLError)(nil); errors.As(err, &ue) {
 				err = errors.New(ue.Reason)
 			}
 			return rm.rename(fmt.Errorf("LIMITD_REDIS_URL: %w", err))
 		}
-		defer rdb.Close()
-		if tp != nil {
-			if err := tp.InstrumentRedis(rdb); err != nil {
-				return err
-			}
-		}
+		s.onClose(func() { s.rdb.Close() })
 	}
-	// Listen before touching Redis, so a busy port fails at once.
-	var ln net.Listener // limitd's HTTP API; limitd ratelimit's only with LIMITD_ADMIN_TOKEN
-	if rm == nil || rm.api {
-		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+	return nil
+}
+
+// startTracing starts the tracer provider; off (the default): no
+// provider, and no hook anywhere.
+func (s *server) startTracing(ctx context.Context) error {
+	tc, err := s.cfg.tracingConfig(s.environ)
+	if err != nil {
+		return err
+	}
+	if s.tp, err = tracing.Start(ctx, tc); err != nil {
+		return s.mode.ref.rename(err)
+	}
+	if s.tp != nil {
+		s.onClose(func() { // last: the spans of the shutdown go too
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			if err := s.tp.Shutdown(sctx); err != nil {
+				s.logger.Warn("traces not all exported at shutdown", "err", err)
+			}
+		})
+	}
+	return nil
+}
+
+// loadBootFile reads LIMITD_CONFIG, if set.
+func (s *server) loadBootFile() error {
+	if s.cfg.ConfigFile == "" {
+		return nil
+	}
+	var err error
+	if s.bootFile, err = boot.Load(s.cfg.ConfigFile); err != nil {
+		return fmt.Errorf("LIMITD_CONFIG: %w", err)
+	}
+	if n := s.bootFile.Rules.Quotas(); n > 0 && s.cfg.counting() == core.CountStrict {
+		return fmt.Errorf("LIMITD_CONFIG: %d rules set quota_mode, which needs LIMITD_GRPC_COUNTING=reference (a strict call is all or nothing)", n)
+	}
+	return nil
+}
+
+// listen opens every port before touching Redis, so a busy port fails at
+// once.
+func (s *server) listen(context.Context) error {
+	var err error
+	if s.mode.api {
+		if s.ln, err = net.Listen("tcp", s.cfg.Addr); err != nil {
 			return fmt.Errorf("LIMITD_ADDR: %w", err)
 		}
-		defer ln.Close() // Shutdown closes it too; this covers the early returns
+		s.onClose(func() { s.ln.Close() }) // Shutdown closes it too; this covers the early returns
 	}
-	var gln net.Listener
-	if cfg.GRPCAddr != "" {
-		if gln, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-			return rm.rename(fmt.Errorf("LIMITD_GRPC_ADDR: %w", err))
+	if s.cfg.GRPCAddr != "" {
+		if s.gln, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+			return s.mode.ref.rename(fmt.Errorf("LIMITD_GRPC_ADDR: %w", err))
 		}
-		defer gln.Close() // Stop closes it too
+		s.onClose(func() { s.gln.Close() }) // Stop closes it too
 	}
-	var ref *refRun
-	if rm != nil {
-		if ref, err = rm.listen(); err != nil {
+	if s.mode.ref != nil {
+		if s.ref, err = s.mode.ref.listen(); err != nil {
 			return err
 		}
-		defer ref.close()
+		s.onClose(s.ref.close)
 	}
+	return nil
+}
 
-	if rdb == nil {
-		mini := miniredis.NewMiniRedis()
-		if err := mini.StartAddr("127.0.0.1:0"); err != nil {
-			return fmt.Errorf("embedded redis: %w", err)
+// connect starts the embedded Redis when no URL names one, instruments
+// the client for tracing and opens the store.
+func (s *server) connect(ctx context.Context) error {
+	if s.rdb == nil {
+		if err := s.startEmbedded(); err != nil {
+			return err
 		}
-		defer mini.Close()
-		if rdb, err = store.NewClient(mini.Addr()); err != nil {
-			return fmt.Errorf("embedded redis: %w", err)
-		}
-		defer rdb.Close()
-		if tp != nil {
-			if err := tp.InstrumentRedis(rdb); err != nil {
-				return err
-			}
-		}
-		logger.Warn("LIMITD_REDIS_URL is empty: using an EMBEDDED IN-MEMORY Redis (embedded: not shared between processes). Limiters are NOT shared with other processes and are LOST when limitd stops; set LIMITD_REDIS_URL for real use",
-			"embedded_addr", mini.Addr())
 	}
-	st := store.New(rdb, store.WithPrefix(cfg.Prefix), store.WithBatching(batchSize))
-	defer st.Close()
+	if s.tp != nil {
+		if err := s.tp.InstrumentRedis(s.rdb); err != nil {
+			return err
+		}
+	}
+	s.st = store.New(s.rdb, store.WithPrefix(s.cfg.Prefix), store.WithBatching(batchSize))
+	s.onClose(func() { s.st.Close() })
+	s.warnSettings()
+	return nil
+}
 
-	warnUnknownVars(logger, environ)
-	if cfg.AdminToken != "" && cfg.Token == "" && cfg.exposed() && ln != nil {
+// startEmbedded starts an in-memory Redis for this process alone, and
+// says so.
+func (s *server) startEmbedded() error {
+	mini := miniredis.NewMiniRedis()
+	if err := mini.StartAddr("127.0.0.1:0"); err != nil {
+		return fmt.Errorf("embedded redis: %w", err)
+	}
+	s.onClose(mini.Close)
+	rdb, err := store.NewClient(mini.Addr())
+	if err != nil {
+		return fmt.Errorf("embedded redis: %w", err)
+	}
+	s.rdb = rdb
+	s.onClose(func() { rdb.Close() })
+	s.logger.Warn("LIMITD_REDIS_URL is empty: using an EMBEDDED IN-MEMORY Redis (embedded: not shared between processes). Limiters are NOT shared with other processes and are LOST when limitd stops; set LIMITD_REDIS_URL for real use",
+		"embedded_addr", mini.Addr())
+	return nil
+}
+
+// warnSettings warns, once at the start, of settings that expose or
+// loosen limitd.
+func (s *server) warnSettings() {
+	cfg, logger := s.cfg, s.logger
+	warnUnknownVars(logger, s.environ)
+	if cfg.AdminToken != "" && cfg.Token == "" && cfg.exposed() && s.ln != nil {
 		logger.Warn("LIMITD_ADDR listens beyond loopback without LIMITD_TOKEN: anyone who reaches it can acquire permits, spending the limiters' limits, and read every limiter", "addr", cfg.Addr)
 	}
 	if cfg.Insecure && cfg.AdminToken == "" && cfg.exposed() {
@@ -232,145 +354,188 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 	if cfg.ShadowMode {
 		logger.Warn("LIMITD_SHADOW_MODE=true: every limiter is in shadow mode; acquires are counted but never refused")
 	}
+}
 
-	var wg sync.WaitGroup
-	bgCtx, stopBackground := context.WithCancel(context.Background())
-	// Deferred calls run last first: stop the keeper, wait for it, and only
-	// then close the store and Redis (deferred above).
-	defer wg.Wait()
-	defer stopBackground()
-	if bootFile == nil && rm == nil {
+// build makes the core and the front ends over the store, and starts the
+// background: the ledger, the keepers and the gRPC health watch.
+func (s *server) build(ctx context.Context) error {
+	s.bgCtx, s.stopBackground = context.WithCancel(context.Background())
+	// Closed last first: stop the background, wait for it, and only then
+	// close the store and Redis (added earlier).
+	s.onClose(s.wg.Wait)
+	s.onClose(s.stopBackground)
+	if s.bootFile == nil && s.mode.keepMarker {
 		// Said once, at the start; requests then answer 503 (logged once per
 		// run of failures) until Redis answers. With a boot file, its keeper
 		// says it.
 		pctx, cancel := context.WithTimeout(ctx, bootTimeout)
-		if err := st.Ready(pctx); err != nil {
-			logger.Warn("redis unavailable at start: requests answer 503 until it answers", "redis", redisTarget(cfg.RedisURL), "err", err)
+		if err := s.st.Ready(pctx); err != nil {
+			s.logger.Warn("redis unavailable at start: requests answer 503 until it answers", "redis", redisTarget(s.cfg.RedisURL), "err", err)
 		}
 		cancel()
 	}
-	reg := prometheus.NewRegistry()
 	// One observer counts every front end's decisions, in the registry
 	// /metrics serves.
+	s.reg = prometheus.NewRegistry()
 	// The ledger adds this process's decision counts to the Redis totals
 	// every second, and a last time when the background stops.
-	ledger := core.NewLedger(st, core.LedgerOptions{})
-	wg.Go(func() { ledger.Run(bgCtx) })
-	svc := core.New(st, core.Options{Shadow: cfg.ShadowMode, QuotaMode: cfg.GRPCQuota, OverLimitCache: cfg.GRPCOverLimitCache,
-		Observer: coremetrics.New(reg), Ledger: ledger, Redis: rm.redisSettings()})
-	var rls *grpcapi.Server
-	if gln != nil {
-		o := grpcapi.Options{
-			Service: svc, Token: cfg.Token, AdminToken: cfg.AdminToken,
-			Logger: logger, AccessLog: cfg.AccessLog, Registry: reg, Counting: cfg.counting(), NearRatio: cfg.GRPCNearRatio,
-		}
-		if bootFile != nil {
-			o.Rules = bootFile.Rules
-		}
-		if ref != nil {
-			if err := ref.start(&o, logger, reg); err != nil {
-				return err
-			}
-		}
-		if h, _, _ := net.SplitHostPort(cfg.GRPCAddr); cfg.Token == "" && !isLoopback(h) && rm == nil {
-			logger.Warn("LIMITD_GRPC_ADDR listens beyond loopback without LIMITD_TOKEN: anyone who reaches it can spend the rules' limits", "grpc_addr", cfg.GRPCAddr)
-		}
-		rls = grpcapi.New(o)
-		if ref != nil {
-			ref.serve(bgCtx, &wg, rls, svc, logger)
-		} else {
-			wg.Go(func() { rls.Watch(bgCtx, grpcHealthEvery) })
+	ledger := core.NewLedger(s.st, core.LedgerOptions{})
+	s.wg.Go(func() { ledger.Run(s.bgCtx) })
+	s.svc = core.New(s.st, core.Options{Shadow: s.cfg.ShadowMode, QuotaMode: s.cfg.GRPCQuota, OverLimitCache: s.cfg.GRPCOverLimitCache,
+		Observer: coremetrics.New(s.reg), Ledger: ledger, Redis: s.mode.ref.redisSettings()})
+	if s.gln != nil {
+		if err := s.buildGRPC(); err != nil {
+			return err
 		}
 	}
-	if bootFile == nil && rm == nil {
-		// No configuration to keep, only limitd's marker in Redis: its
-		// keeper tells when Redis lost limitd's data.
-		k := boot.NewKeeper(nil, svc, logger)
-		k.Interval, k.Timeout = bootCheckInterval, bootTimeout
-		k.Boot(ctx)
-		wg.Go(func() { k.Run(bgCtx) })
+	s.startKeeper(ctx)
+	if s.ln != nil {
+		s.buildAPI()
 	}
-	if bootFile != nil {
+	return nil
+}
+
+// buildGRPC makes Envoy's rate limit service with the boot file's rules,
+// or the reference's.
+func (s *server) buildGRPC() error {
+	cfg := s.cfg
+	o := grpcapi.Options{
+		Service: s.svc, Token: cfg.Token, AdminToken: cfg.AdminToken,
+		Logger: s.logger, AccessLog: cfg.AccessLog, Registry: s.reg, Counting: cfg.counting(), NearRatio: cfg.GRPCNearRatio,
+	}
+	if s.bootFile != nil {
+		o.Rules = s.bootFile.Rules
+	}
+	if s.ref != nil {
+		if err := s.ref.start(&o, s.logger, s.reg); err != nil {
+			return err
+		}
+	}
+	if h, _, _ := net.SplitHostPort(cfg.GRPCAddr); cfg.Token == "" && !isLoopback(h) && s.mode.warnGRPCExposed {
+		s.logger.Warn("LIMITD_GRPC_ADDR listens beyond loopback without LIMITD_TOKEN: anyone who reaches it can spend the rules' limits", "grpc_addr", cfg.GRPCAddr)
+	}
+	s.rls = grpcapi.New(o)
+	if s.ref != nil {
+		s.ref.serve(s.bgCtx, &s.wg, s.rls, s.svc, s.logger)
+	} else {
+		s.wg.Go(func() { s.rls.Watch(s.bgCtx, grpcHealthEvery) })
+	}
+	return nil
+}
+
+// startKeeper keeps the boot file applied (and reloaded on change or
+// SIGHUP) or, without one, limitd's marker in Redis: either tells when
+// Redis lost limitd's data.
+func (s *server) startKeeper(ctx context.Context) {
+	var k *boot.Keeper
+	switch {
+	case s.bootFile != nil:
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		k := boot.NewKeeper(bootFile, svc, logger)
-		k.Interval, k.Timeout, k.ReloadEvery, k.Hup = bootCheckInterval, bootTimeout, bootReloadEvery, hup
-		if rls != nil {
+		s.onClose(func() { signal.Stop(hup) })
+		k = boot.NewKeeper(s.bootFile, s.svc, s.logger)
+		k.ReloadEvery, k.Hup = bootReloadEvery, hup
+		if rls := s.rls; rls != nil {
 			k.Reloaded = func(b *boot.File) { rls.SetRules(b.Rules) }
 		}
-		k.Boot(ctx)
-		wg.Go(func() { k.Run(bgCtx) })
+	case s.mode.keepMarker:
+		k = boot.NewKeeper(nil, s.svc, s.logger)
+	default:
+		return
 	}
+	k.Interval, k.Timeout = bootCheckInterval, bootTimeout
+	k.Boot(ctx)
+	s.wg.Go(func() { k.Run(s.bgCtx) })
+}
 
-	var handler *api.Handler
-	if ln != nil {
-		o := api.Options{
-			Service:         svc,
-			AdminToken:      cfg.AdminToken,
-			Token:           cfg.Token,
-			MetricsToken:    cfg.MetricsToken,
-			Logger:          logger,
-			AccessLog:       cfg.accessLog(),
-			Registry:        reg,
-			Version:         version,
-			MaxEventStreams: cfg.EventsMaxStreams,
-			EmbeddedRedis:   cfg.RedisURL == "",
-			// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
-		}
-		if tp != nil {
-			o.TracerProvider, o.Propagator = tp.TracerProvider(), tp.Propagator()
-		}
-		handler = api.New(o)
+// buildAPI makes limitd's HTTP API.
+func (s *server) buildAPI() {
+	cfg := s.cfg
+	o := api.Options{
+		Service:         s.svc,
+		AdminToken:      cfg.AdminToken,
+		Token:           cfg.Token,
+		MetricsToken:    cfg.MetricsToken,
+		Logger:          s.logger,
+		AccessLog:       cfg.accessLog(),
+		Registry:        s.reg,
+		Version:         version,
+		MaxEventStreams: cfg.EventsMaxStreams,
+		EmbeddedRedis:   cfg.RedisURL == "",
+		// BodyLimit, BodyTimeout and RequestTimeout: the API's defaults.
 	}
-	srv := &http.Server{
-		Handler:           handler,
+	if s.tp != nil {
+		o.TracerProvider, o.Propagator = s.tp.TracerProvider(), s.tp.Propagator()
+	}
+	s.handler = api.New(o)
+}
+
+// start serves every port built, runs the signals sampler, writes the
+// start line and tells ready.
+func (s *server) start(context.Context) error {
+	s.srv = &http.Server{
+		Handler:           s.handler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		IdleTimeout:       idleTimeout,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 	}
-	var serveErr chan error // nil without the API: never ready
-	if ln != nil {
+	if s.ln != nil {
 		// The event streams' loop stops with the server; their streams end as
 		// the shutdown starts, since they would not end on their own.
-		defer handler.Close()
-		srv.RegisterOnShutdown(handler.Close)
-		wg.Go(func() { handler.Run(bgCtx) }) // the signals sampler, stopped with the keeper
-		serveErr = make(chan error, 1)
-		wg.Go(func() { serveErr <- srv.Serve(ln) })
+		s.onClose(s.handler.Close)
+		s.srv.RegisterOnShutdown(s.handler.Close)
+		s.wg.Go(func() { s.handler.Run(s.bgCtx) }) // the signals sampler, stopped with the keeper
+		s.serveErr = make(chan error, 1)
+		s.wg.Go(func() { s.serveErr <- s.srv.Serve(s.ln) })
 	} else {
 		// No API (limitd ratelimit without LIMITD_ADDR): the same sampler
 		// feeds the limiters' gauges of the registry the reference's
 		// metrics are served from.
-		w := svc.NewWatcher(core.WatcherOptions{})
-		reg.MustRegister(api.SignalMetrics(w, svc))
-		wg.Go(func() { w.Run(bgCtx) })
+		w := s.svc.NewWatcher(core.WatcherOptions{})
+		s.reg.MustRegister(api.SignalMetrics(w, s.svc))
+		s.wg.Go(func() { w.Run(s.bgCtx) })
 	}
-	var gsrv *grpc.Server
-	grpcErr := make(chan error, 1)
-	grpcAddr := ""
-	if rls != nil {
-		limits := grpcapi.Limits(cfg.GRPCLimits) // LIMITD_GRPC_*, checked by loadConfig
-		opts, err := rls.ServerOptions(limits)
-		if err != nil {
-			srv.Close()
-			return fmt.Errorf("gRPC limits: %w", err)
+	s.grpcErr = make(chan error, 1)
+	if s.rls != nil {
+		if err := s.startGRPC(); err != nil {
+			s.srv.Close()
+			return err
 		}
-		if ref != nil {
-			opts = append(opts, ref.grpcOptions()...)
-		}
-		if tp != nil {
-			opts = append(opts, tp.GRPCServer())
-		}
-		gsrv = grpc.NewServer(opts...)
-		rls.Register(gsrv)
-		grpcAddr = gln.Addr().String()
-		wg.Go(func() { grpcErr <- gsrv.Serve(rls.Listener(gln, limits)) })
 	}
-	addr, readyAddr, dashboard := "", net.Addr(nil), ""
-	if ln != nil {
-		addr, readyAddr, dashboard = ln.Addr().String(), ln.Addr(), dashboardURL(ln.Addr().String())
+	s.announce()
+	return nil
+}
+
+// startGRPC serves the gRPC front end within the LIMITD_GRPC_* limits.
+func (s *server) startGRPC() error {
+	limits := grpcapi.Limits(s.cfg.GRPCLimits) // LIMITD_GRPC_*, checked by loadConfig
+	opts, err := s.rls.ServerOptions(limits)
+	if err != nil {
+		return fmt.Errorf("gRPC limits: %w", err)
+	}
+	if s.ref != nil {
+		opts = append(opts, s.ref.grpcOptions()...)
+	}
+	if s.tp != nil {
+		opts = append(opts, s.tp.GRPCServer())
+	}
+	s.gsrv = grpc.NewServer(opts...)
+	s.rls.Register(s.gsrv)
+	s.wg.Go(func() { s.grpcErr <- s.gsrv.Serve(s.rls.Listener(s.gln, limits)) })
+	return nil
+}
+
+// announce writes the start line, whatever LIMITD_LOG_LEVEL is, and tells
+// ready the address that answers.
+func (s *server) announce() {
+	cfg := s.cfg
+	addr, readyAddr, dashboard, grpcAddr := "", net.Addr(nil), "", ""
+	if s.ln != nil {
+		addr, readyAddr, dashboard = s.ln.Addr().String(), s.ln.Addr(), dashboardURL(s.ln.Addr().String())
+	}
+	if s.gln != nil {
+		grpcAddr = s.gln.Addr().String()
 	}
 	attrs := []any{"addr", addr}
 	if dashboard != "" {
@@ -378,63 +543,74 @@ func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer,
 	}
 	attrs = append(attrs, "grpc_addr", grpcAddr, "version", version, "redis", redisTarget(cfg.RedisURL),
 		"prefix", cfg.Prefix, "admin_token", cfg.AdminToken != "", "token", cfg.Token != "", "metrics_token", cfg.MetricsToken != "")
-	var refErr <-chan error
-	if ref != nil {
-		refErr = ref.errs
-		attrs = append(attrs, ref.attrs()...)
-		readyAddr = ref.http.Addr()
+	if s.ref != nil {
+		attrs = append(attrs, s.ref.attrs()...)
+		readyAddr = s.ref.http.Addr()
 	}
-	// The startup line shows whatever LIMITD_LOG_LEVEL is.
-	cfg.announcer(logOut).Info("limitd serving", attrs...)
-	if ready != nil {
-		ready(readyAddr)
+	cfg.announcer(s.logOut).Info("limitd serving", attrs...)
+	if s.ready != nil {
+		s.ready(readyAddr)
 	}
+}
 
+// run serves until ctx ends or a server fails; after ctx ends it shuts
+// down gracefully.
+func (s *server) run(ctx context.Context) error {
+	var refErr <-chan error
+	if s.ref != nil {
+		refErr = s.ref.errs
+	}
 	select {
-	case err := <-serveErr:
-		if gsrv != nil {
-			gsrv.Stop()
+	case err := <-s.serveErr:
+		if s.gsrv != nil {
+			s.gsrv.Stop()
 		}
 		return fmt.Errorf("http server: %w", err)
-	case err := <-grpcErr:
-		srv.Close()
+	case err := <-s.grpcErr:
+		s.srv.Close()
 		return fmt.Errorf("grpc server: %w", err)
 	case err := <-refErr:
-		srv.Close()
-		if gsrv != nil {
-			gsrv.Stop()
+		s.srv.Close()
+		if s.gsrv != nil {
+			s.gsrv.Stop()
 		}
 		return err
 	case <-ctx.Done():
 	}
-	if ref != nil {
-		ref.shutdown() // /healthcheck fails from now on, as gRPC health does
+	return s.shutdown()
+}
+
+// shutdown lets calls and requests in flight finish, for at most
+// shutdownTimeout.
+func (s *server) shutdown() error {
+	if s.ref != nil {
+		s.ref.shutdown() // /healthcheck fails from now on, as gRPC health does
 	}
-	logger.Info("shutting down", "timeout", shutdownTimeout)
+	s.logger.Info("shutting down", "timeout", shutdownTimeout)
 	shutCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	grpcStopped := make(chan struct{})
-	if gsrv != nil {
+	if s.gsrv != nil {
 		// Health watchers hear NOT_SERVING first; calls in flight finish.
-		rls.Shutdown()
-		wg.Go(func() { gracefulStop(shutCtx, gsrv, logger); close(grpcStopped) })
+		s.rls.Shutdown()
+		s.wg.Go(func() { gracefulStop(shutCtx, s.gsrv, s.logger); close(grpcStopped) })
 	} else {
 		close(grpcStopped)
 	}
-	if ref != nil {
-		ref.stop(shutCtx)
+	if s.ref != nil {
+		s.ref.stop(shutCtx)
 	}
-	if ln != nil {
-		if err := srv.Shutdown(shutCtx); err != nil {
-			logger.Warn("in-flight requests did not finish in time; closing their connections", "err", err)
-			srv.Close()
+	if s.ln != nil {
+		if err := s.srv.Shutdown(shutCtx); err != nil {
+			s.logger.Warn("in-flight requests did not finish in time; closing their connections", "err", err)
+			s.srv.Close()
 		}
-		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := <-s.serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http server: %w", err)
 		}
 	}
 	<-grpcStopped
-	logger.Info("stopped")
+	s.logger.Info("stopped")
 	return nil
 }
 
