@@ -270,7 +270,7 @@ func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 		<-readErr
 	}()
 
-	v := &watchView{c: c, once: once, expect: expect, rows: map[string]watchRow{},
+	v := &watchView{c: c, once: once, expect: expect, again: map[string]int{}, rows: map[string]watchRow{},
 		t: watchTable{Server: c.base}, term: isTerminal(c.out)}
 	v.changed = len(expect) == 0 // with no limiter, the first tick draws an empty table
 	tick := time.NewTicker(c.tick)
@@ -354,6 +354,7 @@ type watchView struct {
 	c       *ctl
 	once    bool
 	expect  map[string]bool // limiters not seen yet
+	again   map[string]int  // how often a limiter came again while others were awaited
 	rows    map[string]watchRow
 	t       watchTable
 	term    bool
@@ -407,7 +408,12 @@ func (v *watchView) event(ev sseEvent) (done bool, err error) {
 			v.t.Redis = "ok"
 		}
 		delete(v.expect, e.Name)
-		return v.drawOnce(len(v.expect) == 0 || seen), nil
+		if seen {
+			v.again[e.Name]++
+		}
+		// A limiter listed but not sampled (yet) must not hold once for
+		// ever: after three rounds without it, the table is drawn.
+		return v.drawOnce(len(v.expect) == 0 || v.again[e.Name] >= 3), nil
 	case "config":
 		var ch struct {
 			Limiter string `json:"limiter"`
