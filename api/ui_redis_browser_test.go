@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/limitd/limitd/api"
-	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 )
 
 // The dashboard tells how Redis stands, on every page: a Redis that refuses

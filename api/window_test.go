@@ -9,7 +9,7 @@ import (
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/core"
-	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 )
 
 // A window limiter's answers add limit, remaining and reset_ns; a refusal

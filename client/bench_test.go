@@ -36,8 +36,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/limitd/limitd/client"
-	"github.com/limitd/limitd/internal/redistest"
-	"github.com/limitd/limitd/internal/rounds"
+	"github.com/limitd/limitd/internal/testkit/redistest"
+	"github.com/limitd/limitd/internal/testkit/rounds"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -221,7 +221,7 @@ func BenchmarkPermit(b *testing.B) {
 }
 
 // BenchmarkPermitVs is BenchmarkPermit side by side in alternating rounds
-// (internal/rounds): 100 ms per contender per round, the one going first
+// (internal/testkit/rounds): 100 ms per contender per round, the one going first
 // rotating, medians over the rounds. pool/xtime is the pool's time per
 // permit over x/time/rate's local Allow (goal ≤ 1.0), pool/redis_rate over a
 // writing redis_rate's (its inverse is the pool's permits per redis_rate

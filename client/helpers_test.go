@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/limitd/limitd/client"
-	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -158,7 +158,7 @@ func (t *ctTransport) eventAt(msg string) (time.Time, bool) {
 // ctLeaks are the goroutines goleak may ignore: redistest reaps its
 // redis-server processes (restarted ones too) in goroutines of its own.
 var ctLeaks = []goleak.Option{
-	goleak.IgnoreAnyFunction("github.com/limitd/limitd/internal/redistest.(*Instance).startLocked.func1"),
+	goleak.IgnoreAnyFunction("github.com/limitd/limitd/internal/testkit/redistest.(*Instance).startLocked.func1"),
 }
 
 // ctEventually polls cond every few ms until it holds or d has passed.

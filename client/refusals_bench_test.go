@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/client"
-	"github.com/limitd/limitd/internal/rounds"
+	"github.com/limitd/limitd/internal/testkit/rounds"
 	"github.com/limitd/limitd/limiter"
 )
 
 // BenchmarkRefusalCounts is the cost of counting refusals on the hot path,
-// side by side in alternating rounds (internal/rounds) with a client that
+// side by side in alternating rounds (internal/testkit/rounds) with a client that
 // does not count (WithoutRefusalCounts), on one redis-server:
 //
 //   - refused: Allow on a limiter of 1 permit an hour whose permit is

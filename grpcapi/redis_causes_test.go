@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/limitd/limitd/core"
-	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 )
 
 // A Redis that refuses limitd's password answers UNAVAILABLE naming the

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/core"
-	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 )
 
 // oneRule is a domain d with one rule on key k.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/envoyrules"
-	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 )
 
 const perUser = `

@@ -3,7 +3,7 @@
 package integration
 
 // An acquire's bound and its cost in round trips when many callers share
-// one `limitd serve`, with a TCP proxy (internal/faultproxy) between limitd
+// one `limitd serve`, with a TCP proxy (internal/testkit/faultproxy) between limitd
 // and its redis-server that stalls Redis or slows it down. Every name here
 // starts with bd.
 
@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitd/limitd/internal/faultproxy"
-	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/testkit/faultproxy"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 )
 
 const (

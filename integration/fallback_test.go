@@ -64,7 +64,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/client"
-	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )

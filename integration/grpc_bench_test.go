@@ -4,7 +4,7 @@ package integration
 
 // BenchmarkGRPCvsHTTP measures one decision through `limitd serve`'s two
 // front ends in one run (the real binary over a private redis-server), in
-// alternating rounds (internal/rounds: 200 ms a side, the one going first
+// alternating rounds (internal/testkit/rounds: 200 ms a side, the one going first
 // rotating, medians): ShouldRateLimit of the Envoy rate limit service over
 // gRPC, from 1 or 64 concurrent calls on one HTTP/2 connection, as Envoy
 // sends them, and POST /v1/limiters/{name}/acquire over HTTP/1.1 from as
@@ -38,8 +38,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/limitd/limitd/internal/redistest"
-	"github.com/limitd/limitd/internal/rounds"
+	"github.com/limitd/limitd/internal/testkit/redistest"
+	"github.com/limitd/limitd/internal/testkit/rounds"
 )
 
 // gbBoot is the benchmark's boot file: one Envoy rule, a counter per value

@@ -34,8 +34,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/limitd/limitd/internal/redistest"
-	"github.com/limitd/limitd/internal/rounds"
+	"github.com/limitd/limitd/internal/testkit/redistest"
+	"github.com/limitd/limitd/internal/testkit/rounds"
 )
 
 // hbKeys is how many template instances the 10k-keys runs spread over.

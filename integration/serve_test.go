@@ -27,7 +27,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 )
 
 // TestMain removes the binary svBinary built once for the whole package.

@@ -29,8 +29,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/limitd/limitd/internal/redistest"
 	"github.com/limitd/limitd/internal/testkit/alerttest"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/wire"
 )
 

@@ -18,7 +18,7 @@ import (
 	"go.uber.org/ratelimit"
 	"golang.org/x/time/rate"
 
-	"github.com/limitd/limitd/internal/rounds"
+	"github.com/limitd/limitd/internal/testkit/rounds"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -189,7 +189,7 @@ func TestAllowDoesNotAllocate(t *testing.T) {
 }
 
 // BenchmarkAllowVs is BenchmarkAllow and BenchmarkAllowParallel side by side
-// in alternating rounds (internal/rounds): each iteration is a round of 100
+// in alternating rounds (internal/testkit/rounds): each iteration is a round of 100
 // ms per contender, the one going first rotating; the figures are medians
 // over the rounds, limitd's time per call divided by x/time/rate's the one to
 // read (goal ≤ 1.0). Every call must be granted.

@@ -59,8 +59,8 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/limitd/limitd/internal/redistest"
-	"github.com/limitd/limitd/internal/rounds"
+	"github.com/limitd/limitd/internal/testkit/redistest"
+	"github.com/limitd/limitd/internal/testkit/rounds"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/lua"
 )
 

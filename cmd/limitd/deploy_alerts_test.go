@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 )
 
 var (

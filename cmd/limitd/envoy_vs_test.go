@@ -7,7 +7,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 )
 
 // envoyVsEnv runs TestEnvoyVsScript: the script builds the reference rate

@@ -21,7 +21,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 
-	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 )
 
 // curlStep is a curl command of the HTTP examples and the answer the README

@@ -45,7 +45,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/limitd/limitd/envoyrules"
-	"github.com/limitd/limitd/internal/rounds"
+	"github.com/limitd/limitd/internal/testkit/rounds"
 	"github.com/limitd/limitd/store"
 )
 

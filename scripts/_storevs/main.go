@@ -26,7 +26,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/limitd/limitd/internal/rounds"
+	"github.com/limitd/limitd/internal/testkit/rounds"
 	thislim "github.com/limitd/limitd/limiter"
 	thisstore "github.com/limitd/limitd/store"
 	otherlim "github.com/limitd/other/limiter"

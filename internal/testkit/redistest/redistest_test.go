@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitd/limitd/internal/redistest"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
