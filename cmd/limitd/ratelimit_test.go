@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/limitd/limitd/internal/testkit/xdstest"
 	"io"
 	"net"
 	"net/http"
@@ -10,17 +11,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -233,62 +230,6 @@ func TestRatelimitRuntimeDir(t *testing.T) {
 
 // xdsServer is a management server as Envoy Gateway runs one: go-control-
 // plane's snapshot cache behind its ADS server. requests records what the
-// clients sent (their ACKs and NACKs).
-type xdsServer struct {
-	addr  string
-	cache cachev3.SnapshotCache
-	mu    sync.Mutex
-	reqs  []*discoveryv3.DiscoveryRequest
-}
-
-func startXDS(t *testing.T) *xdsServer {
-	t.Helper()
-	x := &xdsServer{cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)}
-	ctx, cancel := context.WithCancel(context.Background())
-	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(_ int64, r *discoveryv3.DiscoveryRequest) error {
-		x.mu.Lock()
-		defer x.mu.Unlock()
-		x.reqs = append(x.reqs, r)
-		return nil
-	}}
-	g := grpc.NewServer()
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(ctx, x.cache, cb))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	x.addr = ln.Addr().String()
-	done := make(chan struct{})
-	go func() { defer close(done); _ = g.Serve(ln) }()
-	t.Cleanup(func() { g.Stop(); cancel(); <-done })
-	return x
-}
-
-// set serves version of configs to node.
-func (x *xdsServer) set(t *testing.T, node, version string, configs ...*rlsconfv3.RateLimitConfig) {
-	t.Helper()
-	res := make([]types.Resource, len(configs))
-	for i, c := range configs {
-		res[i] = c
-	}
-	snap, err := cachev3.NewSnapshot(version, map[resourcev3.Type][]types.Resource{resourcev3.RateLimitConfigType: res})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := x.cache.SetSnapshot(context.Background(), node, snap); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// requests are the requests the clients sent so far. An ACK names the
-// version it accepts and has no error detail; a NACK keeps the last version
-// ACKed and carries the error.
-func (x *xdsServer) requests() []*discoveryv3.DiscoveryRequest {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return append([]*discoveryv3.DiscoveryRequest(nil), x.reqs...)
-}
-
 func rlConfig(name, domain, key string, unit rlsconfv3.RateLimitUnit, n uint32) *rlsconfv3.RateLimitConfig {
 	return &rlsconfv3.RateLimitConfig{Name: name, Domain: domain, Descriptors: []*rlsconfv3.RateLimitDescriptor{
 		{Key: key, RateLimit: &rlsconfv3.RateLimitPolicy{Unit: unit, RequestsPerUnit: n}}}}
@@ -312,8 +253,8 @@ func healthOf(t *testing.T, conn *grpc.ClientConn, httpAddr string) (healthpb.He
 // as FORCE_START_WITHOUT_INITIAL_CONFIG and
 // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED say.
 func TestRatelimitXDS(t *testing.T) {
-	x := startXDS(t)
-	env := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": x.addr,
+	x := xdstest.Start(t, nil)
+	env := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": x.Addr,
 		"CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit", "CONFIG_GRPC_XDS_NODE_METADATA": "zone=a,team=edge",
 		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "100ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "1s",
 		"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "100ms", "REDIS_URL": miniredis.RunT(t).Addr()}
@@ -331,7 +272,7 @@ func TestRatelimitXDS(t *testing.T) {
 		t.Errorf("a call before any rules: %v, want UNAVAILABLE", err)
 	}
 
-	x.set(t, "envoy-ratelimit", "1", rlConfig("web", "web", "ip", rlsconfv3.RateLimitUnit_MINUTE, 3))
+	x.Set(t, "envoy-ratelimit", "1", rlConfig("web", "web", "ip", rlsconfv3.RateLimitUnit_MINUTE, 3))
 	eventually(t, "the first snapshot applied", func() error {
 		if got, _, err := limitOf(ctx, c, "web", "ip", "1.2.3.4"); err != nil || got != 3 {
 			return status.Errorf(codes.Unknown, "limit %d, %v", got, err)
@@ -342,7 +283,7 @@ func TestRatelimitXDS(t *testing.T) {
 		t.Errorf("with rules: health %v, /healthcheck %d; want SERVING, 200", h, code)
 	}
 
-	x.set(t, "envoy-ratelimit", "2", rlConfig("web", "web", "ip", rlsconfv3.RateLimitUnit_MINUTE, 7),
+	x.Set(t, "envoy-ratelimit", "2", rlConfig("web", "web", "ip", rlsconfv3.RateLimitUnit_MINUTE, 7),
 		rlConfig("api", "api", "user", rlsconfv3.RateLimitUnit_SECOND, 2))
 	eventually(t, "the changed snapshot applied", func() error {
 		if got, _, err := limitOf(ctx, c, "web", "ip", "1.2.3.4"); err != nil || got != 7 {
@@ -355,10 +296,10 @@ func TestRatelimitXDS(t *testing.T) {
 	})
 
 	// A rate_limit without a unit does not compile: NACKed, naming it.
-	x.set(t, "envoy-ratelimit", "3", rlConfig("web", "web", "ip", rlsconfv3.RateLimitUnit_UNKNOWN, 1))
+	x.Set(t, "envoy-ratelimit", "3", rlConfig("web", "web", "ip", rlsconfv3.RateLimitUnit_UNKNOWN, 1))
 	var nack *discoveryv3.DiscoveryRequest
 	eventually(t, "the bad snapshot NACKed", func() error {
-		for _, r := range x.requests() {
+		for _, r := range x.Requests() {
 			if r.ErrorDetail != nil {
 				nack = r
 				return nil
@@ -376,7 +317,7 @@ func TestRatelimitXDS(t *testing.T) {
 		t.Errorf("after the NACK: limit %d, %v; want 7, the rules in place", got, err)
 	}
 	var acked []string
-	for _, r := range x.requests() {
+	for _, r := range x.Requests() {
 		if r.ErrorDetail == nil && r.VersionInfo != "" && r.ResponseNonce != "" {
 			acked = append(acked, r.VersionInfo)
 		}

@@ -30,6 +30,7 @@ var may = map[string][]string{
 	"internal/certfiles":          nil,
 	"internal/tracing":            nil,
 	"internal/testkit/tlstest":    nil,
+	"internal/testkit/xdstest":    nil,
 	"internal/testkit/alerttest":  {"internal/testkit/redistest"},
 	"internal/httpjson":           {"wire"},
 	"wire":                        {"limiter"},

@@ -3,91 +3,17 @@ package xds
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
+	"github.com/limitd/limitd/internal/testkit/xdstest"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/limitd/limitd/internal/boot"
 )
-
-// management is a management server as Envoy Gateway runs one: go-control-
-// plane's snapshot cache behind its ADS server, recording the requests it
-// is sent.
-type management struct {
-	addr  string
-	cache cachev3.SnapshotCache
-	mu    sync.Mutex
-	reqs  []*discoveryv3.DiscoveryRequest
-}
-
-func startManagement(t *testing.T, tc *tls.Config) *management {
-	t.Helper()
-	m := &management{cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)}
-	ctx, cancel := context.WithCancel(context.Background())
-	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(_ int64, r *discoveryv3.DiscoveryRequest) error {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		m.reqs = append(m.reqs, r)
-		return nil
-	}}
-	var opts []grpc.ServerOption
-	if tc != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
-	}
-	g := grpc.NewServer(opts...)
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(ctx, m.cache, cb))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.addr = ln.Addr().String()
-	done := make(chan struct{})
-	go func() { defer close(done); _ = g.Serve(ln) }()
-	t.Cleanup(func() { g.Stop(); cancel(); <-done })
-	return m
-}
-
-// set serves version of configs to node.
-func (m *management) set(t *testing.T, node, version string, configs ...*rlsconfv3.RateLimitConfig) {
-	t.Helper()
-	res := make([]types.Resource, len(configs))
-	for i, c := range configs {
-		res[i] = c
-	}
-	snap, err := cachev3.NewSnapshot(version, map[resourcev3.Type][]types.Resource{resourcev3.RateLimitConfigType: res})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.cache.SetSnapshot(context.Background(), node, snap); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// nacks counts the NACKs received.
-func (m *management) nacks() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	n := 0
-	for _, r := range m.reqs {
-		if r.ErrorDetail != nil {
-			n++
-		}
-	}
-	return n
-}
 
 // syncBuffer is a log written by the client's goroutine, read by the test.
 type syncBuffer struct {
@@ -120,14 +46,14 @@ func unitConfig(unit rlsconfv3.RateLimitUnit) *rlsconfv3.RateLimitConfig {
 // valid update then is ACKed and ends the run: the next invalid one is
 // NACKed at once again, and logged.
 func TestNackBackoff(t *testing.T) {
-	m := startManagement(t, nil)
+	m := xdstest.Start(t, nil)
 	logs := &syncBuffer{}
 	applied := make(chan *boot.File, 1)
 	waits := make(chan time.Duration)
 	release := make(chan struct{})
 	var rejected []string
 	var mu sync.Mutex
-	o := Options{Server: m.addr, NodeID: "n", Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	o := Options{Server: m.Addr, NodeID: "n", Log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Backoff: Backoff{Initial: time.Second, Max: 4 * time.Second},
 		Apply: func(ctx context.Context, f *boot.File) error {
 			select {
@@ -186,15 +112,15 @@ func TestNackBackoff(t *testing.T) {
 	}
 	errorLines := func() int { return strings.Count(logs.String(), "level=ERROR") }
 
-	m.set(t, "n", "1", unitConfig(rlsconfv3.RateLimitUnit_HOUR))
+	m.Set(t, "n", "1", unitConfig(rlsconfv3.RateLimitUnit_HOUR))
 	apply("version 1")
 
-	m.set(t, "n", "2", unitConfig(rlsconfv3.RateLimitUnit_UNKNOWN))
+	m.Set(t, "n", "2", unitConfig(rlsconfv3.RateLimitUnit_UNKNOWN))
 	for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second} {
 		if d := next("version 2"); d != want {
 			t.Fatalf("back-off %d: %v, want %v", i+1, d, want)
 		}
-		if n := m.nacks(); n != i+1 {
+		if n := m.NACKs(); n != i+1 {
 			t.Fatalf("NACKs received before back-off %d: %d, want %d (one per back-off)", i+1, n, i+1)
 		}
 		if i < 3 {
@@ -214,21 +140,21 @@ func TestNackBackoff(t *testing.T) {
 	mu.Unlock()
 
 	// Fixed while the client waits: the NACK that ends the wait brings it.
-	m.set(t, "n", "3", unitConfig(rlsconfv3.RateLimitUnit_MONTH))
+	m.Set(t, "n", "3", unitConfig(rlsconfv3.RateLimitUnit_MONTH))
 	release <- struct{}{}
 	if f := apply("version 3"); len(f.Templates) != 1 || f.Templates[0].Limiter.Period != "720h0m0s" {
 		t.Errorf("version 3 applied %+v, want the month's window", f.Templates)
 	}
-	if n := m.nacks(); n != 5 {
+	if n := m.NACKs(); n != 5 {
 		t.Errorf("NACKs %d, want 5 (the last one ended the fourth back-off)", n)
 	}
 
 	// A new invalid update: NACKed at once, logged, then paced from Initial.
-	m.set(t, "n", "4", unitConfig(rlsconfv3.RateLimitUnit_UNKNOWN))
+	m.Set(t, "n", "4", unitConfig(rlsconfv3.RateLimitUnit_UNKNOWN))
 	if d := next("version 4"); d != time.Second {
 		t.Errorf("first back-off of a new run %v, want 1s", d)
 	}
-	if n, lines := m.nacks(), errorLines(); n != 6 || lines != 2 {
+	if n, lines := m.NACKs(), errorLines(); n != 6 || lines != 2 {
 		t.Errorf("NACKs %d, ERROR lines %d; want 6 and 2", n, lines)
 	}
 }
