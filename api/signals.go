@@ -67,7 +67,7 @@ func (g *signals) run(ctx context.Context) {
 			return
 		case r := <-rounds:
 			if r.Full || g.rounds == 0 {
-				g.tell(r.Err, len(r.Listed))
+				g.tell(ctx, r.Err, len(r.Listed))
 			}
 			if g.round != nil {
 				g.round(r)
@@ -80,16 +80,17 @@ func (g *signals) run(ctx context.Context) {
 }
 
 // tell works out the status after a round (failed: why Redis could not
-// serve it) and hands it to status when it changed.
-func (g *signals) tell(failed error, listed int) {
-	st := wire.StreamStatus{Redis: redisUp(g.embedded)}
-	if failed != nil && errors.Is(failed, core.ErrUnavailable) || errors.Is(failed, context.DeadlineExceeded) {
-		st.Redis, st.RedisDetail = redisDown(g.svc, failed)
+// serve it) and hands it to status when it changed. A round only reads, so
+// after one that Redis served the status also asks what /readyz asks
+// (core.Service.Ready: does Redis take a write?): a user that may read but
+// not write (NOPERM), or a replica (READONLY), is never told "ok".
+func (g *signals) tell(ctx context.Context, failed error, listed int) {
+	if failed == nil || !errors.Is(failed, core.ErrUnavailable) && !errors.Is(failed, context.DeadlineExceeded) {
+		failed = g.ready(ctx)
 	}
-	at, pending, _ := g.svc.DataLoss()
-	st.DataLost, st.Ready = at, wire.RedisServing(st.Redis) && !pending
-	g.mu.Lock()
+	st := g.statusAfter(failed)
 	st.Limiters = listed
+	g.mu.Lock()
 	changed := !g.known || st != g.last
 	g.last, g.known = st, true
 	g.mu.Unlock()
@@ -98,22 +99,31 @@ func (g *signals) tell(failed error, listed int) {
 	}
 }
 
+// ready is core.Service.Ready within the API's timeout.
+func (g *signals) ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	return g.svc.Ready(ctx)
+}
+
+// statusAfter is the status after a readiness check that returned err:
+// Redis up or why it is not, a data loss, and whether limitd is ready.
+func (g *signals) statusAfter(err error) wire.StreamStatus {
+	st := wire.StreamStatus{Redis: redisUp(g.embedded)}
+	if err != nil && !errors.Is(err, core.ErrDataLost) {
+		st.Redis, st.RedisDetail = redisDown(g.svc, err)
+	}
+	at, pending, _ := g.svc.DataLoss()
+	st.DataLost, st.Ready = at, err == nil && !pending
+	return st
+}
+
 // probe works out a status without a round (none ran yet): whether Redis
 // can serve, and how many limiters it names.
 func (g *signals) probe(ctx context.Context) wire.StreamStatus {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	st := wire.StreamStatus{Redis: redisUp(g.embedded)}
-	err := g.svc.Ready(ctx)
-	at, pending, _ := g.svc.DataLoss()
-	switch {
-	case err == nil:
-		st.Ready = true
-	case errors.Is(err, core.ErrDataLost):
-	default:
-		st.Redis, st.RedisDetail = redisDown(g.svc, err)
-	}
-	st.DataLost, st.Ready = at, st.Ready && !pending
+	st := g.statusAfter(g.svc.Ready(ctx))
 	if wire.RedisServing(st.Redis) {
 		if page, err := g.svc.List(ctx, "", core.MaxWatched); err == nil {
 			st.Limiters = len(page.Limiters)
