@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // AcquireAll over both transports: all or nothing, a check takes nothing,
@@ -44,7 +44,7 @@ func TestAcquireAllTransports(t *testing.T) {
 			if w := ctWaitInfo(t, st, b); w.Started {
 				t.Errorf("b after a check and a refused call: %+v, want not started", w)
 			}
-			if _, err := c.c.AcquireAll(ctx, []client.Permits{{Name: a, Permits: 1}, {Name: c.name + "-none", Permits: 1}}, store.Forever); err == nil {
+			if _, err := c.c.AcquireAll(ctx, []client.Permits{{Name: a, Permits: 1}, {Name: c.name + "-none", Permits: 1}}, limitd.Forever); err == nil {
 				t.Error("a missing limiter: no error")
 			}
 		})

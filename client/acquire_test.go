@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // Client.Acquire decides one acquire in one round trip, over Redis and over
@@ -34,7 +34,7 @@ func TestAcquireWindow(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			defer c.c.Close()
 			_, _ = st.Reset(ctx, "w")
-			d, err := c.c.Acquire(ctx, "w", 2, store.Forever)
+			d, err := c.c.Acquire(ctx, "w", 2, limitd.Forever)
 			if err != nil {
 				t.Fatal(err)
 			}

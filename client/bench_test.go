@@ -35,6 +35,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/internal/testkit/rounds"
@@ -70,7 +71,7 @@ type cbTransport struct {
 	grants atomic.Int64
 }
 
-func (t *cbTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+func (t *cbTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	t.grants.Add(1)
 	return t.Transport.Grant(ctx, name, k, maxWait)
 }

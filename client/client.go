@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/clockoffset"
 	"github.com/limitd/limitd/store"
 )
@@ -150,7 +151,7 @@ func (c *Client) mono() int64 {
 // cheap and shared: the same name gives the same handle until it is closed.
 // The options override the client's for this handle on its creation.
 func (c *Client) Limiter(name string, opts ...Option) (*Limiter, error) {
-	if err := store.CheckName(name); err != nil {
+	if err := limitd.CheckName(name); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()

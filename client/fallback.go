@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -212,7 +213,7 @@ const firstRetry = 50 * time.Millisecond
 // fallback's permits that have not started are withdrawn, those that have
 // are charged against an unpaced schedule's backlog, and the guard paces
 // the handle until the end of the cool-down.
-func (l *Limiter) comeBack(now int64, g store.Grant, p limiter.Params) {
+func (l *Limiter) comeBack(now int64, g limitd.Grant, p limiter.Params) {
 	l.down = false
 	gd := l.guard
 	if gd == nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -36,14 +37,14 @@ func (f *ctFaulty) down() bool {
 	return !now.Before(f.downAt) && now.Before(f.upAt)
 }
 
-func (f *ctFaulty) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+func (f *ctFaulty) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	if f.down() {
-		return store.Grant{}, fmt.Errorf("%w: the test's fault", store.ErrUnavailable)
+		return limitd.Grant{}, fmt.Errorf("%w: the test's fault", store.ErrUnavailable)
 	}
 	return f.Transport.Grant(ctx, name, k, maxWait)
 }
 
-func (f *ctFaulty) Release(ctx context.Context, g store.Grant, m int64) error {
+func (f *ctFaulty) Release(ctx context.Context, g limitd.Grant, m int64) error {
 	if f.down() {
 		return fmt.Errorf("%w: the test's fault", store.ErrUnavailable)
 	}
@@ -56,7 +57,7 @@ type ctCharging struct {
 	st *store.Store
 }
 
-func (f ctCharging) Charge(ctx context.Context, name string, n int64) (store.Decision, error) {
+func (f ctCharging) Charge(ctx context.Context, name string, n int64) (limitd.Decision, error) {
 	f.mu.Lock()
 	f.charged = append(f.charged, n)
 	f.mu.Unlock()

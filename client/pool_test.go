@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -391,7 +392,7 @@ func (g *ctGate) waitHeld(d time.Duration) bool {
 	}
 }
 
-func (g *ctGate) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (sg store.Grant, err error) {
+func (g *ctGate) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (sg limitd.Grant, err error) {
 	sg, err = g.ctTransport.Grant(ctx, name, k, maxWait)
 	g.mu.Lock()
 	g.calls++
@@ -616,9 +617,9 @@ type firstGrantOnly struct {
 	grants atomic.Int32
 }
 
-func (f *firstGrantOnly) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+func (f *firstGrantOnly) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	if f.grants.Add(1) > 1 {
-		return store.Grant{}, store.ErrUnavailable
+		return limitd.Grant{}, store.ErrUnavailable
 	}
 	return f.Transport.Grant(ctx, name, k, maxWait)
 }
@@ -634,7 +635,7 @@ type slowRelease struct {
 	releasing   atomic.Int32
 }
 
-func (t *slowRelease) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+func (t *slowRelease) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	if t.armed.Load() && t.armed.CompareAndSwap(true, false) {
 		if t.releasing.Load() > 0 {
 			t.overlapping.Store(true)
@@ -645,7 +646,7 @@ func (t *slowRelease) Grant(ctx context.Context, name string, k int64, maxWait t
 	return t.Transport.Grant(ctx, name, k, maxWait)
 }
 
-func (t *slowRelease) Release(ctx context.Context, g store.Grant, m int64) error {
+func (t *slowRelease) Release(ctx context.Context, g limitd.Grant, m int64) error {
 	t.releasing.Add(1)
 	defer t.releasing.Add(-1)
 	if t.asked.Load() { // the grant got to Redis first

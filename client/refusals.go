@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/store"
 )
 
@@ -76,9 +77,9 @@ func (r *refusalCount) saw(instance bool) {
 }
 
 // take returns the counts and zeroes them.
-func (r *refusalCount) take() store.Counts {
+func (r *refusalCount) take() limitd.Counts {
 	ones, calls, permits := r.ones.Swap(0), r.calls.Swap(0), r.permits.Swap(0)
-	return store.Counts{RefusedCalls: ones + calls, RefusedPermits: ones + permits}
+	return limitd.Counts{RefusedCalls: ones + calls, RefusedPermits: ones + permits}
 }
 
 func (r *refusalCount) empty() bool {
@@ -86,7 +87,7 @@ func (r *refusalCount) empty() bool {
 }
 
 // giveBack adds c to the counts again (their subject was not known yet).
-func (r *refusalCount) giveBack(c store.Counts) {
+func (r *refusalCount) giveBack(c limitd.Counts) {
 	r.calls.Add(c.RefusedCalls)
 	r.permits.Add(c.RefusedPermits)
 }
@@ -163,28 +164,28 @@ func (r *refusals) gather(ctx context.Context, c *refusalCount) {
 // grant said is enough but for the template's id, which the store's cache
 // of templates gives without a round trip; a name no decision told about
 // yet (the fallback refused before any grant) costs a lookup.
-func (r *refusals) subjectOf(ctx context.Context, name string, what int32) (store.Subject, bool) {
+func (r *refusals) subjectOf(ctx context.Context, name string, what int32) (limitd.Subject, bool) {
 	if what == subjectLimiter {
-		return store.Subject{Limiter: name}, true
+		return limitd.Subject{Limiter: name}, true
 	}
 	t, err := r.st.Resolve(ctx, name)
 	switch {
 	case errors.Is(err, store.ErrNotFound) && what == subjectInstance:
-		return store.Subject{}, true // its template was deleted since: nothing to count under
+		return limitd.Subject{}, true // its template was deleted since: nothing to count under
 	case errors.Is(err, store.ErrNotFound):
-		return store.Subject{Limiter: name}, true // no template matches: only a limiter could have refused
+		return limitd.Subject{Limiter: name}, true // no template matches: only a limiter could have refused
 	case err != nil:
-		return store.Subject{}, false
+		return limitd.Subject{}, false
 	case what == subjectInstance:
-		return store.Subject{Template: t.ID, Instance: name}, true
+		return limitd.Subject{Template: t.ID, Instance: name}, true
 	}
 	// A limiter of that name comes before templates.
 	if _, err := r.st.Get(ctx, name); err == nil {
-		return store.Subject{Limiter: name}, true
+		return limitd.Subject{Limiter: name}, true
 	} else if !errors.Is(err, store.ErrNotFound) {
-		return store.Subject{}, false
+		return limitd.Subject{}, false
 	}
-	return store.Subject{Template: t.ID, Instance: name}, true
+	return limitd.Subject{Template: t.ID, Instance: name}, true
 }
 
 // direct counts the refusal of a direct acquire (Client.Acquire,
@@ -196,7 +197,7 @@ func (r *refusals) direct(ctx context.Context, name string, permits int64, insta
 		what = subjectInstance
 	}
 	if s, ok := r.subjectOf(ctx, name, what); ok {
-		r.tally.Add(s, store.Counts{RefusedCalls: 1, RefusedPermits: permits})
+		r.tally.Add(s, limitd.Counts{RefusedCalls: 1, RefusedPermits: permits})
 	}
 }
 

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // Semaphore is a handle on a concurrency limiter: a distributed semaphore of
@@ -79,7 +79,7 @@ const (
 // limiter.ErrInvalid; a limiter that does not exist shows at Acquire
 // (limiter.ErrNotFound), as does one of another kind (store.ErrConflict).
 func (c *Client) Semaphore(name string, opts ...SemaphoreOption) (*Semaphore, error) {
-	if err := store.CheckName(name); err != nil {
+	if err := limitd.CheckName(name); err != nil {
 		return nil, err
 	}
 	o := semaphoreOptions{maxBackoff: 100 * time.Millisecond}
@@ -160,7 +160,7 @@ func (s *Semaphore) check(ctx context.Context) error {
 
 // hold starts renewing a granted lease. If the semaphore was closed
 // meanwhile, the slot is released at once (the caller sees ErrClosed).
-func (s *Semaphore) hold(ctx context.Context, l store.SlotLease) *heldSlot {
+func (s *Semaphore) hold(ctx context.Context, l limitd.SlotLease) *heldSlot {
 	off := s.c.redisOffset(ctx)
 	h := &heldSlot{s: s, id: l.ID, expires: l.Expires - off, stop: make(chan struct{}), done: make(chan struct{})}
 	s.mu.Lock()

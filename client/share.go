@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // Share is one client's lease on a share limiter (a Doorman client): a part
@@ -63,7 +63,7 @@ type Share struct {
 	reqMu sync.Mutex
 
 	mu       sync.Mutex
-	lease    store.CapacityLease
+	lease    limitd.CapacityLease
 	leased   bool  // lease is the last one granted (it may have expired)
 	expires  int64 // local ns at which lease ends
 	next     int64 // local ns of the next request
@@ -104,7 +104,7 @@ const (
 // limiter.ErrInvalid. An unreachable Redis is not an error: the share starts
 // in its fallback mode.
 func (c *Client) Share(name string, opts ...ShareOption) (*Share, error) {
-	if err := store.CheckName(name); err != nil {
+	if err := limitd.CheckName(name); err != nil {
 		return nil, err
 	}
 	o := shareOptions{wants: -1}

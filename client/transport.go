@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/store"
 )
 
@@ -13,22 +14,22 @@ import (
 type Transport interface {
 	// Grant takes k permits from the named limiter's schedule, waiting at most
 	// maxWait for the first one.
-	Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error)
+	Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error)
 	// Release hands back the last m permits of g.
-	Release(ctx context.Context, g store.Grant, m int64) error
+	Release(ctx context.Context, g limitd.Grant, m int64) error
 	// Changes delivers "<name> <version>" config changes until ctx is done.
 	// A transport without change events returns a nil channel.
 	Changes(ctx context.Context) <-chan string
 
 	// Capacity asks a share limiter for a lease of its capacity (Share).
-	Capacity(ctx context.Context, name string, r store.CapacityRequest) (store.CapacityLease, error)
+	Capacity(ctx context.Context, name string, r limitd.CapacityRequest) (limitd.CapacityLease, error)
 	// ReturnCapacity ends a client's lease on a share limiter at once.
 	ReturnCapacity(ctx context.Context, name, clientID string) error
 	// AcquireSlot takes a slot of a concurrency limiter if one is free
 	// (Semaphore); a full limiter is not an error but a lease not Granted.
-	AcquireSlot(ctx context.Context, name string) (store.SlotLease, error)
+	AcquireSlot(ctx context.Context, name string) (limitd.SlotLease, error)
 	// RenewSlot extends a held slot's lease; limiter.ErrNotFound once it is lost.
-	RenewSlot(ctx context.Context, name, id string) (store.SlotLease, error)
+	RenewSlot(ctx context.Context, name, id string) (limitd.SlotLease, error)
 	// ReleaseSlot frees a held slot; limiter.ErrNotFound when it is not held.
 	ReleaseSlot(ctx context.Context, name, id string) error
 	// Time is the Redis clock now, Unix ns: leases expire on that clock, and
@@ -44,16 +45,16 @@ func NewStoreTransport(st *store.Store) Transport { return redisTransport{st: st
 // redisTransport talks to Redis through a store.
 type redisTransport struct{ st *store.Store }
 
-func (t redisTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+func (t redisTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	return t.st.Grant(ctx, name, k, maxWait)
 }
 
-func (t redisTransport) Release(ctx context.Context, g store.Grant, m int64) error {
+func (t redisTransport) Release(ctx context.Context, g limitd.Grant, m int64) error {
 	_, err := t.st.Release(ctx, g, m)
 	return err
 }
 
-func (t redisTransport) Capacity(ctx context.Context, name string, r store.CapacityRequest) (store.CapacityLease, error) {
+func (t redisTransport) Capacity(ctx context.Context, name string, r limitd.CapacityRequest) (limitd.CapacityLease, error) {
 	return t.st.Capacity(ctx, name, r)
 }
 
@@ -61,11 +62,11 @@ func (t redisTransport) ReturnCapacity(ctx context.Context, name, clientID strin
 	return t.st.ReturnCapacity(ctx, name, clientID)
 }
 
-func (t redisTransport) AcquireSlot(ctx context.Context, name string) (store.SlotLease, error) {
+func (t redisTransport) AcquireSlot(ctx context.Context, name string) (limitd.SlotLease, error) {
 	return t.st.AcquireSlot(ctx, name)
 }
 
-func (t redisTransport) RenewSlot(ctx context.Context, name, id string) (store.SlotLease, error) {
+func (t redisTransport) RenewSlot(ctx context.Context, name, id string) (limitd.SlotLease, error) {
 	return t.st.RenewSlot(ctx, name, id)
 }
 

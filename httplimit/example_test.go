@@ -9,6 +9,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/httplimit"
 	"github.com/limitd/limitd/limiter"
@@ -26,7 +27,7 @@ func ExampleMiddleware() {
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
 	st := store.New(rdb)
-	_, err := st.PutTemplate(context.Background(), store.Template{
+	_, err := st.PutTemplate(context.Background(), limitd.Template{
 		ID: "per-ip", Pattern: "ip:*", Limiter: limiter.Config{Rate: 1, Burst: limiter.B(1)},
 	})
 	if err != nil {
