@@ -40,10 +40,6 @@ type acquirer interface {
 	Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error)
 }
 
-func (t redisTransport) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error) {
-	return t.st.Acquire(ctx, name, n, maxWait)
-}
-
 // Acquire is POST .../acquire. A window's answer carries limit, remaining
 // and reset_ns, which the Decision holds as the Redis transport's does.
 func (t *httpTransport) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error) {

@@ -68,18 +68,6 @@ func (c *Client) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Du
 	return r, err
 }
 
-func (t redisTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error) {
-	mr := make([]limitd.MultiRequest, len(reqs))
-	for i, r := range reqs {
-		mr[i] = limitd.MultiRequest{Name: r.Name, Permits: r.Permits}
-	}
-	md, err := t.st.AcquireAll(ctx, mr, maxWait)
-	if err != nil {
-		return AllResult{}, err
-	}
-	return AllResult{Granted: md.Granted, Decisions: md.Decisions}, nil
-}
-
 func (t *httpTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error) {
 	body := wire.AcquireAllRequest{Requests: make([]wire.LimiterPermits, len(reqs)), MaxWait: maxWaitField(maxWait)}
 	for i := range reqs {

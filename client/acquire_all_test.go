@@ -9,6 +9,7 @@ import (
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
 )
@@ -23,7 +24,7 @@ func TestAcquireAllTransports(t *testing.T) {
 		name string
 		c    *client.Client
 	}{
-		{"redis", client.New(rdb)},
+		{"redis", redisclient.New(rdb)},
 		{"http", client.NewHTTP(srv.URL, client.WithHTTPClient(srv.Client()))},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
 )
@@ -30,7 +31,7 @@ func TestAcquireWindow(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		c    *client.Client
-	}{{"redis", client.New(rdb)}, {"http", client.NewHTTP(srv.URL, client.WithHTTPClient(srv.Client()))}} {
+	}{{"redis", redisclient.New(rdb)}, {"http", client.NewHTTP(srv.URL, client.WithHTTPClient(srv.Client()))}} {
 		t.Run(c.name, func(t *testing.T) {
 			defer c.c.Close()
 			_, _ = st.Reset(ctx, "w")

@@ -37,6 +37,7 @@ import (
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/internal/testkit/rounds"
 	"github.com/limitd/limitd/limiter"
@@ -165,7 +166,7 @@ func BenchmarkPermit(b *testing.B) {
 	// back) the store must count exactly the permits the run was granted, so
 	// none came from the local fallback.
 	pool := func(b *testing.B) (*client.Limiter, *cbTransport, func(granted int64)) {
-		tr := &cbTransport{Transport: client.NewStoreTransport(st)}
+		tr := &cbTransport{Transport: redisclient.NewTransport(st)}
 		c := client.NewWithTransport(tr)
 		b.Cleanup(func() { _ = c.Close() })
 		l, err := c.Limiter("cb-pool")
@@ -237,7 +238,7 @@ func BenchmarkPermitVs(b *testing.B) {
 		n    int
 	}{{"g1", 1}, {"p8", 8 * runtime.GOMAXPROCS(0)}} {
 		b.Run(g.name, func(b *testing.B) {
-			c := client.New(rdb)
+			c := redisclient.New(rdb)
 			b.Cleanup(func() { _ = c.Close() })
 			l, err := c.Limiter("cb-pool")
 			if err != nil {

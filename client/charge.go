@@ -32,7 +32,7 @@ import (
 // granted now. Over HTTP (NewHTTP) the Decision holds what the answer says:
 // Scheduled, Start and Lateness are 0.
 //
-// A share or concurrency limiter has nothing to charge: store.ErrConflict.
+// A share or concurrency limiter has nothing to charge: limiter.ErrConflict.
 func (l *Limiter) Charge(ctx context.Context, n int64) (limitd.Decision, error) {
 	l.mu.Lock()
 	closed := l.closed
@@ -55,10 +55,6 @@ func (l *Limiter) Charge(ctx context.Context, n int64) (limitd.Decision, error) 
 // of Reservation.Settle): the Redis and HTTP transports are.
 type charger interface {
 	Charge(ctx context.Context, name string, n int64) (limitd.Decision, error)
-}
-
-func (t redisTransport) Charge(ctx context.Context, name string, n int64) (limitd.Decision, error) {
-	return t.st.Charge(ctx, name, n)
 }
 
 // Charge is POST .../charge.

@@ -7,7 +7,6 @@ import (
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // Fallback: what a handle does while the shared schedule is unreachable,
@@ -361,12 +360,12 @@ func (l *Limiter) fallbackWait(ctx context.Context, now int64, gated bool) (p Pe
 		return Permit{Scheduled: t, Start: t}, false, nil
 	case FallbackPessimistic:
 		l.mu.Unlock()
-		return Permit{}, false, store.ErrUnavailable
+		return Permit{}, false, limiter.ErrUnavailable
 	}
 	g := l.guard
 	if g == nil { // no rate was ever learned and none configured: nothing is safe
 		l.mu.Unlock()
-		return Permit{}, false, store.ErrUnavailable
+		return Permit{}, false, limiter.ErrUnavailable
 	}
 	at := max(now, g.from)
 	gated = gated && at == now

@@ -11,7 +11,6 @@ import (
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // Grant fetching: a handle sizes its next grant from its own demand and
@@ -204,7 +203,7 @@ func timedOut(err error) bool {
 }
 
 func unreachable(err error) bool {
-	return errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
+	return errors.Is(err, limiter.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // await returns the channel of the fetch in flight, starting one if needed.
@@ -240,7 +239,7 @@ func (l *Limiter) waitFetch(ctx context.Context, done chan struct{}) error {
 	l.mu.Lock()
 	err := l.err
 	l.mu.Unlock()
-	if err != nil && !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+	if err != nil && !errors.Is(err, limiter.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
 		return err // not found, invalid: the caller must know
 	}
 	return nil

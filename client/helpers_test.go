@@ -14,6 +14,7 @@ import (
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -74,7 +75,7 @@ type ctEvent struct {
 }
 
 func ctCounting(st *store.Store) *ctTransport {
-	return &ctTransport{Transport: client.NewStoreTransport(st), inject: make(chan string)}
+	return &ctTransport{Transport: redisclient.NewTransport(st), inject: make(chan string)}
 }
 
 func (t *ctTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
@@ -219,7 +220,7 @@ func ctDriven(t *testing.T) (*ctClock, *redis.Client, *store.Store) {
 
 // client returns a client on the clock, over st through clk.transport.
 func (c *ctClock) client(st *store.Store, opts ...client.ClientOption) *client.Client {
-	return client.NewWithTransport(c.transport(client.NewStoreTransport(st)), append(opts, client.WithClock(c))...)
+	return client.NewWithTransport(c.transport(redisclient.NewTransport(st)), append(opts, client.WithClock(c))...)
 }
 
 func (c *ctClock) Now() time.Time {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 	"github.com/limitd/limitd/wire"
 )
 
@@ -59,7 +58,8 @@ func NewHTTP(baseURL string, opts ...HTTPOption) *Client {
 		hc = http.DefaultClient
 	}
 	t := &httpTransport{base: strings.TrimRight(baseURL, "/"), token: o.http.token, hc: hc, clock: o.clock, ids: map[grantKey]grantRef{}}
-	return newClient(t, o, nil)
+	o.refusals = nil // the server counts what it decides
+	return newClient(t, o)
 }
 
 // httpTransport is a Transport over the limitd HTTP API.
@@ -128,12 +128,12 @@ func (t *httpTransport) do(ctx context.Context, method, path string, body any) (
 	}
 	res, err := t.hc.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		return 0, nil, fmt.Errorf("%w: %w", limiter.ErrUnavailable, err)
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: reading the answer to %s %s: %w", store.ErrUnavailable, method, path, err)
+		return 0, nil, fmt.Errorf("%w: reading the answer to %s %s: %w", limiter.ErrUnavailable, method, path, err)
 	}
 	if res.StatusCode/100 == 2 || res.StatusCode == http.StatusTooManyRequests {
 		return res.StatusCode, b, nil
@@ -159,9 +159,9 @@ func problemErr(method, path string, status int, b []byte) error {
 	case status == http.StatusNotFound:
 		return fmt.Errorf("%w: %s", limiter.ErrNotFound, detail)
 	case status == http.StatusConflict:
-		return fmt.Errorf("%w: %s", store.ErrConflict, detail)
+		return fmt.Errorf("%w: %s", limiter.ErrConflict, detail)
 	case status >= 500:
-		return fmt.Errorf("%w: %s", store.ErrUnavailable, detail)
+		return fmt.Errorf("%w: %s", limiter.ErrUnavailable, detail)
 	}
 	return fmt.Errorf("client: %s %s: %d: %s", method, path, status, detail)
 }
@@ -299,7 +299,7 @@ func (t *httpTransport) AcquireSlot(ctx context.Context, name string) (limitd.Sl
 		return limitd.SlotLease{}, err
 	}
 	if l.InUse == nil { // a schedule's answer
-		return limitd.SlotLease{}, fmt.Errorf("limiter %q: %w: not a concurrency limiter", name, store.ErrConflict)
+		return limitd.SlotLease{}, fmt.Errorf("limiter %q: %w: not a concurrency limiter", name, limiter.ErrConflict)
 	}
 	if status == http.StatusTooManyRequests {
 		return limitd.SlotLease{RetryAfter: l.RetryAfter, InUse: *l.InUse, Limit: l.Limit}, nil
@@ -337,7 +337,7 @@ func (t *httpTransport) Time(context.Context) (int64, error) {
 	now, seen := t.now, t.nowSeen
 	t.mu.Unlock()
 	if seen.IsZero() {
-		return 0, fmt.Errorf("%w: no server time yet (no grant answered over HTTP)", store.ErrUnavailable)
+		return 0, fmt.Errorf("%w: no server time yet (no grant answered over HTTP)", limiter.ErrUnavailable)
 	}
 	return now + int64(t.clock.Now().Sub(seen)), nil
 }

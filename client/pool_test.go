@@ -14,8 +14,8 @@ import (
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // ctRun calls Wait from n goroutines for about d and returns every permit.
@@ -158,7 +158,7 @@ func TestWaitDispensesOneSharedSchedule(t *testing.T) {
 func TestWaitManyGoroutines(t *testing.T) {
 	_, rdb, st := ctServer(t)
 	ctPut(t, st, "many", strict(50000))
-	c := client.New(rdb, client.WithStaleAfter(time.Hour))
+	c := redisclient.New(rdb, client.WithStaleAfter(time.Hour))
 	l, _ := c.Limiter("many")
 	var allowed sync.WaitGroup
 	stop := make(chan struct{})
@@ -413,7 +413,7 @@ func (g *ctGate) Grant(ctx context.Context, name string, k int64, maxWait time.D
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	_, rdb, st := ctServer(t)
 	ctPut(t, st, "leak", limiter.Config{Rate: 5000})
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	l, _ := c.Limiter("leak")
 	ctRun(t, l, 4, 100*time.Millisecond)
 	if err := c.Close(); err != nil {
@@ -587,7 +587,7 @@ func TestAllowRefusesOnlyAtAReadingUnderTheLock(t *testing.T) {
 	// Grants after the first fail: the permit Allow takes must come from
 	// the grant the pool holds (not its fallback), whatever a background
 	// fetch for the next grant does meanwhile.
-	tr := &firstGrantOnly{Transport: clk.transport(client.NewStoreTransport(st))}
+	tr := &firstGrantOnly{Transport: clk.transport(redisclient.NewTransport(st))}
 	c := client.NewWithTransport(tr, client.WithClock(mc))
 	t.Cleanup(func() { _ = c.Close() })
 	l, err := c.Limiter("moving")
@@ -619,7 +619,7 @@ type firstGrantOnly struct {
 
 func (f *firstGrantOnly) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	if f.grants.Add(1) > 1 {
-		return limitd.Grant{}, store.ErrUnavailable
+		return limitd.Grant{}, limiter.ErrUnavailable
 	}
 	return f.Transport.Grant(ctx, name, k, maxWait)
 }
@@ -666,7 +666,7 @@ func (t *slowRelease) Release(ctx context.Context, g limitd.Grant, m int64) erro
 func TestFetchWaitsForTheHandBack(t *testing.T) {
 	clk, _, st := ctDriven(t)
 	ctPut(t, st, "stale", strict(1000))
-	tr := &slowRelease{Transport: client.NewStoreTransport(st), grantAsked: make(chan struct{})}
+	tr := &slowRelease{Transport: redisclient.NewTransport(st), grantAsked: make(chan struct{})}
 	c := client.NewWithTransport(clk.transport(tr), client.WithClock(clk), client.WithStaleAfter(10*time.Millisecond))
 	t.Cleanup(func() { _ = c.Close() })
 	l, err := c.Limiter("stale")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -115,7 +116,7 @@ func TestRefusalsFlushedEverySecond(t *testing.T) {
 	if _, err := st.PutTemplate(ctx, limitd.Template{ID: "per-user", Pattern: "user:*", Limiter: limiter.Config{Rate: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	c := client.New(rdb, client.WithClock(clk))
+	c := redisclient.New(rdb, client.WithClock(clk))
 	defer c.Close()
 
 	orders, err := c.Limiter("orders")
@@ -212,7 +213,7 @@ func TestRefusalsFlushBounded(t *testing.T) {
 		Limiter: limiter.Config{Kind: limiter.KindWindow, Limit: &one, Period: "1h"}}); err != nil {
 		t.Fatal(err)
 	}
-	c := client.New(rdb, client.WithClock(clk))
+	c := redisclient.New(rdb, client.WithClock(clk))
 	defer c.Close()
 	const instances = 300
 	for i := range instances {
@@ -252,7 +253,7 @@ func TestRefusalCountsOff(t *testing.T) {
 	clk, rdb, st := ctDriven(t)
 	ctPut(t, st, "orders", limiter.Config{Rate: 1})
 	w := rfCounting(rdb)
-	c := client.New(rdb, client.WithClock(clk), client.WithoutRefusalCounts())
+	c := redisclient.New(rdb, client.WithClock(clk), client.WithoutRefusalCounts())
 	l, err := c.Limiter("orders")
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +284,7 @@ func TestRefusalsCloseFlushesTheRest(t *testing.T) {
 	clk, rdb, st := ctDriven(t)
 	ctPut(t, st, "orders", limiter.Config{Rate: 1})
 	ctPut(t, st, "billing", limiter.Config{Rate: 1})
-	c := client.New(rdb, client.WithClock(clk))
+	c := redisclient.New(rdb, client.WithClock(clk))
 	for _, name := range []string{"orders", "billing"} {
 		l, err := c.Limiter(name)
 		if err != nil {
@@ -319,7 +320,7 @@ func TestRefusalsCloseFlushesTheRest(t *testing.T) {
 func TestRefusalsConcurrent(t *testing.T) {
 	clk, rdb, st := ctDriven(t)
 	ctPut(t, st, "orders", limiter.Config{Rate: 1.0 / 3600}) // the flushes' seconds bring no permit
-	c := client.New(rdb, client.WithClock(clk))
+	c := redisclient.New(rdb, client.WithClock(clk))
 	l, err := c.Limiter("orders")
 	if err != nil {
 		t.Fatal(err)

@@ -77,7 +77,7 @@ const (
 
 // Semaphore returns a handle on the named concurrency limiter. A bad name is
 // limiter.ErrInvalid; a limiter that does not exist shows at Acquire
-// (limiter.ErrNotFound), as does one of another kind (store.ErrConflict).
+// (limiter.ErrNotFound), as does one of another kind (limiter.ErrConflict).
 func (c *Client) Semaphore(name string, opts ...SemaphoreOption) (*Semaphore, error) {
 	if err := limitd.CheckName(name); err != nil {
 		return nil, err
@@ -99,8 +99,8 @@ func (c *Client) Semaphore(name string, opts ...SemaphoreOption) (*Semaphore, er
 // Acquire takes a slot, polling with a growing pause (bounded by when the
 // earliest lease ends) while none is free, until ctx is done. release frees
 // the slot; it is idempotent. Errors: ErrClosed, limiter.ErrNotFound (no such
-// limiter), store.ErrConflict (not a concurrency limiter),
-// store.ErrUnavailable, or ctx's.
+// limiter), limiter.ErrConflict (not a concurrency limiter),
+// limiter.ErrUnavailable, or ctx's.
 func (s *Semaphore) Acquire(ctx context.Context) (release func(), err error) {
 	backoff := semFirstBackoff
 	for {

@@ -42,7 +42,7 @@ import (
 // WithShareFallback): FallbackSafe uses the lease's safe capacity (before any
 // lease: the client's WithSafeRate, and without one refuses),
 // FallbackOptimistic is unlimited, FallbackPessimistic refuses: Allow is
-// false, Wait and Acquire return store.ErrUnavailable. Once Redis answers it
+// false, Wait and Acquire return limiter.ErrUnavailable. Once Redis answers it
 // returns to leases by itself. Lease expiry is judged on the local clock,
 // converted from Redis's with an offset measured by round trips.
 //
@@ -100,7 +100,7 @@ const (
 
 // Share asks the named share limiter for capacity and returns the share,
 // which keeps asking until Close. An unknown limiter is limiter.ErrNotFound,
-// one of another kind store.ErrConflict, a bad name, client id or wants
+// one of another kind limiter.ErrConflict, a bad name, client id or wants
 // limiter.ErrInvalid. An unreachable Redis is not an error: the share starts
 // in its fallback mode.
 func (c *Client) Share(name string, opts ...ShareOption) (*Share, error) {

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd"
-	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/httplimit"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -34,7 +34,7 @@ func ExampleMiddleware() {
 		panic(err)
 	}
 
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
 	h := httplimit.Middleware(c, httplimit.WithLimiterPrefix("ip:"))(hello)

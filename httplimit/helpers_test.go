@@ -13,6 +13,7 @@ import (
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -122,7 +123,7 @@ func (c *steppedClock) step(t *testing.T, d time.Duration) {
 
 // client returns a client on the clock over st.
 func (c *steppedClock) client(st *store.Store) *client.Client {
-	return client.NewWithTransport(countedTransport{client.NewStoreTransport(st), c}, client.WithClock(c))
+	return client.NewWithTransport(countedTransport{redisclient.NewTransport(st), c}, client.WithClock(c))
 }
 
 type countedTransport struct {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -75,7 +76,7 @@ func TestMiddlewareHandlesAreBounded(t *testing.T) {
 		Limiter: limiter.Config{Rate: 100, Burst: limiter.B(1)}}); err != nil {
 		t.Fatal(err)
 	}
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	kl := newKeyedLimits(c, []Option{KeyByHeader("U"), WithLimiterPrefix("u:"), WithMaxKeys(10)})
 	var handles []*client.Limiter
