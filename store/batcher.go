@@ -1,8 +1,6 @@
 package store
 
 import (
-	"github.com/limitd/limitd"
-
 	"context"
 	"runtime"
 	"slices"
@@ -11,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd"
 )
 
 // WithBatching makes Acquire batch concurrent callers automatically: calls

@@ -1,14 +1,14 @@
 package store
 
 import (
-	"github.com/limitd/limitd"
-
 	"cmp"
 	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/limitd/limitd"
 )
 
 // Tally counts decisions in memory and adds them to the Redis totals

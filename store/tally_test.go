@@ -1,11 +1,11 @@
 package store
 
 import (
-	"github.com/limitd/limitd"
-
 	"context"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd"
 )
 
 // A flush Redis does not take keeps its counts for the next one, as far as

@@ -1,8 +1,6 @@
 package store
 
 import (
-	"github.com/limitd/limitd"
-
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd"
 )
 
 // Decision totals and the busiest instances of templates, as every limitd
