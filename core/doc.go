@@ -1,6 +1,6 @@
 // Package core is limitd's service: every operation the front ends offer
 // (limiters, acquire, grant and handback, charges and settles, wait and
-// reset, share capacity, concurrency slots, templates), over a Store (a
+// reset, share capacity, concurrency slots, templates), over a backend (a
 // store.Store; a fake in the tests of its rules), with typed requests and
 // errors and no transport of its own. What it answers is the store's own
 // answer, in the vocabulary every layer speaks (package limitd: Decision,

@@ -15,9 +15,9 @@ import (
 // fakeStore answers the calls of an acquire, a slot's renewal and release
 // from a table of limiters, with no Redis: what the service makes of each
 // answer is its own rule. A call it does not fake panics (the embedded
-// Store is nil).
+// backend is nil).
 type fakeStore struct {
-	Store
+	backend
 	limiters map[string]limiter.Config
 	decision limitd.Decision  // what a rate limiter answers
 	slot     limitd.SlotLease // what a concurrency limiter answers

@@ -106,8 +106,8 @@ func New(st *store.Store, o Options) *Service {
 	return over(st, o)
 }
 
-// over is New over any Store.
-func over(st Store, o Options) *Service {
+// over is New over any backend.
+func over(st backend, o Options) *Service {
 	s := &Service{obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode, shadows: &shadowHints{},
 		over: newOverLimit(o.OverLimitCache), redis: o.Redis.orDefault()}
 	s.loss.found = make(chan struct{}, 1)
@@ -124,7 +124,7 @@ func over(st Store, o Options) *Service {
 	if s.decide <= 0 {
 		s.decide = defaultDecideTimeout
 	}
-	s.store = timed{Store: st, obs: s.obs}
+	s.store = timed{backend: st, obs: s.obs}
 	return s
 }
 
