@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/internal/testkit/redistest"
@@ -41,7 +42,7 @@ func BenchmarkHTTPLedger(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	b.Cleanup(func() { cancel(); wg.Wait() })
-	if _, err := st.PutTemplate(ctx, store.Template{ID: "k", Pattern: "k:*", Limiter: limiter.Config{Rate: limiter.MaxRate, Burst: limiter.B(limiter.Inf)}}); err != nil {
+	if _, err := st.PutTemplate(ctx, limitd.Template{ID: "k", Pattern: "k:*", Limiter: limiter.Config{Rate: limiter.MaxRate, Burst: limiter.B(limiter.Inf)}}); err != nil {
 		b.Fatal(err)
 	}
 	l := core.NewLedger(st, core.LedgerOptions{})

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd"
 )
 
 // Grants: what a client pool over a front end (client.NewHTTP) takes from a
@@ -14,7 +13,7 @@ import (
 // not use the last permits.
 //
 // A handback needs the whole grant, the part only the store makes
-// (store.GrantOrigin) included. The grant's Token carries all of it, so the
+// (limitd.GrantOrigin) included. The grant's Token carries all of it, so the
 // service keeps nothing: any replica, a restarted one included, takes the
 // handback of a grant another issued.
 
@@ -22,30 +21,16 @@ import (
 type GrantRequest struct {
 	Name    string
 	Permits int64         // ≥ 1
-	MaxWait time.Duration // Forever: no bound; negative is 0
+	MaxWait time.Duration // limitd.Forever: no bound; negative is 0
 }
 
-// Grant is a grant (or its refusal: Granted false, no Token): its decision,
-// and what a pool needs to place each permit on the schedule.
+// Grant is a grant (or its refusal: Granted false, no Token): the store's,
+// with what a pool needs to place each permit on the schedule, and the
+// Token that names it in its handback: an opaque string carrying what the
+// handback needs (see HandbackRequest).
 type Grant struct {
-	Decision
-	Name      string
-	Kind      limiter.Kind
-	Slice     limiter.Slice
-	Burst     float64 // +Inf for "inf"
-	RemBefore int64   // the schedule's sub-ns carry before the grant
-	End       int64   // the schedule's position after the grant (Unix ns)
-	// MaxPermits is the most permits one grant of this limiter may take.
-	MaxPermits int64
-	// Token names the grant in its handback: an opaque string carrying
-	// what the handback needs (see HandbackRequest).
+	limitd.Grant
 	Token string
-}
-
-// grantOf is the Grant the store's g tells, with its token.
-func grantOf(g store.Grant, token string) Grant {
-	return Grant{Decision: decisionOf(g.Decision), Name: g.Name, Kind: g.Kind, Slice: g.Slice, Burst: g.Burst,
-		RemBefore: g.RemBefore, End: g.End, MaxPermits: g.MaxPermits, Token: token}
 }
 
 // Grant takes permits for a client pool; a refusal (Granted false) says
@@ -54,17 +39,15 @@ func (s *Service) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	if r.Permits < 1 {
 		return Grant{}, invalid("permits", "must be ≥ 1", r.Permits)
 	}
-	start := time.Now()
 	g, err := s.store.Grant(ctx, r.Name, r.Permits, max(0, r.MaxWait))
-	s.timed(OpGrant, start)
 	if err != nil {
 		return Grant{}, err
 	}
-	s.decided(ctx, r.Name, r.Permits, decisionOf(g.Decision))
+	s.decided(ctx, r.Name, r.Permits, g.Decision)
 	if !g.Granted {
-		return grantOf(g, ""), nil
+		return Grant{Grant: g}, nil
 	}
-	return grantOf(g, encodeToken(g)), nil
+	return Grant{Grant: g, Token: encodeToken(g)}, nil
 }
 
 // HandbackRequest gives the last Permits of a grant back. The grant is its
@@ -90,7 +73,7 @@ func (s *Service) Handback(ctx context.Context, r HandbackRequest) (rewound bool
 	if r.Permits < 1 || r.Permits > r.GrantPermits {
 		return false, invalid("permits", fmt.Sprintf("must be ≥ 1 and at most the grant's %d", r.GrantPermits), r.Permits)
 	}
-	if err := store.CheckName(r.Name); err != nil {
+	if err := limitd.CheckName(r.Name); err != nil {
 		return false, err
 	}
 	g, err := decodeToken(r.Token, r.Name)
@@ -106,8 +89,6 @@ func (s *Service) Handback(ctx context.Context, r HandbackRequest) (rewound bool
 	if r.Version != g.Version {
 		g.Version = -1 // as of no version: counted as idle
 	}
-	start := time.Now()
 	rewound, err = s.store.Release(ctx, g, r.Permits)
-	s.timed(OpHandback, start)
 	return rewound, err
 }

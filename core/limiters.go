@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -14,9 +14,9 @@ import (
 // Limiter is a limiter with its live state. Share and concurrency limiters
 // have no schedule, so no state: State is nil for them.
 type Limiter struct {
-	Info
-	State   *WaitInfo // a rate limiter's
-	Holders *Holders  // a share or concurrency limiter's
+	limitd.Info
+	State   *limitd.WaitInfo // a rate limiter's
+	Holders *limitd.Holders  // a share or concurrency limiter's
 	// Totals are its decisions counted by every limitd on the Redis; nil
 	// for a template instance, whose decisions count under its template
 	// (Service.Top names its busiest): a count of its own would cost Redis
@@ -40,14 +40,12 @@ type Totals struct {
 
 // view returns info with its live state: a rate limiter's schedule, or a
 // lease limiter's holders.
-func (s *Service) view(ctx context.Context, info Info) (Limiter, error) {
+func (s *Service) view(ctx context.Context, info limitd.Info) (Limiter, error) {
 	l, err := s.viewState(ctx, info)
 	if err != nil || info.Template != "" {
 		return l, err
 	}
-	start := time.Now()
 	ts, err := s.store.Totals(ctx, []string{info.Name})
-	s.timed(OpTotals, start)
 	if err != nil {
 		return Limiter{}, err
 	}
@@ -57,29 +55,23 @@ func (s *Service) view(ctx context.Context, info Info) (Limiter, error) {
 }
 
 // viewState is view without the totals.
-func (s *Service) viewState(ctx context.Context, info Info) (Limiter, error) {
+func (s *Service) viewState(ctx context.Context, info limitd.Info) (Limiter, error) {
 	if !limiter.IsRate(info.Config.Kind) {
-		start := time.Now()
 		h, err := s.store.Holders(ctx, info.Name)
-		s.timed(OpHolders, start)
 		if err != nil {
 			return Limiter{}, err
 		}
-		return Limiter{Info: info, Holders: holdersOf(&h)}, nil
+		return Limiter{Info: info, Holders: &h}, nil
 	}
 	var ttl int64
 	if info.Template != "" {
-		start := time.Now()
 		t, err := s.store.InstanceTTL(ctx, info.Name)
-		s.timed(OpInstanceTTL, start)
 		if err != nil {
 			return Limiter{}, err
 		}
 		ttl = t
 	}
-	start := time.Now()
-	w, err := s.wait(ctx, info.Name)
-	s.timed(OpWait, start)
+	w, err := s.store.Wait(ctx, info.Name)
 	if err != nil {
 		return Limiter{}, err
 	}
@@ -90,7 +82,7 @@ func (s *Service) viewState(ctx context.Context, info Info) (Limiter, error) {
 // freshWindow gives a window limiter that has not counted yet the end of
 // the window now as its position, so that its state says when it resets
 // (a started one's comes from Redis).
-func freshWindow(w *WaitInfo, cfg limiter.Config) {
+func freshWindow(w *limitd.WaitInfo, cfg limiter.Config) {
 	if !w.Window || w.Started {
 		return
 	}
@@ -103,7 +95,7 @@ func freshWindow(w *WaitInfo, cfg limiter.Config) {
 // read them): out[i] and errs[i] are what view answers for infos[i], the
 // rate limiters' read in one pipeline (store.WaitMany), the others one by
 // one. It is how a scrape or a sampler reads many limiters.
-func (s *Service) Views(ctx context.Context, infos []Info) (out []Limiter, errs []error) {
+func (s *Service) Views(ctx context.Context, infos []limitd.Info) (out []Limiter, errs []error) {
 	out, errs = make([]Limiter, len(infos)), make([]error, len(infos))
 	var rate []int
 	var names []string
@@ -115,12 +107,10 @@ func (s *Service) Views(ctx context.Context, infos []Info) (out []Limiter, errs 
 		out[i], errs[i] = s.viewState(ctx, info)
 	}
 	if len(names) > 0 {
-		start := time.Now()
 		ws, werrs := s.store.WaitMany(ctx, names)
-		s.timed(OpWaitMany, start)
 		for j, i := range rate {
 			if errs[i] = werrs[j]; errs[i] == nil {
-				w := waitInfoOf(ws[j])
+				w := ws[j]
 				freshWindow(&w, infos[i].Config)
 				out[i] = Limiter{Info: infos[i], State: &w}
 			}
@@ -133,9 +123,7 @@ func (s *Service) Views(ctx context.Context, infos []Info) (out []Limiter, errs 
 	for i, info := range infos {
 		all[i] = info.Name
 	}
-	start := time.Now()
 	ts, err := s.store.Totals(ctx, all)
-	s.timed(OpTotals, start)
 	for i := range infos {
 		if errs[i] == nil && err != nil {
 			errs[i] = err
@@ -149,14 +137,12 @@ func (s *Service) Views(ctx context.Context, infos []Info) (out []Limiter, errs 
 
 // Put creates (created: true) or replaces a limiter; see store.Put.
 func (s *Service) Put(ctx context.Context, name string, cfg limiter.Config) (l Limiter, created bool, err error) {
-	start := time.Now()
 	info, created, err := s.store.Put(ctx, name, cfg)
-	s.timed(OpPut, start)
 	if err != nil {
 		return Limiter{}, false, specFault(err, cfg.Spec, "")
 	}
 	s.slots.set(name, info.Config.Kind == limiter.KindConcurrency)
-	l, err = s.view(ctx, infoOf(info))
+	l, err = s.view(ctx, info)
 	return l, created, err
 }
 
@@ -173,28 +159,25 @@ func (s *Service) Get(ctx context.Context, name string) (Limiter, error) {
 }
 
 // info reads the limiter name, or else the template instance it names.
-func (s *Service) info(ctx context.Context, name string) (Info, error) {
-	start := time.Now()
-	info, err := s.get(ctx, name)
-	s.timed(OpGet, start)
+func (s *Service) info(ctx context.Context, name string) (limitd.Info, error) {
+	info, err := s.store.Get(ctx, name)
 	if !errors.Is(err, store.ErrNotFound) {
 		return info, err
 	}
-	t, terr := s.resolve(ctx, name) // templates are cached: no round trip
+	t, terr := s.store.Resolve(ctx, name) // templates are cached: no round trip
 	switch {
 	case errors.Is(terr, store.ErrNotFound):
-		return Info{}, err
+		return limitd.Info{}, err
 	case terr != nil:
-		return Info{}, terr
+		return limitd.Info{}, terr
 	}
-	return Info{Name: name, Config: t.Limiter, Version: t.Version, Template: t.ID}, nil
+	return limitd.Info{Name: name, Config: t.Limiter, Version: t.Version, Template: t.ID}, nil
 }
 
 // Patch reconfigures a limiter in place with the config change makes of its
 // canonical config (a JSON merge patch, in the HTTP API). A kind change is
 // ErrConflict: Put replaces.
 func (s *Service) Patch(ctx context.Context, name string, change func(cur limiter.Config) (limiter.Config, error)) (Limiter, error) {
-	start := time.Now()
 	info, err := s.store.Patch(ctx, name, func(cur limiter.Config) (limiter.Config, error) {
 		next, err := change(cur)
 		if err != nil {
@@ -209,18 +192,15 @@ func (s *Service) Patch(ctx context.Context, name string, change func(cur limite
 		}
 		return next, nil
 	})
-	s.timed(OpPatch, start)
 	if err != nil {
 		return Limiter{}, err
 	}
-	return s.view(ctx, infoOf(info))
+	return s.view(ctx, info)
 }
 
 // Delete removes a limiter and its state.
 func (s *Service) Delete(ctx context.Context, name string) error {
-	start := time.Now()
 	err := s.store.Delete(ctx, name)
-	s.timed(OpDelete, start)
 	if err != nil {
 		return err
 	}
@@ -231,7 +211,7 @@ func (s *Service) Delete(ctx context.Context, name string) error {
 // Page is one page of limiters in name order, without their state; Next is
 // the cursor of the next page, "" after the last.
 type Page struct {
-	Limiters []Info
+	Limiters []limitd.Info
 	Totals   []Totals // Limiters[i]'s
 	Next     string
 }
@@ -242,23 +222,19 @@ func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, err
 	if limit < 1 || limit > MaxListLimit {
 		return Page{}, invalid("limit", fmt.Sprintf("must be an integer ≥ 1 and ≤ %d", MaxListLimit), limit)
 	}
-	if cursor != "" && store.CheckName(cursor) != nil {
+	if cursor != "" && limitd.CheckName(cursor) != nil {
 		return Page{}, invalid("cursor", "must be the \"next\" of the previous page, a limiter name", quoted(cursor))
 	}
-	start := time.Now()
 	infos, next, err := s.store.List(ctx, cursor, limit)
-	s.timed(OpList, start)
 	if err != nil {
 		return Page{}, err
 	}
-	page := Page{Limiters: make([]Info, len(infos)), Totals: make([]Totals, len(infos)), Next: next}
+	page := Page{Limiters: make([]limitd.Info, len(infos)), Totals: make([]Totals, len(infos)), Next: next}
 	names := make([]string, len(infos))
 	for i, info := range infos {
-		page.Limiters[i], names[i] = infoOf(info), info.Name
+		page.Limiters[i], names[i] = info, info.Name
 	}
-	start = time.Now()
 	ts, err := s.store.Totals(ctx, names)
-	s.timed(OpTotals, start)
 	if err != nil {
 		return Page{}, err
 	}
@@ -270,12 +246,10 @@ func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, err
 
 // Wait returns the live state of a limiter (or template instance) without
 // changing it.
-func (s *Service) Wait(ctx context.Context, name string) (WaitInfo, error) {
-	start := time.Now()
-	w, err := s.wait(ctx, name)
-	s.timed(OpWait, start)
+func (s *Service) Wait(ctx context.Context, name string) (limitd.WaitInfo, error) {
+	w, err := s.store.Wait(ctx, name)
 	if err != nil {
-		return WaitInfo{}, err
+		return limitd.WaitInfo{}, err
 	}
 	if w.Window && !w.Started { // its config says when its window ends
 		if info, err := s.info(ctx, name); err == nil {
@@ -287,12 +261,10 @@ func (s *Service) Wait(ctx context.Context, name string) (WaitInfo, error) {
 
 // Reset starts a new schedule now (the backlog is forfeited, totals kept)
 // and returns the state after it.
-func (s *Service) Reset(ctx context.Context, name string) (WaitInfo, error) {
-	start := time.Now()
+func (s *Service) Reset(ctx context.Context, name string) (limitd.WaitInfo, error) {
 	_, err := s.store.Reset(ctx, name)
-	s.timed(OpReset, start)
 	if err != nil {
-		return WaitInfo{}, err
+		return limitd.WaitInfo{}, err
 	}
 	return s.Wait(ctx, name)
 }

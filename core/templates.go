@@ -7,38 +7,33 @@ import (
 	"sync"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/store"
 )
 
 // PutTemplate creates (created: true) or replaces a template.
-func (s *Service) PutTemplate(ctx context.Context, t Template) (out Template, created bool, err error) {
-	if err := store.CheckNameAs("id", t.ID); err != nil {
-		return Template{}, false, err
+func (s *Service) PutTemplate(ctx context.Context, t limitd.Template) (out limitd.Template, created bool, err error) {
+	if err := limitd.CheckNameAs("id", t.ID); err != nil {
+		return limitd.Template{}, false, err
 	}
-	start := time.Now()
-	_, err = s.getTemplate(ctx, t.ID)
-	s.timed(OpGetTemplate, start)
+	_, err = s.store.GetTemplate(ctx, t.ID)
 	created = errors.Is(err, store.ErrNotFound)
 	if err != nil && !created {
-		return Template{}, false, err
+		return limitd.Template{}, false, err
 	}
-	start = time.Now()
-	st, err := s.store.PutTemplate(ctx, t.stored())
-	s.timed(OpPutTemplate, start)
+	st, err := s.store.PutTemplate(ctx, t)
 	if err != nil {
-		return Template{}, false, specFault(err, t.Limiter.Spec, "limiter")
+		return limitd.Template{}, false, specFault(err, t.Limiter.Spec, "limiter")
 	}
-	return templateOf(st), created, nil
+	return st, created, nil
 }
 
 // GetTemplate returns a template.
-func (s *Service) GetTemplate(ctx context.Context, id string) (Template, error) {
-	if err := store.CheckNameAs("id", id); err != nil {
-		return Template{}, err
+func (s *Service) GetTemplate(ctx context.Context, id string) (limitd.Template, error) {
+	if err := limitd.CheckNameAs("id", id); err != nil {
+		return limitd.Template{}, err
 	}
-	start := time.Now()
-	t, err := s.getTemplate(ctx, id)
-	s.timed(OpGetTemplate, start)
+	t, err := s.store.GetTemplate(ctx, id)
 	return t, err
 }
 
@@ -49,29 +44,23 @@ func (s *Service) Instances(ctx context.Context, id string) (n int64, exact bool
 	if err != nil {
 		return 0, false, err
 	}
-	start := time.Now()
 	n, exact, err = s.store.InstanceCount(ctx, t.Pattern)
-	s.timed(OpInstances, start)
 	return n, exact, err
 }
 
 // DeleteTemplate removes a template.
 func (s *Service) DeleteTemplate(ctx context.Context, id string) error {
-	if err := store.CheckNameAs("id", id); err != nil {
+	if err := limitd.CheckNameAs("id", id); err != nil {
 		return err
 	}
-	start := time.Now()
 	err := s.store.DeleteTemplate(ctx, id)
-	s.timed(OpDeleteTemplate, start)
 	return err
 }
 
 // Templates returns every template in matching order.
-func (s *Service) Templates(ctx context.Context) ([]Template, error) {
-	start := time.Now()
+func (s *Service) Templates(ctx context.Context) ([]limitd.Template, error) {
 	ts, err := s.store.Templates(ctx)
-	s.timed(OpTemplates, start)
-	return templatesOf(ts), err
+	return ts, err
 }
 
 // The bounds of Top's parameters.
@@ -82,18 +71,11 @@ const (
 	MaxTopMinutes     = store.TopMinutes
 )
 
-// TopInstance is one of a template's busiest instances: the permits it was
-// refused and granted over the minutes asked for.
-type TopInstance struct {
-	Name             string
-	Refused, Granted int64
-}
-
 // TopInstances are a template's busiest instances since Since (Unix ns,
 // Redis clock: the start of the oldest minute counted), largest first.
 type TopInstances struct {
 	Since     int64
-	Instances []TopInstance
+	Instances []limitd.TopInstance
 }
 
 // Top returns template id's busiest instances by "refused" or "granted"
@@ -114,17 +96,11 @@ func (s *Service) Top(ctx context.Context, id, by string, limit, minutes int) (T
 	if _, err := s.GetTemplate(ctx, id); err != nil {
 		return TopInstances{}, err
 	}
-	start := time.Now()
 	since, top, err := s.store.Top(ctx, id, by == "refused", limit, minutes)
-	s.timed(OpTop, start)
 	if err != nil {
 		return TopInstances{}, err
 	}
-	out := TopInstances{Since: since, Instances: make([]TopInstance, len(top))}
-	for i, t := range top {
-		out.Instances[i] = TopInstance(t)
-	}
-	return out, nil
+	return TopInstances{Since: since, Instances: top}, nil
 }
 
 // instancesFor is how long a count of a template's instances is reused
@@ -148,7 +124,7 @@ type instanceCount struct {
 // count of the same pattern made in the last few seconds: what a list of
 // templates shows (GET /v1/templates?instances=true), so that a page that
 // polls it does not scan Redis each time.
-func (s *Service) CachedInstances(ctx context.Context, t Template) (n int64, exact bool, err error) {
+func (s *Service) CachedInstances(ctx context.Context, t limitd.Template) (n int64, exact bool, err error) {
 	c := &s.instances
 	c.mu.Lock()
 	v, ok := c.m[t.ID]
@@ -156,9 +132,7 @@ func (s *Service) CachedInstances(ctx context.Context, t Template) (n int64, exa
 	if ok && v.pattern == t.Pattern && s.clock.Now().Sub(v.at) < instancesFor {
 		return v.n, v.exact, nil
 	}
-	start := time.Now()
 	n, exact, err = s.store.InstanceCount(ctx, t.Pattern)
-	s.timed(OpInstances, start)
 	if err != nil {
 		return 0, false, err
 	}

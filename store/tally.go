@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/limitd/limitd"
 )
 
 // Tally counts decisions in memory and adds them to the Redis totals
@@ -47,15 +49,6 @@ type TallyOptions struct {
 	Clock    func() time.Time // picks a flush's minute bucket; default time.Now
 }
 
-// Subject is what a decision counts under: a named limiter, or a template
-// and the instance of it that decided (Instance may be empty when it is not
-// known; the decision then counts in the template's totals only).
-type Subject struct {
-	Limiter  string
-	Template string
-	Instance string
-}
-
 // interval is one interval's counts. The counts of limiters and instances
 // are values in one slice, which the maps index: counting a name new to
 // the interval allocates nothing once an earlier interval held as many
@@ -65,18 +58,18 @@ type interval struct {
 	limiters  map[string]int32 // name → index in names
 	instances map[string]int32 // name → index in names
 	names     []named
-	templates map[string]*Counts // few: a template's totals
+	templates map[string]*limitd.Counts // few: a template's totals
 }
 
 // named is the counts of a limiter (template "") or of an instance of
 // template.
 type named struct {
 	name, template string
-	Counts
+	limitd.Counts
 }
 
 func newInterval() interval {
-	return interval{limiters: map[string]int32{}, instances: map[string]int32{}, templates: map[string]*Counts{}}
+	return interval{limiters: map[string]int32{}, instances: map[string]int32{}, templates: map[string]*limitd.Counts{}}
 }
 
 // reset empties t for another interval, keeping its room.
@@ -105,7 +98,7 @@ func (s *Store) NewTally(o TallyOptions) *Tally {
 
 // Add counts c under s (nothing when s names neither a limiter nor a
 // template).
-func (t *Tally) Add(s Subject, c Counts) {
+func (t *Tally) Add(s limitd.Subject, c limitd.Counts) {
 	if c.IsZero() {
 		return
 	}
@@ -116,14 +109,14 @@ func (t *Tally) Add(s Subject, c Counts) {
 
 // add counts c under s and returns the calls not counted under their own
 // name for want of room.
-func (t *interval) add(s Subject, c Counts, maxNames int) (dropped int64) {
+func (t *interval) add(s limitd.Subject, c limitd.Counts, maxNames int) (dropped int64) {
 	switch {
 	case s.Limiter != "":
 		return t.addNamed(t.limiters, s.Limiter, "", c, maxNames)
 	case s.Template != "":
 		x := t.templates[s.Template]
 		if x == nil {
-			x = &Counts{}
+			x = &limitd.Counts{}
 			t.templates[s.Template] = x
 		}
 		x.Add(c)
@@ -136,7 +129,7 @@ func (t *interval) add(s Subject, c Counts, maxNames int) (dropped int64) {
 
 // addNamed counts c under name in m (t.limiters, or t.instances of
 // template), not in a template's totals.
-func (t *interval) addNamed(m map[string]int32, name, template string, c Counts, maxNames int) (dropped int64) {
+func (t *interval) addNamed(m map[string]int32, name, template string, c limitd.Counts, maxNames int) (dropped int64) {
 	if i, ok := m[name]; ok {
 		t.names[i].Add(c)
 		return 0
@@ -188,7 +181,7 @@ func (t *Tally) Flush(ctx context.Context) error {
 // batch is t as the store adds it: every count, and per template its topK
 // instances by refused and by granted permits.
 func (t *interval) batch(minute int64, topK int) TotalsBatch {
-	b := TotalsBatch{Limiters: make(map[string]Counts, len(t.limiters)), Templates: make(map[string]Counts, len(t.templates))}
+	b := TotalsBatch{Limiters: make(map[string]limitd.Counts, len(t.limiters)), Templates: make(map[string]limitd.Counts, len(t.templates))}
 	for id, c := range t.templates {
 		b.Templates[id] = *c
 	}
@@ -287,7 +280,7 @@ func (t *Tally) putBack(iv interval) {
 	// A template's counts go back whole, its instances' by name only:
 	// instance counts are part of their template's already.
 	for id, x := range iv.templates {
-		dropped += t.cur.add(Subject{Template: id}, *x, t.maxNames)
+		dropped += t.cur.add(limitd.Subject{Template: id}, *x, t.maxNames)
 	}
 	for _, x := range iv.names {
 		if x.template == "" {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd"
 )
 
 // BenchmarkTally is what counting a decision costs, its share of the
@@ -36,7 +38,7 @@ func BenchmarkTally(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := next.Add(1)
-			tl.Add(Subject{Template: "per-user", Instance: names[i%int64(len(names))]}, Counts{GrantedCalls: 1, GrantedPermits: 1})
+			tl.Add(limitd.Subject{Template: "per-user", Instance: names[i%int64(len(names))]}, limitd.Counts{GrantedCalls: 1, GrantedPermits: 1})
 			if i%25_000 == 0 {
 				if err := tl.Flush(ctx); err != nil {
 					b.Error(err)

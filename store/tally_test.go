@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd"
 )
 
 // A flush Redis does not take keeps its counts for the next one, as far as
@@ -18,9 +20,9 @@ func TestTallyFailedFlushKeepsCounts(t *testing.T) {
 	s, m := miniStore(t)
 	ctx := context.Background()
 	tl := s.NewTally(TallyOptions{MaxNames: 2, Clock: func() time.Time { return time.Unix(600, 0) }})
-	refused := Counts{RefusedCalls: 1, RefusedPermits: 4}
-	tl.Add(Subject{Limiter: "orders"}, refused)
-	tl.Add(Subject{Template: "per-user", Instance: "user:1"}, refused)
+	refused := limitd.Counts{RefusedCalls: 1, RefusedPermits: 4}
+	tl.Add(limitd.Subject{Limiter: "orders"}, refused)
+	tl.Add(limitd.Subject{Template: "per-user", Instance: "user:1"}, refused)
 	m.SetError("LOADING")
 	if err := tl.Flush(ctx); err == nil {
 		t.Fatal("a flush Redis refused answered no error")
@@ -31,17 +33,17 @@ func TestTallyFailedFlushKeepsCounts(t *testing.T) {
 	}
 	// The put-back filled the interval: a third name counts in its
 	// template only.
-	tl.Add(Subject{Template: "per-user", Instance: "user:2"}, refused)
-	tl.Add(Subject{Limiter: "orders"}, refused)
+	tl.Add(limitd.Subject{Template: "per-user", Instance: "user:2"}, refused)
+	tl.Add(limitd.Subject{Limiter: "orders"}, refused)
 	if err := tl.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	c, err := s.Totals(ctx, []string{"orders"})
-	if err != nil || c[0] != (Counts{RefusedCalls: 2, RefusedPermits: 8}) {
+	if err != nil || c[0] != (limitd.Counts{RefusedCalls: 2, RefusedPermits: 8}) {
 		t.Errorf("orders %+v, %v: want both refusals", c, err)
 	}
 	tt, err := s.TemplateTotals(ctx, "per-user")
-	if err != nil || tt != (Counts{RefusedCalls: 2, RefusedPermits: 8}) {
+	if err != nil || tt != (limitd.Counts{RefusedCalls: 2, RefusedPermits: 8}) {
 		t.Errorf("per-user %+v, %v: want both instances' refusals", tt, err)
 	}
 	top, err := m.SortedSet(s.topKey("per-user", true, 10))
@@ -62,19 +64,19 @@ func TestTallyTop(t *testing.T) {
 		iv := newInterval()
 		for i := range n {
 			tpl := []string{"a", "b"}[i%2]
-			c := Counts{GrantedCalls: 1, GrantedPermits: rng.Int64N(4), RefusedCalls: 1, RefusedPermits: rng.Int64N(3)}
-			iv.add(Subject{Template: tpl, Instance: tpl + ":" + strconv.Itoa(rng.IntN(n*2))}, c, 10_000)
+			c := limitd.Counts{GrantedCalls: 1, GrantedPermits: rng.Int64N(4), RefusedCalls: 1, RefusedPermits: rng.Int64N(3)}
+			iv.add(limitd.Subject{Template: tpl, Instance: tpl + ":" + strconv.Itoa(rng.IntN(n*2))}, c, 10_000)
 		}
-		iv.add(Subject{Limiter: "orders"}, Counts{GrantedCalls: 1, GrantedPermits: 1}, 10_000)
+		iv.add(limitd.Subject{Limiter: "orders"}, limitd.Counts{GrantedCalls: 1, GrantedPermits: 1}, 10_000)
 		b := iv.batch(7, 100)
-		if b.Limiters["orders"] != (Counts{GrantedCalls: 1, GrantedPermits: 1}) || len(b.Limiters) != 1 {
+		if b.Limiters["orders"] != (limitd.Counts{GrantedCalls: 1, GrantedPermits: 1}) || len(b.Limiters) != 1 {
 			t.Errorf("%d: limiters %v", n, b.Limiters)
 		}
 		for _, ta := range b.Top {
 			for _, by := range []struct {
 				got map[string]int64
-				of  func(Counts) int64
-			}{{ta.Refused, func(c Counts) int64 { return c.RefusedPermits }}, {ta.Granted, func(c Counts) int64 { return c.GrantedPermits }}} {
+				of  func(limitd.Counts) int64
+			}{{ta.Refused, func(c limitd.Counts) int64 { return c.RefusedPermits }}, {ta.Granted, func(c limitd.Counts) int64 { return c.GrantedPermits }}} {
 				type e struct {
 					name string
 					n    int64
@@ -112,19 +114,19 @@ func TestTallyIntervalsReused(t *testing.T) {
 	tl := s.NewTally(TallyOptions{Clock: func() time.Time { return time.Unix(600, 0) }})
 	for round := 1; round <= 3; round++ {
 		for i := range round {
-			tl.Add(Subject{Template: "per-user", Instance: "user:" + strconv.Itoa(i)}, Counts{RefusedCalls: 1, RefusedPermits: 1})
-			tl.Add(Subject{Limiter: "orders"}, Counts{GrantedCalls: 1, GrantedPermits: 2})
+			tl.Add(limitd.Subject{Template: "per-user", Instance: "user:" + strconv.Itoa(i)}, limitd.Counts{RefusedCalls: 1, RefusedPermits: 1})
+			tl.Add(limitd.Subject{Limiter: "orders"}, limitd.Counts{GrantedCalls: 1, GrantedPermits: 2})
 		}
 		if err := tl.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
 	c, err := s.Totals(ctx, []string{"orders"})
-	if err != nil || c[0] != (Counts{GrantedCalls: 6, GrantedPermits: 12}) {
+	if err != nil || c[0] != (limitd.Counts{GrantedCalls: 6, GrantedPermits: 12}) {
 		t.Errorf("orders %+v, %v: want 6 calls of 2", c, err)
 	}
 	tt, err := s.TemplateTotals(ctx, "per-user")
-	if err != nil || tt != (Counts{RefusedCalls: 6, RefusedPermits: 6}) {
+	if err != nil || tt != (limitd.Counts{RefusedCalls: 6, RefusedPermits: 6}) {
 		t.Errorf("per-user %+v, %v: want 6 refusals", tt, err)
 	}
 }
