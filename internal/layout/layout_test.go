@@ -28,7 +28,8 @@ var may = map[string][]string{
 	"internal/testkit/rounds":     nil,
 	"internal/promreg":            nil,
 	"internal/certfiles":          nil,
-	"internal/tracing":            nil,
+	"internal/envvar":             nil,
+	"internal/tracing":            {"internal/envvar"},
 	"internal/testkit/tlstest":    nil,
 	"internal/testkit/xdstest":    nil,
 	"internal/testkit/alerttest":  {"internal/testkit/redistest"},
@@ -45,8 +46,9 @@ var may = map[string][]string{
 	"client/clientmetrics":        {"client"},
 	"internal/boot":               {"envoyrules", "core", "limiter"},
 	"internal/xds":                {"internal/boot", "envoyrules"},
+	"internal/refenv":             {"core", "grpcapi", "internal/boot", "internal/certfiles", "internal/envvar", "internal/tracing", "internal/xds"},
 	"internal/bench":              {"client", "store", "limiter", "wire", "internal/clockoffset", "internal/httpjson"},
-	"cmd/limitd":                  {"api", "grpcapi", "core", "store", "limiter", "wire", "internal/bench", "internal/boot", "internal/coremetrics", "internal/httpjson", "internal/xds", "internal/certfiles", "internal/tracing"},
+	"cmd/limitd":                  {"api", "grpcapi", "core", "store", "limiter", "wire", "internal/bench", "internal/boot", "internal/coremetrics", "internal/httpjson", "internal/xds", "internal/certfiles", "internal/envvar", "internal/refenv", "internal/tracing"},
 	"integration":                 nil, // tests only
 }
 
