@@ -35,9 +35,9 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd/internal/testkit/luatest"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/lua"
 	"github.com/limitd/limitd/store"
 )
 
@@ -1561,7 +1561,7 @@ func TestDiffAtOnce(t *testing.T) {
 // clock.
 func TestDiffBigIdle(t *testing.T) {
 	t.Parallel()
-	lib := lua.LibSource()
+	lib := luatest.Lib(t)
 	// Per case: the gap {lo, hi}, then an idle total of tot (given as lo, hi)
 	// plus the gap plus x, as totals returns it and as packed, and packed
 	// params for store to decode the totals with.

@@ -26,6 +26,7 @@ var may = map[string][]string{
 	"internal/testkit/redistest":  nil,
 	"internal/testkit/faultproxy": nil,
 	"internal/testkit/rounds":     nil,
+	"internal/testkit/luatest":    {"lua"},
 	"internal/promreg":            nil,
 	"internal/certfiles":          nil,
 	"internal/envvar":             nil,

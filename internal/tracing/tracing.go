@@ -41,9 +41,6 @@ const (
 	OTLPHTTP = "otlp-http" // OTLP over HTTP, protobuf (port 4318 by default)
 )
 
-// Exporters are the values of Config.Exporter.
-var Exporters = []string{Off, OTLPGRPC, OTLPHTTP}
-
 // Config says where traces go and what they say of the process.
 type Config struct {
 	// Exporter is Off, OTLPGRPC or OTLPHTTP ("" is Off).
