@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
@@ -12,16 +11,18 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"go.uber.org/goleak"
+
+	"github.com/limitd/limitd/internal/testkit/logtest"
 )
 
 // startServe runs serve in the background and returns its base URL, its logs
 // and a function that stops it and returns serve's error.
-func startServe(t *testing.T, env map[string]string) (base string, logs *syncBuffer, stop func() error) {
+func startServe(t *testing.T, env map[string]string) (base string, logs *logtest.Buffer, stop func() error) {
 	t.Helper()
 	if env["LIMITD_ADDR"] == "" {
 		env["LIMITD_ADDR"] = "127.0.0.1:0"
 	}
-	logs = newSyncBuffer()
+	logs = &logtest.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan net.Addr, 1)
 	errc := make(chan error, 1)
@@ -277,33 +278,13 @@ func TestBootFileNothingHalfApplied(t *testing.T) {
 	path := writeFile(t, "boot.yaml", src)
 	err := serve(context.Background(), map[string]string{
 		"LIMITD_ADDR": "127.0.0.1:0", "LIMITD_REDIS_URL": "redis://" + mini.Addr(), "LIMITD_CONFIG": path,
-	}, newSyncBuffer(), nil)
+	}, &logtest.Buffer{}, nil)
 	if err == nil || !strings.HasPrefix(err.Error(), "LIMITD_CONFIG: "+path+": line 4: limiters.z.rate:") {
 		t.Fatalf("err = %v", err)
 	}
 	if keys := mini.Keys(); len(keys) != 0 {
 		t.Errorf("a bad boot file wrote %v", keys)
 	}
-}
-
-// syncBuffer is a log sink safe for the keeper's goroutine and the test's.
-type syncBuffer struct {
-	mu chan struct{}
-	b  bytes.Buffer
-}
-
-func newSyncBuffer() *syncBuffer { return &syncBuffer{mu: make(chan struct{}, 1)} }
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu <- struct{}{}
-	defer func() { <-s.mu }()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu <- struct{}{}
-	defer func() { <-s.mu }()
-	return s.b.String()
 }
 
 // exampleBoot is the boot file of limitd help serve.

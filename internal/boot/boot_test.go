@@ -1,7 +1,6 @@
 package boot
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/internal/testkit/logtest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -174,29 +174,9 @@ func TestBootApply(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the keeper's goroutine and the test's.
-type syncBuffer struct {
-	mu chan struct{}
-	b  bytes.Buffer
-}
-
-func newSyncBuffer() *syncBuffer { return &syncBuffer{mu: make(chan struct{}, 1)} }
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu <- struct{}{}
-	defer func() { <-s.mu }()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu <- struct{}{}
-	defer func() { <-s.mu }()
-	return s.b.String()
-}
-
 func TestBootKeeperReappliesAfterFlush(t *testing.T) {
 	mini, st, svc, b := bootStore(t)
-	logs := newSyncBuffer()
+	logs := &logtest.Buffer{}
 	k := NewKeeper(b, svc, slog.New(slog.NewTextHandler(logs, nil)))
 	k.Interval, k.Timeout, k.applied = 5*time.Millisecond, time.Second, true
 	ctx, cancel := context.WithCancel(context.Background())
@@ -228,7 +208,7 @@ func TestBootKeeperReappliesAfterFlush(t *testing.T) {
 // Redis is back.
 func TestBootKeeperOutageLoggedOnce(t *testing.T) {
 	mini, st, svc, b := bootStore(t)
-	logs := newSyncBuffer()
+	logs := &logtest.Buffer{}
 	k := NewKeeper(b, svc, slog.New(slog.NewTextHandler(logs, nil)))
 	k.Interval, k.Timeout, k.applied = time.Millisecond, 200*time.Millisecond, true
 	ctx := context.Background()
@@ -263,7 +243,7 @@ func TestBootKeeperOutageLoggedOnce(t *testing.T) {
 // marker is.
 func TestBootKeeperReappliesWhatOneShardLost(t *testing.T) {
 	mini, st, svc, b := bootStore(t)
-	logs := newSyncBuffer()
+	logs := &logtest.Buffer{}
 	k := NewKeeper(b, svc, slog.New(slog.NewTextHandler(logs, nil)))
 	k.Interval, k.Timeout, k.applied = time.Millisecond, time.Second, true
 	ctx := context.Background()
@@ -368,7 +348,7 @@ func TestBootReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := newSyncBuffer()
+	logs := &logtest.Buffer{}
 	hup := make(chan os.Signal)
 	got := make(chan *File, 1)
 	k := NewKeeper(b, svc, slog.New(slog.NewTextHandler(logs, nil)))
@@ -438,7 +418,7 @@ func TestParseBootFileMerge(t *testing.T) {
 // boot file again; the loss is logged once at ERROR and counted once.
 func TestBootKeeperDataLoss(t *testing.T) {
 	mini, st, svc, b := bootStore(t)
-	logs := newSyncBuffer()
+	logs := &logtest.Buffer{}
 	k := NewKeeper(b, svc, slog.New(slog.NewTextHandler(logs, nil)))
 	var told []int64
 	k.OnDataLost = func(at int64) { told = append(told, at) }
@@ -483,7 +463,7 @@ func TestBootKeeperDataLoss(t *testing.T) {
 // logged and counted, and limitd is ready again as soon as it is re-marked.
 func TestBootKeeperDataLossWithoutFile(t *testing.T) {
 	mini, _, svc, _ := bootStore(t)
-	logs := newSyncBuffer()
+	logs := &logtest.Buffer{}
 	k := NewKeeper(nil, svc, slog.New(slog.NewTextHandler(logs, nil)))
 	ctx := context.Background()
 	mini.FlushAll() // bootStore's apply marked it: Boot marks it again, finding nothing

@@ -27,6 +27,7 @@ var may = map[string][]string{
 	"internal/testkit/faultproxy": nil,
 	"internal/testkit/rounds":     nil,
 	"internal/testkit/luatest":    {"lua"},
+	"internal/testkit/logtest":    nil,
 	"internal/promreg":            nil,
 	"internal/certfiles":          nil,
 	"internal/envvar":             nil,
