@@ -1271,7 +1271,7 @@ func TestDiffRandom(t *testing.T) {
 	t.Parallel()
 	ops := 10000
 	if testing.Short() {
-		ops = 2000
+		ops = 800
 	}
 	for i, seed := range []uint64{1, 2} {
 		k := []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth}[i%2]
@@ -1472,7 +1472,7 @@ func TestDiffTemplate(t *testing.T) {
 	t.Parallel()
 	ops := 1500
 	if testing.Short() {
-		ops = 400
+		ops = 200
 	}
 	for i, k := range []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth} {
 		t.Run(string(k), func(t *testing.T) {
