@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -287,12 +289,12 @@ func TestBootFileNothingHalfApplied(t *testing.T) {
 	}
 }
 
-// exampleBoot is the boot file of limitd help serve.
-const exampleBoot = `# the example of limitd help serve
-limiters:
-  orders: {rate: 1000, burst: 1.1, max_backlog: 10s}
-  search: {spec: "200,1.5"}
-  login: {kind: smooth, rate: 5, max_burst_seconds: 1}
-templates:
-  per-user: {pattern: "user:*", order: 10, idle_ttl: 10m, limiter: {rate: 50}}
-`
+// exampleBoot is the boot file of limitd help serve, as internal/boot's
+// tests parse it.
+var exampleBoot = func() string {
+	b, err := os.ReadFile(filepath.Join(moduleRoot, "internal", "boot", "testdata", "example.yaml"))
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()

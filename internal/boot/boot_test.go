@@ -20,14 +20,15 @@ import (
 	"github.com/limitd/limitd/store"
 )
 
-const exampleBoot = `# the example of limitd help serve
-limiters:
-  orders: {rate: 1000, burst: 1.1, max_backlog: 10s}
-  search: {spec: "200,1.5"}
-  login: {kind: smooth, rate: 5, max_burst_seconds: 1}
-templates:
-  per-user: {pattern: "user:*", order: 10, idle_ttl: 10m, limiter: {rate: 50}}
-`
+// exampleBoot is the boot file of limitd help serve (cmd/limitd's serve
+// tests start with it too).
+var exampleBoot = func() string {
+	b, err := os.ReadFile(filepath.Join("testdata", "example.yaml"))
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
 
 func TestParseBootFile(t *testing.T) {
 	b, err := Parse("boot.yaml", []byte(exampleBoot))
