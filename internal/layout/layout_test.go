@@ -30,6 +30,7 @@ var may = map[string][]string{
 	"internal/testkit/rounds":      nil,
 	"internal/testkit/luatest":     {"lua"},
 	"internal/testkit/logtest":     nil,
+	"internal/testkit/storetest":   {"store", "internal/testkit/redistest"},
 	"internal/testkit/browsertest": nil,
 	"internal/promreg":             nil,
 	"internal/certfiles":           nil,
