@@ -1,10 +1,10 @@
 package core
 
 import (
-	"github.com/limitd/limitd"
-
 	"sync"
 	"time"
+
+	"github.com/limitd/limitd"
 )
 
 // MaxOverLimitCache bounds Options.OverLimitCache as limitd's configuration
