@@ -50,3 +50,9 @@ func FloorCountOf(s *Store) int { return s.floors.len() }
 func withSpread(afterCheck func()) Option {
 	return func(s *Store) { s.spread = &spreadHooks{afterCheck: afterCheck} }
 }
+
+// FixedScripted is how many times fixed windows were counted by the script.
+func FixedScripted(s *Store) int64 { return s.fixed.scripted.Load() }
+
+// FixedKey is the key of name's fixed window starting at start (Unix ns).
+func FixedKey(s *Store, name string, start int64) string { return s.fixedKey(name, start) }

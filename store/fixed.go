@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -83,6 +84,7 @@ type fixedClock struct {
 	closed  bool
 
 	flushing sync.Mutex // held while a flush is under way
+	scripted atomic.Int64 // calls of fixedScript (tests)
 }
 
 type fixedExpire struct {
@@ -119,6 +121,13 @@ func (c *fixedClock) sample(redisNow, t0, t1 int64) {
 	defer c.mu.Unlock()
 	c.off = c.est.Sample(redisNow, t0, t1)
 	c.rtt, c.at, c.sampled = t1-t0, t1, true
+}
+
+// forget drops the estimate until the next sample.
+func (c *fixedClock) forget() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sampled = false
 }
 
 // expireLater queues PEXPIREs for the next pipeline, or fixedExpireDelay.
@@ -316,6 +325,8 @@ func (s *Store) countFixedIncr(ctx context.Context, gs []fixedGroup, t0 int64) b
 	tm, terr := tc.Result()
 	if terr == nil {
 		s.fixed.sample(tm.UnixNano(), t0, t1)
+	} else {
+		s.fixed.forget() // no TIME answer: the next call goes by the script
 	}
 	var later []fixedExpire // those Redis did not take, and the new counts'
 	for i, c := range ecs {
@@ -433,6 +444,7 @@ func (s *Store) fixedScript(ctx context.Context, gs []fixedGroup) {
 		c.keys = append(c.keys, s.fixedBase(g.name))
 		c.args = append(c.args, int64(g.f.Period/time.Millisecond), int64((g.f.Period+fixedSlack)/time.Millisecond), g.sum)
 	}
+	s.fixed.scripted.Add(1)
 	var t0, t1 int64
 	run := func(sha bool) {
 		t0 = s.fixed.now()
