@@ -83,7 +83,7 @@ type fixedClock struct {
 	timer   *time.Timer
 	closed  bool
 
-	flushing sync.Mutex // held while a flush is under way
+	flushing sync.Mutex   // held while a flush is under way
 	scripted atomic.Int64 // calls of fixedScript (tests)
 }
 
