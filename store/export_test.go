@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -56,3 +57,9 @@ func FixedScripted(s *Store) int64 { return s.fixed.scripted.Load() }
 
 // FixedKey is the key of name's fixed window starting at start (Unix ns).
 func FixedKey(s *Store, name string, start int64) string { return s.fixedKey(name, start) }
+
+// TrustFixedEstimate sets how long a round trip and how old a sample the
+// estimate of Redis' clock is trusted from (a Redis under valgrind).
+func TrustFixedEstimate(s *Store, rtt, age time.Duration) {
+	s.fixed.maxRTT, s.fixed.maxAge = int64(rtt), int64(age)
+}

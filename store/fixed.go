@@ -71,7 +71,8 @@ func (s *Store) fixedBase(name string) string { return s.prefix + ":{" + name + 
 // fixedClock is the store's estimate of Redis' clock, and the PEXPIREs of
 // the counts it created that have not gone yet.
 type fixedClock struct {
-	now func() int64 // the local monotonic clock, ns (WithLocalClock)
+	now            func() int64 // the local monotonic clock, ns (WithLocalClock)
+	maxRTT, maxAge int64        // fixedMaxRTT, fixedMaxAge (tests change them)
 
 	mu      sync.Mutex
 	est     clockoffset.Estimator
@@ -97,6 +98,7 @@ type fixedExpire struct {
 func WithLocalClock(now func() int64) Option { return func(s *Store) { s.fixed.now = now } }
 
 func (c *fixedClock) init() {
+	c.maxRTT, c.maxAge = int64(fixedMaxRTT), int64(fixedMaxAge)
 	if c.now == nil {
 		base := time.Now()
 		c.now = func() int64 { return int64(time.Since(base)) }
@@ -108,7 +110,7 @@ func (c *fixedClock) init() {
 func (c *fixedClock) estimate(t int64) (now, bound int64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ok = c.sampled && c.rtt <= int64(fixedMaxRTT) && t-c.at <= int64(fixedMaxAge) && t >= c.at
+	ok = c.sampled && c.rtt <= c.maxRTT && t-c.at <= c.maxAge && t >= c.at
 	return t + c.off, c.rtt, ok
 }
 

@@ -54,6 +54,11 @@ func TestInstructionsPerDecision(t *testing.T) {
 	ctx := context.Background()
 	cfg := limiter.Config{Rate: 1e6, Burst: limiter.B(math.Inf(1))}
 	s := store.New(rdb, store.WithPrefix("cg"))
+	// Round trips to a redis-server under valgrind are slow, and slower
+	// still the first time a path is instrumented: the fixed windows'
+	// estimate of Redis' clock is trusted from them, so that they take
+	// the path without a script.
+	store.TrustFixedEstimate(s, time.Minute, time.Hour)
 	eval := store.New(rdb, store.WithPrefix("cg"), store.WithScriptsOnly())
 	if _, _, err := s.Put(ctx, "hot", cfg); err != nil {
 		t.Fatal(err)
@@ -245,7 +250,9 @@ func TestInstructionsPerDecision(t *testing.T) {
 	ratio("batch of 64 window charges", "batch of 64, instances, known", 1.3)
 	// Without a script (a rate_limit rule under the reference's counting),
 	// a lone window decision is a TIME and an INCRBY in one pipeline, its
-	// PEXPIRE once per window: at most the reference's INCRBY and EXPIRE.
+	// PEXPIRE once per window: at most the reference's INCRBY and EXPIRE
+	// (11,900 against 15,100 hot, 11,600 against 13,100 over 1024 keys, as
+	// measured: 0.79× and 0.88×).
 	ratio("fixed window, hot", "INCRBY+EXPIRE, hot", 1.0)
 	ratio("fixed window, 1024 keys", "INCRBY+EXPIRE, 1024 keys", 1.0)
 }

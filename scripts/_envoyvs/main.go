@@ -502,11 +502,9 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 	s := newSide("limitd", grpcAddr, p)
 	waitCall(ctx, s, p)
 
-	// limitd counts each value in an instance of the rule's template: the
-	// count of its window is the limit less what is left (Wait), which no
-	// round comes near; an instance not yet started has counted nothing. (Not its permits total, which lives as long as the
-	// instance: an instance outlives its window by up to an eighth of its
-	// TTL, and a later window's count starts afresh in it.)
+	// limitd counts each value of the rule in a key per window (a counter
+	// of the rule's template, docs/envoy.md's window counters): the count
+	// of the window holding Redis' time now.
 	st := store.New(rdb, store.WithPrefix(limitdPrefix))
 	atExit(func() { _ = st.Close() })
 	var pattern string
@@ -524,18 +522,17 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 		for i, v := range values {
 			names[i] = prefix + v
 		}
-		infos, errs := st.WaitMany(ctx, names)
+		counts, err := st.FixedCounts(ctx, names, unitSecs*time.Second)
+		if err != nil {
+			return 0, nil, err
+		}
 		var sum int64
 		var missing []string
-		for i, w := range infos {
-			if errs[i] != nil {
-				return 0, nil, errs[i]
+		for i, n := range counts {
+			if n == 0 {
+				missing = append(missing, values[i]) // (counted nothing)
 			}
-			if !w.Started || !w.Instance || !w.Window {
-				missing = append(missing, fmt.Sprintf("%s: %+v", values[i], w))
-				continue // (counted nothing)
-			}
-			sum += w.Limit - w.Wait
+			sum += n
 		}
 		return sum, missing, nil
 	}
