@@ -110,7 +110,9 @@ func (c *fixedClock) init() {
 func (c *fixedClock) estimate(t int64) (now, bound int64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ok = c.sampled && c.rtt <= c.maxRTT && t-c.at <= c.maxAge && t >= c.at
+	// (a sample a concurrent pipeline took after t may be a little
+	// later than t; much later, the local clock went back)
+	ok = c.sampled && c.rtt <= c.maxRTT && t-c.at <= c.maxAge && c.at-t <= c.maxRTT
 	return t + c.off, c.rtt, ok
 }
 
