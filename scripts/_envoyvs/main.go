@@ -262,7 +262,7 @@ func (s sideResult) commands() string {
 		part := fmt.Sprintf("%s %.2f", n, per)
 		switch {
 		case scriptCommands[n] && per > 0 && per < 0.005: // a script now and then: shown
-			part = fmt.Sprintf("%s %.4f", n, per)
+			part = fmt.Sprintf("%s %d in all", n, s.cmds[n].calls)
 		case per < 0.005:
 			continue
 		}
