@@ -36,6 +36,8 @@ type Outcome struct {
 // acquireMany is AcquireMany writing to out, with sc's memory (the batcher
 // keeps one for all its batches).
 func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, sc *batchScratch) {
+	// Fixed windows first, in a pipeline of their own: a batch that mixes
+	// them with limiters' calls takes two round trips.
 	if slices.ContainsFunc(reqs, func(r Request) bool { return r.Fixed != nil }) {
 		s.countFixed(ctx, reqs, out)
 	}

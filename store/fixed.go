@@ -210,7 +210,7 @@ type fixedGroup struct {
 	count       int64 // the count after them
 	err         error
 	incr        *redis.IntCmd
-	getS        *redis.StringCmd
+	get         *redis.StringCmd
 	againScript bool
 }
 
@@ -320,7 +320,7 @@ func (s *Store) countFixedIncr(ctx context.Context, gs []fixedGroup, t0 int64) b
 		if key := s.fixedKey(g.name, g.start); g.sum > 0 {
 			g.incr = p.IncrBy(ctx, key, g.sum)
 		} else {
-			g.getS = p.Get(ctx, key)
+			g.get = p.Get(ctx, key)
 		}
 	}
 	_, _ = p.Exec(ctx)
@@ -347,7 +347,7 @@ func (s *Store) countFixedIncr(ctx context.Context, gs []fixedGroup, t0 int64) b
 				later = append(later, fixedExpire{s.fixedKey(g.name, g.start), g.f.Period + fixedSlack})
 			}
 		} else {
-			g.count, err = g.getS.Int64()
+			g.count, err = g.get.Int64()
 			if err == redis.Nil {
 				g.count, err = 0, nil
 			}
