@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/clockoffset"
 )
 
@@ -288,12 +289,12 @@ func checkFixed(r *Request) error {
 // fixedDecision is a charge of n that brought a window to count, as
 // window.lua's window_rec answers it: within the limit or not, what is
 // left, and when a new hit fits (the window's end, once nothing is left).
-func fixedDecision(limit, count, n, now, end int64) Decision {
+func fixedDecision(limit, count, n, now, end int64) limitd.Decision {
 	left, delay := limit-count, int64(0)
 	if left < 1 {
 		delay, left = end-now, max(left, 0)
 	}
-	return Decision{Charged: true, Granted: count <= limit, Permits: n, Wait: left, Delay: delay, Count: count,
+	return limitd.Decision{Charged: true, Granted: count <= limit, Permits: n, Wait: left, Delay: delay, Count: count,
 		Now: now, Scheduled: now, Start: now, Position: end, Window: true, Limit: limit, Instance: true}
 }
 
