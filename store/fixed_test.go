@@ -181,3 +181,49 @@ func TestFixedWindowBatch(t *testing.T) {
 		t.Errorf("keys %v: want one count of 6", keys)
 	}
 }
+
+// Concurrent callers of one counter through the batcher: every hit counted
+// once, and each decision saw the count after its own hit, so that the
+// counts the callers were told are 1 to n, each once.
+func TestFixedWindowBatched(t *testing.T) {
+	mini := miniredis.RunT(t)
+	mini.SetTime(time.Unix(1_700_000_000, 0))
+	rdb := redis.NewClient(&redis.Options{Addr: mini.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := store.New(rdb, store.WithBatching(64))
+	t.Cleanup(func() { _ = s.Close() })
+	const callers, each = 32, 40
+	f := &store.Fixed{Limit: 1000, Period: time.Hour}
+	seen := make(chan int64, callers*each)
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			for range each {
+				o := s.AcquireManyWithin(context.Background(), []store.Request{{Name: "h", Permits: 1, Charge: true, Fixed: f}}, 5*time.Second)[0]
+				if o.Err != nil {
+					errs <- o.Err
+					return
+				}
+				seen <- o.Count
+			}
+			errs <- nil
+		}()
+	}
+	for range callers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(seen)
+	got := make([]bool, callers*each+1)
+	for c := range seen {
+		if c < 1 || c > callers*each || got[c] {
+			t.Fatalf("a decision told count %d (twice, or out of 1..%d)", c, callers*each)
+		}
+		got[c] = true
+	}
+	keys := rdb.Keys(context.Background(), "limitd:{h}:n:*").Val()
+	if len(keys) != 1 || rdb.Get(context.Background(), keys[0]).Val() != strconv.Itoa(callers*each) {
+		t.Errorf("keys %v: want one count of %d", keys, callers*each)
+	}
+}
