@@ -1,10 +1,10 @@
 package core
 
 import (
-	"github.com/limitd/limitd"
-
 	"sync"
 	"time"
+
+	"github.com/limitd/limitd"
 )
 
 // The over-limit cache (Options.OverLimitCache; under CountStrict see

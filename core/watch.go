@@ -1,6 +1,8 @@
 package core
 
 import (
+	"github.com/limitd/limitd"
+
 	"context"
 	"errors"
 	"slices"
@@ -463,7 +465,7 @@ func (r *watchRounds) instanceCounts(ctx context.Context, entries map[string]Ent
 	}
 	out := map[string]InstanceCounts{}
 	for id, names := range byTemplate {
-		found := map[string]TopInstance{}
+		found := map[string]limitd.TopInstance{}
 		var since int64
 		for _, by := range []string{"refused", "granted"} {
 			top, err := r.w.s.Top(ctx, id, by, MaxTopLimit, InstanceMinutes)
