@@ -91,7 +91,17 @@ type Counter struct {
 	Hits int64
 	// Quota marks a quota counter (see CountRequest).
 	Quota bool
+	// Fixed, under CountEvery, counts the hits in a fixed window of its
+	// own, Fixed's limit per period, without a script (store.Fixed), not in
+	// the limiter Name's state; Name still names the counter (its key, the
+	// over-limit cache, the observer) and its template its shadow mode.
+	// CountStrict ignores it.
+	Fixed *FixedWindow
 }
+
+// FixedWindow is a Counter's fixed window: Limit hits per Period, aligned
+// to the Unix epoch.
+type FixedWindow = store.Fixed
 
 // CountResult is the decision of a CountRequest.
 type CountResult struct {
@@ -434,7 +444,7 @@ func (s *Service) countEvery(ctx context.Context, cs []Counter, counts []Count) 
 	reqs := make([]store.Request, 0, len(cs))
 	for i, c := range cs {
 		if asked(i) {
-			reqs = append(reqs, store.Request{Name: c.Name, Permits: c.Hits, Charge: true})
+			reqs = append(reqs, store.Request{Name: c.Name, Permits: c.Hits, Charge: true, Fixed: c.Fixed})
 		}
 	}
 	if len(reqs) == 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -163,6 +164,9 @@ type Rule struct {
 	Unit   Unit
 	Limit  uint32
 	config limiter.Config
+	// fixed is a rate_limit rule's window, counted without a script under
+	// the reference's counting (core.Counter.Fixed); nil for a limiter.
+	fixed *core.FixedWindow
 }
 
 // fullKey names the rule as the reference server does (its config's
@@ -304,6 +308,7 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 			return nil, fieldErr(path+".rate_limit", err.Error(), nil)
 		}
 		rl.config = cfg
+		rl.fixed = &core.FixedWindow{Limit: int64(rate.RequestsPerUnit), Period: u.period}
 	} else {
 		c := *d.Limiter
 		norm, _, err := c.Normalize()

@@ -51,13 +51,13 @@ func (r *Rules) Counters(domain string, ds []Request, put func(limitd.Template) 
 		switch {
 		case rl == nil:
 		case names[i] != "":
-			c.Name = names[i]
+			c.Name, c.Fixed = names[i], rl.fixed
 		case rl.Unlimited: // never replaced, as the reference has it
 			c.Unlimited = true
 		case rl.Name != "" && replaced[rl.Name]: // another matched rule replaces it: no limit
 			matched[i] = nil
 		default:
-			c.Name, c.Quota = rl.counter(d.Entries), rl.quota
+			c.Name, c.Quota, c.Fixed = rl.counter(d.Entries), rl.quota, rl.fixed
 		}
 	}
 	return cs, matched, nil
@@ -98,7 +98,8 @@ func (o *Override) rule(domain string, entries []Entry) (*Rule, string, limitd.T
 	}
 	id := TemplatePrefix + "override." + name + "." + strconv.FormatUint(uint64(o.Limit), 10)
 	t := limitd.Template{ID: id, Pattern: id + ":*", Order: templateOrder, Limiter: cfg}
-	rl := &Rule{Domain: domain, label: labelOf(entries), template: t.ID, Unit: o.Unit, Limit: o.Limit, config: t.Limiter}
+	rl := &Rule{Domain: domain, label: labelOf(entries), template: t.ID, Unit: o.Unit, Limit: o.Limit, config: t.Limiter,
+		fixed: &core.FixedWindow{Limit: int64(o.Limit), Period: units[name].period}}
 	var b strings.Builder
 	b.WriteString(t.ID)
 	b.WriteByte(':')

@@ -22,6 +22,10 @@ type Request struct {
 	// Decision.Granted then says whether they fitted within MaxWait (see
 	// Store.Charge).
 	Charge bool
+	// Fixed, with Charge, counts the permits in a fixed window of a plain
+	// Redis integer, Fixed's limit per period, without a script (fixed.go);
+	// not in a limiter's state, nor in a template's.
+	Fixed *Fixed
 }
 
 // Outcome is the answer to one Request of a batch.
@@ -33,6 +37,11 @@ type Outcome struct {
 // acquireMany is AcquireMany writing to out, with sc's memory (the batcher
 // keeps one for all its batches).
 func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, sc *batchScratch) {
+	// Fixed windows first, in a pipeline of their own: a batch that mixes
+	// them with limiters' calls takes two round trips.
+	if slices.ContainsFunc(reqs, func(r Request) bool { return r.Fixed != nil }) {
+		s.countFixed(ctx, reqs, out)
+	}
 	s.batchCalls(ctx, reqs, out, sc)
 	calls := sc.calls
 	if len(calls) == 0 {
@@ -183,6 +192,9 @@ func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome, s
 	sc.next = slices.Grow(sc.next[:0], len(reqs))[:len(reqs)]
 	for i, r := range reqs {
 		sc.next[i] = -1
+		if r.Fixed != nil { // countFixed's
+			continue
+		}
 		if err := r.check(); err != nil {
 			out[i].Err = err
 			continue

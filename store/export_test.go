@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -49,4 +50,16 @@ func FloorCountOf(s *Store) int { return s.floors.len() }
 // cluster, with afterCheck between the dry run and the takes.
 func withSpread(afterCheck func()) Option {
 	return func(s *Store) { s.spread = &spreadHooks{afterCheck: afterCheck} }
+}
+
+// FixedScripted is how many times fixed windows were counted by the script.
+func FixedScripted(s *Store) int64 { return s.fixed.scripted.Load() }
+
+// FixedKey is the key of name's fixed window starting at start (Unix ns).
+func FixedKey(s *Store, name string, start int64) string { return s.fixedKey(name, start) }
+
+// TrustFixedEstimate sets how long a round trip and how old a sample the
+// estimate of Redis' clock is trusted from (a Redis under valgrind).
+func TrustFixedEstimate(s *Store, rtt, age time.Duration) {
+	s.fixed.maxRTT, s.fixed.maxAge = int64(rtt), int64(age)
 }

@@ -47,6 +47,7 @@ type Store struct {
 	batcher   *batcher     // started by New when batchMax > 0, stopped by Close
 	floors    floorSet     // the furthest schedule position seen per name (floors.go)
 	spread    *spreadHooks // tests: AcquireAll as on a cluster (acquire_all.go)
+	fixed     fixedClock   // Redis' clock as estimated, for fixed windows (fixed.go)
 }
 
 // Option configures a Store.
@@ -70,16 +71,19 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	s.fixed.init()
 	s.batcher = newBatcher(s)
 	return s
 }
 
-// Close stops the store's background work (the batcher). It does not close
+// Close stops the store's background work (the batcher, and the expiries
+// of new fixed window counts, which it sends then). It does not close
 // the Redis client, which the caller owns.
 func (s *Store) Close() error {
 	if s.batcher != nil {
 		s.batcher.stop()
 	}
+	s.fixed.close(s)
 	return nil
 }
 

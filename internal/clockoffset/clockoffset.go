@@ -1,10 +1,11 @@
 // Package clockoffset estimates the offset of the Redis clock from a local
 // monotonic clock, from the round trips a caller makes anyway. The client's
 // pools and leases and limitd bench use it to convert scheduled times (Redis
-// TIME) to local time, with an error of at most half the best round trip.
+// TIME) to local time, with an error of at most half the best round trip;
+// store, to choose a fixed window from Redis' clock without a script.
 //
-// Layer: a leaf under internal/, imported by client and internal/bench; it
-// imports nothing from this repository.
+// Layer: a leaf under internal/, imported by client, store and
+// internal/bench; it imports nothing from this repository.
 package clockoffset
 
 import "sync"

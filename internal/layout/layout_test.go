@@ -41,7 +41,7 @@ var may = map[string][]string{
 	"internal/testkit/alerttest":   {"internal/testkit/redistest"},
 	"internal/httpjson":            {"wire"},
 	"wire":                         {"limiter"},
-	"store":                        {".", "limiter", "lua"},
+	"store":                        {".", "limiter", "lua", "internal/clockoffset"},
 	"core":                         {".", "store", "limiter"},
 	"api":                          {".", "core", "limiter", "wire", "internal/promreg"},
 	"envoyrules":                   {".", "core", "limiter"},

@@ -249,8 +249,8 @@ func (s sideResult) median(m metric) float64 {
 
 // commands lists the Redis commands a call costs, most frequent first
 // ("expire 1.00, incrby 1.00"), over every round of the row; the
-// program's own INFO is left out. A side that runs scripts is taken to send
-// only them: the other commands are those its scripts run ("fcall 0.09;
+// program's own INFO is left out. A side that runs scripts (runsScripts)
+// is taken to send only them: the other commands are those its scripts run ("fcall 0.09;
 // inside: mget 0.09, …"), which commandstats counts on their own as well as
 // in the script's µs.
 func (s sideResult) commands() string {
@@ -259,10 +259,13 @@ func (s sideResult) commands() string {
 		return cmp.Or(cmp.Compare(s.cmds[b].calls, s.cmds[a].calls), cmp.Compare(a, b))
 	}) {
 		per := float64(s.cmds[n].calls) / float64(s.calls)
-		if per < 0.005 {
+		part := fmt.Sprintf("%s %.2f", n, per)
+		switch {
+		case scriptCommands[n] && per > 0 && per < 0.005: // a script now and then: shown
+			part = fmt.Sprintf("%s %d in all", n, s.cmds[n].calls)
+		case per < 0.005:
 			continue
 		}
-		part := fmt.Sprintf("%s %.2f", n, per)
 		if s.runsScripts() && !scriptCommands[n] {
 			inside = append(inside, part)
 		} else {
@@ -288,13 +291,16 @@ func (s sideResult) usecPerCall() float64 {
 	return float64(usec) / float64(s.calls)
 }
 
+// A side runs scripts when at least one call in a hundred sends one: limitd
+// counting a window without a script falls back to one now and then.
 func (s sideResult) runsScripts() bool {
-	for n := range s.cmds {
+	var calls int64
+	for n, c := range s.cmds {
 		if scriptCommands[n] {
-			return true
+			calls += c.calls
 		}
 	}
-	return false
+	return calls > 0 && float64(calls)/float64(s.calls) >= 0.01
 }
 
 // scriptCommands run Lua, whose own commands commandstats counts as well.
@@ -502,11 +508,9 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 	s := newSide("limitd", grpcAddr, p)
 	waitCall(ctx, s, p)
 
-	// limitd counts each value in an instance of the rule's template: the
-	// count of its window is the limit less what is left (Wait), which no
-	// round comes near; an instance not yet started has counted nothing. (Not its permits total, which lives as long as the
-	// instance: an instance outlives its window by up to an eighth of its
-	// TTL, and a later window's count starts afresh in it.)
+	// limitd counts each value of the rule in a key per window (a counter
+	// of the rule's template, docs/envoy.md's window counters): the count
+	// of the window holding Redis' time now.
 	st := store.New(rdb, store.WithPrefix(limitdPrefix))
 	atExit(func() { _ = st.Close() })
 	var pattern string
@@ -524,18 +528,17 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 		for i, v := range values {
 			names[i] = prefix + v
 		}
-		infos, errs := st.WaitMany(ctx, names)
+		counts, err := st.FixedCounts(ctx, names, unitSecs*time.Second)
+		if err != nil {
+			return 0, nil, err
+		}
 		var sum int64
 		var missing []string
-		for i, w := range infos {
-			if errs[i] != nil {
-				return 0, nil, errs[i]
+		for i, n := range counts {
+			if n == 0 {
+				missing = append(missing, values[i]) // (counted nothing)
 			}
-			if !w.Started || !w.Instance || !w.Window {
-				missing = append(missing, fmt.Sprintf("%s: %+v", values[i], w))
-				continue // (counted nothing)
-			}
-			sum += w.Limit - w.Wait
+			sum += n
 		}
 		return sum, missing, nil
 	}

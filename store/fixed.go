@@ -1,0 +1,523 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/internal/clockoffset"
+)
+
+// Fixed windows counted in plain Redis integers, without a script: a rate
+// limit service's rate_limit rules under the reference's counting
+// (Request.Fixed). A counter's window is chosen from Redis' clock as the
+// store estimates it (the local monotonic clock plus an offset sampled from
+// a TIME sent in every pipeline, wrong by at most the round trip that
+// sampled it); its hits in a batch are added by one INCRBY, and its expiry
+// is set by one PEXPIRE per window, when the INCRBY created the key.
+//
+// Layout: a window's count is the integer at
+//
+//	<prefix>:{<name>}:n:<the window's start, Unix ms>
+//
+// which lives one period and fixedSlack after its first hit, and is never
+// touched once its window has ended. A window whose count went past its
+// limit goes on counting (the reference's counting).
+//
+// Bounds: a hit is counted in the window that holds the estimate when it is
+// sent; Redis counts it between the send and the answer, so a hit sent
+// within one round trip of a window's end may land in either window. When
+// the estimate cannot be bounded (no sample yet, the last one older than
+// fixedMaxAge, or from a round trip longer than fixedMaxRTT) the call goes
+// to fixedScript, which reads Redis' TIME itself and counts in the same
+// keys; and a call whose pipeline's TIME shows that the estimate was off by
+// more than that round trip (the local clock jumped) takes its hits back
+// from the window it chose and counts them by the script.
+
+// Fixed is a fixed window: Limit hits per Period (a whole number of ms),
+// the windows aligned to the Unix epoch.
+type Fixed struct {
+	Limit  int64
+	Period time.Duration
+}
+
+const (
+	// fixedMaxRTT is the longest round trip an estimate is trusted from.
+	fixedMaxRTT = 50 * time.Millisecond
+	// fixedMaxAge is how long an estimate is trusted without a new sample.
+	fixedMaxAge = 10 * time.Second
+	// fixedSlack is how much longer than its period a count lives: past
+	// its window's end in Redis' clock, whatever the estimate's error.
+	fixedSlack = time.Second
+	// fixedExpireDelay is how long a new count's PEXPIRE waits for a
+	// pipeline to go with before it goes alone.
+	fixedExpireDelay = 100 * time.Millisecond
+	// fixedMaxPending bounds the PEXPIREs kept while Redis does not answer.
+	fixedMaxPending = 1 << 16
+)
+
+// fixedKey is the count of name's window starting at start (Unix ns).
+func (s *Store) fixedKey(name string, start int64) string {
+	return s.fixedBase(name) + strconv.FormatInt(start/1e6, 10)
+}
+
+func (s *Store) fixedBase(name string) string { return s.prefix + ":{" + name + "}:n:" }
+
+// fixedClock is the store's estimate of Redis' clock, and the PEXPIREs of
+// the counts it created that have not gone yet.
+type fixedClock struct {
+	now            func() int64 // the local monotonic clock, ns (WithLocalClock)
+	maxRTT, maxAge int64        // fixedMaxRTT, fixedMaxAge (tests change them)
+
+	mu      sync.Mutex
+	est     clockoffset.Estimator
+	off     int64 // Redis ns − local ns
+	rtt     int64 // the round trip of the last sample, which bounds off's error
+	at      int64 // when it was taken (local)
+	sampled bool
+	pending []fixedExpire
+	timer   *time.Timer
+	closed  bool
+
+	flushing sync.Mutex   // held while a flush is under way
+	scripted atomic.Int64 // calls of fixedScript (tests)
+}
+
+type fixedExpire struct {
+	key string
+	ttl time.Duration
+}
+
+// WithLocalClock sets the local monotonic clock (ns) the store estimates
+// Redis' clock from (tests).
+func WithLocalClock(now func() int64) Option { return func(s *Store) { s.fixed.now = now } }
+
+func (c *fixedClock) init() {
+	c.maxRTT, c.maxAge = int64(fixedMaxRTT), int64(fixedMaxAge)
+	if c.now == nil {
+		base := time.Now()
+		c.now = func() int64 { return int64(time.Since(base)) }
+	}
+}
+
+// estimate is Redis' time at local time t, the bound of its error, and
+// whether it is bounded.
+func (c *fixedClock) estimate(t int64) (now, bound int64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// (a sample a concurrent pipeline took after t may be a little
+	// later than t; much later, the local clock went back)
+	ok = c.sampled && c.rtt <= c.maxRTT && t-c.at <= c.maxAge && c.at-t <= c.maxRTT
+	return t + c.off, c.rtt, ok
+}
+
+// sample records a TIME answer, redisNow, of a round trip from t0 to t1.
+func (c *fixedClock) sample(redisNow, t0, t1 int64) {
+	if t1 < t0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.off = c.est.Sample(redisNow, t0, t1)
+	c.rtt, c.at, c.sampled = t1-t0, t1, true
+}
+
+// forget drops the estimate until the next sample.
+func (c *fixedClock) forget() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sampled = false
+}
+
+// expireLater queues PEXPIREs for the next pipeline, or fixedExpireDelay.
+func (c *fixedClock) expireLater(s *Store, es []fixedExpire) {
+	if len(es) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || len(c.pending) >= fixedMaxPending {
+		return
+	}
+	c.pending = append(c.pending, es...)
+	if c.timer == nil {
+		c.timer = time.AfterFunc(fixedExpireDelay, func() { c.flush(s) })
+	} else if len(c.pending) == len(es) {
+		c.timer.Reset(fixedExpireDelay)
+	}
+}
+
+// takeExpires takes the queued PEXPIREs, for a pipeline about to go.
+func (c *fixedClock) takeExpires() []fixedExpire {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	es := c.pending
+	c.pending = nil
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	return es
+}
+
+// flush sends the queued PEXPIREs in a pipeline of their own, queueing
+// them again when Redis does not take them.
+func (c *fixedClock) flush(s *Store) {
+	c.flushing.Lock()
+	defer c.flushing.Unlock()
+	es := c.takeExpires()
+	if len(es) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, e := range es {
+			p.PExpire(ctx, e.key, e.ttl)
+		}
+		return nil
+	})
+	if err != nil {
+		c.expireLater(s, es)
+	}
+}
+
+// close sends what is queued, once, and stops the timer.
+func (c *fixedClock) close(s *Store) {
+	c.flush(s)
+	c.mu.Lock()
+	c.closed = true
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.mu.Unlock()
+	c.flushing.Lock() // a flush the timer started
+	c.flushing.Unlock()
+}
+
+// fixedGroup is the requests of a batch on one fixed counter.
+type fixedGroup struct {
+	name        string
+	f           Fixed
+	reqs        []int
+	sum         int64 // their hits
+	start       int64 // the window (Unix ns, Redis clock)
+	now         int64 // the decision's Redis time
+	count       int64 // the count after them
+	err         error
+	incr        *redis.IntCmd
+	get         *redis.StringCmd
+	againScript bool
+}
+
+// countFixed decides the requests of reqs that have Fixed into out.
+func (s *Store) countFixed(ctx context.Context, reqs []Request, out []Outcome) {
+	var gs []fixedGroup
+	by := map[string]int{}
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Fixed == nil {
+			continue
+		}
+		if err := r.check(); err != nil {
+			out[i].Err = err
+			continue
+		}
+		if err := checkFixed(r); err != nil {
+			out[i].Err = err
+			continue
+		}
+		k, ok := by[r.Name]
+		if !ok {
+			k = len(gs)
+			by[r.Name] = k
+			gs = append(gs, fixedGroup{name: r.Name, f: *r.Fixed})
+		}
+		gs[k].reqs = append(gs[k].reqs, i)
+		gs[k].sum += r.Permits
+	}
+	if len(gs) == 0 {
+		return
+	}
+	if t0 := s.fixed.now(); !s.countFixedIncr(ctx, gs, t0) {
+		s.fixedScript(ctx, gs)
+	} else {
+		var again []*fixedGroup
+		for k := range gs {
+			if gs[k].againScript {
+				again = append(again, &gs[k])
+			}
+		}
+		if len(again) > 0 {
+			s.fixedAgain(ctx, again)
+		}
+	}
+	for k := range gs {
+		g := &gs[k]
+		c := g.count - g.sum
+		end := g.start + int64(g.f.Period)
+		for _, i := range g.reqs {
+			if g.err != nil {
+				out[i] = Outcome{Err: g.err}
+				continue
+			}
+			n := reqs[i].Permits
+			c += n
+			out[i] = Outcome{Decision: fixedDecision(g.f.Limit, c, n, g.now, end)}
+		}
+	}
+}
+
+// checkFixed checks a fixed request's window.
+func checkFixed(r *Request) error {
+	switch f := r.Fixed; {
+	case !r.Charge:
+		return fmt.Errorf("store: %q: a fixed window counts charges only", r.Name)
+	case f.Period < time.Millisecond || f.Period%time.Millisecond != 0:
+		return fmt.Errorf("store: %q: a fixed window's period must be whole ms (got %v)", r.Name, f.Period)
+	case f.Limit < 0:
+		return fmt.Errorf("store: %q: a fixed window's limit must be ≥ 0 (got %d)", r.Name, f.Limit)
+	}
+	return nil
+}
+
+// fixedDecision is a charge of n that brought a window to count, as
+// window.lua's window_rec answers it: within the limit or not, what is
+// left, and when a new hit fits (the window's end, once nothing is left).
+func fixedDecision(limit, count, n, now, end int64) limitd.Decision {
+	left, delay := limit-count, int64(0)
+	if left < 1 {
+		delay, left = end-now, max(left, 0)
+	}
+	return limitd.Decision{Charged: true, Granted: count <= limit, Permits: n, Wait: left, Delay: delay, Count: count,
+		Now: now, Scheduled: now, Start: now, Position: end, Window: true, Limit: limit, Instance: true}
+}
+
+// countFixedIncr counts gs by INCRBY (GET for a check) in windows chosen
+// from the estimate at t0, with a TIME and the queued PEXPIREs, in one
+// pipeline. It returns false, having sent nothing, when the estimate is not
+// bounded. A group whose window the pipeline's TIME shows wrong, the
+// estimate having been off by more than its bound, is marked againScript.
+func (s *Store) countFixedIncr(ctx context.Context, gs []fixedGroup, t0 int64) bool {
+	est, bound, ok := s.fixed.estimate(t0)
+	if !ok {
+		return false
+	}
+	es := s.fixed.takeExpires()
+	p := s.rdb.Pipeline()
+	tc := p.Time(ctx)
+	ecs := make([]*redis.BoolCmd, len(es))
+	for i, e := range es {
+		ecs[i] = p.PExpire(ctx, e.key, e.ttl)
+	}
+	for k := range gs {
+		g := &gs[k]
+		g.start, g.now = est-mod(est, int64(g.f.Period)), est
+		if key := s.fixedKey(g.name, g.start); g.sum > 0 {
+			g.incr = p.IncrBy(ctx, key, g.sum)
+		} else {
+			g.get = p.Get(ctx, key)
+		}
+	}
+	_, _ = p.Exec(ctx)
+	t1 := s.fixed.now()
+	rtt := t1 - t0
+	tm, terr := tc.Result()
+	if terr == nil {
+		s.fixed.sample(tm.UnixNano(), t0, t1)
+	} else {
+		s.fixed.forget() // no TIME answer: the next call goes by the script
+	}
+	var later []fixedExpire // those Redis did not take, and the new counts'
+	for i, c := range ecs {
+		if c.Err() != nil {
+			later = append(later, es[i])
+		}
+	}
+	for k := range gs {
+		g := &gs[k]
+		var err error
+		if g.incr != nil {
+			g.count, err = g.incr.Result()
+			if err == nil && g.count == g.sum {
+				later = append(later, fixedExpire{s.fixedKey(g.name, g.start), g.f.Period + fixedSlack})
+			}
+		} else {
+			g.count, err = g.get.Int64()
+			if err == redis.Nil {
+				g.count, err = 0, nil
+			}
+		}
+		if err != nil {
+			g.err = wrapErr(err)
+			continue
+		}
+		// Redis read TIME between the send and the answer: an estimate
+		// within its bound puts it in [est − bound, est + rtt + bound].
+		// Beyond, the local clock jumped: the decision is at TIME, and a
+		// count in another window than TIME's is counted again.
+		if r := tm.UnixNano(); terr == nil && (r < est-bound || r > est+rtt+bound) {
+			if g.start <= r && r < g.start+int64(g.f.Period) {
+				g.now = r
+			} else {
+				g.againScript = true
+			}
+		}
+	}
+	s.fixed.expireLater(s, later)
+	return true
+}
+
+// fixedAgain takes back the hits of groups counted in the wrong window and
+// counts them by the script.
+func (s *Store) fixedAgain(ctx context.Context, gs []*fixedGroup) {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, g := range gs {
+			if g.sum > 0 {
+				p.DecrBy(ctx, s.fixedKey(g.name, g.start), g.sum)
+			}
+		}
+		return nil
+	})
+	redo := make([]fixedGroup, len(gs))
+	for i, g := range gs {
+		redo[i] = fixedGroup{name: g.name, f: g.f, sum: g.sum}
+	}
+	if err != nil {
+		for _, g := range gs {
+			g.err = wrapErr(err)
+		}
+		return
+	}
+	s.fixedScript(ctx, redo)
+	for i, g := range gs {
+		g.start, g.now, g.count, g.err = redo[i].start, redo[i].now, redo[i].count, redo[i].err
+	}
+}
+
+// fixedScriptSrc counts in the same keys as countFixedIncr from Redis' own
+// TIME: KEYS are the counts' bases (fixedBase), ARGV a period (ms), a TTL
+// (ms) and hits per key; the reply is TIME's seconds and microseconds,
+// then each key's window start (ms) and count.
+const fixedScriptSrc = `
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {tonumber(t[1]), tonumber(t[2])}
+for i, base in ipairs(KEYS) do
+  local period, ttl, hits = tonumber(ARGV[3 * i - 2]), ARGV[3 * i - 1], tonumber(ARGV[3 * i])
+  local start = ms - ms % period
+  local key = base .. string.format('%d', start)
+  local n
+  if hits > 0 then
+    n = redis.call('INCRBY', key, hits)
+    if n == hits then redis.call('PEXPIRE', key, ttl) end
+  else
+    n = tonumber(redis.call('GET', key) or '0')
+  end
+  out[#out + 1] = start
+  out[#out + 1] = n
+end
+return out
+`
+
+var fixedScript = redis.NewScript(fixedScriptSrc)
+
+// fixedScript counts gs by the script, one call on a single server, one
+// per counter elsewhere (keys of different slots), and samples the clock
+// from its TIME.
+func (s *Store) fixedScript(ctx context.Context, gs []fixedGroup) {
+	type call struct {
+		gs   []fixedGroup
+		keys []string
+		args []any
+		cmd  *redis.Cmd
+	}
+	var calls []*call
+	_, single := s.rdb.(*redis.Client)
+	for k := range gs {
+		if k == 0 || !single {
+			calls = append(calls, &call{})
+		}
+		c := calls[len(calls)-1]
+		g := gs[k]
+		c.gs = gs[k-len(c.keys) : k+1]
+		c.keys = append(c.keys, s.fixedBase(g.name))
+		c.args = append(c.args, int64(g.f.Period/time.Millisecond), int64((g.f.Period+fixedSlack)/time.Millisecond), g.sum)
+	}
+	s.fixed.scripted.Add(1)
+	var t0, t1 int64
+	run := func(sha bool) {
+		t0 = s.fixed.now()
+		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, c := range calls {
+				if sha {
+					c.cmd = fixedScript.EvalSha(ctx, p, c.keys, c.args...)
+				} else {
+					c.cmd = fixedScript.Eval(ctx, p, c.keys, c.args...)
+				}
+			}
+			return nil
+		})
+		t1 = s.fixed.now()
+	}
+	run(true)
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			run(false) // EVAL loads it for the next calls
+			break
+		}
+	}
+	for _, c := range calls {
+		v, err := c.cmd.Int64Slice()
+		if err == nil && len(v) != 2+2*len(c.keys) {
+			err = fmt.Errorf("store: fixed window: %d values, want %d: %w", len(v), 2+2*len(c.keys), ErrBadReply)
+		}
+		if err != nil {
+			for k := range c.gs {
+				c.gs[k].err = wrapErr(err)
+			}
+			continue
+		}
+		now := v[0]*1e9 + v[1]*1e3
+		s.fixed.sample(now, t0, t1)
+		for k := range c.gs {
+			g := &c.gs[k]
+			g.now, g.start, g.count = now, v[2+2*k]*1e6, v[3+2*k]
+		}
+	}
+}
+
+// mod is a mod m in [0, m) (m > 0).
+func mod(a, m int64) int64 {
+	r := a % m
+	if r < 0 {
+		r += m
+	}
+	return r
+}
+
+// FixedCounts reads the counts of names' fixed windows of period (see
+// Fixed) that hold Redis' time now, counting nothing.
+func (s *Store) FixedCounts(ctx context.Context, names []string, period time.Duration) ([]int64, error) {
+	gs := make([]fixedGroup, len(names))
+	for i, n := range names {
+		gs[i] = fixedGroup{name: n, f: Fixed{Period: period}}
+		if err := checkFixed(&Request{Name: n, Charge: true, Fixed: &gs[i].f}); err != nil {
+			return nil, err
+		}
+	}
+	s.fixedScript(ctx, gs)
+	out := make([]int64, len(gs))
+	for i, g := range gs {
+		if g.err != nil {
+			return nil, g.err
+		}
+		out[i] = g.count
+	}
+	return out, nil
+}
