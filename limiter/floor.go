@@ -46,10 +46,13 @@ package limiter
 // as the floor's Ahead, as any lost state does. This holds while the floor
 // is younger than twice its Ahead: a caller queued Ahead in front of the
 // clock hears of the schedule again within about that time, so an older
-// position says nothing of slots beyond now; past it (an instance that
-// expired after its idle TTL, a limiter deleted and made again) the floor
-// holds the new state back no more than before. A counting kind (window)
-// keeps no queue: a window the clock has passed is over whatever its state.
+// position says nothing of slots beyond now; past it, only its position
+// counts, as for any state (so an instance that expired after an idle TTL
+// longer than the Ahead, or a limiter deleted and made again later, starts
+// afresh). Within it, a state made again after a deletion or an expiry is
+// held back as a lost one is: at most the Ahead its caller was told of. A
+// counting kind (window) keeps no queue: a window the clock has passed is
+// over whatever its state.
 
 // FloorAge is how old a floor may be (now − Seen, ns) and still count: a
 // position seen this long ago is behind anything a state could rewind to
@@ -91,12 +94,12 @@ func (p *Params) bornAfter(s *State, now int64, f Floor, ahead int64) bool {
 }
 
 // ApplyFloor starts s at now if needed and keeps its schedule from starting
-// before the floor f: when f's position is ahead of Next, or s started after
-// f was seen (bornAfter) (the state lost grants), Next moves up to it, or to now + f.Ahead if that is later (the time
-// in between counts as idle; what the state forgot granting is gone
-// for everyone), a schedule's pace with it, and a smooth limiter's stored
-// permits are dropped (the state that lost the grants may also have lost
-// their spending). A floor older than FloorAge, or more than 2^52 ns behind
+// before the floor f: when the state lost grants (f's position is ahead of
+// Next, or s started after f was seen: bornAfter), Next moves up to f's
+// position, or to now + f.Ahead if that is later (the time in between counts
+// as idle; what the state forgot granting is gone for everyone), a
+// schedule's pace with it, and a smooth limiter's stored permits are dropped
+// (the state that lost the grants may also have lost their spending). A floor older than FloorAge, or more than 2^52 ns behind
 // now, changes nothing.
 func (p *Params) ApplyFloor(s *State, now int64, f Floor) {
 	s.Observe(now)
