@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/wire"
 )
@@ -36,7 +37,7 @@ func (s *server) acquire(c echo.Context) error {
 			return err
 		}
 	}
-	r := core.AcquireRequest{Name: c.Param("name"), Permits: 1, MaxWait: core.Forever, Block: req.block, Given: req.given(), Deadline: deadline}
+	r := core.AcquireRequest{Name: c.Param("name"), Permits: 1, MaxWait: limitd.Forever, Block: req.block, Given: req.given(), Deadline: deadline}
 	if req.hasPermits {
 		r.Permits = req.permits
 	}
@@ -62,7 +63,7 @@ func (s *server) acquire(c echo.Context) error {
 
 // answer answers a rate decision as an acquire does: 200 granted (or let
 // through in shadow mode), else 429 with Retry-After.
-func answer(c echo.Context, d core.Decision) error {
+func answer(c echo.Context, d limitd.Decision) error {
 	status := http.StatusOK
 	if !d.Granted {
 		status = http.StatusTooManyRequests
@@ -79,7 +80,7 @@ func answer(c echo.Context, d core.Decision) error {
 // that writes it without reflection (nil: none). A window's answer adds its
 // limit, remaining permits and reset (its wait is those permits, not a
 // backlog).
-func answerOf(d core.Decision) (any, func([]byte) []byte) {
+func answerOf(d limitd.Decision) (any, func([]byte) []byte) {
 	switch {
 	case d.Shadow: // a refusal in shadow mode, let through
 		return shadowedOf(d), nil
@@ -103,7 +104,7 @@ func answerOf(d core.Decision) (any, func([]byte) []byte) {
 
 // windowOf is what a window limiter's decision adds: its wait is the
 // permits left, its position the window's end.
-func windowOf(d core.Decision) wire.Window {
+func windowOf(d limitd.Decision) wire.Window {
 	return wire.Window{Limit: d.Limit, Remaining: d.Wait, Reset: max(0, d.Position-d.Now), ResetAt: d.Position}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/wire"
@@ -35,7 +36,7 @@ func (s *server) acquireAll(c echo.Context) error {
 	if len(body.Requests) > core.MaxAcquireAll {
 		return invalid("requests", "requests: at most "+strconv.Itoa(core.MaxAcquireAll)+" limiters in one call")
 	}
-	r := core.AcquireAllRequest{Requests: make([]core.LimiterPermits, len(body.Requests)), MaxWait: core.Forever}
+	r := core.AcquireAllRequest{Requests: make([]core.LimiterPermits, len(body.Requests)), MaxWait: limitd.Forever}
 	for i, raw := range body.Requests {
 		prefix := "requests[" + strconv.Itoa(i) + "]"
 		var q wire.LimiterPermits
@@ -76,7 +77,7 @@ func (s *server) acquireAll(c echo.Context) error {
 }
 
 // answerJSON is a rate decision's answer, as its own acquire answers it.
-func answerJSON(d core.Decision) json.RawMessage {
+func answerJSON(d limitd.Decision) json.RawMessage {
 	v, appendJSON := answerOf(d)
 	if appendJSON == nil {
 		b, _ := json.Marshal(v) // plain integers and booleans: cannot fail
@@ -85,15 +86,15 @@ func answerJSON(d core.Decision) json.RawMessage {
 	return appendJSON(nil)
 }
 
-func grantedOf(d core.Decision) wire.Granted {
+func grantedOf(d limitd.Decision) wire.Granted {
 	return wire.Granted{Granted: true, Permits: d.Permits, Delay: d.Delay, Scheduled: d.Scheduled,
 		Start: d.Start, Lateness: d.Lateness, Wait: d.Wait, Version: d.Version, Now: d.Now}
 }
 
-func deniedOf(d core.Decision) wire.Denied {
+func deniedOf(d limitd.Decision) wire.Denied {
 	return wire.Denied{RetryAfter: d.RetryAfter, Delay: d.Delay, Wait: d.Wait, Version: d.Version, Now: d.Now}
 }
 
-func shadowedOf(d core.Decision) wire.Shadowed {
+func shadowedOf(d limitd.Decision) wire.Shadowed {
 	return wire.Shadowed{Granted: grantedOf(d), Shadow: true, RetryAfter: d.RetryAfter}
 }

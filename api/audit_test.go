@@ -285,7 +285,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		t.Errorf("%d queries in the dashboard", queries)
 	}
 	for kind, names := range map[string][]string{
-		"rate":        {"limitd_acquire_decisions_total", "limitd_limiter_utilization", "limitd_limiter_wait_seconds"},
+		"rate":        {"limitd_acquire_decisions_total", "limitd_limiter_utilization", "limitd_limiter_wait_seconds", "limitd_limiter_granted_per_second", "limitd_limiter_refused_per_second", "limitd_limiter_shadow_refused_per_second"},
 		"window":      {"limitd_window_remaining"},
 		"share":       {"limitd_share_held", "limitd_share_capacity"},
 		"concurrency": {"limitd_slots_in_use", "limitd_slots_limit"},

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/internal/testkit/redistest"
@@ -63,7 +64,7 @@ func storeAcquire(b *testing.B, st *store.Store) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			t := time.Now()
-			d, err := st.Acquire(ctx, "bench", 1, store.Forever)
+			d, err := st.Acquire(ctx, "bench", 1, limitd.Forever)
 			lat.add(time.Since(t))
 			if err != nil || !d.Granted {
 				b.Errorf("acquire: %+v, %v", d, err)

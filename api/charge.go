@@ -5,6 +5,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/wire"
 )
@@ -45,13 +46,13 @@ func (s *server) charge(c echo.Context) error {
 
 // chargedOf is a charge's answer body (a window's wait is its remaining, in
 // windowed).
-func chargedOf(d core.Decision) wire.Charged {
+func chargedOf(d limitd.Decision) wire.Charged {
 	return wire.Charged{Permits: d.Permits, Within: d.Granted, Delay: d.Delay, Wait: d.Wait, Version: d.Version, Now: d.Now}
 }
 
 // windowed is v, or for a window limiter v with its limit, remaining permits
 // and reset (and no backlog).
-func windowed(v wire.Charged, d core.Decision) any {
+func windowed(v wire.Charged, d limitd.Decision) any {
 	if !d.Window {
 		return v
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd"
 )
 
 // eventsPath is the route of the event stream (the request timeout does not
@@ -196,7 +196,7 @@ func limiterNames(v string) ([]string, error) {
 		if n = strings.TrimSpace(n); n == "" {
 			continue
 		}
-		if err := core.CheckName("limiters", n); err != nil {
+		if err := limitd.CheckNameAs("limiters", n); err != nil {
 			return nil, err
 		}
 		if !slices.Contains(names, n) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/wire"
@@ -34,7 +35,7 @@ func (s *server) grant(c echo.Context) error {
 	if req.Permits == nil {
 		return required("permits", "how many permits the pool takes")
 	}
-	r := core.GrantRequest{Name: c.Param("name"), Permits: *req.Permits, MaxWait: core.Forever}
+	r := core.GrantRequest{Name: c.Param("name"), Permits: *req.Permits, MaxWait: limitd.Forever}
 	if req.MaxWait != nil {
 		r.MaxWait = time.Duration(*req.MaxWait)
 	}

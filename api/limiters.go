@@ -8,12 +8,13 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/wire"
 )
 
-func stateOf(w core.WaitInfo) *wire.WaitState {
+func stateOf(w limitd.WaitInfo) *wire.WaitState {
 	v := &wire.WaitState{Wait: w.Wait, Delay: w.Delay, Idle: w.Idle, Allocated: w.Allocated, Now: w.Now,
 		Version: w.Version, Permits: w.Permits, LatenessTotal: w.Lateness, Started: w.Started}
 	if w.Window { // a window: wait is the permits left, position its end

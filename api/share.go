@@ -5,6 +5,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/wire"
 )
@@ -23,7 +24,7 @@ func (s *server) capacity(c echo.Context) error {
 	if req.ClientID == nil {
 		return required("client_id", "the id the client asks under, the same in every request")
 	}
-	if err := core.CheckName("client_id", *req.ClientID); err != nil {
+	if err := limitd.CheckNameAs("client_id", *req.ClientID); err != nil {
 		return err
 	}
 	if req.Wants == nil {

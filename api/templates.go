@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/wire"
@@ -16,7 +17,7 @@ import (
 // read.
 func templateID(c echo.Context) (string, error) {
 	v := c.Param("id")
-	return v, core.CheckName("id", v)
+	return v, limitd.CheckNameAs("id", v)
 }
 
 // putTemplate creates (201) or replaces (200) a template.
@@ -44,7 +45,7 @@ func (s *server) putTemplate(c echo.Context) error {
 		before = old.Version
 	}
 	t, created, err := s.core.PutTemplate(c.Request().Context(),
-		core.Template{ID: tid, Pattern: req.Pattern, Order: req.Order, IdleTTL: req.IdleTTL, Limiter: cfg, Description: req.Description})
+		limitd.Template{ID: tid, Pattern: req.Pattern, Order: req.Order, IdleTTL: req.IdleTTL, Limiter: cfg, Description: req.Description})
 	if err != nil {
 		return err
 	}
@@ -60,7 +61,7 @@ func (s *server) putTemplate(c echo.Context) error {
 }
 
 // templateOf is a template as the API answers it.
-func templateOf(t core.Template) wire.Template {
+func templateOf(t limitd.Template) wire.Template {
 	return wire.Template{ID: t.ID, Pattern: t.Pattern, Order: t.Order, IdleTTL: t.IdleTTL, Limiter: t.Limiter, Version: t.Version, Description: t.Description}
 }
 

@@ -7,25 +7,25 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/wire"
 )
 
 // Acquire asks the named limiter (or the template matching name) for n
 // permits in one round trip, without a pool: the decision is the limiter's
-// own, taken now on the Redis clock, waiting at most maxWait (store.Forever:
+// own, taken now on the Redis clock, waiting at most maxWait (limitd.Forever:
 // no bound) for a schedule or smooth limiter. It is the way to use a window
 // limiter, whose permits a Limiter handle does not pool: a grant is a
 // Decision with Granted, and for a window Limit, Wait (the permits left) and
 // Position (when its window resets); a refusal says when to retry
 // (RetryAfter). A caller of a schedule limiter should start at Start.
-func (c *Client) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (store.Decision, error) {
-	if err := store.CheckName(name); err != nil {
-		return store.Decision{}, err
+func (c *Client) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error) {
+	if err := limitd.CheckName(name); err != nil {
+		return limitd.Decision{}, err
 	}
 	a, ok := c.t.(acquirer)
 	if !ok {
-		return store.Decision{}, fmt.Errorf("client: the transport %T takes no direct acquire", c.t)
+		return limitd.Decision{}, fmt.Errorf("client: the transport %T takes no direct acquire", c.t)
 	}
 	d, err := a.Acquire(ctx, name, n, maxWait)
 	if err == nil && !d.Granted && c.refusals != nil {
@@ -37,27 +37,23 @@ func (c *Client) Acquire(ctx context.Context, name string, n int64, maxWait time
 // acquirer is a Transport that also decides one acquire (Client.Acquire):
 // the Redis and HTTP transports are.
 type acquirer interface {
-	Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (store.Decision, error)
-}
-
-func (t redisTransport) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (store.Decision, error) {
-	return t.st.Acquire(ctx, name, n, maxWait)
+	Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error)
 }
 
 // Acquire is POST .../acquire. A window's answer carries limit, remaining
 // and reset_ns, which the Decision holds as the Redis transport's does.
-func (t *httpTransport) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (store.Decision, error) {
+func (t *httpTransport) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error) {
 	req := wire.AcquireRequest{Permits: &n, MaxWait: maxWaitField(maxWait)}
 	status, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "acquire"), req)
 	if err != nil {
-		return store.Decision{}, err
+		return limitd.Decision{}, err
 	}
 	var a wire.Answer // a 429's body is a Denied, a 200's a Granted or a Shadowed
 	if err := decode(b, &a); err != nil {
-		return store.Decision{}, err
+		return limitd.Decision{}, err
 	}
 	if status != http.StatusTooManyRequests && !a.Shadowed.Granted.Granted {
-		return store.Decision{}, errors.New("client: an acquire answered 2xx without a grant (a concurrency limiter? use Semaphore)")
+		return limitd.Decision{}, errors.New("client: an acquire answered 2xx without a grant (a concurrency limiter? use Semaphore)")
 	}
 	d := decisionOf(a)
 	t.sawNow(d.Now)
@@ -67,9 +63,9 @@ func (t *httpTransport) Acquire(ctx context.Context, name string, n int64, maxWa
 // decisionOf is the decision an acquire's answer tells, in any of its forms
 // (a window limiter's: its limit, the permits left as Wait, its window's
 // end as Position).
-func decisionOf(a wire.Answer) store.Decision {
+func decisionOf(a wire.Answer) limitd.Decision {
 	g := a.Shadowed.Granted
-	d := store.Decision{Granted: g.Granted, Shadow: a.Shadow, Permits: g.Permits, Scheduled: g.Scheduled,
+	d := limitd.Decision{Granted: g.Granted, Shadow: a.Shadow, Permits: g.Permits, Scheduled: g.Scheduled,
 		Start: g.Start, Delay: g.Delay, Lateness: g.Lateness, Wait: g.Wait, RetryAfter: a.RetryAfter,
 		Version: g.Version, Now: g.Now}
 	if a.Limit > 0 || a.Reset > 0 { // a window's (one of limit 0 always has a reset ahead)

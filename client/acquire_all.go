@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/wire"
 )
 
@@ -24,7 +24,7 @@ type Permits struct {
 // is a decision with Granted and Shadow set (it took nothing).
 type AllResult struct {
 	Granted   bool
-	Decisions []store.Decision
+	Decisions []limitd.Decision
 }
 
 // Delay is how long to wait before starting: the longest delay of the
@@ -46,7 +46,7 @@ type allAcquirer interface {
 }
 
 // AcquireAll takes permits from several limiters in one call, all or
-// nothing, each within maxWait (store.Forever: no bound); it does not wait
+// nothing, each within maxWait (limitd.Forever: no bound); it does not wait
 // out the delay (see AllResult.Delay). It goes to Redis (New: one script on
 // one server, store.Store.AcquireAll on a cluster) or to the limitd server
 // (NewHTTP: POST /v1/acquire, where shadow mode applies; over Redis it does
@@ -68,18 +68,6 @@ func (c *Client) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Du
 	return r, err
 }
 
-func (t redisTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error) {
-	mr := make([]store.MultiRequest, len(reqs))
-	for i, r := range reqs {
-		mr[i] = store.MultiRequest{Name: r.Name, Permits: r.Permits}
-	}
-	md, err := t.st.AcquireAll(ctx, mr, maxWait)
-	if err != nil {
-		return AllResult{}, err
-	}
-	return AllResult{Granted: md.Granted, Decisions: md.Decisions}, nil
-}
-
 func (t *httpTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error) {
 	body := wire.AcquireAllRequest{Requests: make([]wire.LimiterPermits, len(reqs)), MaxWait: maxWaitField(maxWait)}
 	for i := range reqs {
@@ -99,7 +87,7 @@ func (t *httpTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait 
 	if len(v.Results) != len(reqs) {
 		return AllResult{}, fmt.Errorf("client: the limitd server answered %d results for %d limiters", len(v.Results), len(reqs))
 	}
-	out := AllResult{Granted: v.Granted, Decisions: make([]store.Decision, len(reqs))}
+	out := AllResult{Granted: v.Granted, Decisions: make([]limitd.Decision, len(reqs))}
 	for i, a := range v.Results {
 		out.Decisions[i] = decisionOf(a)
 		t.sawNow(out.Decisions[i].Now)

@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // AcquireAll over both transports: all or nothing, a check takes nothing,
@@ -23,7 +24,7 @@ func TestAcquireAllTransports(t *testing.T) {
 		name string
 		c    *client.Client
 	}{
-		{"redis", client.New(rdb)},
+		{"redis", redisclient.New(rdb)},
 		{"http", client.NewHTTP(srv.URL, client.WithHTTPClient(srv.Client()))},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -44,7 +45,7 @@ func TestAcquireAllTransports(t *testing.T) {
 			if w := ctWaitInfo(t, st, b); w.Started {
 				t.Errorf("b after a check and a refused call: %+v, want not started", w)
 			}
-			if _, err := c.c.AcquireAll(ctx, []client.Permits{{Name: a, Permits: 1}, {Name: c.name + "-none", Permits: 1}}, store.Forever); err == nil {
+			if _, err := c.c.AcquireAll(ctx, []client.Permits{{Name: a, Permits: 1}, {Name: c.name + "-none", Permits: 1}}, limitd.Forever); err == nil {
 				t.Error("a missing limiter: no error")
 			}
 		})

@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // Client.Acquire decides one acquire in one round trip, over Redis and over
@@ -30,11 +31,11 @@ func TestAcquireWindow(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		c    *client.Client
-	}{{"redis", client.New(rdb)}, {"http", client.NewHTTP(srv.URL, client.WithHTTPClient(srv.Client()))}} {
+	}{{"redis", redisclient.New(rdb)}, {"http", client.NewHTTP(srv.URL, client.WithHTTPClient(srv.Client()))}} {
 		t.Run(c.name, func(t *testing.T) {
 			defer c.c.Close()
 			_, _ = st.Reset(ctx, "w")
-			d, err := c.c.Acquire(ctx, "w", 2, store.Forever)
+			d, err := c.c.Acquire(ctx, "w", 2, limitd.Forever)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -35,7 +35,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/internal/testkit/rounds"
 	"github.com/limitd/limitd/limiter"
@@ -70,7 +72,7 @@ type cbTransport struct {
 	grants atomic.Int64
 }
 
-func (t *cbTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+func (t *cbTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	t.grants.Add(1)
 	return t.Transport.Grant(ctx, name, k, maxWait)
 }
@@ -164,7 +166,7 @@ func BenchmarkPermit(b *testing.B) {
 	// back) the store must count exactly the permits the run was granted, so
 	// none came from the local fallback.
 	pool := func(b *testing.B) (*client.Limiter, *cbTransport, func(granted int64)) {
-		tr := &cbTransport{Transport: client.NewStoreTransport(st)}
+		tr := &cbTransport{Transport: redisclient.NewTransport(st)}
 		c := client.NewWithTransport(tr)
 		b.Cleanup(func() { _ = c.Close() })
 		l, err := c.Limiter("cb-pool")
@@ -236,7 +238,7 @@ func BenchmarkPermitVs(b *testing.B) {
 		n    int
 	}{{"g1", 1}, {"p8", 8 * runtime.GOMAXPROCS(0)}} {
 		b.Run(g.name, func(b *testing.B) {
-			c := client.New(rdb)
+			c := redisclient.New(rdb)
 			b.Cleanup(func() { _ = c.Close() })
 			l, err := c.Limiter("cb-pool")
 			if err != nil {

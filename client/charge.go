@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 	"github.com/limitd/limitd/wire"
 )
 
@@ -32,20 +32,20 @@ import (
 // granted now. Over HTTP (NewHTTP) the Decision holds what the answer says:
 // Scheduled, Start and Lateness are 0.
 //
-// A share or concurrency limiter has nothing to charge: store.ErrConflict.
-func (l *Limiter) Charge(ctx context.Context, n int64) (store.Decision, error) {
+// A share or concurrency limiter has nothing to charge: limiter.ErrConflict.
+func (l *Limiter) Charge(ctx context.Context, n int64) (limitd.Decision, error) {
 	l.mu.Lock()
 	closed := l.closed
 	l.mu.Unlock()
 	if closed {
-		return store.Decision{}, ErrClosed
+		return limitd.Decision{}, ErrClosed
 	}
 	if n < 0 {
-		return store.Decision{}, &limiter.FieldError{Field: "permits", Rule: "a charge must be ≥ 0 (0 is a check)", Value: n}
+		return limitd.Decision{}, &limiter.FieldError{Field: "permits", Rule: "a charge must be ≥ 0 (0 is a check)", Value: n}
 	}
 	ch, ok := l.c.t.(charger)
 	if !ok {
-		return store.Decision{}, fmt.Errorf("client: the transport %T takes no charge", l.c.t)
+		return limitd.Decision{}, fmt.Errorf("client: the transport %T takes no charge", l.c.t)
 	}
 	l.remoteCalls.Add(1)
 	return ch.Charge(ctx, l.name, n)
@@ -54,24 +54,20 @@ func (l *Limiter) Charge(ctx context.Context, n int64) (store.Decision, error) {
 // charger is a Transport that also charges (Limiter.Charge, and the excess
 // of Reservation.Settle): the Redis and HTTP transports are.
 type charger interface {
-	Charge(ctx context.Context, name string, n int64) (store.Decision, error)
-}
-
-func (t redisTransport) Charge(ctx context.Context, name string, n int64) (store.Decision, error) {
-	return t.st.Charge(ctx, name, n)
+	Charge(ctx context.Context, name string, n int64) (limitd.Decision, error)
 }
 
 // Charge is POST .../charge.
-func (t *httpTransport) Charge(ctx context.Context, name string, n int64) (store.Decision, error) {
+func (t *httpTransport) Charge(ctx context.Context, name string, n int64) (limitd.Decision, error) {
 	return t.charge(ctx, name, wire.ChargeRequest{Permits: &n})
 }
 
 // charge sends a charge (or a settle) and reads its answer, a Charged or a
 // WindowCharged, as a Decision.
-func (t *httpTransport) charge(ctx context.Context, name string, req wire.ChargeRequest) (store.Decision, error) {
+func (t *httpTransport) charge(ctx context.Context, name string, req wire.ChargeRequest) (limitd.Decision, error) {
 	_, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "charge"), req)
 	if err != nil {
-		return store.Decision{}, err
+		return limitd.Decision{}, err
 	}
 	var a struct {
 		wire.Charged
@@ -80,9 +76,9 @@ func (t *httpTransport) charge(ctx context.Context, name string, req wire.Charge
 		Reset     int64  `json:"reset_ns"`
 	}
 	if err := decode(b, &a); err != nil {
-		return store.Decision{}, err
+		return limitd.Decision{}, err
 	}
-	d := store.Decision{Charged: true, Granted: a.Within, Permits: a.Permits, Delay: a.Delay, Wait: a.Wait,
+	d := limitd.Decision{Charged: true, Granted: a.Within, Permits: a.Permits, Delay: a.Delay, Wait: a.Wait,
 		Version: a.Version, Now: a.Now}
 	if a.Limit != nil {
 		d.Window, d.Limit, d.Wait, d.Position = true, *a.Limit, a.Remaining, a.Now+a.Reset
@@ -94,12 +90,12 @@ func (t *httpTransport) charge(ctx context.Context, name string, req wire.Charge
 // settler is a Transport that settles a grant in one call (over HTTP: a
 // charge with the grant); id is the grant's id there.
 type settler interface {
-	settle(ctx context.Context, g store.Grant, id string, actual int64) error
+	settle(ctx context.Context, g limitd.Grant, id string, actual int64) error
 }
 
 // settle is POST .../charge with the grant: the server hands back what the
 // work did not use, or charges the excess.
-func (t *httpTransport) settle(ctx context.Context, g store.Grant, id string, actual int64) error {
+func (t *httpTransport) settle(ctx context.Context, g limitd.Grant, id string, actual int64) error {
 	j := t.wireGrant(g, id)
 	_, err := t.charge(ctx, g.Name, wire.ChargeRequest{Permits: &actual, Grant: &j})
 	return err
@@ -107,7 +103,7 @@ func (t *httpTransport) settle(ctx context.Context, g store.Grant, id string, ac
 
 // grantID is the id the server answered g with ("" when forgotten): a
 // Reservation keeps it for its Settle, however long its work takes.
-func (t *httpTransport) grantID(g store.Grant) string {
+func (t *httpTransport) grantID(g limitd.Grant) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.ids[keyOf(g)].id

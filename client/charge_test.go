@@ -9,6 +9,7 @@ import (
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -29,7 +30,7 @@ func ctTransports(t *testing.T, f func(t *testing.T, c *client.Client, st *store
 				t.Cleanup(srv.Close)
 				c = client.NewHTTP(srv.URL, client.WithHTTPClient(srv.Client()))
 			} else {
-				c = client.New(rdb)
+				c = redisclient.New(rdb)
 			}
 			t.Cleanup(func() { _ = c.Close() })
 			f(t, c, st, t0)
@@ -70,7 +71,7 @@ func TestLimiterCharge(t *testing.T) {
 		capacity := 10.0
 		ctPut(t, st, "sh", limiter.Config{Kind: limiter.KindShare, Capacity: &capacity})
 		sh, _ := c.Limiter("sh")
-		if _, err := sh.Charge(ctx, 1); !errors.Is(err, store.ErrConflict) {
+		if _, err := sh.Charge(ctx, 1); !errors.Is(err, limiter.ErrConflict) {
 			t.Errorf("charge of a share limiter: %v, want ErrConflict", err)
 		}
 		_ = l.Close()

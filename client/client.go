@@ -10,10 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/clockoffset"
-	"github.com/limitd/limitd/store"
 )
 
 // ErrClosed is returned by a handle or client after Close.
@@ -57,7 +55,7 @@ const (
 	// still dispensed first, and shared permits resume with the first grant.
 	FallbackOptimistic
 	// FallbackPessimistic lets nothing through beyond the pool's permits:
-	// Allow refuses, Wait returns store.ErrUnavailable.
+	// Allow refuses, Wait returns limiter.ErrUnavailable.
 	FallbackPessimistic
 )
 
@@ -79,7 +77,7 @@ type Client struct {
 
 	rc redisClock // the Redis clock's offset, for leases (Share, Semaphore)
 
-	refusals *refusals // nil: not counted (over HTTP, WithoutRefusalCounts)
+	refusals *refusals // nil: not counted (over HTTP, WithoutRefusalCounts, no tally)
 
 	mu      sync.Mutex
 	handles map[string]*Limiter
@@ -87,41 +85,21 @@ type Client struct {
 	closed  bool
 }
 
-// New returns a client that reaches the shared schedules through Redis.
-// The caller keeps ownership of rdb.
-//
-// The client counts what it refuses (Allow answering false, a Wait past
-// its deadline, a refused Reserve or Acquire: see refusals.go for the
-// list) and adds the counts once a second to the Redis totals a limitd
-// server's ledger writes, so that the dashboard, /metrics and ctl watch
-// show them beside every server's, and Close adds the rest; a goroutine
-// of the client does it, stopped by Close. WithoutRefusalCounts turns it
-// off.
-func New(rdb redis.UniversalClient, opts ...RedisOption) *Client {
-	o := defaults()
-	for _, f := range opts {
-		f.applyRedis(&o)
-	}
-	st := store.New(rdb, store.WithPrefix(o.prefix))
-	var r *refusals
-	if !o.noRefusalCounts {
-		r = newRefusals(st, o.clock)
-	}
-	return newClient(redisTransport{st: st}, o, r)
-}
-
 // NewWithTransport returns a client over any Transport. It counts no
-// refusals, whatever the transport (New does).
+// refusals unless given a tally (WithRefusalCounts: redisclient.New does).
 func NewWithTransport(t Transport, opts ...ClientOption) *Client {
 	o := defaults()
 	for _, f := range opts {
 		f.applyClient(&o)
 	}
-	return newClient(t, o, nil)
+	return newClient(t, o)
 }
 
-func newClient(t Transport, o options, r *refusals) *Client {
-	c := &Client{t: t, o: o, handles: map[string]*Limiter{}, leases: map[io.Closer]struct{}{}, refusals: r}
+func newClient(t Transport, o options) *Client {
+	c := &Client{t: t, o: o, handles: map[string]*Limiter{}, leases: map[io.Closer]struct{}{}}
+	if o.refusals != nil {
+		c.refusals = newRefusals(o.refusals(o.clock.Now))
+	}
 	_, c.sys = o.clock.(systemClock)
 	c.base = o.clock.Now()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -129,7 +107,7 @@ func newClient(t Transport, o options, r *refusals) *Client {
 		c.wg.Add(1)
 		go c.watch(ch)
 	}
-	if r != nil {
+	if c.refusals != nil {
 		c.wg.Add(1)
 		go c.runRefusals()
 	}
@@ -150,7 +128,7 @@ func (c *Client) mono() int64 {
 // cheap and shared: the same name gives the same handle until it is closed.
 // The options override the client's for this handle on its creation.
 func (c *Client) Limiter(name string, opts ...Option) (*Limiter, error) {
-	if err := store.CheckName(name); err != nil {
+	if err := limitd.CheckName(name); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()

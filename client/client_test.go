@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // strict is a schedule limiter without catch-up: permits exactly one slice apart.
@@ -193,7 +193,7 @@ func TestWaitNDeadlineTakesNothing(t *testing.T) {
 func TestCloseHandsUnusedPermitsBack(t *testing.T) {
 	_, rdb, st := ctMini(t)
 	ctPut(t, st, "c", strict(1000))
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	l, _ := c.Limiter("c")
 	ctx := context.Background()
 	got := 0
@@ -269,7 +269,7 @@ func TestCloseHandsBackCancelledPermits(t *testing.T) {
 func TestCallsAfterCloseFail(t *testing.T) {
 	_, rdb, st := ctMini(t)
 	ctPut(t, st, "x", strict(100))
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	l, _ := c.Limiter("x")
 	ctx := context.Background()
 	if _, err := l.Wait(ctx); err != nil {
@@ -320,7 +320,7 @@ func TestCallsAfterCloseFail(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	_, rdb, st := ctMini(t)
 	ctPut(t, st, "ok", strict(20000))
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	ctx := context.Background()
 
@@ -339,7 +339,7 @@ func TestBadInput(t *testing.T) {
 	if _, err := missing.Wait(ctx); !errors.Is(err, limiter.ErrNotFound) {
 		t.Fatalf("Wait on an unknown limiter: %v, want ErrNotFound", err)
 	}
-	if _, err := missing.WaitN(ctx, 2); !errors.Is(err, store.ErrNotFound) {
+	if _, err := missing.WaitN(ctx, 2); !errors.Is(err, limiter.ErrNotFound) {
 		t.Fatalf("WaitN on an unknown limiter: %v, want ErrNotFound", err)
 	}
 	if missing.Allow() {
@@ -438,7 +438,7 @@ func TestWaitDeadlineBeforeStartTakesNothing(t *testing.T) {
 func TestHandlesAreSharedByName(t *testing.T) {
 	_, rdb, st := ctMini(t)
 	ctPut(t, st, "s", strict(100))
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	a, _ := c.Limiter("s")
 	b, _ := c.Limiter("s", client.WithWindow(time.Second))

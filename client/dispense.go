@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // Local dispensing: a handle's pool holds grants as blocks and hands their
@@ -26,7 +26,7 @@ type block struct {
 	got    int64 // local ns when the grant arrived
 	offset int64 // Redis ns − local ns, at the grant
 	p      limiter.Params
-	g      store.Grant
+	g      limitd.Grant
 	// dropped: no longer in the pool (handed back, or lost with Redis). A
 	// permit of it that a cancelled wait puts back cannot rejoin the pool.
 	dropped bool

@@ -35,58 +35,38 @@
 // (Limiter.Reserve) is settled with what it used (Reservation.Settle: the
 // unused part handed back, the excess charged).
 //
-// A client over Redis (New) counts what it refuses (Allow answering false, a
+// Two transports reach the shared schedules: a limitd server over HTTP
+// (NewHTTP), or Redis directly (package client/redisclient, whose New takes
+// any redis.UniversalClient: store.NewClient builds one from every form of
+// LIMITD_REDIS_URL). Redis lives in that package alone, so that a program
+// over HTTP compiles neither go-redis nor the Lua scripts. Every answer is
+// in the vocabulary of package limitd (Decision, SlotLease, ...), as the
+// server's own.
+//
+// A client over Redis counts what it refuses (Allow answering false, a
 // Wait past its deadline, a refused Reserve or Acquire, a semaphore poll
 // that found no slot) and adds the counts once a second, and on Close, to
 // the Redis totals a limitd server's ledger writes, at the same bounded
-// cost (store.Tally), so that limitd's dashboard and metrics show the
+// cost (RefusalTally), so that limitd's dashboard and metrics show the
 // refusals no server saw. WithoutRefusalCounts turns it off.
 //
 // The HTTP middleware that limits requests per key through limiter templates
 // is in package httplimit, so that a user of the client alone does not compile
 // echo.
 //
-// New takes any redis.UniversalClient. Build it with store.NewClient, which
-// reads every topology from one URL (the forms of LIMITD_REDIS_URL, parsed by
-// go-redis' own ParseURL, ParseFailoverURL and ParseClusterURL), sets short
-// timeouts so that an outage is noticed in well under a second, and follows
-// failovers within a second of a promotion:
-//
-//	redis://[user:pw@]host:port[/db]                  a single node (rediss:// for TLS)
-//	redis://[suser:spw@]sentinel:26379?master_name=NAME&addr=sentinel2:26379&username=U&password=PW
-//	                                                  the master the Sentinels name; user info
-//	                                                  authenticates to the Sentinels, username=
-//	                                                  and password= to the master
-//	redis://[user:pw@]node:7000?addr=node2:7001&addr=node3:7002
-//	                                                  a Redis Cluster, with ACL user and TLS
-//	host:port,host:port                               a Redis Cluster, no credentials
-//
-// For example:
-//
-//	rdb, err := store.NewClient(os.Getenv("LIMITD_REDIS_URL"))
-//	if err != nil {
-//		return err // names the bad part, never the password
-//	}
-//	defer rdb.Close()
-//	c := client.New(rdb)
-//
-// A client built by hand works too, but keeps go-redis' defaults: 5 s
-// timeouts, and on a cluster a slot map reloaded only every minute, so the
-// limiters of a failed master's slots stay unavailable that long.
-//
 // Options are typed by where they apply: Option (a handle's behaviour) for
 // Limiter and every constructor, ClientOption (WithClock) for every
-// constructor, RedisOption (WithPrefix) for New, HTTPOption (WithToken,
-// WithHTTPClient) for NewHTTP. An option a constructor would not honour does
+// constructor, HTTPOption (WithToken, WithHTTPClient) for NewHTTP. An option a constructor would not honour does
 // not compile.
 //
-// Layer: client → store → limiter (and internal/clockoffset, the Redis-clock
-// offset estimator it shares with limitd bench). It uses net/http only as an
+// Layer: client → limitd → limiter (and internal/clockoffset, the
+// Redis-clock offset estimator it shares with limitd bench); client/redisclient
+// → client, store. TestClientCompilesNoRedis keeps it so. It uses net/http only as an
 // HTTP client, for NewHTTP; it imports no server front end (api, echo), and
 // httplimit imports it, never the reverse.
 //
 // Errors are values to test with errors.Is: limiter.ErrNotFound,
-// limiter.ErrInvalid, store.ErrUnavailable, ErrClosed, and the context's
+// limiter.ErrInvalid, limiter.ErrUnavailable, ErrClosed, and the context's
 // errors. A handle on a limiter that does not exist answers
 // limiter.ErrNotFound from AllowNext and Wait (Allow: false) and remembers
 // it: it asks Redis again a second later, or at once when a change event

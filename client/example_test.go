@@ -9,7 +9,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -38,7 +38,7 @@ func Example_testAgainstMiniredis() {
 		}
 	}
 
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	api, err := c.Limiter("partner-api")
 	if err != nil {
 		panic(err)
@@ -116,7 +116,7 @@ func ExampleLimiter_Charge() {
 		panic(err)
 	}
 
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	tokens, err := c.Limiter("tokens")
 	if err != nil {
@@ -165,7 +165,7 @@ func ExampleReservation_Settle() {
 		panic(err)
 	}
 
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	tokens, err := c.Limiter("tokens")
 	if err != nil {

@@ -5,8 +5,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // Fallback: what a handle does while the shared schedule is unreachable,
@@ -212,7 +212,7 @@ const firstRetry = 50 * time.Millisecond
 // fallback's permits that have not started are withdrawn, those that have
 // are charged against an unpaced schedule's backlog, and the guard paces
 // the handle until the end of the cool-down.
-func (l *Limiter) comeBack(now int64, g store.Grant, p limiter.Params) {
+func (l *Limiter) comeBack(now int64, g limitd.Grant, p limiter.Params) {
 	l.down = false
 	gd := l.guard
 	if gd == nil {
@@ -360,12 +360,12 @@ func (l *Limiter) fallbackWait(ctx context.Context, now int64, gated bool) (p Pe
 		return Permit{Scheduled: t, Start: t}, false, nil
 	case FallbackPessimistic:
 		l.mu.Unlock()
-		return Permit{}, false, store.ErrUnavailable
+		return Permit{}, false, limiter.ErrUnavailable
 	}
 	g := l.guard
 	if g == nil { // no rate was ever learned and none configured: nothing is safe
 		l.mu.Unlock()
-		return Permit{}, false, store.ErrUnavailable
+		return Permit{}, false, limiter.ErrUnavailable
 	}
 	at := max(now, g.from)
 	gated = gated && at == now

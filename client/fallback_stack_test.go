@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -36,16 +38,16 @@ func (f *ctFaulty) down() bool {
 	return !now.Before(f.downAt) && now.Before(f.upAt)
 }
 
-func (f *ctFaulty) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+func (f *ctFaulty) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	if f.down() {
-		return store.Grant{}, fmt.Errorf("%w: the test's fault", store.ErrUnavailable)
+		return limitd.Grant{}, fmt.Errorf("%w: the test's fault", limiter.ErrUnavailable)
 	}
 	return f.Transport.Grant(ctx, name, k, maxWait)
 }
 
-func (f *ctFaulty) Release(ctx context.Context, g store.Grant, m int64) error {
+func (f *ctFaulty) Release(ctx context.Context, g limitd.Grant, m int64) error {
 	if f.down() {
-		return fmt.Errorf("%w: the test's fault", store.ErrUnavailable)
+		return fmt.Errorf("%w: the test's fault", limiter.ErrUnavailable)
 	}
 	return f.Transport.Release(ctx, g, m)
 }
@@ -56,7 +58,7 @@ type ctCharging struct {
 	st *store.Store
 }
 
-func (f ctCharging) Charge(ctx context.Context, name string, n int64) (store.Decision, error) {
+func (f ctCharging) Charge(ctx context.Context, name string, n int64) (limitd.Decision, error) {
 	f.mu.Lock()
 	f.charged = append(f.charged, n)
 	f.mu.Unlock()
@@ -152,7 +154,7 @@ func TestFallbackAfterQueuedPermits(t *testing.T) {
 	clk, _, st := ctDriven(t)
 	ctPut(t, st, "q", strict(100))
 	t0 := clk.Now()
-	f := &ctFaulty{Transport: clk.transport(client.NewStoreTransport(st)), clk: clk,
+	f := &ctFaulty{Transport: clk.transport(redisclient.NewTransport(st)), clk: clk,
 		downAt: t0.Add(time.Second), upAt: t0.Add(3 * time.Second)}
 	const retry = 100 * time.Millisecond
 	c := client.NewWithTransport(f, client.WithClock(clk), client.WithSafeRate(50), client.WithRetryInterval(retry))
@@ -244,7 +246,7 @@ func TestFallbackChargedToTheBacklog(t *testing.T) {
 			clk, _, st := ctDriven(t)
 			ctPut(t, st, "b", limiter.Config{Rate: 100, Burst: limiter.B(burst)})
 			t0 := clk.Now()
-			f := &ctFaulty{Transport: clk.transport(client.NewStoreTransport(st)), clk: clk,
+			f := &ctFaulty{Transport: clk.transport(redisclient.NewTransport(st)), clk: clk,
 				downAt: t0.Add(500 * time.Millisecond), upAt: t0.Add(1500 * time.Millisecond)}
 			c := client.NewWithTransport(ctCharging{f, st}, client.WithClock(clk), client.WithSafeRate(50),
 				client.WithRetryInterval(100*time.Millisecond))

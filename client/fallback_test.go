@@ -9,7 +9,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/limitd/limitd/client"
-	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd/client/redisclient"
+	"github.com/limitd/limitd/limiter"
 )
 
 // While Redis is down a handle follows its fallback mode; once Redis is back
@@ -62,8 +63,8 @@ func TestFallbackWhileRedisIsDown(t *testing.T) {
 					t.Fatalf("pessimistic fallback allowed call %d", i)
 				}
 			}
-			if _, err := l.Wait(context.Background()); !errors.Is(err, store.ErrUnavailable) {
-				t.Fatalf("pessimistic fallback Wait: %v, want store.ErrUnavailable", err)
+			if _, err := l.Wait(context.Background()); !errors.Is(err, limiter.ErrUnavailable) {
+				t.Fatalf("pessimistic fallback Wait: %v, want limiter.ErrUnavailable", err)
 			}
 		}},
 	} {
@@ -71,7 +72,7 @@ func TestFallbackWhileRedisIsDown(t *testing.T) {
 			srv, rdb, st := ctServer(t)
 			const name = "dep"
 			ctPut(t, st, name, strict(1000))
-			c := client.New(rdb, client.WithFallback(tc.mode), client.WithSafeRate(200),
+			c := redisclient.New(rdb, client.WithFallback(tc.mode), client.WithSafeRate(200),
 				client.WithRetryInterval(50*time.Millisecond))
 			l, err := c.Limiter(name)
 			if err != nil {
@@ -92,7 +93,7 @@ func TestFallbackWhileRedisIsDown(t *testing.T) {
 			if !ctEventually(10*time.Second, func() bool {
 				p, err := l.Wait(ctx)
 				time.Sleep(5 * time.Millisecond)
-				return (err == nil && !p.Shared) || errors.Is(err, store.ErrUnavailable)
+				return (err == nil && !p.Shared) || errors.Is(err, limiter.ErrUnavailable)
 			}) {
 				t.Fatal("the handle did not notice that Redis is down within 10s")
 			}
@@ -103,7 +104,7 @@ func TestFallbackWhileRedisIsDown(t *testing.T) {
 			// callers never see its absence.
 			for range 20 {
 				p, err := l.Wait(ctx)
-				if p.Shared || (err != nil && !errors.Is(err, store.ErrUnavailable)) {
+				if p.Shared || (err != nil && !errors.Is(err, limiter.ErrUnavailable)) {
 					t.Fatalf("Wait before the limiter is re-created: %+v, %v", p, err)
 				}
 				time.Sleep(5 * time.Millisecond)
@@ -145,7 +146,7 @@ func TestFallbackWhileRedisIsDown(t *testing.T) {
 func TestCloseWhileRedisIsDown(t *testing.T) {
 	srv, rdb, st := ctServer(t)
 	ctPut(t, st, "gone", strict(1000))
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	l, _ := c.Limiter("gone")
 	for range 10 {
 		if _, err := l.Wait(context.Background()); err != nil {

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // Grant fetching: a handle sizes its next grant from its own demand and
@@ -92,7 +92,7 @@ func (l *Limiter) fetch(k int64) {
 	t0 := l.c.mono()
 	sent := t0
 	l.remoteCalls.Add(1)
-	g, err := l.c.t.Grant(ctx, l.name, k, store.Forever)
+	g, err := l.c.t.Grant(ctx, l.name, k, limitd.Forever)
 	if timedOut(err) && l.c.ctx.Err() == nil {
 		// One more try before falling back: a process that was stalled (GC,
 		// SIGSTOP) across the read timeout sees a timeout though Redis is
@@ -100,7 +100,7 @@ func (l *Limiter) fetch(k int64) {
 		// for a while after repeated dial errors.
 		t0 = l.c.mono()
 		l.remoteCalls.Add(1)
-		g, err = l.c.t.Grant(ctx, l.name, k, store.Forever)
+		g, err = l.c.t.Grant(ctx, l.name, k, limitd.Forever)
 	}
 	window := err == nil && limiter.Counts(g.Kind)
 	if window {
@@ -115,7 +115,7 @@ func (l *Limiter) fetch(k int64) {
 		// grant, sized before the pool knows it): one permit always fits.
 		t0 = l.c.mono()
 		l.remoteCalls.Add(1)
-		g, err = l.c.t.Grant(ctx, l.name, 1, store.Forever)
+		g, err = l.c.t.Grant(ctx, l.name, 1, limitd.Forever)
 	}
 	t1 := l.c.mono()
 	l.mu.Lock()
@@ -188,7 +188,7 @@ func (l *Limiter) fetch(k int64) {
 // cool-down, each process held to its part by its guard, what it measures
 // is its part of their sum: the parts, measured at different times, come
 // back to adding up to 1.)
-func (l *Limiter) estimateShare(g store.Grant, p limiter.Params, now int64) {
+func (l *Limiter) estimateShare(g limitd.Grant, p limiter.Params, now int64) {
 	if gd := l.guard; gd != nil && (l.down || now-gd.back < int64(l.o.retry)) {
 		l.part.pause()
 		return
@@ -203,7 +203,7 @@ func timedOut(err error) bool {
 }
 
 func unreachable(err error) bool {
-	return errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
+	return errors.Is(err, limiter.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // await returns the channel of the fetch in flight, starting one if needed.
@@ -239,7 +239,7 @@ func (l *Limiter) waitFetch(ctx context.Context, done chan struct{}) error {
 	l.mu.Lock()
 	err := l.err
 	l.mu.Unlock()
-	if err != nil && !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+	if err != nil && !errors.Is(err, limiter.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
 		return err // not found, invalid: the caller must know
 	}
 	return nil

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd"
 )
 
 // Hand-back and change watching: permits a handle will not use go back to
@@ -93,7 +93,7 @@ func closed(ch chan struct{}) bool {
 	}
 }
 
-func (l *Limiter) release(g store.Grant, m int64) error {
+func (l *Limiter) release(g limitd.Grant, m int64) error {
 	l.remoteCalls.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -105,7 +105,7 @@ func (l *Limiter) release(g store.Grant, m int64) error {
 // last permits when nothing was granted since, which for a permit from the
 // middle would free a start that another permit used; so the grant is
 // presented as of no current version, and the permit's time becomes idle.
-func (l *Limiter) releaseOne(g store.Grant) error {
+func (l *Limiter) releaseOne(g limitd.Grant) error {
 	g.Version = -1
 	return l.release(g, 1)
 }

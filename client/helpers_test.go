@@ -12,7 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -38,7 +40,7 @@ func ctServer(t *testing.T) (*redistest.Instance, *redis.Client, *store.Store) {
 	return srv, rdb, store.New(rdb)
 }
 
-func ctPut(t *testing.T, st *store.Store, name string, c limiter.Config) store.Info {
+func ctPut(t *testing.T, st *store.Store, name string, c limiter.Config) limitd.Info {
 	t.Helper()
 	info, _, err := st.Put(context.Background(), name, c)
 	if err != nil {
@@ -47,7 +49,7 @@ func ctPut(t *testing.T, st *store.Store, name string, c limiter.Config) store.I
 	return info
 }
 
-func ctWaitInfo(t *testing.T, st *store.Store, name string) store.WaitInfo {
+func ctWaitInfo(t *testing.T, st *store.Store, name string) limitd.WaitInfo {
 	t.Helper()
 	w, err := st.Wait(context.Background(), name)
 	if err != nil {
@@ -73,15 +75,15 @@ type ctEvent struct {
 }
 
 func ctCounting(st *store.Store) *ctTransport {
-	return &ctTransport{Transport: client.NewStoreTransport(st), inject: make(chan string)}
+	return &ctTransport{Transport: redisclient.NewTransport(st), inject: make(chan string)}
 }
 
-func (t *ctTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+func (t *ctTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	t.grants.Add(1)
 	return t.Transport.Grant(ctx, name, k, maxWait)
 }
 
-func (t *ctTransport) Release(ctx context.Context, g store.Grant, m int64) error {
+func (t *ctTransport) Release(ctx context.Context, g limitd.Grant, m int64) error {
 	t.releases.Add(1)
 	return t.Transport.Release(ctx, g, m)
 }
@@ -218,7 +220,7 @@ func ctDriven(t *testing.T) (*ctClock, *redis.Client, *store.Store) {
 
 // client returns a client on the clock, over st through clk.transport.
 func (c *ctClock) client(st *store.Store, opts ...client.ClientOption) *client.Client {
-	return client.NewWithTransport(c.transport(client.NewStoreTransport(st)), append(opts, client.WithClock(c))...)
+	return client.NewWithTransport(c.transport(redisclient.NewTransport(st)), append(opts, client.WithClock(c))...)
 }
 
 func (c *ctClock) Now() time.Time {
@@ -429,17 +431,17 @@ func (t *ctTimed) begin() func() {
 	}
 }
 
-func (t *ctTimed) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+func (t *ctTimed) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	defer t.begin()()
 	return t.Transport.Grant(ctx, name, k, maxWait)
 }
 
-func (t *ctTimed) Release(ctx context.Context, g store.Grant, m int64) error {
+func (t *ctTimed) Release(ctx context.Context, g limitd.Grant, m int64) error {
 	defer t.begin()()
 	return t.Transport.Release(ctx, g, m)
 }
 
-func (t *ctTimed) Capacity(ctx context.Context, name string, r store.CapacityRequest) (store.CapacityLease, error) {
+func (t *ctTimed) Capacity(ctx context.Context, name string, r limitd.CapacityRequest) (limitd.CapacityLease, error) {
 	defer t.begin()()
 	return t.Transport.Capacity(ctx, name, r)
 }
@@ -449,7 +451,7 @@ func (t *ctTimed) ReturnCapacity(ctx context.Context, name, clientID string) err
 	return t.Transport.ReturnCapacity(ctx, name, clientID)
 }
 
-func (t *ctTimed) AcquireSlot(ctx context.Context, name string) (store.SlotLease, error) {
+func (t *ctTimed) AcquireSlot(ctx context.Context, name string) (limitd.SlotLease, error) {
 	defer t.begin()()
 	l, err := t.Transport.AcquireSlot(ctx, name)
 	if err == nil && l.Granted {
@@ -460,7 +462,7 @@ func (t *ctTimed) AcquireSlot(ctx context.Context, name string) (store.SlotLease
 	return l, err
 }
 
-func (t *ctTimed) RenewSlot(ctx context.Context, name, id string) (store.SlotLease, error) {
+func (t *ctTimed) RenewSlot(ctx context.Context, name, id string) (limitd.SlotLease, error) {
 	defer t.begin()()
 	return t.Transport.RenewSlot(ctx, name, id)
 }

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 	"github.com/limitd/limitd/wire"
 )
 
@@ -58,7 +58,8 @@ func NewHTTP(baseURL string, opts ...HTTPOption) *Client {
 		hc = http.DefaultClient
 	}
 	t := &httpTransport{base: strings.TrimRight(baseURL, "/"), token: o.http.token, hc: hc, clock: o.clock, ids: map[grantKey]grantRef{}}
-	return newClient(t, o, nil)
+	o.refusals = nil // the server counts what it decides
+	return newClient(t, o)
 }
 
 // httpTransport is a Transport over the limitd HTTP API.
@@ -75,7 +76,7 @@ type httpTransport struct {
 	nowSeen time.Time // local time it was seen; zero: none yet
 }
 
-// grantKey identifies a grant the pool holds: store.Grant has no room for
+// grantKey identifies a grant the pool holds: limitd.Grant has no room for
 // the id the server answers it with.
 type grantKey struct {
 	name              string
@@ -91,7 +92,7 @@ type grantRef struct {
 // handback: a pool hands its grants back soon after their end, or never.
 const grantKeep = 2 * time.Minute
 
-func keyOf(g store.Grant) grantKey {
+func keyOf(g limitd.Grant) grantKey {
 	return grantKey{name: g.Name, start: g.Start, end: g.End, count: g.Permits}
 }
 
@@ -127,12 +128,12 @@ func (t *httpTransport) do(ctx context.Context, method, path string, body any) (
 	}
 	res, err := t.hc.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		return 0, nil, fmt.Errorf("%w: %w", limiter.ErrUnavailable, err)
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: reading the answer to %s %s: %w", store.ErrUnavailable, method, path, err)
+		return 0, nil, fmt.Errorf("%w: reading the answer to %s %s: %w", limiter.ErrUnavailable, method, path, err)
 	}
 	if res.StatusCode/100 == 2 || res.StatusCode == http.StatusTooManyRequests {
 		return res.StatusCode, b, nil
@@ -158,9 +159,9 @@ func problemErr(method, path string, status int, b []byte) error {
 	case status == http.StatusNotFound:
 		return fmt.Errorf("%w: %s", limiter.ErrNotFound, detail)
 	case status == http.StatusConflict:
-		return fmt.Errorf("%w: %s", store.ErrConflict, detail)
+		return fmt.Errorf("%w: %s", limiter.ErrConflict, detail)
 	case status >= 500:
-		return fmt.Errorf("%w: %s", store.ErrUnavailable, detail)
+		return fmt.Errorf("%w: %s", limiter.ErrUnavailable, detail)
 	}
 	return fmt.Errorf("client: %s %s: %d: %s", method, path, status, detail)
 }
@@ -172,10 +173,10 @@ func decode(b []byte, v any) error {
 	return nil
 }
 
-// maxWaitField is a request's max_wait: left out for store.Forever (the
+// maxWaitField is a request's max_wait: left out for limitd.Forever (the
 // server's default), else at least 0.
 func maxWaitField(maxWait time.Duration) *limiter.Duration {
-	if maxWait == store.Forever {
+	if maxWait == limitd.Forever {
 		return nil
 	}
 	mw := limiter.Duration(max(0, maxWait))
@@ -192,27 +193,27 @@ func (t *httpTransport) sawNow(now int64) {
 	t.mu.Unlock()
 }
 
-func (t *httpTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+func (t *httpTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	req := wire.GrantRequest{Permits: &k, MaxWait: maxWaitField(maxWait)}
 	status, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "grant"), req)
 	if err != nil {
-		return store.Grant{}, err
+		return limitd.Grant{}, err
 	}
 	if status == http.StatusTooManyRequests {
 		var d wire.Denied
 		if err := decode(b, &d); err != nil {
-			return store.Grant{}, err
+			return limitd.Grant{}, err
 		}
 		t.sawNow(d.Now)
-		return store.Grant{Name: name, Decision: store.Decision{RetryAfter: d.RetryAfter, Delay: d.Delay,
+		return limitd.Grant{Name: name, Decision: limitd.Decision{RetryAfter: d.RetryAfter, Delay: d.Delay,
 			Wait: d.Wait, Version: d.Version, Now: d.Now}}, nil
 	}
 	var j wire.Grant
 	if err := decode(b, &j); err != nil {
-		return store.Grant{}, err
+		return limitd.Grant{}, err
 	}
-	g := store.Grant{
-		Decision: store.Decision{Granted: j.Granted, Permits: j.Permits, Scheduled: j.Scheduled, Start: j.Start,
+	g := limitd.Grant{
+		Decision: limitd.Decision{Granted: j.Granted, Permits: j.Permits, Scheduled: j.Scheduled, Start: j.Start,
 			Delay: j.Delay, Lateness: j.Lateness, Wait: j.Wait, Version: j.Version, Now: j.Now},
 		Name: name, Kind: j.Kind, Slice: limiter.Slice{Whole: j.Slice.Whole, Frac: j.Slice.Frac, Den: j.Slice.Den},
 		Burst: float64(j.Burst), RemBefore: j.RemBefore, End: j.End,
@@ -223,7 +224,7 @@ func (t *httpTransport) Grant(ctx context.Context, name string, k int64, maxWait
 }
 
 // remember keeps the id of g for its handback, forgetting those past use.
-func (t *httpTransport) remember(g store.Grant, id string) {
+func (t *httpTransport) remember(g limitd.Grant, id string) {
 	now := t.clock.Now()
 	until := now.Add(time.Duration(max(0, g.End-g.Now)) + grantKeep)
 	t.mu.Lock()
@@ -239,7 +240,7 @@ func (t *httpTransport) remember(g store.Grant, id string) {
 	t.ids[keyOf(g)] = grantRef{id: id, until: until}
 }
 
-func (t *httpTransport) Release(ctx context.Context, g store.Grant, m int64) error {
+func (t *httpTransport) Release(ctx context.Context, g limitd.Grant, m int64) error {
 	if !g.Granted || m <= 0 {
 		return nil
 	}
@@ -255,7 +256,7 @@ func (t *httpTransport) Release(ctx context.Context, g store.Grant, m int64) err
 }
 
 // wireGrant is g as POST .../grant answered it, with its id.
-func (t *httpTransport) wireGrant(g store.Grant, id string) wire.Grant {
+func (t *httpTransport) wireGrant(g limitd.Grant, id string) wire.Grant {
 	return wire.Grant{ID: id, Granted: g.Granted, Permits: g.Permits, Scheduled: g.Scheduled, Start: g.Start,
 		Delay: g.Delay, Lateness: g.Lateness, Wait: g.Wait, Version: g.Version, Now: g.Now, Kind: g.Kind,
 		Slice: wire.Slice{Whole: g.Slice.Whole, Frac: g.Slice.Frac, Den: g.Slice.Den}, Burst: limiter.Burst(g.Burst),
@@ -266,17 +267,17 @@ func (t *httpTransport) wireGrant(g store.Grant, id string) wire.Grant {
 // at the next grant.
 func (t *httpTransport) Changes(context.Context) <-chan string { return nil }
 
-func (t *httpTransport) Capacity(ctx context.Context, name string, r store.CapacityRequest) (store.CapacityLease, error) {
+func (t *httpTransport) Capacity(ctx context.Context, name string, r limitd.CapacityRequest) (limitd.CapacityLease, error) {
 	_, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "capacity"),
 		wire.CapacityRequest{ClientID: &r.ClientID, Wants: &r.Wants, Has: &r.Has, Priority: &r.Priority})
 	if err != nil {
-		return store.CapacityLease{}, err
+		return limitd.CapacityLease{}, err
 	}
 	var l wire.CapacityLease
 	if err := decode(b, &l); err != nil {
-		return store.CapacityLease{}, err
+		return limitd.CapacityLease{}, err
 	}
-	return store.CapacityLease{Gets: l.Gets, Expires: l.Expires, Refresh: l.Refresh, SafeCapacity: l.SafeCapacity,
+	return limitd.CapacityLease{Gets: l.Gets, Expires: l.Expires, Refresh: l.Refresh, SafeCapacity: l.SafeCapacity,
 		Learning: l.Learning, Version: l.Version}, nil
 }
 
@@ -288,40 +289,40 @@ func (t *httpTransport) ReturnCapacity(ctx context.Context, name, clientID strin
 // AcquireSlot takes a slot through POST .../acquire, which dispatches on the
 // limiter's kind. Asked of a schedule limiter it takes a permit, answered as
 // ErrConflict (as the store does, though the store takes nothing).
-func (t *httpTransport) AcquireSlot(ctx context.Context, name string) (store.SlotLease, error) {
+func (t *httpTransport) AcquireSlot(ctx context.Context, name string) (limitd.SlotLease, error) {
 	status, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "acquire"), nil)
 	if err != nil {
-		return store.SlotLease{}, err
+		return limitd.SlotLease{}, err
 	}
 	var l wire.SlotAnswer
 	if err := decode(b, &l); err != nil {
-		return store.SlotLease{}, err
+		return limitd.SlotLease{}, err
 	}
 	if l.InUse == nil { // a schedule's answer
-		return store.SlotLease{}, fmt.Errorf("limiter %q: %w: not a concurrency limiter", name, store.ErrConflict)
+		return limitd.SlotLease{}, fmt.Errorf("limiter %q: %w: not a concurrency limiter", name, limiter.ErrConflict)
 	}
 	if status == http.StatusTooManyRequests {
-		return store.SlotLease{RetryAfter: l.RetryAfter, InUse: *l.InUse, Limit: l.Limit}, nil
+		return limitd.SlotLease{RetryAfter: l.RetryAfter, InUse: *l.InUse, Limit: l.Limit}, nil
 	}
 	if l.Shadow { // a refusal in shadow mode, let through: no lease
-		return store.SlotLease{Granted: true, Shadow: true, RetryAfter: l.RetryAfter, InUse: *l.InUse, Limit: l.Limit}, nil
+		return limitd.SlotLease{Granted: true, Shadow: true, RetryAfter: l.RetryAfter, InUse: *l.InUse, Limit: l.Limit}, nil
 	}
 	if l.LeaseID == nil {
-		return store.SlotLease{}, fmt.Errorf("client: the limitd server answered a slot without a lease_id: %s", b)
+		return limitd.SlotLease{}, fmt.Errorf("client: the limitd server answered a slot without a lease_id: %s", b)
 	}
-	return store.SlotLease{Granted: true, ID: *l.LeaseID, Expires: l.Expires, InUse: *l.InUse, Limit: l.Limit}, nil
+	return limitd.SlotLease{Granted: true, ID: *l.LeaseID, Expires: l.Expires, InUse: *l.InUse, Limit: l.Limit}, nil
 }
 
-func (t *httpTransport) RenewSlot(ctx context.Context, name, id string) (store.SlotLease, error) {
+func (t *httpTransport) RenewSlot(ctx context.Context, name, id string) (limitd.SlotLease, error) {
 	_, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "renew"), wire.LeaseRequest{LeaseID: &id})
 	if err != nil {
-		return store.SlotLease{}, err
+		return limitd.SlotLease{}, err
 	}
 	var l wire.Renewed
 	if err := decode(b, &l); err != nil {
-		return store.SlotLease{}, err
+		return limitd.SlotLease{}, err
 	}
-	return store.SlotLease{Granted: true, ID: l.LeaseID, Expires: l.Expires}, nil
+	return limitd.SlotLease{Granted: true, ID: l.LeaseID, Expires: l.Expires}, nil
 }
 
 func (t *httpTransport) ReleaseSlot(ctx context.Context, name, id string) error {
@@ -336,7 +337,7 @@ func (t *httpTransport) Time(context.Context) (int64, error) {
 	now, seen := t.now, t.nowSeen
 	t.mu.Unlock()
 	if seen.IsZero() {
-		return 0, fmt.Errorf("%w: no server time yet (no grant answered over HTTP)", store.ErrUnavailable)
+		return 0, fmt.Errorf("%w: no server time yet (no grant answered over HTTP)", limiter.ErrUnavailable)
 	}
 	return now + int64(t.clock.Now().Sub(seen)), nil
 }

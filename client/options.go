@@ -1,10 +1,6 @@
 package client
 
-import (
-	"time"
-
-	"github.com/limitd/limitd/store"
-)
+import "time"
 
 // The options are typed by where they apply, so that an option a
 // constructor does not honour is a compile error rather than silently
@@ -13,51 +9,41 @@ import (
 //	Option        a handle's behaviour (fallback, window, ...): Limiter, and every
 //	              constructor, where it sets the default of the client's handles
 //	ClientOption  the whole client (WithClock): every constructor
-//	RedisOption   New only (WithPrefix)
 //	HTTPOption    NewHTTP only (WithToken, WithHTTPClient)
 //
-// An Option is a ClientOption, and a ClientOption both a RedisOption and an
-// HTTPOption.
+// An Option is a ClientOption, and a ClientOption an HTTPOption.
 type (
 	// Option configures one handle (Client.Limiter), or the defaults of a
-	// client's handles (New, NewHTTP, NewWithTransport).
+	// client's handles (NewHTTP, NewWithTransport, redisclient.New).
 	Option interface {
 		ClientOption
 		applyHandle(*options)
 	}
 	// ClientOption configures a client, however it reaches the schedules.
 	ClientOption interface {
-		RedisOption
 		HTTPOption
 		applyClient(*options)
 	}
-	// RedisOption configures a client over Redis (New).
-	RedisOption interface{ applyRedis(*options) }
 	// HTTPOption configures a client over HTTP (NewHTTP).
 	HTTPOption interface{ applyHTTP(*options) }
 )
 
-// handleOption is an Option; clientOption a ClientOption; redisOption and
-// httpOption are what their names say.
+// handleOption is an Option; clientOption a ClientOption; httpOption an
+// HTTPOption.
 type (
 	handleOption func(*options)
 	clientOption func(*options)
-	redisOption  func(*options)
 	httpOption   func(*options)
 )
 
 func (f handleOption) applyHandle(o *options) { f(o) }
 func (f handleOption) applyClient(o *options) { f(o) }
-func (f handleOption) applyRedis(o *options)  { f(o) }
 func (f handleOption) applyHTTP(o *options)   { f(o) }
 func (f clientOption) applyClient(o *options) { f(o) }
-func (f clientOption) applyRedis(o *options)  { f(o) }
 func (f clientOption) applyHTTP(o *options)   { f(o) }
-func (f redisOption) applyRedis(o *options)   { f(o) }
 func (f httpOption) applyHTTP(o *options)     { f(o) }
 
 type options struct {
-	prefix   string
 	fallback Fallback
 	safeRate float64       // 0: estimate from this process's share
 	window   time.Duration // how much of its own demand a grant covers
@@ -65,27 +51,31 @@ type options struct {
 	retry    time.Duration // how often to try Redis again while falling back
 	clock    Clock
 	http     httpOptions // NewHTTP only
-	// noRefusalCounts: New's client adds no refusal counts to Redis.
-	noRefusalCounts bool
+	// refusals makes the tally a client adds its refusals to (nil: none).
+	refusals func(now func() time.Time) RefusalTally
 }
 
 func defaults() options {
-	return options{prefix: store.DefaultPrefix, window: 20 * time.Millisecond,
+	return options{window: 20 * time.Millisecond,
 		stale: 100 * time.Millisecond, retry: time.Second, clock: systemClock{}}
 }
 
-// WithPrefix sets the Redis key prefix (default "limitd"). A client over
-// HTTP has none: the server has its own.
-func WithPrefix(p string) RedisOption { return redisOption(func(o *options) { o.prefix = p }) }
-
 // WithoutRefusalCounts stops a client over Redis from adding its
 // refusals to the Redis totals that limitd's dashboard, metrics and
-// ctl watch read (see New): its refusals then show nowhere but in the
-// caller's own code. Counting costs an atomic add per refusal and, once a
-// second, one pipeline into Redis. Over HTTP there is nothing to turn off:
-// the limitd server counts what it decides.
-func WithoutRefusalCounts() RedisOption {
-	return redisOption(func(o *options) { o.noRefusalCounts = true })
+// ctl watch read (see redisclient.New): its refusals then show nowhere but
+// in the caller's own code. Counting costs an atomic add per refusal and,
+// once a second, one pipeline into Redis. Over HTTP there is nothing to
+// turn off: the limitd server counts what it decides.
+func WithoutRefusalCounts() ClientOption {
+	return clientOption(func(o *options) { o.refusals = nil })
+}
+
+// WithRefusalCounts makes the client count what it refuses and add it
+// once a second, and at Close, to the tally tally returns, called once
+// with the client's clock. redisclient.New passes its own; over HTTP
+// (NewHTTP) it is ignored, the server counting what it decides.
+func WithRefusalCounts(tally func(now func() time.Time) RefusalTally) ClientOption {
+	return clientOption(func(o *options) { o.refusals = tally })
 }
 
 // WithFallback sets what handles do while Redis is unreachable.

@@ -12,9 +12,10 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // ctRun calls Wait from n goroutines for about d and returns every permit.
@@ -157,7 +158,7 @@ func TestWaitDispensesOneSharedSchedule(t *testing.T) {
 func TestWaitManyGoroutines(t *testing.T) {
 	_, rdb, st := ctServer(t)
 	ctPut(t, st, "many", strict(50000))
-	c := client.New(rdb, client.WithStaleAfter(time.Hour))
+	c := redisclient.New(rdb, client.WithStaleAfter(time.Hour))
 	l, _ := c.Limiter("many")
 	var allowed sync.WaitGroup
 	stop := make(chan struct{})
@@ -391,7 +392,7 @@ func (g *ctGate) waitHeld(d time.Duration) bool {
 	}
 }
 
-func (g *ctGate) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (sg store.Grant, err error) {
+func (g *ctGate) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (sg limitd.Grant, err error) {
 	sg, err = g.ctTransport.Grant(ctx, name, k, maxWait)
 	g.mu.Lock()
 	g.calls++
@@ -412,7 +413,7 @@ func (g *ctGate) Grant(ctx context.Context, name string, k int64, maxWait time.D
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	_, rdb, st := ctServer(t)
 	ctPut(t, st, "leak", limiter.Config{Rate: 5000})
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	l, _ := c.Limiter("leak")
 	ctRun(t, l, 4, 100*time.Millisecond)
 	if err := c.Close(); err != nil {
@@ -586,7 +587,7 @@ func TestAllowRefusesOnlyAtAReadingUnderTheLock(t *testing.T) {
 	// Grants after the first fail: the permit Allow takes must come from
 	// the grant the pool holds (not its fallback), whatever a background
 	// fetch for the next grant does meanwhile.
-	tr := &firstGrantOnly{Transport: clk.transport(client.NewStoreTransport(st))}
+	tr := &firstGrantOnly{Transport: clk.transport(redisclient.NewTransport(st))}
 	c := client.NewWithTransport(tr, client.WithClock(mc))
 	t.Cleanup(func() { _ = c.Close() })
 	l, err := c.Limiter("moving")
@@ -616,9 +617,9 @@ type firstGrantOnly struct {
 	grants atomic.Int32
 }
 
-func (f *firstGrantOnly) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+func (f *firstGrantOnly) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	if f.grants.Add(1) > 1 {
-		return store.Grant{}, store.ErrUnavailable
+		return limitd.Grant{}, limiter.ErrUnavailable
 	}
 	return f.Transport.Grant(ctx, name, k, maxWait)
 }
@@ -634,7 +635,7 @@ type slowRelease struct {
 	releasing   atomic.Int32
 }
 
-func (t *slowRelease) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+func (t *slowRelease) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	if t.armed.Load() && t.armed.CompareAndSwap(true, false) {
 		if t.releasing.Load() > 0 {
 			t.overlapping.Store(true)
@@ -645,7 +646,7 @@ func (t *slowRelease) Grant(ctx context.Context, name string, k int64, maxWait t
 	return t.Transport.Grant(ctx, name, k, maxWait)
 }
 
-func (t *slowRelease) Release(ctx context.Context, g store.Grant, m int64) error {
+func (t *slowRelease) Release(ctx context.Context, g limitd.Grant, m int64) error {
 	t.releasing.Add(1)
 	defer t.releasing.Add(-1)
 	if t.asked.Load() { // the grant got to Redis first
@@ -665,7 +666,7 @@ func (t *slowRelease) Release(ctx context.Context, g store.Grant, m int64) error
 func TestFetchWaitsForTheHandBack(t *testing.T) {
 	clk, _, st := ctDriven(t)
 	ctPut(t, st, "stale", strict(1000))
-	tr := &slowRelease{Transport: client.NewStoreTransport(st), grantAsked: make(chan struct{})}
+	tr := &slowRelease{Transport: redisclient.NewTransport(st), grantAsked: make(chan struct{})}
 	c := client.NewWithTransport(clk.transport(tr), client.WithClock(clk), client.WithStaleAfter(10*time.Millisecond))
 	t.Cleanup(func() { _ = c.Close() })
 	l, err := c.Limiter("stale")

@@ -2,12 +2,11 @@ package client
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd"
 )
 
 // Refusal counts. A client over Redis decides most calls itself, from the
@@ -16,7 +15,7 @@ import (
 // it would never learn. So the client counts its refusals (on the hot path
 // an atomic add, no lock, no allocation) and adds them once a second to
 // the same Redis totals a limitd server's ledger writes, through the same
-// store.Tally: the same subjects (a limiter, or a template and its busiest
+// tally (RefusalTally, redisclient's: store.Tally): the same subjects (a limiter, or a template and its busiest
 // instances), the same bound on names per interval and on commands per
 // flush. WithoutRefusalCounts turns it off; over HTTP the server counts.
 //
@@ -76,9 +75,9 @@ func (r *refusalCount) saw(instance bool) {
 }
 
 // take returns the counts and zeroes them.
-func (r *refusalCount) take() store.Counts {
+func (r *refusalCount) take() limitd.Counts {
 	ones, calls, permits := r.ones.Swap(0), r.calls.Swap(0), r.permits.Swap(0)
-	return store.Counts{RefusedCalls: ones + calls, RefusedPermits: ones + permits}
+	return limitd.Counts{RefusedCalls: ones + calls, RefusedPermits: ones + permits}
 }
 
 func (r *refusalCount) empty() bool {
@@ -86,7 +85,7 @@ func (r *refusalCount) empty() bool {
 }
 
 // giveBack adds c to the counts again (their subject was not known yet).
-func (r *refusalCount) giveBack(c store.Counts) {
+func (r *refusalCount) giveBack(c limitd.Counts) {
 	r.calls.Add(c.RefusedCalls)
 	r.permits.Add(c.RefusedPermits)
 }
@@ -94,8 +93,7 @@ func (r *refusalCount) giveBack(c store.Counts) {
 // refusals is a client's refusal counting: one count per limiter its
 // handles and semaphores use, and the tally they are flushed through.
 type refusals struct {
-	st    *store.Store
-	tally *store.Tally
+	tally RefusalTally
 	every time.Duration
 
 	mu     sync.Mutex
@@ -106,9 +104,8 @@ type refusals struct {
 // How often the client adds its refusals to Redis.
 const refusalFlushEvery = time.Second
 
-func newRefusals(st *store.Store, clock Clock) *refusals {
-	return &refusals{st: st, every: refusalFlushEvery,
-		tally:  st.NewTally(store.TallyOptions{Clock: clock.Now}),
+func newRefusals(tally RefusalTally) *refusals {
+	return &refusals{tally: tally, every: refusalFlushEvery,
 		counts: map[string]*refusalCount{}, users: map[*refusalCount]int{}}
 }
 
@@ -158,33 +155,13 @@ func (r *refusals) gather(ctx context.Context, c *refusalCount) {
 	r.tally.Add(s, n)
 }
 
-// subjectOf names what name's refusals count under (see core's ledger):
-// the limiter, or the template whose instance it is. What the pool's last
-// grant said is enough but for the template's id, which the store's cache
-// of templates gives without a round trip; a name no decision told about
-// yet (the fallback refused before any grant) costs a lookup.
-func (r *refusals) subjectOf(ctx context.Context, name string, what int32) (store.Subject, bool) {
+// subjectOf names what name's refusals count under (RefusalTally.Subject):
+// a limiter a decision told of without asking the tally.
+func (r *refusals) subjectOf(ctx context.Context, name string, what int32) (limitd.Subject, bool) {
 	if what == subjectLimiter {
-		return store.Subject{Limiter: name}, true
+		return limitd.Subject{Limiter: name}, true
 	}
-	t, err := r.st.Resolve(ctx, name)
-	switch {
-	case errors.Is(err, store.ErrNotFound) && what == subjectInstance:
-		return store.Subject{}, true // its template was deleted since: nothing to count under
-	case errors.Is(err, store.ErrNotFound):
-		return store.Subject{Limiter: name}, true // no template matches: only a limiter could have refused
-	case err != nil:
-		return store.Subject{}, false
-	case what == subjectInstance:
-		return store.Subject{Template: t.ID, Instance: name}, true
-	}
-	// A limiter of that name comes before templates.
-	if _, err := r.st.Get(ctx, name); err == nil {
-		return store.Subject{Limiter: name}, true
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return store.Subject{}, false
-	}
-	return store.Subject{Template: t.ID, Instance: name}, true
+	return r.tally.Subject(ctx, name, what == subjectInstance)
 }
 
 // direct counts the refusal of a direct acquire (Client.Acquire,
@@ -196,7 +173,7 @@ func (r *refusals) direct(ctx context.Context, name string, permits int64, insta
 		what = subjectInstance
 	}
 	if s, ok := r.subjectOf(ctx, name, what); ok {
-		r.tally.Add(s, store.Counts{RefusedCalls: 1, RefusedPermits: permits})
+		r.tally.Add(s, limitd.Counts{RefusedCalls: 1, RefusedPermits: permits})
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/internal/testkit/rounds"
 	"github.com/limitd/limitd/limiter"
 )
@@ -58,7 +59,7 @@ func BenchmarkRefusalCounts(b *testing.B) {
 			n    int
 		}{{"g1", 1}, {"p8", 8 * runtime.GOMAXPROCS(0)}} {
 			b.Run(path.name+"/"+g.name, func(b *testing.B) {
-				on, off := client.New(rdb), client.New(rdb, client.WithoutRefusalCounts())
+				on, off := redisclient.New(rdb), redisclient.New(rdb, client.WithoutRefusalCounts())
 				b.Cleanup(func() { _ = on.Close(); _ = off.Close() })
 				lOn, lOff := handle(on, path.limiter+"on"), handle(off, path.limiter+"off")
 				lOn.Allow() // the first grant of each (of 1/h: the hour's permit)

@@ -11,7 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -80,7 +82,7 @@ func (w *rfWrites) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 // rfTotals reads a limiter's totals.
-func rfTotals(t *testing.T, st *store.Store, name string) store.Counts {
+func rfTotals(t *testing.T, st *store.Store, name string) limitd.Counts {
 	t.Helper()
 	c, err := st.Totals(context.Background(), []string{name})
 	if err != nil {
@@ -111,10 +113,10 @@ func TestRefusalsFlushedEverySecond(t *testing.T) {
 	one, three := int64(1), int64(3)
 	ctPut(t, st, "daily", limiter.Config{Kind: limiter.KindWindow, Limit: &three, Period: "1h"})
 	ctPut(t, st, "reports", limiter.Config{Kind: limiter.KindConcurrency, Limit: &one, Lease: limiter.D(time.Hour)})
-	if _, err := st.PutTemplate(ctx, store.Template{ID: "per-user", Pattern: "user:*", Limiter: limiter.Config{Rate: 1}}); err != nil {
+	if _, err := st.PutTemplate(ctx, limitd.Template{ID: "per-user", Pattern: "user:*", Limiter: limiter.Config{Rate: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	c := client.New(rdb, client.WithClock(clk))
+	c := redisclient.New(rdb, client.WithClock(clk))
 	defer c.Close()
 
 	orders, err := c.Limiter("orders")
@@ -174,7 +176,7 @@ func TestRefusalsFlushedEverySecond(t *testing.T) {
 	}
 	w := rfCounting(rdb)
 	rfFlush(t, clk)
-	want := map[string]store.Counts{
+	want := map[string]limitd.Counts{
 		"orders":  {RefusedCalls: 4, RefusedPermits: 4}, // 3 Allow, 1 Wait
 		"daily":   {RefusedCalls: 2, RefusedPermits: 6}, // Acquire of 3, Reserve of 3
 		"reports": {RefusedCalls: 1, RefusedPermits: 1}, // one poll found the slot taken
@@ -190,7 +192,7 @@ func TestRefusalsFlushedEverySecond(t *testing.T) {
 	if got := rfTotals(t, st, "user:7"); !got.IsZero() {
 		t.Errorf("an instance has no totals of its own: %+v", got)
 	}
-	if got, err := st.TemplateTotals(ctx, "per-user"); err != nil || got != (store.Counts{RefusedCalls: 1, RefusedPermits: 1}) {
+	if got, err := st.TemplateTotals(ctx, "per-user"); err != nil || got != (limitd.Counts{RefusedCalls: 1, RefusedPermits: 1}) {
 		t.Errorf("per-user's totals %+v, %v: want user:7's refusal", got, err)
 	}
 	if _, top, err := st.Top(ctx, "per-user", true, 10, 1); err != nil || fmt.Sprint(top) != "[{user:7 1 0}]" {
@@ -207,11 +209,11 @@ func TestRefusalsFlushBounded(t *testing.T) {
 	clk, rdb, st := ctDriven(t)
 	ctx := context.Background()
 	one := int64(1)
-	if _, err := st.PutTemplate(ctx, store.Template{ID: "per-ip", Pattern: "ip:*",
+	if _, err := st.PutTemplate(ctx, limitd.Template{ID: "per-ip", Pattern: "ip:*",
 		Limiter: limiter.Config{Kind: limiter.KindWindow, Limit: &one, Period: "1h"}}); err != nil {
 		t.Fatal(err)
 	}
-	c := client.New(rdb, client.WithClock(clk))
+	c := redisclient.New(rdb, client.WithClock(clk))
 	defer c.Close()
 	const instances = 300
 	for i := range instances {
@@ -232,7 +234,7 @@ func TestRefusalsFlushBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (store.Counts{RefusedCalls: 600, RefusedPermits: 600}); got != want {
+	if want := (limitd.Counts{RefusedCalls: 600, RefusedPermits: 600}); got != want {
 		t.Errorf("per-ip's totals %+v, want %+v", got, want)
 	}
 	by, n := w.take()
@@ -251,7 +253,7 @@ func TestRefusalCountsOff(t *testing.T) {
 	clk, rdb, st := ctDriven(t)
 	ctPut(t, st, "orders", limiter.Config{Rate: 1})
 	w := rfCounting(rdb)
-	c := client.New(rdb, client.WithClock(clk), client.WithoutRefusalCounts())
+	c := redisclient.New(rdb, client.WithClock(clk), client.WithoutRefusalCounts())
 	l, err := c.Limiter("orders")
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +284,7 @@ func TestRefusalsCloseFlushesTheRest(t *testing.T) {
 	clk, rdb, st := ctDriven(t)
 	ctPut(t, st, "orders", limiter.Config{Rate: 1})
 	ctPut(t, st, "billing", limiter.Config{Rate: 1})
-	c := client.New(rdb, client.WithClock(clk))
+	c := redisclient.New(rdb, client.WithClock(clk))
 	for _, name := range []string{"orders", "billing"} {
 		l, err := c.Limiter(name)
 		if err != nil {
@@ -304,7 +306,7 @@ func TestRefusalsCloseFlushesTheRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"orders", "billing"} {
-		if got := rfTotals(t, st, name); got != (store.Counts{RefusedCalls: 2, RefusedPermits: 2}) {
+		if got := rfTotals(t, st, name); got != (limitd.Counts{RefusedCalls: 2, RefusedPermits: 2}) {
 			t.Errorf("%s after Close: %+v, want 2 refusals", name, got)
 		}
 	}
@@ -318,7 +320,7 @@ func TestRefusalsCloseFlushesTheRest(t *testing.T) {
 func TestRefusalsConcurrent(t *testing.T) {
 	clk, rdb, st := ctDriven(t)
 	ctPut(t, st, "orders", limiter.Config{Rate: 1.0 / 3600}) // the flushes' seconds bring no permit
-	c := client.New(rdb, client.WithClock(clk))
+	c := redisclient.New(rdb, client.WithClock(clk))
 	l, err := c.Limiter("orders")
 	if err != nil {
 		t.Fatal(err)
@@ -347,7 +349,7 @@ func TestRefusalsConcurrent(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := rfTotals(t, st, "orders"), (store.Counts{RefusedCalls: goroutines * each, RefusedPermits: goroutines * each}); got != want {
+	if got, want := rfTotals(t, st, "orders"), (limitd.Counts{RefusedCalls: goroutines * each, RefusedPermits: goroutines * each}); got != want {
 		t.Errorf("totals %+v, want %+v", got, want)
 	}
 }

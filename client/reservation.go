@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // WaitN blocks until n permits may start. One permit comes from the local
@@ -39,7 +39,7 @@ func (l *Limiter) WaitN(ctx context.Context, n int64) (Permit, error) {
 // not safe for concurrent use.
 type Reservation struct {
 	l      *Limiter
-	g      store.Grant
+	g      limitd.Grant
 	id     string // the grant's id over HTTP, for Settle
 	offset int64
 	done   bool
@@ -71,7 +71,7 @@ func (l *Limiter) Reserve(ctx context.Context, n int64) (*Reservation, error) {
 	}
 	t0 := l.c.mono()
 	l.remoteCalls.Add(1)
-	g, err := l.c.t.Grant(ctx, l.name, n, store.Forever)
+	g, err := l.c.t.Grant(ctx, l.name, n, limitd.Forever)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +85,7 @@ func (l *Limiter) Reserve(ctx context.Context, n int64) (*Reservation, error) {
 	l.mu.Unlock()
 	t1 := l.c.mono()
 	r := &Reservation{l: l, g: g, offset: l.c.clk.Sample(g.Now, t0, t1)}
-	if h, ok := l.c.t.(interface{ grantID(store.Grant) string }); ok {
+	if h, ok := l.c.t.(interface{ grantID(limitd.Grant) string }); ok {
 		r.id = h.grantID(g)
 	}
 	return r, nil

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // Semaphore is a handle on a concurrency limiter: a distributed semaphore of
@@ -77,9 +77,9 @@ const (
 
 // Semaphore returns a handle on the named concurrency limiter. A bad name is
 // limiter.ErrInvalid; a limiter that does not exist shows at Acquire
-// (limiter.ErrNotFound), as does one of another kind (store.ErrConflict).
+// (limiter.ErrNotFound), as does one of another kind (limiter.ErrConflict).
 func (c *Client) Semaphore(name string, opts ...SemaphoreOption) (*Semaphore, error) {
-	if err := store.CheckName(name); err != nil {
+	if err := limitd.CheckName(name); err != nil {
 		return nil, err
 	}
 	o := semaphoreOptions{maxBackoff: 100 * time.Millisecond}
@@ -99,8 +99,8 @@ func (c *Client) Semaphore(name string, opts ...SemaphoreOption) (*Semaphore, er
 // Acquire takes a slot, polling with a growing pause (bounded by when the
 // earliest lease ends) while none is free, until ctx is done. release frees
 // the slot; it is idempotent. Errors: ErrClosed, limiter.ErrNotFound (no such
-// limiter), store.ErrConflict (not a concurrency limiter),
-// store.ErrUnavailable, or ctx's.
+// limiter), limiter.ErrConflict (not a concurrency limiter),
+// limiter.ErrUnavailable, or ctx's.
 func (s *Semaphore) Acquire(ctx context.Context) (release func(), err error) {
 	backoff := semFirstBackoff
 	for {
@@ -160,7 +160,7 @@ func (s *Semaphore) check(ctx context.Context) error {
 
 // hold starts renewing a granted lease. If the semaphore was closed
 // meanwhile, the slot is released at once (the caller sees ErrClosed).
-func (s *Semaphore) hold(ctx context.Context, l store.SlotLease) *heldSlot {
+func (s *Semaphore) hold(ctx context.Context, l limitd.SlotLease) *heldSlot {
 	off := s.c.redisOffset(ctx)
 	h := &heldSlot{s: s, id: l.ID, expires: l.Expires - off, stop: make(chan struct{}), done: make(chan struct{})}
 	s.mu.Lock()

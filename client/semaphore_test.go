@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -55,7 +56,7 @@ func semFree(t *testing.T, st *store.Store, name string) bool {
 func TestSemaphoreLimit(t *testing.T) {
 	shBackends(t, func(t *testing.T, rdb *redis.Client, st *store.Store) {
 		ctPut(t, st, "sem", semConfig(3, 5*time.Second))
-		c := client.New(rdb)
+		c := redisclient.New(rdb)
 		defer c.Close()
 		s := semHandle(t, c, "sem", client.WithMaxBackoff(10*time.Millisecond))
 		// No deadline and no hold time to overlap by luck: the first holders
@@ -190,7 +191,7 @@ func TestSemaphoreOnLost(t *testing.T) {
 	_, rdb, st := ctMini(t)
 	ctPut(t, st, "lost", semConfig(2, 300*time.Millisecond))
 	ids := make(chan string, 1)
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	s := semHandle(t, c, "lost", client.WithOnLost(func(id string) { ids <- id }))
 	release, err := s.Acquire(context.Background())
@@ -222,7 +223,7 @@ func TestSemaphoreErrors(t *testing.T) {
 	_, rdb, st := ctMini(t)
 	ctPut(t, st, "cap", shConfig(10, time.Minute, time.Second))
 	ctPut(t, st, "one", semConfig(1, time.Minute))
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	if _, err := c.Semaphore("bad name"); !errors.Is(err, limiter.ErrInvalid) {
 		t.Fatalf("Semaphore of a bad name: %v, want ErrInvalid", err)
 	}
@@ -230,7 +231,7 @@ func TestSemaphoreErrors(t *testing.T) {
 	if _, err := semHandle(t, c, "nope").Acquire(ctx); !errors.Is(err, limiter.ErrNotFound) {
 		t.Fatalf("Acquire on an unknown limiter: %v, want ErrNotFound", err)
 	}
-	if _, err := semHandle(t, c, "cap").Acquire(ctx); !errors.Is(err, store.ErrConflict) {
+	if _, err := semHandle(t, c, "cap").Acquire(ctx); !errors.Is(err, limiter.ErrConflict) {
 		t.Fatalf("Acquire on a share limiter: %v, want ErrConflict", err)
 	}
 	s := semHandle(t, c, "one")
@@ -268,7 +269,7 @@ func TestSemaphoreErrors(t *testing.T) {
 func TestSemaphoreLeavesNoGoroutines(t *testing.T) {
 	_, rdb, st := ctServer(t)
 	ctPut(t, st, "leak", semConfig(4, 200*time.Millisecond))
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	s := semHandle(t, c, "leak")
 	var releases []func()
 	for range 4 {
@@ -308,7 +309,7 @@ func ExampleClient_Semaphore() {
 		Limit: &limit, Lease: limiter.D(10 * time.Second)}); err != nil {
 		panic(err)
 	}
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	sem, err := c.Semaphore("reports", client.WithOnLost(func(string) {
 		// The lease ran out under us (the process stalled past it): stop
@@ -420,7 +421,7 @@ func TestSemaphoreSurvivesStateLossRedis(t *testing.T) {
 	const lease = 600 * time.Millisecond
 	ctPut(t, st, "keep", semConfig(3, lease))
 	var lost atomic.Int64
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	s := semHandle(t, c, "keep", client.WithOnLost(func(string) { lost.Add(1) }))
 	for range 3 {

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // Share is one client's lease on a share limiter (a Doorman client): a part
@@ -42,7 +42,7 @@ import (
 // WithShareFallback): FallbackSafe uses the lease's safe capacity (before any
 // lease: the client's WithSafeRate, and without one refuses),
 // FallbackOptimistic is unlimited, FallbackPessimistic refuses: Allow is
-// false, Wait and Acquire return store.ErrUnavailable. Once Redis answers it
+// false, Wait and Acquire return limiter.ErrUnavailable. Once Redis answers it
 // returns to leases by itself. Lease expiry is judged on the local clock,
 // converted from Redis's with an offset measured by round trips.
 //
@@ -63,7 +63,7 @@ type Share struct {
 	reqMu sync.Mutex
 
 	mu       sync.Mutex
-	lease    store.CapacityLease
+	lease    limitd.CapacityLease
 	leased   bool  // lease is the last one granted (it may have expired)
 	expires  int64 // local ns at which lease ends
 	next     int64 // local ns of the next request
@@ -100,11 +100,11 @@ const (
 
 // Share asks the named share limiter for capacity and returns the share,
 // which keeps asking until Close. An unknown limiter is limiter.ErrNotFound,
-// one of another kind store.ErrConflict, a bad name, client id or wants
+// one of another kind limiter.ErrConflict, a bad name, client id or wants
 // limiter.ErrInvalid. An unreachable Redis is not an error: the share starts
 // in its fallback mode.
 func (c *Client) Share(name string, opts ...ShareOption) (*Share, error) {
-	if err := store.CheckName(name); err != nil {
+	if err := limitd.CheckName(name); err != nil {
 		return nil, err
 	}
 	o := shareOptions{wants: -1}

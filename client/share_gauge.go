@@ -12,7 +12,7 @@ import (
 // Acquire blocks until fewer than floor(Gets()) operations of this share are
 // in flight, or ctx is done, and takes a place among them; release gives the
 // place back (it is idempotent). In the pessimistic fallback it returns
-// store.ErrUnavailable at once.
+// limiter.ErrUnavailable at once.
 func (s *Share) Acquire(ctx context.Context) (release func(), err error) {
 	ctx, stop := mergeDone(ctx, s.ctx)
 	defer stop()

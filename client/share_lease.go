@@ -6,8 +6,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // The lease of a share: the refresher asks for capacity, estimates what to
@@ -106,8 +106,8 @@ func (s *Share) requestCtx(ctx context.Context) error {
 }
 
 // requestLocked builds the next request and starts a new window of use.
-func (s *Share) requestLocked(now int64) store.CapacityRequest {
-	r := store.CapacityRequest{ClientID: s.id, Wants: s.wants, Priority: s.o.priority}
+func (s *Share) requestLocked(now int64) limitd.CapacityRequest {
+	r := limitd.CapacityRequest{ClientID: s.id, Wants: s.wants, Priority: s.o.priority}
 	if !s.explicit {
 		r.Wants = s.estimateLocked(now)
 	}

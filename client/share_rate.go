@@ -50,7 +50,7 @@ func (s *Share) rateLimiterLocked() *limiter.Limiter {
 // limiter.ErrDeadline at once. While the share gets nothing it waits for a
 // lease that gives it something, and a new lease applies to the callers
 // already waiting. In the pessimistic fallback (or without a safe capacity to
-// fall back on) it returns store.ErrUnavailable at once.
+// fall back on) it returns limiter.ErrUnavailable at once.
 func (s *Share) Wait(ctx context.Context) error {
 	ctx, stop := mergeDone(ctx, s.ctx)
 	defer stop()

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -102,7 +103,7 @@ func TestShareDoormanWorkedExample(t *testing.T) {
 		} {
 			name := "doorman" + string(rune('0'+len(tc.wants)))
 			ctPut(t, st, name, shConfig(120, time.Minute, 5*time.Second)) // nobody refreshes by itself meanwhile
-			c := client.New(rdb)
+			c := redisclient.New(rdb)
 			var ss []*client.Share
 			for i, w := range tc.wants {
 				ss = append(ss, shShare(t, c, name, client.WithClientID(string(rune('a'+i))), client.WithWants(w)))
@@ -152,7 +153,7 @@ func TestShareWithPriority(t *testing.T) {
 	shBackends(t, func(t *testing.T, rdb *redis.Client, st *store.Store) {
 		ctx := context.Background()
 		ctPut(t, st, "weighted", shConfig(120, time.Minute, 5*time.Second))
-		c := client.New(rdb)
+		c := redisclient.New(rdb)
 		defer c.Close()
 		hi := shShare(t, c, "weighted", client.WithClientID("hi"), client.WithWants(1000), client.WithPriority(2))
 		lo := shShare(t, c, "weighted", client.WithClientID("lo"), client.WithWants(1000))
@@ -185,7 +186,7 @@ func TestShareWithPriority(t *testing.T) {
 func TestShareRefreshesByItself(t *testing.T) {
 	_, rdb, st := ctServer(t)
 	ctPut(t, st, "auto", shConfig(120, time.Second, 100*time.Millisecond))
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	var ss []*client.Share
 	for _, w := range []float64{1000, 50, 10} {
@@ -292,7 +293,7 @@ func TestShareAsRate(t *testing.T) {
 func TestShareAsGauge(t *testing.T) {
 	shBackends(t, func(t *testing.T, rdb *redis.Client, st *store.Store) {
 		ctPut(t, st, "gauge", shConfig(4.5, time.Minute, 5*time.Second))
-		c := client.New(rdb)
+		c := redisclient.New(rdb)
 		defer c.Close()
 		s := shShare(t, c, "gauge", client.WithWants(4.5))
 		if s.Gets() != 4.5 {
@@ -441,7 +442,7 @@ func TestShareFallback(t *testing.T) {
 			safe := 20.0
 			cfg.SafeCapacity = &safe
 			ctPut(t, st, "fb", cfg)
-			c := client.New(rdb, client.WithFallback(mode), client.WithRetryInterval(50*time.Millisecond))
+			c := redisclient.New(rdb, client.WithFallback(mode), client.WithRetryInterval(50*time.Millisecond))
 			t.Cleanup(func() { _ = c.Close() })
 			s := shShare(t, c, "fb", client.WithWants(100))
 			if s.Gets() != 100 {
@@ -460,7 +461,7 @@ func TestShareFallback(t *testing.T) {
 			if el := time.Since(down); el < lease-500*time.Millisecond { // the lease is judged a round trip early
 				t.Fatalf("fell back %v after Redis stopped, before the lease could have expired", el)
 			}
-			if l := s.Lease(); l.Valid || !errors.Is(l.Err, store.ErrUnavailable) {
+			if l := s.Lease(); l.Valid || !errors.Is(l.Err, limiter.ErrUnavailable) {
 				t.Fatalf("in fallback: %+v", l)
 			}
 			switch mode {
@@ -500,11 +501,11 @@ func TestShareFallback(t *testing.T) {
 				if s.Allow() {
 					t.Fatal("pessimistic fallback allowed an operation")
 				}
-				if err := s.Wait(context.Background()); !errors.Is(err, store.ErrUnavailable) {
-					t.Fatalf("pessimistic Wait: %v, want store.ErrUnavailable", err)
+				if err := s.Wait(context.Background()); !errors.Is(err, limiter.ErrUnavailable) {
+					t.Fatalf("pessimistic Wait: %v, want limiter.ErrUnavailable", err)
 				}
-				if _, err := s.Acquire(context.Background()); !errors.Is(err, store.ErrUnavailable) {
-					t.Fatalf("pessimistic Acquire: %v, want store.ErrUnavailable", err)
+				if _, err := s.Acquire(context.Background()); !errors.Is(err, limiter.ErrUnavailable) {
+					t.Fatalf("pessimistic Acquire: %v, want limiter.ErrUnavailable", err)
 				}
 			}
 
@@ -533,21 +534,21 @@ func TestShareStartsInFallback(t *testing.T) {
 	srv, rdb, st := ctServer(t)
 	ctPut(t, st, "early", shConfig(100, time.Second, 200*time.Millisecond))
 	srv.Stop()
-	c := client.New(rdb, client.WithSafeRate(7), client.WithRetryInterval(50*time.Millisecond))
+	c := redisclient.New(rdb, client.WithSafeRate(7), client.WithRetryInterval(50*time.Millisecond))
 	defer c.Close()
 	s := shShare(t, c, "early", client.WithWants(100))
 	if l := s.Lease(); !l.Fallback || l.Valid || s.Gets() != 7 {
 		t.Fatalf("created with Redis down: %+v, gets %v; want the safe rate 7", l, s.Gets())
 	}
 	p := shShare(t, c, "early", client.WithShareFallback(client.FallbackSafe))
-	c2 := client.New(rdb)
+	c2 := redisclient.New(rdb)
 	defer c2.Close()
 	q := shShare(t, c2, "early")
 	if p.Gets() != 7 || q.Gets() != 0 {
 		t.Fatalf("gets %v, %v; want 7 (client's safe rate) and 0 (no safe rate)", p.Gets(), q.Gets())
 	}
-	if err := q.Wait(context.Background()); !errors.Is(err, store.ErrUnavailable) {
-		t.Fatalf("safe fallback without a safe capacity: Wait %v, want store.ErrUnavailable", err)
+	if err := q.Wait(context.Background()); !errors.Is(err, limiter.ErrUnavailable) {
+		t.Fatalf("safe fallback without a safe capacity: Wait %v, want limiter.ErrUnavailable", err)
 	}
 	srv.Restart()
 	shPut(t, st, "early", shConfig(100, time.Second, 200*time.Millisecond))
@@ -560,11 +561,11 @@ func TestShareErrors(t *testing.T) {
 	_, rdb, st := ctMini(t)
 	ctPut(t, st, "sched", strict(10))
 	ctPut(t, st, "cap", shConfig(10, time.Minute, time.Second))
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	if _, err := c.Share("nope"); !errors.Is(err, limiter.ErrNotFound) {
 		t.Fatalf("Share of an unknown limiter: %v, want ErrNotFound", err)
 	}
-	if _, err := c.Share("sched"); !errors.Is(err, store.ErrConflict) {
+	if _, err := c.Share("sched"); !errors.Is(err, limiter.ErrConflict) {
 		t.Fatalf("Share of a schedule limiter: %v, want ErrConflict", err)
 	}
 	if _, err := c.Share("bad name"); !errors.Is(err, limiter.ErrInvalid) {
@@ -602,7 +603,7 @@ func TestShareErrors(t *testing.T) {
 func TestShareLimiterDeleted(t *testing.T) {
 	_, rdb, st := ctMini(t)
 	ctPut(t, st, "gone", shConfig(10, 300*time.Millisecond, 100*time.Millisecond))
-	c := client.New(rdb, client.WithFallback(client.FallbackOptimistic))
+	c := redisclient.New(rdb, client.WithFallback(client.FallbackOptimistic))
 	defer c.Close()
 	s := shShare(t, c, "gone", client.WithWants(10))
 	if err := st.Delete(context.Background(), "gone"); err != nil {
@@ -621,7 +622,7 @@ func TestShareLimiterDeleted(t *testing.T) {
 func TestShareCloseLeavesNoGoroutines(t *testing.T) {
 	_, rdb, st := ctServer(t)
 	ctPut(t, st, "leak", shConfig(10, time.Second, 50*time.Millisecond))
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	s, err := c.Share("leak", client.WithWants(10))
 	if err != nil {
 		t.Fatal(err)
@@ -691,7 +692,7 @@ func ExampleClient_Share() {
 	}
 	var shares []*client.Share
 	for _, wants := range []float64{1000, 50, 10} {
-		c := client.New(rdb)
+		c := redisclient.New(rdb)
 		defer c.Close() // returns the capacity
 		s, err := c.Share("backend", client.WithWants(wants))
 		if err != nil {

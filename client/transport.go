@@ -2,33 +2,35 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd"
 )
 
-// Transport is how a Client reaches the shared schedule: Redis directly
-// (New) or a limitd server over HTTP (NewHTTP).
+// Transport is how a Client reaches the shared schedule: a limitd server
+// over HTTP (NewHTTP) or Redis directly (package redisclient, apart so that
+// a client over HTTP compiles no Redis). A Transport may also take direct
+// acquires (Client.Acquire), several limiters at once (Client.AcquireAll)
+// and charges (Limiter.Charge): both of limitd's do.
 type Transport interface {
 	// Grant takes k permits from the named limiter's schedule, waiting at most
 	// maxWait for the first one.
-	Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error)
+	Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error)
 	// Release hands back the last m permits of g.
-	Release(ctx context.Context, g store.Grant, m int64) error
+	Release(ctx context.Context, g limitd.Grant, m int64) error
 	// Changes delivers "<name> <version>" config changes until ctx is done.
 	// A transport without change events returns a nil channel.
 	Changes(ctx context.Context) <-chan string
 
 	// Capacity asks a share limiter for a lease of its capacity (Share).
-	Capacity(ctx context.Context, name string, r store.CapacityRequest) (store.CapacityLease, error)
+	Capacity(ctx context.Context, name string, r limitd.CapacityRequest) (limitd.CapacityLease, error)
 	// ReturnCapacity ends a client's lease on a share limiter at once.
 	ReturnCapacity(ctx context.Context, name, clientID string) error
 	// AcquireSlot takes a slot of a concurrency limiter if one is free
 	// (Semaphore); a full limiter is not an error but a lease not Granted.
-	AcquireSlot(ctx context.Context, name string) (store.SlotLease, error)
+	AcquireSlot(ctx context.Context, name string) (limitd.SlotLease, error)
 	// RenewSlot extends a held slot's lease; limiter.ErrNotFound once it is lost.
-	RenewSlot(ctx context.Context, name, id string) (store.SlotLease, error)
+	RenewSlot(ctx context.Context, name, id string) (limitd.SlotLease, error)
 	// ReleaseSlot frees a held slot; limiter.ErrNotFound when it is not held.
 	ReleaseSlot(ctx context.Context, name, id string) error
 	// Time is the Redis clock now, Unix ns: leases expire on that clock, and
@@ -36,49 +38,17 @@ type Transport interface {
 	Time(ctx context.Context) (int64, error)
 }
 
-// NewStoreTransport returns the Transport New uses, over a store the caller
-// made (and keeps: the transport does not close it). It is for wrapping the
-// Redis transport, in tests for instance, or for sharing one store.
-func NewStoreTransport(st *store.Store) Transport { return redisTransport{st: st} }
-
-// redisTransport talks to Redis through a store.
-type redisTransport struct{ st *store.Store }
-
-func (t redisTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
-	return t.st.Grant(ctx, name, k, maxWait)
+// RefusalTally is where a client adds what it refused (refusals.go): the
+// Redis totals a limitd server's ledger writes (package redisclient's). A
+// client over HTTP has none: the server counts what it decides.
+type RefusalTally interface {
+	// Subject names what name's refusals count under: the limiter, or the
+	// template whose instance it is (instance: a decision said name is
+	// one; false: no decision said what name is). ok is false when it
+	// could not be learned now: the next flush asks again.
+	Subject(ctx context.Context, name string, instance bool) (s limitd.Subject, ok bool)
+	// Add adds c to what s counts.
+	Add(s limitd.Subject, c limitd.Counts)
+	// Flush writes what was added since the last flush.
+	Flush(ctx context.Context) error
 }
-
-func (t redisTransport) Release(ctx context.Context, g store.Grant, m int64) error {
-	_, err := t.st.Release(ctx, g, m)
-	return err
-}
-
-func (t redisTransport) Capacity(ctx context.Context, name string, r store.CapacityRequest) (store.CapacityLease, error) {
-	return t.st.Capacity(ctx, name, r)
-}
-
-func (t redisTransport) ReturnCapacity(ctx context.Context, name, clientID string) error {
-	return t.st.ReturnCapacity(ctx, name, clientID)
-}
-
-func (t redisTransport) AcquireSlot(ctx context.Context, name string) (store.SlotLease, error) {
-	return t.st.AcquireSlot(ctx, name)
-}
-
-func (t redisTransport) RenewSlot(ctx context.Context, name, id string) (store.SlotLease, error) {
-	return t.st.RenewSlot(ctx, name, id)
-}
-
-func (t redisTransport) ReleaseSlot(ctx context.Context, name, id string) error {
-	return t.st.ReleaseSlot(ctx, name, id)
-}
-
-func (t redisTransport) Time(ctx context.Context) (int64, error) {
-	now, err := t.st.Client().Time(ctx).Result()
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
-	}
-	return now.UnixNano(), nil
-}
-
-func (t redisTransport) Changes(ctx context.Context) <-chan string { return t.st.Changes(ctx) }

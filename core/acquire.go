@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -16,7 +17,7 @@ import (
 type AcquireRequest struct {
 	Name    string
 	Permits int64         // ≥ 1
-	MaxWait time.Duration // Forever: no bound; negative is 0
+	MaxWait time.Duration // limitd.Forever: no bound; negative is 0
 	Block   bool          // wait out the delay before answering
 	// Given says which of the settings above the caller set (rather than
 	// left to their defaults): a concurrency limiter's acquire takes none,
@@ -54,8 +55,8 @@ func (g Given) first() string {
 // (or template instance), Slot for a concurrency limiter; the other is nil.
 // Either may be a refusal (Granted false).
 type Acquired struct {
-	Rate *Decision
-	Slot *SlotLease
+	Rate *limitd.Decision
+	Slot *limitd.SlotLease
 }
 
 // blockMargin is kept from a blocking acquire's deadline for the answer.
@@ -96,7 +97,7 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 		maxWait = min(maxWait, max(0, dl.Sub(s.clock.Now())-blockMargin))
 	}
 	start := time.Now()
-	d, err := s.acquireWithin(ctx, r.Name, r.Permits, maxWait, s.within(r.Deadline))
+	d, err := s.store.AcquireWithin(ctx, r.Name, r.Permits, maxWait, s.within(r.Deadline))
 	s.timed(OpAcquire, start)
 	if errors.Is(err, store.ErrConflict) {
 		return s.acquireOther(bc.get(), r, err)
@@ -116,7 +117,7 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 		if err := s.clock.Sleep(ctx, time.Duration(waited)); err != nil {
 			return Acquired{}, err
 		}
-		d, err = s.acquireWithin(ctx, r.Name, r.Permits, maxWait-time.Duration(waited), s.within(r.Deadline))
+		d, err = s.store.AcquireWithin(ctx, r.Name, r.Permits, maxWait-time.Duration(waited), s.within(r.Deadline))
 		if err != nil {
 			return Acquired{}, err
 		}
@@ -180,7 +181,7 @@ func (b *bounded) stop() {
 }
 
 // decided reports a rate decision (acquire or grant).
-func (s *Service) decided(ctx context.Context, name string, permits int64, d Decision) {
+func (s *Service) decided(ctx context.Context, name string, permits int64, d limitd.Decision) {
 	lim, tpl := s.subjectOf(ctx, name, d.Instance)
 	e := Event{Kind: EventRate, Limiter: lim, Template: tpl, Instance: instanceOf(name, tpl), Outcome: "granted", Permits: permits}
 	if d.Shadow {
@@ -198,7 +199,7 @@ func (s *Service) decided(ctx context.Context, name string, permits int64, d Dec
 // limiter) the store's conflict, which names the right endpoint.
 func (s *Service) acquireOther(ctx context.Context, r AcquireRequest, conflict error) (Acquired, error) {
 	start := time.Now()
-	info, err := s.get(ctx, r.Name)
+	info, err := s.store.Get(ctx, r.Name)
 	s.timed(OpGet, start)
 	if err != nil {
 		return Acquired{}, err
@@ -215,9 +216,9 @@ func (s *Service) acquireOther(ctx context.Context, r AcquireRequest, conflict e
 }
 
 // acquireSlot takes a concurrency slot and reports the decision.
-func (s *Service) acquireSlot(ctx context.Context, name string) (SlotLease, error) {
+func (s *Service) acquireSlot(ctx context.Context, name string) (limitd.SlotLease, error) {
 	start := time.Now()
-	l, err := s.acquireSlotStored(ctx, name)
+	l, err := s.store.AcquireSlot(ctx, name)
 	s.timed(OpAcquireSlot, start)
 	if err != nil {
 		return l, err
@@ -228,7 +229,7 @@ func (s *Service) acquireSlot(ctx context.Context, name string) (SlotLease, erro
 		l.RetryAfter = max(l.RetryAfter, 0)
 		if s.slotInShadow(ctx, name) {
 			outcome = "shadow"
-			l = SlotLease{Granted: true, Shadow: true, RetryAfter: l.RetryAfter, InUse: l.InUse, Limit: l.Limit}
+			l = limitd.SlotLease{Granted: true, Shadow: true, RetryAfter: l.RetryAfter, InUse: l.InUse, Limit: l.Limit}
 		}
 	}
 	s.event(ctx, EventSlot, name, outcome)

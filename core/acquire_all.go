@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/store"
 )
 
@@ -14,7 +15,7 @@ type AcquireAllRequest struct {
 	// Requests name each limiter (or template instance) once, in the order
 	// the results come back; at most MaxAcquireAll.
 	Requests []LimiterPermits
-	MaxWait  time.Duration // Forever: no bound; negative is 0; for each limiter
+	MaxWait  time.Duration // limitd.Forever: no bound; negative is 0; for each limiter
 	Block    bool          // wait out the longest delay before answering
 }
 
@@ -33,7 +34,7 @@ type AcquireAllResult struct {
 	// refused call, those that would have granted say so (Granted true),
 	// though nothing was taken. A refusal in shadow mode is reported as
 	// granted with Shadow set (see shadow.go).
-	Results []Decision
+	Results []limitd.Decision
 }
 
 // MaxAcquireAll is the most limiters one AcquireAll may name.
@@ -51,14 +52,14 @@ const MaxAcquireAll = store.MaxMultiRequests
 // Shadow mode: a limiter in shadow mode never refuses the call. A refusal
 // comes back from the store; when every limiter that refused is in shadow
 // mode, the call is asked again with their refusals marked as not refusing
-// (store.MultiRequest.Optional), a second decision at a new Redis time.
+// (limitd.MultiRequest.Optional), a second decision at a new Redis time.
 func (s *Service) AcquireAll(ctx context.Context, r AcquireAllRequest) (AcquireAllResult, error) {
 	if len(r.Requests) > MaxAcquireAll {
 		return AcquireAllResult{}, invalid("requests", "must name at most "+strconv.Itoa(MaxAcquireAll)+" limiters", len(r.Requests))
 	}
-	reqs := make([]store.MultiRequest, len(r.Requests))
+	reqs := make([]limitd.MultiRequest, len(r.Requests))
 	for i, q := range r.Requests {
-		reqs[i] = store.MultiRequest{Name: q.Name, Permits: q.Permits, Optional: s.shadow}
+		reqs[i] = limitd.MultiRequest{Name: q.Name, Permits: q.Permits, Optional: s.shadow}
 	}
 	maxWait := max(0, r.MaxWait)
 	if dl, ok := ctx.Deadline(); ok && r.Block {
@@ -68,12 +69,12 @@ func (s *Service) AcquireAll(ctx context.Context, r AcquireAllRequest) (AcquireA
 	if err != nil {
 		return AcquireAllResult{}, err
 	}
-	if !md.Granted && !s.shadow && s.shadowRefusals(ctx, reqs, decisionsOf(md.Decisions)) {
+	if !md.Granted && !s.shadow && s.shadowRefusals(ctx, reqs, md.Decisions) {
 		if md, err = s.acquireAll(ctx, reqs, maxWait); err != nil {
 			return AcquireAllResult{}, err
 		}
 	}
-	out := AcquireAllResult{Granted: md.Granted, Results: decisionsOf(md.Decisions)}
+	out := AcquireAllResult{Granted: md.Granted, Results: md.Decisions}
 	var longest int64
 	for i, d := range out.Results {
 		switch {
@@ -97,7 +98,7 @@ func (s *Service) AcquireAll(ctx context.Context, r AcquireAllRequest) (AcquireA
 }
 
 // acquireAll is one store call, bounded and observed as Acquire's.
-func (s *Service) acquireAll(ctx context.Context, reqs []store.MultiRequest, maxWait time.Duration) (store.MultiDecision, error) {
+func (s *Service) acquireAll(ctx context.Context, reqs []limitd.MultiRequest, maxWait time.Duration) (limitd.MultiDecision, error) {
 	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, s.decide)
 	md, err := s.store.AcquireAll(dctx, reqs, maxWait)
@@ -108,7 +109,7 @@ func (s *Service) acquireAll(ctx context.Context, reqs []store.MultiRequest, max
 
 // shadowRefusals reports whether every limiter that refused ds is in shadow
 // mode, and marks their requests optional if so.
-func (s *Service) shadowRefusals(ctx context.Context, reqs []store.MultiRequest, ds []Decision) bool {
+func (s *Service) shadowRefusals(ctx context.Context, reqs []limitd.MultiRequest, ds []limitd.Decision) bool {
 	var shadowed []int
 	for i, d := range ds {
 		if d.Granted {
@@ -126,7 +127,7 @@ func (s *Service) shadowRefusals(ctx context.Context, reqs []store.MultiRequest,
 }
 
 // report reports a rate decision with the given outcome.
-func (s *Service) report(ctx context.Context, name string, permits int64, d Decision, outcome string) {
+func (s *Service) report(ctx context.Context, name string, permits int64, d limitd.Decision, outcome string) {
 	lim, tpl := s.subjectOf(ctx, name, d.Instance)
 	s.obs.Decided(Event{Kind: EventRate, Limiter: lim, Template: tpl, Instance: instanceOf(name, tpl), Outcome: outcome, Permits: permits})
 }

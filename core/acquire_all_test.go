@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -110,7 +111,7 @@ func TestShadow(t *testing.T) {
 		t.Errorf("global shadow mode: %+v, %v", a.Rate, err)
 	}
 	// A template's shadow applies to its instances.
-	if _, _, err := s.PutTemplate(ctx, Template{ID: "u", Pattern: "u:*", Limiter: limiter.Config{Rate: 1, Burst: limiter.B(1), Shadow: true}}); err != nil {
+	if _, _, err := s.PutTemplate(ctx, limitd.Template{ID: "u", Pattern: "u:*", Limiter: limiter.Config{Rate: 1, Burst: limiter.B(1), Shadow: true}}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
@@ -135,7 +136,7 @@ func TestAcquireAllBlocks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	req := AcquireAllRequest{Requests: []LimiterPermits{{"fast", 1}, {"slow", 1}}, MaxWait: Forever, Block: true}
+	req := AcquireAllRequest{Requests: []LimiterPermits{{"fast", 1}, {"slow", 1}}, MaxWait: limitd.Forever, Block: true}
 	for range 2 {
 		if r, err := s.AcquireAll(ctx, req); err != nil || !r.Granted {
 			t.Fatalf("%+v, %v", r, err)
@@ -157,7 +158,7 @@ func TestShadowSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		a, err := s.Acquire(ctx, AcquireRequest{Name: "sem", Permits: 1, MaxWait: Forever})
+		a, err := s.Acquire(ctx, AcquireRequest{Name: "sem", Permits: 1, MaxWait: limitd.Forever})
 		if err != nil || a.Slot == nil || !a.Slot.Granted || a.Slot.Shadow != (i == 1) || (a.Slot.ID == "") != (i == 1) {
 			t.Fatalf("slot acquire %d: %+v, %v", i, a.Slot, err)
 		}

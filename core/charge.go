@@ -1,6 +1,8 @@
 package core
 
 import (
+	"github.com/limitd/limitd"
+
 	"context"
 	"fmt"
 	"time"
@@ -29,19 +31,19 @@ type ChargeRequest struct {
 // naming its kind. Its Redis part is bounded by the service's
 // DecideTimeout, as an acquire's is, and it is observed as an EventRate
 // decision with outcome "charged" and its permits.
-func (s *Service) Charge(ctx context.Context, r ChargeRequest) (Decision, error) {
+func (s *Service) Charge(ctx context.Context, r ChargeRequest) (limitd.Decision, error) {
 	if r.Permits < 0 {
-		return Decision{}, invalid("permits", "a charge must be ≥ 0 (0 is a check)", r.Permits)
+		return limitd.Decision{}, invalid("permits", "a charge must be ≥ 0 (0 is a check)", r.Permits)
 	}
 	start := time.Now()
 	d, err := s.store.ChargeWithin(ctx, r.Name, r.Permits, s.within(time.Time{}))
 	s.timed(OpCharge, start)
 	if err != nil {
-		return Decision{}, err
+		return limitd.Decision{}, err
 	}
 	lim, tpl := s.subjectOf(ctx, r.Name, d.Instance)
 	s.obs.Decided(Event{Kind: EventRate, Limiter: lim, Template: tpl, Instance: instanceOf(r.Name, tpl), Outcome: "charged", Permits: r.Permits})
-	return decisionOf(d), nil
+	return d, nil
 }
 
 // SettleRequest settles a grant (Token, GrantPermits and Version as a
@@ -58,7 +60,7 @@ type SettleRequest struct {
 // there was none (the limiter after the settle either way), and the permits
 // handed back, and whether that rewound the schedule.
 type Settled struct {
-	Decision
+	limitd.Decision
 	HandedBack int64
 	Rewound    bool
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -42,7 +43,7 @@ func TestTokenRoundTrip(t *testing.T) {
 	if _, _, err := s.Put(ctx, "pool", limiter.Config{Rate: 3, Burst: limiter.B(limiter.Inf)}); err != nil {
 		t.Fatal(err)
 	}
-	g, err := s.Grant(ctx, GrantRequest{Name: "pool", Permits: 7, MaxWait: Forever})
+	g, err := s.Grant(ctx, GrantRequest{Name: "pool", Permits: 7, MaxWait: limitd.Forever})
 	if err != nil || !g.Granted || g.Token == "" {
 		t.Fatalf("grant: %+v, %v", g, err)
 	}
@@ -78,7 +79,7 @@ func TestHandbackChecks(t *testing.T) {
 	if _, _, err := s.Put(ctx, "pool", limiter.Config{Rate: 1000}); err != nil {
 		t.Fatal(err)
 	}
-	g, err := s.Grant(ctx, GrantRequest{Name: "pool", Permits: 10, MaxWait: Forever})
+	g, err := s.Grant(ctx, GrantRequest{Name: "pool", Permits: 10, MaxWait: limitd.Forever})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,15 +143,15 @@ func TestAcquireDispatch(t *testing.T) {
 	if _, _, err := s.Put(ctx, "sem", limiter.Config{Kind: limiter.KindConcurrency, Limit: ptr[int64](1), Lease: limiter.D(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.Acquire(ctx, AcquireRequest{Name: "sem", Permits: 1, MaxWait: Forever})
+	a, err := s.Acquire(ctx, AcquireRequest{Name: "sem", Permits: 1, MaxWait: limitd.Forever})
 	if err != nil || a.Slot == nil || !a.Slot.Granted || a.Rate != nil {
 		t.Fatalf("slot acquire: %+v, %v", a, err)
 	}
-	a, err = s.Acquire(ctx, AcquireRequest{Name: "sem", Permits: 1, MaxWait: Forever})
+	a, err = s.Acquire(ctx, AcquireRequest{Name: "sem", Permits: 1, MaxWait: limitd.Forever})
 	if err != nil || a.Slot == nil || a.Slot.Granted {
 		t.Fatalf("second slot acquire: %+v, %v", a, err)
 	}
-	_, err = s.Acquire(ctx, AcquireRequest{Name: "sem", Permits: 2, MaxWait: Forever, Given: Given{Permits: true}})
+	_, err = s.Acquire(ctx, AcquireRequest{Name: "sem", Permits: 2, MaxWait: limitd.Forever, Given: Given{Permits: true}})
 	var fe *limiter.FieldError
 	if !errors.As(err, &fe) || fe.Field != "permits" {
 		t.Errorf("slot acquire with permits: %v", err)
@@ -161,7 +162,7 @@ func TestAcquireDispatch(t *testing.T) {
 	if _, _, err := s.Put(ctx, "sh", limiter.Config{Kind: limiter.KindShare, Capacity: ptr(10.0)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, AcquireRequest{Name: "sh", Permits: 1, MaxWait: Forever}); !errors.Is(err, ErrConflict) {
+	if _, err := s.Acquire(ctx, AcquireRequest{Name: "sh", Permits: 1, MaxWait: limitd.Forever}); !errors.Is(err, ErrConflict) {
 		t.Errorf("acquire on a share limiter: %v, want ErrConflict", err)
 	}
 }
@@ -188,7 +189,7 @@ func TestAcquireBlockSleepsTheDelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, block := range []bool{false, false, true} {
-		a, err := s.Acquire(ctx, AcquireRequest{Name: "b", Permits: 1, MaxWait: Forever, Block: block})
+		a, err := s.Acquire(ctx, AcquireRequest{Name: "b", Permits: 1, MaxWait: limitd.Forever, Block: block})
 		if err != nil || a.Rate == nil || !a.Rate.Granted {
 			t.Fatalf("acquire: %+v, %v", a, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -160,7 +161,7 @@ func (s *Service) Count(ctx context.Context, r CountRequest) (CountResult, error
 		case c.Quota && r.Counting == CountStrict:
 			return CountResult{}, invalid(f+".quota", "needs the reference counting: a strict call is all or nothing", nil)
 		}
-		if err := CheckName(f+".name", c.Name); err != nil {
+		if err := limitd.CheckNameAs(f+".name", c.Name); err != nil {
 			return CountResult{}, err
 		}
 		named++
@@ -295,7 +296,7 @@ func (s *Service) countStrict(ctx context.Context, cs []Counter, counts []Count)
 			// the latest as long after the call was sent
 			s.over.put(c.Name, overEntry{until: sent.Add(time.Duration(d.RetryAfter)), at: sent,
 				limit: d.Limit, used: counts[i].Used, reset: d.Position, redisNow: d.Now,
-				d: Decision{Instance: d.Instance, Version: d.Version}})
+				d: limitd.Decision{Instance: d.Instance, Version: d.Version}})
 		}
 	}
 	return nil
@@ -375,7 +376,7 @@ func (s *Service) checkOthers(ctx context.Context, cs []Counter, counts []Count,
 // A schedule or smooth counter that is over says when the same hits would
 // fit: an acquire's retry_after, or after a charge, when a new caller
 // would go (its debt paid).
-func countOf(d Decision, over, counted bool, hits int64) Count {
+func countOf(d limitd.Decision, over, counted bool, hits int64) Count {
 	c := Count{Over: over, Counted: counted, Now: d.Now}
 	switch {
 	case d.Window:
@@ -452,7 +453,7 @@ func (s *Service) countEvery(ctx context.Context, cs []Counter, counts []Count) 
 		if o.Err != nil {
 			return o.Err
 		}
-		d := decisionOf(o.Decision)
+		d := o.Decision
 		counts[i] = countOf(d, !d.Granted, true, c.Hits)
 		outcome := "granted"
 		if counts[i].Over {
@@ -465,7 +466,7 @@ func (s *Service) countEvery(ctx context.Context, cs []Counter, counts []Count) 
 				// decision, at the latest as long after the call was sent
 				s.over.put(c.Name, overEntry{until: sent.Add(time.Duration(d.Delay)), at: sent,
 					limit: d.Limit, used: counts[i].Used, reset: d.Position, redisNow: d.Now,
-					d: Decision{Instance: d.Instance, Version: d.Version}})
+					d: limitd.Decision{Instance: d.Instance, Version: d.Version}})
 			}
 		}
 		s.report(ctx, c.Name, c.Hits, d, outcome)

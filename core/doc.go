@@ -1,8 +1,10 @@
 // Package core is limitd's service: every operation the front ends offer
 // (limiters, acquire, grant and handback, charges and settles, wait and
 // reset, share capacity, concurrency slots, templates), over a store.Store,
-// with typed requests,
-// results and errors and no transport of its own.
+// with typed requests and errors and no transport of its own. What it
+// answers is the store's own answer, in the vocabulary every layer speaks
+// (package limitd: Decision, Info, WaitInfo, Template, ...), converted
+// nowhere.
 //
 // The rules live here, once: kind dispatch of acquire (rate kinds take
 // permits, a concurrency limiter a slot, a share limiter is a conflict),
@@ -31,6 +33,6 @@
 // the limiter does not hold: not found, naming the field). Mapping them to a
 // protocol (problem details, gRPC codes) is the front end's business.
 //
-// Layer: cmd → api|grpcapi → core → store → limiter. core imports store and
-// limiter, never a front end, a wire format nor a transport.
+// Layer: cmd → api|grpcapi → core → store → limitd → limiter. core imports
+// store, limitd and limiter, never a front end, a wire format nor a transport.
 package core

@@ -183,8 +183,3 @@ func (s *Service) Unavailability(err error) (Unavailability, bool) {
 	}
 	return u, true
 }
-
-// CheckName checks an input that follows the rule of limiter names
-// (store.NameRule): a name, a template id, a client id. Its error is a
-// *limiter.FieldError naming field.
-func CheckName(field, v string) error { return store.CheckNameAs(field, v) }

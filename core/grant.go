@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // Grants: what a client pool over a front end (client.NewHTTP) takes from a
@@ -14,7 +14,7 @@ import (
 // not use the last permits.
 //
 // A handback needs the whole grant, the part only the store makes
-// (store.GrantOrigin) included. The grant's Token carries all of it, so the
+// (limitd.GrantOrigin) included. The grant's Token carries all of it, so the
 // service keeps nothing: any replica, a restarted one included, takes the
 // handback of a grant another issued.
 
@@ -22,13 +22,13 @@ import (
 type GrantRequest struct {
 	Name    string
 	Permits int64         // ≥ 1
-	MaxWait time.Duration // Forever: no bound; negative is 0
+	MaxWait time.Duration // limitd.Forever: no bound; negative is 0
 }
 
 // Grant is a grant (or its refusal: Granted false, no Token): its decision,
 // and what a pool needs to place each permit on the schedule.
 type Grant struct {
-	Decision
+	limitd.Decision
 	Name      string
 	Kind      limiter.Kind
 	Slice     limiter.Slice
@@ -43,8 +43,8 @@ type Grant struct {
 }
 
 // grantOf is the Grant the store's g tells, with its token.
-func grantOf(g store.Grant, token string) Grant {
-	return Grant{Decision: decisionOf(g.Decision), Name: g.Name, Kind: g.Kind, Slice: g.Slice, Burst: g.Burst,
+func grantOf(g limitd.Grant, token string) Grant {
+	return Grant{Decision: g.Decision, Name: g.Name, Kind: g.Kind, Slice: g.Slice, Burst: g.Burst,
 		RemBefore: g.RemBefore, End: g.End, MaxPermits: g.MaxPermits, Token: token}
 }
 
@@ -60,7 +60,7 @@ func (s *Service) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	if err != nil {
 		return Grant{}, err
 	}
-	s.decided(ctx, r.Name, r.Permits, decisionOf(g.Decision))
+	s.decided(ctx, r.Name, r.Permits, g.Decision)
 	if !g.Granted {
 		return grantOf(g, ""), nil
 	}
@@ -90,7 +90,7 @@ func (s *Service) Handback(ctx context.Context, r HandbackRequest) (rewound bool
 	if r.Permits < 1 || r.Permits > r.GrantPermits {
 		return false, invalid("permits", fmt.Sprintf("must be ≥ 1 and at most the grant's %d", r.GrantPermits), r.Permits)
 	}
-	if err := store.CheckName(r.Name); err != nil {
+	if err := limitd.CheckName(r.Name); err != nil {
 		return false, err
 	}
 	g, err := decodeToken(r.Token, r.Name)

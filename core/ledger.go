@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/store"
 )
 
@@ -76,11 +77,11 @@ func (l *Ledger) Decided(e Event) {
 	default:
 		return
 	}
-	c := store.Counts{GrantedCalls: 1, GrantedPermits: permits}
+	c := limitd.Counts{GrantedCalls: 1, GrantedPermits: permits}
 	if refused {
-		c = store.Counts{RefusedCalls: 1, RefusedPermits: permits}
+		c = limitd.Counts{RefusedCalls: 1, RefusedPermits: permits}
 	}
-	l.tally.Add(store.Subject{Limiter: e.Limiter, Template: e.Template, Instance: e.Instance}, c)
+	l.tally.Add(limitd.Subject{Limiter: e.Limiter, Template: e.Template, Instance: e.Instance}, c)
 }
 
 // Overflow is how many decisions were not counted under their own name

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -72,7 +73,7 @@ func TestLedgerRedisCost(t *testing.T) {
 				o.Ledger = led
 			}
 			s := New(st, o)
-			if _, _, err := s.PutTemplate(ctx, Template{ID: "per-user", Pattern: "user:*",
+			if _, _, err := s.PutTemplate(ctx, limitd.Template{ID: "per-user", Pattern: "user:*",
 				Limiter: limiter.Config{Kind: limiter.KindWindow, Limit: &c.limit, Period: "1h"}}); err != nil {
 				t.Fatal(err)
 			}

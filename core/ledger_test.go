@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -65,7 +66,7 @@ func TestLedgerTotals(t *testing.T) {
 	if _, _, err := a.Put(ctx, "orders", limiter.Config{Kind: limiter.KindWindow, Limit: i64(3), Period: "1m"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := a.PutTemplate(ctx, Template{ID: "per-user", Pattern: "user:*", Limiter: limiter.Config{Kind: limiter.KindWindow, Limit: i64(2), Period: "1m"}}); err != nil {
+	if _, _, err := a.PutTemplate(ctx, limitd.Template{ID: "per-user", Pattern: "user:*", Limiter: limiter.Config{Kind: limiter.KindWindow, Limit: i64(2), Period: "1m"}}); err != nil {
 		t.Fatal(err)
 	}
 	acquireN(t, a, "orders", 1, 2) // granted 2
@@ -102,7 +103,7 @@ func TestLedgerTotals(t *testing.T) {
 	if err != nil || len(page.Totals) != 1 || page.Totals[0].GrantedCalls != 3 {
 		t.Errorf("list: %+v, %v", page, err)
 	}
-	views, errs := a.Views(ctx, []Info{{Name: "orders", Config: page.Limiters[0].Config}})
+	views, errs := a.Views(ctx, []limitd.Info{{Name: "orders", Config: page.Limiters[0].Config}})
 	if errs[0] != nil || views[0].Totals == nil || views[0].Totals.RefusedCalls != 2 {
 		t.Errorf("Views: %+v, %v", views[0].Totals, errs[0])
 	}
@@ -128,7 +129,7 @@ func TestLedgerTop(t *testing.T) {
 	ctx := context.Background()
 	a, la := ledgerService(t, m, LedgerOptions{TopK: 2})
 	b, lb := ledgerService(t, m, LedgerOptions{TopK: 2})
-	if _, _, err := a.PutTemplate(ctx, Template{ID: "per-user", Pattern: "user:*", Limiter: limiter.Config{Kind: limiter.KindWindow, Limit: i64(1), Period: "1h"}}); err != nil {
+	if _, _, err := a.PutTemplate(ctx, limitd.Template{ID: "per-user", Pattern: "user:*", Limiter: limiter.Config{Kind: limiter.KindWindow, Limit: i64(1), Period: "1h"}}); err != nil {
 		t.Fatal(err)
 	}
 	acquireN(t, a, "user:old", 1, 50) // refused 49, a minute before the others
@@ -219,7 +220,7 @@ func TestLedgerCap(t *testing.T) {
 	if err := l.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := s.store.TemplateTotals(ctx, "per-user"); err != nil || c != (store.Counts{GrantedCalls: 1, GrantedPermits: 3, RefusedCalls: 5, RefusedPermits: 5}) {
+	if c, err := s.store.TemplateTotals(ctx, "per-user"); err != nil || c != (limitd.Counts{GrantedCalls: 1, GrantedPermits: 3, RefusedCalls: 5, RefusedPermits: 5}) {
 		t.Errorf("template counts %+v, %v", c, err)
 	}
 	if c, err := s.store.Totals(ctx, []string{"orders"}); err != nil || !c[0].IsZero() {
@@ -265,7 +266,7 @@ func TestLedgerConcurrent(t *testing.T) {
 	m.SetTime(t0)
 	s, l := ledgerService(t, m, LedgerOptions{})
 	ctx := context.Background()
-	if _, _, err := s.PutTemplate(ctx, Template{ID: "per-user", Pattern: "user:*", Limiter: limiter.Config{Rate: 5}}); err != nil {
+	if _, _, err := s.PutTemplate(ctx, limitd.Template{ID: "per-user", Pattern: "user:*", Limiter: limiter.Config{Rate: 5}}); err != nil {
 		t.Fatal(err)
 	}
 	const workers, each = 4, 500
@@ -290,7 +291,7 @@ func TestLedgerConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := s.store.TemplateTotals(ctx, "per-user")
-	if want := (store.Counts{GrantedCalls: workers * each, GrantedPermits: 2 * workers * each}); err != nil || got != want {
+	if want := (limitd.Counts{GrantedCalls: workers * each, GrantedPermits: 2 * workers * each}); err != nil || got != want {
 		t.Errorf("template totals %+v, %v; want %+v", got, err, want)
 	}
 	top, err := s.Top(ctx, "per-user", "granted", 10, 1)
@@ -316,12 +317,12 @@ func TestCachedInstances(t *testing.T) {
 	clk := redistest.NewMiniClock(m, t0)
 	s := New(store.New(rdb), Options{Clock: clk})
 	ctx := context.Background()
-	tpl, _, err := s.PutTemplate(ctx, Template{ID: "per-user", Pattern: "user:*", Limiter: limiter.Config{Rate: 1}})
+	tpl, _, err := s.PutTemplate(ctx, limitd.Template{ID: "per-user", Pattern: "user:*", Limiter: limiter.Config{Rate: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	acquireN(t, s, "user:1", 1, 1)
-	count := func(tpl Template, want int64) {
+	count := func(tpl limitd.Template, want int64) {
 		t.Helper()
 		if n, exact, err := s.CachedInstances(ctx, tpl); err != nil || n != want || !exact {
 			t.Errorf("%s: %d (exact %v), %v; want %d", tpl.Pattern, n, exact, err, want)

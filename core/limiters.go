@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -14,9 +15,9 @@ import (
 // Limiter is a limiter with its live state. Share and concurrency limiters
 // have no schedule, so no state: State is nil for them.
 type Limiter struct {
-	Info
-	State   *WaitInfo // a rate limiter's
-	Holders *Holders  // a share or concurrency limiter's
+	limitd.Info
+	State   *limitd.WaitInfo // a rate limiter's
+	Holders *limitd.Holders  // a share or concurrency limiter's
 	// Totals are its decisions counted by every limitd on the Redis; nil
 	// for a template instance, whose decisions count under its template
 	// (Service.Top names its busiest): a count of its own would cost Redis
@@ -40,7 +41,7 @@ type Totals struct {
 
 // view returns info with its live state: a rate limiter's schedule, or a
 // lease limiter's holders.
-func (s *Service) view(ctx context.Context, info Info) (Limiter, error) {
+func (s *Service) view(ctx context.Context, info limitd.Info) (Limiter, error) {
 	l, err := s.viewState(ctx, info)
 	if err != nil || info.Template != "" {
 		return l, err
@@ -57,7 +58,7 @@ func (s *Service) view(ctx context.Context, info Info) (Limiter, error) {
 }
 
 // viewState is view without the totals.
-func (s *Service) viewState(ctx context.Context, info Info) (Limiter, error) {
+func (s *Service) viewState(ctx context.Context, info limitd.Info) (Limiter, error) {
 	if !limiter.IsRate(info.Config.Kind) {
 		start := time.Now()
 		h, err := s.store.Holders(ctx, info.Name)
@@ -65,7 +66,7 @@ func (s *Service) viewState(ctx context.Context, info Info) (Limiter, error) {
 		if err != nil {
 			return Limiter{}, err
 		}
-		return Limiter{Info: info, Holders: holdersOf(&h)}, nil
+		return Limiter{Info: info, Holders: &h}, nil
 	}
 	var ttl int64
 	if info.Template != "" {
@@ -78,7 +79,7 @@ func (s *Service) viewState(ctx context.Context, info Info) (Limiter, error) {
 		ttl = t
 	}
 	start := time.Now()
-	w, err := s.wait(ctx, info.Name)
+	w, err := s.store.Wait(ctx, info.Name)
 	s.timed(OpWait, start)
 	if err != nil {
 		return Limiter{}, err
@@ -90,7 +91,7 @@ func (s *Service) viewState(ctx context.Context, info Info) (Limiter, error) {
 // freshWindow gives a window limiter that has not counted yet the end of
 // the window now as its position, so that its state says when it resets
 // (a started one's comes from Redis).
-func freshWindow(w *WaitInfo, cfg limiter.Config) {
+func freshWindow(w *limitd.WaitInfo, cfg limiter.Config) {
 	if !w.Window || w.Started {
 		return
 	}
@@ -103,7 +104,7 @@ func freshWindow(w *WaitInfo, cfg limiter.Config) {
 // read them): out[i] and errs[i] are what view answers for infos[i], the
 // rate limiters' read in one pipeline (store.WaitMany), the others one by
 // one. It is how a scrape or a sampler reads many limiters.
-func (s *Service) Views(ctx context.Context, infos []Info) (out []Limiter, errs []error) {
+func (s *Service) Views(ctx context.Context, infos []limitd.Info) (out []Limiter, errs []error) {
 	out, errs = make([]Limiter, len(infos)), make([]error, len(infos))
 	var rate []int
 	var names []string
@@ -120,7 +121,7 @@ func (s *Service) Views(ctx context.Context, infos []Info) (out []Limiter, errs 
 		s.timed(OpWaitMany, start)
 		for j, i := range rate {
 			if errs[i] = werrs[j]; errs[i] == nil {
-				w := waitInfoOf(ws[j])
+				w := ws[j]
 				freshWindow(&w, infos[i].Config)
 				out[i] = Limiter{Info: infos[i], State: &w}
 			}
@@ -156,7 +157,7 @@ func (s *Service) Put(ctx context.Context, name string, cfg limiter.Config) (l L
 		return Limiter{}, false, specFault(err, cfg.Spec, "")
 	}
 	s.slots.set(name, info.Config.Kind == limiter.KindConcurrency)
-	l, err = s.view(ctx, infoOf(info))
+	l, err = s.view(ctx, info)
 	return l, created, err
 }
 
@@ -173,21 +174,21 @@ func (s *Service) Get(ctx context.Context, name string) (Limiter, error) {
 }
 
 // info reads the limiter name, or else the template instance it names.
-func (s *Service) info(ctx context.Context, name string) (Info, error) {
+func (s *Service) info(ctx context.Context, name string) (limitd.Info, error) {
 	start := time.Now()
-	info, err := s.get(ctx, name)
+	info, err := s.store.Get(ctx, name)
 	s.timed(OpGet, start)
 	if !errors.Is(err, store.ErrNotFound) {
 		return info, err
 	}
-	t, terr := s.resolve(ctx, name) // templates are cached: no round trip
+	t, terr := s.store.Resolve(ctx, name) // templates are cached: no round trip
 	switch {
 	case errors.Is(terr, store.ErrNotFound):
-		return Info{}, err
+		return limitd.Info{}, err
 	case terr != nil:
-		return Info{}, terr
+		return limitd.Info{}, terr
 	}
-	return Info{Name: name, Config: t.Limiter, Version: t.Version, Template: t.ID}, nil
+	return limitd.Info{Name: name, Config: t.Limiter, Version: t.Version, Template: t.ID}, nil
 }
 
 // Patch reconfigures a limiter in place with the config change makes of its
@@ -213,7 +214,7 @@ func (s *Service) Patch(ctx context.Context, name string, change func(cur limite
 	if err != nil {
 		return Limiter{}, err
 	}
-	return s.view(ctx, infoOf(info))
+	return s.view(ctx, info)
 }
 
 // Delete removes a limiter and its state.
@@ -231,7 +232,7 @@ func (s *Service) Delete(ctx context.Context, name string) error {
 // Page is one page of limiters in name order, without their state; Next is
 // the cursor of the next page, "" after the last.
 type Page struct {
-	Limiters []Info
+	Limiters []limitd.Info
 	Totals   []Totals // Limiters[i]'s
 	Next     string
 }
@@ -242,7 +243,7 @@ func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, err
 	if limit < 1 || limit > MaxListLimit {
 		return Page{}, invalid("limit", fmt.Sprintf("must be an integer ≥ 1 and ≤ %d", MaxListLimit), limit)
 	}
-	if cursor != "" && store.CheckName(cursor) != nil {
+	if cursor != "" && limitd.CheckName(cursor) != nil {
 		return Page{}, invalid("cursor", "must be the \"next\" of the previous page, a limiter name", quoted(cursor))
 	}
 	start := time.Now()
@@ -251,10 +252,10 @@ func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, err
 	if err != nil {
 		return Page{}, err
 	}
-	page := Page{Limiters: make([]Info, len(infos)), Totals: make([]Totals, len(infos)), Next: next}
+	page := Page{Limiters: make([]limitd.Info, len(infos)), Totals: make([]Totals, len(infos)), Next: next}
 	names := make([]string, len(infos))
 	for i, info := range infos {
-		page.Limiters[i], names[i] = infoOf(info), info.Name
+		page.Limiters[i], names[i] = info, info.Name
 	}
 	start = time.Now()
 	ts, err := s.store.Totals(ctx, names)
@@ -270,12 +271,12 @@ func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, err
 
 // Wait returns the live state of a limiter (or template instance) without
 // changing it.
-func (s *Service) Wait(ctx context.Context, name string) (WaitInfo, error) {
+func (s *Service) Wait(ctx context.Context, name string) (limitd.WaitInfo, error) {
 	start := time.Now()
-	w, err := s.wait(ctx, name)
+	w, err := s.store.Wait(ctx, name)
 	s.timed(OpWait, start)
 	if err != nil {
-		return WaitInfo{}, err
+		return limitd.WaitInfo{}, err
 	}
 	if w.Window && !w.Started { // its config says when its window ends
 		if info, err := s.info(ctx, name); err == nil {
@@ -287,12 +288,12 @@ func (s *Service) Wait(ctx context.Context, name string) (WaitInfo, error) {
 
 // Reset starts a new schedule now (the backlog is forfeited, totals kept)
 // and returns the state after it.
-func (s *Service) Reset(ctx context.Context, name string) (WaitInfo, error) {
+func (s *Service) Reset(ctx context.Context, name string) (limitd.WaitInfo, error) {
 	start := time.Now()
 	_, err := s.store.Reset(ctx, name)
 	s.timed(OpReset, start)
 	if err != nil {
-		return WaitInfo{}, err
+		return limitd.WaitInfo{}, err
 	}
 	return s.Wait(ctx, name)
 }

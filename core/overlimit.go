@@ -1,6 +1,8 @@
 package core
 
 import (
+	"github.com/limitd/limitd"
+
 	"sync"
 	"time"
 )
@@ -49,7 +51,7 @@ type overEntry struct {
 	reset, redisNow int64
 	// d is what of the decision names the limiter (its Instance and
 	// Version: limiterShadow's and report's).
-	d    Decision
+	d    limitd.Decision
 	slot int // its place in ring
 }
 

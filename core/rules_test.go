@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -34,7 +35,7 @@ func TestInputChecks(t *testing.T) {
 		}, "permits"},
 		{"a lease id that is not one", func() error { return s.ReleaseSlot(ctx, "r", "nope") }, "lease_id"},
 		{"a template id that is not a name", func() error {
-			_, _, err := s.PutTemplate(ctx, Template{ID: "a b", Pattern: "a:*", Limiter: limiter.Config{Rate: 1}})
+			_, _, err := s.PutTemplate(ctx, limitd.Template{ID: "a b", Pattern: "a:*", Limiter: limiter.Config{Rate: 1}})
 			return err
 		}, "id"},
 		{"a cursor that is not a name", func() error { _, err := s.List(ctx, "a b", 10); return err }, "cursor"},

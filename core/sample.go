@@ -1,6 +1,8 @@
 package core
 
 import (
+	"github.com/limitd/limitd"
+
 	"context"
 	"errors"
 )
@@ -14,11 +16,11 @@ import (
 // use: it belongs to one Watcher's loop.
 type Sampler struct {
 	s     *Service
-	infos map[string]Info
+	infos map[string]limitd.Info
 }
 
 // Sampler returns a Sampler that keeps nothing yet.
-func (s *Service) Sampler() *Sampler { return &Sampler{s: s, infos: map[string]Info{}} }
+func (s *Service) Sampler() *Sampler { return &Sampler{s: s, infos: map[string]limitd.Info{}} }
 
 // Changed forgets the config kept for name: a change to it was published,
 // and the next sample reads it.
@@ -29,7 +31,7 @@ func (p *Sampler) Changed(name string) { delete(p.infos, name) }
 func (p *Sampler) GetAll(ctx context.Context, names []string) (out []Limiter, errs []error) {
 	out, errs = make([]Limiter, len(names)), make([]error, len(names))
 	var kept []int
-	var infos []Info
+	var infos []limitd.Info
 	for i, n := range names {
 		if info, ok := p.infos[n]; ok {
 			kept, infos = append(kept, i), append(infos, info)

@@ -9,9 +9,6 @@ import (
 	"github.com/limitd/limitd/store"
 )
 
-// Forever is a MaxWait without bound.
-const Forever = store.Forever
-
 // MaxListLimit is the largest page List answers; DefaultListLimit the page
 // without a limit.
 const (
@@ -156,7 +153,7 @@ func (s *Service) subjectOf(ctx context.Context, name string, instance bool) (li
 	if !instance {
 		return name, ""
 	}
-	if t, err := s.resolve(ctx, name); err == nil {
+	if t, err := s.store.Resolve(ctx, name); err == nil {
 		return "", t.ID
 	}
 	return "", ""
@@ -166,7 +163,7 @@ func (s *Service) subjectOf(ctx context.Context, name string, instance bool) (li
 // instance answered (share, concurrency): it asks Redis when a template
 // matches the name.
 func (s *Service) subject(ctx context.Context, name string) (lim, tpl string) {
-	t, err := s.resolve(ctx, name)
+	t, err := s.store.Resolve(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return name, "" // no template matches: only a limiter could have answered
 	}
@@ -174,7 +171,7 @@ func (s *Service) subject(ctx context.Context, name string) (lim, tpl string) {
 		return "", "" // unknown; never the name, which may be an instance's
 	}
 	start := time.Now()
-	_, err = s.get(ctx, name) // a limiter of that name comes before templates
+	_, err = s.store.Get(ctx, name) // a limiter of that name comes before templates
 	s.timed(OpGet, start)
 	if err == nil {
 		return name, ""

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"github.com/limitd/limitd"
+
 	"context"
 	"sync"
 	"time"
@@ -23,15 +25,15 @@ import (
 
 // shadowGrant is d, a refusal in shadow mode of n permits, as reported: a
 // grant that starts now and took nothing.
-func shadowGrant(d Decision, n int64) Decision {
-	return Decision{Granted: true, Shadow: true, Permits: n, Scheduled: d.Now, Start: d.Now,
+func shadowGrant(d limitd.Decision, n int64) limitd.Decision {
+	return limitd.Decision{Granted: true, Shadow: true, Permits: n, Scheduled: d.Now, Start: d.Now,
 		Wait: d.Wait, RetryAfter: d.RetryAfter, Version: d.Version, Now: d.Now, Instance: d.Instance, Position: d.Position}
 }
 
 // inShadow reports whether the limiter that refused d (name; d.Instance: a
 // template's instance) is in shadow mode, its own or the service's.
 // Unknown (Redis failing) is false: the refusal stands.
-func (s *Service) inShadow(ctx context.Context, name string, d Decision) bool {
+func (s *Service) inShadow(ctx context.Context, name string, d limitd.Decision) bool {
 	return s.shadow || s.limiterShadow(ctx, name, d)
 }
 
@@ -40,16 +42,16 @@ func (s *Service) inShadow(ctx context.Context, name string, d Decision) bool {
 // whatever the service's global shadow mode says: a named limiter's config
 // is remembered by version, which every decision carries; a template
 // instance's template is the store's template cache's.
-func (s *Service) limiterShadow(ctx context.Context, name string, d Decision) bool {
+func (s *Service) limiterShadow(ctx context.Context, name string, d limitd.Decision) bool {
 	if d.Instance {
-		t, err := s.resolve(ctx, name)
+		t, err := s.store.Resolve(ctx, name)
 		return err == nil && t.Limiter.Shadow
 	}
 	if sh, ok := s.shadows.get(name, d.Version); ok {
 		return sh
 	}
 	start := time.Now()
-	info, err := s.get(ctx, name)
+	info, err := s.store.Get(ctx, name)
 	s.timed(OpGet, start)
 	if err != nil {
 		return false
@@ -66,7 +68,7 @@ func (s *Service) slotInShadow(ctx context.Context, name string) bool {
 		return true
 	}
 	start := time.Now()
-	info, err := s.get(ctx, name)
+	info, err := s.store.Get(ctx, name)
 	s.timed(OpGet, start)
 	return err == nil && info.Config.Shadow
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/store"
 )
 
@@ -14,49 +15,36 @@ import (
 // (Doorman): what it wants, what it has, its priority.
 type CapacityRequest struct {
 	Name     string
-	ClientID string  // store.NameRule; the same in every request of the client
+	ClientID string  // limitd.NameRule; the same in every request of the client
 	Wants    float64 // finite, ≥ 0
 	Has      float64 // finite, ≥ 0
-	Priority float64 // 0 ≤ Priority ≤ store.MaxPriority; 0 counts as 1
+	Priority float64 // 0 ≤ Priority ≤ limitd.MaxPriority; 0 counts as 1
 }
 
 // check returns the store's request, or bad input naming the field at
 // fault. The store checks the same rules; checking here first keeps bad
 // input away from Redis whatever the store does.
-func (r *CapacityRequest) check() (store.CapacityRequest, error) {
-	if err := store.CheckNameAs("client_id", r.ClientID); err != nil {
-		return store.CapacityRequest{}, err
-	}
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"wants", r.Wants}, {"has", r.Has}, {"priority", r.Priority}} {
-		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
-			return store.CapacityRequest{}, invalid(f.name, "must be a finite number ≥ 0", f.v)
-		}
-	}
-	if r.Priority > store.MaxPriority {
-		return store.CapacityRequest{}, invalid("priority", "must be ≥ 0 and ≤ 1e6", r.Priority)
-	}
-	return store.CapacityRequest{ClientID: r.ClientID, Wants: r.Wants, Has: r.Has, Priority: r.Priority}, nil
+func (r *CapacityRequest) check() (limitd.CapacityRequest, error) {
+	sr := limitd.CapacityRequest{ClientID: r.ClientID, Wants: r.Wants, Has: r.Has, Priority: r.Priority}
+	return sr, sr.Check()
 }
 
 // Capacity asks a share limiter for capacity on behalf of one client.
-func (s *Service) Capacity(ctx context.Context, r CapacityRequest) (CapacityLease, error) {
+func (s *Service) Capacity(ctx context.Context, r CapacityRequest) (limitd.CapacityLease, error) {
 	sr, err := r.check()
 	if err != nil {
-		return CapacityLease{}, err
+		return limitd.CapacityLease{}, err
 	}
 	start := time.Now()
 	sl, err := s.store.Capacity(ctx, r.Name, sr)
 	s.timed(OpCapacity, start)
-	l := capacityLeaseOf(sl)
+	l := sl
 	if err != nil {
-		return CapacityLease{}, err
+		return limitd.CapacityLease{}, err
 	}
 	for _, v := range []float64{l.Gets, l.SafeCapacity} {
 		if math.IsNaN(v) || math.IsInf(v, 0) { // no wire can carry it: fail before answering
-			return CapacityLease{}, fmt.Errorf("core: limiter %q answered a capacity lease that is not finite: %+v", r.Name, l)
+			return limitd.CapacityLease{}, fmt.Errorf("core: limiter %q answered a capacity lease that is not finite: %+v", r.Name, l)
 		}
 	}
 	s.event(ctx, EventCapacity, r.Name, capacityOutcome(r.Wants, l))
@@ -64,7 +52,7 @@ func (s *Service) Capacity(ctx context.Context, r CapacityRequest) (CapacityLeas
 }
 
 // capacityOutcome is the outcome of an EventCapacity.
-func capacityOutcome(wants float64, l CapacityLease) string {
+func capacityOutcome(wants float64, l limitd.CapacityLease) string {
 	switch {
 	case l.Learning:
 		return "learning"
@@ -79,7 +67,7 @@ func capacityOutcome(wants float64, l CapacityLease) string {
 // ReturnCapacity ends a client's lease at once, freeing its capacity; a
 // client that holds none is a *NotHeldError naming client_id.
 func (s *Service) ReturnCapacity(ctx context.Context, name, clientID string) error {
-	if err := store.CheckNameAs("client_id", clientID); err != nil {
+	if err := limitd.CheckNameAs("client_id", clientID); err != nil {
 		return err
 	}
 	start := time.Now()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -204,7 +205,7 @@ func TestInstanceCountsUnderTemplate(t *testing.T) {
 	m.SetTime(t0)
 	s, ledger := ledgerService(t, m, LedgerOptions{})
 	ctx := context.Background()
-	if _, _, err := s.PutTemplate(ctx, Template{ID: "users", Pattern: "user:*",
+	if _, _, err := s.PutTemplate(ctx, limitd.Template{ID: "users", Pattern: "user:*",
 		Limiter: limiter.Config{Kind: limiter.KindSchedule, Rate: 2, Burst: ptr(limiter.Burst(1))}}); err != nil {
 		t.Fatal(err)
 	}
@@ -253,8 +254,8 @@ func TestSeriesBoundsAndRestarts(t *testing.T) {
 		t.Errorf("history %d..%d, want %d..%d", h[0].At, h[len(h)-1].At, n-HistoryLen, n-1)
 	}
 	rate := func(permits, now int64) Limiter {
-		return Limiter{Info: Info{Config: limiter.Config{Kind: limiter.KindSchedule, Rate: 100}},
-			State: &WaitInfo{Permits: permits, Now: now, Started: true}}
+		return Limiter{Info: limitd.Info{Config: limiter.Config{Kind: limiter.KindSchedule, Rate: 100}},
+			State: &limitd.WaitInfo{Permits: permits, Now: now, Started: true}}
 	}
 	var r series
 	sec := int64(time.Second)

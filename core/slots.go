@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/store"
 )
 
@@ -17,7 +18,7 @@ import (
 // (released already, or expired and its slot reclaimed) is a *NotHeldError
 // naming lease_id.
 func (s *Service) ReleaseSlot(ctx context.Context, name, leaseID string) error {
-	if err := store.CheckLeaseID(leaseID); err != nil {
+	if err := limitd.CheckLeaseID(leaseID); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -37,20 +38,20 @@ func (s *Service) ReleaseSlot(ctx context.Context, name, leaseID string) error {
 // RenewSlot extends a held lease by the limiter's lease time; a lost lease
 // (the holder must stop and acquire again) is a *NotHeldError naming
 // lease_id.
-func (s *Service) RenewSlot(ctx context.Context, name, leaseID string) (SlotLease, error) {
-	if err := store.CheckLeaseID(leaseID); err != nil {
-		return SlotLease{}, err
+func (s *Service) RenewSlot(ctx context.Context, name, leaseID string) (limitd.SlotLease, error) {
+	if err := limitd.CheckLeaseID(leaseID); err != nil {
+		return limitd.SlotLease{}, err
 	}
 	start := time.Now()
 	sl, err := s.store.RenewSlot(ctx, name, leaseID)
 	s.timed(OpRenewSlot, start)
-	l := slotLeaseOf(sl)
+	l := sl
 	if errors.Is(err, store.ErrNotFound) {
-		return SlotLease{}, s.notHeld(ctx, name, err, "lease_id", "lost",
+		return limitd.SlotLease{}, s.notHeld(ctx, name, err, "lease_id", "lost",
 			fmt.Sprintf("lease_id: limiter %q holds no lease %q and has no free slot to take it again: it was released or it expired, and its slot is taken; stop using it and acquire again", name, leaseID))
 	}
 	if err != nil {
-		return SlotLease{}, err
+		return limitd.SlotLease{}, err
 	}
 	s.event(ctx, EventLease, name, "renewed")
 	l.ID = leaseID
@@ -63,7 +64,7 @@ func (s *Service) RenewSlot(ctx context.Context, name, leaseID string) (SlotLeas
 // outcome, if not empty, is reported as an EventLease.
 func (s *Service) notHeld(ctx context.Context, name string, err error, field, outcome, detail string) error {
 	start := time.Now()
-	_, gerr := s.get(ctx, name)
+	_, gerr := s.store.Get(ctx, name)
 	s.timed(OpGet, start)
 	if gerr != nil {
 		return err

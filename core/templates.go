@@ -7,37 +7,38 @@ import (
 	"sync"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/store"
 )
 
 // PutTemplate creates (created: true) or replaces a template.
-func (s *Service) PutTemplate(ctx context.Context, t Template) (out Template, created bool, err error) {
-	if err := store.CheckNameAs("id", t.ID); err != nil {
-		return Template{}, false, err
+func (s *Service) PutTemplate(ctx context.Context, t limitd.Template) (out limitd.Template, created bool, err error) {
+	if err := limitd.CheckNameAs("id", t.ID); err != nil {
+		return limitd.Template{}, false, err
 	}
 	start := time.Now()
-	_, err = s.getTemplate(ctx, t.ID)
+	_, err = s.store.GetTemplate(ctx, t.ID)
 	s.timed(OpGetTemplate, start)
 	created = errors.Is(err, store.ErrNotFound)
 	if err != nil && !created {
-		return Template{}, false, err
+		return limitd.Template{}, false, err
 	}
 	start = time.Now()
-	st, err := s.store.PutTemplate(ctx, t.stored())
+	st, err := s.store.PutTemplate(ctx, t)
 	s.timed(OpPutTemplate, start)
 	if err != nil {
-		return Template{}, false, specFault(err, t.Limiter.Spec, "limiter")
+		return limitd.Template{}, false, specFault(err, t.Limiter.Spec, "limiter")
 	}
-	return templateOf(st), created, nil
+	return st, created, nil
 }
 
 // GetTemplate returns a template.
-func (s *Service) GetTemplate(ctx context.Context, id string) (Template, error) {
-	if err := store.CheckNameAs("id", id); err != nil {
-		return Template{}, err
+func (s *Service) GetTemplate(ctx context.Context, id string) (limitd.Template, error) {
+	if err := limitd.CheckNameAs("id", id); err != nil {
+		return limitd.Template{}, err
 	}
 	start := time.Now()
-	t, err := s.getTemplate(ctx, id)
+	t, err := s.store.GetTemplate(ctx, id)
 	s.timed(OpGetTemplate, start)
 	return t, err
 }
@@ -57,7 +58,7 @@ func (s *Service) Instances(ctx context.Context, id string) (n int64, exact bool
 
 // DeleteTemplate removes a template.
 func (s *Service) DeleteTemplate(ctx context.Context, id string) error {
-	if err := store.CheckNameAs("id", id); err != nil {
+	if err := limitd.CheckNameAs("id", id); err != nil {
 		return err
 	}
 	start := time.Now()
@@ -67,11 +68,11 @@ func (s *Service) DeleteTemplate(ctx context.Context, id string) error {
 }
 
 // Templates returns every template in matching order.
-func (s *Service) Templates(ctx context.Context) ([]Template, error) {
+func (s *Service) Templates(ctx context.Context) ([]limitd.Template, error) {
 	start := time.Now()
 	ts, err := s.store.Templates(ctx)
 	s.timed(OpTemplates, start)
-	return templatesOf(ts), err
+	return ts, err
 }
 
 // The bounds of Top's parameters.
@@ -148,7 +149,7 @@ type instanceCount struct {
 // count of the same pattern made in the last few seconds: what a list of
 // templates shows (GET /v1/templates?instances=true), so that a page that
 // polls it does not scan Redis each time.
-func (s *Service) CachedInstances(ctx context.Context, t Template) (n int64, exact bool, err error) {
+func (s *Service) CachedInstances(ctx context.Context, t limitd.Template) (n int64, exact bool, err error) {
 	c := &s.instances
 	c.mu.Lock()
 	v, ok := c.m[t.ID]

@@ -9,8 +9,8 @@ import (
 	"math"
 	"strings"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // A grant token carries what a handback needs of a grant, so that no
@@ -51,7 +51,7 @@ func tokenCheck(name string, payload []byte) []byte {
 	return h.Sum(nil)[:checkLen]
 }
 
-func encodeToken(g store.Grant) string {
+func encodeToken(g limitd.Grant) string {
 	o := g.Origin()
 	info, _ := limiter.Lookup(g.Kind) // a grant's kind is a rate kind
 	b := make([]byte, 0, 96)
@@ -71,9 +71,9 @@ var errToken = errors.New("undecodable")
 
 // decodeToken returns the grant of limiter name that token carries, or bad
 // input naming grant.id.
-func decodeToken(token, name string) (store.Grant, error) {
-	bad := func(why string) (store.Grant, error) {
-		return store.Grant{}, invalid("grant.id", "must be the id a grant of limiter "+quoted(name)+" answered ("+why+")", nil)
+func decodeToken(token, name string) (limitd.Grant, error) {
+	bad := func(why string) (limitd.Grant, error) {
+		return limitd.Grant{}, invalid("grant.id", "must be the id a grant of limiter "+quoted(name)+" answered ("+why+")", nil)
 	}
 	if len(token) > maxToken || !strings.HasPrefix(token, tokenPrefix) {
 		return bad("not a grant token")
@@ -94,8 +94,8 @@ func decodeToken(token, name string) (store.Grant, error) {
 	return g, nil
 }
 
-func readPayload(p []byte) (store.Grant, error) {
-	g := store.Grant{Decision: store.Decision{Granted: true}}
+func readPayload(p []byte) (limitd.Grant, error) {
+	g := limitd.Grant{Decision: limitd.Decision{Granted: true}}
 	for _, k := range limiter.Kinds() {
 		if k.Class == limiter.ClassRate && k.Code == int(p[0]) {
 			g.Kind = k.Name
@@ -119,7 +119,7 @@ func readPayload(p []byte) (store.Grant, error) {
 		return g, errToken
 	}
 	g.Burst = math.Float64frombits(binary.BigEndian.Uint64(p[n:]))
-	g.SetOrigin(store.GrantOrigin{Epoch: epoch, Nonce: nonce})
+	g.SetOrigin(limitd.GrantOrigin{Epoch: epoch, Nonce: nonce})
 	base := epoch * 1000
 	exact := func(t int64) bool { return t-base > -maxExact && t-base < maxExact }
 	switch {

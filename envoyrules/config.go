@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -117,7 +117,7 @@ const (
 type Rules struct {
 	domains   map[string]*node
 	rules     []*Rule // every rule, in the config's order
-	templates []core.Template
+	templates []limitd.Template
 	quotas    int // rules in quota mode
 }
 
@@ -329,7 +329,7 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 		r.quotas++
 	}
 	rl.template = templateID(domain, rl.label, counterShape(rl.config))
-	r.templates = append(r.templates, core.Template{ID: rl.template, Pattern: rl.template + ":*", Order: templateOrder, Limiter: rl.config,
+	r.templates = append(r.templates, limitd.Template{ID: rl.template, Pattern: rl.template + ":*", Order: templateOrder, Limiter: rl.config,
 		Description: rl.fullKey()})
 	r.rules = append(r.rules, rl)
 	return rl, nil
@@ -441,7 +441,7 @@ func (r *Rules) Dump() string {
 
 // Templates are the limitd templates the rules count in, one per rule with
 // a limit: the boot file applies them beside its own.
-func (r *Rules) Templates() []core.Template { return r.templates }
+func (r *Rules) Templates() []limitd.Template { return r.templates }
 
 // Domains is the number of domains.
 func (r *Rules) Domains() int { return len(r.domains) }

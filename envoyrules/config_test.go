@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd"
 )
 
 // A rule with a schedule limiter, for the matching tests (no window kind
@@ -121,7 +121,7 @@ domains:
 			t.Fatalf("%v: no rule", kv)
 		}
 		n := rl.counter(es)
-		if err := core.CheckName("name", n); err != nil {
+		if err := limitd.CheckNameAs("name", n); err != nil {
 			t.Errorf("%v: %q: %v", kv, n, err)
 		}
 		if !strings.HasPrefix(n, rl.template+":") {

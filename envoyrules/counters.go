@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/limiter"
 )
@@ -21,7 +22,7 @@ type Request struct {
 // Counters turns a request's descriptors in domain into core's counters and
 // the rule that answers each (nil: none, or one another matched rule
 // replaces); put puts an override's template in Redis before it counts.
-func (r *Rules) Counters(domain string, ds []Request, put func(core.Template) error) ([]core.Counter, []*Rule, error) {
+func (r *Rules) Counters(domain string, ds []Request, put func(limitd.Template) error) ([]core.Counter, []*Rule, error) {
 	matched := make([]*Rule, len(ds))
 	names := make([]string, len(ds)) // an override's counter
 	replaced := map[string]bool{}
@@ -89,14 +90,14 @@ func UnitPeriod(u Unit) (string, bool) {
 
 // rule is the override as a rule of domain for entries: its template, its
 // counter's name, and what the answer and the metrics say of it.
-func (o *Override) rule(domain string, entries []Entry) (*Rule, string, core.Template, error) {
+func (o *Override) rule(domain string, entries []Entry) (*Rule, string, limitd.Template, error) {
 	name, _ := UnitPeriod(o.Unit)
 	cfg, err := limiter.WindowConfig(int64(o.Limit), units[name].period)
 	if err != nil {
-		return nil, "", core.Template{}, err
+		return nil, "", limitd.Template{}, err
 	}
 	id := TemplatePrefix + "override." + name + "." + strconv.FormatUint(uint64(o.Limit), 10)
-	t := core.Template{ID: id, Pattern: id + ":*", Order: templateOrder, Limiter: cfg}
+	t := limitd.Template{ID: id, Pattern: id + ":*", Order: templateOrder, Limiter: cfg}
 	rl := &Rule{Domain: domain, label: labelOf(entries), template: t.ID, Unit: o.Unit, Limit: o.Limit, config: t.Limiter}
 	var b strings.Builder
 	b.WriteString(t.ID)

@@ -61,7 +61,7 @@ func wildcardMatch(parts []string, value string) bool {
 	return true
 }
 
-// maxName is the longest limiter name (store.NameRule).
+// maxName is the longest limiter name (limitd.NameRule).
 const maxName = 128
 
 // counter is the limitd name of the counter a request descriptor matched by

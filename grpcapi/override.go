@@ -6,7 +6,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
-	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/envoyrules"
 )
 
@@ -35,7 +35,7 @@ type overrides struct {
 const maxOverrideTemplates = 4096
 
 // ensure puts t in Redis unless this process did already.
-func (s *Server) ensureOverride(ctx context.Context, t core.Template) error {
+func (s *Server) ensureOverride(ctx context.Context, t limitd.Template) error {
 	s.overrides.mu.Lock()
 	done := s.overrides.put[t.ID]
 	s.overrides.mu.Unlock()

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/envoyrules"
 )
@@ -280,7 +281,7 @@ func (s *Server) decide(ctx context.Context, domain string, descs []envoyrules.R
 	if rules == nil {
 		return nil, errNoRules
 	}
-	counters, matched, err := rules.Counters(domain, descs, func(t core.Template) error { return s.ensureOverride(ctx, t) })
+	counters, matched, err := rules.Counters(domain, descs, func(t limitd.Template) error { return s.ensureOverride(ctx, t) })
 	if err != nil {
 		return nil, err
 	}

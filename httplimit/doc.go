@@ -9,7 +9,7 @@
 // and net/http; nothing in limitd imports it, and client imports neither it
 // nor echo.
 //
-//	c := client.New(rdb)
+//	c := redisclient.New(rdb)
 //	h := httplimit.Middleware(c, httplimit.KeyByHeader("X-API-Key"), httplimit.WithLimiterPrefix("key:"))(mux)
 //	// a template with pattern "key:*" decides each key's limit
 package httplimit

@@ -9,7 +9,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/httplimit"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -26,14 +27,14 @@ func ExampleMiddleware() {
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
 	st := store.New(rdb)
-	_, err := st.PutTemplate(context.Background(), store.Template{
+	_, err := st.PutTemplate(context.Background(), limitd.Template{
 		ID: "per-ip", Pattern: "ip:*", Limiter: limiter.Config{Rate: 1, Burst: limiter.B(1)},
 	})
 	if err != nil {
 		panic(err)
 	}
 
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
 	h := httplimit.Middleware(c, httplimit.WithLimiterPrefix("ip:"))(hello)

@@ -11,7 +11,9 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -37,7 +39,7 @@ func server(t *testing.T) (*redistest.Instance, *redis.Client, *store.Store) {
 func template(t *testing.T, st *store.Store, id, pattern string, rate float64) {
 	t.Helper()
 	c := limiter.Config{Rate: rate, Burst: limiter.B(1)}
-	if _, err := st.PutTemplate(context.Background(), store.Template{ID: id, Pattern: pattern, Limiter: c}); err != nil {
+	if _, err := st.PutTemplate(context.Background(), limitd.Template{ID: id, Pattern: pattern, Limiter: c}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -121,7 +123,7 @@ func (c *steppedClock) step(t *testing.T, d time.Duration) {
 
 // client returns a client on the clock over st.
 func (c *steppedClock) client(st *store.Store) *client.Client {
-	return client.NewWithTransport(countedTransport{client.NewStoreTransport(st), c}, client.WithClock(c))
+	return client.NewWithTransport(countedTransport{redisclient.NewTransport(st), c}, client.WithClock(c))
 }
 
 type countedTransport struct {
@@ -129,12 +131,12 @@ type countedTransport struct {
 	c *steppedClock
 }
 
-func (t countedTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+func (t countedTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	defer t.c.begin()()
 	return t.Transport.Grant(ctx, name, k, maxWait)
 }
 
-func (t countedTransport) Release(ctx context.Context, g store.Grant, m int64) error {
+func (t countedTransport) Release(ctx context.Context, g limitd.Grant, m int64) error {
 	defer t.c.begin()()
 	return t.Transport.Release(ctx, g, m)
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/limitd/limitd/client"
-	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/wire"
 )
 
@@ -95,7 +95,7 @@ func (m *keyedLimits) serve(w http.ResponseWriter, r *http.Request) bool {
 	if err != nil {
 		status, slug, title := http.StatusInternalServerError, wire.ProblemInternal, "Rate limiter misconfigured"
 		detail := "the rate limit for this request cannot be decided: " + err.Error()
-		if errors.Is(err, store.ErrUnavailable) || errors.Is(err, client.ErrClosed) || r.Context().Err() != nil {
+		if errors.Is(err, limiter.ErrUnavailable) || errors.Is(err, client.ErrClosed) || r.Context().Err() != nil {
 			status, slug, title = http.StatusServiceUnavailable, wire.ProblemUnavailable, "Rate limiter unavailable"
 		}
 		writeProblem(w, status, slug, title, detail)

@@ -11,7 +11,9 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -36,7 +38,7 @@ func TestLimiterNameIsAlwaysValid(t *testing.T) {
 		{"", strings.Repeat("/", 300), ""},
 	} {
 		got := limiterName(tc.prefix, tc.key)
-		if err := store.CheckName(got); err != nil {
+		if err := limitd.CheckName(got); err != nil {
 			t.Errorf("limiterName(%q, %q) = %q: %v", tc.prefix, tc.key, got, err)
 		}
 		if tc.want != "" && got != tc.want {
@@ -70,11 +72,11 @@ func TestMiddlewareHandlesAreBounded(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
 	st := store.New(rdb)
-	if _, err := st.PutTemplate(t.Context(), store.Template{ID: "t", Pattern: "u:*",
+	if _, err := st.PutTemplate(t.Context(), limitd.Template{ID: "t", Pattern: "u:*",
 		Limiter: limiter.Config{Rate: 100, Burst: limiter.B(1)}}); err != nil {
 		t.Fatal(err)
 	}
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	kl := newKeyedLimits(c, []Option{KeyByHeader("U"), WithLimiterPrefix("u:"), WithMaxKeys(10)})
 	var handles []*client.Limiter

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/httplimit"
 )
 
@@ -86,7 +87,7 @@ func TestMiddlewareLimitsPerIP(t *testing.T) {
 func TestMiddlewareKeysAndPolicy(t *testing.T) {
 	_, rdb, st := mini(t)
 	template(t, st, "per-key", "key:*", 2)
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	h := httplimit.Middleware(c, httplimit.KeyByHeader("X-API-Key"), httplimit.WithLimiterPrefix("key:"),
 		httplimit.WithPolicy("api", 120, time.Minute))(okHandler)
@@ -121,7 +122,7 @@ func TestMiddlewareKeysAndPolicy(t *testing.T) {
 
 func TestMiddlewareWithoutLimiterIsAnError(t *testing.T) {
 	_, rdb, _ := mini(t)
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	h := httplimit.Middleware(c, httplimit.WithLimiterPrefix("nothing:"))(okHandler)
 	rec := get(h, "192.0.2.1:1", nil)
 	if rec.Code != http.StatusInternalServerError || rec.Header().Get("Content-Type") != "application/problem+json" {
@@ -139,7 +140,7 @@ func TestMiddlewareWithoutLimiterIsAnError(t *testing.T) {
 func TestMiddlewareEvictsHandles(t *testing.T) {
 	_, rdb, st := mini(t)
 	template(t, st, "per-ip", "ip:*", 2)
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	h := httplimit.Middleware(c, httplimit.WithLimiterPrefix("ip:"), httplimit.WithMaxKeys(2))(okHandler)
 	for i := range 3 {
@@ -162,7 +163,7 @@ func TestMiddlewareEvictsHandles(t *testing.T) {
 func TestMiddlewareConcurrentEvictions(t *testing.T) {
 	_, rdb, st := server(t)
 	template(t, st, "per-ip", "ip:*", 1000)
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	h := httplimit.Middleware(c, httplimit.WithLimiterPrefix("ip:"), httplimit.WithMaxKeys(3))(okHandler)
 	var wg sync.WaitGroup
@@ -183,7 +184,7 @@ func TestMiddlewareConcurrentEvictions(t *testing.T) {
 func TestEchoMiddleware(t *testing.T) {
 	_, rdb, st := mini(t)
 	template(t, st, "per-ip", "ip:*", 2)
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	e := echo.New()
 	e.Use(httplimit.EchoMiddleware(c, httplimit.WithLimiterPrefix("ip:")))
@@ -226,7 +227,7 @@ func TestEchoMiddleware(t *testing.T) {
 func TestMiddlewareRedisDown(t *testing.T) {
 	srv, rdb, st := server(t)
 	template(t, st, "per-ip", "ip:*", 1000)
-	c := client.New(rdb, client.WithFallback(client.FallbackPessimistic), client.WithRetryInterval(2*time.Second))
+	c := redisclient.New(rdb, client.WithFallback(client.FallbackPessimistic), client.WithRetryInterval(2*time.Second))
 	defer c.Close()
 	h := httplimit.Middleware(c, httplimit.WithLimiterPrefix("ip:"))(okHandler)
 	if rec := get(h, "192.0.2.1:1", nil); rec.Code != http.StatusOK {

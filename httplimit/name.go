@@ -5,10 +5,10 @@ import (
 	"encoding/hex"
 	"strings"
 
-	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd"
 )
 
-// maxName is the longest limiter name (store.CheckName).
+// maxName is the longest limiter name (limitd.CheckName).
 const maxName = 128
 
 // limiterName makes a valid limiter name of prefix+key: a valid one is kept
@@ -18,7 +18,7 @@ const maxName = 128
 // do not share a limiter. Names too long keep their start before the hash.
 func limiterName(prefix, key string) string {
 	name := prefix + key
-	if store.CheckName(name) == nil {
+	if limitd.CheckName(name) == nil {
 		return name
 	}
 	sum := sha256.Sum256([]byte(name))

@@ -32,7 +32,7 @@ func KeyFunc(f func(*http.Request) string) Option {
 // WithLimiterPrefix puts a prefix before each key to make the limiter's name:
 // with "ip:", the key 192.0.2.7 is limited by the limiter (or the instance of
 // a template such as "ip:*") named "ip:192.0.2.7". A key that is no valid name
-// as it stands (see store.CheckName) has its other characters replaced by '-'
+// as it stands (see limitd.CheckName) has its other characters replaced by '-'
 // and a hash of the key appended, so distinct keys keep distinct limiters;
 // a name that would be too long keeps its start and the hash.
 func WithLimiterPrefix(p string) Option {

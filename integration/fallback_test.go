@@ -64,6 +64,7 @@ import (
 	"time"
 
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -106,7 +107,7 @@ func fbChild(spec fbSpec) error {
 			return err
 		}
 		defer rdb.Close()
-		c = client.New(rdb)
+		c = redisclient.New(rdb)
 	case "http":
 		c = client.NewHTTP(spec.URL)
 	default:

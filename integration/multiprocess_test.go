@@ -48,6 +48,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -245,7 +246,7 @@ func TestMultiprocess(t *testing.T) {
 		if _, _, err := st.Put(ctx, "mp-backlog", limiter.Config{Spec: "2000,1"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.Acquire(ctx, "mp-backlog", 1, store.Forever); err != nil {
+		if _, err := st.Acquire(ctx, "mp-backlog", 1, limitd.Forever); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(500 * time.Millisecond) // a backlog of 500ms, over the pools' 100ms staleness

@@ -33,6 +33,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -94,7 +95,7 @@ func shPrint(l shLine) {
 func shChild(spec shSpec) error {
 	rdb := redis.NewClient(&redis.Options{Addr: spec.Addr})
 	defer rdb.Close()
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

@@ -3,66 +3,18 @@ package store
 import (
 	"context"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/lua"
 )
 
-// Forever is the max wait of a caller that waits as long as it takes.
-const Forever = time.Duration(math.MaxInt64)
-
-// Decision is the outcome of an acquire. Time points are Unix ns on the Redis
-// clock; durations are ns.
-type Decision struct {
-	Granted    bool
-	Permits    int64
-	Scheduled  int64 // when the permits were due on the schedule
-	Start      int64 // when the caller may start
-	Delay      int64 // Start − Now
-	Lateness   int64 // Start − Scheduled, or 0 for a start at once ahead of it (burst inf)
-	Wait       int64 // the limiter's backlog after the call
-	RetryAfter int64 // denied: how much later the same request could be granted
-	Version    int64 // the limiter's config version
-	Now        int64 // Redis time of the decision
-	// Instance is true when a template instance answered: name is no
-	// limiter but matches a template (the one Store.Resolve names, give or
-	// take a template change in between), whose instance for name decided.
-	// It costs nothing to ask, so callers can label by template without a
-	// round trip of their own.
-	Instance bool
-	// Position is where the limiter's schedule stands after the call (Unix
-	// ns, Redis clock): the next permit's scheduled start (smooth: its next
-	// free time). The store remembers the furthest it has seen per name and
-	// sends it as a floor with its next call (floors.go).
-	Position int64
-	// Window is true when a window limiter answered, and Limit is then its
-	// permits per window (0 for other kinds, and for a window that refuses
-	// every request). For a window, Wait is the permits left in it
-	// (limiter.Result), Position the end of its window (the instant its
-	// count resets), and a grant starts now.
-	Window bool
-	Limit  int64
-	// Charged is true for the answer to a charge (Store.Charge,
-	// Request.Charge): the permits were taken whatever Granted says, which
-	// tells whether they fitted (within MaxWait: for a window, in its
-	// count), and Delay is how long a new caller would wait now, after
-	// them (see limiter.Params.Charge).
-	Charged bool
-	// Count is a window's count after a charge: what its limit is
-	// measured against, past it when the permits did not fit (0 otherwise).
-	Count int64
-	// Shadow marks a refusal by a limiter in shadow mode that core reports
-	// as granted: it took nothing (the store never sets it).
-	Shadow bool
-}
-
 // Acquire asks the limiter (or the template matching name) for n permits,
 // waiting at most maxWait (Forever: no bound). A granted caller should start
 // at Decision.Start; a denied one may retry after RetryAfter.
-func (s *Store) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (Decision, error) {
+func (s *Store) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error) {
 	return s.AcquireWithin(ctx, name, n, maxWait, 0)
 }
 
@@ -77,13 +29,13 @@ func (s *Store) Acquire(ctx context.Context, name string, n int64, maxWait time.
 // rather than send it. A direct call (and a batch's round trip) ends at the
 // bound as at a context deadline: with a client that honours those
 // (NewClient's do); a batched caller is answered at its bound in any case.
-func (s *Store) AcquireWithin(ctx context.Context, name string, n int64, maxWait, within time.Duration) (Decision, error) {
+func (s *Store) AcquireWithin(ctx context.Context, name string, n int64, maxWait, within time.Duration) (limitd.Decision, error) {
 	return s.decideWithin(ctx, Request{Name: name, Permits: n, MaxWait: maxWait}, within)
 }
 
 // decideWithin is AcquireWithin (and ChargeWithin) of req: once more when a
 // calendar window needed its bounds first, all of it within the one bound.
-func (s *Store) decideWithin(ctx context.Context, req Request, within time.Duration) (Decision, error) {
+func (s *Store) decideWithin(ctx context.Context, req Request, within time.Duration) (limitd.Decision, error) {
 	until := untilOf(within)
 	d, err := s.acquireOnce(ctx, req, until)
 	if s.boundsSentUntil(ctx, req.Name, until, &err) {
@@ -114,7 +66,7 @@ func (s *Store) boundsSentUntil(ctx context.Context, name string, until time.Tim
 	return s.boundsSent(ctx, name, err)
 }
 
-func (s *Store) acquireOnce(ctx context.Context, req Request, until time.Time) (Decision, error) {
+func (s *Store) acquireOnce(ctx context.Context, req Request, until time.Time) (limitd.Decision, error) {
 	if s.batcher != nil {
 		return s.batcher.acquire(ctx, req, until)
 	}
@@ -124,7 +76,7 @@ func (s *Store) acquireOnce(ctx context.Context, req Request, until time.Time) (
 // acquireDirectUntil is acquireDirect ending by until (zero: as ctx allows)
 // as at a context deadline: one round trip of its own, so a timer is cheap
 // beside it.
-func (s *Store) acquireDirectUntil(ctx context.Context, req Request, until time.Time) (Decision, error) {
+func (s *Store) acquireDirectUntil(ctx context.Context, req Request, until time.Time) (limitd.Decision, error) {
 	if !until.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, until)
@@ -133,14 +85,14 @@ func (s *Store) acquireDirectUntil(ctx context.Context, req Request, until time.
 	return s.acquireDirect(ctx, req)
 }
 
-func (s *Store) acquireDirect(ctx context.Context, req Request) (Decision, error) {
+func (s *Store) acquireDirect(ctx context.Context, req Request) (limitd.Decision, error) {
 	name, maxWait := req.Name, req.MaxWait
 	tpl, err := s.match(ctx, name)
 	if err != nil {
-		return Decision{}, err
+		return limitd.Decision{}, err
 	}
 	if err := req.check(); err != nil {
-		return Decision{}, err
+		return limitd.Decision{}, err
 	}
 	n := req.arg()
 	// Without a template, acquire.lua takes the state key and the pair
@@ -160,7 +112,7 @@ func (s *Store) acquireDirect(ctx context.Context, req Request) (Decision, error
 	}
 	v, err := s.runAny(ctx, lua.Acquire, keys, args...)
 	if err != nil {
-		return Decision{}, err
+		return limitd.Decision{}, err
 	}
 	var o Outcome
 	u := answerUnpacker(v)
@@ -195,7 +147,7 @@ func permitsErr(n int64) error {
 }
 
 func waitArg(d time.Duration) int64 {
-	if d == Forever {
+	if d == limitd.Forever {
 		return -1
 	}
 	return max(0, int64(d))
@@ -214,7 +166,7 @@ func (s *Store) target(ctx context.Context, name string) ([]string, *compiledTem
 // match checks name and returns the template that applies should it not be
 // a limiter (nil if none matches).
 func (s *Store) match(ctx context.Context, name string) (*compiledTemplate, error) {
-	if err := CheckName(name); err != nil {
+	if err := limitd.CheckName(name); err != nil {
 		return nil, err
 	}
 	return s.templates.match(ctx, s, name)

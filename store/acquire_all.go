@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/lua"
 )
@@ -43,31 +44,6 @@ import (
 // what it leaves; other callers may see its permits taken for the moment
 // between the take and the undo.
 
-// MultiRequest is one limiter's part of an AcquireAll call.
-type MultiRequest struct {
-	Name    string
-	Permits int64 // ≥ 0; 0 checks the limiter (as if for 0 permits) and takes nothing
-	// Optional marks a request whose refusal does not refuse the call (a
-	// limiter in shadow mode): refused, it takes nothing, and the others
-	// are decided as if it had granted.
-	Optional bool
-}
-
-// MultiDecision is the outcome of AcquireAll.
-type MultiDecision struct {
-	// Granted is true when every request granted (or was Optional): the
-	// permits of each granted request were taken. False: nothing was taken.
-	Granted bool
-	// Decisions are each limiter's own decision, in request order. In a
-	// refused call a limiter that granted reports its decision as it would
-	// have been (Granted true) although nothing was taken.
-	Decisions []Decision
-	// Unrestored counts, on a cluster, the limiters of a refused call that
-	// another caller used between this call's take and its undo, which kept
-	// the permits this call took (see above); 0 on one server.
-	Unrestored int
-}
-
 // restoreTimeout bounds the undo of a cluster AcquireAll that another
 // limiter refused, which runs whether or not the caller's context ended.
 const restoreTimeout = 2 * time.Second
@@ -82,9 +58,9 @@ const MaxMultiRequests = 64
 // requests[i].permits; a missing limiter is ErrNotFound, a share or
 // concurrency limiter ErrConflict, both naming the limiter. On an error
 // nothing is taken.
-func (s *Store) AcquireAll(ctx context.Context, reqs []MultiRequest, maxWait time.Duration) (MultiDecision, error) {
+func (s *Store) AcquireAll(ctx context.Context, reqs []limitd.MultiRequest, maxWait time.Duration) (limitd.MultiDecision, error) {
 	if len(reqs) == 0 || len(reqs) > MaxMultiRequests {
-		return MultiDecision{}, &limiter.FieldError{Field: "requests", Rule: "must name 1 to " + strconv.Itoa(MaxMultiRequests) + " limiters", Value: len(reqs)}
+		return limitd.MultiDecision{}, &limiter.FieldError{Field: "requests", Rule: "must name 1 to " + strconv.Itoa(MaxMultiRequests) + " limiters", Value: len(reqs)}
 	}
 	if r := reqs[0]; len(reqs) == 1 && r.Permits >= 1 {
 		return s.acquireOne(ctx, r, maxWait)
@@ -93,26 +69,26 @@ func (s *Store) AcquireAll(ctx context.Context, reqs []MultiRequest, maxWait tim
 	seen := make(map[string]int, len(reqs))
 	for i, r := range reqs {
 		if err := checkRequestName(i, r.Name); err != nil {
-			return MultiDecision{}, err
+			return limitd.MultiDecision{}, err
 		}
 		if j, dup := seen[r.Name]; dup {
-			return MultiDecision{}, limiter.RequestFieldError(i, "name", fmt.Sprintf("names the limiter of requests[%d] again: name each limiter once", j), r.Name)
+			return limitd.MultiDecision{}, limiter.RequestFieldError(i, "name", fmt.Sprintf("names the limiter of requests[%d] again: name each limiter once", j), r.Name)
 		}
 		seen[r.Name] = i
 		if r.Permits < 0 {
-			return MultiDecision{}, limiter.RequestFieldError(i, "permits", "must be ≥ 0 (0 checks without taking)", r.Permits)
+			return limitd.MultiDecision{}, limiter.RequestFieldError(i, "permits", "must be ≥ 0 (0 checks without taking)", r.Permits)
 		}
 		tpl, err := s.templates.match(ctx, s, r.Name)
 		if err != nil {
-			return MultiDecision{}, err
+			return limitd.MultiDecision{}, err
 		}
 		groups[i] = multiGroup{req: r, tpl: tpl, index: i}
 	}
-	out := MultiDecision{Decisions: make([]Decision, len(reqs))}
+	out := limitd.MultiDecision{Decisions: make([]limitd.Decision, len(reqs))}
 	if _, single := s.rdb.(*redis.Client); single && s.spread == nil {
 		granted, _, err := s.acquireCall(ctx, groups, maxWait, "1", &out)
 		if err != nil {
-			return MultiDecision{}, err
+			return limitd.MultiDecision{}, err
 		}
 		out.Granted = granted
 		if granted {
@@ -125,7 +101,7 @@ func (s *Store) AcquireAll(ctx context.Context, reqs []MultiRequest, maxWait tim
 	for i := range groups {
 		granted, _, err := s.acquireCall(ctx, groups[i:i+1], maxWait, "0", &out)
 		if err != nil {
-			return MultiDecision{}, err
+			return limitd.MultiDecision{}, err
 		}
 		out.Granted = out.Granted && granted
 	}
@@ -153,7 +129,7 @@ func (s *Store) AcquireAll(ctx context.Context, reqs []MultiRequest, maxWait tim
 			err = uerr
 		}
 		if err != nil {
-			return MultiDecision{Unrestored: n}, err
+			return limitd.MultiDecision{Unrestored: n}, err
 		}
 		return out, nil
 	}
@@ -164,7 +140,7 @@ func (s *Store) AcquireAll(ctx context.Context, reqs []MultiRequest, maxWait tim
 // seeAll records the positions of a granted call's limiters (floors.go). A
 // refused call's are not recorded: they are where its permits would have
 // put the schedules, which it did not write.
-func (s *Store) seeAll(groups []multiGroup, out MultiDecision) {
+func (s *Store) seeAll(groups []multiGroup, out limitd.MultiDecision) {
 	for _, g := range groups {
 		d := out.Decisions[g.index]
 		s.floors.see(g.req.Name, d.Now, d.Position)
@@ -178,7 +154,7 @@ type spreadHooks struct{ afterCheck func() }
 
 // multiGroup is one limiter of an AcquireAll call.
 type multiGroup struct {
-	req   MultiRequest
+	req   limitd.MultiRequest
 	tpl   *compiledTemplate
 	index int // in the call's requests
 }
@@ -192,7 +168,7 @@ type written struct {
 
 // takeGroup takes groups writing (mode '2') and returns whether they all
 // granted and what was written.
-func (s *Store) takeGroup(ctx context.Context, groups []multiGroup, maxWait time.Duration, out *MultiDecision) (bool, []written, error) {
+func (s *Store) takeGroup(ctx context.Context, groups []multiGroup, maxWait time.Duration, out *limitd.MultiDecision) (bool, []written, error) {
 	granted, rest, err := s.acquireCall(ctx, groups, maxWait, "2", out)
 	if err != nil || len(rest) == 0 {
 		return granted, nil, err
@@ -210,7 +186,7 @@ func (s *Store) takeGroup(ctx context.Context, groups []multiGroup, maxWait time
 // a *limiter.RequestError.
 func checkRequestName(i int, name string) error {
 	var fe *limiter.FieldError
-	if err := CheckNameAs("name", name); errors.As(err, &fe) {
+	if err := limitd.CheckNameAs("name", name); errors.As(err, &fe) {
 		return limiter.RequestFieldError(i, "name", fe.Rule, fe.Value)
 	}
 	return nil
@@ -221,9 +197,9 @@ func checkRequestName(i int, name string) error {
 // as all or nothing over one limiter is. A refusal leaves it as a refused
 // acquire does: unchanged but for what any call does (a backlog past
 // max_backlog forfeited, an instance's idle TTL renewed).
-func (s *Store) acquireOne(ctx context.Context, r MultiRequest, maxWait time.Duration) (MultiDecision, error) {
+func (s *Store) acquireOne(ctx context.Context, r limitd.MultiRequest, maxWait time.Duration) (limitd.MultiDecision, error) {
 	if err := checkRequestName(0, r.Name); err != nil {
-		return MultiDecision{}, err
+		return limitd.MultiDecision{}, err
 	}
 	d, err := s.Acquire(ctx, r.Name, r.Permits, maxWait)
 	if err != nil {
@@ -231,9 +207,9 @@ func (s *Store) acquireOne(ctx context.Context, r MultiRequest, maxWait time.Dur
 		if errors.As(err, &fe) && fe.Field == "permits" {
 			err = limiter.RequestFieldError(0, "permits", fe.Rule, r.Permits)
 		}
-		return MultiDecision{}, err
+		return limitd.MultiDecision{}, err
 	}
-	return MultiDecision{Granted: d.Granted || r.Optional, Decisions: []Decision{d}}, nil
+	return limitd.MultiDecision{Granted: d.Granted || r.Optional, Decisions: []limitd.Decision{d}}, nil
 }
 
 // acquireCall runs acquire_all.lua for groups (mode '0': a dry run, '1':
@@ -242,7 +218,7 @@ func (s *Store) acquireOne(ctx context.Context, r MultiRequest, maxWait time.Dur
 // the reply's part after the answers. A calendar window that needs its
 // bounds makes the call write nothing: the store sends them (bounds.go) and
 // makes the call once more.
-func (s *Store) acquireCall(ctx context.Context, groups []multiGroup, maxWait time.Duration, mode string, out *MultiDecision) (bool, []any, error) {
+func (s *Store) acquireCall(ctx context.Context, groups []multiGroup, maxWait time.Duration, mode string, out *limitd.MultiDecision) (bool, []any, error) {
 	granted, rest, err := s.acquireCallOnce(ctx, groups, maxWait, mode, out)
 	if errors.Is(err, errBoundsSent) {
 		granted, rest, err = s.acquireCallOnce(ctx, groups, maxWait, mode, out)
@@ -257,7 +233,7 @@ func (s *Store) acquireCall(ctx context.Context, groups []multiGroup, maxWait ti
 // needed its bounds, which the store has sent since.
 var errBoundsSent = errors.New("store: a calendar window's bounds were sent")
 
-func (s *Store) acquireCallOnce(ctx context.Context, groups []multiGroup, maxWait time.Duration, mode string, out *MultiDecision) (bool, []any, error) {
+func (s *Store) acquireCallOnce(ctx context.Context, groups []multiGroup, maxWait time.Duration, mode string, out *limitd.MultiDecision) (bool, []any, error) {
 	keys := make([]string, 0, 2*len(groups))
 	floors, some := s.floors.startFloors(nil), false
 	for _, g := range groups {

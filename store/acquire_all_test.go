@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 )
@@ -63,13 +64,13 @@ func multiSetup(t *testing.T, s *Store, n multiNames) {
 	t.Helper()
 	stPut(t, s, n.sched, stSched(1000, 1))
 	stPut(t, s, n.smooth, stSmooth(10, 1))
-	if _, err := s.PutTemplate(t.Context(), Template{ID: "m", Pattern: "m-*", Limiter: stSched(0.01, 1)}); err != nil {
+	if _, err := s.PutTemplate(t.Context(), limitd.Template{ID: "m", Pattern: "m-*", Limiter: stSched(0.01, 1)}); err != nil {
 		t.Fatal(err)
 	}
 	// Every limiter started; the instance owes its next permit for 100 s.
-	stAcquire(t, s, n.sched, 1, Forever)
-	stAcquire(t, s, n.smooth, 1, Forever)
-	stAcquire(t, s, n.inst, 1, Forever)
+	stAcquire(t, s, n.sched, 1, limitd.Forever)
+	stAcquire(t, s, n.smooth, 1, limitd.Forever)
+	stAcquire(t, s, n.inst, 1, limitd.Forever)
 }
 
 // multiSuite: one of three limiters refuses and the other two (and it) are
@@ -84,7 +85,7 @@ func multiSuite(t *testing.T, rdb redis.UniversalClient, s *Store, n multiNames,
 	// half a second: nothing changes.
 	const half = 500 * time.Millisecond
 	before := readKeys(t, rdb, keys...)
-	md, err := s.AcquireAll(ctx, []MultiRequest{{Name: n.sched, Permits: 3}, {Name: n.smooth, Permits: 2}, {Name: n.inst, Permits: 1}}, half)
+	md, err := s.AcquireAll(ctx, []limitd.MultiRequest{{Name: n.sched, Permits: 3}, {Name: n.smooth, Permits: 2}, {Name: n.inst, Permits: 1}}, half)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,14 +99,14 @@ func multiSuite(t *testing.T, rdb redis.UniversalClient, s *Store, n multiNames,
 
 	// The refusal comes first, and a fresh instance is named: it is not
 	// created.
-	md, err = s.AcquireAll(ctx, []MultiRequest{{Name: n.inst, Permits: 1}, {Name: n.fresh, Permits: 1}, {Name: n.sched, Permits: 1}}, half)
+	md, err = s.AcquireAll(ctx, []limitd.MultiRequest{{Name: n.inst, Permits: 1}, {Name: n.fresh, Permits: 1}, {Name: n.sched, Permits: 1}}, half)
 	if err != nil || md.Granted || !md.Decisions[1].Granted {
 		t.Fatalf("refused call with a fresh instance: %+v, %v", md, err)
 	}
 	sameKeys(t, "after a refused call naming a fresh instance", before, readKeys(t, rdb, keys...), slack)
 
 	// A check refuses as a request would, and takes nothing either way.
-	md, err = s.AcquireAll(ctx, []MultiRequest{{Name: n.sched, Permits: 1}, {Name: n.inst, Permits: 0}}, half)
+	md, err = s.AcquireAll(ctx, []limitd.MultiRequest{{Name: n.sched, Permits: 1}, {Name: n.inst, Permits: 0}}, half)
 	if err != nil || md.Granted || md.Decisions[1].Granted || md.Decisions[1].Permits != 0 {
 		t.Fatalf("refused check: %+v, %v", md, err)
 	}
@@ -113,7 +114,7 @@ func multiSuite(t *testing.T, rdb redis.UniversalClient, s *Store, n multiNames,
 
 	// Granted: the schedule and the smooth limiter take their permits, the
 	// checked instance is left as it was.
-	md, err = s.AcquireAll(ctx, []MultiRequest{{Name: n.sched, Permits: 2}, {Name: n.smooth, Permits: 1}, {Name: n.inst, Permits: 0}}, Forever)
+	md, err = s.AcquireAll(ctx, []limitd.MultiRequest{{Name: n.sched, Permits: 2}, {Name: n.smooth, Permits: 1}, {Name: n.inst, Permits: 0}}, limitd.Forever)
 	if err != nil || !md.Granted {
 		t.Fatalf("granted call: %+v, %v", md, err)
 	}
@@ -133,7 +134,7 @@ func multiSuite(t *testing.T, rdb redis.UniversalClient, s *Store, n multiNames,
 	// An optional request (shadow mode) refuses without refusing the call,
 	// and takes nothing.
 	before = readKeys(t, rdb, keys...)
-	md, err = s.AcquireAll(ctx, []MultiRequest{{Name: n.sched, Permits: 1}, {Name: n.inst, Permits: 1, Optional: true}}, half)
+	md, err = s.AcquireAll(ctx, []limitd.MultiRequest{{Name: n.sched, Permits: 1}, {Name: n.inst, Permits: 1, Optional: true}}, half)
 	if err != nil || !md.Granted || !md.Decisions[0].Granted || md.Decisions[1].Granted {
 		t.Fatalf("call with an optional refusal: %+v, %v", md, err)
 	}
@@ -146,18 +147,18 @@ func multiSuite(t *testing.T, rdb redis.UniversalClient, s *Store, n multiNames,
 	// Bad input and missing limiters: errors, nothing taken.
 	before = readKeys(t, rdb, keys...)
 	for _, c := range []struct {
-		reqs  []MultiRequest
+		reqs  []limitd.MultiRequest
 		field string
 		is    error
 	}{
-		{[]MultiRequest{{Name: n.sched, Permits: 1}, {Name: n.sched, Permits: 1}}, "requests[1].name", nil},
-		{[]MultiRequest{{Name: n.sched, Permits: 1}, {Name: "bad name", Permits: 1}}, "requests[1].name", nil},
-		{[]MultiRequest{{Name: n.sched, Permits: -1}}, "requests[0].permits", nil},
-		{[]MultiRequest{{Name: n.sched, Permits: 1}, {Name: n.smooth, Permits: 1 << 40}}, "requests[1].permits", nil},
+		{[]limitd.MultiRequest{{Name: n.sched, Permits: 1}, {Name: n.sched, Permits: 1}}, "requests[1].name", nil},
+		{[]limitd.MultiRequest{{Name: n.sched, Permits: 1}, {Name: "bad name", Permits: 1}}, "requests[1].name", nil},
+		{[]limitd.MultiRequest{{Name: n.sched, Permits: -1}}, "requests[0].permits", nil},
+		{[]limitd.MultiRequest{{Name: n.sched, Permits: 1}, {Name: n.smooth, Permits: 1 << 40}}, "requests[1].permits", nil},
 		{nil, "requests", nil},
-		{[]MultiRequest{{Name: n.sched, Permits: 1}, {Name: "nobody-here", Permits: 1}}, "", ErrNotFound},
+		{[]limitd.MultiRequest{{Name: n.sched, Permits: 1}, {Name: "nobody-here", Permits: 1}}, "", ErrNotFound},
 	} {
-		_, err := s.AcquireAll(ctx, c.reqs, Forever)
+		_, err := s.AcquireAll(ctx, c.reqs, limitd.Forever)
 		var fe *limiter.FieldError
 		switch {
 		case c.is != nil && !errors.Is(err, c.is):
@@ -244,8 +245,8 @@ func TestAcquireAllRestoreMiniredis(t *testing.T) {
 	rdb := stMiniredisFactory(t)(t)
 	s := stStore(t, rdb)
 	stPut(t, s, "r", stSched(1000, 1))
-	stAcquire(t, s, "r", 1, Forever)
-	if _, err := s.PutTemplate(t.Context(), Template{ID: "m", Pattern: "m-*", Limiter: stSched(1, 1)}); err != nil {
+	stAcquire(t, s, "r", 1, limitd.Forever)
+	if _, err := s.PutTemplate(t.Context(), limitd.Template{ID: "m", Pattern: "m-*", Limiter: stSched(1, 1)}); err != nil {
 		t.Fatal(err)
 	}
 	multiRestore(t, rdb, s, "r")
@@ -262,10 +263,10 @@ func multiRestore(t *testing.T, rdb redis.UniversalClient, s *Store, name string
 		t.Fatalf("template m: %v", err)
 	}
 	keys := []string{s.stateKey(name), s.instanceKey("m-r1")}
-	for _, g := range []multiGroup{{req: MultiRequest{Name: name, Permits: 5}}, {req: MultiRequest{Name: "m-r1", Permits: 1}, tpl: tpl}} {
+	for _, g := range []multiGroup{{req: limitd.MultiRequest{Name: name, Permits: 5}}, {req: limitd.MultiRequest{Name: "m-r1", Permits: 1}, tpl: tpl}} {
 		before := readKeys(t, rdb, keys...)
-		out := MultiDecision{Decisions: make([]Decision, 1)}
-		granted, ws, err := s.takeGroup(ctx, []multiGroup{g}, Forever, &out)
+		out := limitd.MultiDecision{Decisions: make([]limitd.Decision, 1)}
+		granted, ws, err := s.takeGroup(ctx, []multiGroup{g}, limitd.Forever, &out)
 		if err != nil || !granted || len(ws) != 1 {
 			t.Fatalf("take on %s: %v, %+v, %v", g.req.Name, granted, ws, err)
 		}
@@ -280,12 +281,12 @@ func multiRestore(t *testing.T, rdb redis.UniversalClient, s *Store, name string
 	}
 
 	// Somebody took a permit after the take: the key is left as they left it.
-	out := MultiDecision{Decisions: make([]Decision, 1)}
-	_, ws, err := s.takeGroup(ctx, []multiGroup{{req: MultiRequest{Name: name, Permits: 5}}}, Forever, &out)
+	out := limitd.MultiDecision{Decisions: make([]limitd.Decision, 1)}
+	_, ws, err := s.takeGroup(ctx, []multiGroup{{req: limitd.MultiRequest{Name: name, Permits: 5}}}, limitd.Forever, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stAcquire(t, s, name, 1, Forever)
+	stAcquire(t, s, name, 1, limitd.Forever)
 	mid := readKeys(t, rdb, keys...)
 	kept, err := s.restore(ctx, ws)
 	if err != nil || kept != 1 {
@@ -309,10 +310,10 @@ func multiRaced(t *testing.T, rdb redis.UniversalClient, mk func(afterCheck func
 	stPut(t, s, a, stSched(1000, 1))
 	stPut(t, s, b, stSmooth(10, 1))
 	stPut(t, s, c, stSched(0.01, 1)) // not started: one permit now, the next 100 s later
-	stAcquire(t, s, a, 1, Forever)
+	stAcquire(t, s, a, 1, limitd.Forever)
 	keys := []string{s.stateKey(a), s.stateKey(b)}
 	before := readKeys(t, rdb, keys...)
-	md, err := s.AcquireAll(ctx, []MultiRequest{{Name: a, Permits: 2}, {Name: b, Permits: 1}, {Name: c, Permits: 1}}, 500*time.Millisecond)
+	md, err := s.AcquireAll(ctx, []limitd.MultiRequest{{Name: a, Permits: 2}, {Name: b, Permits: 1}, {Name: c, Permits: 1}}, 500*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,11 +339,11 @@ func TestAcquireAllFloors(t *testing.T) {
 	rdb := stMiniredisFactory(t)(t)
 	s := stStore(t, rdb)
 	ctx := t.Context()
-	if _, err := s.PutTemplate(ctx, Template{ID: "f", Pattern: "f-*", Limiter: stSched(1, 1)}); err != nil {
+	if _, err := s.PutTemplate(ctx, limitd.Template{ID: "f", Pattern: "f-*", Limiter: stSched(1, 1)}); err != nil {
 		t.Fatal(err)
 	}
 	stPut(t, s, "g", stSched(1, 1))
-	md, err := s.AcquireAll(ctx, []MultiRequest{{Name: "f-1", Permits: 3}}, Forever)
+	md, err := s.AcquireAll(ctx, []limitd.MultiRequest{{Name: "f-1", Permits: 3}}, limitd.Forever)
 	if err != nil || !md.Granted {
 		t.Fatalf("first call: %+v, %v", md, err)
 	}
@@ -353,7 +354,7 @@ func TestAcquireAllFloors(t *testing.T) {
 	if err := rdb.Del(ctx, s.instanceKey("f-1")).Err(); err != nil {
 		t.Fatal(err)
 	}
-	md, err = s.AcquireAll(ctx, []MultiRequest{{Name: "f-1", Permits: 1}, {Name: "g", Permits: 1}}, Forever)
+	md, err = s.AcquireAll(ctx, []limitd.MultiRequest{{Name: "f-1", Permits: 1}, {Name: "g", Permits: 1}}, limitd.Forever)
 	if err != nil || !md.Granted {
 		t.Fatalf("call after the loss: %+v, %v", md, err)
 	}
@@ -362,7 +363,7 @@ func TestAcquireAllFloors(t *testing.T) {
 	}
 	// g owes 1 s now; a refused call (g, then a fresh instance that would
 	// grant) leaves the instance's floor unrecorded.
-	md, err = s.AcquireAll(ctx, []MultiRequest{{Name: "g", Permits: 1}, {Name: "f-2", Permits: 1}}, 0)
+	md, err = s.AcquireAll(ctx, []limitd.MultiRequest{{Name: "g", Permits: 1}, {Name: "f-2", Permits: 1}}, 0)
 	if err != nil || md.Granted || !md.Decisions[1].Granted {
 		t.Fatalf("refused call: %+v, %v", md, err)
 	}
@@ -378,14 +379,14 @@ func TestAcquireAllCheckSmooth(t *testing.T) {
 	m.SetTime(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	s := stStore(t, rdb)
 	stPut(t, s, "sm", stSmooth(1, 0)) // a metronome: one permit a second
-	stAcquire(t, s, "sm", 1, Forever)
-	stAcquire(t, s, "sm", 1, Forever) // Guava: it waits 1 s, and the next is free 2 s later
+	stAcquire(t, s, "sm", 1, limitd.Forever)
+	stAcquire(t, s, "sm", 1, limitd.Forever) // Guava: it waits 1 s, and the next is free 2 s later
 	before := readKeys(t, rdb, s.stateKey("sm"))
-	md, err := s.AcquireAll(t.Context(), []MultiRequest{{Name: "sm", Permits: 0}}, 500*time.Millisecond)
+	md, err := s.AcquireAll(t.Context(), []limitd.MultiRequest{{Name: "sm", Permits: 0}}, 500*time.Millisecond)
 	if err != nil || md.Granted || md.Decisions[0].RetryAfter != int64(1500*time.Millisecond) {
 		t.Fatalf("check within 500ms: %+v, %v", md, err)
 	}
-	md, err = s.AcquireAll(t.Context(), []MultiRequest{{Name: "sm", Permits: 0}}, Forever)
+	md, err = s.AcquireAll(t.Context(), []limitd.MultiRequest{{Name: "sm", Permits: 0}}, limitd.Forever)
 	if err != nil || !md.Granted || md.Decisions[0].Delay != int64(2*time.Second) || md.Decisions[0].Permits != 0 {
 		t.Fatalf("check without bound: %+v, %v", md, err)
 	}
@@ -402,12 +403,12 @@ func TestAcquireAllCalendarWindow(t *testing.T) {
 	l := int64(2)
 	stPut(t, s, "cal", limiter.Config{Kind: limiter.KindWindow, Limit: &l, Period: "day", Zone: "Europe/Berlin"})
 	stPut(t, s, "tight", stSched(1, 1))
-	d, err := s.AcquireAll(t.Context(), []MultiRequest{{Name: "cal", Permits: 1}, {Name: "tight", Permits: 1}}, 0)
+	d, err := s.AcquireAll(t.Context(), []limitd.MultiRequest{{Name: "cal", Permits: 1}, {Name: "tight", Permits: 1}}, 0)
 	if err != nil || !d.Granted || d.Decisions[0].Limit != 2 || d.Decisions[0].Wait != 1 {
 		t.Fatalf("first call: %+v, %v", d, err)
 	}
 	before := readKeys(t, rdb, s.stateKey("cal"))
-	d, err = s.AcquireAll(t.Context(), []MultiRequest{{Name: "cal", Permits: 1}, {Name: "tight", Permits: 1}}, 0)
+	d, err = s.AcquireAll(t.Context(), []limitd.MultiRequest{{Name: "cal", Permits: 1}, {Name: "tight", Permits: 1}}, 0)
 	if err != nil || d.Granted || !d.Decisions[0].Granted || d.Decisions[1].Granted {
 		t.Fatalf("refused by tight: %+v, %v", d, err)
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -41,9 +42,9 @@ func abs(ep, rel int64) int64 { return ep*1000 + rel }
 
 // decodeDecision reads grant.lua's reply (grant_main in lua/lib.lua) as far
 // as a Decision goes; r.err tells whether it could.
-func decodeDecision(r *reply) Decision {
+func decodeDecision(r *reply) limitd.Decision {
 	ep := r.int(3)
-	d := Decision{
+	d := limitd.Decision{
 		Granted: r.flag(1), Permits: r.int(2), Delay: r.int(6), Lateness: r.int(7),
 		Wait: r.int(8), RetryAfter: r.int(9), Version: r.int(10), Now: r.int(11) * 1000,
 		Instance: r.flag(12),
@@ -124,7 +125,7 @@ func decodeAnswer(name string, u *unpacker, m int, set func(r int, o Outcome)) {
 		}
 		// A grant's delay is its start, its lateness start − sched; a
 		// denial's delay comes as start.
-		d := Decision{Granted: code == recordGranted, Delay: start, Wait: wait, RetryAfter: retry,
+		d := limitd.Decision{Granted: code == recordGranted, Delay: start, Wait: wait, RetryAfter: retry,
 			Version: ver, Now: now, Instance: inst, Position: pos, Window: counted, Limit: limit}
 		if d.Granted {
 			d.Lateness = max(0, start-sched) // a start at once, ahead of its slot (burst inf), is on time

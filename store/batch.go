@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/lua"
 )
 
@@ -25,7 +26,7 @@ type Request struct {
 
 // Outcome is the answer to one Request of a batch.
 type Outcome struct {
-	Decision
+	limitd.Decision
 	Err error
 }
 

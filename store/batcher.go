@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd"
 )
 
 // WithBatching makes Acquire batch concurrent callers automatically: calls
@@ -187,11 +189,11 @@ func callBound(ctx context.Context, until time.Time) time.Time {
 
 // acquire decides req, waiting until until at most (zero: as long as ctx
 // allows).
-func (b *batcher) acquire(ctx context.Context, req Request, until time.Time) (Decision, error) {
+func (b *batcher) acquire(ctx context.Context, req Request, until time.Time) (limitd.Decision, error) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return Decision{}, ErrClosed
+		return limitd.Decision{}, ErrClosed
 	}
 	if b.inflight == 0 {
 		b.inflight++
@@ -207,7 +209,7 @@ func (b *batcher) acquire(ctx context.Context, req Request, until time.Time) (De
 	b.add(c)
 	b.mu.Unlock()
 	if err := b.wait(ctx, c); err != nil {
-		return Decision{}, err // c is not reused: its answer may still come
+		return limitd.Decision{}, err // c is not reused: its answer may still come
 	}
 	o := c.oneR[0]
 	c.reuse()

@@ -13,6 +13,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/lua"
 )
 
@@ -144,7 +145,7 @@ func openCalls(b *batcher) int {
 
 // answer is what a caller got, or nothing yet.
 type answer struct {
-	d   Decision
+	d   limitd.Decision
 	err error
 }
 

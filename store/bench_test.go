@@ -59,6 +59,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/internal/testkit/rounds"
 	"github.com/limitd/limitd/limiter"
@@ -155,7 +156,7 @@ func benchContenders(b *testing.B) (*redis.Client, []benchContender) {
 	named := store.New(rdb, store.WithPrefix("bench-named"))
 	benchPut(b, named, append([]string{"hot"}, names...), benchConfig)
 	tpl := store.New(rdb, store.WithPrefix("bench-tpl"))
-	if _, err := tpl.PutTemplate(ctx, store.Template{ID: "k", Pattern: "k:*", Limiter: benchConfig}); err != nil {
+	if _, err := tpl.PutTemplate(ctx, limitd.Template{ID: "k", Pattern: "k:*", Limiter: benchConfig}); err != nil {
 		b.Fatal(err)
 	}
 	benchTouch(b, tpl, names)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -25,13 +26,13 @@ import (
 // started, as a refused acquire does. n is bounded by the horizon, not by
 // max_reserve: at most 2^50 ns of the limiter's schedule (a window: 2^50
 // permits); more is a *limiter.FieldError naming permits.
-func (s *Store) Charge(ctx context.Context, name string, n int64) (Decision, error) {
+func (s *Store) Charge(ctx context.Context, name string, n int64) (limitd.Decision, error) {
 	return s.ChargeWithin(ctx, name, n, 0)
 }
 
 // ChargeWithin is Charge whose caller waits at most within (> 0; 0: as long
 // as ctx allows) for Redis to answer, as AcquireWithin does.
-func (s *Store) ChargeWithin(ctx context.Context, name string, n int64, within time.Duration) (Decision, error) {
+func (s *Store) ChargeWithin(ctx context.Context, name string, n int64, within time.Duration) (limitd.Decision, error) {
 	return s.decideWithin(ctx, Request{Name: name, Permits: n, Charge: true}, within)
 }
 
@@ -62,8 +63,8 @@ func (r *Request) arg() int64 {
 // start, wait and retry_after slots, which hold the limiter's delay after
 // the charge in retry_after's place (a window's: in start's, and its count
 // after the charge in retry_after's).
-func chargedOf(code int64, window bool, now, sched, start, wait, retry, ver int64, inst bool, pos, limit int64) Decision {
-	d := Decision{Charged: true, Granted: code == recordChargedWithin, Wait: wait, Version: ver, Now: now,
+func chargedOf(code int64, window bool, now, sched, start, wait, retry, ver int64, inst bool, pos, limit int64) limitd.Decision {
+	d := limitd.Decision{Charged: true, Granted: code == recordChargedWithin, Wait: wait, Version: ver, Now: now,
 		Instance: inst, Position: pos, Window: window, Limit: limit}
 	if window {
 		d.Delay, d.Scheduled, d.Start, d.Count = start, now, now, retry

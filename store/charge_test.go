@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 )
@@ -18,7 +19,7 @@ func chargeSuite(t *testing.T, f stFactory) {
 	t.Run("Batched", func(t *testing.T) { chargeBatched(t, f) })
 }
 
-func stCharge(t *testing.T, s *Store, name string, n int64) Decision {
+func stCharge(t *testing.T, s *Store, name string, n int64) limitd.Decision {
 	t.Helper()
 	d, err := s.Charge(t.Context(), name, n)
 	if err != nil {
@@ -82,13 +83,13 @@ func chargeKinds(t *testing.T, f stFactory) {
 	}
 
 	// A limit of 0 refuses every permit, as a window.
-	a := stAcquire(t, s, "deny", 1, Forever)
+	a := stAcquire(t, s, "deny", 1, limitd.Forever)
 	if a.Granted || !a.Window || a.Limit != 0 || a.RetryAfter != a.Position-a.Now {
 		t.Errorf("acquire of a deny-all window: %+v, want refused until its end", a)
 	}
 
 	// A template instance.
-	if _, err := s.PutTemplate(ctx, Template{ID: "u", Pattern: "u:*", Limiter: stSched(1, 1)}); err != nil {
+	if _, err := s.PutTemplate(ctx, limitd.Template{ID: "u", Pattern: "u:*", Limiter: stSched(1, 1)}); err != nil {
 		t.Fatal(err)
 	}
 	if d := stCharge(t, s, "u:1", 5); !d.Instance || !d.Granted || d.Delay < 4_900_000_000 {
@@ -129,7 +130,7 @@ func chargeBatched(t *testing.T, f stFactory) {
 				if (g+i)%2 == 0 {
 					_, err = s.Charge(t.Context(), "b", 3)
 				} else {
-					_, err = s.Acquire(t.Context(), "b", 1, Forever)
+					_, err = s.Acquire(t.Context(), "b", 1, limitd.Forever)
 				}
 				if err != nil {
 					errs <- err
@@ -156,7 +157,7 @@ func TestChargeInstanceTTL(t *testing.T) {
 	ctx := t.Context()
 	s := New(rdb, WithPrefix("cttl"))
 	one := int64(1000)
-	for _, tp := range []Template{
+	for _, tp := range []limitd.Template{
 		{ID: "s", Pattern: "s:*", Limiter: limiter.Config{Rate: 1000, Burst: limiter.B(1), MaxBacklog: limiter.D(time.Minute)}, IdleTTL: limiter.D(time.Minute)},
 		{ID: "w", Pattern: "w:*", Limiter: limiter.Config{Kind: limiter.KindWindow, Limit: &one, Period: "24h"}, IdleTTL: limiter.D(time.Minute)},
 	} {

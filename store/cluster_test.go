@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/lua"
 )
@@ -48,11 +49,11 @@ func stTestClusterSpread(t *testing.T, f stFactory) {
 		names[i] = fmt.Sprintf("c-%03d", i)
 		stPut(t, s, names[i], stSched(1000, 1))
 	}
-	if _, err := s.PutTemplate(ctx, Template{ID: "inst", Pattern: "ci-*", Limiter: stSched(1000, 1)}); err != nil {
+	if _, err := s.PutTemplate(ctx, limitd.Template{ID: "inst", Pattern: "ci-*", Limiter: stSched(1000, 1)}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 60 {
-		stAcquire(t, s, fmt.Sprintf("ci-%03d", i), 1, Forever)
+		stAcquire(t, s, fmt.Sprintf("ci-%03d", i), 1, limitd.Forever)
 	}
 
 	// Every master holds some limiters and some instances.
@@ -84,7 +85,7 @@ func stTestClusterSpread(t *testing.T, f stFactory) {
 	acquireAll := func(round string) {
 		t.Helper()
 		for _, name := range names {
-			d, err := s.Acquire(ctx, name, 1, Forever)
+			d, err := s.Acquire(ctx, name, 1, limitd.Forever)
 			if err != nil || !d.Granted {
 				t.Fatalf("%s: Acquire(%s) = %+v, %v", round, name, d, err)
 			}
@@ -131,7 +132,7 @@ func stTestClusterSpread(t *testing.T, f stFactory) {
 	flush()
 	reqs := make([]Request, n)
 	for i, name := range names {
-		reqs[i] = Request{Name: name, Permits: 1, MaxWait: Forever}
+		reqs[i] = Request{Name: name, Permits: 1, MaxWait: limitd.Forever}
 	}
 	for i, o := range s.AcquireMany(ctx, reqs) {
 		if o.Err != nil || !o.Granted {
@@ -146,7 +147,7 @@ func stTestClusterSpread(t *testing.T, f stFactory) {
 	// The automatic batcher rides on the same pipeline.
 	flush()
 	for _, name := range names[:20] {
-		d, err := batched.Acquire(ctx, name, 1, Forever)
+		d, err := batched.Acquire(ctx, name, 1, limitd.Forever)
 		if err != nil || d.Scheduled != last[name]+1e6 {
 			t.Fatalf("batched Acquire(%s) after SCRIPT FLUSH = %+v, %v", name, d, err)
 		}
@@ -161,7 +162,7 @@ func stTestClusterSpread(t *testing.T, f stFactory) {
 	if _, err := s.Reset(ctx, names[1]); err != nil {
 		t.Errorf("Reset after SCRIPT FLUSH: %v", err)
 	}
-	if g, err := s.Grant(ctx, names[2], 4, Forever); err != nil {
+	if g, err := s.Grant(ctx, names[2], 4, limitd.Forever); err != nil {
 		t.Errorf("Grant after SCRIPT FLUSH: %v", err)
 	} else if _, err := s.Release(ctx, g, 2); err != nil {
 		t.Errorf("Release after SCRIPT FLUSH: %v", err)

@@ -5,8 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"strconv"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/lua"
 )
@@ -20,37 +20,19 @@ import (
 // limiter does not hold; it matches ErrNotFound.
 var ErrLeaseNotHeld = fmt.Errorf("lease not held: %w", ErrNotFound)
 
-// SlotLease is the answer to AcquireSlot and RenewSlot.
-type SlotLease struct {
-	Granted    bool
-	ID         string // lease id (16 random bytes in hex), set when granted
-	Expires    int64  // Unix ns, Redis clock
-	RetryAfter int64  // ns; when not granted: until the earliest lease expires
-	InUse      int64
-	Limit      int64
-	// Readded: RenewSlot found the lease gone (it expired, or Redis lost the
-	// slots: a restart without persistence, a failover that lost writes) and
-	// registered it again, a slot being free.
-	Readded bool
-	// Shadow marks a refusal by a limiter in shadow mode that core reports
-	// as granted: no slot was taken and there is no lease (ID ""); the
-	// store never sets it.
-	Shadow bool
-}
-
 // AcquireSlot takes a slot of a concurrency limiter if one is free. A full
 // limiter is not an error: the lease is not Granted and RetryAfter tells when
 // the earliest lease ends.
-func (s *Store) AcquireSlot(ctx context.Context, name string) (SlotLease, error) {
-	if err := CheckName(name); err != nil {
-		return SlotLease{}, err
+func (s *Store) AcquireSlot(ctx context.Context, name string) (limitd.SlotLease, error) {
+	if err := limitd.CheckName(name); err != nil {
+		return limitd.SlotLease{}, err
 	}
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	id := hex.EncodeToString(b[:])
 	l, err := s.slotCall(ctx, name, "acquire", id)
 	if err != nil {
-		return SlotLease{}, err
+		return limitd.SlotLease{}, err
 	}
 	if !l.Granted {
 		l.ID, l.Expires = "", 0
@@ -63,12 +45,12 @@ func (s *Store) AcquireSlot(ctx context.Context, name string) (SlotLease, error)
 // holder ran) is registered again if a slot is free (Readded); else the
 // lease is lost: ErrLeaseNotHeld. A limiter that does not exist is
 // ErrNotFound.
-func (s *Store) RenewSlot(ctx context.Context, name, id string) (SlotLease, error) {
-	if err := CheckName(name); err != nil {
-		return SlotLease{}, err
+func (s *Store) RenewSlot(ctx context.Context, name, id string) (limitd.SlotLease, error) {
+	if err := limitd.CheckName(name); err != nil {
+		return limitd.SlotLease{}, err
 	}
-	if err := CheckLeaseID(id); err != nil {
-		return SlotLease{}, err
+	if err := limitd.CheckLeaseID(id); err != nil {
+		return limitd.SlotLease{}, err
 	}
 	return s.slotCall(ctx, name, "renew", id)
 }
@@ -76,23 +58,23 @@ func (s *Store) RenewSlot(ctx context.Context, name, id string) (SlotLease, erro
 // ReleaseSlot frees a lease's slot. ErrLeaseNotHeld when it is not held (it
 // expired, was released, or never was).
 func (s *Store) ReleaseSlot(ctx context.Context, name, id string) error {
-	if err := CheckName(name); err != nil {
+	if err := limitd.CheckName(name); err != nil {
 		return err
 	}
-	if err := CheckLeaseID(id); err != nil {
+	if err := limitd.CheckLeaseID(id); err != nil {
 		return err
 	}
 	_, err := s.slotCall(ctx, name, "release", id)
 	return err
 }
 
-func (s *Store) slotCall(ctx context.Context, name, op, id string) (SlotLease, error) {
+func (s *Store) slotCall(ctx context.Context, name, op, id string) (limitd.SlotLease, error) {
 	v, err := s.run(ctx, lua.Concurrency, []string{s.limiterKey(name), s.slotsKey(name)}, op, id)
 	if err != nil {
-		return SlotLease{}, err
+		return limitd.SlotLease{}, err
 	}
 	if err := leaseReplyErr(name, limiter.KindConcurrency, v); err != nil {
-		return SlotLease{}, err
+		return limitd.SlotLease{}, err
 	}
 	// {code, granted, now_us, lease_ns, retry_after, in_use, limit[, readded]}
 	rep := &reply{v: v}
@@ -100,32 +82,14 @@ func (s *Store) slotCall(ctx context.Context, name, op, id string) (SlotLease, e
 	now, lease, retry, inUse, limit := rep.int(2), rep.int(3), rep.int(4), rep.int(5), rep.int(6)
 	readded := rep.has(7) && rep.flag(7)
 	if err := rep.check("concurrency", name); err != nil {
-		return SlotLease{}, err
+		return limitd.SlotLease{}, err
 	}
 	if code == replyNotHeld { // concurrency.lua: the lease is not held
-		return SlotLease{}, fmt.Errorf("lease %q on limiter %q (expired, released or never granted, and no slot is free to take it again): %w", id, name, ErrLeaseNotHeld)
+		return limitd.SlotLease{}, fmt.Errorf("lease %q on limiter %q (expired, released or never granted, and no slot is free to take it again): %w", id, name, ErrLeaseNotHeld)
 	}
-	l := SlotLease{Granted: granted, RetryAfter: retry, InUse: inUse, Limit: limit, Readded: readded}
+	l := limitd.SlotLease{Granted: granted, RetryAfter: retry, InUse: inUse, Limit: limit, Readded: readded}
 	if l.Granted {
 		l.ID, l.Expires = id, now*1000+lease
 	}
 	return l, nil
-}
-
-// LeaseIDLen is the length of a lease id AcquireSlot hands out: 16 random
-// bytes in lowercase hex.
-const LeaseIDLen = 32
-
-// CheckLeaseID accepts what AcquireSlot hands out: LeaseIDLen lowercase hex
-// digits. Its error is a *limiter.FieldError naming lease_id.
-func CheckLeaseID(id string) error {
-	ok := len(id) == LeaseIDLen
-	for i := 0; ok && i < len(id); i++ {
-		c := id[i]
-		ok = c >= '0' && c <= '9' || c >= 'a' && c <= 'f'
-	}
-	if !ok {
-		return &limiter.FieldError{Field: "lease_id", Rule: "must be the lease_id an acquire answered: " + strconv.Itoa(LeaseIDLen) + " lowercase hex digits", Value: fmt.Sprintf("%q", id)}
-	}
-	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -43,7 +44,7 @@ func ccConfig(limit int64, lease time.Duration) limiter.Config {
 	return limiter.Config{Kind: limiter.KindConcurrency, Limit: &limit, Lease: limiter.D(lease)}
 }
 
-func ccAcquire(t *testing.T, s *Store, name string) SlotLease {
+func ccAcquire(t *testing.T, s *Store, name string) limitd.SlotLease {
 	t.Helper()
 	l, err := s.AcquireSlot(t.Context(), name)
 	if err != nil {
@@ -201,7 +202,7 @@ func ccTestReregister(t *testing.T, f stFactory) {
 	s := stStore(t, f(t))
 	ctx := t.Context()
 	stPut(t, s, "rr3", ccConfig(3, 10*time.Second))
-	var held []SlotLease
+	var held []limitd.SlotLease
 	for range 3 {
 		held = append(held, ccAcquire(t, s, "rr3"))
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/lua"
@@ -48,7 +49,7 @@ const (
 
 // diffGrant is a grant the rig may later hand a tail of back.
 type diffGrant struct {
-	g         store.Grant    // the store's grant
+	g         limitd.Grant   // the store's grant
 	r         limiter.Result // the model's result
 	p         limiter.Params // the model's params at the grant
 	remBefore int64          // the model's carry before the grant
@@ -156,7 +157,7 @@ func (g *diffRig) putTemplate(c limiter.Config) {
 	}
 	g.note("put template %s", diffJSON(norm))
 	g.ops["put-template"]++
-	tp, err := g.st.PutTemplate(g.ctx, store.Template{ID: "diff-tpl", Pattern: "t:*", Limiter: c, IdleTTL: g.tplIdle})
+	tp, err := g.st.PutTemplate(g.ctx, limitd.Template{ID: "diff-tpl", Pattern: "t:*", Limiter: c, IdleTTL: g.tplIdle})
 	if err != nil {
 		g.fatalf("PutTemplate: %v", err)
 	}
@@ -476,7 +477,7 @@ func (g *diffRig) peek() {
 		p, st, ver = g.tplResolve(now)
 	}
 	v := p.Peek(st, now)
-	want := store.WaitInfo{Wait: v.Wait, Delay: v.Delay, Idle: v.Idle, Allocated: v.Allocated,
+	want := limitd.WaitInfo{Wait: v.Wait, Delay: v.Delay, Idle: v.Idle, Allocated: v.Allocated,
 		Permits: v.Permits, Lateness: v.Lateness, Now: now, Version: ver, Started: st.Started, Instance: g.tpl}
 	if st.Started {
 		want.Position = v.Next
@@ -497,14 +498,14 @@ func (g *diffRig) check() {
 }
 
 func diffWaitArg(mw time.Duration) int64 {
-	if mw == store.Forever {
+	if mw == limitd.Forever {
 		return limiter.Forever
 	}
 	return int64(mw)
 }
 
-func diffDecision(r limiter.Result, ver, now int64) store.Decision {
-	return store.Decision{Granted: r.Granted, Permits: r.Permits, Scheduled: r.Scheduled, Start: r.Start,
+func diffDecision(r limiter.Result, ver, now int64) limitd.Decision {
+	return limitd.Decision{Granted: r.Granted, Permits: r.Permits, Scheduled: r.Scheduled, Start: r.Start,
 		Delay: r.Delay, Lateness: r.Lateness, Wait: r.Wait, RetryAfter: r.RetryAfter, Version: ver, Now: now}
 }
 
@@ -519,8 +520,8 @@ func (g *diffRig) acquire(n int64, mw time.Duration, grant bool) {
 	g.note("%s n=%d max_wait=%d", what, n, int64(mw))
 	g.ops[what]++
 	var (
-		d   store.Decision
-		gr  store.Grant
+		d   limitd.Decision
+		gr  limitd.Grant
 		err error
 	)
 	g.takeFloor()
@@ -564,7 +565,7 @@ func (g *diffRig) decideMany(ns []int64, mws []time.Duration, charges []bool) []
 			g.charged(ns[i], mws[i], o.Decision, o.Err)
 			continue
 		}
-		g.decided("acquire", ns[i], mws[i], false, o.Decision, store.Grant{}, o.Err)
+		g.decided("acquire", ns[i], mws[i], false, o.Decision, limitd.Grant{}, o.Err)
 	}
 	for _, p := range pos {
 		if p != g.s.Next {
@@ -616,7 +617,7 @@ func (g *diffRig) prepare(now int64, inRange func(p *limiter.Params) bool) limit
 
 // decided checks the store's answer to an acquire or grant against the model,
 // which it moves on.
-func (g *diffRig) decided(what string, n int64, mw time.Duration, grant bool, d store.Decision, gr store.Grant, err error) {
+func (g *diffRig) decided(what string, n int64, mw time.Duration, grant bool, d limitd.Decision, gr limitd.Grant, err error) {
 	g.t.Helper()
 	now := g.us * 1000
 	if g.mr == nil && err == nil {
@@ -695,7 +696,7 @@ func (g *diffRig) charge(n int64, mw time.Duration) {
 	g.note("charge n=%d max_wait=%d", n, int64(mw))
 	g.ops["charge"]++
 	g.takeFloor()
-	var d store.Decision
+	var d limitd.Decision
 	var err error
 	if mw == 0 {
 		d, err = g.st.Charge(g.ctx, g.name, n)
@@ -708,7 +709,7 @@ func (g *diffRig) charge(n int64, mw time.Duration) {
 
 // charged checks the store's answer to a charge against the model, which
 // it moves on.
-func (g *diffRig) charged(n int64, mw time.Duration, d store.Decision, err error) {
+func (g *diffRig) charged(n int64, mw time.Duration, d limitd.Decision, err error) {
 	g.t.Helper()
 	now := g.us * 1000
 	if g.mr == nil && err == nil {
@@ -1124,7 +1125,7 @@ func (g *diffRig) randWait(r *rand.Rand) time.Duration {
 	case x < 45:
 		return time.Duration(r.Int64N(min(5*sl, diffHorizon)))
 	case x < 70:
-		return store.Forever
+		return limitd.Forever
 	case x < 80:
 		return time.Duration(r.Int64N(diffHorizon))
 	case x < 82:
@@ -1186,7 +1187,7 @@ func (g *diffRig) step(r *rand.Rand, kindChange bool) {
 		}
 	case x < 770:
 		if len(g.grants) == 0 {
-			g.acquire(min(g.p.MaxPermits, 1+r.Int64N(100)), store.Forever, true)
+			g.acquire(min(g.p.MaxPermits, 1+r.Int64N(100)), limitd.Forever, true)
 			break
 		}
 		i := len(g.grants) - 1
@@ -1380,15 +1381,15 @@ func TestDiffLongGap(t *testing.T) {
 				// some history: debt, stored permits or backlog, and a grant kept
 				for range 20 {
 					g.advance(r.Int64N(2 * g.p.Slice.Whole / 1000))
-					g.acquire(1+r.Int64N(min(g.p.MaxPermits, 5)), store.Forever, r.IntN(2) == 0)
+					g.acquire(1+r.Int64N(min(g.p.MaxPermits, 5)), limitd.Forever, r.IntN(2) == 0)
 					g.checkRaw()
 				}
 				// two grants kept over the gap: the last one is handed back
 				// first (nothing happened since: a schedule rewinds), the other
 				// once the epoch has moved past the gap (its times, shifted to
 				// the new epoch, exceed 2^53)
-				g.acquire(min(g.p.MaxPermits, 3), store.Forever, true)
-				g.acquire(min(g.p.MaxPermits, 2), store.Forever, true)
+				g.acquire(min(g.p.MaxPermits, 3), limitd.Forever, true)
+				g.acquire(min(g.p.MaxPermits, 2), limitd.Forever, true)
 				g.check()
 				if len(g.grants) < 2 {
 					t.Fatalf("test bug: %d grants kept", len(g.grants))
@@ -1412,7 +1413,7 @@ func TestDiffLongGap(t *testing.T) {
 							}
 						}
 					case "acquire", "grant":
-						g.acquire(1, store.Forever, op == "grant")
+						g.acquire(1, limitd.Forever, op == "grant")
 					case "reset":
 						g.reset()
 					case "put":
@@ -1714,7 +1715,7 @@ func TestDiffRealRedisInstance(t *testing.T) {
 					}
 					if f.instExists {
 						f.checkRaw()
-						if ttl := rdb.PTTL(g.ctx, f.key).Val(); ttl == -1 || ttl > store.DefaultIdleTTL+time.Duration(limiter.MaxAhead) {
+						if ttl := rdb.PTTL(g.ctx, f.key).Val(); ttl == -1 || ttl > limitd.DefaultIdleTTL+time.Duration(limiter.MaxAhead) {
 							f.fatalf("op %d: new instance PTTL %v", op, ttl)
 						}
 					}
@@ -1733,9 +1734,9 @@ func TestDiffRealRedisInstance(t *testing.T) {
 				ttl := rdb.PTTL(g.ctx, g.key).Val()
 				// an instance has a TTL (-1: none; it may be gone already,
 				// -2, when it settles within a ms), which the default idle
-				// TTL (store.DefaultIdleTTL) bounds after the debt; the debt
+				// TTL (limitd.DefaultIdleTTL) bounds after the debt; the debt
 				// is at most MaxAhead (a charge's) ahead of now
-				if ttl == -1 || ttl > store.DefaultIdleTTL+time.Duration(limiter.MaxAhead) {
+				if ttl == -1 || ttl > limitd.DefaultIdleTTL+time.Duration(limiter.MaxAhead) {
 					g.fatalf("op %d: instance PTTL %v", op, ttl)
 				}
 			}
@@ -1747,7 +1748,7 @@ func TestDiffRealRedisInstance(t *testing.T) {
 // TestInstanceTTL: the TTL the fast paths give an instance, created
 // (create_one) and used (acquire_one), on a real redis-server: without an
 // idle_ttl its debt and then the time until it settles, at most
-// store.DefaultIdleTTL (its backlog of an hour would take longer); with one,
+// limitd.DefaultIdleTTL (its backlog of an hour would take longer); with one,
 // that idle_ttl, renewed by every use; an eighth more, set again only when
 // a use needs more (lua/lib.lua, Instance TTLs). Read right after the
 // acquire: a machine stalled for 10 s between the two would fail it.
@@ -1761,8 +1762,8 @@ func TestInstanceTTL(t *testing.T) {
 		id   string
 		idle *limiter.Duration
 		want time.Duration
-	}{{"bounded", nil, store.DefaultIdleTTL}, {"idle", limiter.D(30 * time.Minute), 30 * time.Minute}} {
-		if _, err := s.PutTemplate(ctx, store.Template{ID: c.id, Pattern: c.id + ":*", Limiter: cfg, IdleTTL: c.idle}); err != nil {
+	}{{"bounded", nil, limitd.DefaultIdleTTL}, {"idle", limiter.D(30 * time.Minute), 30 * time.Minute}} {
+		if _, err := s.PutTemplate(ctx, limitd.Template{ID: c.id, Pattern: c.id + ":*", Limiter: cfg, IdleTTL: c.idle}); err != nil {
 			t.Fatal(err)
 		}
 		for i, what := range []string{"created", "used", "used again"} {
@@ -1781,7 +1782,7 @@ func TestInstanceTTL(t *testing.T) {
 		// covers the debt (40 minutes of schedule at 1000/s, a minute at a
 		// time: the limiter's max_reserve).
 		for range 40 {
-			if d, err := s.Acquire(ctx, c.id+":a", 60_000, store.Forever); err != nil || !d.Granted {
+			if d, err := s.Acquire(ctx, c.id+":a", 60_000, limitd.Forever); err != nil || !d.Granted {
 				t.Fatalf("%s, in debt: %+v, %v", c.id, d, err)
 			}
 		}
@@ -1805,7 +1806,7 @@ func TestInstanceTTLOfEachTemplate(t *testing.T) {
 		for _, prefix := range []string{"p1", "p2"} {
 			s := store.New(rdb, store.WithPrefix(prefix))
 			if round == 0 {
-				if _, err := s.PutTemplate(ctx, store.Template{ID: "t", Pattern: "u:*", Limiter: cfg, IdleTTL: limiter.D(idle[prefix])}); err != nil {
+				if _, err := s.PutTemplate(ctx, limitd.Template{ID: "t", Pattern: "u:*", Limiter: cfg, IdleTTL: limiter.D(idle[prefix])}); err != nil {
 					t.Fatal(err)
 				}
 			}

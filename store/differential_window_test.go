@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -545,12 +546,12 @@ func TestWindowInstanceTTL(t *testing.T) {
 	ctx := context.Background()
 	s := store.New(rdb, store.WithPrefix("wttl"))
 	l := int64(1000)
-	if _, err := s.PutTemplate(ctx, store.Template{ID: "w", Pattern: "w:*", Limiter: limiter.Config{Kind: limiter.KindWindow, Limit: &l, Period: "1h"}}); err != nil {
+	if _, err := s.PutTemplate(ctx, limitd.Template{ID: "w", Pattern: "w:*", Limiter: limiter.Config{Kind: limiter.KindWindow, Limit: &l, Period: "1h"}}); err != nil {
 		t.Fatal(err)
 	}
 	var first time.Duration
 	for i, what := range []string{"created", "used", "charged"} {
-		var d store.Decision
+		var d limitd.Decision
 		var err error
 		if what == "charged" {
 			d, err = s.Charge(ctx, "w:a", 5)

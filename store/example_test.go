@@ -9,6 +9,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -38,7 +39,7 @@ func Example() {
 		panic(err)
 	}
 	for range 3 {
-		d, err := s.Acquire(ctx, "orders", 1, store.Forever)
+		d, err := s.Acquire(ctx, "orders", 1, limitd.Forever)
 		if err != nil {
 			panic(err)
 		}
@@ -95,7 +96,7 @@ func ExampleStore_Acquire() {
 		panic(err)
 	}
 
-	d, _ := s.Acquire(ctx, "search", 2, store.Forever) // 2 permits: 400 ms of schedule
+	d, _ := s.Acquire(ctx, "search", 2, limitd.Forever) // 2 permits: 400 ms of schedule
 	fmt.Println(d.Granted, time.Duration(d.Delay))
 	d, _ = s.Acquire(ctx, "search", 1, 100*time.Millisecond)
 	fmt.Println(d.Granted, "retry after", time.Duration(d.RetryAfter))
@@ -104,7 +105,7 @@ func ExampleStore_Acquire() {
 	d, _ = s.Acquire(ctx, "search", 1, 100*time.Millisecond)
 	fmt.Println(d.Granted, time.Duration(d.Delay))
 
-	_, err := s.Acquire(ctx, "unknown", 1, store.Forever)
+	_, err := s.Acquire(ctx, "unknown", 1, limitd.Forever)
 	fmt.Println(errors.Is(err, store.ErrNotFound))
 	// Output:
 	// true 0s
@@ -122,7 +123,7 @@ func ExampleStore_PutTemplate() {
 	ctx := context.Background()
 	s := store.New(rdb)
 
-	_, err := s.PutTemplate(ctx, store.Template{
+	_, err := s.PutTemplate(ctx, limitd.Template{
 		ID: "per-user", Pattern: "user:*", IdleTTL: limiter.D(10 * time.Minute),
 		Limiter: limiter.Config{Rate: 10, Burst: limiter.B(1)},
 	})
@@ -130,7 +131,7 @@ func ExampleStore_PutTemplate() {
 		panic(err)
 	}
 	for _, name := range []string{"user:ann", "user:ann", "user:bob", "guest"} {
-		d, err := s.Acquire(ctx, name, 1, store.Forever)
+		d, err := s.Acquire(ctx, name, 1, limitd.Forever)
 		if err != nil {
 			fmt.Println(name, err)
 			continue

@@ -18,6 +18,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 )
@@ -30,15 +31,15 @@ import (
 func faultRun(t *testing.T, s *Store, name string, grant bool, snap, fault func()) (furthest int64, twice int64) {
 	t.Helper()
 	ctx := t.Context()
-	take := func() Decision {
+	take := func() limitd.Decision {
 		if grant {
-			g, err := s.Grant(ctx, name, 5, Forever)
+			g, err := s.Grant(ctx, name, 5, limitd.Forever)
 			if err != nil {
 				t.Fatalf("Grant(%s): %v", name, err)
 			}
 			return g.Decision
 		}
-		d, err := s.Acquire(ctx, name, 5, Forever)
+		d, err := s.Acquire(ctx, name, 5, limitd.Forever)
 		if err != nil {
 			t.Fatalf("Acquire(%s): %v", name, err)
 		}
@@ -86,7 +87,7 @@ func TestFloorFault(t *testing.T) {
 							ctx := t.Context()
 							target, key := "n", s.stateKey("n")
 							if fault == "instance-empty" || fault == "instance-rewind" {
-								if _, err := s.PutTemplate(ctx, Template{ID: "t", Pattern: "i:*", Limiter: c}); err != nil {
+								if _, err := s.PutTemplate(ctx, limitd.Template{ID: "t", Pattern: "i:*", Limiter: c}); err != nil {
 									t.Fatal(err)
 								}
 								target, key = "i:1", s.instanceKey("i:1")
@@ -138,7 +139,7 @@ func TestClockStepBackMiniredis(t *testing.T) {
 			m.SetTime(T)
 			stPut(t, s, "c", c)
 			for range 10 { // 100 ms of debt
-				stAcquire(t, s, "c", 1, Forever)
+				stAcquire(t, s, "c", 1, limitd.Forever)
 			}
 			back := T.Add(-60 * time.Second)
 			m.SetTime(back)
@@ -172,7 +173,7 @@ func TestHandbackOnce(t *testing.T) {
 		s := stStore(t, rdb)
 		ctx := t.Context()
 		stPut(t, s, "h", stSched(100, 1))
-		g, err := s.Grant(ctx, "h", 10, Forever)
+		g, err := s.Grant(ctx, "h", 10, limitd.Forever)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,11 +187,11 @@ func TestHandbackOnce(t *testing.T) {
 			t.Errorf("after three hand-backs of 5 of 10: permits %d allocated %d, want 5 and 50ms", w.Permits, w.Allocated)
 		}
 		// Not rewound (another grant followed): counted as idle, once.
-		g2, err := s.Grant(ctx, "h", 10, Forever)
+		g2, err := s.Grant(ctx, "h", 10, limitd.Forever)
 		if err != nil {
 			t.Fatal(err)
 		}
-		stAcquire(t, s, "h", 1, Forever)
+		stAcquire(t, s, "h", 1, limitd.Forever)
 		for range 3 {
 			if rewound, err := s.Release(ctx, g2, 10); err != nil || rewound {
 				t.Fatalf("hand-back of g2: %v, %v", rewound, err)
@@ -215,14 +216,14 @@ func TestTemplateDefaultIdleTTL(t *testing.T) {
 	rdb := stServerFactory(t)(t)
 	s := stStore(t, rdb)
 	ctx := t.Context()
-	if _, err := s.PutTemplate(ctx, Template{ID: "k", Pattern: "k:*", Limiter: stSched(10, 1)}); err != nil {
+	if _, err := s.PutTemplate(ctx, limitd.Template{ID: "k", Pattern: "k:*", Limiter: stSched(10, 1)}); err != nil {
 		t.Fatal(err)
 	}
 	reqs := make([]Request, 0, 2000)
 	for i := 0; i < n; i += cap(reqs) {
 		reqs = reqs[:0]
 		for j := i; j < min(n, i+cap(reqs)); j++ {
-			reqs = append(reqs, Request{Name: fmt.Sprintf("k:%d", j), Permits: 1, MaxWait: Forever})
+			reqs = append(reqs, Request{Name: fmt.Sprintf("k:%d", j), Permits: 1, MaxWait: limitd.Forever})
 		}
 		for _, o := range s.AcquireMany(ctx, reqs) {
 			if o.Err != nil || !o.Granted {
@@ -235,7 +236,7 @@ func TestTemplateDefaultIdleTTL(t *testing.T) {
 	}
 	// Every instance: a TTL of at most its debt (one slice, 100 ms) and
 	// DefaultIdleTTL, and an eighth more (lua/lib.lua, Instance TTLs).
-	limit := (DefaultIdleTTL + 100*time.Millisecond) * 9 / 8
+	limit := (limitd.DefaultIdleTTL + 100*time.Millisecond) * 9 / 8
 	var keys int
 	iter := rdb.Scan(ctx, 0, s.prefix+":{k:*}:i", 5000).Iterator()
 	batch := make([]string, 0, 1000)
@@ -280,7 +281,7 @@ func TestTemplateIdleTTLExpiry(t *testing.T) {
 	s := stStore(t, rdb)
 	ctx := t.Context()
 	debtCfg := limiter.Config{Rate: 1, Burst: limiter.B(1), MaxReserve: limiter.D(time.Hour)}
-	for _, tp := range []Template{
+	for _, tp := range []limitd.Template{
 		{ID: "a", Pattern: "a:*", Limiter: stSched(10, 1)},
 		{ID: "b", Pattern: "b:*", Limiter: stSmooth(10, 1)},
 		{ID: "d", Pattern: "d:*", Limiter: debtCfg},
@@ -292,10 +293,10 @@ func TestTemplateIdleTTLExpiry(t *testing.T) {
 	}
 	var reqs []Request
 	for i := range 500 {
-		reqs = append(reqs, Request{Name: fmt.Sprintf("a:%d", i), Permits: 1, MaxWait: Forever},
-			Request{Name: fmt.Sprintf("b:%d", i), Permits: 1, MaxWait: Forever})
+		reqs = append(reqs, Request{Name: fmt.Sprintf("a:%d", i), Permits: 1, MaxWait: limitd.Forever},
+			Request{Name: fmt.Sprintf("b:%d", i), Permits: 1, MaxWait: limitd.Forever})
 	}
-	reqs = append(reqs, Request{Name: "d:1", Permits: 1800, MaxWait: Forever}, Request{Name: "e:1", Permits: 1800, MaxWait: Forever})
+	reqs = append(reqs, Request{Name: "d:1", Permits: 1800, MaxWait: limitd.Forever}, Request{Name: "e:1", Permits: 1800, MaxWait: limitd.Forever})
 	for _, o := range s.AcquireMany(ctx, reqs) {
 		if o.Err != nil || !o.Granted {
 			t.Fatalf("acquire: %+v", o)
@@ -307,11 +308,11 @@ func TestTemplateIdleTTLExpiry(t *testing.T) {
 			t.Errorf("%s: TTL %v while it owes 30m", k, ttl)
 		}
 	}
-	m.FastForward(DefaultIdleTTL + time.Second)
+	m.FastForward(limitd.DefaultIdleTTL + time.Second)
 	for i := range 500 {
 		for _, k := range []string{s.instanceKey(fmt.Sprintf("a:%d", i)), s.instanceKey(fmt.Sprintf("b:%d", i))} {
 			if m.Exists(k) {
-				t.Fatalf("%s still exists %v after its debt", k, DefaultIdleTTL)
+				t.Fatalf("%s still exists %v after its debt", k, limitd.DefaultIdleTTL)
 			}
 		}
 	}
@@ -320,7 +321,7 @@ func TestTemplateIdleTTLExpiry(t *testing.T) {
 			t.Errorf("%s dropped while it owes", k)
 		}
 	}
-	m.FastForward(30*time.Minute + DefaultIdleTTL)
+	m.FastForward(30*time.Minute + limitd.DefaultIdleTTL)
 	if m.Exists(s.instanceKey("d:1")) || m.Exists(s.instanceKey("e:1")) {
 		t.Errorf("owing instances kept past their debt and idle TTL")
 	}
@@ -339,7 +340,7 @@ func TestOldLayout(t *testing.T) {
 	s := stStore(t, rdb)
 	ctx := context.Background()
 	stPut(t, s, "o", stSched(100, 1))
-	stAcquire(t, s, "o", 1, Forever)
+	stAcquire(t, s, "o", 1, limitd.Forever)
 	x := rdb.Get(ctx, s.stateKey("o")).Val()
 	if len(x) != 144 || x[1] != packedFormat {
 		t.Fatalf("x of %d bytes, format %d", len(x), x[1])
@@ -353,7 +354,7 @@ func TestOldLayout(t *testing.T) {
 		x4[:1] + x4[2:lastAt] + x4[lastAt+7:137], // format 1: nor last
 	} {
 		rdb.Set(ctx, s.stateKey("o"), old, 0)
-		d := stAcquire(t, s, "o", 1, Forever)
+		d := stAcquire(t, s, "o", 1, limitd.Forever)
 		if !d.Granted || d.Scheduled-d.Now > int64(i+1)*10_000_000 { // one permit ahead per acquire
 			t.Errorf("acquire on %d bytes: %+v", len(old), d)
 		}
@@ -374,7 +375,7 @@ func TestOldLayout(t *testing.T) {
 	unknown := x[:1] + string(rune(packedFormat+1)) + x[2:]
 	rdb.Set(ctx, s.stateKey("o"), unknown, 0)
 	var ue *UnavailableError
-	if d, err := s.Acquire(ctx, "o", 1, Forever); !errors.As(err, &ue) || ue.Condition != "UNKNOWN LAYOUT" {
+	if d, err := s.Acquire(ctx, "o", 1, limitd.Forever); !errors.As(err, &ue) || ue.Condition != "UNKNOWN LAYOUT" {
 		t.Errorf("acquire on an x of an unknown format: %+v, %v; want the condition UNKNOWN LAYOUT", d, err)
 	}
 	if _, err := s.Wait(ctx, "o"); err == nil {
@@ -397,7 +398,7 @@ func TestFloorForgotten(t *testing.T) {
 	m.SetTime(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 	for _, change := range []string{"delete", "kind"} {
 		stPut(t, s, "f", stSched(10, 1))
-		stAcquire(t, s, "f", 100, Forever) // 10 s ahead
+		stAcquire(t, s, "f", 100, limitd.Forever) // 10 s ahead
 		if _, ok := s.floors.get("f"); !ok {
 			t.Fatal("no floor after an acquire")
 		}
@@ -421,7 +422,7 @@ func TestFloorForgotten(t *testing.T) {
 	}
 	// A Put of the same kind keeps the schedule, and so the floor.
 	stPut(t, s, "g", stSched(10, 1))
-	stAcquire(t, s, "g", 100, Forever)
+	stAcquire(t, s, "g", 100, limitd.Forever)
 	stPut(t, s, "g", stSched(20, 1))
 	if _, ok := s.floors.get("g"); !ok {
 		t.Errorf("a same-kind Put dropped the floor")
@@ -461,7 +462,7 @@ func TestCallOnce(t *testing.T) {
 		for range 16 {
 			warm.Go(func() {
 				for range 8 {
-					if _, err := s.Acquire(ctx, name, 1, Forever); err != nil {
+					if _, err := s.Acquire(ctx, name, 1, limitd.Forever); err != nil {
 						t.Error(err)
 					}
 				}
@@ -479,7 +480,7 @@ func TestCallOnce(t *testing.T) {
 				time.Sleep(20 * time.Millisecond) // the first is in flight: the next is batched
 			}
 			wg.Go(func() {
-				if _, err := s.Acquire(ctx, name, 1, Forever); !errors.Is(err, ErrUnavailable) {
+				if _, err := s.Acquire(ctx, name, 1, limitd.Forever); !errors.Is(err, ErrUnavailable) {
 					t.Errorf("acquire on a stopped Redis: %v, want ErrUnavailable", err)
 				}
 			})

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/lua"
 )
@@ -31,61 +32,18 @@ func (s *Store) grantCall(ctx context.Context, name string, n int64, maxWait tim
 	return v, replyErr("grant", name, v)
 }
 
-// Grant is k permits taken from the shared schedule in one call, for a client
-// pool to dispense locally. Besides the decision it carries what the pool
-// needs to place each permit and to hand unused ones back.
-type Grant struct {
-	Decision
-	Name      string
-	Kind      limiter.Kind
-	Slice     limiter.Slice
-	Burst     float64 // +Inf for "inf"
-	RemBefore int64   // the carry before the grant
-	End       int64   // the schedule pointer after the grant (Unix ns): the Position
-	// MaxPermits is the most permits one grant of this limiter may take
-	// (its max_reserve of schedule), for the pool to size the next one.
-	MaxPermits int64
-	epoch      int64  // µs; Scheduled, Start and End relative to it are exact
-	nonce      uint64 // tells this grant from any other (handbackKey)
-}
-
-// GrantOrigin is what of a grant only the store makes: the epoch (µs) its
-// times are exact in, and the nonce that tells it from every other grant
-// (handbackKey). A front end that hands grants out over a wire carries it
-// with the grant and restores it (SetOrigin) before Release, so that no
-// process has to keep the grants it issued.
-type GrantOrigin struct {
-	Epoch int64
-	Nonce uint64
-}
-
-// Origin returns g's origin.
-func (g *Grant) Origin() GrantOrigin { return GrantOrigin{Epoch: g.epoch, Nonce: g.nonce} }
-
-// SetOrigin restores the origin of a grant rebuilt from its wire form. With
-// the wrong epoch, the grant's end is misplaced and Release rewinds nothing
-// (it counts the permits as idle); with the wrong nonce, the grant can be
-// handed back once more, which rewinds only if nothing moved since.
-func (g *Grant) SetOrigin(o GrantOrigin) { g.epoch, g.nonce = o.Epoch, o.Nonce }
-
-// Params returns engine parameters able to compute costs and pace for the
-// grant's permits (Slice, Burst, Kind).
-func (g *Grant) Params() limiter.Params {
-	return limiter.Params{Kind: g.Kind, Slice: g.Slice, Burst: g.Burst}
-}
-
 // Grant takes k permits for a client pool (see Grant), waiting at most maxWait.
-func (s *Store) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (Grant, error) {
+func (s *Store) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	v, err := s.grantCall(ctx, name, k, maxWait)
 	if s.boundsSent(ctx, name, &err) {
 		v, err = s.grantCall(ctx, name, k, maxWait)
 	}
 	if err != nil {
-		return Grant{}, err
+		return limitd.Grant{}, err
 	}
 	g, err := decodeGrant(name, v)
 	if err != nil {
-		return Grant{}, err
+		return limitd.Grant{}, err
 	}
 	s.floors.see(name, g.Now, g.End)
 	return g, nil
@@ -95,11 +53,13 @@ func (s *Store) Grant(ctx context.Context, name string, k int64, maxWait time.Du
 // permits, ep, sched, start, delay, lateness, wait, retry_after, version,
 // now_us, instance, rem_before, next_after, whole, frac, den, burst, kind,
 // max_permits} (grant_main in lua/lib.lua).
-func decodeGrant(name string, v []any) (Grant, error) {
+func decodeGrant(name string, v []any) (limitd.Grant, error) {
 	r := &reply{v: v}
-	g := Grant{Decision: decodeDecision(r), Name: name, epoch: r.int(3), nonce: rand.Uint64() | 1}
+	g := limitd.Grant{Decision: decodeDecision(r), Name: name}
+	epoch := r.int(3)
+	g.SetOrigin(limitd.GrantOrigin{Epoch: epoch, Nonce: rand.Uint64() | 1})
 	g.RemBefore = r.int(13)
-	g.End = abs(g.epoch, r.int(14))
+	g.End = abs(epoch, r.int(14))
 	g.Slice = limiter.Slice{Whole: r.int(15), Frac: r.int(16), Den: r.int(17)}
 	g.Burst = r.float(18)
 	if g.Burst == 0 { // "inf" travels as 0
@@ -111,7 +71,7 @@ func decodeGrant(name string, v []any) (Grant, error) {
 		r.err = badReply("grant of kind %q, slice %+v, max permits %d", g.Kind, g.Slice, g.MaxPermits)
 	}
 	if err := r.check("grant", name); err != nil {
-		return Grant{}, err
+		return limitd.Grant{}, err
 	}
 	g.Position = g.End
 	if limiter.Counts(g.Kind) {
@@ -120,7 +80,7 @@ func decodeGrant(name string, v []any) (Grant, error) {
 			g.Limit = r.int(21)
 		}
 		if err := r.check("grant", name); err != nil {
-			return Grant{}, err
+			return limitd.Grant{}, err
 		}
 	}
 	return g, nil
@@ -132,12 +92,12 @@ func decodeGrant(name string, v []any) (Grant, error) {
 // idle. It reports whether the schedule was rewound. A grant is handed back
 // once: a second Release of the same grant (within an hour of its end)
 // changes nothing and reports false.
-func (s *Store) Release(ctx context.Context, g Grant, m int64) (bool, error) {
+func (s *Store) Release(ctx context.Context, g limitd.Grant, m int64) (bool, error) {
 	if !g.Granted || m <= 0 {
 		return false, nil
 	}
-	p := g.Params()
-	base := g.epoch * 1000
+	p, o := g.Params(), g.Origin()
+	base := o.Epoch * 1000
 	r := limiter.Result{Scheduled: g.Scheduled - base, Start: g.Start - base}
 	h := p.HandbackOf(r, g.RemBefore, g.End-base, g.Permits, m)
 	keys, tpl, err := s.target(ctx, g.Name)
@@ -145,7 +105,7 @@ func (s *Store) Release(ctx context.Context, g Grant, m int64) (bool, error) {
 		return false, err
 	}
 	keys = append(keys, s.handbackKey(g))
-	args := append([]any{g.Version, g.epoch, h.Sched, h.End, h.PaceUsed, h.Unused, h.Permits, h.RemUsed, h.RemAfter}, tpl.args()...)
+	args := append([]any{g.Version, o.Epoch, h.Sched, h.End, h.PaceUsed, h.Unused, h.Permits, h.RemUsed, h.RemAfter}, tpl.args()...)
 	v, err := s.run(ctx, lua.Release, keys, args...)
 	if err != nil {
 		return false, err
@@ -172,9 +132,10 @@ func (s *Store) Release(ctx context.Context, g Grant, m int64) (bool, error) {
 // that it is handed back once: a key in the limiter's hash tag named after
 // the grant's nonce, drawn when Grant took it (a Grant value made by hand has
 // none: it is named after its decision time, schedule, end and size).
-func (s *Store) handbackKey(g Grant) string {
-	id := strconv.FormatUint(g.nonce, 36)
-	if g.nonce == 0 {
+func (s *Store) handbackKey(g limitd.Grant) string {
+	nonce := g.Origin().Nonce
+	id := strconv.FormatUint(nonce, 36)
+	if nonce == 0 {
 		id = strconv.FormatInt(g.Now/1000, 36) + ":" + strconv.FormatInt(g.Scheduled, 36) + ":" +
 			strconv.FormatInt(g.End, 36) + ":" + strconv.FormatInt(g.Permits, 36)
 	}

@@ -10,46 +10,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 )
 
-// Holders is what the holders of a lease limiter (share or concurrency) hold
-// now, read in one transaction with Redis's time: the leases that have not
-// expired at Now, as lua/share.lua and lua/concurrency.lua count them.
-type Holders struct {
-	Kind    limiter.Kind
-	Version int64 // the limiter's config version
-	Now     int64 // Redis time, Unix ns
-	// Share: every client's lease, in client id order; Held is the sum of
-	// what they have; Learning is true while the limiter is in learning mode
-	// (it grants what clients say they have, see limiter.ShareParams).
-	Share    []ShareHolder
-	Held     float64
-	Learning bool
-	// Concurrency: the leased slots, earliest expiry first.
-	Slots []SlotHolder
-}
-
-// ShareHolder is one client's capacity lease on a share limiter.
-type ShareHolder struct {
-	ClientID string
-	Has      float64 // what the limiter granted it
-	Wants    float64
-	Priority float64
-	Expires  int64 // Unix ns
-}
-
-// SlotHolder is one leased slot of a concurrency limiter.
-type SlotHolder struct {
-	LeaseID string
-	Expires int64 // Unix ns
-}
-
 // Holders reads the holders of the share or concurrency limiter name. A
 // limiter of a rate kind is ErrConflict.
-func (s *Store) Holders(ctx context.Context, name string) (Holders, error) {
-	if err := CheckName(name); err != nil {
-		return Holders{}, err
+func (s *Store) Holders(ctx context.Context, name string) (limitd.Holders, error) {
+	if err := limitd.CheckName(name); err != nil {
+		return limitd.Holders{}, err
 	}
 	var (
 		now   *redis.TimeCmd
@@ -65,21 +34,21 @@ func (s *Store) Holders(ctx context.Context, name string) (Holders, error) {
 		return nil
 	})
 	if err != nil {
-		return Holders{}, wrapErr(err)
+		return limitd.Holders{}, wrapErr(err)
 	}
 	h := head.Val()
 	if len(h) != 3 {
-		return Holders{}, fmt.Errorf("store: leases of %q: %w", name, badReply("HMGET answered %d values", len(h)))
+		return limitd.Holders{}, fmt.Errorf("store: leases of %q: %w", name, badReply("HMGET answered %d values", len(h)))
 	}
 	if h[0] == nil {
-		return Holders{}, fmt.Errorf("limiter %q: %w", name, ErrNotFound)
+		return limitd.Holders{}, fmt.Errorf("limiter %q: %w", name, ErrNotFound)
 	}
 	kind, _ := h[0].(string)
 	r := &reply{v: h}
 	t := now.Val()
-	l := Holders{Kind: limiter.Kind(kind), Version: r.int(2), Now: t.UnixNano()}
+	l := limitd.Holders{Kind: limiter.Kind(kind), Version: r.int(2), Now: t.UnixNano()}
 	if err := r.check("holders", name); err != nil {
-		return Holders{}, err
+		return limitd.Holders{}, err
 	}
 	us := t.UnixMicro()
 	switch l.Kind {
@@ -87,56 +56,56 @@ func (s *Store) Holders(ctx context.Context, name string) (Holders, error) {
 		if u, ok := h[1].(string); ok {
 			until, err := strconv.ParseInt(u, 10, 64)
 			if err != nil {
-				return Holders{}, fmt.Errorf("store: leases of %q: %w", name, badReply("sh_until %q", u))
+				return limitd.Holders{}, fmt.Errorf("store: leases of %q: %w", name, badReply("sh_until %q", u))
 			}
 			l.Learning = us < until
 		}
 		for id, v := range share.Val() {
 			lease, err := parseShareHolder(id, v)
 			if err != nil {
-				return Holders{}, fmt.Errorf("store: leases of %q: %w", name, err)
+				return limitd.Holders{}, fmt.Errorf("store: leases of %q: %w", name, err)
 			}
 			if lease.Expires > l.Now { // expired at now: Expires <= now (share.lua)
 				l.Share = append(l.Share, lease)
 				l.Held += lease.Has
 			}
 		}
-		slices.SortFunc(l.Share, func(a, b ShareHolder) int { return strings.Compare(a.ClientID, b.ClientID) })
+		slices.SortFunc(l.Share, func(a, b limitd.ShareHolder) int { return strings.Compare(a.ClientID, b.ClientID) })
 	case limiter.KindConcurrency:
 		for _, z := range slots.Val() {
 			id, _ := z.Member.(string)
 			if exp := int64(z.Score); exp > us { // expired at now: score <= now (concurrency.lua)
-				l.Slots = append(l.Slots, SlotHolder{LeaseID: id, Expires: exp * 1000})
+				l.Slots = append(l.Slots, limitd.SlotHolder{LeaseID: id, Expires: exp * 1000})
 			}
 		}
 	default:
-		return Holders{}, kindConflict(name, l.Kind)
+		return limitd.Holders{}, kindConflict(name, l.Kind)
 	}
 	return l, nil
 }
 
 // parseShareHolder reads a client's entry in a share limiter's client hash:
 // "wants has weight expires_us" (lua/share.lua).
-func parseShareHolder(id, v string) (ShareHolder, error) {
+func parseShareHolder(id, v string) (limitd.ShareHolder, error) {
 	f := strings.Fields(v)
 	if len(f) != 4 {
-		return ShareHolder{}, badReply("share lease of %q: %q", id, v)
+		return limitd.ShareHolder{}, badReply("share lease of %q: %q", id, v)
 	}
 	var n [4]float64
 	for i, w := range f {
 		x, err := strconv.ParseFloat(w, 64)
 		if err != nil {
-			return ShareHolder{}, badReply("share lease of %q: %q", id, v)
+			return limitd.ShareHolder{}, badReply("share lease of %q: %q", id, v)
 		}
 		n[i] = x
 	}
-	return ShareHolder{ClientID: id, Wants: n[0], Has: n[1], Priority: n[2], Expires: int64(n[3]) * 1000}, nil
+	return limitd.ShareHolder{ClientID: id, Wants: n[0], Has: n[1], Priority: n[2], Expires: int64(n[3]) * 1000}, nil
 }
 
 // InstanceTTL is the remaining time to live of the template instance name's
 // state, ns: 0 while it has none.
 func (s *Store) InstanceTTL(ctx context.Context, name string) (int64, error) {
-	if err := CheckName(name); err != nil {
+	if err := limitd.CheckName(name); err != nil {
 		return 0, err
 	}
 	d, err := s.rdb.PTTL(ctx, s.instanceKey(name)).Result()

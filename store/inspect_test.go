@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -17,7 +18,7 @@ func stTestInspect(t *testing.T, f stFactory) {
 	s := stStore(t, f(t))
 	ctx := t.Context()
 	stPut(t, s, "quota", limiter.Config{Kind: limiter.KindShare, Capacity: new(100.0)})
-	for i, c := range []CapacityRequest{{ClientID: "b", Wants: 60, Priority: 2}, {ClientID: "a", Wants: 10}} {
+	for i, c := range []limitd.CapacityRequest{{ClientID: "b", Wants: 60, Priority: 2}, {ClientID: "a", Wants: 10}} {
 		if _, err := s.Capacity(ctx, "quota", c); err != nil {
 			t.Fatalf("capacity %d: %v", i, err)
 		}
@@ -32,7 +33,7 @@ func stTestInspect(t *testing.T, f stFactory) {
 		t.Errorf("share holders: %+v", h)
 	}
 	stPut(t, s, "sem", limiter.Config{Kind: limiter.KindConcurrency, Limit: new(int64(5))})
-	var leases []SlotLease
+	var leases []limitd.SlotLease
 	for range 3 {
 		l, err := s.AcquireSlot(ctx, "sem")
 		if err != nil || !l.Granted {
@@ -56,7 +57,7 @@ func stTestInspect(t *testing.T, f stFactory) {
 		t.Errorf("holders of a missing limiter: %v, want ErrNotFound", err)
 	}
 
-	for _, tpl := range []Template{
+	for _, tpl := range []limitd.Template{
 		{ID: "users", Pattern: "user:*", IdleTTL: limiter.D(time.Hour), Limiter: stSched(10, 1)},
 		{ID: "ips", Pattern: "ip:*", IdleTTL: limiter.D(time.Hour), Limiter: stSched(10, 1)},
 	} {

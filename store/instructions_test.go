@@ -16,6 +16,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -57,14 +58,14 @@ func TestInstructionsPerDecision(t *testing.T) {
 	if _, _, err := s.Put(ctx, "hot", cfg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PutTemplate(ctx, store.Template{ID: "k", Pattern: "k:*", Limiter: cfg}); err != nil {
+	if _, err := s.PutTemplate(ctx, limitd.Template{ID: "k", Pattern: "k:*", Limiter: cfg}); err != nil {
 		t.Fatal(err)
 	}
 	// A window template as a rate limit service's rule makes one (a minute,
 	// a limit no test reaches), charged as Service.Count charges.
 	wlimit := int64(4e9)
 	wcfg := limiter.Config{Kind: limiter.KindWindow, Limit: &wlimit, Period: "1m"}
-	if _, err := s.PutTemplate(ctx, store.Template{ID: "w", Pattern: "w:*", Limiter: wcfg}); err != nil {
+	if _, err := s.PutTemplate(ctx, limitd.Template{ID: "w", Pattern: "w:*", Limiter: wcfg}); err != nil {
 		t.Fatal(err)
 	}
 	named := make([]string, 64)

@@ -8,70 +8,31 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/lua"
 )
-
-// NameRule is the rule of limiter names, and of every other name that
-// shares their alphabet (template ids, share client ids, list cursors).
-const NameRule = "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
-
-// CheckName reports whether name is a valid limiter name (NameRule). It is on
-// every call's path, so it is a byte loop rather than a regexp.
-func CheckName(name string) error { return CheckNameAs("name", name) }
-
-// CheckNameAs is CheckName for an input that follows the same rule under
-// another name: its error is a *limiter.FieldError naming field.
-func CheckNameAs(field, v string) error {
-	ok := len(v) >= 1 && len(v) <= 128 && isAlnum(v[0])
-	for i := 1; ok && i < len(v); i++ {
-		c := v[i]
-		ok = isAlnum(c) || c == '.' || c == '_' || c == ':' || c == '-'
-	}
-	if !ok {
-		return &limiter.FieldError{Field: field, Rule: NameRule, Value: fmt.Sprintf("%q", v)}
-	}
-	return nil
-}
-
-func isAlnum(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z'
-}
-
-// Info is a limiter as stored: its canonical config and version.
-type Info struct {
-	Name    string
-	Config  limiter.Config
-	Version int64
-	// Template is the id of the template a template instance follows; empty
-	// for a named limiter.
-	Template string
-	// Changed is set by Put and Patch: the call changed the limiter, whose
-	// version went up by one (from 0 when it was created); false for a
-	// config equal to the current one.
-	Changed bool
-}
 
 // Put creates or replaces a limiter. A config equal to the current one changes
 // nothing; one of the same kind reconfigures the limiter in place keeping its
 // schedule; one of another kind replaces it with a fresh one. A spec with the
 // verb restart also resets the schedule. created is true for a new limiter.
-func (s *Store) Put(ctx context.Context, name string, c limiter.Config) (info Info, created bool, err error) {
+func (s *Store) Put(ctx context.Context, name string, c limiter.Config) (info limitd.Info, created bool, err error) {
 	return s.configure(ctx, "put", "", name, c)
 }
 
 // Patch reconfigures an existing limiter with the config apply returns from
 // the current one, keeping state; the version must not move in between (it is
 // retried if it does). A kind change is ErrConflict.
-func (s *Store) Patch(ctx context.Context, name string, apply func(limiter.Config) (limiter.Config, error)) (Info, error) {
+func (s *Store) Patch(ctx context.Context, name string, apply func(limiter.Config) (limiter.Config, error)) (limitd.Info, error) {
 	for range 8 {
 		cur, err := s.Get(ctx, name)
 		if err != nil {
-			return Info{}, err
+			return limitd.Info{}, err
 		}
 		next, err := apply(cur.Config)
 		if err != nil {
-			return Info{}, err
+			return limitd.Info{}, err
 		}
 		info, _, err := s.configure(ctx, "patch", fmt.Sprint(cur.Version), name, next)
 		if errors.Is(err, errVersionMoved) {
@@ -79,36 +40,36 @@ func (s *Store) Patch(ctx context.Context, name string, apply func(limiter.Confi
 		}
 		return info, err
 	}
-	return Info{}, fmt.Errorf("%w: %s changed too often while being patched", ErrConflict, name)
+	return limitd.Info{}, fmt.Errorf("%w: %s changed too often while being patched", ErrConflict, name)
 }
 
 var errVersionMoved = errors.New("version moved")
 
-func (s *Store) configure(ctx context.Context, mode, expected, name string, c limiter.Config) (Info, bool, error) {
-	if err := CheckName(name); err != nil {
-		return Info{}, false, err
+func (s *Store) configure(ctx context.Context, mode, expected, name string, c limiter.Config) (limitd.Info, bool, error) {
+	if err := limitd.CheckName(name); err != nil {
+		return limitd.Info{}, false, err
 	}
 	norm, verb, err := c.Normalize()
 	if err != nil {
-		return Info{}, false, err
+		return limitd.Info{}, false, err
 	}
 	cfg, err := json.Marshal(norm)
 	if err != nil {
-		return Info{}, false, fmt.Errorf("store: encoding config: %w", err)
+		return limitd.Info{}, false, fmt.Errorf("store: encoding config: %w", err)
 	}
 	op, args := lua.Configure, []any(nil)
 	switch {
 	case limiter.IsLease(norm.Kind):
 		fields, err := leaseFields(norm)
 		if err != nil {
-			return Info{}, false, err
+			return limitd.Info{}, false, err
 		}
 		op = lua.ConfigureLease
 		args = append([]any{mode, expected, string(cfg), s.Channel(), name, string(norm.Kind)}, fields...)
 	default:
 		p, err := limiter.Compile(norm)
 		if err != nil {
-			return Info{}, false, err
+			return limitd.Info{}, false, err
 		}
 		restart := "0"
 		if verb == limiter.VerbRestart {
@@ -118,7 +79,7 @@ func (s *Store) configure(ctx context.Context, mode, expected, name string, c li
 	}
 	v, err := s.run(ctx, op, s.limiterKeys(name), args...)
 	if err != nil {
-		return Info{}, false, err
+		return limitd.Info{}, false, err
 	}
 	// {code, version, changed[, replaced]}: see configure.lua
 	r := &reply{v: v}
@@ -129,56 +90,56 @@ func (s *Store) configure(ctx context.Context, mode, expected, name string, c li
 			s.floors.forget(name)
 		}
 		if err := r.check("configure", name); err != nil {
-			return Info{}, false, err
+			return limitd.Info{}, false, err
 		}
 		// The limiter exists now: index it (see syncIndex).
 		if err := s.syncIndex(ctx, name, true); err != nil {
-			return Info{}, false, err
+			return limitd.Info{}, false, err
 		}
-		return Info{Name: name, Config: norm, Version: version, Changed: changed}, code == replyCreated, nil
+		return limitd.Info{Name: name, Config: norm, Version: version, Changed: changed}, code == replyCreated, nil
 	case replyNotFound:
-		return Info{}, false, fmt.Errorf("limiter %q: %w", name, ErrNotFound)
+		return limitd.Info{}, false, fmt.Errorf("limiter %q: %w", name, ErrNotFound)
 	case replyVersionMoved:
-		return Info{}, false, errVersionMoved
+		return limitd.Info{}, false, errVersionMoved
 	case replyKindChange:
-		return Info{}, false, fmt.Errorf("%w: limiter %q is of another kind; PUT replaces a limiter with one of another kind", ErrConflict, name)
+		return limitd.Info{}, false, fmt.Errorf("%w: limiter %q is of another kind; PUT replaces a limiter with one of another kind", ErrConflict, name)
 	default:
 		r.fail(0, "not a reply code")
-		return Info{}, false, r.check("configure", name)
+		return limitd.Info{}, false, r.check("configure", name)
 	}
 }
 
 // Get returns a limiter's config and version, or ErrNotFound.
-func (s *Store) Get(ctx context.Context, name string) (Info, error) {
-	if err := CheckName(name); err != nil {
-		return Info{}, err
+func (s *Store) Get(ctx context.Context, name string) (limitd.Info, error) {
+	if err := limitd.CheckName(name); err != nil {
+		return limitd.Info{}, err
 	}
 	v, err := s.rdb.HMGet(ctx, s.limiterKey(name), "cfg", "ver").Result()
 	if err != nil {
-		return Info{}, wrapErr(err)
+		return limitd.Info{}, wrapErr(err)
 	}
 	return decodeInfo(name, v)
 }
 
-func decodeInfo(name string, v []any) (Info, error) {
+func decodeInfo(name string, v []any) (limitd.Info, error) {
 	if len(v) > 0 && v[0] == nil {
-		return Info{}, fmt.Errorf("limiter %q: %w", name, ErrNotFound)
+		return limitd.Info{}, fmt.Errorf("limiter %q: %w", name, ErrNotFound)
 	}
 	r := &reply{v: v} // HMGET cfg ver
 	cfg, version := r.str(0), r.int(1)
 	if err := r.check("get", name); err != nil {
-		return Info{}, err
+		return limitd.Info{}, err
 	}
 	var c limiter.Config
 	if err := json.Unmarshal([]byte(cfg), &c); err != nil {
-		return Info{}, fmt.Errorf("store: limiter %q has an unreadable config: %w", name, err)
+		return limitd.Info{}, fmt.Errorf("store: limiter %q has an unreadable config: %w", name, err)
 	}
-	return Info{Name: name, Config: c, Version: version}, nil
+	return limitd.Info{Name: name, Config: c, Version: version}, nil
 }
 
 // Delete removes a limiter and all its keys, or returns ErrNotFound.
 func (s *Store) Delete(ctx context.Context, name string) error {
-	if err := CheckName(name); err != nil {
+	if err := limitd.CheckName(name); err != nil {
 		return err
 	}
 	v, err := s.scripts[lua.Delete].Run(ctx, s.rdb, s.limiterKeys(name), s.Channel(), name).Int64()
@@ -201,7 +162,7 @@ const MaxListLimit = 1000
 
 // List returns up to limit limiters whose names sort after cursor, in name
 // order, and the cursor of the next page ("" when there is none).
-func (s *Store) List(ctx context.Context, cursor string, limit int) ([]Info, string, error) {
+func (s *Store) List(ctx context.Context, cursor string, limit int) ([]limitd.Info, string, error) {
 	if limit <= 0 || limit > MaxListLimit {
 		return nil, "", &limiter.FieldError{Field: "limit", Rule: "must be ≥ 1 and ≤ 1000", Value: limit}
 	}
@@ -230,7 +191,7 @@ func (s *Store) List(ctx context.Context, cursor string, limit int) ([]Info, str
 	if err != nil {
 		return nil, "", wrapErr(err)
 	}
-	out := make([]Info, 0, len(names))
+	out := make([]limitd.Info, 0, len(names))
 	for i, n := range names {
 		info, err := decodeInfo(n, cmds[i].Val())
 		if errors.Is(err, ErrNotFound) {

@@ -13,6 +13,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 )
@@ -132,7 +133,7 @@ func TestReadyConditions(t *testing.T) {
 		}
 	}
 	wantCond("replica Ready", rs.Ready(ctx), "READONLY")
-	_, err := rs.Acquire(ctx, "r", 1, Forever)
+	_, err := rs.Acquire(ctx, "r", 1, limitd.Forever)
 	if !errors.Is(err, ErrUnavailable) {
 		t.Errorf("acquire on the replica: %v, want ErrUnavailable", err)
 	}

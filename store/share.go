@@ -3,9 +3,9 @@ package store
 import (
 	"context"
 	"fmt"
-	"math"
 	"strconv"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/lua"
 )
@@ -16,48 +16,26 @@ import (
 // limiter hash (parameters, the state's start and learning window) and a hash
 // of leases by client id, prefix:{name}:c.
 
-// CapacityRequest is a client's request for a share of a limiter's capacity.
-type CapacityRequest struct {
-	ClientID string  // NameRule
-	Wants    float64 // ≥ 0, finite
-	Has      float64 // ≥ 0, finite: what the client holds now
-	Priority float64 // ≥ 0, finite; the weight of its claim (0 counts as 1)
-}
-
-// CapacityLease is what a client gets: Gets of the capacity until Expires. It
-// should ask again after Refresh, and use SafeCapacity when it cannot ask.
-type CapacityLease struct {
-	Gets         float64
-	Expires      int64 // Unix ns on the Redis clock
-	Refresh      int64 // ns
-	SafeCapacity float64
-	Learning     bool
-	Version      int64
-}
-
-// MaxPriority is the largest priority (weight) of a capacity request.
-const MaxPriority = 1e6
-
 // Capacity asks a share limiter for capacity on behalf of one client. An
 // unknown limiter is ErrNotFound; a limiter of another kind ErrConflict.
-func (s *Store) Capacity(ctx context.Context, name string, r CapacityRequest) (CapacityLease, error) {
-	if err := CheckName(name); err != nil {
-		return CapacityLease{}, err
+func (s *Store) Capacity(ctx context.Context, name string, r limitd.CapacityRequest) (limitd.CapacityLease, error) {
+	if err := limitd.CheckName(name); err != nil {
+		return limitd.CapacityLease{}, err
 	}
-	if err := r.check(); err != nil {
-		return CapacityLease{}, err
+	if err := r.Check(); err != nil {
+		return limitd.CapacityLease{}, err
 	}
 	v, err := s.run(ctx, lua.Share, []string{s.limiterKey(name), s.clientsKey(name)},
 		"request", r.ClientID, ff(r.Wants), ff(r.Has), ff(r.Priority))
 	if err != nil {
-		return CapacityLease{}, err
+		return limitd.CapacityLease{}, err
 	}
 	if err := leaseReplyErr(name, limiter.KindShare, v); err != nil {
-		return CapacityLease{}, err
+		return limitd.CapacityLease{}, err
 	}
 	// {1, gets, now_us, lease_ns, refresh_ns, safe_capacity, learning, version}
 	rep := &reply{v: v}
-	l := CapacityLease{
+	l := limitd.CapacityLease{
 		Gets:         rep.float(1),
 		Expires:      rep.int(2)*1000 + rep.int(3),
 		Refresh:      rep.int(4),
@@ -66,7 +44,7 @@ func (s *Store) Capacity(ctx context.Context, name string, r CapacityRequest) (C
 		Version:      rep.int(7),
 	}
 	if err := rep.check("capacity", name); err != nil {
-		return CapacityLease{}, err
+		return limitd.CapacityLease{}, err
 	}
 	return l, nil
 }
@@ -74,10 +52,10 @@ func (s *Store) Capacity(ctx context.Context, name string, r CapacityRequest) (C
 // ReturnCapacity ends a client's lease at once, freeing its capacity (the
 // client leaves). ErrNotFound if the client holds no lease.
 func (s *Store) ReturnCapacity(ctx context.Context, name, clientID string) error {
-	if err := CheckName(name); err != nil {
+	if err := limitd.CheckName(name); err != nil {
 		return err
 	}
-	if err := CheckNameAs("client_id", clientID); err != nil {
+	if err := limitd.CheckNameAs("client_id", clientID); err != nil {
 		return err
 	}
 	v, err := s.run(ctx, lua.Share, []string{s.limiterKey(name), s.clientsKey(name)}, "return", clientID)
@@ -89,24 +67,6 @@ func (s *Store) ReturnCapacity(ctx context.Context, name, clientID string) error
 	}
 	if v[0] == int64(replyNotHeld) { // share.lua: no lease held
 		return fmt.Errorf("client %q holds no lease on limiter %q: %w", clientID, name, ErrNotFound)
-	}
-	return nil
-}
-
-func (r CapacityRequest) check() error {
-	if err := CheckNameAs("client_id", r.ClientID); err != nil {
-		return err
-	}
-	for _, f := range []struct {
-		field string
-		v     float64
-	}{{"wants", r.Wants}, {"has", r.Has}, {"priority", r.Priority}} {
-		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
-			return &limiter.FieldError{Field: f.field, Rule: "must be ≥ 0 and finite", Value: f.v}
-		}
-	}
-	if r.Priority > MaxPriority {
-		return &limiter.FieldError{Field: "priority", Rule: "must be ≥ 0 and ≤ 1e6", Value: r.Priority}
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -59,9 +60,9 @@ func shConfig(capacity float64, alg limiter.Algorithm) limiter.Config {
 	return limiter.Config{Kind: limiter.KindShare, Capacity: &capacity, Algorithm: alg}
 }
 
-func shAsk(t *testing.T, s *Store, name, client string, wants, has float64) CapacityLease {
+func shAsk(t *testing.T, s *Store, name, client string, wants, has float64) limitd.CapacityLease {
 	t.Helper()
-	l, err := s.Capacity(t.Context(), name, CapacityRequest{ClientID: client, Wants: wants, Has: has})
+	l, err := s.Capacity(t.Context(), name, limitd.CapacityRequest{ClientID: client, Wants: wants, Has: has})
 	if err != nil {
 		t.Fatalf("Capacity(%s, %s, wants %v, has %v): %v", name, client, wants, has, err)
 	}
@@ -172,7 +173,7 @@ func shTestLockstep(t *testing.T, f stFactory) {
 		has := map[string]float64{}
 		for i := range 60 {
 			id := fmt.Sprintf("c%d", rng.IntN(7))
-			r := CapacityRequest{ClientID: id, Wants: float64(rng.IntN(80)), Priority: float64(rng.IntN(3))}
+			r := limitd.CapacityRequest{ClientID: id, Wants: float64(rng.IntN(80)), Priority: float64(rng.IntN(3))}
 			r.Has = has[id]
 			l, err := s.Capacity(t.Context(), name, r)
 			if err != nil {
@@ -207,7 +208,7 @@ func shTestNeverOvershoots(t *testing.T, f stFactory) {
 				var has float64
 				for range 25 {
 					id := fmt.Sprintf("g%d", g)
-					l, err := s.Capacity(t.Context(), name, CapacityRequest{ClientID: id, Wants: rng.Float64() * 40, Has: has,
+					l, err := s.Capacity(t.Context(), name, limitd.CapacityRequest{ClientID: id, Wants: rng.Float64() * 40, Has: has,
 						Priority: float64(rng.IntN(3))})
 					if err != nil {
 						errs <- err
@@ -384,7 +385,7 @@ func shTestConfig(t *testing.T, f stFactory) {
 	if n := s.Client().Exists(ctx, s.clientsKey("cap")).Val(); n != 0 {
 		t.Error("the client hash outlived the share limiter")
 	}
-	if d := stAcquire(t, s, "cap", 1, Forever); !d.Granted || d.Version != 3 {
+	if d := stAcquire(t, s, "cap", 1, limitd.Forever); !d.Granted || d.Version != 3 {
 		t.Errorf("acquire on the new schedule: %+v", d)
 	}
 	// Schedule → concurrency → share: each fresh.
@@ -431,7 +432,7 @@ func shTestConfig(t *testing.T, f stFactory) {
 	if ks := stKeys(t, s); len(ks) != 0 {
 		t.Errorf("keys left after Delete: %v", ks)
 	}
-	_, err = s.Capacity(ctx, "cap", CapacityRequest{ClientID: "a"})
+	_, err = s.Capacity(ctx, "cap", limitd.CapacityRequest{ClientID: "a"})
 	stWantIs(t, "Capacity after Delete", err, ErrNotFound)
 	_, err = s.AcquireSlot(ctx, "slots")
 	stWantIs(t, "AcquireSlot after Delete", err, ErrNotFound)
@@ -535,35 +536,35 @@ func shTestBadInput(t *testing.T, f stFactory) {
 	before := stSnapshot(t, s)
 	nan, inf := math.NaN(), math.Inf(1)
 	for _, tc := range []struct {
-		r     CapacityRequest
+		r     limitd.CapacityRequest
 		field string
 	}{
-		{CapacityRequest{ClientID: "", Wants: 1}, "client_id"},
-		{CapacityRequest{ClientID: strings.Repeat("c", 200), Wants: 1}, "client_id"},
-		{CapacityRequest{ClientID: strings.Repeat("c", 129), Wants: 1}, "client_id"},
-		{CapacityRequest{ClientID: "-x", Wants: 1}, "client_id"},
-		{CapacityRequest{ClientID: "a b", Wants: 1}, "client_id"},
-		{CapacityRequest{ClientID: "a{b}", Wants: 1}, "client_id"},
-		{CapacityRequest{ClientID: "a", Wants: -1}, "wants"},
-		{CapacityRequest{ClientID: "a", Wants: nan}, "wants"},
-		{CapacityRequest{ClientID: "a", Wants: inf}, "wants"},
-		{CapacityRequest{ClientID: "a", Wants: -inf}, "wants"},
-		{CapacityRequest{ClientID: "a", Wants: 1, Has: -0.5}, "has"},
-		{CapacityRequest{ClientID: "a", Wants: 1, Has: nan}, "has"},
-		{CapacityRequest{ClientID: "a", Wants: 1, Has: inf}, "has"},
-		{CapacityRequest{ClientID: "a", Wants: 1, Priority: -1}, "priority"},
-		{CapacityRequest{ClientID: "a", Wants: 1, Priority: nan}, "priority"},
-		{CapacityRequest{ClientID: "a", Wants: 1, Priority: inf}, "priority"},
-		{CapacityRequest{ClientID: "a", Wants: 1, Priority: 2e6}, "priority"},
+		{limitd.CapacityRequest{ClientID: "", Wants: 1}, "client_id"},
+		{limitd.CapacityRequest{ClientID: strings.Repeat("c", 200), Wants: 1}, "client_id"},
+		{limitd.CapacityRequest{ClientID: strings.Repeat("c", 129), Wants: 1}, "client_id"},
+		{limitd.CapacityRequest{ClientID: "-x", Wants: 1}, "client_id"},
+		{limitd.CapacityRequest{ClientID: "a b", Wants: 1}, "client_id"},
+		{limitd.CapacityRequest{ClientID: "a{b}", Wants: 1}, "client_id"},
+		{limitd.CapacityRequest{ClientID: "a", Wants: -1}, "wants"},
+		{limitd.CapacityRequest{ClientID: "a", Wants: nan}, "wants"},
+		{limitd.CapacityRequest{ClientID: "a", Wants: inf}, "wants"},
+		{limitd.CapacityRequest{ClientID: "a", Wants: -inf}, "wants"},
+		{limitd.CapacityRequest{ClientID: "a", Wants: 1, Has: -0.5}, "has"},
+		{limitd.CapacityRequest{ClientID: "a", Wants: 1, Has: nan}, "has"},
+		{limitd.CapacityRequest{ClientID: "a", Wants: 1, Has: inf}, "has"},
+		{limitd.CapacityRequest{ClientID: "a", Wants: 1, Priority: -1}, "priority"},
+		{limitd.CapacityRequest{ClientID: "a", Wants: 1, Priority: nan}, "priority"},
+		{limitd.CapacityRequest{ClientID: "a", Wants: 1, Priority: inf}, "priority"},
+		{limitd.CapacityRequest{ClientID: "a", Wants: 1, Priority: 2e6}, "priority"},
 	} {
 		for _, name := range []string{"ok", "absent"} {
 			_, err := s.Capacity(ctx, name, tc.r)
 			stWantField(t, fmt.Sprintf("Capacity(%s, %+v)", name, tc.r), err, tc.field)
 		}
 	}
-	_, err := s.Capacity(ctx, "a b", CapacityRequest{ClientID: "a"})
+	_, err := s.Capacity(ctx, "a b", limitd.CapacityRequest{ClientID: "a"})
 	stWantField(t, "Capacity bad name", err, "name")
-	_, err = s.Capacity(ctx, "absent", CapacityRequest{ClientID: "a", Wants: 1})
+	_, err = s.Capacity(ctx, "absent", limitd.CapacityRequest{ClientID: "a", Wants: 1})
 	stWantIs(t, "Capacity on no limiter", err, ErrNotFound)
 	for _, c := range []struct {
 		cfg   limiter.Config
@@ -594,7 +595,7 @@ func shTestBadInput(t *testing.T, f stFactory) {
 	}
 	// Templates make rate limiters only.
 	for _, c := range []limiter.Config{shConfig(10, ""), {Kind: limiter.KindConcurrency, Limit: new(int64(2))}} {
-		_, err := s.PutTemplate(ctx, Template{ID: "t", Pattern: "t:*", Limiter: c})
+		_, err := s.PutTemplate(ctx, limitd.Template{ID: "t", Pattern: "t:*", Limiter: c})
 		stWantField(t, "PutTemplate "+diffShJSON(c), err, "limiter.kind")
 	}
 	stSameSnapshot(t, "bad input", before, stSnapshot(t, s))
@@ -626,14 +627,14 @@ func shTestWrongKind(t *testing.T, f stFactory) {
 	stPut(t, s, "sched", stSched(10, 1))
 	stPut(t, s, "smooth", stSmooth(10, 1))
 	// Templates that match every name: a named limiter still wins.
-	if _, err := s.PutTemplate(ctx, Template{ID: "all", Pattern: "*", Limiter: stSched(1, 1)}); err != nil {
+	if _, err := s.PutTemplate(ctx, limitd.Template{ID: "all", Pattern: "*", Limiter: stSched(1, 1)}); err != nil {
 		t.Fatal(err)
 	}
 	shAsk(t, s, "sh", "a", 3, 0)
 	if _, err := s.AcquireSlot(ctx, "cc"); err != nil {
 		t.Fatal(err)
 	}
-	stAcquire(t, s, "sched", 1, Forever)
+	stAcquire(t, s, "sched", 1, limitd.Forever)
 	before := stSnapshot(t, s)
 	conflict := func(what string, err error, kind limiter.Kind) {
 		t.Helper()
@@ -647,7 +648,7 @@ func shTestWrongKind(t *testing.T, f stFactory) {
 		if name == "cc" {
 			kind = limiter.KindConcurrency
 		}
-		_, err := s.Acquire(ctx, name, 1, Forever)
+		_, err := s.Acquire(ctx, name, 1, limitd.Forever)
 		conflict("Acquire "+name, err, kind)
 		_, err = s.Grant(ctx, name, 5, time.Second)
 		conflict("Grant "+name, err, kind)
@@ -663,7 +664,7 @@ func shTestWrongKind(t *testing.T, f stFactory) {
 		stWantField(t, "AcquireMany sched beside "+name, outs[0].Err, "permits")
 		stWantField(t, "AcquireMany smooth beside "+name, outs[3].Err, "permits")
 	}
-	_, err := s.Capacity(ctx, "cc", CapacityRequest{ClientID: "a", Wants: 1})
+	_, err := s.Capacity(ctx, "cc", limitd.CapacityRequest{ClientID: "a", Wants: 1})
 	conflict("Capacity on concurrency", err, limiter.KindConcurrency)
 	conflict("ReturnCapacity on concurrency", s.ReturnCapacity(ctx, "cc", "a"), limiter.KindConcurrency)
 	_, err = s.AcquireSlot(ctx, "sh")
@@ -677,7 +678,7 @@ func shTestWrongKind(t *testing.T, f stFactory) {
 		if name == "sched" {
 			kind = limiter.KindSchedule
 		}
-		_, err = s.Capacity(ctx, name, CapacityRequest{ClientID: "a", Wants: 1})
+		_, err = s.Capacity(ctx, name, limitd.CapacityRequest{ClientID: "a", Wants: 1})
 		conflict("Capacity on "+name, err, kind)
 		_, err = s.AcquireSlot(ctx, name)
 		conflict("AcquireSlot on "+name, err, kind)
@@ -686,7 +687,7 @@ func shTestWrongKind(t *testing.T, f stFactory) {
 	}
 	// A name that is no limiter but matches a template has no capacity or
 	// slots (templates make rate limiters).
-	_, err = s.Capacity(ctx, "user:1", CapacityRequest{ClientID: "a", Wants: 1})
+	_, err = s.Capacity(ctx, "user:1", limitd.CapacityRequest{ClientID: "a", Wants: 1})
 	stWantIs(t, "Capacity on a template's name", err, ErrNotFound)
 	_, err = s.AcquireSlot(ctx, "user:1")
 	stWantIs(t, "AcquireSlot on a template's name", err, ErrNotFound)
@@ -822,7 +823,7 @@ func shDiffRun(t *testing.T, seed uint64) {
 				fail("ReturnCapacity(%s) = %v, model held %v", id, err, held)
 			}
 		default:
-			r := CapacityRequest{ClientID: id, Has: has[id]}
+			r := limitd.CapacityRequest{ClientID: id, Has: has[id]}
 			switch rng.IntN(4) {
 			case 0:
 				r.Wants = float64(rng.IntN(200))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/lua"
@@ -307,12 +308,12 @@ func TestStorageLayout(t *testing.T) {
 	// An idle_ttl of an hour: without one, an instance settled (its stored
 	// time full, about 1 s here) is dropped, and a busy machine may take
 	// that long between the acquires and the reads below.
-	if _, err := s.PutTemplate(ctx, Template{ID: "t", Pattern: "u:*", Limiter: warm, IdleTTL: limiter.D(time.Hour)}); err != nil {
+	if _, err := s.PutTemplate(ctx, limitd.Template{ID: "t", Pattern: "u:*", Limiter: warm, IdleTTL: limiter.D(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"w", "u:1"} {
 		for range 3 {
-			stAcquire(t, s, name, 1, Forever)
+			stAcquire(t, s, name, 1, limitd.Forever)
 		}
 	}
 	m, err := rdb.HGetAll(ctx, s.limiterKey("w")).Result()
@@ -350,21 +351,21 @@ func TestStorageInstanceFlag(t *testing.T) {
 		s := stStore(t, rdb)
 		ctx := t.Context()
 		stPut(t, s, "u:named", stSched(100, 1))
-		if _, err := s.PutTemplate(ctx, Template{ID: "t", Pattern: "u:*", Limiter: stSched(10, 1)}); err != nil {
+		if _, err := s.PutTemplate(ctx, limitd.Template{ID: "t", Pattern: "u:*", Limiter: stSched(10, 1)}); err != nil {
 			t.Fatal(err)
 		}
 		for name, inst := range map[string]bool{"u:named": false, "u:1": true} {
-			if d := stAcquire(t, s, name, 1, Forever); d.Instance != inst {
+			if d := stAcquire(t, s, name, 1, limitd.Forever); d.Instance != inst {
 				t.Errorf("Acquire(%s).Instance = %v, want %v", name, d.Instance, inst)
 			}
-			g, err := s.Grant(ctx, name, 2, Forever)
+			g, err := s.Grant(ctx, name, 2, limitd.Forever)
 			if err != nil || g.Instance != inst {
 				t.Errorf("Grant(%s).Instance = %v (%v), want %v", name, g.Instance, err, inst)
 			}
 			if w := stWait(t, s, name); w.Instance != inst {
 				t.Errorf("Wait(%s).Instance = %v, want %v", name, w.Instance, inst)
 			}
-			for _, o := range s.AcquireMany(ctx, []Request{{Name: name, Permits: 1, MaxWait: Forever}}) {
+			for _, o := range s.AcquireMany(ctx, []Request{{Name: name, Permits: 1, MaxWait: limitd.Forever}}) {
 				if o.Err != nil || o.Instance != inst {
 					t.Errorf("AcquireMany(%s).Instance = %v (%v), want %v", name, o.Instance, o.Err, inst)
 				}
@@ -464,7 +465,7 @@ func stFunctionFlush(t *testing.T, rdb redis.UniversalClient) {
 func stEveryCall(t *testing.T, s, batched *Store, name string, last *int64) {
 	t.Helper()
 	ctx := t.Context()
-	next := func(what string, d Decision, err error) {
+	next := func(what string, d limitd.Decision, err error) {
 		t.Helper()
 		if err != nil || !d.Granted {
 			t.Fatalf("%s(%s) = %+v, %v", what, name, d, err)
@@ -474,13 +475,13 @@ func stEveryCall(t *testing.T, s, batched *Store, name string, last *int64) {
 		}
 		*last = d.Scheduled
 	}
-	d, err := s.Acquire(ctx, name, 1, Forever)
+	d, err := s.Acquire(ctx, name, 1, limitd.Forever)
 	next("Acquire", d, err)
-	o := s.AcquireMany(ctx, []Request{{Name: name, Permits: 1, MaxWait: Forever}})[0]
+	o := s.AcquireMany(ctx, []Request{{Name: name, Permits: 1, MaxWait: limitd.Forever}})[0]
 	next("AcquireMany", o.Decision, o.Err)
-	d, err = batched.Acquire(ctx, name, 1, Forever)
+	d, err = batched.Acquire(ctx, name, 1, limitd.Forever)
 	next("batched Acquire", d, err)
-	g, err := s.Grant(ctx, name, 3, Forever)
+	g, err := s.Grant(ctx, name, 3, limitd.Forever)
 	next("Grant", g.Decision, err)
 	// Three permits, 1 ms apart; the last two are handed back and are due
 	// again.
@@ -490,7 +491,7 @@ func stEveryCall(t *testing.T, s, batched *Store, name string, last *int64) {
 	if w, err := s.Wait(ctx, name); err != nil || !w.Started {
 		t.Fatalf("Wait(%s) = %+v, %v", name, w, err)
 	}
-	d, err = s.Acquire(ctx, name, 1, Forever)
+	d, err = s.Acquire(ctx, name, 1, limitd.Forever)
 	next("Acquire after Release", d, err)
 	if _, err := s.Reset(ctx, name); err != nil {
 		t.Fatalf("Reset(%s): %v", name, err)
@@ -580,7 +581,7 @@ func stTestFunctions(t *testing.T, rdb redis.UniversalClient) {
 		stFunctionFlush(t, rdb)
 		switch i % 4 {
 		case 0:
-			o := s.AcquireMany(ctx, []Request{{Name: n, Permits: 1, MaxWait: Forever}})[0]
+			o := s.AcquireMany(ctx, []Request{{Name: n, Permits: 1, MaxWait: limitd.Forever}})[0]
 			if o.Err != nil || last[i] != 0 && o.Scheduled != last[i]+1e6 {
 				t.Fatalf("AcquireMany(%s) first after FUNCTION FLUSH = %+v", n, o)
 			}
@@ -595,7 +596,7 @@ func stTestFunctions(t *testing.T, rdb redis.UniversalClient) {
 			}
 			last[i] = 0
 		case 3:
-			g, err := s.Grant(ctx, n, 2, Forever)
+			g, err := s.Grant(ctx, n, 2, limitd.Forever)
 			if err != nil || last[i] != 0 && g.Scheduled != last[i]+1e6 {
 				t.Fatalf("Grant(%s) first after FUNCTION FLUSH = %+v, %v", n, g, err)
 			}
@@ -614,7 +615,7 @@ func stTestFunctions(t *testing.T, rdb redis.UniversalClient) {
 		stFunctionFlush(t, rdb)
 		reqs := make([]Request, len(names))
 		for i, n := range names {
-			reqs[i] = Request{Name: n, Permits: 1, MaxWait: Forever}
+			reqs[i] = Request{Name: n, Permits: 1, MaxWait: limitd.Forever}
 		}
 		for i, o := range s.AcquireMany(ctx, reqs) {
 			if o.Err != nil || last[i] != 0 && o.Scheduled != last[i]+1e6 {
@@ -631,7 +632,7 @@ func stTestFunctions(t *testing.T, rdb redis.UniversalClient) {
 	var wg sync.WaitGroup
 	for i := range 64 {
 		wg.Go(func() {
-			if d, err := s.Acquire(ctx, names[i%len(names)], 1, Forever); err != nil || !d.Granted {
+			if d, err := s.Acquire(ctx, names[i%len(names)], 1, limitd.Forever); err != nil || !d.Granted {
 				t.Errorf("Acquire after FUNCTION FLUSH: %+v, %v", d, err)
 			}
 		})
@@ -710,7 +711,7 @@ func TestStorageDenialWritesNothing(t *testing.T) {
 		if calls := stCommandCalls(t, rdb); calls["set"]+calls["setrange"] != 0 || calls["fcall"] != 3 {
 			t.Errorf("%s: 3 denials called %v, want 3 FCALLs and no write", name, calls)
 		}
-		if d := stAcquire(t, s, name, 1, Forever); !d.Granted {
+		if d := stAcquire(t, s, name, 1, limitd.Forever); !d.Granted {
 			t.Errorf("%s: not granted after the denials: %+v", name, d)
 		}
 		if calls := stCommandCalls(t, rdb); calls["set"]+calls["setrange"] != 1 {
@@ -728,7 +729,7 @@ func TestStorageLeanCarry(t *testing.T) {
 	s := stStore(t, rdb)
 	const low = 1 << 51
 	stPut(t, s, "c", stSched(1000, 1))
-	stAcquire(t, s, "c", 1, Forever)
+	stAcquire(t, s, "c", 1, limitd.Forever)
 	key := s.stateKey("c")
 	// lows sets the low parts of the totals (al id pm lt) to ARGV and
 	// returns the low and high parts, or only returns them without ARGV.
@@ -761,7 +762,7 @@ return {v[13], v[14], v[15], v[16], v[20], v[21], v[22], v[23]}`
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := stAcquire(t, s, "c", 1, Forever)
+		d := stAcquire(t, s, "c", 1, limitd.Forever)
 		after, _, err := ReadStored(t.Context(), s, key)
 		if err != nil {
 			t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 )
@@ -105,7 +106,7 @@ func stSmooth(rate, burstSeconds float64) limiter.Config {
 	return limiter.Config{Kind: limiter.KindSmooth, Rate: rate, MaxBurstSeconds: &burstSeconds}
 }
 
-func stPut(t *testing.T, s *Store, name string, c limiter.Config) Info {
+func stPut(t *testing.T, s *Store, name string, c limiter.Config) limitd.Info {
 	t.Helper()
 	info, _, err := s.Put(t.Context(), name, c)
 	if err != nil {
@@ -114,7 +115,7 @@ func stPut(t *testing.T, s *Store, name string, c limiter.Config) Info {
 	return info
 }
 
-func stAcquire(t *testing.T, s *Store, name string, n int64, maxWait time.Duration) Decision {
+func stAcquire(t *testing.T, s *Store, name string, n int64, maxWait time.Duration) limitd.Decision {
 	t.Helper()
 	d, err := s.Acquire(t.Context(), name, n, maxWait)
 	if err != nil {
@@ -123,7 +124,7 @@ func stAcquire(t *testing.T, s *Store, name string, n int64, maxWait time.Durati
 	return d
 }
 
-func stWait(t *testing.T, s *Store, name string) WaitInfo {
+func stWait(t *testing.T, s *Store, name string) limitd.WaitInfo {
 	t.Helper()
 	w, err := s.Wait(t.Context(), name)
 	if err != nil {
@@ -290,7 +291,7 @@ func stTestPutCreate(t *testing.T, f stFactory) {
 	if info.Config.Kind != limiter.KindSchedule || info.Config.Rate != 100 || float64(*info.Config.Burst) != 1 {
 		t.Errorf("Put returned config %+v, want the canonical schedule 100/s burst 1", info.Config)
 	}
-	stAcquire(t, s, "orders", 3, Forever)
+	stAcquire(t, s, "orders", 3, limitd.Forever)
 	before := stWait(t, s, "orders")
 	// The same config again, also spelled as a rate spec: nothing changes.
 	for _, c := range []limiter.Config{stSched(100, 1), {Spec: "100,1"}, {Spec: "100/s;1"}} {
@@ -323,7 +324,7 @@ func stTestPutReconfigure(t *testing.T, f stFactory) {
 	s := stStore(t, f(t))
 	ctx := t.Context()
 	stPut(t, s, "sched", stSched(10, 1)) // slice 100 ms
-	d0 := stAcquire(t, s, "sched", 5, Forever)
+	d0 := stAcquire(t, s, "sched", 5, limitd.Forever)
 	info, created, err := s.Put(ctx, "sched", stSched(20, 1)) // slice 50 ms
 	if err != nil || created || info.Version != 2 {
 		t.Fatalf("Put reconfigure = %+v, created %v, %v; want version 2", info, created, err)
@@ -334,15 +335,15 @@ func stTestPutReconfigure(t *testing.T, f stFactory) {
 	}
 	// The schedule pointer carried over: the next permit is due where the
 	// old rate left it, the one after that one new slice later.
-	d1 := stAcquire(t, s, "sched", 1, Forever)
-	d2 := stAcquire(t, s, "sched", 1, Forever)
+	d1 := stAcquire(t, s, "sched", 1, limitd.Forever)
+	d2 := stAcquire(t, s, "sched", 1, limitd.Forever)
 	if d1.Scheduled != d0.Scheduled+500e6 || d2.Scheduled != d1.Scheduled+50e6 || d1.Version != 2 {
 		t.Errorf("scheduled %d, %d after %d (version %d); want +500ms then +50ms", d1.Scheduled-d0.Scheduled, d2.Scheduled-d1.Scheduled, d0.Scheduled, d1.Version)
 	}
 
 	// A backlog carries over as well.
 	stPut(t, s, "late", stSched(100, 1))
-	stAcquire(t, s, "late", 1, Forever)
+	stAcquire(t, s, "late", 1, limitd.Forever)
 	time.Sleep(40 * time.Millisecond)
 	w0 := stWait(t, s, "late")
 	stPut(t, s, "late", stSched(200, 1))
@@ -352,12 +353,12 @@ func stTestPutReconfigure(t *testing.T, f stFactory) {
 
 	// A smooth limiter keeps its schedule too (next_free survives).
 	stPut(t, s, "smooth", stSmooth(10, 0))
-	e0 := stAcquire(t, s, "smooth", 3, Forever)
+	e0 := stAcquire(t, s, "smooth", 3, limitd.Forever)
 	if info := stPut(t, s, "smooth", stSmooth(5, 0)); info.Version != 2 {
 		t.Errorf("smooth reconfigure: version %d, want 2", info.Version)
 	}
-	e1 := stAcquire(t, s, "smooth", 1, Forever)
-	e2 := stAcquire(t, s, "smooth", 1, Forever)
+	e1 := stAcquire(t, s, "smooth", 1, limitd.Forever)
+	e2 := stAcquire(t, s, "smooth", 1, limitd.Forever)
 	if e1.Scheduled != e0.Scheduled+300e6 || e2.Scheduled != e1.Scheduled+200e6 {
 		t.Errorf("smooth: scheduled +%d, +%d; want +300ms, +200ms", e1.Scheduled-e0.Scheduled, e2.Scheduled-e1.Scheduled)
 	}
@@ -367,7 +368,7 @@ func stTestPutOtherKind(t *testing.T, f stFactory) {
 	s := stStore(t, f(t))
 	ctx := t.Context()
 	stPut(t, s, "k", stSched(10, 1))
-	d0 := stAcquire(t, s, "k", 7, Forever)
+	d0 := stAcquire(t, s, "k", 7, limitd.Forever)
 	time.Sleep(20 * time.Millisecond) // some backlog and idle time on the old limiter
 	stPut(t, s, "k", limiter.Config{Rate: 10, Burst: limiter.B(1), MaxBacklog: limiter.D(0)})
 	if w := stWait(t, s, "k"); w.Permits != 7 || w.Allocated != 700e6 {
@@ -383,7 +384,7 @@ func stTestPutOtherKind(t *testing.T, f stFactory) {
 	if w.Permits != 0 || w.Allocated != 0 || w.Lateness != 0 || w.Idle > w.Now-d0.Now || w.Version != 3 {
 		t.Errorf("a new kind must start fresh: %+v", w)
 	}
-	if d := stAcquire(t, s, "k", 1, Forever); d.Delay != 0 || d.Start != d.Now {
+	if d := stAcquire(t, s, "k", 1, limitd.Forever); d.Delay != 0 || d.Start != d.Now {
 		t.Errorf("first acquire on the fresh limiter waits %d", d.Delay)
 	}
 	if got, err := s.Get(ctx, "k"); err != nil || got.Config.Kind != limiter.KindSmooth || got.Version != 3 {
@@ -395,7 +396,7 @@ func stTestPutRestart(t *testing.T, f stFactory) {
 	s := stStore(t, f(t))
 	ctx := t.Context()
 	stPut(t, s, "r", limiter.Config{Spec: "100,1"}) // slice 10 ms
-	d0 := stAcquire(t, s, "r", 1, Forever)
+	d0 := stAcquire(t, s, "r", 1, limitd.Forever)
 	time.Sleep(60 * time.Millisecond)
 	w0 := stWait(t, s, "r")
 	if w0.Wait <= 0 {
@@ -406,7 +407,7 @@ func stTestPutRestart(t *testing.T, f stFactory) {
 	if err != nil || created || info.Version != 2 {
 		t.Fatalf("Put restart = %+v, created %v, %v; want version 2", info, created, err)
 	}
-	d1 := stAcquire(t, s, "r", 1, Forever)
+	d1 := stAcquire(t, s, "r", 1, limitd.Forever)
 	// Without the restart the permit would be due at d0+10ms, long before w0.
 	if d1.Scheduled < w0.Now || d1.Scheduled == d0.Scheduled+10e6 {
 		t.Errorf("after restart the permit is due %dns after the first, before the restart (backlog kept)", d1.Scheduled-d0.Scheduled)
@@ -425,7 +426,7 @@ func stTestPatch(t *testing.T, f stFactory) {
 	s := stStore(t, f(t))
 	ctx := t.Context()
 	stPut(t, s, "p", stSched(10, 1))
-	d0 := stAcquire(t, s, "p", 5, Forever)
+	d0 := stAcquire(t, s, "p", 5, limitd.Forever)
 	info, err := s.Patch(ctx, "p", func(c limiter.Config) (limiter.Config, error) {
 		c.Rate = 20
 		return c, nil
@@ -433,7 +434,7 @@ func stTestPatch(t *testing.T, f stFactory) {
 	if err != nil || info.Version != 2 || info.Config.Rate != 20 || float64(*info.Config.Burst) != 1 {
 		t.Fatalf("Patch = %+v, %v; want version 2, rate 20, burst kept", info, err)
 	}
-	if d := stAcquire(t, s, "p", 1, Forever); d.Scheduled != d0.Scheduled+500e6 || d.Version != 2 {
+	if d := stAcquire(t, s, "p", 1, limitd.Forever); d.Scheduled != d0.Scheduled+500e6 || d.Version != 2 {
 		t.Errorf("after Patch the permit is due +%d (version %d), want +500ms: state lost", d.Scheduled-d0.Scheduled, d.Version)
 	}
 	if w := stWait(t, s, "p"); w.Permits != 6 {
@@ -530,7 +531,7 @@ func stTestDelete(t *testing.T, f stFactory) {
 	ctx := t.Context()
 	stPut(t, s, "gone", stSched(100, 1))
 	stPut(t, s, "kept", stSched(100, 1))
-	stAcquire(t, s, "gone", 2, Forever)
+	stAcquire(t, s, "gone", 2, limitd.Forever)
 	mentions := func(name string) (keys []string) {
 		for _, k := range stKeys(t, s) {
 			if strings.Contains(k, "{"+name+"}") {
@@ -553,7 +554,7 @@ func stTestDelete(t *testing.T, f stFactory) {
 	}
 	_, err := s.Get(ctx, "gone")
 	stWantIs(t, "Get after Delete", err, ErrNotFound)
-	_, err = s.Acquire(ctx, "gone", 1, Forever)
+	_, err = s.Acquire(ctx, "gone", 1, limitd.Forever)
 	stWantIs(t, "Acquire after Delete", err, ErrNotFound)
 	stWantIs(t, "Delete twice", s.Delete(ctx, "gone"), ErrNotFound)
 	stWantField(t, "Delete bad name", s.Delete(ctx, "-x"), "name")
@@ -644,9 +645,9 @@ func stTestAcquireDelays(t *testing.T, f stFactory) {
 		{"smooth", stSmooth(5, 0)}, // no stored permits: nothing blurs the slices
 	} {
 		stPut(t, s, c.name, c.cfg)
-		var ds [3]Decision
+		var ds [3]limitd.Decision
 		for i := range ds {
-			ds[i] = stAcquire(t, s, c.name, 1, Forever)
+			ds[i] = stAcquire(t, s, c.name, 1, limitd.Forever)
 		}
 		if !ds[0].Granted || ds[0].Delay != 0 || ds[0].Start != ds[0].Now || ds[0].Permits != 1 {
 			t.Errorf("%s: first acquire %+v, want granted at once", c.name, ds[0])
@@ -675,7 +676,7 @@ func stTestAcquireDelays(t *testing.T, f stFactory) {
 			t.Errorf("%s: denials changed the state: %+v", c.name, w)
 		}
 	}
-	_, err := s.Acquire(ctx, "unknown", 1, Forever)
+	_, err := s.Acquire(ctx, "unknown", 1, limitd.Forever)
 	stWantIs(t, "Acquire unknown", err, ErrNotFound)
 }
 
@@ -686,7 +687,7 @@ func stTestWaitReset(t *testing.T, f stFactory) {
 	if w := stWait(t, s, "w"); w.Started || w.Wait != 0 || w.Delay != 0 || w.Permits != 0 || w.Version != 1 || w.Now == 0 {
 		t.Errorf("unused limiter Wait = %+v", w)
 	}
-	d0 := stAcquire(t, s, "w", 1, Forever)
+	d0 := stAcquire(t, s, "w", 1, limitd.Forever)
 	time.Sleep(50 * time.Millisecond)
 	w0 := stWait(t, s, "w")
 	if !w0.Started || w0.Wait != w0.Now-(d0.Scheduled+10e6) || w0.Delay != 0 || w0.Allocated != 10e6 || w0.Permits != 1 {
@@ -696,7 +697,7 @@ func stTestWaitReset(t *testing.T, f stFactory) {
 	if err != nil || v != 1 {
 		t.Fatalf("Reset = %d, %v", v, err)
 	}
-	d1 := stAcquire(t, s, "w", 1, Forever)
+	d1 := stAcquire(t, s, "w", 1, limitd.Forever)
 	if d1.Scheduled < w0.Now {
 		t.Errorf("after Reset the permit is due %d ns before the reset: backlog kept", w0.Now-d1.Scheduled)
 	}
@@ -705,7 +706,7 @@ func stTestWaitReset(t *testing.T, f stFactory) {
 		t.Errorf("after Reset Wait = %+v, want backlog %d as idle and totals kept", w1, w0.Wait)
 	}
 	// Debt is not forgiven by a reset: permits granted stay granted.
-	stAcquire(t, s, "w", 50, Forever) // 500 ms of debt
+	stAcquire(t, s, "w", 50, limitd.Forever) // 500 ms of debt
 	if _, err := s.Reset(ctx, "w"); err != nil {
 		t.Fatal(err)
 	}
@@ -722,7 +723,7 @@ func stTestGrantRelease(t *testing.T, f stFactory) {
 	s := stStore(t, f(t))
 	ctx := t.Context()
 	stPut(t, s, "pool", stSched(100, 1)) // slice 10 ms
-	g, err := s.Grant(ctx, "pool", 10, Forever)
+	g, err := s.Grant(ctx, "pool", 10, limitd.Forever)
 	if err != nil || !g.Granted || g.Permits != 10 || g.Delay != 0 {
 		t.Fatalf("Grant = %+v, %v", g, err)
 	}
@@ -737,15 +738,15 @@ func stTestGrantRelease(t *testing.T, f stFactory) {
 	if w := stWait(t, s, "pool"); w.Allocated != 60e6 || w.Permits != 6 || w.Idle != 0 {
 		t.Errorf("after rewind Wait = %+v, want 60ms and 6 permits allocated", w)
 	}
-	if d := stAcquire(t, s, "pool", 1, Forever); d.Scheduled != g.Scheduled+60e6 {
+	if d := stAcquire(t, s, "pool", 1, limitd.Forever); d.Scheduled != g.Scheduled+60e6 {
 		t.Errorf("after rewind the next permit is due +%d, want +60ms", d.Scheduled-g.Scheduled)
 	}
 	// Someone took permits after the grant: handed-back time is idle.
-	g2, err := s.Grant(ctx, "pool", 3, Forever)
+	g2, err := s.Grant(ctx, "pool", 3, limitd.Forever)
 	if err != nil || g2.Scheduled != g.Scheduled+70e6 {
 		t.Fatalf("second Grant = %+v, %v", g2, err)
 	}
-	stAcquire(t, s, "pool", 1, Forever)
+	stAcquire(t, s, "pool", 1, limitd.Forever)
 	rewound, err = s.Release(ctx, g2, 2)
 	if err != nil || rewound {
 		t.Fatalf("Release after others = %v, %v; want not rewound", rewound, err)
@@ -753,7 +754,7 @@ func stTestGrantRelease(t *testing.T, f stFactory) {
 	if w := stWait(t, s, "pool"); w.Allocated != 90e6 || w.Idle != 20e6 || w.Permits != 9 {
 		t.Errorf("after a late hand-back Wait = %+v, want allocated 90ms, idle 20ms, 9 permits", w)
 	}
-	if d := stAcquire(t, s, "pool", 1, Forever); d.Scheduled != g.Scheduled+110e6 {
+	if d := stAcquire(t, s, "pool", 1, limitd.Forever); d.Scheduled != g.Scheduled+110e6 {
 		t.Errorf("a late hand-back moved the schedule: +%d, want +110ms", d.Scheduled-g.Scheduled)
 	}
 	// Nothing to hand back is no call at all.
@@ -762,12 +763,12 @@ func stTestGrantRelease(t *testing.T, f stFactory) {
 	}
 	// A pool on an "inf" burst limiter learns it.
 	stPut(t, s, "avg", limiter.Config{Rate: 1000, Burst: limiter.B(limiter.Inf)})
-	if g, err := s.Grant(ctx, "avg", 5, Forever); err != nil || g.Burst != limiter.Inf || g.Slice.Whole != 1e6 {
+	if g, err := s.Grant(ctx, "avg", 5, limitd.Forever); err != nil || g.Burst != limiter.Inf || g.Slice.Whole != 1e6 {
 		t.Errorf("Grant on inf burst = %+v, %v", g, err)
 	}
-	_, err = s.Grant(ctx, "unknown", 1, Forever)
+	_, err = s.Grant(ctx, "unknown", 1, limitd.Forever)
 	stWantIs(t, "Grant unknown", err, ErrNotFound)
-	_, err = s.Grant(ctx, "pool", 0, Forever)
+	_, err = s.Grant(ctx, "pool", 0, limitd.Forever)
 	stWantField(t, "Grant 0", err, "permits")
 }
 
@@ -776,7 +777,7 @@ func stTestGrantRelease(t *testing.T, f stFactory) {
 func stTestTemplatesCRUD(t *testing.T, f stFactory) {
 	s := stStore(t, f(t))
 	ctx := t.Context()
-	users, err := s.PutTemplate(ctx, Template{ID: "users", Pattern: "user:*", Order: 10, IdleTTL: limiter.D(10 * time.Minute), Limiter: stSched(10, 1)})
+	users, err := s.PutTemplate(ctx, limitd.Template{ID: "users", Pattern: "user:*", Order: 10, IdleTTL: limiter.D(10 * time.Minute), Limiter: stSched(10, 1)})
 	if err != nil || users.Version < 1 || users.Limiter.Kind != limiter.KindSchedule {
 		t.Fatalf("PutTemplate = %+v, %v", users, err)
 	}
@@ -785,14 +786,14 @@ func stTestTemplatesCRUD(t *testing.T, f stFactory) {
 		t.Errorf("GetTemplate = %+v, %v", got, err)
 	}
 	// Identical: same version. Changed: a higher one.
-	if again, err := s.PutTemplate(ctx, Template{ID: "users", Pattern: "user:*", Order: 10, IdleTTL: limiter.D(10 * time.Minute), Limiter: stSched(10, 1)}); err != nil || again.Version != users.Version {
+	if again, err := s.PutTemplate(ctx, limitd.Template{ID: "users", Pattern: "user:*", Order: 10, IdleTTL: limiter.D(10 * time.Minute), Limiter: stSched(10, 1)}); err != nil || again.Version != users.Version {
 		t.Errorf("identical PutTemplate = version %d (was %d), %v", again.Version, users.Version, err)
 	}
-	changed, err := s.PutTemplate(ctx, Template{ID: "users", Pattern: "user:*", Order: 10, Limiter: stSched(20, 1)})
+	changed, err := s.PutTemplate(ctx, limitd.Template{ID: "users", Pattern: "user:*", Order: 10, Limiter: stSched(20, 1)})
 	if err != nil || changed.Version <= users.Version {
 		t.Errorf("changed PutTemplate = version %d (was %d), %v", changed.Version, users.Version, err)
 	}
-	for _, tp := range []Template{
+	for _, tp := range []limitd.Template{
 		{ID: "vip", Pattern: "user:vip*", Order: 1, Limiter: stSched(100, 1)},
 		{ID: "a-first", Pattern: "a*", Order: 5, Limiter: stSched(1, 1)},
 		{ID: "a", Pattern: "x?", Order: 10, Limiter: limiter.Config{Spec: "3"}},
@@ -839,21 +840,21 @@ func stTestTemplatesCRUD(t *testing.T, f stFactory) {
 func stTestTemplateResolution(t *testing.T, f stFactory) {
 	s := stStore(t, f(t))
 	ctx := t.Context()
-	tpl, err := s.PutTemplate(ctx, Template{ID: "users", Pattern: "user:*", Order: 10, Limiter: stSched(10, 1)})
+	tpl, err := s.PutTemplate(ctx, limitd.Template{ID: "users", Pattern: "user:*", Order: 10, Limiter: stSched(10, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	idle, err := s.PutTemplate(ctx, Template{ID: "ips", Pattern: "ip:*", Order: 10, IdleTTL: limiter.D(10 * time.Minute), Limiter: stSched(10, 1)})
+	idle, err := s.PutTemplate(ctx, limitd.Template{ID: "ips", Pattern: "ip:*", Order: 10, IdleTTL: limiter.D(10 * time.Minute), Limiter: stSched(10, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// An exact limiter wins over a template that matches its name.
 	stPut(t, s, "user:vip", stSched(1000, 1))
-	d := stAcquire(t, s, "user:vip", 1, Forever)
+	d := stAcquire(t, s, "user:vip", 1, limitd.Forever)
 	if d.Version != 1 {
 		t.Errorf("user:vip acquired with version %d, want the limiter's 1", d.Version)
 	}
-	if g, err := s.Grant(ctx, "user:vip", 1, Forever); err != nil || g.Slice.Whole != 1e6 {
+	if g, err := s.Grant(ctx, "user:vip", 1, limitd.Forever); err != nil || g.Slice.Whole != 1e6 {
 		t.Errorf("user:vip grant slice %+v, %v; want the limiter's 1ms", g.Slice, err)
 	}
 	if n, _ := s.Client().Exists(ctx, s.instanceKey("user:vip")).Result(); n != 0 {
@@ -861,23 +862,23 @@ func stTestTemplateResolution(t *testing.T, f stFactory) {
 	}
 
 	// A name that only a template matches gets its own state, with a TTL.
-	d = stAcquire(t, s, "user:1", 1, Forever)
+	d = stAcquire(t, s, "user:1", 1, limitd.Forever)
 	if !d.Granted || d.Version != tpl.Version || d.Delay != 0 {
 		t.Errorf("user:1 = %+v, want granted at once with the template's version %d", d, tpl.Version)
 	}
-	if g, err := s.Grant(ctx, "user:1", 1, Forever); err != nil || g.Slice.Whole != 100e6 || g.Scheduled != d.Scheduled+100e6 {
+	if g, err := s.Grant(ctx, "user:1", 1, limitd.Forever); err != nil || g.Slice.Whole != 100e6 || g.Scheduled != d.Scheduled+100e6 {
 		t.Errorf("user:1 grant %+v, %v; want the template's 100ms slice", g, err)
 	}
 	pttl, err := s.Client().PTTL(ctx, s.instanceKey("user:1")).Result()
 	if err != nil || pttl <= 0 {
 		t.Errorf("instance PTTL = %v, %v; want > 0", pttl, err)
 	}
-	stAcquire(t, s, "ip:10.0.0.1", 1, Forever)
+	stAcquire(t, s, "ip:10.0.0.1", 1, limitd.Forever)
 	pttl, err = s.Client().PTTL(ctx, s.instanceKey("ip:10.0.0.1")).Result()
 	if err != nil || pttl <= 0 || pttl > 10*time.Minute*9/8 { // and an eighth more (lua/lib.lua, Instance TTLs)
 		t.Errorf("instance with idle_ttl 10m: PTTL = %v, %v", pttl, err)
 	}
-	if d := stAcquire(t, s, "ip:10.0.0.1", 1, Forever); d.Version != idle.Version {
+	if d := stAcquire(t, s, "ip:10.0.0.1", 1, limitd.Forever); d.Version != idle.Version {
 		t.Errorf("ip instance version %d, want %d", d.Version, idle.Version)
 	}
 	if w := stWait(t, s, "user:1"); w.Permits != 2 || w.Version != tpl.Version {
@@ -895,15 +896,15 @@ func stTestTemplateResolution(t *testing.T, f stFactory) {
 
 	// No match is a 404, never "allow everything", and writes nothing.
 	before := stSnapshot(t, s)
-	_, err = s.Acquire(ctx, "guest", 1, Forever)
+	_, err = s.Acquire(ctx, "guest", 1, limitd.Forever)
 	stWantIs(t, "Acquire unmatched", err, ErrNotFound)
-	_, err = s.Grant(ctx, "guest", 1, Forever)
+	_, err = s.Grant(ctx, "guest", 1, limitd.Forever)
 	stWantIs(t, "Grant unmatched", err, ErrNotFound)
 	_, err = s.Wait(ctx, "guest")
 	stWantIs(t, "Wait unmatched", err, ErrNotFound)
 	_, err = s.Reset(ctx, "guest")
 	stWantIs(t, "Reset unmatched", err, ErrNotFound)
-	outs := s.AcquireMany(ctx, []Request{{Name: "guest", Permits: 1, MaxWait: Forever}})
+	outs := s.AcquireMany(ctx, []Request{{Name: "guest", Permits: 1, MaxWait: limitd.Forever}})
 	stWantIs(t, "AcquireMany unmatched", outs[0].Err, ErrNotFound)
 	// Wait and Reset on a matching name that was never used create nothing.
 	if w := stWait(t, s, "user:2"); w.Started || w.Version != tpl.Version {
@@ -918,9 +919,9 @@ func stTestTemplateResolution(t *testing.T, f stFactory) {
 	if err := s.DeleteTemplate(ctx, "users"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.Acquire(ctx, "user:1", 1, Forever)
+	_, err = s.Acquire(ctx, "user:1", 1, limitd.Forever)
 	stWantIs(t, "Acquire after DeleteTemplate", err, ErrNotFound)
-	if _, err := s.Acquire(ctx, "user:vip", 1, Forever); err != nil {
+	if _, err := s.Acquire(ctx, "user:vip", 1, limitd.Forever); err != nil {
 		t.Errorf("the exact limiter went with the template: %v", err)
 	}
 }
@@ -928,16 +929,16 @@ func stTestTemplateResolution(t *testing.T, f stFactory) {
 func stTestTemplateNewVersion(t *testing.T, f stFactory) {
 	s := stStore(t, f(t))
 	ctx := t.Context()
-	if _, err := s.PutTemplate(ctx, Template{ID: "users", Pattern: "user:*", Limiter: stSched(10, 1)}); err != nil {
+	if _, err := s.PutTemplate(ctx, limitd.Template{ID: "users", Pattern: "user:*", Limiter: stSched(10, 1)}); err != nil {
 		t.Fatal(err)
 	}
-	d0 := stAcquire(t, s, "user:2", 3, Forever) // 300 ms of schedule
-	v2, err := s.PutTemplate(ctx, Template{ID: "users", Pattern: "user:*", Limiter: stSched(20, 1)})
+	d0 := stAcquire(t, s, "user:2", 3, limitd.Forever) // 300 ms of schedule
+	v2, err := s.PutTemplate(ctx, limitd.Template{ID: "users", Pattern: "user:*", Limiter: stSched(20, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d1 := stAcquire(t, s, "user:2", 1, Forever)
-	d2 := stAcquire(t, s, "user:2", 1, Forever)
+	d1 := stAcquire(t, s, "user:2", 1, limitd.Forever)
+	d2 := stAcquire(t, s, "user:2", 1, limitd.Forever)
 	if d1.Version != v2.Version || d1.Scheduled != d0.Scheduled+300e6 || d2.Scheduled != d1.Scheduled+50e6 {
 		t.Errorf("instance after the template changed: version %d (want %d), due +%d then +%d (want +300ms, +50ms)",
 			d1.Version, v2.Version, d1.Scheduled-d0.Scheduled, d2.Scheduled-d1.Scheduled)
@@ -945,7 +946,7 @@ func stTestTemplateNewVersion(t *testing.T, f stFactory) {
 	if w := stWait(t, s, "user:2"); w.Permits != 5 || w.Allocated != 400e6 || w.Version != v2.Version {
 		t.Errorf("instance Wait = %+v, want 5 permits, 400ms allocated", w)
 	}
-	if g, err := s.Grant(ctx, "user:2", 1, Forever); err != nil || g.Slice.Whole != 50e6 {
+	if g, err := s.Grant(ctx, "user:2", 1, limitd.Forever); err != nil || g.Slice.Whole != 50e6 {
 		t.Errorf("instance grant after change: slice %+v, %v", g.Slice, err)
 	}
 }
@@ -956,11 +957,11 @@ func stTestBadInput(t *testing.T, f stFactory) {
 	s := stStore(t, f(t))
 	ctx := t.Context()
 	stPut(t, s, "ok", stSched(5, 1))
-	stAcquire(t, s, "ok", 1, Forever)
-	if _, err := s.PutTemplate(ctx, Template{ID: "users", Pattern: "user:*", Limiter: stSched(5, 1)}); err != nil {
+	stAcquire(t, s, "ok", 1, limitd.Forever)
+	if _, err := s.PutTemplate(ctx, limitd.Template{ID: "users", Pattern: "user:*", Limiter: stSched(5, 1)}); err != nil {
 		t.Fatal(err)
 	}
-	stAcquire(t, s, "user:1", 1, Forever)
+	stAcquire(t, s, "user:1", 1, limitd.Forever)
 	before := stSnapshot(t, s)
 
 	for _, name := range []string{"", "-x", ".x", "_x", "a b", "a/b", "a*", "a?", "ü", "a{b}", "a\n", "a" + strings.Repeat("b", 128)} {
@@ -972,9 +973,9 @@ func stTestBadInput(t *testing.T, f stFactory) {
 		_, err = s.Patch(ctx, name, func(c limiter.Config) (limiter.Config, error) { return c, nil })
 		stWantField(t, "Patch "+q, err, "name")
 		stWantField(t, "Delete "+q, s.Delete(ctx, name), "name")
-		_, err = s.Acquire(ctx, name, 1, Forever)
+		_, err = s.Acquire(ctx, name, 1, limitd.Forever)
 		stWantField(t, "Acquire "+q, err, "name")
-		_, err = s.Grant(ctx, name, 1, Forever)
+		_, err = s.Grant(ctx, name, 1, limitd.Forever)
 		stWantField(t, "Grant "+q, err, "name")
 		_, err = s.Wait(ctx, name)
 		stWantField(t, "Wait "+q, err, "name")
@@ -1011,14 +1012,14 @@ func stTestBadInput(t *testing.T, f stFactory) {
 		stWantField(t, what+" (new)", err, c.field)
 		_, err = s.Patch(ctx, "ok", func(limiter.Config) (limiter.Config, error) { return c.cfg, nil })
 		stWantField(t, "Patch "+what, err, c.field)
-		_, err = s.PutTemplate(ctx, Template{ID: "bad", Pattern: "bad:*", Limiter: c.cfg})
+		_, err = s.PutTemplate(ctx, limitd.Template{ID: "bad", Pattern: "bad:*", Limiter: c.cfg})
 		stWantField(t, "PutTemplate "+what, err, "limiter."+c.field)
 	}
 
 	for _, n := range []int64{0, -1, 1e12} {
 		for _, name := range []string{"ok", "user:1", "user:new"} {
 			what := fmt.Sprintf("%s permits %d", name, n)
-			_, err := s.Acquire(ctx, name, n, Forever)
+			_, err := s.Acquire(ctx, name, n, limitd.Forever)
 			stWantField(t, "Acquire "+what, err, "permits")
 			_, err = s.Grant(ctx, name, n, time.Second)
 			stWantField(t, "Grant "+what, err, "permits")
@@ -1028,18 +1029,18 @@ func stTestBadInput(t *testing.T, f stFactory) {
 	}
 
 	for _, c := range []struct {
-		tpl   Template
+		tpl   limitd.Template
 		field string
 	}{
-		{Template{ID: "", Pattern: "a*", Limiter: stSched(1, 1)}, "id"},
-		{Template{ID: "-x", Pattern: "a*", Limiter: stSched(1, 1)}, "id"},
-		{Template{ID: "t", Pattern: "", Limiter: stSched(1, 1)}, "pattern"},
-		{Template{ID: "t", Pattern: "a b*", Limiter: stSched(1, 1)}, "pattern"},
-		{Template{ID: "t", Pattern: "[ab]*", Limiter: stSched(1, 1)}, "pattern"},
-		{Template{ID: "t", Pattern: "a\\", Limiter: stSched(1, 1)}, "pattern"},
-		{Template{ID: "t", Pattern: "a*", IdleTTL: limiter.D(0), Limiter: stSched(1, 1)}, "idle_ttl"},
-		{Template{ID: "t", Pattern: "a*", IdleTTL: limiter.D(-time.Second), Limiter: stSched(1, 1)}, "idle_ttl"},
-		{Template{ID: "t", Pattern: "a*", IdleTTL: limiter.D(100 * 24 * time.Hour), Limiter: stSched(1, 1)}, "idle_ttl"},
+		{limitd.Template{ID: "", Pattern: "a*", Limiter: stSched(1, 1)}, "id"},
+		{limitd.Template{ID: "-x", Pattern: "a*", Limiter: stSched(1, 1)}, "id"},
+		{limitd.Template{ID: "t", Pattern: "", Limiter: stSched(1, 1)}, "pattern"},
+		{limitd.Template{ID: "t", Pattern: "a b*", Limiter: stSched(1, 1)}, "pattern"},
+		{limitd.Template{ID: "t", Pattern: "[ab]*", Limiter: stSched(1, 1)}, "pattern"},
+		{limitd.Template{ID: "t", Pattern: "a\\", Limiter: stSched(1, 1)}, "pattern"},
+		{limitd.Template{ID: "t", Pattern: "a*", IdleTTL: limiter.D(0), Limiter: stSched(1, 1)}, "idle_ttl"},
+		{limitd.Template{ID: "t", Pattern: "a*", IdleTTL: limiter.D(-time.Second), Limiter: stSched(1, 1)}, "idle_ttl"},
+		{limitd.Template{ID: "t", Pattern: "a*", IdleTTL: limiter.D(100 * 24 * time.Hour), Limiter: stSched(1, 1)}, "idle_ttl"},
 	} {
 		_, err := s.PutTemplate(ctx, c.tpl)
 		stWantField(t, fmt.Sprintf("PutTemplate %+v", c.tpl), err, c.field)
@@ -1091,7 +1092,7 @@ func stTestChangeEvents(t *testing.T, f stFactory) {
 		t.Fatal(err)
 	}
 	expect("Delete", "ev 0")
-	if _, err := s.PutTemplate(ctx, Template{ID: "t", Pattern: "t:*", Limiter: stSched(1, 1)}); err != nil {
+	if _, err := s.PutTemplate(ctx, limitd.Template{ID: "t", Pattern: "t:*", Limiter: stSched(1, 1)}); err != nil {
 		t.Fatal(err)
 	}
 	expect("PutTemplate", "*template* 0")
@@ -1113,21 +1114,21 @@ func stTestAcquireMany(t *testing.T, f stFactory) {
 	ctx := t.Context()
 	stPut(t, s, "m-a", stSched(1000, 1))
 	stPut(t, s, "m-b", stSched(1, 1)) // 2 permits: 2 s of debt
-	tpl, err := s.PutTemplate(ctx, Template{ID: "mt", Pattern: "mt-*", Limiter: stSched(10, 1)})
+	tpl, err := s.PutTemplate(ctx, limitd.Template{ID: "mt", Pattern: "mt-*", Limiter: stSched(10, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reqs := []Request{
-		{Name: "m-a", Permits: 1, MaxWait: Forever},
-		{Name: "nope", Permits: 1, MaxWait: Forever},
-		{Name: "m-a", Permits: 0, MaxWait: Forever},
-		{Name: "m-b", Permits: 2, MaxWait: Forever},
+		{Name: "m-a", Permits: 1, MaxWait: limitd.Forever},
+		{Name: "nope", Permits: 1, MaxWait: limitd.Forever},
+		{Name: "m-a", Permits: 0, MaxWait: limitd.Forever},
+		{Name: "m-b", Permits: 2, MaxWait: limitd.Forever},
 		{Name: "-bad", Permits: 1},
-		{Name: "m-b", Permits: 1e12, MaxWait: Forever},
-		{Name: "mt-1", Permits: 1, MaxWait: Forever},
-		{Name: "m-a", Permits: 1, MaxWait: Forever},
+		{Name: "m-b", Permits: 1e12, MaxWait: limitd.Forever},
+		{Name: "mt-1", Permits: 1, MaxWait: limitd.Forever},
+		{Name: "m-a", Permits: 1, MaxWait: limitd.Forever},
 		{Name: "m-b", Permits: 1, MaxWait: 0}, // in debt: denied
-		{Name: "mt-2", Permits: 3, MaxWait: Forever},
+		{Name: "mt-2", Permits: 3, MaxWait: limitd.Forever},
 	}
 	out := s.AcquireMany(ctx, reqs)
 	if len(out) != len(reqs) {
@@ -1167,17 +1168,17 @@ func stTestAcquireMany(t *testing.T, f stFactory) {
 
 // stSchedules runs goroutines × per acquires spread over names, and returns
 // every limiter's grants.
-func stSchedules(t *testing.T, s *Store, names []string, goroutines, per int) map[string][]Decision {
+func stSchedules(t *testing.T, s *Store, names []string, goroutines, per int) map[string][]limitd.Decision {
 	t.Helper()
 	var mu sync.Mutex
-	got := map[string][]Decision{}
+	got := map[string][]limitd.Decision{}
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)
 	for g := range goroutines {
 		wg.Go(func() {
 			name := names[g%len(names)]
 			for range per {
-				d, err := s.Acquire(t.Context(), name, 1, Forever)
+				d, err := s.Acquire(t.Context(), name, 1, limitd.Forever)
 				if err != nil {
 					errs <- err
 					return
@@ -1198,7 +1199,7 @@ func stSchedules(t *testing.T, s *Store, names []string, goroutines, per int) ma
 
 // stCheckSpacing checks that the grants' scheduled times are distinct and
 // spaced by exactly one slice.
-func stCheckSpacing(t *testing.T, what string, ds []Decision, slice int64) {
+func stCheckSpacing(t *testing.T, what string, ds []limitd.Decision, slice int64) {
 	t.Helper()
 	sched := make([]int64, len(ds))
 	for i, d := range ds {
@@ -1222,7 +1223,7 @@ func stTestBatching(t *testing.T, f stFactory) {
 	defer rdb.Close()
 	names := []string{"b0", "b1", "b2"}
 	const goroutines, per = 32, 8
-	schedules := map[string]map[string][]Decision{}
+	schedules := map[string]map[string][]limitd.Decision{}
 	for _, mode := range []string{"direct", "batched"} {
 		var s *Store
 		if mode == "direct" {
@@ -1250,7 +1251,7 @@ func stTestBatching(t *testing.T, f stFactory) {
 	// After Close a batched store refuses at once, never hangs.
 	s := stStore(t, rdb, WithBatching(4))
 	stPut(t, s, "c", stSched(1000, 1))
-	stAcquire(t, s, "c", 1, Forever)
+	stAcquire(t, s, "c", 1, limitd.Forever)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -1258,7 +1259,7 @@ func stTestBatching(t *testing.T, f stFactory) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	for i := range 200 {
-		if _, err := s.Acquire(ctx, "c", 1, Forever); !errors.Is(err, ErrClosed) {
+		if _, err := s.Acquire(ctx, "c", 1, limitd.Forever); !errors.Is(err, ErrClosed) {
 			t.Fatalf("Acquire %d after Close: %v, want ErrClosed", i, err)
 		}
 	}
@@ -1283,8 +1284,8 @@ func TestStoreUnavailable(t *testing.T) {
 		}
 		ctx := t.Context()
 		stPut(t, s, "up", stSched(10, 1))
-		stAcquire(t, s, "up", 1, Forever)
-		g, err := s.Grant(ctx, "up", 2, Forever)
+		stAcquire(t, s, "up", 1, limitd.Forever)
+		g, err := s.Grant(ctx, "up", 2, limitd.Forever)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1300,16 +1301,16 @@ func TestStoreUnavailable(t *testing.T) {
 			"Delete": func() error { return s.Delete(ctx, "up") },
 			"List":   func() error { _, _, err := s.List(ctx, "", 10); return err },
 			"Acquire": func() error {
-				_, err := s.Acquire(ctx, "up", 1, Forever)
+				_, err := s.Acquire(ctx, "up", 1, limitd.Forever)
 				return err
 			},
 			"AcquireMany": func() error { return s.AcquireMany(ctx, []Request{{Name: "up", Permits: 1}})[0].Err },
-			"Grant":       func() error { _, err := s.Grant(ctx, "up", 1, Forever); return err },
+			"Grant":       func() error { _, err := s.Grant(ctx, "up", 1, limitd.Forever); return err },
 			"Release":     func() error { _, err := s.Release(ctx, g, 1); return err },
 			"Wait":        func() error { _, err := s.Wait(ctx, "up"); return err },
 			"Reset":       func() error { _, err := s.Reset(ctx, "up"); return err },
 			"PutTemplate": func() error {
-				_, err := s.PutTemplate(ctx, Template{ID: "t", Pattern: "t*", Limiter: stSched(1, 1)})
+				_, err := s.PutTemplate(ctx, limitd.Template{ID: "t", Pattern: "t*", Limiter: stSched(1, 1)})
 				return err
 			},
 			"GetTemplate":    func() error { _, err := s.GetTemplate(ctx, "t"); return err },
@@ -1390,7 +1391,7 @@ func TestAcquireWithin(t *testing.T) {
 	}
 	defer rdb.Close()
 	stHungCallers(t, rdb, 2500*time.Millisecond, func(s *Store) error {
-		_, err := s.AcquireWithin(context.Background(), "x", 1, Forever, 50*time.Millisecond)
+		_, err := s.AcquireWithin(context.Background(), "x", 1, limitd.Forever, 50*time.Millisecond)
 		return err
 	}, nil)
 }
@@ -1408,14 +1409,14 @@ func TestStoreContextDeadline(t *testing.T) {
 	stHungCallers(t, rdb, time.Second, func(s *Store) error {
 		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		defer cancel()
-		_, err := s.Acquire(ctx, "x", 1, Forever)
+		_, err := s.Acquire(ctx, "x", 1, limitd.Forever)
 		return err
 	}, func(batched bool, s *Store) {
 		// An expired context fails at once.
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
 		start := time.Now()
-		_, err := s.Acquire(ctx, "x", 1, Forever)
+		_, err := s.Acquire(ctx, "x", 1, limitd.Forever)
 		if !errors.Is(err, context.Canceled) || time.Since(start) > time.Second {
 			t.Errorf("batched=%v: Acquire with a canceled context: %v after %v", batched, err, time.Since(start))
 		}
@@ -1568,7 +1569,7 @@ func TestStoreExactTimeMiniredis(t *testing.T) {
 	base := time.Date(2199, 12, 31, 23, 0, 0, 0, time.UTC)
 	m.SetTime(base)
 	stPut(t, s, "x", limiter.Config{Rate: 3, Burst: limiter.B(1), MaxReserve: limiter.D(48 * time.Hour)}) // slice 333,333,333⅓ ns
-	d0 := stAcquire(t, s, "x", 1, Forever)
+	d0 := stAcquire(t, s, "x", 1, limitd.Forever)
 	if d0.Now != base.UnixNano() || d0.Start != d0.Now {
 		t.Fatalf("first acquire %+v at %d", d0, base.UnixNano())
 	}
@@ -1576,7 +1577,7 @@ func TestStoreExactTimeMiniredis(t *testing.T) {
 	var total int64 = 1
 	for day := 1; day <= 30; day++ {
 		m.SetTime(base.Add(time.Duration(day) * 24 * time.Hour))
-		d := stAcquire(t, s, "x", 259200, Forever) // one day of permits
+		d := stAcquire(t, s, "x", 259200, limitd.Forever) // one day of permits
 		if want := d0.Scheduled + total*1e9/3; d.Scheduled != want {
 			t.Fatalf("day %d: scheduled %d, want %d (off by %d ns)", day, d.Scheduled, want, d.Scheduled-want)
 		}
@@ -1592,7 +1593,7 @@ func TestStoreExactTimeMiniredis(t *testing.T) {
 	if _, err := s.Reset(t.Context(), "x"); err != nil {
 		t.Fatal(err)
 	}
-	if d := stAcquire(t, s, "x", 1, Forever); d.Scheduled != at.UnixNano() || d.Delay != 0 {
+	if d := stAcquire(t, s, "x", 1, limitd.Forever); d.Scheduled != at.UnixNano() || d.Delay != 0 {
 		t.Errorf("after reset: %+v, want due at %d", d, at.UnixNano())
 	}
 }
@@ -1611,21 +1612,21 @@ func TestStoreInstanceFirstCallAfterTemplateChange(t *testing.T) {
 	cfg := func(burstSeconds float64) limiter.Config {
 		return limiter.Config{Kind: limiter.KindSmooth, Rate: 10, MaxBurstSeconds: &burstSeconds, InitialPermits: &ten}
 	}
-	setup := func(t *testing.T) (*Store, Grant) {
+	setup := func(t *testing.T) (*Store, limitd.Grant) {
 		m := miniredis.RunT(t)
 		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { _ = rdb.Close() })
 		s := stStore(t, rdb)
 		m.SetTime(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)) // time stands still
-		if _, err := s.PutTemplate(t.Context(), Template{ID: "u", Pattern: "u:*", Limiter: cfg(2)}); err != nil {
+		if _, err := s.PutTemplate(t.Context(), limitd.Template{ID: "u", Pattern: "u:*", Limiter: cfg(2)}); err != nil {
 			t.Fatal(err)
 		}
 		// 1 s of initial permits stored, one spent: 900 ms stored of at most 2 s.
-		g, err := s.Grant(t.Context(), "u:1", 1, Forever)
+		g, err := s.Grant(t.Context(), "u:1", 1, limitd.Forever)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.PutTemplate(t.Context(), Template{ID: "u", Pattern: "u:*", Limiter: cfg(1)}); err != nil {
+		if _, err := s.PutTemplate(t.Context(), limitd.Template{ID: "u", Pattern: "u:*", Limiter: cfg(1)}); err != nil {
 			t.Fatal(err)
 		}
 		// At most 1 s now: the stored time is rescaled once, to 450 ms.
@@ -1643,8 +1644,8 @@ func TestStoreInstanceFirstCallAfterTemplateChange(t *testing.T) {
 		if w := stWait(t, s, "u:1"); w.Wait != 1e9 {
 			t.Errorf("after the reset %v stored, want 1s", time.Duration(w.Wait))
 		}
-		stAcquire(t, s, "u:1", 10, Forever)
-		if d := stAcquire(t, s, "u:1", 1, Forever); d.Delay != 0 {
+		stAcquire(t, s, "u:1", 10, limitd.Forever)
+		if d := stAcquire(t, s, "u:1", 1, limitd.Forever); d.Delay != 0 {
 			t.Errorf("after 10 permits from the reset instance the next waits %v, want 0 (10 were stored)", time.Duration(d.Delay))
 		}
 	})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 )
@@ -30,21 +31,21 @@ func TestStoreStrictSharedSchedule(t *testing.T) {
 	)
 	var (
 		mu  sync.Mutex
-		all []Decision
+		all []limitd.Decision
 		wg  sync.WaitGroup
 	)
 	ctx := t.Context()
 	end := time.Now().Add(run)
 	for range workers {
 		wg.Go(func() {
-			var mine []Decision
+			var mine []limitd.Decision
 			defer func() {
 				mu.Lock()
 				all = append(all, mine...)
 				mu.Unlock()
 			}()
 			for time.Now().Before(end) {
-				d, err := s.Acquire(ctx, "strict", 1, Forever)
+				d, err := s.Acquire(ctx, "strict", 1, limitd.Forever)
 				if err != nil || !d.Granted {
 					t.Errorf("Acquire = %+v, %v", d, err)
 					return

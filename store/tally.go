@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/limitd/limitd"
 )
 
 // Tally counts decisions in memory and adds them to the Redis totals
@@ -48,29 +50,20 @@ type TallyOptions struct {
 	Clock    func() time.Time // picks a flush's minute bucket; default time.Now
 }
 
-// Subject is what a decision counts under: a named limiter, or a template
-// and the instance of it that decided (Instance may be empty when it is not
-// known; the decision then counts in the template's totals only).
-type Subject struct {
-	Limiter  string
-	Template string
-	Instance string
-}
-
 // interval is one interval's counts.
 type interval struct {
-	limiters  map[string]*Counts
+	limiters  map[string]*limitd.Counts
 	instances map[string]*instanceCounts
-	templates map[string]*Counts
+	templates map[string]*limitd.Counts
 }
 
 type instanceCounts struct {
 	template string
-	Counts
+	limitd.Counts
 }
 
 func newInterval() interval {
-	return interval{limiters: map[string]*Counts{}, instances: map[string]*instanceCounts{}, templates: map[string]*Counts{}}
+	return interval{limiters: map[string]*limitd.Counts{}, instances: map[string]*instanceCounts{}, templates: map[string]*limitd.Counts{}}
 }
 
 func (t *interval) names() int { return len(t.limiters) + len(t.instances) }
@@ -92,7 +85,7 @@ func (s *Store) NewTally(o TallyOptions) *Tally {
 
 // Add counts c under s (nothing when s names neither a limiter nor a
 // template).
-func (t *Tally) Add(s Subject, c Counts) {
+func (t *Tally) Add(s limitd.Subject, c limitd.Counts) {
 	if c.IsZero() {
 		return
 	}
@@ -103,7 +96,7 @@ func (t *Tally) Add(s Subject, c Counts) {
 
 // add counts c under s and returns the calls not counted under their own
 // name for want of room.
-func (t *interval) add(s Subject, c Counts, maxNames int) (dropped int64) {
+func (t *interval) add(s limitd.Subject, c limitd.Counts, maxNames int) (dropped int64) {
 	switch {
 	case s.Limiter != "":
 		x := t.limiters[s.Limiter]
@@ -111,14 +104,14 @@ func (t *interval) add(s Subject, c Counts, maxNames int) (dropped int64) {
 			if t.names() >= maxNames {
 				return c.GrantedCalls + c.RefusedCalls
 			}
-			x = &Counts{}
+			x = &limitd.Counts{}
 			t.limiters[s.Limiter] = x
 		}
 		x.Add(c)
 	case s.Template != "":
 		x := t.templates[s.Template]
 		if x == nil {
-			x = &Counts{}
+			x = &limitd.Counts{}
 			t.templates[s.Template] = x
 		}
 		x.Add(c)
@@ -159,7 +152,7 @@ func (t *Tally) Flush(ctx context.Context) error {
 // batch is t as the store adds it: every count, and per template its topK
 // instances by refused and by granted permits.
 func (t *interval) batch(minute int64, topK int) TotalsBatch {
-	b := TotalsBatch{Limiters: map[string]Counts{}, Templates: map[string]Counts{}}
+	b := TotalsBatch{Limiters: map[string]limitd.Counts{}, Templates: map[string]limitd.Counts{}}
 	for n, c := range t.limiters {
 		b.Limiters[n] = *c
 	}
@@ -168,13 +161,13 @@ func (t *interval) batch(minute int64, topK int) TotalsBatch {
 	}
 	type entry struct {
 		name string
-		c    Counts
+		c    limitd.Counts
 	}
 	byTemplate := map[string][]entry{}
 	for n, c := range t.instances {
 		byTemplate[c.template] = append(byTemplate[c.template], entry{n, c.Counts})
 	}
-	top := func(es []entry, of func(Counts) int64) map[string]int64 {
+	top := func(es []entry, of func(limitd.Counts) int64) map[string]int64 {
 		slices.SortFunc(es, func(a, b entry) int { return cmp.Or(cmp.Compare(of(b.c), of(a.c)), cmp.Compare(a.name, b.name)) })
 		out := map[string]int64{}
 		for _, e := range es[:min(len(es), topK)] {
@@ -187,8 +180,8 @@ func (t *interval) batch(minute int64, topK int) TotalsBatch {
 	}
 	for id, es := range byTemplate {
 		b.Top = append(b.Top, TopAdd{Template: id, Minute: minute,
-			Refused: top(es, func(c Counts) int64 { return c.RefusedPermits }),
-			Granted: top(es, func(c Counts) int64 { return c.GrantedPermits })})
+			Refused: top(es, func(c limitd.Counts) int64 { return c.RefusedPermits }),
+			Granted: top(es, func(c limitd.Counts) int64 { return c.GrantedPermits })})
 	}
 	return b
 }
@@ -199,12 +192,12 @@ func (t *Tally) putBack(iv interval) {
 	defer t.mu.Unlock()
 	var dropped int64
 	for n, x := range iv.limiters {
-		dropped += t.cur.add(Subject{Limiter: n}, *x, t.maxNames)
+		dropped += t.cur.add(limitd.Subject{Limiter: n}, *x, t.maxNames)
 	}
 	// A template's counts go back whole, its instances' by name only:
 	// instance counts are part of their template's already.
 	for id, x := range iv.templates {
-		dropped += t.cur.add(Subject{Template: id}, *x, t.maxNames)
+		dropped += t.cur.add(limitd.Subject{Template: id}, *x, t.maxNames)
 	}
 	for n, x := range iv.instances {
 		dropped += t.cur.addInstance(x.template, n, x.Counts, t.maxNames)
@@ -214,7 +207,7 @@ func (t *Tally) putBack(iv interval) {
 
 // addInstance counts c under instance n of template id, not in the
 // template's totals.
-func (t *interval) addInstance(id, n string, c Counts, maxNames int) (dropped int64) {
+func (t *interval) addInstance(id, n string, c limitd.Counts, maxNames int) (dropped int64) {
 	ic := t.instances[n]
 	if ic == nil {
 		if t.names() >= maxNames {

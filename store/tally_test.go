@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd"
 )
 
 // A flush Redis does not take keeps its counts for the next one, as far as
@@ -13,9 +15,9 @@ func TestTallyFailedFlushKeepsCounts(t *testing.T) {
 	s, m := miniStore(t)
 	ctx := context.Background()
 	tl := s.NewTally(TallyOptions{MaxNames: 2, Clock: func() time.Time { return time.Unix(600, 0) }})
-	refused := Counts{RefusedCalls: 1, RefusedPermits: 4}
-	tl.Add(Subject{Limiter: "orders"}, refused)
-	tl.Add(Subject{Template: "per-user", Instance: "user:1"}, refused)
+	refused := limitd.Counts{RefusedCalls: 1, RefusedPermits: 4}
+	tl.Add(limitd.Subject{Limiter: "orders"}, refused)
+	tl.Add(limitd.Subject{Template: "per-user", Instance: "user:1"}, refused)
 	m.SetError("LOADING")
 	if err := tl.Flush(ctx); err == nil {
 		t.Fatal("a flush Redis refused answered no error")
@@ -26,17 +28,17 @@ func TestTallyFailedFlushKeepsCounts(t *testing.T) {
 	}
 	// The put-back filled the interval: a third name counts in its
 	// template only.
-	tl.Add(Subject{Template: "per-user", Instance: "user:2"}, refused)
-	tl.Add(Subject{Limiter: "orders"}, refused)
+	tl.Add(limitd.Subject{Template: "per-user", Instance: "user:2"}, refused)
+	tl.Add(limitd.Subject{Limiter: "orders"}, refused)
 	if err := tl.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	c, err := s.Totals(ctx, []string{"orders"})
-	if err != nil || c[0] != (Counts{RefusedCalls: 2, RefusedPermits: 8}) {
+	if err != nil || c[0] != (limitd.Counts{RefusedCalls: 2, RefusedPermits: 8}) {
 		t.Errorf("orders %+v, %v: want both refusals", c, err)
 	}
 	tt, err := s.TemplateTotals(ctx, "per-user")
-	if err != nil || tt != (Counts{RefusedCalls: 2, RefusedPermits: 8}) {
+	if err != nil || tt != (limitd.Counts{RefusedCalls: 2, RefusedPermits: 8}) {
 		t.Errorf("per-user %+v, %v: want both instances' refusals", tt, err)
 	}
 	top, err := m.SortedSet(s.topKey("per-user", true, 10))

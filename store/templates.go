@@ -7,89 +7,27 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 )
-
-// Template makes limiters on demand: a name that is not a limiter but matches
-// Pattern (path.Match globs: * and ?) gets its own state with the template's
-// config on first use. Templates are tried by ascending Order (then ID).
-//
-// An instance's state is a key with a TTL, so that idle names cost nothing:
-// never shorter than the instance's debt (the time until its schedule is
-// free: while it owes, a fresh instance would grant again what it granted),
-// then IdleTTL from its last use when set, else DefaultIdleTTL (10m), or less
-// once its state is no different from a fresh one.
-type Template struct {
-	ID      string            `json:"id"`
-	Pattern string            `json:"pattern"`
-	Order   int               `json:"order"`
-	IdleTTL *limiter.Duration `json:"idle_ttl,omitempty"` // default DefaultIdleTTL after the debt
-	Limiter limiter.Config    `json:"limiter"`
-	Version int64             `json:"version"`
-	// Description is what displays call the template instead of its id
-	// (an Envoy rule's descriptors: "mongo_cps.database_users"); "": the
-	// id.
-	Description string `json:"description,omitempty"`
-}
-
-// maxDescription bounds a template's description, in characters.
-const maxDescription = 200
-
-var patternRE = regexp.MustCompile(`^[A-Za-z0-9*?][A-Za-z0-9._:*?-]{0,127}$`)
-
-// Normalize checks a template and returns it with its config in canonical form.
-func (t Template) Normalize() (Template, error) {
-	if err := CheckNameAs("id", t.ID); err != nil {
-		return Template{}, err
-	}
-	if _, err := path.Match(t.Pattern, ""); err != nil || !patternRE.MatchString(t.Pattern) {
-		return Template{}, &limiter.FieldError{Field: "pattern", Rule: "must be name characters with * and ? wildcards", Value: fmt.Sprintf("%q", t.Pattern)}
-	}
-	if n := utf8.RuneCountInString(t.Description); n > maxDescription || !utf8.ValidString(t.Description) ||
-		strings.ContainsFunc(t.Description, unicode.IsControl) {
-		return Template{}, &limiter.FieldError{Field: "description", Rule: fmt.Sprintf("must be at most %d characters of text, without control characters", maxDescription), Value: n}
-	}
-	if t.IdleTTL != nil && (*t.IdleTTL <= 0 || int64(*t.IdleTTL) > limiter.Horizon) {
-		return Template{}, &limiter.FieldError{Field: "idle_ttl", Rule: "must be > 0 and at most ~13 days", Value: t.IdleTTL.String()}
-	}
-	norm, _, err := t.Limiter.Normalize()
-	if err != nil {
-		if fe, ok := err.(*limiter.FieldError); ok {
-			fe2 := *fe
-			fe2.Field = "limiter." + fe.Field
-			return Template{}, &fe2
-		}
-		return Template{}, err
-	}
-	if !limiter.IsRate(norm.Kind) {
-		// Instances are rate limiters (schedule, smooth); a share or
-		// concurrency limiter is created by name.
-		return Template{}, &limiter.FieldError{Field: "limiter.kind", Rule: "must be a rate kind (" + limiter.RateKinds() + "): templates make rate limiters", Value: fmt.Sprintf("%q", norm.Kind)}
-	}
-	t.Limiter = norm
-	return t, nil
-}
 
 // PutTemplate creates or replaces a template. Every change gets a new,
 // higher version, counted per template id (1, 2, 3…; a hash of counters,
 // kept when a template is deleted so that one made again under the same id
 // never repeats a version its instances' states may carry); instances move
 // to it on their next use, keeping state.
-func (s *Store) PutTemplate(ctx context.Context, t Template) (Template, error) {
+func (s *Store) PutTemplate(ctx context.Context, t limitd.Template) (limitd.Template, error) {
 	t, err := t.Normalize()
 	if err != nil {
-		return Template{}, err
+		return limitd.Template{}, err
 	}
 	if old, err := s.GetTemplate(ctx, t.ID); err == nil {
 		if t.Version = old.Version; equalJSON(old, t) {
@@ -97,11 +35,11 @@ func (s *Store) PutTemplate(ctx context.Context, t Template) (Template, error) {
 		}
 	}
 	if t.Version, err = s.rdb.HIncrBy(ctx, s.templateVersionKey(), t.ID, 1).Result(); err != nil {
-		return Template{}, wrapErr(err)
+		return limitd.Template{}, wrapErr(err)
 	}
 	b, _ := json.Marshal(t)
 	if err := s.rdb.HSet(ctx, s.templatesKey(), t.ID, b).Err(); err != nil {
-		return Template{}, wrapErr(err)
+		return limitd.Template{}, wrapErr(err)
 	}
 	s.templatesChanged(ctx)
 	return t, nil
@@ -119,17 +57,17 @@ func (s *Store) templatesChanged(ctx context.Context) {
 }
 
 // GetTemplate returns a template, or ErrNotFound.
-func (s *Store) GetTemplate(ctx context.Context, id string) (Template, error) {
+func (s *Store) GetTemplate(ctx context.Context, id string) (limitd.Template, error) {
 	b, err := s.rdb.HGet(ctx, s.templatesKey(), id).Bytes()
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
-			return Template{}, fmt.Errorf("template %q: %w", id, ErrNotFound)
+			return limitd.Template{}, fmt.Errorf("template %q: %w", id, ErrNotFound)
 		}
-		return Template{}, wrapErr(err)
+		return limitd.Template{}, wrapErr(err)
 	}
-	var t Template
+	var t limitd.Template
 	if err := json.Unmarshal(b, &t); err != nil {
-		return Template{}, fmt.Errorf("store: template %q is unreadable: %w", id, err)
+		return limitd.Template{}, fmt.Errorf("store: template %q is unreadable: %w", id, err)
 	}
 	return t, nil
 }
@@ -151,20 +89,20 @@ func (s *Store) DeleteTemplate(ctx context.Context, id string) error {
 // Templates returns every template in matching order. The templates hash
 // is both where templates live and what is listed (no separate index), so a
 // listing holds exactly the templates that exist, under any concurrency.
-func (s *Store) Templates(ctx context.Context) ([]Template, error) {
+func (s *Store) Templates(ctx context.Context) ([]limitd.Template, error) {
 	m, err := s.rdb.HGetAll(ctx, s.templatesKey()).Result()
 	if err != nil {
 		return nil, wrapErr(err)
 	}
-	out := make([]Template, 0, len(m))
+	out := make([]limitd.Template, 0, len(m))
 	for id, b := range m {
-		var t Template
+		var t limitd.Template
 		if err := json.Unmarshal([]byte(b), &t); err != nil {
 			return nil, fmt.Errorf("store: template %q is unreadable: %w", id, err)
 		}
 		out = append(out, t)
 	}
-	slices.SortFunc(out, func(a, b Template) int {
+	slices.SortFunc(out, func(a, b limitd.Template) int {
 		return cmp.Or(cmp.Compare(a.Order, b.Order), cmp.Compare(a.ID, b.ID))
 	})
 	return out, nil
@@ -172,19 +110,19 @@ func (s *Store) Templates(ctx context.Context) ([]Template, error) {
 
 // Resolve tells which template a name that is not a limiter would use, or
 // ErrNotFound.
-func (s *Store) Resolve(ctx context.Context, name string) (Template, error) {
+func (s *Store) Resolve(ctx context.Context, name string) (limitd.Template, error) {
 	t, err := s.templates.match(ctx, s, name)
 	if err != nil {
-		return Template{}, err
+		return limitd.Template{}, err
 	}
 	if t == nil {
-		return Template{}, fmt.Errorf("no template matches %q: %w", name, ErrNotFound)
+		return limitd.Template{}, fmt.Errorf("no template matches %q: %w", name, ErrNotFound)
 	}
 	return t.Template, nil
 }
 
 type compiledTemplate struct {
-	Template
+	limitd.Template
 	params limiter.Params
 	argv   []any  // the parameters as the scripts take them, built once
 	head   string // acquire.lua's head after the count: version, idle TTL and argv as text
@@ -199,12 +137,6 @@ func (t *compiledTemplate) args() []any {
 	return t.argv
 }
 
-// DefaultIdleTTL is how long a template instance is kept once its debt is
-// paid when its template sets no idle_ttl (less if its state is by then no
-// different from a fresh one). An instance is never dropped while it owes:
-// its TTL covers its debt first, whatever the idle TTL.
-const DefaultIdleTTL = 10 * time.Minute
-
 // idleTTLms is the idle TTL as lua/lib.lua's settle_ms takes it: the
 // template's idle_ttl in ms, or, without one, DefaultIdleTTL in ms, negated
 // (at most that long after the debt).
@@ -213,7 +145,7 @@ func (t *compiledTemplate) idleTTLms() int64 {
 		return 0
 	}
 	if t.IdleTTL == nil {
-		return -DefaultIdleTTL.Milliseconds()
+		return -limitd.DefaultIdleTTL.Milliseconds()
 	}
 	return max(1, time.Duration(*t.IdleTTL).Milliseconds())
 }

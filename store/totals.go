@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd"
 )
 
 // Decision totals and the busiest instances of templates, as every limitd
@@ -22,30 +24,10 @@ import (
 //	{id}:top:r:MINUTE   sorted set: instances by refused permits that minute
 //	{id}:top:g:MINUTE   the same by granted permits
 
-// Counts are decisions counted: calls and the permits they asked for,
-// granted and refused.
-type Counts struct {
-	GrantedCalls   int64
-	GrantedPermits int64
-	RefusedCalls   int64
-	RefusedPermits int64
-}
-
-// IsZero reports whether c counts nothing.
-func (c Counts) IsZero() bool { return c == Counts{} }
-
-// Add adds o to c.
-func (c *Counts) Add(o Counts) {
-	c.GrantedCalls += o.GrantedCalls
-	c.GrantedPermits += o.GrantedPermits
-	c.RefusedCalls += o.RefusedCalls
-	c.RefusedPermits += o.RefusedPermits
-}
-
 // The fields of a totals hash, in Counts' order.
 var countFields = [4]string{"gc", "gp", "rc", "rp"}
 
-func (c Counts) values() [4]int64 {
+func countValues(c limitd.Counts) [4]int64 {
 	return [4]int64{c.GrantedCalls, c.GrantedPermits, c.RefusedCalls, c.RefusedPermits}
 }
 
@@ -74,8 +56,8 @@ func (s *Store) topKey(id string, refused bool, minute int64) string {
 
 // TotalsBatch is what one process counted in one interval.
 type TotalsBatch struct {
-	Limiters  map[string]Counts // named limiters
-	Templates map[string]Counts // templates: the sum of their instances'
+	Limiters  map[string]limitd.Counts // named limiters
+	Templates map[string]limitd.Counts // templates: the sum of their instances'
 	// Top are the minute buckets of templates' busiest instances.
 	Top []TopAdd
 }
@@ -92,8 +74,8 @@ type TopAdd struct {
 // a ZINCRBY per top entry, and a PEXPIRE per key it touched.
 func (s *Store) AddTotals(ctx context.Context, b TotalsBatch) error {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		add := func(key string, c Counts, ttl time.Duration) {
-			v := c.values()
+		add := func(key string, c limitd.Counts, ttl time.Duration) {
+			v := countValues(c)
 			for i, n := range v {
 				if n != 0 {
 					p.HIncrBy(ctx, key, countFields[i], n)
@@ -132,7 +114,7 @@ func (s *Store) AddTotals(ctx context.Context, b TotalsBatch) error {
 // Totals reads the totals of each of names (named limiters: instances have
 // none, their decisions count under their template), in one
 // pipeline; a name nothing was counted for has zero Counts.
-func (s *Store) Totals(ctx context.Context, names []string) ([]Counts, error) {
+func (s *Store) Totals(ctx context.Context, names []string) ([]limitd.Counts, error) {
 	keys := make([]string, len(names))
 	for i, n := range names {
 		keys[i] = s.totalsKey(n)
@@ -141,16 +123,16 @@ func (s *Store) Totals(ctx context.Context, names []string) ([]Counts, error) {
 }
 
 // TemplateTotals reads the totals of template id's instances.
-func (s *Store) TemplateTotals(ctx context.Context, id string) (Counts, error) {
+func (s *Store) TemplateTotals(ctx context.Context, id string) (limitd.Counts, error) {
 	c, err := s.readCounts(ctx, []string{s.templateTotalsKey(id)})
 	if err != nil {
-		return Counts{}, err
+		return limitd.Counts{}, err
 	}
 	return c[0], nil
 }
 
-func (s *Store) readCounts(ctx context.Context, keys []string) ([]Counts, error) {
-	out := make([]Counts, len(keys))
+func (s *Store) readCounts(ctx context.Context, keys []string) ([]limitd.Counts, error) {
+	out := make([]limitd.Counts, len(keys))
 	if len(keys) == 0 {
 		return out, nil
 	}
@@ -184,7 +166,7 @@ func (s *Store) readCounts(ctx context.Context, keys []string) ([]Counts, error)
 			}
 			n[j] = y
 		}
-		out[i] = Counts{GrantedCalls: n[0], GrantedPermits: n[1], RefusedCalls: n[2], RefusedPermits: n[3]}
+		out[i] = limitd.Counts{GrantedCalls: n[0], GrantedPermits: n[1], RefusedCalls: n[2], RefusedPermits: n[3]}
 	}
 	return out, nil
 }

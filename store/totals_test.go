@@ -7,6 +7,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -24,7 +25,7 @@ func TestTemplateVersionsPerID(t *testing.T) {
 	ctx := context.Background()
 	put := func(id string, rate float64) int64 {
 		t.Helper()
-		tpl, err := s.PutTemplate(ctx, Template{ID: id, Pattern: id + ":*", Limiter: limiter.Config{Rate: rate}})
+		tpl, err := s.PutTemplate(ctx, limitd.Template{ID: id, Pattern: id + ":*", Limiter: limiter.Config{Rate: rate}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,14 +56,14 @@ func TestTotalsAddAndDelete(t *testing.T) {
 	if _, _, err := s.Put(ctx, "orders", limiter.Config{Rate: 5}); err != nil {
 		t.Fatal(err)
 	}
-	one := Counts{GrantedCalls: 1, GrantedPermits: 3, RefusedCalls: 2, RefusedPermits: 2}
+	one := limitd.Counts{GrantedCalls: 1, GrantedPermits: 3, RefusedCalls: 2, RefusedPermits: 2}
 	for range 2 {
-		if err := s.AddTotals(ctx, TotalsBatch{Limiters: map[string]Counts{"orders": one},
-			Templates: map[string]Counts{"per-user": one}}); err != nil {
+		if err := s.AddTotals(ctx, TotalsBatch{Limiters: map[string]limitd.Counts{"orders": one},
+			Templates: map[string]limitd.Counts{"per-user": one}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	two := Counts{GrantedCalls: 2, GrantedPermits: 6, RefusedCalls: 4, RefusedPermits: 4}
+	two := limitd.Counts{GrantedCalls: 2, GrantedPermits: 6, RefusedCalls: 4, RefusedPermits: 4}
 	if got, err := s.Totals(ctx, []string{"orders", "nobody"}); err != nil || got[0] != two || !got[1].IsZero() {
 		t.Errorf("totals %+v, %v", got, err)
 	}

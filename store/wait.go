@@ -7,43 +7,23 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/lua"
 )
 
 // A limiter's live state, read without changing it: Wait, and WaitMany for many
 // limiters in one pipeline.
 
-// WaitInfo is a limiter's live state: what GET /v1/limiters/{name}/wait returns.
-type WaitInfo struct {
-	Wait      int64 // backlog: schedule time nobody claimed (smooth: stored time), ns
-	Delay     int64 // how long a new caller would wait now, ns
-	Idle      int64 // total time forfeited, ns
-	Allocated int64 // total time granted, ns
-	Permits   int64 // total permits granted
-	Lateness  int64 // total lateness of granted requests, ns
-	Now       int64 // Redis time, Unix ns
-	Version   int64
-	Started   bool
-	Instance  bool  // a template instance answered (see Decision.Instance)
-	Position  int64 // a started limiter's position (see Decision.Position), Unix ns
-	// Window is true for a window limiter, and Limit is then its permits
-	// per window (0 for other kinds, and for a window that refuses every
-	// request): Wait is then the permits left, Delay the time until one
-	// is, and Position the end of the current window.
-	Window bool
-	Limit  int64
-}
-
 // Wait returns the live state of a limiter (or template instance) without
 // changing it.
-func (s *Store) Wait(ctx context.Context, name string) (WaitInfo, error) {
+func (s *Store) Wait(ctx context.Context, name string) (limitd.WaitInfo, error) {
 	keys, tpl, err := s.target(ctx, name)
 	if err != nil {
-		return WaitInfo{}, err
+		return limitd.WaitInfo{}, err
 	}
 	v, err := s.run(ctx, lua.Peek, keys, tpl.args()...)
 	if err != nil {
-		return WaitInfo{}, err
+		return limitd.WaitInfo{}, err
 	}
 	err = replyErr("peek", name, v)
 	if s.boundsSent(ctx, name, &err) {
@@ -52,7 +32,7 @@ func (s *Store) Wait(ctx context.Context, name string) (WaitInfo, error) {
 		}
 	}
 	if err != nil {
-		return WaitInfo{}, err
+		return limitd.WaitInfo{}, err
 	}
 	return s.decodeWait(name, v)
 }
@@ -61,8 +41,8 @@ func (s *Store) Wait(ctx context.Context, name string) (WaitInfo, error) {
 // many limiters reads at once. out[i] and errs[i] are Wait's for names[i].
 // A name the pipeline could not answer (the scripts not loaded, a calendar
 // window that needs its bounds first) is read again by Wait alone.
-func (s *Store) WaitMany(ctx context.Context, names []string) (out []WaitInfo, errs []error) {
-	out, errs = make([]WaitInfo, len(names)), make([]error, len(names))
+func (s *Store) WaitMany(ctx context.Context, names []string) (out []limitd.WaitInfo, errs []error) {
+	out, errs = make([]limitd.WaitInfo, len(names)), make([]error, len(names))
 	cmds := make([]*redis.Cmd, len(names))
 	verb, fn := "evalsha", s.scripts[lua.Peek].Hash()
 	if f := s.fn.function(lua.Peek); f != "" {
@@ -108,12 +88,12 @@ func (s *Store) WaitMany(ctx context.Context, names []string) (out []WaitInfo, e
 
 // decodeWait reads peek.lua's reply v for name, and sees its position as
 // name's floor.
-func (s *Store) decodeWait(name string, v []any) (WaitInfo, error) {
+func (s *Store) decodeWait(name string, v []any) (limitd.WaitInfo, error) {
 	// {1, wait, delay, version, now_us, started, instance, then the totals
 	// allocated, idle, permits, lateness as int64 lo, hi pairs, then a
 	// started limiter's position relative to now}.
 	r := &reply{v: v}
-	w := WaitInfo{
+	w := limitd.WaitInfo{
 		Wait: r.int(1), Delay: r.int(2), Version: r.int(3), Now: r.int(4) * 1000,
 		Started: r.flag(5), Instance: r.flag(6),
 		Allocated: r.total(7), Idle: r.total(9), Permits: r.total(11), Lateness: r.total(13),
@@ -125,7 +105,7 @@ func (s *Store) decodeWait(name string, v []any) (WaitInfo, error) {
 		w.Window, w.Limit = true, r.int(16)
 	}
 	if err := r.check("peek", name); err != nil {
-		return WaitInfo{}, err
+		return limitd.WaitInfo{}, err
 	}
 	if w.Started {
 		s.floors.see(name, w.Now, w.Position)

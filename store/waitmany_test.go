@@ -9,6 +9,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -26,11 +27,11 @@ func stTestWaitMany(t *testing.T, f stFactory) {
 	stPut(t, s, "smooth", stSmooth(100, 1))
 	stPut(t, s, "win", limiter.Config{Kind: limiter.KindWindow, Limit: &limit, Period: "1m"})
 	stPut(t, s, "sem", limiter.Config{Kind: limiter.KindConcurrency, Limit: &limit})
-	if _, err := s.PutTemplate(ctx, Template{ID: "inst", Pattern: "inst-*", Limiter: stSched(100, 1)}); err != nil {
+	if _, err := s.PutTemplate(ctx, limitd.Template{ID: "inst", Pattern: "inst-*", Limiter: stSched(100, 1)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"sched", "smooth", "win", "inst-1"} {
-		stAcquire(t, s, n, 3, Forever)
+		stAcquire(t, s, n, 3, limitd.Forever)
 	}
 	names := []string{"sched", "idle", "smooth", "win", "inst-1", "sem", "nope", "bad name!"}
 	check := func(stage string) {
@@ -64,7 +65,7 @@ func stTestWaitMany(t *testing.T, f stFactory) {
 }
 
 // sameWait compares what does not move with Redis's clock between two reads.
-func sameWait(a, b WaitInfo) bool {
+func sameWait(a, b limitd.WaitInfo) bool {
 	return a.Version == b.Version && a.Started == b.Started && a.Instance == b.Instance &&
 		a.Allocated == b.Allocated && a.Permits == b.Permits && a.Lateness == b.Lateness &&
 		a.Limit == b.Limit && a.Position == b.Position && a.Now > 0

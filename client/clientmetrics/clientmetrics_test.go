@@ -12,6 +12,7 @@ import (
 
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/client/clientmetrics"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -27,7 +28,7 @@ func TestCollector(t *testing.T) {
 	if _, _, err := st.Put(context.Background(), "api", limiter.Config{Rate: 1e6, Burst: limiter.B(inf)}); err != nil {
 		t.Fatal(err)
 	}
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	l, err := c.Limiter("api", client.WithFallback(client.FallbackOptimistic))
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/bench"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -144,7 +145,7 @@ func parseBench(args []string) (*benchOptions, error) {
 	if o.name == "" {
 		return nil, usageErrorf("--limiter NAME is required")
 	}
-	if err := store.CheckName(o.name); err != nil {
+	if err := limitd.CheckName(o.name); err != nil {
 		return nil, usageErrorf("--limiter: %v", err)
 	}
 	if o.workers < 1 || o.workers > maxBenchWorkers {

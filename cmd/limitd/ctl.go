@@ -17,9 +17,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/httpjson"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 	"github.com/limitd/limitd/wire"
 )
 
@@ -194,7 +194,7 @@ func checkCtl(args []string) (ctlCommand, error) {
 		if (cmd.verb == "put" || cmd.verb == "patch") && i == 1 {
 			break
 		}
-		if err := store.CheckName(name); err != nil {
+		if err := limitd.CheckName(name); err != nil {
 			return ctlCommand{}, usageErrorf("%s: %v", cmd.verb, err)
 		}
 	}

@@ -34,7 +34,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -51,14 +52,14 @@ func main() {
 	ctx := context.Background()
 	st := store.New(rdb)
 	limit := int64(1000)
-	if _, err := st.PutTemplate(ctx, store.Template{ID: "tokens", Pattern: "tokens:*",
+	if _, err := st.PutTemplate(ctx, limitd.Template{ID: "tokens", Pattern: "tokens:*",
 		Limiter: limiter.Config{Kind: limiter.KindWindow, Limit: &limit, Period: "1m"}}); err != nil {
 		panic(err)
 	}
 	if _, _, err := st.Put(ctx, "llm-tokens-per-second", limiter.Config{Rate: 1e6}); err != nil {
 		panic(err)
 	}
-	c := client.New(rdb)
+	c := redisclient.New(rdb)
 	defer c.Close()
 	admitted := 0
 	for range 6 {

@@ -122,20 +122,22 @@ func shWords(s string) ([]string, error) {
 
 // snippetImports are the packages a go block without imports may name.
 var snippetImports = map[string]string{
-	"context":   "context",
-	"errors":    "errors",
-	"fmt":       "fmt",
-	"http":      "net/http",
-	"log":       "log",
-	"os":        "os",
-	"slog":      "log/slog",
-	"time":      "time",
-	"client":    "github.com/limitd/limitd/client",
-	"httplimit": "github.com/limitd/limitd/httplimit",
-	"limiter":   "github.com/limitd/limitd/limiter",
-	"store":     "github.com/limitd/limitd/store",
-	"redis":     "github.com/redis/go-redis/v9",
-	"echo":      "github.com/labstack/echo/v4",
+	"context":     "context",
+	"errors":      "errors",
+	"fmt":         "fmt",
+	"http":        "net/http",
+	"log":         "log",
+	"os":          "os",
+	"slog":        "log/slog",
+	"time":        "time",
+	"limitd":      "github.com/limitd/limitd",
+	"client":      "github.com/limitd/limitd/client",
+	"redisclient": "github.com/limitd/limitd/client/redisclient",
+	"httplimit":   "github.com/limitd/limitd/httplimit",
+	"limiter":     "github.com/limitd/limitd/limiter",
+	"store":       "github.com/limitd/limitd/store",
+	"redis":       "github.com/redis/go-redis/v9",
+	"echo":        "github.com/labstack/echo/v4",
 }
 
 var (

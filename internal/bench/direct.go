@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/store"
 )
 
@@ -19,7 +20,7 @@ func (s *directSource) granted(ctx context.Context) (int64, error) {
 
 func (s *directSource) take(ctx context.Context, w *benchWorker) (int64, int64, error) {
 	t0 := s.b.mono()
-	d, err := s.st.Acquire(ctx, s.b.o.Limiter, 1, store.Forever)
+	d, err := s.st.Acquire(ctx, s.b.o.Limiter, 1, limitd.Forever)
 	t1 := s.b.mono()
 	s.b.remote.Add(1)
 	if err != nil {

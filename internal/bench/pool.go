@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/store"
 )
@@ -48,7 +49,7 @@ type countingTransport struct {
 	calls *atomic.Int64
 }
 
-func (t *countingTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (store.Grant, error) {
+func (t *countingTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	t.calls.Add(1)
 	return t.Transport.Grant(ctx, name, k, maxWait)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/internal/clockoffset"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -64,7 +65,7 @@ func (b *bench) connectRedis(ctx context.Context, rdb redis.UniversalClient) (be
 	case ModeDirect:
 		return &directSource{b: b, st: st}, nil
 	default:
-		c := client.NewWithTransport(&countingTransport{Transport: client.NewStoreTransport(st), calls: &b.remote})
+		c := client.NewWithTransport(&countingTransport{Transport: redisclient.NewTransport(st), calls: &b.remote})
 		l, err := c.Limiter(name)
 		if err != nil {
 			c.Close()

@@ -13,7 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/envoyrules"
 	"github.com/limitd/limitd/limiter"
 )
@@ -23,7 +23,7 @@ type File struct {
 	Path      string
 	Sum       string // sha256 of the content, the mark core.Service.Mark keeps
 	Limiters  []Limiter
-	Templates []core.Template   // the file's own, then the rules'
+	Templates []limitd.Template // the file's own, then the rules'
 	Rules     *envoyrules.Rules // the domains' descriptor rules
 }
 
@@ -95,7 +95,7 @@ func Parse(path string, data []byte) (*File, error) {
 	limiterNodes, templateNodes := entries(&root, "limiters"), entries(&root, "templates")
 	for _, name := range sortedKeys(doc.Limiters) {
 		c, n := doc.Limiters[name], limiterNodes[name]
-		if err := core.CheckName("name", name); err != nil {
+		if err := limitd.CheckNameAs("name", name); err != nil {
 			return nil, fail(n.lineOf(""), "limiters: %q is not a valid name: must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", name)
 		}
 		if err := checkLimiter(c); err != nil {
@@ -106,7 +106,7 @@ func Parse(path string, data []byte) (*File, error) {
 	}
 	for _, id := range sortedKeys(doc.Templates) {
 		bt, n := doc.Templates[id], templateNodes[id]
-		t := core.Template{ID: id, Pattern: bt.Pattern, Order: bt.Order, IdleTTL: bt.IdleTTL, Limiter: bt.Limiter}
+		t := limitd.Template{ID: id, Pattern: bt.Pattern, Order: bt.Order, IdleTTL: bt.IdleTTL, Limiter: bt.Limiter}
 		norm, err := t.Normalize()
 		if err == nil {
 			err = checkLimiter(norm.Limiter)

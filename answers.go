@@ -1,0 +1,279 @@
+package limitd
+
+import (
+	"math"
+	"time"
+
+	"github.com/limitd/limitd/limiter"
+)
+
+// Forever is the max wait of a caller that waits as long as it takes.
+const Forever = time.Duration(math.MaxInt64)
+
+// Decision is the outcome of an acquire, a grant or a charge. Time points
+// are Unix ns on the Redis clock; durations are ns.
+type Decision struct {
+	Granted    bool
+	Permits    int64
+	Scheduled  int64 // when the permits were due on the schedule
+	Start      int64 // when the caller may start
+	Delay      int64 // Start − Now
+	Lateness   int64 // Start − Scheduled, or 0 for a start at once ahead of it (burst inf)
+	Wait       int64 // the limiter's backlog after the call
+	RetryAfter int64 // denied: how much later the same request could be granted
+	Version    int64 // the limiter's config version
+	Now        int64 // Redis time of the decision
+	// Instance is true when a template instance answered: name is no
+	// limiter but matches a template (the one the store resolves it to,
+	// give or take a template change in between), whose instance for name
+	// decided. It costs nothing to ask, so callers can label by template
+	// without a round trip of their own.
+	Instance bool
+	// Position is where the limiter's schedule stands after the call (Unix
+	// ns, Redis clock): the next permit's scheduled start (smooth: its next
+	// free time). The store remembers the furthest it has seen per name and
+	// sends it as a floor with its next call.
+	Position int64
+	// Window is true when a window limiter answered, and Limit is then its
+	// permits per window (0 for other kinds, and for a window that refuses
+	// every request). For a window, Wait is the permits left in it
+	// (limiter.Result), Position the end of its window (the instant its
+	// count resets), and a grant starts now.
+	Window bool
+	Limit  int64
+	// Charged is true for the answer to a charge: the permits were taken
+	// whatever Granted says, which tells whether they fitted (within
+	// MaxWait: for a window, in its count), and Delay is how long a new
+	// caller would wait now, after them (see limiter.Params.Charge).
+	Charged bool
+	// Count is a window's count after a charge: what its limit is
+	// measured against, past it when the permits did not fit (0 otherwise).
+	Count int64
+	// Shadow marks a refusal by a limiter in shadow mode that core reports
+	// as granted: it took nothing (the store never sets it).
+	Shadow bool
+}
+
+// MultiRequest is one limiter's part of an AcquireAll call.
+type MultiRequest struct {
+	Name    string
+	Permits int64 // ≥ 0; 0 checks the limiter (as if for 0 permits) and takes nothing
+	// Optional marks a request whose refusal does not refuse the call (a
+	// limiter in shadow mode): refused, it takes nothing, and the others
+	// are decided as if it had granted.
+	Optional bool
+}
+
+// MultiDecision is the outcome of AcquireAll.
+type MultiDecision struct {
+	// Granted is true when every request granted (or was Optional): the
+	// permits of each granted request were taken. False: nothing was taken.
+	Granted bool
+	// Decisions are each limiter's own decision, in request order. In a
+	// refused call a limiter that granted reports its decision as it would
+	// have been (Granted true) although nothing was taken.
+	Decisions []Decision
+	// Unrestored counts, on a cluster, the limiters of a refused call that
+	// another caller used between the call's take and its undo, which kept
+	// the permits the call took; 0 on one server.
+	Unrestored int
+}
+
+// Grant is k permits taken from the shared schedule in one call, for a client
+// pool to dispense locally. Besides the decision it carries what the pool
+// needs to place each permit and to hand unused ones back.
+type Grant struct {
+	Decision
+	Name      string
+	Kind      limiter.Kind
+	Slice     limiter.Slice
+	Burst     float64 // +Inf for "inf"
+	RemBefore int64   // the carry before the grant
+	End       int64   // the schedule pointer after the grant (Unix ns): the Position
+	// MaxPermits is the most permits one grant of this limiter may take
+	// (its max_reserve of schedule), for the pool to size the next one.
+	MaxPermits int64
+	origin     GrantOrigin
+}
+
+// GrantOrigin is what of a grant only the store makes: the epoch (µs) its
+// times are exact in, and the nonce that tells it from every other grant.
+// A front end that hands grants out over a wire carries it with the grant
+// and restores it (SetOrigin) before the grant is handed back, so that no
+// process has to keep the grants it issued.
+type GrantOrigin struct {
+	Epoch int64
+	Nonce uint64
+}
+
+// Origin returns g's origin.
+func (g *Grant) Origin() GrantOrigin { return g.origin }
+
+// SetOrigin sets the origin of a grant the store made, or restores that of
+// a grant rebuilt from its wire form. With the wrong epoch, the grant's end
+// is misplaced and a hand-back rewinds nothing (it counts the permits as
+// idle); with the wrong nonce, the grant can be handed back once more, which
+// rewinds only if nothing moved since.
+func (g *Grant) SetOrigin(o GrantOrigin) { g.origin = o }
+
+// Params returns engine parameters able to compute costs and pace for the
+// grant's permits (Slice, Burst, Kind).
+func (g *Grant) Params() limiter.Params {
+	return limiter.Params{Kind: g.Kind, Slice: g.Slice, Burst: g.Burst}
+}
+
+// Info is a limiter as stored: its canonical config and version.
+type Info struct {
+	Name    string
+	Config  limiter.Config
+	Version int64
+	// Template is the id of the template a template instance follows; empty
+	// for a named limiter.
+	Template string
+	// Changed is set by a put or a patch: the call changed the limiter,
+	// whose version went up by one (from 0 when it was created); false for
+	// a config equal to the current one.
+	Changed bool
+}
+
+// WaitInfo is a limiter's live state: what GET /v1/limiters/{name}/wait returns.
+type WaitInfo struct {
+	Wait      int64 // backlog: schedule time nobody claimed (smooth: stored time), ns
+	Delay     int64 // how long a new caller would wait now, ns
+	Idle      int64 // total time forfeited, ns
+	Allocated int64 // total time granted, ns
+	Permits   int64 // total permits granted
+	Lateness  int64 // total lateness of granted requests, ns
+	Now       int64 // Redis time, Unix ns
+	Version   int64
+	Started   bool
+	Instance  bool  // a template instance answered (see Decision.Instance)
+	Position  int64 // a started limiter's position (see Decision.Position), Unix ns
+	// Window is true for a window limiter, and Limit is then its permits
+	// per window (0 for other kinds, and for a window that refuses every
+	// request): Wait is then the permits left, Delay the time until one
+	// is, and Position the end of the current window.
+	Window bool
+	Limit  int64
+}
+
+// SlotLease is the answer to a concurrency limiter's acquire and renewal.
+type SlotLease struct {
+	Granted    bool
+	ID         string // lease id (16 random bytes in hex), set when granted
+	Expires    int64  // Unix ns, Redis clock
+	RetryAfter int64  // ns; when not granted: until the earliest lease expires
+	InUse      int64
+	Limit      int64
+	// Readded: a renewal found the lease gone (it expired, or Redis lost the
+	// slots: a restart without persistence, a failover that lost writes) and
+	// registered it again, a slot being free.
+	Readded bool
+	// Shadow marks a refusal by a limiter in shadow mode that core reports
+	// as granted: no slot was taken and there is no lease (ID ""); the
+	// store never sets it.
+	Shadow bool
+}
+
+// CapacityRequest is a client's request for a share of a limiter's capacity.
+type CapacityRequest struct {
+	ClientID string  // NameRule; the same in every request of the client
+	Wants    float64 // ≥ 0, finite
+	Has      float64 // ≥ 0, finite: what the client holds now
+	Priority float64 // ≥ 0, finite, ≤ MaxPriority; the weight of its claim (0 counts as 1)
+}
+
+// MaxPriority is the largest priority (weight) of a capacity request.
+const MaxPriority = 1e6
+
+// Check checks r's fields; its error is a *limiter.FieldError naming the
+// field (client_id, wants, has, priority).
+func (r CapacityRequest) Check() error {
+	if err := CheckNameAs("client_id", r.ClientID); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		field string
+		v     float64
+	}{{"wants", r.Wants}, {"has", r.Has}, {"priority", r.Priority}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
+			return &limiter.FieldError{Field: f.field, Rule: "must be ≥ 0 and finite", Value: f.v}
+		}
+	}
+	if r.Priority > MaxPriority {
+		return &limiter.FieldError{Field: "priority", Rule: "must be ≥ 0 and ≤ 1e6", Value: r.Priority}
+	}
+	return nil
+}
+
+// CapacityLease is what a client gets: Gets of the capacity until Expires. It
+// should ask again after Refresh, and use SafeCapacity when it cannot ask.
+type CapacityLease struct {
+	Gets         float64
+	Expires      int64 // Unix ns on the Redis clock
+	Refresh      int64 // ns
+	SafeCapacity float64
+	Learning     bool
+	Version      int64
+}
+
+// Holders is what the holders of a lease limiter (share or concurrency) hold
+// now, read in one transaction with Redis's time: the leases that have not
+// expired at Now, as lua/share.lua and lua/concurrency.lua count them.
+type Holders struct {
+	Kind    limiter.Kind
+	Version int64 // the limiter's config version
+	Now     int64 // Redis time, Unix ns
+	// Share: every client's lease, in client id order; Held is the sum of
+	// what they have; Learning is true while the limiter is in learning mode
+	// (it grants what clients say they have, see limiter.ShareParams).
+	Share    []ShareHolder
+	Held     float64
+	Learning bool
+	// Concurrency: the leased slots, earliest expiry first.
+	Slots []SlotHolder
+}
+
+// ShareHolder is one client's capacity lease on a share limiter.
+type ShareHolder struct {
+	ClientID string
+	Has      float64 // what the limiter granted it
+	Wants    float64
+	Priority float64
+	Expires  int64 // Unix ns
+}
+
+// SlotHolder is one leased slot of a concurrency limiter.
+type SlotHolder struct {
+	LeaseID string
+	Expires int64 // Unix ns
+}
+
+// Subject is what a decision counts under: a named limiter, or a template
+// and the instance of it that decided (Instance may be empty when it is not
+// known; the decision then counts in the template's totals only).
+type Subject struct {
+	Limiter  string
+	Template string
+	Instance string
+}
+
+// Counts are decisions counted: calls and the permits they asked for,
+// granted and refused.
+type Counts struct {
+	GrantedCalls   int64
+	GrantedPermits int64
+	RefusedCalls   int64
+	RefusedPermits int64
+}
+
+// IsZero reports whether c counts nothing.
+func (c Counts) IsZero() bool { return c == Counts{} }
+
+// Add adds o to c.
+func (c *Counts) Add(o Counts) {
+	c.GrantedCalls += o.GrantedCalls
+	c.GrantedPermits += o.GrantedPermits
+	c.RefusedCalls += o.RefusedCalls
+	c.RefusedPermits += o.RefusedPermits
+}

@@ -1,0 +1,177 @@
+// Package redisclient is the Go client's transport over Redis: a
+// client.Client whose handles take their grants, leases and slots from Redis
+// directly, through a store.Store, and which adds what it refuses to the
+// totals a limitd server's ledger writes.
+//
+// It lives apart from package client so that a program that reaches limitd
+// over HTTP (client.NewHTTP, httplimit) compiles neither go-redis nor the
+// Lua scripts.
+//
+// New takes any redis.UniversalClient. Build it with store.NewClient, which
+// reads every topology from one URL (the forms of LIMITD_REDIS_URL, parsed by
+// go-redis' own ParseURL, ParseFailoverURL and ParseClusterURL), sets short
+// timeouts so that an outage is noticed in well under a second, and follows
+// failovers within a second of a promotion:
+//
+//	redis://[user:pw@]host:port[/db]                  a single node (rediss:// for TLS)
+//	redis://[suser:spw@]sentinel:26379?master_name=NAME&addr=sentinel2:26379&username=U&password=PW
+//	                                                  the master the Sentinels name; user info
+//	                                                  authenticates to the Sentinels, username=
+//	                                                  and password= to the master
+//	redis://[user:pw@]node:7000?addr=node2:7001&addr=node3:7002
+//	                                                  a Redis Cluster, with ACL user and TLS
+//	host:port,host:port                               a Redis Cluster, no credentials
+//
+// For example:
+//
+//	rdb, err := store.NewClient(os.Getenv("LIMITD_REDIS_URL"))
+//	if err != nil {
+//		return err // names the bad part, never the password
+//	}
+//	defer rdb.Close()
+//	c := redisclient.New(rdb)
+//
+// A client built by hand works too, but keeps go-redis' defaults: 5 s
+// timeouts, and on a cluster a slot map reloaded only every minute, so the
+// limiters of a failed master's slots stay unavailable that long.
+package redisclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/client"
+	"github.com/limitd/limitd/store"
+)
+
+// New returns a client that reaches the shared schedules through Redis,
+// under limitd's default key prefix. The caller keeps ownership of rdb;
+// store.NewClient builds one for every LIMITD_REDIS_URL form.
+//
+// The client counts what it refuses (Allow answering false, a Wait past
+// its deadline, a refused Reserve or Acquire: see package client) and adds
+// the counts once a second to the Redis totals a limitd server's ledger
+// writes, so that the dashboard, /metrics and ctl watch show them beside
+// every server's, and Close adds the rest; a goroutine of the client does
+// it, stopped by Close. client.WithoutRefusalCounts turns it off.
+func New(rdb redis.UniversalClient, opts ...client.ClientOption) *client.Client {
+	return NewWithStore(store.New(rdb), opts...)
+}
+
+// NewWithStore is New over a store the caller made and keeps (the client
+// does not close it): for another key prefix (store.WithPrefix), or to
+// share one store.
+func NewWithStore(st *store.Store, opts ...client.ClientOption) *client.Client {
+	tally := func(now func() time.Time) client.RefusalTally {
+		return refusalTally{st: st, Tally: st.NewTally(store.TallyOptions{Clock: now})}
+	}
+	return client.NewWithTransport(transport{st: st}, append([]client.ClientOption{client.WithRefusalCounts(tally)}, opts...)...)
+}
+
+// NewTransport returns the client.Transport New uses, over a store the
+// caller made and keeps. It is for wrapping the Redis transport, in tests
+// for instance: a client made over it with client.NewWithTransport counts
+// no refusals.
+func NewTransport(st *store.Store) client.Transport { return transport{st: st} }
+
+// transport talks to Redis through a store. Besides client.Transport it
+// takes direct acquires, several limiters at once and charges.
+type transport struct{ st *store.Store }
+
+func (t transport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
+	return t.st.Grant(ctx, name, k, maxWait)
+}
+
+func (t transport) Release(ctx context.Context, g limitd.Grant, m int64) error {
+	_, err := t.st.Release(ctx, g, m)
+	return err
+}
+
+func (t transport) Capacity(ctx context.Context, name string, r limitd.CapacityRequest) (limitd.CapacityLease, error) {
+	return t.st.Capacity(ctx, name, r)
+}
+
+func (t transport) ReturnCapacity(ctx context.Context, name, clientID string) error {
+	return t.st.ReturnCapacity(ctx, name, clientID)
+}
+
+func (t transport) AcquireSlot(ctx context.Context, name string) (limitd.SlotLease, error) {
+	return t.st.AcquireSlot(ctx, name)
+}
+
+func (t transport) RenewSlot(ctx context.Context, name, id string) (limitd.SlotLease, error) {
+	return t.st.RenewSlot(ctx, name, id)
+}
+
+func (t transport) ReleaseSlot(ctx context.Context, name, id string) error {
+	return t.st.ReleaseSlot(ctx, name, id)
+}
+
+func (t transport) Time(ctx context.Context) (int64, error) {
+	now, err := t.st.Client().Time(ctx).Result()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return now.UnixNano(), nil
+}
+
+func (t transport) Changes(ctx context.Context) <-chan string { return t.st.Changes(ctx) }
+
+func (t transport) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error) {
+	return t.st.Acquire(ctx, name, n, maxWait)
+}
+
+func (t transport) AcquireAll(ctx context.Context, reqs []client.Permits, maxWait time.Duration) (client.AllResult, error) {
+	mr := make([]limitd.MultiRequest, len(reqs))
+	for i, r := range reqs {
+		mr[i] = limitd.MultiRequest{Name: r.Name, Permits: r.Permits}
+	}
+	md, err := t.st.AcquireAll(ctx, mr, maxWait)
+	if err != nil {
+		return client.AllResult{}, err
+	}
+	return client.AllResult{Granted: md.Granted, Decisions: md.Decisions}, nil
+}
+
+func (t transport) Charge(ctx context.Context, name string, n int64) (limitd.Decision, error) {
+	return t.st.Charge(ctx, name, n)
+}
+
+// refusalTally adds a client's refusals to Redis through the same
+// store.Tally a server's ledger writes with: the same subjects, the same
+// bound on names per interval and on commands per flush.
+type refusalTally struct {
+	st *store.Store
+	*store.Tally
+}
+
+// Subject names what name's refusals count under (see core's ledger): the
+// limiter, or the template whose instance it is. What the pool's last
+// grant said is enough but for the template's id, which the store's cache
+// of templates gives without a round trip; a name no decision told about
+// yet (the fallback refused before any grant) costs a lookup.
+func (t refusalTally) Subject(ctx context.Context, name string, instance bool) (limitd.Subject, bool) {
+	tpl, err := t.st.Resolve(ctx, name)
+	switch {
+	case errors.Is(err, store.ErrNotFound) && instance:
+		return limitd.Subject{}, true // its template was deleted since: nothing to count under
+	case errors.Is(err, store.ErrNotFound):
+		return limitd.Subject{Limiter: name}, true // no template matches: only a limiter could have refused
+	case err != nil:
+		return limitd.Subject{}, false
+	case instance:
+		return limitd.Subject{Template: tpl.ID, Instance: name}, true
+	}
+	// A limiter of that name comes before templates.
+	if _, err := t.st.Get(ctx, name); err == nil {
+		return limitd.Subject{Limiter: name}, true
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return limitd.Subject{}, false
+	}
+	return limitd.Subject{Template: tpl.ID, Instance: name}, true
+}

@@ -1,0 +1,128 @@
+package limitd
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/limitd/limitd/limiter"
+)
+
+// NameRule is the rule of limiter names, and of every other name that
+// shares their alphabet (template ids, share client ids, list cursors).
+const NameRule = "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+
+// CheckName reports whether name is a valid limiter name (NameRule). It is on
+// every call's path, so it is a byte loop rather than a regexp.
+func CheckName(name string) error { return CheckNameAs("name", name) }
+
+// CheckNameAs is CheckName for an input that follows the same rule under
+// another name (a template id, a client id): its error is a
+// *limiter.FieldError naming field.
+func CheckNameAs(field, v string) error {
+	ok := len(v) >= 1 && len(v) <= 128 && isAlnum(v[0])
+	for i := 1; ok && i < len(v); i++ {
+		c := v[i]
+		ok = isAlnum(c) || c == '.' || c == '_' || c == ':' || c == '-'
+	}
+	if !ok {
+		return &limiter.FieldError{Field: field, Rule: NameRule, Value: fmt.Sprintf("%q", v)}
+	}
+	return nil
+}
+
+func isAlnum(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z'
+}
+
+// LeaseIDLen is the length of a concurrency slot's lease id: 16 random
+// bytes in lowercase hex.
+const LeaseIDLen = 32
+
+// CheckLeaseID accepts what a concurrency limiter's acquire hands out:
+// LeaseIDLen lowercase hex digits. Its error is a *limiter.FieldError
+// naming lease_id.
+func CheckLeaseID(id string) error {
+	ok := len(id) == LeaseIDLen
+	for i := 0; ok && i < len(id); i++ {
+		c := id[i]
+		ok = c >= '0' && c <= '9' || c >= 'a' && c <= 'f'
+	}
+	if !ok {
+		return &limiter.FieldError{Field: "lease_id", Rule: "must be the lease_id an acquire answered: " + strconv.Itoa(LeaseIDLen) + " lowercase hex digits", Value: fmt.Sprintf("%q", id)}
+	}
+	return nil
+}
+
+// Template makes limiters on demand: a name that is not a limiter but matches
+// Pattern (path.Match globs: * and ?) gets its own state with the template's
+// config on first use. Templates are tried by ascending Order (then ID).
+//
+// An instance's state is a key with a TTL, so that idle names cost nothing:
+// never shorter than the instance's debt (the time until its schedule is
+// free: while it owes, a fresh instance would grant again what it granted),
+// then IdleTTL from its last use when set, else DefaultIdleTTL (10m), or less
+// once its state is no different from a fresh one.
+type Template struct {
+	ID      string            `json:"id"`
+	Pattern string            `json:"pattern"`
+	Order   int               `json:"order"`
+	IdleTTL *limiter.Duration `json:"idle_ttl,omitempty"` // default DefaultIdleTTL after the debt
+	Limiter limiter.Config    `json:"limiter"`
+	Version int64             `json:"version"`
+	// Description is what displays call the template instead of its id
+	// (an Envoy rule's descriptors: "mongo_cps.database_users"); "": the
+	// id.
+	Description string `json:"description,omitempty"`
+}
+
+// DefaultIdleTTL is how long a template instance is kept once its debt is
+// paid when its template sets no idle_ttl (less if its state is by then no
+// different from a fresh one). An instance is never dropped while it owes:
+// its TTL covers its debt first, whatever the idle TTL.
+const DefaultIdleTTL = 10 * time.Minute
+
+// maxDescription bounds a template's description, in characters.
+const maxDescription = 200
+
+var patternRE = regexp.MustCompile(`^[A-Za-z0-9*?][A-Za-z0-9._:*?-]{0,127}$`)
+
+// Normalize checks a template and returns it with its config in canonical
+// form, as the store keeps it. Its errors are *limiter.FieldError naming the
+// template's field (id, pattern, limiter.rate, ...).
+func (t Template) Normalize() (Template, error) {
+	if err := CheckNameAs("id", t.ID); err != nil {
+		return Template{}, err
+	}
+	if _, err := path.Match(t.Pattern, ""); err != nil || !patternRE.MatchString(t.Pattern) {
+		return Template{}, &limiter.FieldError{Field: "pattern", Rule: "must be name characters with * and ? wildcards", Value: fmt.Sprintf("%q", t.Pattern)}
+	}
+	if n := utf8.RuneCountInString(t.Description); n > maxDescription || !utf8.ValidString(t.Description) ||
+		strings.ContainsFunc(t.Description, unicode.IsControl) {
+		return Template{}, &limiter.FieldError{Field: "description", Rule: fmt.Sprintf("must be at most %d characters of text, without control characters", maxDescription), Value: n}
+	}
+	if t.IdleTTL != nil && (*t.IdleTTL <= 0 || int64(*t.IdleTTL) > limiter.Horizon) {
+		return Template{}, &limiter.FieldError{Field: "idle_ttl", Rule: "must be > 0 and at most ~13 days", Value: t.IdleTTL.String()}
+	}
+	norm, _, err := t.Limiter.Normalize()
+	if err != nil {
+		if fe, ok := err.(*limiter.FieldError); ok {
+			fe2 := *fe
+			fe2.Field = "limiter." + fe.Field
+			return Template{}, &fe2
+		}
+		return Template{}, err
+	}
+	if !limiter.IsRate(norm.Kind) {
+		// Instances are rate limiters (schedule, smooth); a share or
+		// concurrency limiter is created by name.
+		return Template{}, &limiter.FieldError{Field: "limiter.kind", Rule: "must be a rate kind (" + limiter.RateKinds() + "): templates make rate limiters", Value: fmt.Sprintf("%q", norm.Kind)}
+	}
+	t.Limiter = norm
+	return t, nil
+}
