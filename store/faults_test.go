@@ -540,7 +540,7 @@ func TestFloorQueuedProcesses(t *testing.T) {
 			cfg, name := stSched(50, 1), "q"
 			boot := func() {
 				if inst {
-					if _, err := keeper.PutTemplate(ctx, Template{ID: "t", Pattern: "q:*", Limiter: cfg}); err != nil {
+					if _, err := keeper.PutTemplate(ctx, limitd.Template{ID: "t", Pattern: "q:*", Limiter: cfg}); err != nil {
 						t.Fatal(err)
 					}
 					name = "q:1"
@@ -582,7 +582,7 @@ func TestFloorQueuedProcesses(t *testing.T) {
 			}
 			take := func(c *caller, into *[]grant) {
 				m.SetTime(c.due)
-				d := stAcquire(t, st[c.proc], name, 1, Forever)
+				d := stAcquire(t, st[c.proc], name, 1, limitd.Forever)
 				*into = append(*into, grant{c.proc, d.Scheduled, d.Start})
 				c.due = time.Unix(0, d.Start)
 			}
