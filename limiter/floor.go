@@ -88,9 +88,12 @@ func (s *State) Observe(now int64) {
 
 // bornAfter reports whether s started after the floor f was seen, recently
 // enough that the queue f saw may still hold slots ahead of now (see "A
-// state born after its floor" above); ahead is f's Ahead as clamped.
+// state born after its floor" above); ahead is f's Ahead as clamped. A state
+// whose clock stepped back behind its Origin (Last before it) does not tell:
+// its Origin is on the clock before the step, and the floors seen since on
+// the clock after it.
 func (p *Params) bornAfter(s *State, now int64, f Floor, ahead int64) bool {
-	return !p.engine().counts && s.Origin > f.Seen && now-f.Seen < 2*ahead
+	return !p.engine().counts && s.Origin > f.Seen && s.Last >= s.Origin && now-f.Seen < 2*ahead
 }
 
 // ApplyFloor starts s at now if needed and keeps its schedule from starting

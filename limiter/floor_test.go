@@ -250,6 +250,19 @@ func TestFloorBornAfter(t *testing.T) {
 	if w.Next != before.Next {
 		t.Errorf("a state older than the floor moved from %d to %d", before.Next, w.Next)
 	}
+	// A clock stepped back behind the state's Origin: the floors seen since
+	// are on the new clock, earlier than Origin, and tell nothing of it.
+	var b State
+	for range 250 { // 5 s at 50/s from seen + 1 s
+		engAcquire(t, &p, &b, seen+engSec, 1, Forever)
+	}
+	b.Observe(seen - engSec) // 2 s back: next at seen + 4 s, Last before Origin
+	stepped := b
+	stepped.Observe(seen)
+	p.ApplyFloor(&b, seen, Floor{Seen: seen - engSec/2, Ahead: 4400 * engMs}) // its position seen + 3.9 s
+	if b.Next != stepped.Next {
+		t.Errorf("after a step back behind Origin, a floor behind next moved it from %d to %d", stepped.Next, b.Next)
+	}
 	// A window: the window the floor saw is over.
 	limit := int64(50)
 	q := engCompile(t, Config{Kind: KindWindow, Limit: &limit, Period: "1s"})

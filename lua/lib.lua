@@ -716,9 +716,11 @@ end
 -- started after the floor seen at fus (us), which is younger than twice its
 -- ahead fah (ns, clamped): the schedule that floor saw is gone, and its queue
 -- may have held slots beyond now (see "A state born after its floor" in
--- limiter/floor.go).
+-- limiter/floor.go), and whose clock did not step back behind its origin
+-- (last, relative to the epoch, before it).
 local function born_after(L, us, fus, fah)
-  return L.origin > fus and (us - fus) * 1000 < 2 * fah and not engine_of(L.kind).counts
+  return L.origin > fus and (L.origin - L.epoch) * 1000 <= L.last and (us - fus) * 1000 < 2 * fah and
+    not engine_of(L.kind).counts
 end
 
 -- apply_floor is limiter.Params.ApplyFloor for a started L: fus (Unix us)

@@ -52,6 +52,14 @@ local function slice_cost(n, whole, frac, den, rem)
   return n * whole + (n - b) / den * frac + (t - r) / den, r
 end
 
+-- born_after_x is born_after's test of origin for acquire_one, which has
+-- read x up to last: origin after the floor's fus, and no clock step back
+-- behind it.
+local function born_after_x(x, fus, epoch, last)
+  local origin = dec('<i7', x, X_ORIGIN_AT)
+  return origin > fus and (origin - epoch) * 1000 <= last
+end
+
 -- acquire_one is acquire_many's path for its most frequent call, one acquire
 -- on a named schedule limiter or a template instance that has started, in numbers held in locals
 -- rather than a table L: the same steps as acquire (now_rel without a
@@ -87,7 +95,7 @@ local function acquire_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl)
       if us < fus then at = now + ah else at = (fus - epoch) * 1000 + ah end
       -- (or born_after's, origin read only when it could move the schedule)
       if at > now - FAR and (at > next or
-          now + ah > next and (us - fus) * 1000 < 2 * ah and dec('<i7', x, X_ORIGIN_AT) > fus) then
+          now + ah > next and (us - fus) * 1000 < 2 * ah and born_after_x(x, fus, epoch, last)) then
         return nil
       end
     end
