@@ -277,3 +277,10 @@ func (c *Counts) Add(o Counts) {
 	c.RefusedCalls += o.RefusedCalls
 	c.RefusedPermits += o.RefusedPermits
 }
+
+// TopInstance is one of a template's busiest instances: the permits refused
+// and granted it was counted over the minutes asked for.
+type TopInstance struct {
+	Name             string
+	Refused, Granted int64
+}

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"reflect"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -101,7 +100,7 @@ func required(field, why string) error {
 }
 
 // decodeStrict decodes one JSON value from b into v: unknown fields are
-// errors, as is anything after the value. prefix is the path of v inside the
+// errors (checkKeys names them), as is anything after the value. prefix is the path of v inside the
 // request ("limiter" for a template's config), for the problem's field.
 func decodeStrict(b []byte, v any, prefix string) error {
 	if len(b) == 0 {
@@ -130,7 +129,6 @@ func jsonProblem(err error, prefix string) *problem {
 		te  *json.UnmarshalTypeError
 		mbe *http.MaxBytesError
 	)
-	const unknown = "json: unknown field "
 	switch {
 	case errors.As(err, &se):
 		return invalid("", fmt.Sprintf("malformed JSON at byte %d: %v", se.Offset, se))
@@ -142,13 +140,6 @@ func jsonProblem(err error, prefix string) *problem {
 			return invalid(prefix, join(prefix, "must be a JSON object (got "+te.Value+")"))
 		}
 		return invalid(field, fmt.Sprintf("%s: must be %s (got %s)", field, jsonKind(te.Type), clip(te.Value)))
-	case strings.HasPrefix(err.Error(), unknown):
-		name, uerr := strconv.Unquote(strings.TrimPrefix(err.Error(), unknown))
-		if uerr != nil {
-			name = strings.TrimPrefix(err.Error(), unknown)
-		}
-		field := clip(join(prefix, name))
-		return invalid(field, fmt.Sprintf("%s: unknown field (see /openapi.yaml)", field))
 	case errors.As(err, &mbe):
 		return tooLarge(mbe.Limit)
 	}
@@ -156,8 +147,9 @@ func jsonProblem(err error, prefix string) *problem {
 }
 
 // checkKeys walks the JSON value in b beside the Go type t it is decoded
-// into, and refuses a key that appears twice in one object, or that names a
-// field of a struct in other letter case than the field's own. Malformed
+// into, and refuses a key that appears twice in one object, or that names no
+// field of a struct (an unknown field, or one in other letter case than the
+// field's own), naming it by its path. Malformed
 // JSON is left to the decoder, which says where it breaks.
 func checkKeys(b []byte, t reflect.Type, prefix string) *problem {
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -202,6 +194,7 @@ func walkKeys(dec *json.Decoder, t reflect.Type, path string) (*problem, error) 
 							return invalid(clip(field), fmt.Sprintf("%s: unknown field; keys are case-sensitive: did you mean %q?", clip(field), join(path, name))), nil
 						}
 					}
+					return invalid(clip(field), fmt.Sprintf("%s: unknown field (see /openapi.yaml)", clip(field))), nil
 				}
 				next = ft
 			case t != nil && t.Kind() == reflect.Map:

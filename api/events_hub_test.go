@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/internal/testkit/logtest"
 	"github.com/limitd/limitd/wire"
 )
 
@@ -275,29 +274,11 @@ func (l smallBuffers) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A client that never reads is dropped once its stream falls a bounded
 // number of samples behind: the connection closed, the stream counted in
 // limitd_event_streams_dropped_total and logged once.
 func TestEventsDropSlowReader(t *testing.T) {
-	var logs syncBuffer
+	var logs logtest.Buffer
 	e := newEnv(t, func(o *api.Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	var names []string
 	for i := range 20 {

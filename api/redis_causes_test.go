@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -16,12 +15,9 @@ import (
 	"github.com/limitd/limitd/store"
 )
 
-// newEnvAt is an API handler over the redis-server at addr, as user with
-// password (both "": none), failing fast.
-func newEnvAt(t *testing.T, addr, user, password string) *env {
+// newEnvAt is an API handler over rdb.
+func newEnvAt(t *testing.T, rdb *redis.Client) *env {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, Username: user, Password: password, MaxRetries: -1, DialerRetries: 1})
-	t.Cleanup(func() { _ = rdb.Close() })
 	e := &env{t: t, rdb: rdb, st: store.New(rdb), reg: prometheus.NewRegistry()}
 	e.h = api.New(api.Options{Service: core.New(e.st, core.Options{}), Registry: e.reg})
 	return e
@@ -34,33 +30,27 @@ func newEnvAt(t *testing.T, addr, user, password string) *env {
 // and the event stream's status says the same. Never a 500, never "ok".
 func TestRedisCausesNamed(t *testing.T) {
 	srv := redistest.Server(t)
-	admin := srv.Client()
-	ctx := context.Background()
-	for _, cmd := range [][]any{
-		{"ACL", "SETUSER", "limitd", "on", ">right-pw", "~*", "&*", "+@all"},
-		// may read and ping, not write nor run scripts or functions
-		{"ACL", "SETUSER", "reader", "on", ">reader-pw", "~*", "+@read", "+ping", "+hello", "+time", "+info"},
-		{"ACL", "SETUSER", "default", "on", ">admin-pw"}, // requirepass
-	} {
-		if err := admin.Do(ctx, cmd...).Err(); err != nil {
-			t.Fatalf("%v: %v", cmd, err)
-		}
-	}
+	srv.AddUser("limitd", "right-pw")
+	// may read and ping, not write nor run scripts or functions
+	srv.AddUser("reader", "reader-pw", "~*", "+@read", "+ping", "+hello", "+time", "+info")
+	srv.AddUser("default", "admin-pw") // requirepass
 	master := redistest.Server(t)
 	replica := redistest.Server(t, "--replicaof", "127.0.0.1", fmt.Sprint(master.Port()))
 
 	for _, c := range []struct {
-		name, addr, user, password string
-		condition, typ, redis      string
-		fix                        string // in the detail
+		name                  string
+		srv                   *redistest.Instance
+		user, password        string
+		condition, typ, redis string
+		fix                   string // in the detail
 	}{
-		{"WRONGPASS", srv.Addr(), "limitd", "wrong-pw", "WRONGPASS", "redis-unauthorized", "unauthorized", "user name and password Redis expects in LIMITD_REDIS_URL"},
-		{"NOAUTH", srv.Addr(), "", "", "NOAUTH", "redis-unauthorized", "unauthorized", "user name and password Redis expects in LIMITD_REDIS_URL"},
-		{"NOPERM", srv.Addr(), "reader", "reader-pw", "NOPERM", "redis-unauthorized", "unauthorized", "or name another user in LIMITD_REDIS_URL"},
-		{"READONLY", replica.Addr(), "", "", "READONLY", "redis-read-only", "read-only", "point LIMITD_REDIS_URL at the master"},
+		{"WRONGPASS", srv, "limitd", "wrong-pw", "WRONGPASS", "redis-unauthorized", "unauthorized", "user name and password Redis expects in LIMITD_REDIS_URL"},
+		{"NOAUTH", srv, "", "", "NOAUTH", "redis-unauthorized", "unauthorized", "user name and password Redis expects in LIMITD_REDIS_URL"},
+		{"NOPERM", srv, "reader", "reader-pw", "NOPERM", "redis-unauthorized", "unauthorized", "or name another user in LIMITD_REDIS_URL"},
+		{"READONLY", replica, "", "", "READONLY", "redis-read-only", "read-only", "point LIMITD_REDIS_URL at the master"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := newEnvAt(t, c.addr, c.user, c.password)
+			e := newEnvAt(t, c.srv.UserClient(c.user, c.password))
 			for _, r := range []struct{ method, path, body string }{
 				{"GET", "/readyz", ""},
 				{"PUT", "/v1/limiters/r", `{"rate":100}`},
@@ -96,7 +86,7 @@ func TestRedisCausesNamed(t *testing.T) {
 
 	// The same server with the right credentials serves: the failures
 	// above were the credentials', not the server's.
-	e := newEnvAt(t, srv.Addr(), "limitd", "right-pw")
+	e := newEnvAt(t, srv.UserClient("limitd", "right-pw"))
 	if r := e.must(200, "GET", "/readyz", nil); !strings.Contains(string(r.body), `"redis":"ok"`) {
 		t.Errorf("/readyz with the right password: %s", r)
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/internal/testkit/browsertest"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/wire"
 )
@@ -33,10 +33,8 @@ func chromium(t *testing.T) string {
 		// the page's script, not Go's races; the full run has them.
 		t.Skip("browser tests run without -short")
 	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
+	if p := browsertest.Chromium(); p != "" {
+		return p
 	}
 	msg := "chromium not installed: apt-get install -y chromium to run the dashboard's browser test"
 	if os.Getenv(redistest.RequireEnv) == "1" {
@@ -58,15 +56,7 @@ type browser struct {
 }
 
 func newBrowser(t *testing.T) *browser {
-	bin := chromium(t)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,
-		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1366, 900))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(ctx); err != nil { // starts the browser
-		t.Fatalf("starting %s: %v", bin, err)
-	}
+	ctx := browsertest.Start(t, chromium(t))
 	shots := cmp.Or(os.Getenv("LIMITD_SCREENSHOTS"), t.TempDir())
 	if err := os.MkdirAll(shots, 0o755); err != nil {
 		t.Fatal(err)

@@ -18,10 +18,8 @@ func TestDashboardRedisInBrowser(t *testing.T) {
 
 	t.Run("WrongPassword", func(t *testing.T) {
 		srv := redistest.Server(t)
-		if err := srv.Client().Do(t.Context(), "ACL", "SETUSER", "limitd", "on", ">right-pw", "~*", "&*", "+@all").Err(); err != nil {
-			t.Fatal(err)
-		}
-		e := newEnvAt(t, srv.Addr(), "limitd", "wrong-pw")
+		srv.AddUser("limitd", "right-pw")
+		e := newEnvAt(t, srv.UserClient("limitd", "wrong-pw"))
 		hs := httptest.NewServer(e.h)
 		t.Cleanup(hs.Close)
 		for _, page := range []string{"/ui/", "/ui/#/limiter/orders"} {

@@ -47,7 +47,7 @@ type allAcquirer interface {
 
 // AcquireAll takes permits from several limiters in one call, all or
 // nothing, each within maxWait (limitd.Forever: no bound); it does not wait
-// out the delay (see AllResult.Delay). It goes to Redis (New: one script on
+// out the delay (see AllResult.Delay). It goes to Redis (redisclient: one script on
 // one server, store.Store.AcquireAll on a cluster) or to the limitd server
 // (NewHTTP: POST /v1/acquire, where shadow mode applies; over Redis it does
 // not, being the server's). Local pools are not used: the permits come from

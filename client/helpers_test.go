@@ -15,7 +15,7 @@ import (
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/client/redisclient"
-	"github.com/limitd/limitd/internal/testkit/redistest"
+	"github.com/limitd/limitd/internal/testkit/storetest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -23,22 +23,9 @@ import (
 // Helpers of the client tests carry the prefix ct, so they cannot clash with
 // other test files of the package.
 
-// ctMini starts a miniredis and returns a store over it: enough wherever
-// timing does not matter.
-func ctMini(t *testing.T) (*miniredis.Miniredis, *redis.Client, *store.Store) {
-	t.Helper()
-	m, rdb := redistest.Mini(t)
-	return m, rdb, store.New(rdb)
-}
-
-// ctServer starts a private redis-server (never port 6379) and returns a
-// store over a client with short timeouts, so that a stopped server is
-// noticed quickly. The caller may close rdb early (before goleak checks).
-func ctServer(t *testing.T) (*redistest.Instance, *redis.Client, *store.Store) {
-	t.Helper()
-	srv, rdb := redistest.ShortClient(t)
-	return srv, rdb, store.New(rdb)
-}
+// ctMini and ctServer open a store over a miniredis, or over a private
+// redis-server with short timeouts (storetest).
+var ctMini, ctServer = storetest.Mini, storetest.Server
 
 func ctPut(t *testing.T, st *store.Store, name string, c limiter.Config) limitd.Info {
 	t.Helper()

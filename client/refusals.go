@@ -15,9 +15,9 @@ import (
 // it would never learn. So the client counts its refusals (on the hot path
 // an atomic add, no lock, no allocation) and adds them once a second to
 // the same Redis totals a limitd server's ledger writes, through the same
-// tally (RefusalTally, redisclient's: store.Tally): the same subjects (a limiter, or a template and its busiest
-// instances), the same bound on names per interval and on commands per
-// flush. WithoutRefusalCounts turns it off; over HTTP the server counts.
+// tally (a RefusalTally: redisclient's is a store.Tally): the same subjects
+// (a limiter, or a template and its busiest instances), the same bound on
+// names per interval and on commands per flush. WithoutRefusalCounts turns it off; over HTTP the server counts.
 //
 // What counts as a refusal, one call and the permits it asked for:
 //

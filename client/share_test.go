@@ -436,6 +436,7 @@ func shSleep(ctx context.Context, clk *ctClock, d time.Duration) error {
 func TestShareFallback(t *testing.T) {
 	for _, mode := range []client.Fallback{client.FallbackSafe, client.FallbackOptimistic, client.FallbackPessimistic} {
 		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel() // each its own Redis: the modes wait out their leases together
 			srv, rdb, st := ctServer(t)
 			const lease = 2 * time.Second
 			cfg := shConfig(100, lease, 200*time.Millisecond)

@@ -96,9 +96,7 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 		// permits nobody uses: ask only for what fits.
 		maxWait = min(maxWait, max(0, dl.Sub(s.clock.Now())-blockMargin))
 	}
-	start := time.Now()
 	d, err := s.store.AcquireWithin(ctx, r.Name, r.Permits, maxWait, s.within(r.Deadline))
-	s.timed(OpAcquire, start)
 	if errors.Is(err, store.ErrConflict) {
 		return s.acquireOther(bc.get(), r, err)
 	}
@@ -198,9 +196,7 @@ func (s *Service) decided(ctx context.Context, name string, permits int64, d lim
 // (conflict): a concurrency limiter gets a slot, anything else (a share
 // limiter) the store's conflict, which names the right endpoint.
 func (s *Service) acquireOther(ctx context.Context, r AcquireRequest, conflict error) (Acquired, error) {
-	start := time.Now()
 	info, err := s.store.Get(ctx, r.Name)
-	s.timed(OpGet, start)
 	if err != nil {
 		return Acquired{}, err
 	}
@@ -217,9 +213,7 @@ func (s *Service) acquireOther(ctx context.Context, r AcquireRequest, conflict e
 
 // acquireSlot takes a concurrency slot and reports the decision.
 func (s *Service) acquireSlot(ctx context.Context, name string) (limitd.SlotLease, error) {
-	start := time.Now()
 	l, err := s.store.AcquireSlot(ctx, name)
-	s.timed(OpAcquireSlot, start)
 	if err != nil {
 		return l, err
 	}

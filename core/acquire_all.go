@@ -99,11 +99,9 @@ func (s *Service) AcquireAll(ctx context.Context, r AcquireAllRequest) (AcquireA
 
 // acquireAll is one store call, bounded and observed as Acquire's.
 func (s *Service) acquireAll(ctx context.Context, reqs []limitd.MultiRequest, maxWait time.Duration) (limitd.MultiDecision, error) {
-	start := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, s.decide)
 	md, err := s.store.AcquireAll(dctx, reqs, maxWait)
 	cancel()
-	s.timed(OpAcquireAll, start)
 	return md, err
 }
 

@@ -1,11 +1,11 @@
 package core
 
 import (
-	"github.com/limitd/limitd"
-
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/limitd/limitd"
 )
 
 // Charges: usage recorded after the fact (DESIGN §3.8). A caller that
@@ -35,9 +35,7 @@ func (s *Service) Charge(ctx context.Context, r ChargeRequest) (limitd.Decision,
 	if r.Permits < 0 {
 		return limitd.Decision{}, invalid("permits", "a charge must be ≥ 0 (0 is a check)", r.Permits)
 	}
-	start := time.Now()
 	d, err := s.store.ChargeWithin(ctx, r.Name, r.Permits, s.within(time.Time{}))
-	s.timed(OpCharge, start)
 	if err != nil {
 		return limitd.Decision{}, err
 	}

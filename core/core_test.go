@@ -53,7 +53,7 @@ func TestTokenRoundTrip(t *testing.T) {
 	}
 	want := g
 	want.Delay, want.Lateness, want.Wait, want.Now, want.Instance, want.MaxPermits = 0, 0, 0, 0, false, 0
-	if dg := grantOf(got, g.Token); dg != want {
+	if dg := (Grant{Grant: got, Token: g.Token}); dg != want {
 		t.Errorf("decoded grant\n%+v, want\n%+v", dg, want)
 	}
 	// The token carries the whole grant, its origin included.

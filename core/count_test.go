@@ -15,7 +15,7 @@ import (
 func countRig(t *testing.T, o Options) *Service {
 	t.Helper()
 	s, _, _ := newService(t)
-	s = New(s.store, o)
+	s = over(s.store.backend, o)
 	two, zero := int64(2), int64(0)
 	ctx := context.Background()
 	for name, c := range map[string]limiter.Config{
@@ -175,7 +175,7 @@ func TestCountErrors(t *testing.T) {
 	if _, err := s.Count(ctx, CountRequest{Counters: []Counter{{Name: "nobody", Hits: 1}}}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a counter without a limiter: %v, want ErrNotFound", err)
 	}
-	strictQuota := New(s.store, Options{QuotaMode: true})
+	strictQuota := over(s.store.backend, Options{QuotaMode: true})
 	if _, err := strictQuota.Count(ctx, CountRequest{Counters: []Counter{{Name: "w1"}}, Counting: CountStrict}); !errors.As(err, &fe) || fe.Field != "counting" {
 		t.Errorf("quota mode with strict counting: %v", err)
 	}

@@ -1,10 +1,10 @@
 // Package core is limitd's service: every operation the front ends offer
 // (limiters, acquire, grant and handback, charges and settles, wait and
-// reset, share capacity, concurrency slots, templates), over a store.Store,
-// with typed requests and errors and no transport of its own. What it
-// answers is the store's own answer, in the vocabulary every layer speaks
-// (package limitd: Decision, Info, WaitInfo, Template, ...), converted
-// nowhere.
+// reset, share capacity, concurrency slots, templates), over a backend (a
+// store.Store; a fake in the tests of its rules), with typed requests and
+// errors and no transport of its own. What it answers is the store's own
+// answer, in the vocabulary every layer speaks (package limitd: Decision,
+// Info, WaitInfo, Template, ...), converted nowhere.
 //
 // The rules live here, once: kind dispatch of acquire (rate kinds take
 // permits, a concurrency limiter a slot, a share limiter is a conflict),
@@ -18,8 +18,9 @@
 // carries what its handback needs, so any replica accepts it), and the
 // sampling an event stream repeats (Sampler: one read per limiter and
 // sample), and what a configuration keeper needs (Lost: which limiters and
-// templates Redis lost; Mark: the configuration last applied). Each decision and store call is reported to an Observer, so
-// that metrics and logs need no hooks in the front ends' handlers.
+// templates Redis lost; Mark: the configuration last applied). Each decision is reported to an Observer, and each
+// store call too, timed in one place (store.go), so that metrics and logs
+// need no hooks in the front ends' handlers.
 //
 // The operator view: a Ledger (an Observer beside the others) counts
 // decisions in bounded memory and adds them to Redis each second, so that

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/limitd/limitd"
-	"github.com/limitd/limitd/limiter"
 )
 
 // Grants: what a client pool over a front end (client.NewHTTP) takes from a
@@ -25,27 +24,13 @@ type GrantRequest struct {
 	MaxWait time.Duration // limitd.Forever: no bound; negative is 0
 }
 
-// Grant is a grant (or its refusal: Granted false, no Token): its decision,
-// and what a pool needs to place each permit on the schedule.
+// Grant is a grant (or its refusal: Granted false, no Token): the store's,
+// with what a pool needs to place each permit on the schedule, and the
+// Token that names it in its handback: an opaque string carrying what the
+// handback needs (see HandbackRequest).
 type Grant struct {
-	limitd.Decision
-	Name      string
-	Kind      limiter.Kind
-	Slice     limiter.Slice
-	Burst     float64 // +Inf for "inf"
-	RemBefore int64   // the schedule's sub-ns carry before the grant
-	End       int64   // the schedule's position after the grant (Unix ns)
-	// MaxPermits is the most permits one grant of this limiter may take.
-	MaxPermits int64
-	// Token names the grant in its handback: an opaque string carrying
-	// what the handback needs (see HandbackRequest).
+	limitd.Grant
 	Token string
-}
-
-// grantOf is the Grant the store's g tells, with its token.
-func grantOf(g limitd.Grant, token string) Grant {
-	return Grant{Decision: g.Decision, Name: g.Name, Kind: g.Kind, Slice: g.Slice, Burst: g.Burst,
-		RemBefore: g.RemBefore, End: g.End, MaxPermits: g.MaxPermits, Token: token}
 }
 
 // Grant takes permits for a client pool; a refusal (Granted false) says
@@ -54,17 +39,15 @@ func (s *Service) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	if r.Permits < 1 {
 		return Grant{}, invalid("permits", "must be ≥ 1", r.Permits)
 	}
-	start := time.Now()
 	g, err := s.store.Grant(ctx, r.Name, r.Permits, max(0, r.MaxWait))
-	s.timed(OpGrant, start)
 	if err != nil {
 		return Grant{}, err
 	}
 	s.decided(ctx, r.Name, r.Permits, g.Decision)
 	if !g.Granted {
-		return grantOf(g, ""), nil
+		return Grant{Grant: g}, nil
 	}
-	return grantOf(g, encodeToken(g)), nil
+	return Grant{Grant: g, Token: encodeToken(g)}, nil
 }
 
 // HandbackRequest gives the last Permits of a grant back. The grant is its
@@ -106,8 +89,6 @@ func (s *Service) Handback(ctx context.Context, r HandbackRequest) (rewound bool
 	if r.Version != g.Version {
 		g.Version = -1 // as of no version: counted as idle
 	}
-	start := time.Now()
 	rewound, err = s.store.Release(ctx, g, r.Permits)
-	s.timed(OpHandback, start)
 	return rewound, err
 }

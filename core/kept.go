@@ -16,9 +16,7 @@ import (
 // answers; when some checks fail, the names found lost are returned with an
 // error matching ErrUnavailable.
 func (s *Service) Lost(ctx context.Context, limiters, templates []string) (lostLimiters, lostTemplates []string, err error) {
-	start := time.Now()
 	lostLimiters, lostTemplates, err = s.store.Lost(ctx, limiters, templates)
-	s.timed(OpLost, start)
 	return lostLimiters, lostTemplates, err
 }
 
@@ -33,9 +31,7 @@ func (s *Service) Lost(ctx context.Context, limiters, templates []string) (lostL
 // (CheckMarker). A Mark that succeeds ends a pending loss (DataLost): the
 // configuration was applied again before it.
 func (s *Service) Mark(ctx context.Context, sum string) error {
-	start := time.Now()
 	err := s.store.Mark(ctx, sum)
-	s.timed(OpMark, start)
 	if err != nil {
 		return err
 	}
@@ -77,7 +73,6 @@ func (s *Service) marking() bool {
 // restart without persistence, a FLUSHALL): a keeper tells it with
 // DataLost and writes it again with Mark.
 func (s *Service) Marked(ctx context.Context) (marked bool, now int64, err error) {
-	defer s.timed(OpMark, time.Now())
 	return s.store.Marked(ctx)
 }
 

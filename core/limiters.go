@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
@@ -46,9 +45,7 @@ func (s *Service) view(ctx context.Context, info limitd.Info) (Limiter, error) {
 	if err != nil || info.Template != "" {
 		return l, err
 	}
-	start := time.Now()
 	ts, err := s.store.Totals(ctx, []string{info.Name})
-	s.timed(OpTotals, start)
 	if err != nil {
 		return Limiter{}, err
 	}
@@ -60,9 +57,7 @@ func (s *Service) view(ctx context.Context, info limitd.Info) (Limiter, error) {
 // viewState is view without the totals.
 func (s *Service) viewState(ctx context.Context, info limitd.Info) (Limiter, error) {
 	if !limiter.IsRate(info.Config.Kind) {
-		start := time.Now()
 		h, err := s.store.Holders(ctx, info.Name)
-		s.timed(OpHolders, start)
 		if err != nil {
 			return Limiter{}, err
 		}
@@ -70,17 +65,13 @@ func (s *Service) viewState(ctx context.Context, info limitd.Info) (Limiter, err
 	}
 	var ttl int64
 	if info.Template != "" {
-		start := time.Now()
 		t, err := s.store.InstanceTTL(ctx, info.Name)
-		s.timed(OpInstanceTTL, start)
 		if err != nil {
 			return Limiter{}, err
 		}
 		ttl = t
 	}
-	start := time.Now()
 	w, err := s.store.Wait(ctx, info.Name)
-	s.timed(OpWait, start)
 	if err != nil {
 		return Limiter{}, err
 	}
@@ -116,9 +107,7 @@ func (s *Service) Views(ctx context.Context, infos []limitd.Info) (out []Limiter
 		out[i], errs[i] = s.viewState(ctx, info)
 	}
 	if len(names) > 0 {
-		start := time.Now()
 		ws, werrs := s.store.WaitMany(ctx, names)
-		s.timed(OpWaitMany, start)
 		for j, i := range rate {
 			if errs[i] = werrs[j]; errs[i] == nil {
 				w := ws[j]
@@ -134,9 +123,7 @@ func (s *Service) Views(ctx context.Context, infos []limitd.Info) (out []Limiter
 	for i, info := range infos {
 		all[i] = info.Name
 	}
-	start := time.Now()
 	ts, err := s.store.Totals(ctx, all)
-	s.timed(OpTotals, start)
 	for i := range infos {
 		if errs[i] == nil && err != nil {
 			errs[i] = err
@@ -150,9 +137,7 @@ func (s *Service) Views(ctx context.Context, infos []limitd.Info) (out []Limiter
 
 // Put creates (created: true) or replaces a limiter; see store.Put.
 func (s *Service) Put(ctx context.Context, name string, cfg limiter.Config) (l Limiter, created bool, err error) {
-	start := time.Now()
 	info, created, err := s.store.Put(ctx, name, cfg)
-	s.timed(OpPut, start)
 	if err != nil {
 		return Limiter{}, false, specFault(err, cfg.Spec, "")
 	}
@@ -175,9 +160,7 @@ func (s *Service) Get(ctx context.Context, name string) (Limiter, error) {
 
 // info reads the limiter name, or else the template instance it names.
 func (s *Service) info(ctx context.Context, name string) (limitd.Info, error) {
-	start := time.Now()
 	info, err := s.store.Get(ctx, name)
-	s.timed(OpGet, start)
 	if !errors.Is(err, store.ErrNotFound) {
 		return info, err
 	}
@@ -195,7 +178,6 @@ func (s *Service) info(ctx context.Context, name string) (limitd.Info, error) {
 // canonical config (a JSON merge patch, in the HTTP API). A kind change is
 // ErrConflict: Put replaces.
 func (s *Service) Patch(ctx context.Context, name string, change func(cur limiter.Config) (limiter.Config, error)) (Limiter, error) {
-	start := time.Now()
 	info, err := s.store.Patch(ctx, name, func(cur limiter.Config) (limiter.Config, error) {
 		next, err := change(cur)
 		if err != nil {
@@ -210,7 +192,6 @@ func (s *Service) Patch(ctx context.Context, name string, change func(cur limite
 		}
 		return next, nil
 	})
-	s.timed(OpPatch, start)
 	if err != nil {
 		return Limiter{}, err
 	}
@@ -219,9 +200,7 @@ func (s *Service) Patch(ctx context.Context, name string, change func(cur limite
 
 // Delete removes a limiter and its state.
 func (s *Service) Delete(ctx context.Context, name string) error {
-	start := time.Now()
 	err := s.store.Delete(ctx, name)
-	s.timed(OpDelete, start)
 	if err != nil {
 		return err
 	}
@@ -246,9 +225,7 @@ func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, err
 	if cursor != "" && limitd.CheckName(cursor) != nil {
 		return Page{}, invalid("cursor", "must be the \"next\" of the previous page, a limiter name", quoted(cursor))
 	}
-	start := time.Now()
 	infos, next, err := s.store.List(ctx, cursor, limit)
-	s.timed(OpList, start)
 	if err != nil {
 		return Page{}, err
 	}
@@ -257,9 +234,7 @@ func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, err
 	for i, info := range infos {
 		page.Limiters[i], names[i] = info, info.Name
 	}
-	start = time.Now()
 	ts, err := s.store.Totals(ctx, names)
-	s.timed(OpTotals, start)
 	if err != nil {
 		return Page{}, err
 	}
@@ -272,9 +247,7 @@ func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, err
 // Wait returns the live state of a limiter (or template instance) without
 // changing it.
 func (s *Service) Wait(ctx context.Context, name string) (limitd.WaitInfo, error) {
-	start := time.Now()
 	w, err := s.store.Wait(ctx, name)
-	s.timed(OpWait, start)
 	if err != nil {
 		return limitd.WaitInfo{}, err
 	}
@@ -289,9 +262,7 @@ func (s *Service) Wait(ctx context.Context, name string) (limitd.WaitInfo, error
 // Reset starts a new schedule now (the backlog is forfeited, totals kept)
 // and returns the state after it.
 func (s *Service) Reset(ctx context.Context, name string) (limitd.WaitInfo, error) {
-	start := time.Now()
 	_, err := s.store.Reset(ctx, name)
-	s.timed(OpReset, start)
 	if err != nil {
 		return limitd.WaitInfo{}, err
 	}

@@ -1,11 +1,15 @@
 package core
 
 import (
-	"github.com/limitd/limitd"
-
 	"sync"
 	"time"
+
+	"github.com/limitd/limitd"
 )
+
+// MaxOverLimitCache bounds Options.OverLimitCache as limitd's configuration
+// takes it: each entry holds its counter's name and about 200 bytes.
+const MaxOverLimitCache = 1_000_000
 
 // The over-limit cache (Options.OverLimitCache; under CountStrict see
 // countStrict, count.go): under CountEvery, a window

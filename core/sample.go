@@ -1,10 +1,10 @@
 package core
 
 import (
-	"github.com/limitd/limitd"
-
 	"context"
 	"errors"
+
+	"github.com/limitd/limitd"
 )
 
 // Sampler reads the same limiters again and again, as a Watcher samples

@@ -17,7 +17,7 @@ import (
 func TestSamplerReadsConfigOnce(t *testing.T) {
 	s, _, rec := newService(t)
 	ctx := context.Background()
-	other := New(s.store, Options{}) // another process's writes: rec does not see them
+	other := over(s.store.backend, Options{}) // another process's writes: rec does not see them
 	if _, _, err := s.Put(ctx, "r", limiter.Config{Rate: 5}); err != nil {
 		t.Fatal(err)
 	}

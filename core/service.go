@@ -55,7 +55,7 @@ const defaultDecideTimeout = 1500 * time.Millisecond
 // use; it keeps no state a replica would need from another (grants travel
 // with their token), only hints that save round trips.
 type Service struct {
-	store  *store.Store
+	store  timed // the store, each call reported to obs
 	obs    Observer
 	decide time.Duration
 	clock  limiter.Clock
@@ -103,7 +103,12 @@ func New(st *store.Store, o Options) *Service {
 	if st == nil {
 		panic("core: store is nil")
 	}
-	s := &Service{store: st, obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode, shadows: &shadowHints{},
+	return over(st, o)
+}
+
+// over is New over any backend.
+func over(st backend, o Options) *Service {
+	s := &Service{obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode, shadows: &shadowHints{},
 		over: newOverLimit(o.OverLimitCache), redis: o.Redis.orDefault()}
 	s.loss.found = make(chan struct{}, 1)
 	if s.clock == nil {
@@ -119,11 +124,9 @@ func New(st *store.Store, o Options) *Service {
 	if s.decide <= 0 {
 		s.decide = defaultDecideTimeout
 	}
+	s.store = timed{backend: st, obs: s.obs}
 	return s
 }
-
-// timed reports one store call to the observer.
-func (s *Service) timed(op Op, start time.Time) { s.obs.StoreCall(op, time.Since(start)) }
 
 // Ready reports whether limitd can decide: every Redis master it needs
 // accepts a write (store.Ready).
@@ -132,9 +135,7 @@ func (s *Service) timed(op Op, start time.Time) { s.obs.StoreCall(op, time.Since
 // has lost limitd's data and the configuration is not applied again
 // (ErrDataLost): its marker found gone, here or by a keeper (CheckMarker).
 func (s *Service) Ready(ctx context.Context) error {
-	start := time.Now()
 	err := s.store.Ready(ctx)
-	s.timed(OpPing, start)
 	if err != nil {
 		return err
 	}
@@ -170,9 +171,7 @@ func (s *Service) subject(ctx context.Context, name string) (lim, tpl string) {
 	if err != nil {
 		return "", "" // unknown; never the name, which may be an instance's
 	}
-	start := time.Now()
 	_, err = s.store.Get(ctx, name) // a limiter of that name comes before templates
-	s.timed(OpGet, start)
 	if err == nil {
 		return name, ""
 	}

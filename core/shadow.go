@@ -1,11 +1,10 @@
 package core
 
 import (
-	"github.com/limitd/limitd"
-
 	"context"
 	"sync"
-	"time"
+
+	"github.com/limitd/limitd"
 )
 
 // Shadow mode: a limiter whose config says "shadow": true (or every limiter,
@@ -50,9 +49,7 @@ func (s *Service) limiterShadow(ctx context.Context, name string, d limitd.Decis
 	if sh, ok := s.shadows.get(name, d.Version); ok {
 		return sh
 	}
-	start := time.Now()
 	info, err := s.store.Get(ctx, name)
-	s.timed(OpGet, start)
 	if err != nil {
 		return false
 	}
@@ -67,9 +64,7 @@ func (s *Service) slotInShadow(ctx context.Context, name string) bool {
 	if s.shadow {
 		return true
 	}
-	start := time.Now()
 	info, err := s.store.Get(ctx, name)
-	s.timed(OpGet, start)
 	return err == nil && info.Config.Shadow
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/store"
@@ -35,9 +34,7 @@ func (s *Service) Capacity(ctx context.Context, r CapacityRequest) (limitd.Capac
 	if err != nil {
 		return limitd.CapacityLease{}, err
 	}
-	start := time.Now()
 	sl, err := s.store.Capacity(ctx, r.Name, sr)
-	s.timed(OpCapacity, start)
 	l := sl
 	if err != nil {
 		return limitd.CapacityLease{}, err
@@ -70,9 +67,7 @@ func (s *Service) ReturnCapacity(ctx context.Context, name, clientID string) err
 	if err := limitd.CheckNameAs("client_id", clientID); err != nil {
 		return err
 	}
-	start := time.Now()
 	err := s.store.ReturnCapacity(ctx, name, clientID)
-	s.timed(OpReturnCapacity, start)
 	if errors.Is(err, store.ErrNotFound) {
 		return s.notHeld(ctx, name, err, "client_id", "",
 			fmt.Sprintf("client_id: client %q holds no capacity of limiter %q: it was returned already, or its lease expired", clientID, name))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/store"
@@ -21,9 +20,7 @@ func (s *Service) ReleaseSlot(ctx context.Context, name, leaseID string) error {
 	if err := limitd.CheckLeaseID(leaseID); err != nil {
 		return err
 	}
-	start := time.Now()
 	err := s.store.ReleaseSlot(ctx, name, leaseID)
-	s.timed(OpReleaseSlot, start)
 	if errors.Is(err, store.ErrNotFound) {
 		return s.notHeld(ctx, name, err, "lease_id", "lost",
 			fmt.Sprintf("lease_id: limiter %q holds no lease %q: it was released already, or it expired and its slot was reclaimed", name, leaseID))
@@ -42,9 +39,7 @@ func (s *Service) RenewSlot(ctx context.Context, name, leaseID string) (limitd.S
 	if err := limitd.CheckLeaseID(leaseID); err != nil {
 		return limitd.SlotLease{}, err
 	}
-	start := time.Now()
 	sl, err := s.store.RenewSlot(ctx, name, leaseID)
-	s.timed(OpRenewSlot, start)
 	l := sl
 	if errors.Is(err, store.ErrNotFound) {
 		return limitd.SlotLease{}, s.notHeld(ctx, name, err, "lease_id", "lost",
@@ -63,9 +58,7 @@ func (s *Service) RenewSlot(ctx context.Context, name, leaseID string) (limitd.S
 // what is missing); when the limiter does not, the store's error stands.
 // outcome, if not empty, is reported as an EventLease.
 func (s *Service) notHeld(ctx context.Context, name string, err error, field, outcome, detail string) error {
-	start := time.Now()
 	_, gerr := s.store.Get(ctx, name)
-	s.timed(OpGet, start)
 	if gerr != nil {
 		return err
 	}

@@ -16,16 +16,12 @@ func (s *Service) PutTemplate(ctx context.Context, t limitd.Template) (out limit
 	if err := limitd.CheckNameAs("id", t.ID); err != nil {
 		return limitd.Template{}, false, err
 	}
-	start := time.Now()
 	_, err = s.store.GetTemplate(ctx, t.ID)
-	s.timed(OpGetTemplate, start)
 	created = errors.Is(err, store.ErrNotFound)
 	if err != nil && !created {
 		return limitd.Template{}, false, err
 	}
-	start = time.Now()
 	st, err := s.store.PutTemplate(ctx, t)
-	s.timed(OpPutTemplate, start)
 	if err != nil {
 		return limitd.Template{}, false, specFault(err, t.Limiter.Spec, "limiter")
 	}
@@ -37,9 +33,7 @@ func (s *Service) GetTemplate(ctx context.Context, id string) (limitd.Template, 
 	if err := limitd.CheckNameAs("id", id); err != nil {
 		return limitd.Template{}, err
 	}
-	start := time.Now()
 	t, err := s.store.GetTemplate(ctx, id)
-	s.timed(OpGetTemplate, start)
 	return t, err
 }
 
@@ -50,9 +44,7 @@ func (s *Service) Instances(ctx context.Context, id string) (n int64, exact bool
 	if err != nil {
 		return 0, false, err
 	}
-	start := time.Now()
 	n, exact, err = s.store.InstanceCount(ctx, t.Pattern)
-	s.timed(OpInstances, start)
 	return n, exact, err
 }
 
@@ -61,17 +53,13 @@ func (s *Service) DeleteTemplate(ctx context.Context, id string) error {
 	if err := limitd.CheckNameAs("id", id); err != nil {
 		return err
 	}
-	start := time.Now()
 	err := s.store.DeleteTemplate(ctx, id)
-	s.timed(OpDeleteTemplate, start)
 	return err
 }
 
 // Templates returns every template in matching order.
 func (s *Service) Templates(ctx context.Context) ([]limitd.Template, error) {
-	start := time.Now()
 	ts, err := s.store.Templates(ctx)
-	s.timed(OpTemplates, start)
 	return ts, err
 }
 
@@ -83,18 +71,11 @@ const (
 	MaxTopMinutes     = store.TopMinutes
 )
 
-// TopInstance is one of a template's busiest instances: the permits it was
-// refused and granted over the minutes asked for.
-type TopInstance struct {
-	Name             string
-	Refused, Granted int64
-}
-
 // TopInstances are a template's busiest instances since Since (Unix ns,
 // Redis clock: the start of the oldest minute counted), largest first.
 type TopInstances struct {
 	Since     int64
-	Instances []TopInstance
+	Instances []limitd.TopInstance
 }
 
 // Top returns template id's busiest instances by "refused" or "granted"
@@ -115,17 +96,11 @@ func (s *Service) Top(ctx context.Context, id, by string, limit, minutes int) (T
 	if _, err := s.GetTemplate(ctx, id); err != nil {
 		return TopInstances{}, err
 	}
-	start := time.Now()
 	since, top, err := s.store.Top(ctx, id, by == "refused", limit, minutes)
-	s.timed(OpTop, start)
 	if err != nil {
 		return TopInstances{}, err
 	}
-	out := TopInstances{Since: since, Instances: make([]TopInstance, len(top))}
-	for i, t := range top {
-		out.Instances[i] = TopInstance(t)
-	}
-	return out, nil
+	return TopInstances{Since: since, Instances: top}, nil
 }
 
 // instancesFor is how long a count of a template's instances is reused
@@ -157,9 +132,7 @@ func (s *Service) CachedInstances(ctx context.Context, t limitd.Template) (n int
 	if ok && v.pattern == t.Pattern && s.clock.Now().Sub(v.at) < instancesFor {
 		return v.n, v.exact, nil
 	}
-	start := time.Now()
 	n, exact, err = s.store.InstanceCount(ctx, t.Pattern)
-	s.timed(OpInstances, start)
 	if err != nil {
 		return 0, false, err
 	}

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"github.com/limitd/limitd"
+
 	"context"
 	"errors"
 	"slices"
@@ -36,7 +38,6 @@ type Watcher struct {
 	last    *Round
 	subs    map[chan *Round]struct{}
 	chsubs  map[chan Change]struct{}
-	rounds  uint64 // rounds published, partial ones included
 	listed  int
 	running bool
 }
@@ -195,33 +196,11 @@ func (w *Watcher) Last() *Round {
 	return w.last
 }
 
-// Rounds is how many rounds were published, partial ones included.
-func (w *Watcher) Rounds() uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.rounds
-}
-
 // Running reports whether Run runs.
 func (w *Watcher) Running() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.running
-}
-
-// Of is name's newest signals; ok false before its first sample or when it
-// is not sampled.
-func (w *Watcher) Of(name string) (Signals, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.last == nil {
-		return Signals{}, false
-	}
-	e, ok := w.last.Entries[name]
-	if !ok || e.Err != nil {
-		return Signals{}, false
-	}
-	return e.Signals, true
 }
 
 // History is each of names' samples, oldest first (empty for a name not
@@ -425,7 +404,6 @@ func (r *watchRounds) round(ctx context.Context, full bool) {
 		round.Listed, round.Err = prev.Listed, prev.Err
 	}
 	w.last = round
-	w.rounds++
 	w.listed = len(r.names)
 	for ch := range w.subs {
 		select {
@@ -463,7 +441,7 @@ func (r *watchRounds) instanceCounts(ctx context.Context, entries map[string]Ent
 	}
 	out := map[string]InstanceCounts{}
 	for id, names := range byTemplate {
-		found := map[string]TopInstance{}
+		found := map[string]limitd.TopInstance{}
 		var since int64
 		for _, by := range []string{"refused", "granted"} {
 			top, err := r.w.s.Top(ctx, id, by, MaxTopLimit, InstanceMinutes)

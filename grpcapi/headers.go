@@ -16,9 +16,6 @@ type Headers struct {
 	Limit, Remaining, Reset string
 }
 
-// DefaultHeaders are the reference's names (the IETF draft's).
-var DefaultHeaders = Headers{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
-
 // add adds the headers to resp (h nil: none). The descriptor they describe
 // is the one over its limit (the last, when several are), else the one
 // with a limit and the least remaining (the first, on a tie); without a

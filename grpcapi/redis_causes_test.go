@@ -7,7 +7,6 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -20,14 +19,9 @@ import (
 // never INTERNAL.
 func TestRedisWrongPassUnavailable(t *testing.T) {
 	srv := redistest.Server(t)
-	admin := srv.Client()
+	srv.AddUser("limitd", "right-pw")
 	ctx := context.Background()
-	if err := admin.Do(ctx, "ACL", "SETUSER", "limitd", "on", ">right-pw", "~*", "&*", "+@all").Err(); err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "limitd", Password: "right-pw", MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	e := newEnvOver(t, rdb, `
+	e := newEnvOver(t, srv.UserClient("limitd", "right-pw"), `
 domains:
   - domain: d
     descriptors:
@@ -40,11 +34,7 @@ domains:
 		t.Fatalf("with the right password: %v", r)
 	}
 	// The password changes under limitd, and its connections go.
-	for _, cmd := range [][]any{{"ACL", "SETUSER", "limitd", "resetpass", ">new-pw"}, {"CLIENT", "KILL", "USER", "limitd"}} {
-		if err := admin.Do(ctx, cmd...).Err(); err != nil {
-			t.Fatalf("%v: %v", cmd, err)
-		}
-	}
+	srv.SetPassword("limitd", "new-pw")
 	var msg string
 	for range 5 { // the first call may meet a connection the kill closed
 		_, err := e.client.ShouldRateLimit(ctx, &rlv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc("k", "v")}})

@@ -57,7 +57,9 @@ domains:
 // reference's do: the least remaining while none is over, then the one over;
 // the reset is the window's end as Redis counted it.
 func TestResponseHeaders(t *testing.T) {
-	e := newEnv(t, headerRules, func(o *Options, _ *coreOptions) { o.Headers = &DefaultHeaders })
+	e := newEnv(t, headerRules, func(o *Options, _ *coreOptions) {
+		o.Headers = &Headers{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
+	})
 	headers := func(r interface {
 		GetResponseHeadersToAdd() []*headerValue
 	}) string {

@@ -9,30 +9,18 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/client/redisclient"
-	"github.com/limitd/limitd/internal/testkit/redistest"
+	"github.com/limitd/limitd/internal/testkit/storetest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
 
-// mini starts a miniredis and returns a store over it.
-func mini(t *testing.T) (*miniredis.Miniredis, *redis.Client, *store.Store) {
-	t.Helper()
-	m, rdb := redistest.Mini(t)
-	return m, rdb, store.New(rdb)
-}
-
-// server starts a private redis-server (never port 6379), with short
-// timeouts so that a stopped server is noticed quickly.
-func server(t *testing.T) (*redistest.Instance, *redis.Client, *store.Store) {
-	t.Helper()
-	srv, rdb := redistest.ShortClient(t)
-	return srv, rdb, store.New(rdb)
-}
+// mini and server open a store over a miniredis, or over a private
+// redis-server with short timeouts (storetest).
+var mini, server = storetest.Mini, storetest.Server
 
 // template serves every limiter name matching pattern at rate permits/s,
 // strict.

@@ -65,6 +65,7 @@ import (
 
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/client/redisclient"
+	"github.com/limitd/limitd/internal/testkit/faultproxy"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -519,7 +520,7 @@ func TestFallbackNeverStacks(t *testing.T) {
 	t.Run("http", func(t *testing.T) {
 		t.Parallel()
 		srv, wipe := fbRedis(t)
-		proxy := fbStartProxy(t, srv.Addr())
+		proxy := faultproxy.Start(t, srv.Addr())
 		boot := filepath.Join(t.TempDir(), "limitd.yaml")
 		if err := os.WriteFile(boot, []byte("limiters:\n  fbh: {rate: 100, burst: 1}\n"), 0o644); err != nil {
 			t.Fatal(err)
@@ -554,7 +555,7 @@ func TestFallbackNeverStacks(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
 		srv, wipe := fbRedis(t)
-		proxy := fbStartProxy(t, srv.Addr())
+		proxy := faultproxy.Start(t, srv.Addr())
 		put := func() {
 			rdb := srv.Client()
 			defer rdb.Close()

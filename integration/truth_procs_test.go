@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -30,6 +29,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/limitd/limitd/internal/testkit/alerttest"
+	"github.com/limitd/limitd/internal/testkit/browsertest"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/wire"
 )
@@ -228,25 +228,11 @@ func tpStateSignals(t *testing.T, p *svProc, name string) *wire.Signals {
 // tpBrowser starts a headless Chromium (Debian's chromium), stopped when the
 // test ends, or says why there is none.
 func tpBrowser(t *testing.T) (context.Context, string) {
-	bin := ""
-	for _, n := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(n); err == nil {
-			bin = p
-			break
-		}
-	}
+	bin := browsertest.Chromium()
 	if bin == "" {
 		return nil, "chromium not installed: apt-get install -y chromium to check the dashboard's limiter page"
 	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,
-		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1366, 900))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(ctx); err != nil { // starts the browser
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	return ctx, ""
+	return browsertest.Start(t, bin), ""
 }
 
 // tpPage opens name's page of the dashboard in the browser, waits until it

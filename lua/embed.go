@@ -5,7 +5,7 @@
 // compute (store/bounds.go).
 // The script of a rate limiter's operation is the shared library lib.lua, the
 // kind files, what this package derives from them once (every kind's packed
-// layout, written out: see Layouts in lib.lua and LibSource), and the
+// layout, written out: see Layouts in lib.lua), and the
 // operation's file, so the engine is written once; as a script (EVAL) it is
 // arranged so that a call a fast path answers runs little of it (Source), as
 // a function library (FCALL) it is loaded once (Library). The share and concurrency
@@ -62,9 +62,10 @@ func standalone(op string) bool {
 }
 
 // Source returns the full source of an operation's script: the code of
-// LibSource and the operation, arranged so that a fast path runs little of it
-// (see scriptText); or the operation alone for a standalone one. It panics on an unknown name, which is a programming
-// error.
+// lib.lua, the kind files, what is derived from them and the operation,
+// arranged so that a fast path runs little of it (see scriptText); or the
+// operation alone for a standalone one. It panics on an unknown name, which
+// is a programming error.
 func Source(op string) string {
 	if !slices.Contains(ops[:], op) {
 		panic("lua: no script for operation " + op)

@@ -61,7 +61,13 @@ var formatWidth = map[string]int{"B": 1, "I4": 4, "i4": 4, "i7": 7, "d": 8}
 // Kinds returns the rate kinds of the scripts, by code: every embedded file
 // that registers a row in KINDS (see Kinds in lib.lua). A kind file is found,
 // not listed.
-func Kinds() []Kind { return slices.Clone(kinds()) }
+func Kinds() []Kind {
+	ks := slices.Clone(kinds())
+	for i := range ks { // the caller's to change: kinds() stays as derived
+		ks[i].Params, ks[i].Layout = slices.Clone(ks[i].Params), slices.Clone(ks[i].Layout)
+	}
+	return ks
+}
 
 var (
 	kindRow   = regexp.MustCompile(`(?m)^KINDS\.(\w+) = \{\s*code = (\d+),\s*params = '((?:\w+:\w+ ?)+)'`)
@@ -227,10 +233,6 @@ func scriptText(op string) string {
 	b.WriteString("return rest_of_library(KEYS, ARGV)\n")
 	return b.String()
 }
-
-// LibSource returns lib.lua with the kind files and what is derived from
-// them, without an operation: for tests that call its functions.
-func LibSource() string { return libSource() }
 
 // derived is the Lua that follows the kind files: for each kind its code,
 // name, parameters and layout (see Layouts in lib.lua), with a load and a

@@ -9,7 +9,7 @@ import (
 )
 
 // libraryOps are the operations Library serves: the rate limiter's calls,
-// every one of them LibSource followed by the operation's file. An array,
+// every one of them libSource followed by the operation's file. An array,
 // which no caller can change.
 var libraryOps = [...]string{Acquire, Grant, Peek, Release, Reset}
 
@@ -25,7 +25,7 @@ type Lib struct {
 // runs on every call, defining lib.lua's few dozen closures each time; a
 // library's runs once at FUNCTION LOAD, so a call only runs the operation.
 //
-// The library is LibSource followed by one function per operation, whose body is
+// The library is libSource followed by one function per operation, whose body is
 // the operation's file with KEYS and ARGV as the function's arguments: the
 // same code as the script, Lua scoping aside. Names carry a hash of the code,
 // so limitd versions with different scripts can share a server (each loads

@@ -36,9 +36,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/internal/testkit/luatest"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/lua"
 	"github.com/limitd/limitd/store"
 )
 
@@ -1272,7 +1272,7 @@ func TestDiffRandom(t *testing.T) {
 	t.Parallel()
 	ops := 10000
 	if testing.Short() {
-		ops = 2000
+		ops = 800
 	}
 	for i, seed := range []uint64{1, 2} {
 		k := []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth}[i%2]
@@ -1473,7 +1473,7 @@ func TestDiffTemplate(t *testing.T) {
 	t.Parallel()
 	ops := 1500
 	if testing.Short() {
-		ops = 400
+		ops = 200
 	}
 	for i, k := range []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth} {
 		t.Run(string(k), func(t *testing.T) {
@@ -1562,7 +1562,7 @@ func TestDiffAtOnce(t *testing.T) {
 // clock.
 func TestDiffBigIdle(t *testing.T) {
 	t.Parallel()
-	lib := lua.LibSource()
+	lib := luatest.Lib(t)
 	// Per case: the gap {lo, hi}, then an idle total of tot (given as lo, hi)
 	// plus the gap plus x, as totals returns it and as packed, and packed
 	// params for store to decode the totals with.

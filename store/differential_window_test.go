@@ -176,7 +176,7 @@ func TestDiffWindow(t *testing.T) {
 	t.Parallel()
 	ops := 6000
 	if testing.Short() {
-		ops = 1500
+		ops = 600
 	}
 	for _, seed := range []uint64{1, 2, 3} {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
@@ -374,7 +374,7 @@ func TestDiffCalendar(t *testing.T) {
 	t.Parallel()
 	ops := 3000
 	if testing.Short() {
-		ops = 800
+		ops = 400
 	}
 	starts := map[string]time.Time{
 		"leap-day":    time.Date(2024, 2, 27, 22, 0, 0, 0, time.UTC),

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/internal/testkit/luatest"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/lua"
@@ -99,7 +100,7 @@ func TestStoragePackedRoundTrip(t *testing.T) {
 	}
 	// Per row: x of a schedule and of a smooth limiter (code, format, version 7,
 	// params, state, totals), then each unpacked again as %.17g text.
-	script := libSource(t) + `
+	script := luatest.Lib(t) + `
 local function back(layout, s, n)
   local v = {dec(layout, s)}
   local out = {}
@@ -209,13 +210,6 @@ return out`
 	})
 }
 
-// libSource is lua/lib.lua with the kind files and what is derived from
-// them (lua.LibSource), for scripts that test its functions.
-func libSource(t *testing.T) string {
-	t.Helper()
-	return lua.LibSource() + "\n"
-}
-
 // TestStorageLayouts: what lua/layout.go derives from lib.lua's field groups
 // and the kinds' rows (X_OF: the layouts, written out, and the parameters
 // the scripts take) is what check_layouts computes from them in Lua, in both
@@ -223,7 +217,7 @@ func libSource(t *testing.T) string {
 func TestStorageLayouts(t *testing.T) {
 	t.Parallel()
 	stBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
-		n, err := rdb.Eval(t.Context(), libSource(t)+"return check_layouts()", nil).Int()
+		n, err := rdb.Eval(t.Context(), luatest.Lib(t)+"return check_layouts()", nil).Int()
 		if err != nil || n != len(lua.Kinds()) {
 			t.Fatalf("check_layouts: %d kinds, %v; want %d", n, err, len(lua.Kinds()))
 		}
@@ -733,7 +727,7 @@ func TestStorageLeanCarry(t *testing.T) {
 	key := s.stateKey("c")
 	// lows sets the low parts of the totals (al id pm lt) to ARGV and
 	// returns the low and high parts, or only returns them without ARGV.
-	lows := libSource(t) + `
+	lows := luatest.Lib(t) + `
 check_layouts()
 local v = {dec(X_OF[1].fmt, redis.call('GET', KEYS[1]))}
 table.remove(v, 1) -- the code

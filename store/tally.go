@@ -1,9 +1,7 @@
 package store
 
 import (
-	"cmp"
 	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,8 +34,9 @@ type Tally struct {
 	topK     int
 	clock    func() time.Time
 
-	mu  sync.Mutex
-	cur interval
+	mu    sync.Mutex
+	cur   interval
+	spare interval // the interval flushed last, emptied for the next one
 
 	overflow atomic.Int64
 	failed   atomic.Int64
@@ -50,23 +49,37 @@ type TallyOptions struct {
 	Clock    func() time.Time // picks a flush's minute bucket; default time.Now
 }
 
-// interval is one interval's counts.
+// interval is one interval's counts. The counts of limiters and instances
+// are values in one slice, which the maps index: counting a name new to
+// the interval allocates nothing once an earlier interval held as many
+// names, and the collector has no object per name to scan. Two intervals
+// take turns (Tally.spare), each keeping its maps' and slice's room.
 type interval struct {
-	limiters  map[string]*limitd.Counts
-	instances map[string]*instanceCounts
-	templates map[string]*limitd.Counts
+	limiters  map[string]int32 // name → index in names
+	instances map[string]int32 // name → index in names
+	names     []named
+	templates map[string]*limitd.Counts // few: a template's totals
 }
 
-type instanceCounts struct {
-	template string
+// named is the counts of a limiter (template "") or of an instance of
+// template.
+type named struct {
+	name, template string
 	limitd.Counts
 }
 
 func newInterval() interval {
-	return interval{limiters: map[string]*limitd.Counts{}, instances: map[string]*instanceCounts{}, templates: map[string]*limitd.Counts{}}
+	return interval{limiters: map[string]int32{}, instances: map[string]int32{}, templates: map[string]*limitd.Counts{}}
 }
 
-func (t *interval) names() int { return len(t.limiters) + len(t.instances) }
+// reset empties t for another interval, keeping its room.
+func (t *interval) reset() {
+	clear(t.limiters)
+	clear(t.instances)
+	clear(t.templates)
+	clear(t.names) // let go of the names' strings
+	t.names = t.names[:0]
+}
 
 // NewTally returns a tally that adds to s's Redis.
 func (s *Store) NewTally(o TallyOptions) *Tally {
@@ -99,15 +112,7 @@ func (t *Tally) Add(s limitd.Subject, c limitd.Counts) {
 func (t *interval) add(s limitd.Subject, c limitd.Counts, maxNames int) (dropped int64) {
 	switch {
 	case s.Limiter != "":
-		x := t.limiters[s.Limiter]
-		if x == nil {
-			if t.names() >= maxNames {
-				return c.GrantedCalls + c.RefusedCalls
-			}
-			x = &limitd.Counts{}
-			t.limiters[s.Limiter] = x
-		}
-		x.Add(c)
+		return t.addNamed(t.limiters, s.Limiter, "", c, maxNames)
 	case s.Template != "":
 		x := t.templates[s.Template]
 		if x == nil {
@@ -116,9 +121,24 @@ func (t *interval) add(s limitd.Subject, c limitd.Counts, maxNames int) (dropped
 		}
 		x.Add(c)
 		if s.Instance != "" {
-			return t.addInstance(s.Template, s.Instance, c, maxNames)
+			return t.addNamed(t.instances, s.Instance, s.Template, c, maxNames)
 		}
 	}
+	return 0
+}
+
+// addNamed counts c under name in m (t.limiters, or t.instances of
+// template), not in a template's totals.
+func (t *interval) addNamed(m map[string]int32, name, template string, c limitd.Counts, maxNames int) (dropped int64) {
+	if i, ok := m[name]; ok {
+		t.names[i].Add(c)
+		return 0
+	}
+	if len(t.names) >= maxNames {
+		return c.GrantedCalls + c.RefusedCalls
+	}
+	m[name] = int32(len(t.names))
+	t.names = append(t.names, named{name: name, template: template, Counts: c})
 	return 0
 }
 
@@ -136,54 +156,120 @@ func (t *Tally) Failed() int64 { return t.failed.Load() }
 func (t *Tally) Flush(ctx context.Context) error {
 	t.mu.Lock()
 	iv := t.cur
-	t.cur = newInterval()
+	t.cur, t.spare = t.spare, interval{}
+	if t.cur.limiters == nil {
+		t.cur = newInterval()
+	}
 	t.mu.Unlock()
-	if iv.names() == 0 && len(iv.templates) == 0 {
-		return nil
+	var err error
+	if len(iv.names) > 0 || len(iv.templates) > 0 {
+		err = t.st.AddTotals(ctx, iv.batch(t.clock().UnixNano()/int64(time.Minute), t.topK))
+		if err != nil {
+			t.failed.Add(1)
+			t.putBack(iv)
+		}
 	}
-	err := t.st.AddTotals(ctx, iv.batch(t.clock().UnixNano()/int64(time.Minute), t.topK))
-	if err != nil {
-		t.failed.Add(1)
-		t.putBack(iv)
+	iv.reset()
+	t.mu.Lock()
+	if t.spare.limiters == nil {
+		t.spare = iv
 	}
+	t.mu.Unlock()
 	return err
 }
 
 // batch is t as the store adds it: every count, and per template its topK
 // instances by refused and by granted permits.
 func (t *interval) batch(minute int64, topK int) TotalsBatch {
-	b := TotalsBatch{Limiters: map[string]limitd.Counts{}, Templates: map[string]limitd.Counts{}}
-	for n, c := range t.limiters {
-		b.Limiters[n] = *c
+	b := TotalsBatch{Limiters: make(map[string]limitd.Counts, len(t.limiters)), Templates: make(map[string]limitd.Counts, len(t.templates))}
+	for id, c := range t.templates {
+		b.Templates[id] = *c
 	}
-	for n, c := range t.templates {
-		b.Templates[n] = *c
-	}
-	type entry struct {
-		name string
-		c    limitd.Counts
-	}
-	byTemplate := map[string][]entry{}
-	for n, c := range t.instances {
-		byTemplate[c.template] = append(byTemplate[c.template], entry{n, c.Counts})
-	}
-	top := func(es []entry, of func(limitd.Counts) int64) map[string]int64 {
-		slices.SortFunc(es, func(a, b entry) int { return cmp.Or(cmp.Compare(of(b.c), of(a.c)), cmp.Compare(a.name, b.name)) })
-		out := map[string]int64{}
-		for _, e := range es[:min(len(es), topK)] {
-			if of(e.c) == 0 {
-				break
-			}
-			out[e.name] = of(e.c)
+	type tops struct{ refused, granted top }
+	byTemplate := map[string]*tops{}
+	for i := range t.names {
+		x := &t.names[i]
+		if x.template == "" {
+			b.Limiters[x.name] = x.Counts
+			continue
 		}
-		return out
+		tp := byTemplate[x.template]
+		if tp == nil {
+			tp = &tops{refused: top{k: topK}, granted: top{k: topK}}
+			byTemplate[x.template] = tp
+		}
+		tp.refused.offer(x.name, x.RefusedPermits)
+		tp.granted.offer(x.name, x.GrantedPermits)
 	}
-	for id, es := range byTemplate {
-		b.Top = append(b.Top, TopAdd{Template: id, Minute: minute,
-			Refused: top(es, func(c limitd.Counts) int64 { return c.RefusedPermits }),
-			Granted: top(es, func(c limitd.Counts) int64 { return c.GrantedPermits })})
+	for id, tp := range byTemplate {
+		b.Top = append(b.Top, TopAdd{Template: id, Minute: minute, Refused: tp.refused.counts(), Granted: tp.granted.counts()})
 	}
 	return b
+}
+
+// top keeps the k largest of the counts offered, a larger count first and
+// then the name first in order: a heap whose root is the last of those
+// kept, so that a count that does not make it costs one comparison.
+type top struct {
+	k  int
+	es []topEntry
+}
+
+type topEntry struct {
+	name string
+	n    int64
+}
+
+// before reports whether a comes before b in the top's order.
+func (a topEntry) before(b topEntry) bool {
+	return a.n > b.n || a.n == b.n && a.name < b.name
+}
+
+// offer adds name's count n (nothing when n is 0).
+func (t *top) offer(name string, n int64) {
+	if n == 0 || t.k <= 0 {
+		return
+	}
+	e := topEntry{name, n}
+	if len(t.es) < t.k {
+		t.es = append(t.es, e)
+		for i := len(t.es) - 1; i > 0; { // up, while it comes after its parent
+			p := (i - 1) / 2
+			if !t.es[p].before(e) {
+				break
+			}
+			t.es[i], t.es[p] = t.es[p], t.es[i]
+			i = p
+		}
+		return
+	}
+	if !e.before(t.es[0]) {
+		return
+	}
+	t.es[0] = e
+	for i := 0; ; { // down, while a child comes after it
+		last, l, r := i, 2*i+1, 2*i+2
+		if l < len(t.es) && t.es[last].before(t.es[l]) {
+			last = l
+		}
+		if r < len(t.es) && t.es[last].before(t.es[r]) {
+			last = r
+		}
+		if last == i {
+			break
+		}
+		t.es[i], t.es[last] = t.es[last], t.es[i]
+		i = last
+	}
+}
+
+// counts is the top kept, name → count.
+func (t *top) counts() map[string]int64 {
+	out := make(map[string]int64, len(t.es))
+	for _, e := range t.es {
+		out[e.name] = e.n
+	}
+	return out
 }
 
 // putBack adds iv's counts into the current interval.
@@ -191,31 +277,17 @@ func (t *Tally) putBack(iv interval) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var dropped int64
-	for n, x := range iv.limiters {
-		dropped += t.cur.add(limitd.Subject{Limiter: n}, *x, t.maxNames)
-	}
 	// A template's counts go back whole, its instances' by name only:
 	// instance counts are part of their template's already.
 	for id, x := range iv.templates {
 		dropped += t.cur.add(limitd.Subject{Template: id}, *x, t.maxNames)
 	}
-	for n, x := range iv.instances {
-		dropped += t.cur.addInstance(x.template, n, x.Counts, t.maxNames)
+	for _, x := range iv.names {
+		if x.template == "" {
+			dropped += t.cur.addNamed(t.cur.limiters, x.name, "", x.Counts, t.maxNames)
+		} else {
+			dropped += t.cur.addNamed(t.cur.instances, x.name, x.template, x.Counts, t.maxNames)
+		}
 	}
 	t.overflow.Add(dropped)
-}
-
-// addInstance counts c under instance n of template id, not in the
-// template's totals.
-func (t *interval) addInstance(id, n string, c limitd.Counts, maxNames int) (dropped int64) {
-	ic := t.instances[n]
-	if ic == nil {
-		if t.names() >= maxNames {
-			return c.GrantedCalls + c.RefusedCalls
-		}
-		ic = &instanceCounts{template: id}
-		t.instances[n] = ic
-	}
-	ic.Add(c)
-	return 0
 }

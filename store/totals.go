@@ -171,13 +171,6 @@ func (s *Store) readCounts(ctx context.Context, keys []string) ([]limitd.Counts,
 	return out, nil
 }
 
-// TopInstance is one of a template's busiest instances: the permits refused
-// and granted it was counted over the minutes asked for.
-type TopInstance struct {
-	Name             string
-	Refused, Granted int64
-}
-
 // Top reads template id's busiest instances over the last minutes (1 to
 // TopMinutes; the current minute counts as one) by refused or granted
 // permits, at most limit of them, largest first (equal sums in reverse name order, as ZREVRANGE answers them), each
@@ -185,7 +178,7 @@ type TopInstance struct {
 // Redis clock). The sums are computed in Redis (ZUNIONSTORE into keys of
 // the template's slot that expire within seconds and are deleted after).
 // It does not check that the template exists.
-func (s *Store) Top(ctx context.Context, id string, refused bool, limit, minutes int) (since int64, out []TopInstance, err error) {
+func (s *Store) Top(ctx context.Context, id string, refused bool, limit, minutes int) (since int64, out []limitd.TopInstance, err error) {
 	if minutes < 1 || minutes > TopMinutes || limit < 1 {
 		return 0, nil, fmt.Errorf("store: top of %q: %d minutes, limit %d", id, minutes, limit)
 	}
@@ -231,14 +224,14 @@ func (s *Store) Top(ctx context.Context, id string, refused bool, limit, minutes
 	if err != nil {
 		return 0, nil, wrapErr(err)
 	}
-	out = make([]TopInstance, len(zs))
+	out = make([]limitd.TopInstance, len(zs))
 	for i, z := range zs {
 		n := int64(z.Score)
 		var o int64
 		if scores != nil && i < len(scores.Val()) {
 			o = int64(scores.Val()[i])
 		}
-		out[i] = TopInstance{Name: names[i], Refused: n, Granted: o}
+		out[i] = limitd.TopInstance{Name: names[i], Refused: n, Granted: o}
 		if !refused {
 			out[i].Refused, out[i].Granted = o, n
 		}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -19,18 +17,11 @@ import (
 func TestWrongPasswordEveryPath(t *testing.T) {
 	srv := redistest.Server(t)
 	ctx := context.Background()
-	admin := srv.Client()
-	if err := admin.Do(ctx, "ACL", "SETUSER", "limitd", "on", ">right-pw", "~*", "&*", "+@all").Err(); err != nil {
+	srv.AddUser("limitd", "right-pw")
+	if _, _, err := store.New(srv.UserClient("limitd", "right-pw")).Put(ctx, "r", limiter.Config{Rate: 100}); err != nil {
 		t.Fatal(err)
 	}
-	good := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "limitd", Password: "right-pw"})
-	defer good.Close()
-	if _, _, err := store.New(good).Put(ctx, "r", limiter.Config{Rate: 100}); err != nil {
-		t.Fatal(err)
-	}
-	bad := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "limitd", Password: "wrong-pw", MaxRetries: -1})
-	defer bad.Close()
-	st := store.New(bad, store.WithBatching(8))
+	st := store.New(srv.UserClient("limitd", "wrong-pw"), store.WithBatching(8))
 	defer st.Close()
 	check := func(what string, err error) {
 		t.Helper()

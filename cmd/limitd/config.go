@@ -14,11 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caarlos0/env/v11"
-
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/internal/envvar"
 	"github.com/limitd/limitd/internal/tracing"
 	"github.com/limitd/limitd/limiter"
 )
@@ -79,15 +78,6 @@ type GRPCLimits struct {
 // connection, a file descriptor and a goroutine.
 const maxEventStreams = 100_000
 
-// maxOverLimitCache bounds LIMITD_GRPC_OVER_LIMIT_CACHE: each entry holds
-// its counter's name and about 200 bytes.
-const maxOverLimitCache = 1_000_000
-
-// overLimitEntryBytes is what one entry of the over-limit cache costs, its
-// name included, as limitd ratelimit reckons the reference's
-// LOCAL_CACHE_SIZE_IN_BYTES in entries.
-const overLimitEntryBytes = 256
-
 var (
 	logFormats = []string{"text", "json"}
 	logLevels  = map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
@@ -99,9 +89,9 @@ var (
 // loadConfig reads and checks the configuration from environ (the process
 // environment as a map). Every error starts with the variable's name.
 func loadConfig(environ map[string]string) (config, error) {
-	c, err := env.ParseAsWithOptions[config](env.Options{Environment: environ})
+	c, err := envvar.Parse[config](environ)
 	if err != nil {
-		return config{}, envError[config](err, environ)
+		return config{}, err
 	}
 	if err := c.check(); err != nil {
 		return config{}, err
@@ -109,81 +99,57 @@ func loadConfig(environ map[string]string) (config, error) {
 	return c, nil
 }
 
-// envError rewrites the env package's errors, which name struct fields, into
-// ones that name the variable.
-func envError[T any](err error, environ map[string]string) error {
-	var pe env.ParseError
-	if !errors.As(err, &pe) {
-		return err
-	}
-	f, _ := reflect.TypeFor[T]().FieldByName(pe.Name)
-	key := f.Tag.Get("env")
-	switch k := pe.Type.Kind(); {
-	case k == reflect.Bool:
-		return fmt.Errorf("%s: must be true or false (got %q)", key, environ[key])
-	case pe.Type == reflect.TypeFor[time.Duration]():
-		return fmt.Errorf("%s: must be a duration like 30s or 5m, or 0 (got %q)", key, environ[key])
-	case k >= reflect.Uint && k <= reflect.Uint64:
-		return fmt.Errorf("%s: must be a whole number from 0 to %d (got %q)", key, ^uint64(0)>>(64-pe.Type.Bits()), environ[key])
-	case k == reflect.Int:
-		return fmt.Errorf("%s: must be a whole number (got %q)", key, environ[key])
-	case k == reflect.Float64:
-		return fmt.Errorf("%s: must be a number (got %q)", key, environ[key])
-	}
-	return fmt.Errorf("%s: %v (got %q)", key, pe.Err, environ[key])
-}
-
 func (c *config) check() error {
 	host, port, err := net.SplitHostPort(c.Addr)
 	if err != nil {
-		return fmt.Errorf("LIMITD_ADDR: must be host:port, like 127.0.0.1:8080 or 0.0.0.0:8080 (got %q)", c.Addr)
+		return envvar.Errorf("LIMITD_ADDR", "must be host:port, like 127.0.0.1:8080 or 0.0.0.0:8080 (got %q)", c.Addr)
 	}
 	if p, err := strconv.ParseUint(port, 10, 16); err != nil || (p == 0 && port != "0") {
-		return fmt.Errorf("LIMITD_ADDR: the port must be a number from 0 to 65535 (got %q)", c.Addr)
+		return envvar.Errorf("LIMITD_ADDR", "the port must be a number from 0 to 65535 (got %q)", c.Addr)
 	}
 	if c.GRPCAddr != "" {
 		_, port, err := net.SplitHostPort(c.GRPCAddr)
 		if err != nil {
-			return fmt.Errorf("LIMITD_GRPC_ADDR: must be host:port, like 127.0.0.1:8081, or empty (got %q)", c.GRPCAddr)
+			return envvar.Errorf("LIMITD_GRPC_ADDR", "must be host:port, like 127.0.0.1:8081, or empty (got %q)", c.GRPCAddr)
 		}
 		if p, err := strconv.ParseUint(port, 10, 16); err != nil || (p == 0 && port != "0") {
-			return fmt.Errorf("LIMITD_GRPC_ADDR: the port must be a number from 0 to 65535 (got %q)", c.GRPCAddr)
+			return envvar.Errorf("LIMITD_GRPC_ADDR", "the port must be a number from 0 to 65535 (got %q)", c.GRPCAddr)
 		}
 	}
 	if !prefixRE.MatchString(c.Prefix) {
-		return fmt.Errorf("LIMITD_PREFIX: must be 1 to 64 of A-Z a-z 0-9 . _ : - starting with a letter or digit (got %q)", c.Prefix)
+		return envvar.Errorf("LIMITD_PREFIX", "must be 1 to 64 of A-Z a-z 0-9 . _ : - starting with a letter or digit (got %q)", c.Prefix)
 	}
 	for _, t := range []struct{ key, val string }{{"LIMITD_ADMIN_TOKEN", c.AdminToken}, {"LIMITD_TOKEN", c.Token}, {"LIMITD_METRICS_TOKEN", c.MetricsToken}} {
 		// A stray newline from a secrets file would make every request fail
 		// with 401 and nothing to tell why.
 		if strings.IndexFunc(t.val, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
-			return fmt.Errorf("%s: must not contain spaces or control characters (a trailing newline?)", t.key)
+			return envvar.Errorf(t.key, "must not contain spaces or control characters (a trailing newline?)")
 		}
 	}
 	if c.EventsMaxStreams < 1 || c.EventsMaxStreams > maxEventStreams {
-		return fmt.Errorf("LIMITD_EVENTS_MAX_STREAMS: must be from 1 to %d (got %d)", maxEventStreams, c.EventsMaxStreams)
+		return envvar.Errorf("LIMITD_EVENTS_MAX_STREAMS", "must be from 1 to %d (got %d)", maxEventStreams, c.EventsMaxStreams)
 	}
 	c.LogFormat = strings.ToLower(c.LogFormat)
 	if !slices.Contains(logFormats, c.LogFormat) {
-		return fmt.Errorf("LIMITD_LOG_FORMAT: must be one of text, json (got %q)", c.LogFormat)
+		return envvar.Errorf("LIMITD_LOG_FORMAT", "must be one of text, json (got %q)", c.LogFormat)
 	}
 	c.LogLevel = strings.ToLower(c.LogLevel)
 	if _, ok := logLevels[c.LogLevel]; !ok {
-		return fmt.Errorf("LIMITD_LOG_LEVEL: must be one of debug, info, warn, error (got %q)", c.LogLevel)
+		return envvar.Errorf("LIMITD_LOG_LEVEL", "must be one of debug, info, warn, error (got %q)", c.LogLevel)
 	}
 	counting, err := core.ParseCounting(strings.ToLower(c.GRPCCounting))
 	if err != nil {
-		return fmt.Errorf("LIMITD_GRPC_COUNTING: %w", err)
+		return &envvar.Error{Name: "LIMITD_GRPC_COUNTING", Err: err}
 	}
 	c.GRPCCounting = counting.String()
 	if c.GRPCQuota && counting == core.CountStrict {
-		return fmt.Errorf("LIMITD_GRPC_QUOTA_MODE: needs LIMITD_GRPC_COUNTING=reference: a strict call is all or nothing")
+		return envvar.Errorf("LIMITD_GRPC_QUOTA_MODE", "needs LIMITD_GRPC_COUNTING=reference: a strict call is all or nothing")
 	}
 	if !(c.GRPCNearRatio > 0 && c.GRPCNearRatio <= 1) {
-		return fmt.Errorf("LIMITD_GRPC_NEAR_LIMIT_RATIO: must be above 0 and at most 1 (got %v)", c.GRPCNearRatio)
+		return envvar.Errorf("LIMITD_GRPC_NEAR_LIMIT_RATIO", "must be above 0 and at most 1 (got %v)", c.GRPCNearRatio)
 	}
-	if c.GRPCOverLimitCache < 0 || c.GRPCOverLimitCache > maxOverLimitCache {
-		return fmt.Errorf("LIMITD_GRPC_OVER_LIMIT_CACHE: must be from 0 (off) to %d counters (got %d)", maxOverLimitCache, c.GRPCOverLimitCache)
+	if c.GRPCOverLimitCache < 0 || c.GRPCOverLimitCache > core.MaxOverLimitCache {
+		return envvar.Errorf("LIMITD_GRPC_OVER_LIMIT_CACHE", "must be from 0 (off) to %d counters (got %d)", core.MaxOverLimitCache, c.GRPCOverLimitCache)
 	}
 	c.Tracing = strings.ToLower(c.Tracing)
 	if err := (tracing.Config{Exporter: c.Tracing, SamplingRate: c.TracingSampling}).Check(); err != nil {
@@ -191,19 +157,22 @@ func (c *config) check() error {
 	}
 	a, err := api.ParseAccessLog(c.AccessLog)
 	if err != nil {
-		return fmt.Errorf("LIMITD_ACCESS_LOG: %w", err)
+		return &envvar.Error{Name: "LIMITD_ACCESS_LOG", Err: err}
 	}
 	c.AccessLog = a.String()
 	var fe *limiter.FieldError
 	if err := grpcapi.Limits(c.GRPCLimits).Check(); errors.As(err, &fe) {
 		// The field is grpcapi.Limits', which is GRPCLimits'.
 		f, _ := reflect.TypeFor[GRPCLimits]().FieldByName(fe.Field)
-		return &limiter.FieldError{Field: f.Tag.Get("env"), Rule: fe.Rule, Value: fe.Value}
+		if fe.Value == nil {
+			return envvar.Errorf(f.Tag.Get("env"), "%s", fe.Rule)
+		}
+		return envvar.Errorf(f.Tag.Get("env"), "%s (got %v)", fe.Rule, fe.Value)
 	} else if err != nil {
 		return err
 	}
 	if c.AdminToken == "" && !c.Insecure && !isLoopback(host) {
-		return fmt.Errorf("LIMITD_ADDR: %s is reachable from other machines and LIMITD_ADMIN_TOKEN is empty, "+
+		return envvar.Errorf("LIMITD_ADDR", "%s is reachable from other machines and LIMITD_ADMIN_TOKEN is empty, "+
 			"so anyone could change limiters: set LIMITD_ADMIN_TOKEN, or LIMITD_INSECURE=true to accept that", c.Addr)
 	}
 	return nil
@@ -327,7 +296,7 @@ func (c config) tracingConfig(environ map[string]string) (tracing.Config, error)
 		return tc, nil
 	case "otlp":
 	default:
-		return tc, fmt.Errorf("OTEL_TRACES_EXPORTER: limitd exports traces over otlp only, or none (got %q)", e)
+		return tc, envvar.Errorf("OTEL_TRACES_EXPORTER", "limitd exports traces over otlp only, or none (got %q)", e)
 	}
 	p := environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"]
 	if p == "" {
@@ -339,7 +308,7 @@ func (c config) tracingConfig(environ map[string]string) (tracing.Config, error)
 	case "", "http/protobuf":
 		tc.Exporter = tracing.OTLPHTTP
 	default:
-		return tc, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL: must be grpc or http/protobuf (got %q)", p)
+		return tc, envvar.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL", "must be grpc or http/protobuf (got %q)", p)
 	}
 	return tc, nil
 }

@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/limitd/limitd/internal/boot"
+	"github.com/limitd/limitd/internal/refenv"
 )
 
 // yamlDocs parses every document of a YAML file.
@@ -77,9 +78,6 @@ func composeImage(t *testing.T) string {
 func envOf(t *testing.T, where string, list any) map[string]string {
 	t.Helper()
 	known := map[string]bool{}
-	for _, v := range refVars {
-		known[v.name] = true
-	}
 	for _, f := range configFields() {
 		known[f.Tag.Get("env")] = true
 	}
@@ -88,7 +86,7 @@ func envOf(t *testing.T, where string, list any) map[string]string {
 	for _, it := range items {
 		name, _ := at(it, "name").(string)
 		value, _ := at(it, "value").(string)
-		if !known[name] {
+		if !known[name] && !refenv.Known(name) {
 			t.Errorf("%s: env %s is read neither by limitd nor by the reference", where, name)
 		}
 		env[name] = value
@@ -122,7 +120,7 @@ func TestDeployRatelimitManifest(t *testing.T) {
 		t.Errorf("command %v, want %s", cmd, refCommand)
 	}
 	env := envOf(t, "Deployment/ratelimit", at(c, "env"))
-	if notices, err := checkRefVars(env); err != nil || len(notices) > 0 {
+	if notices, err := refenv.Check(env); err != nil || len(notices) > 0 {
 		t.Errorf("its variables: %v, ignored %v; want none ignored or refused", err, notices)
 	}
 	_, rm, err := ratelimitEnv(env)
@@ -139,23 +137,23 @@ func TestDeployRatelimitManifest(t *testing.T) {
 		t.Errorf("runs as %v:%v, the image's USER is %d:%d", at(pod, "runAsUser"), at(pod, "runAsGroup"), uid, gid)
 	}
 	mount := at(c, "volumeMounts", 0)
-	if at(mount, "mountPath") != rm.dir.Dir {
-		t.Errorf("the rules are mounted at %v, the runtime directory is %s", at(mount, "mountPath"), rm.dir.Dir)
+	if at(mount, "mountPath") != rm.Dir.Dir {
+		t.Errorf("the rules are mounted at %v, the runtime directory is %s", at(mount, "mountPath"), rm.Dir.Dir)
 	}
 	vol := at(dep, "spec", "template", "spec", "volumes", 0)
 	if at(vol, "name") != at(mount, "name") || at(vol, "configMap", "name") != "ratelimit-config" {
 		t.Errorf("volume %v does not mount the ConfigMap ratelimit-config", vol)
 	}
 	for _, probe := range []string{"readinessProbe", "livenessProbe"} {
-		if at(c, probe, "httpGet", "path") != "/healthcheck" || at(c, probe, "httpGet", "port") != int(rm.s.Port) {
-			t.Errorf("%s %v, want GET /healthcheck on PORT %d", probe, at(c, probe), rm.s.Port)
+		if at(c, probe, "httpGet", "path") != "/healthcheck" || at(c, probe, "httpGet", "port") != int(rm.Settings.Port) {
+			t.Errorf("%s %v, want GET /healthcheck on PORT %d", probe, at(c, probe), rm.Settings.Port)
 		}
 	}
 	ports := map[string]int{}
 	for _, p := range at(c, "ports").([]any) {
 		ports[at(p, "name").(string)] = at(p, "containerPort").(int)
 	}
-	if ports["grpc"] != int(rm.s.GRPCPort) || ports["http"] != int(rm.s.Port) || ports["metrics"] != 9090 || rm.s.PrometheusAddr != ":9090" {
+	if ports["grpc"] != int(rm.Settings.GRPCPort) || ports["http"] != int(rm.Settings.Port) || ports["metrics"] != 9090 || rm.Settings.PrometheusAddr != ":9090" {
 		t.Errorf("ports %v do not match GRPC_PORT, PORT and PROMETHEUS_ADDR", ports)
 	}
 	// The ConfigMap's files are rules limitd loads.
@@ -226,7 +224,7 @@ func TestDeployEnvoyGatewayValues(t *testing.T) {
 	for k, v := range envOf(t, "rateLimitDeployment", at(eg, "provider", "kubernetes", "rateLimitDeployment", "container", "env")) {
 		all[k] = v
 	}
-	notices, err := checkRefVars(all)
+	notices, err := refenv.Check(all)
 	if err != nil {
 		t.Fatalf("limitd refuses Envoy Gateway's environment: %v", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/internal/testkit/logtest"
 )
 
 const grpcBoot = `
@@ -32,7 +33,7 @@ domains:
 `
 
 // grpcClient dials the gRPC address serve's startup line names.
-func grpcClient(t *testing.T, logs *syncBuffer) *grpc.ClientConn {
+func grpcClient(t *testing.T, logs *logtest.Buffer) *grpc.ClientConn {
 	t.Helper()
 	m := regexp.MustCompile(`grpc_addr=(\S+)`).FindStringSubmatch(logs.String())
 	if m == nil {

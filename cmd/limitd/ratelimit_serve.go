@@ -58,15 +58,15 @@ type refRun struct {
 func (rm *refMode) listen() (*refRun, error) {
 	r := &refRun{rm: rm, errs: make(chan error, 3)}
 	var err error
-	if r.http, err = net.Listen("tcp", net.JoinHostPort(rm.s.Host, strconv.Itoa(int(rm.s.Port)))); err != nil {
+	if r.http, err = net.Listen("tcp", net.JoinHostPort(rm.Settings.Host, strconv.Itoa(int(rm.Settings.Port)))); err != nil {
 		return nil, fmt.Errorf("PORT: %w", err)
 	}
-	if r.debug, err = net.Listen("tcp", net.JoinHostPort(rm.s.DebugHost, strconv.Itoa(int(rm.s.DebugPort)))); err != nil {
+	if r.debug, err = net.Listen("tcp", net.JoinHostPort(rm.Settings.DebugHost, strconv.Itoa(int(rm.Settings.DebugPort)))); err != nil {
 		r.close()
 		return nil, fmt.Errorf("DEBUG_PORT: %w", err)
 	}
-	if rm.s.UsePrometheus {
-		if r.prom, err = net.Listen("tcp", rm.s.PrometheusAddr); err != nil {
+	if rm.Settings.UsePrometheus {
+		if r.prom, err = net.Listen("tcp", rm.Settings.PrometheusAddr); err != nil {
 			r.close()
 			return nil, fmt.Errorf("PROMETHEUS_ADDR: %w", err)
 		}
@@ -78,7 +78,7 @@ func (rm *refMode) listen() (*refRun, error) {
 // fixes of a Redis that cannot serve: the reference's in limitd ratelimit
 // (zero, LIMITD_REDIS_URL, for limitd serve).
 func (rm *refMode) redisSettings() core.RedisSettings {
-	if rm == nil || rm.origin["LIMITD_REDIS_URL"] == "" {
+	if rm == nil || rm.Origin("LIMITD_REDIS_URL") == "" {
 		return core.RedisSettings{}
 	}
 	return core.RedisSettings{Address: "REDIS_URL", Credentials: "REDIS_AUTH"}
@@ -90,7 +90,7 @@ func (rm *refMode) redisTLSConfig() *tls.Config {
 	if rm == nil {
 		return nil
 	}
-	return rm.redisTLS
+	return rm.RedisTLS
 }
 
 // start reads the first rules and sets the gRPC front end's options: the
@@ -98,7 +98,7 @@ func (rm *refMode) redisTLSConfig() *tls.Config {
 // until rules are loaded.
 func (r *refRun) start(o *grpcapi.Options, log *slog.Logger, reg *prometheus.Registry) error {
 	r.log, r.reg = log, reg
-	o.ReferenceMetrics, o.Headers, o.WaitForRules = true, r.rm.headers, true
+	o.ReferenceMetrics, o.Headers, o.WaitForRules = true, r.rm.Headers, true
 	r.loadOK = registerCounter(reg, "ratelimit_service_config_load_success", "The reference server's config_load_success: rules loaded (from the runtime directory or over xDS).")
 	r.loadBad = registerCounter(reg, "ratelimit_service_config_load_error", "The reference server's config_load_error: rules refused (a runtime directory that does not parse, an xDS update NACKed).")
 	reg.MustRegister(r.rm.certs.reloads)
@@ -108,14 +108,14 @@ func (r *refRun) start(o *grpcapi.Options, log *slog.Logger, reg *prometheus.Reg
 	// (whose metrics add them too: a second registration changes nothing).
 	_ = reg.Register(collectors.NewGoCollector())
 	_ = reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if r.rm.useXDS {
+	if r.rm.XDS {
 		return nil
 	}
-	dir := r.rm.dir.Dir
+	dir := r.rm.Dir.Dir
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("RUNTIME_ROOT: %s is not a directory (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY holds the rules' files with CONFIG_TYPE=FILE)", dir)
 	}
-	f, err := boot.LoadDir(r.rm.dir)
+	f, err := boot.LoadDir(r.rm.Dir)
 	if err != nil {
 		r.loadBad.Inc()
 		log.Error("the runtime directory is invalid: no rules until it is fixed", "dir", dir, "err", err)
@@ -141,14 +141,14 @@ func (r *refRun) serve(ctx context.Context, wg *sync.WaitGroup, rls *grpcapi.Ser
 	k.Interval, k.Timeout = bootCheckInterval, bootTimeout
 	k.Reloaded = r.loaded
 	k.Invalid = func(error) { r.loadBad.Inc() }
-	if r.rm.useXDS {
+	if r.rm.XDS {
 		k.What = "the rules from xDS"
-		o := r.rm.xdsOptions()
+		o := r.rm.XDSOptions()
 		o.Log, o.Apply = log, k.Set
 		o.Rejected = func(error) { r.loadBad.Inc() }
 		wg.Go(func() { xds.Run(ctx, o) })
 	} else {
-		k.What, k.Source, k.ReloadEvery = "the runtime directory", r.rm.dir, bootReloadEvery
+		k.What, k.Source, k.ReloadEvery = "the runtime directory", r.rm.Dir, bootReloadEvery
 		r.hup = make(chan os.Signal, 1)
 		signal.Notify(r.hup, syscall.SIGHUP)
 		k.Hup = r.hup
@@ -156,7 +156,7 @@ func (r *refRun) serve(ctx context.Context, wg *sync.WaitGroup, rls *grpcapi.Ser
 	k.Boot(ctx)
 	wg.Go(func() { k.Run(ctx) })
 	r.updateHealth()
-	if r.rm.s.RedisHealthCheck {
+	if r.rm.Settings.RedisHealthCheck {
 		wg.Go(func() { r.watchRedis(ctx, svc) })
 	}
 
@@ -175,7 +175,7 @@ func (r *refRun) serve(ctx context.Context, wg *sync.WaitGroup, rls *grpcapi.Ser
 	r.run(wg, r.debug, dbg)
 	if r.prom != nil {
 		pm := http.NewServeMux()
-		pm.Handle("GET "+r.rm.s.PrometheusPath, promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{}))
+		pm.Handle("GET "+r.rm.Settings.PrometheusPath, promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{}))
 		r.run(wg, r.prom, pm)
 	}
 }
@@ -208,7 +208,7 @@ func (r *refRun) loaded(f *boot.File) {
 func (r *refRun) updateHealth() {
 	r.healthMu.Lock()
 	defer r.healthMu.Unlock()
-	s, f := r.rm.s, r.rules.Load()
+	s, f := r.rm.Settings, r.rules.Load()
 	ok := !r.stopping.Load() &&
 		(s.ForceStart || f != nil) &&
 		(!s.HealthyWithConfig || f != nil && f.Rules.Domains() > 0) &&
@@ -290,10 +290,10 @@ func (r *refRun) rlconfig(w http.ResponseWriter, req *http.Request) {
 
 // grpcOptions are the gRPC server's options of GRPC_SERVER_USE_TLS.
 func (r *refRun) grpcOptions() []grpc.ServerOption {
-	if r.rm.grpcTLS == nil {
+	if r.rm.GRPCTLS == nil {
 		return nil
 	}
-	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(r.rm.grpcTLS))}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(r.rm.GRPCTLS))}
 }
 
 // attrs are the startup line's.
@@ -302,10 +302,10 @@ func (r *refRun) attrs() []any {
 	if r.prom != nil {
 		a = append(a, "metrics_addr", r.prom.Addr().String())
 	}
-	if r.rm.useXDS {
-		return append(a, "config", "xds", "xds_server", r.rm.s.XDSServerURL, "node", r.rm.s.XDSNodeID)
+	if r.rm.XDS {
+		return append(a, "config", "xds", "xds_server", r.rm.Settings.XDSServerURL, "node", r.rm.Settings.XDSNodeID)
 	}
-	return append(a, "config", "file", "dir", r.rm.dir.Dir)
+	return append(a, "config", "file", "dir", r.rm.Dir.Dir)
 }
 
 // shutdown makes the health fail as the stop starts.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/limitd/limitd/internal/testkit/logtest"
 	"github.com/limitd/limitd/internal/testkit/xdstest"
 	"io"
 	"net"
@@ -29,14 +30,14 @@ import (
 // startRatelimit runs limitd ratelimit with env on loopback ports of its
 // own, and returns its log and the addresses of its startup line
 // (grpc_addr, http_addr, debug_addr, metrics_addr).
-func startRatelimit(t *testing.T, env map[string]string) (*syncBuffer, map[string]string) {
+func startRatelimit(t *testing.T, env map[string]string) (*logtest.Buffer, map[string]string) {
 	t.Helper()
 	base := map[string]string{"HOST": "127.0.0.1", "PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0",
 		"GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "LOG_LEVEL": "info"}
 	for k, v := range env {
 		base[k] = v
 	}
-	logs := newSyncBuffer()
+	logs := &logtest.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan struct{})
 	errc := make(chan error, 1)

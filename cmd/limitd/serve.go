@@ -25,6 +25,7 @@ import (
 	"github.com/limitd/limitd/grpcapi"
 	"github.com/limitd/limitd/internal/boot"
 	"github.com/limitd/limitd/internal/coremetrics"
+	"github.com/limitd/limitd/internal/envvar"
 	"github.com/limitd/limitd/internal/tracing"
 	"github.com/limitd/limitd/store"
 )
@@ -145,7 +146,7 @@ func modeOf(rm *refMode) serveMode {
 	if rm == nil {
 		return serveMode{api: true, embedded: true, keepMarker: true, warnGRPCExposed: true}
 	}
-	return serveMode{ref: rm, api: rm.api}
+	return serveMode{ref: rm, api: rm.API}
 }
 
 // server is limitd serve (or limitd ratelimit) through its phases:
@@ -214,7 +215,7 @@ func (s *server) configure(ctx context.Context) error {
 	}
 	s.logger = cfg.logger(s.logOut)
 	if rm != nil {
-		for _, n := range rm.notices { // each once, at the start
+		for _, n := range rm.Notices { // each once, at the start
 			s.logger.Warn("ignored: " + n)
 		}
 	}
@@ -233,7 +234,7 @@ func (s *server) configure(ctx context.Context) error {
 			if ue := (*store.URLError)(nil); errors.As(err, &ue) {
 				err = errors.New(ue.Reason)
 			}
-			return rm.rename(fmt.Errorf("LIMITD_REDIS_URL: %w", err))
+			return rm.rename(&envvar.Error{Name: "LIMITD_REDIS_URL", Err: err})
 		}
 		s.onClose(func() { s.rdb.Close() })
 	}
@@ -269,10 +270,10 @@ func (s *server) loadBootFile() error {
 	}
 	var err error
 	if s.bootFile, err = boot.Load(s.cfg.ConfigFile); err != nil {
-		return fmt.Errorf("LIMITD_CONFIG: %w", err)
+		return &envvar.Error{Name: "LIMITD_CONFIG", Err: err}
 	}
 	if n := s.bootFile.Rules.Quotas(); n > 0 && s.cfg.counting() == core.CountStrict {
-		return fmt.Errorf("LIMITD_CONFIG: %d rules set quota_mode, which needs LIMITD_GRPC_COUNTING=reference (a strict call is all or nothing)", n)
+		return envvar.Errorf("LIMITD_CONFIG", "%d rules set quota_mode, which needs LIMITD_GRPC_COUNTING=reference (a strict call is all or nothing)", n)
 	}
 	return nil
 }
@@ -283,13 +284,13 @@ func (s *server) listen(context.Context) error {
 	var err error
 	if s.mode.api {
 		if s.ln, err = net.Listen("tcp", s.cfg.Addr); err != nil {
-			return fmt.Errorf("LIMITD_ADDR: %w", err)
+			return &envvar.Error{Name: "LIMITD_ADDR", Err: err}
 		}
 		s.onClose(func() { s.ln.Close() }) // Shutdown closes it too; this covers the early returns
 	}
 	if s.cfg.GRPCAddr != "" {
 		if s.gln, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
-			return s.mode.ref.rename(fmt.Errorf("LIMITD_GRPC_ADDR: %w", err))
+			return s.mode.ref.rename(&envvar.Error{Name: "LIMITD_GRPC_ADDR", Err: err})
 		}
 		s.onClose(func() { s.gln.Close() }) // Stop closes it too
 	}

@@ -1,27 +1,30 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"go.uber.org/goleak"
+
+	"github.com/limitd/limitd/internal/testkit/logtest"
 )
 
 // startServe runs serve in the background and returns its base URL, its logs
 // and a function that stops it and returns serve's error.
-func startServe(t *testing.T, env map[string]string) (base string, logs *syncBuffer, stop func() error) {
+func startServe(t *testing.T, env map[string]string) (base string, logs *logtest.Buffer, stop func() error) {
 	t.Helper()
 	if env["LIMITD_ADDR"] == "" {
 		env["LIMITD_ADDR"] = "127.0.0.1:0"
 	}
-	logs = newSyncBuffer()
+	logs = &logtest.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan net.Addr, 1)
 	errc := make(chan error, 1)
@@ -277,7 +280,7 @@ func TestBootFileNothingHalfApplied(t *testing.T) {
 	path := writeFile(t, "boot.yaml", src)
 	err := serve(context.Background(), map[string]string{
 		"LIMITD_ADDR": "127.0.0.1:0", "LIMITD_REDIS_URL": "redis://" + mini.Addr(), "LIMITD_CONFIG": path,
-	}, newSyncBuffer(), nil)
+	}, &logtest.Buffer{}, nil)
 	if err == nil || !strings.HasPrefix(err.Error(), "LIMITD_CONFIG: "+path+": line 4: limiters.z.rate:") {
 		t.Fatalf("err = %v", err)
 	}
@@ -286,32 +289,12 @@ func TestBootFileNothingHalfApplied(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the keeper's goroutine and the test's.
-type syncBuffer struct {
-	mu chan struct{}
-	b  bytes.Buffer
-}
-
-func newSyncBuffer() *syncBuffer { return &syncBuffer{mu: make(chan struct{}, 1)} }
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu <- struct{}{}
-	defer func() { <-s.mu }()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu <- struct{}{}
-	defer func() { <-s.mu }()
-	return s.b.String()
-}
-
-// exampleBoot is the boot file of limitd help serve.
-const exampleBoot = `# the example of limitd help serve
-limiters:
-  orders: {rate: 1000, burst: 1.1, max_backlog: 10s}
-  search: {spec: "200,1.5"}
-  login: {kind: smooth, rate: 5, max_burst_seconds: 1}
-templates:
-  per-user: {pattern: "user:*", order: 10, idle_ttl: 10m, limiter: {rate: 50}}
-`
+// exampleBoot is the boot file of limitd help serve, as internal/boot's
+// tests parse it.
+var exampleBoot = func() string {
+	b, err := os.ReadFile(filepath.Join(moduleRoot, "internal", "boot", "testdata", "example.yaml"))
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/limitd/limitd/internal/testkit/logtest"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 )
 
@@ -40,7 +41,7 @@ func BenchmarkRatelimitCall(b *testing.B) {
 		b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", benchCollector(b))
 		env["TRACING_ENABLED"], env["TRACING_EXPORTER_PROTOCOL"] = "true", "grpc"
 	}
-	logs := newSyncBuffer()
+	logs := &logtest.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	started, errc := make(chan struct{}), make(chan error, 1)
 	go func() { errc <- serveRatelimit(ctx, env, logs, func(net.Addr) { close(started) }) }()

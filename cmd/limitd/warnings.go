@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+
+	"github.com/limitd/limitd/internal/refenv"
 )
 
 // otherVars are LIMITD_ variables limitd reads outside serve's config:
@@ -116,8 +118,5 @@ func embeddedRefused(environ map[string]string) error {
 // refRedisVar reports whether name is one of the reference server's Redis
 // variables (REDIS_URL, REDIS_AUTH, REDIS_SOCKET_TYPE, ...).
 func refRedisVar(name string) bool {
-	if !strings.HasPrefix(name, "REDIS_") {
-		return false
-	}
-	return slices.ContainsFunc(refVars, func(v refVar) bool { return v.name == name })
+	return strings.HasPrefix(name, "REDIS_") && refenv.Known(name)
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitd/limitd/internal/testkit/logtest"
 )
 
 func TestEditDistance(t *testing.T) {
@@ -29,7 +31,7 @@ func TestEditDistance(t *testing.T) {
 // closest known one when one is close; known ones and other variables are
 // not.
 func TestWarnUnknownVars(t *testing.T) {
-	logs := newSyncBuffer()
+	logs := &logtest.Buffer{}
 	warnUnknownVars(slog.New(slog.NewTextHandler(logs, nil)), map[string]string{
 		"LIMITD_ADMIN_TOKN":  "x",
 		"LIMITD_REDIS_URI":   "redis://r:6379",

@@ -1,7 +1,6 @@
 package boot
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -16,18 +15,20 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/internal/testkit/logtest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
 
-const exampleBoot = `# the example of limitd help serve
-limiters:
-  orders: {rate: 1000, burst: 1.1, max_backlog: 10s}
-  search: {spec: "200,1.5"}
-  login: {kind: smooth, rate: 5, max_burst_seconds: 1}
-templates:
-  per-user: {pattern: "user:*", order: 10, idle_ttl: 10m, limiter: {rate: 50}}
-`
+// exampleBoot is the boot file of limitd help serve (cmd/limitd's serve
+// tests start with it too).
+var exampleBoot = func() string {
+	b, err := os.ReadFile(filepath.Join("testdata", "example.yaml"))
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
 
 func TestParseBootFile(t *testing.T) {
 	b, err := Parse("boot.yaml", []byte(exampleBoot))
@@ -174,29 +175,9 @@ func TestBootApply(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the keeper's goroutine and the test's.
-type syncBuffer struct {
-	mu chan struct{}
-	b  bytes.Buffer
-}
-
-func newSyncBuffer() *syncBuffer { return &syncBuffer{mu: make(chan struct{}, 1)} }
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu <- struct{}{}
-	defer func() { <-s.mu }()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu <- struct{}{}
-	defer func() { <-s.mu }()
-	return s.b.String()
-}
-
 func TestBootKeeperReappliesAfterFlush(t *testing.T) {
 	mini, st, svc, b := bootStore(t)
-	logs := newSyncBuffer()
+	logs := &logtest.Buffer{}
 	k := NewKeeper(b, svc, slog.New(slog.NewTextHandler(logs, nil)))
 	k.Interval, k.Timeout, k.applied = 5*time.Millisecond, time.Second, true
 	ctx, cancel := context.WithCancel(context.Background())
@@ -228,7 +209,7 @@ func TestBootKeeperReappliesAfterFlush(t *testing.T) {
 // Redis is back.
 func TestBootKeeperOutageLoggedOnce(t *testing.T) {
 	mini, st, svc, b := bootStore(t)
-	logs := newSyncBuffer()
+	logs := &logtest.Buffer{}
 	k := NewKeeper(b, svc, slog.New(slog.NewTextHandler(logs, nil)))
 	k.Interval, k.Timeout, k.applied = time.Millisecond, 200*time.Millisecond, true
 	ctx := context.Background()
@@ -263,7 +244,7 @@ func TestBootKeeperOutageLoggedOnce(t *testing.T) {
 // marker is.
 func TestBootKeeperReappliesWhatOneShardLost(t *testing.T) {
 	mini, st, svc, b := bootStore(t)
-	logs := newSyncBuffer()
+	logs := &logtest.Buffer{}
 	k := NewKeeper(b, svc, slog.New(slog.NewTextHandler(logs, nil)))
 	k.Interval, k.Timeout, k.applied = time.Millisecond, time.Second, true
 	ctx := context.Background()
@@ -368,7 +349,7 @@ func TestBootReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := newSyncBuffer()
+	logs := &logtest.Buffer{}
 	hup := make(chan os.Signal)
 	got := make(chan *File, 1)
 	k := NewKeeper(b, svc, slog.New(slog.NewTextHandler(logs, nil)))
@@ -438,7 +419,7 @@ func TestParseBootFileMerge(t *testing.T) {
 // boot file again; the loss is logged once at ERROR and counted once.
 func TestBootKeeperDataLoss(t *testing.T) {
 	mini, st, svc, b := bootStore(t)
-	logs := newSyncBuffer()
+	logs := &logtest.Buffer{}
 	k := NewKeeper(b, svc, slog.New(slog.NewTextHandler(logs, nil)))
 	var told []int64
 	k.OnDataLost = func(at int64) { told = append(told, at) }
@@ -483,7 +464,7 @@ func TestBootKeeperDataLoss(t *testing.T) {
 // logged and counted, and limitd is ready again as soon as it is re-marked.
 func TestBootKeeperDataLossWithoutFile(t *testing.T) {
 	mini, _, svc, _ := bootStore(t)
-	logs := newSyncBuffer()
+	logs := &logtest.Buffer{}
 	k := NewKeeper(nil, svc, slog.New(slog.NewTextHandler(logs, nil)))
 	ctx := context.Background()
 	mini.FlushAll() // bootStore's apply marked it: Boot marks it again, finding nothing

@@ -30,6 +30,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/limitd/limitd/internal/envvar"
 )
 
 // The exporters, as LIMITD_TRACING names them.
@@ -38,9 +40,6 @@ const (
 	OTLPGRPC = "otlp-grpc" // OTLP over gRPC (port 4317 by default)
 	OTLPHTTP = "otlp-http" // OTLP over HTTP, protobuf (port 4318 by default)
 )
-
-// Exporters are the values of Config.Exporter.
-var Exporters = []string{Off, OTLPGRPC, OTLPHTTP}
 
 // Config says where traces go and what they say of the process.
 type Config struct {
@@ -86,10 +85,10 @@ func (c Config) Check() error {
 	switch c.Exporter {
 	case "", Off, OTLPGRPC, OTLPHTTP:
 	default:
-		return fmt.Errorf("LIMITD_TRACING: must be one of off, otlp-grpc, otlp-http (got %q)", c.Exporter)
+		return envvar.Errorf("LIMITD_TRACING", "must be one of off, otlp-grpc, otlp-http (got %q)", c.Exporter)
 	}
 	if !(c.SamplingRate >= 0 && c.SamplingRate <= 1) {
-		return fmt.Errorf("LIMITD_TRACING_SAMPLING_RATE: must be from 0 to 1 (got %v)", c.SamplingRate)
+		return envvar.Errorf("LIMITD_TRACING_SAMPLING_RATE", "must be from 0 to 1 (got %v)", c.SamplingRate)
 	}
 	return nil
 }
@@ -119,7 +118,7 @@ func Start(ctx context.Context, c Config) (*Provider, error) {
 	}
 	exp, err := otlptrace.New(ctx, client)
 	if err != nil {
-		return nil, fmt.Errorf("LIMITD_TRACING: the OTLP exporter: %w", err)
+		return nil, envvar.Errorf("LIMITD_TRACING", "the OTLP exporter: %w", err)
 	}
 	var attrs []attribute.KeyValue
 	for k, v := range map[attribute.Key]string{semconv.ServiceNameKey: c.ServiceName, semconv.ServiceNamespaceKey: c.ServiceNamespace,
@@ -132,7 +131,7 @@ func Start(ctx context.Context, c Config) (*Provider, error) {
 		resource.WithAttributes(attrs...), resource.WithFromEnv())
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		_ = exp.Shutdown(ctx)
-		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
+		return nil, &envvar.Error{Name: "OTEL_RESOURCE_ATTRIBUTES", Err: err}
 	}
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SamplingRate))),

@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"bytes"
 	"context"
 	"github.com/limitd/limitd/internal/testkit/xdstest"
 	"log/slog"
@@ -13,25 +12,8 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
 	"github.com/limitd/limitd/internal/boot"
+	"github.com/limitd/limitd/internal/testkit/logtest"
 )
-
-// syncBuffer is a log written by the client's goroutine, read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func unitConfig(unit rlsconfv3.RateLimitUnit) *rlsconfv3.RateLimitConfig {
 	return &rlsconfv3.RateLimitConfig{Name: "web", Domain: "web", Descriptors: []*rlsconfv3.RateLimitDescriptor{
@@ -47,7 +29,7 @@ func unitConfig(unit rlsconfv3.RateLimitUnit) *rlsconfv3.RateLimitConfig {
 // NACKed at once again, and logged.
 func TestNackBackoff(t *testing.T) {
 	m := xdstest.Start(t, nil)
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	applied := make(chan *boot.File, 1)
 	waits := make(chan time.Duration)
 	release := make(chan struct{})

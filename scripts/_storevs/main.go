@@ -3,7 +3,10 @@
 // storevs runs this tree's store and another build's side by side in one
 // process, each side's store on both of two private redis-servers, in
 // rounds in which the side going first and each side's server alternate,
-// and prints the medians. scripts/store-vs.sh builds it (it lives in a
+// and prints the medians: of the speed, and of the CPU time per acquire of
+// this process and of redis-server, which a busy machine moves far less
+// than the wall time (a side's round has the process and the servers to
+// itself, so their CPU time in it is its own). scripts/store-vs.sh builds it (it lives in a
 // folder the go tool skips) against the other tree, imported as
 // github.com/limitd/other, and runs it.
 package main
@@ -55,6 +58,7 @@ func main() {
 	nRounds := flag.Int("rounds", 20, "alternating rounds per row")
 	dur := flag.Duration("round", time.Second, "length of a round")
 	other := flag.String("other", "other", "the other tree's name, for the output")
+	only := flag.String("only", "", "run only the rows whose label holds this")
 	flag.Parse()
 	ctx := context.Background()
 
@@ -66,13 +70,14 @@ func main() {
 	for i := range rdbs {
 		srv := startRedis()
 		defer srv.stop()
+		redisPIDs = append(redisPIDs, srv.cmd.Process.Pid)
 		rdbs[i] = redis.NewClient(&redis.Options{Addr: srv.addr})
 	}
 	this, that := side{label: "this tree"}, side{label: *other}
 
 	fmt.Printf("%d rounds of %v per row; speed = this tree's acquires/s over %s's (> 1: this tree is faster)\n\n", *nRounds, *dur, *other)
-	fmt.Println("| row | speed, median (range) | this tree µs/op | " + *other + " µs/op |")
-	fmt.Println("|---|---|---|---|")
+	fmt.Println("| row | speed, median (range) | this tree µs/op | " + *other + " µs/op | CPU per acquire, this tree / " + *other + " (range) | this tree CPU µs/op, Go + Redis | " + *other + " CPU µs/op |")
+	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, row := range []struct {
 		label      string
 		keys       int
@@ -84,6 +89,9 @@ func main() {
 		{"32 goroutines batched, one key", 1, 32, true},
 		{"32 goroutines batched, 10,000 keys", 10000, 32, true},
 	} {
+		if !strings.Contains(row.label, *only) {
+			continue
+		}
 		names := make([]string, row.keys)
 		for i := range names {
 			names[i] = "k" + strconv.Itoa(i)
@@ -95,13 +103,13 @@ func main() {
 			}
 			this.get[i], closers = newThis(ctx, rdb, names, row.batched, closers)
 			that.get[i], closers = newOther(ctx, rdb, names, row.batched, closers)
-			run(this.on(i), names, row.goroutines, 200*time.Millisecond) // warm up: scripts loaded, keys made
-			run(that.on(i), names, row.goroutines, 200*time.Millisecond)
+			_ = run(this.on(i), names, row.goroutines, 200*time.Millisecond) // warm up: scripts loaded, keys made
+			_ = run(that.on(i), names, row.goroutines, 200*time.Millisecond)
 		}
-		var speed, a, b []float64
+		var speed, a, b, cpu, ca, cb, ga, gb []float64
 		for r := range *nRounds {
 			srv := r / 2 % 2 // this tree's server; the other tree runs on the other
-			x, y := func() (float64, float64) {
+			x, y := func() (sample, sample) {
 				if r%2 == 0 {
 					x := run(this.on(srv), names, row.goroutines, *dur)
 					return x, run(that.on(1-srv), names, row.goroutines, *dur)
@@ -109,12 +117,17 @@ func main() {
 				y := run(that.on(1-srv), names, row.goroutines, *dur)
 				return run(this.on(srv), names, row.goroutines, *dur), y
 			}()
-			a, b, speed = append(a, x), append(b, y), append(speed, y/x)
+			a, b, speed = append(a, x.wall), append(b, y.wall), append(speed, y.wall/x.wall)
+			ca, cb, cpu = append(ca, x.goCPU+x.redisCPU), append(cb, y.goCPU+y.redisCPU), append(cpu, (x.goCPU+x.redisCPU)/(y.goCPU+y.redisCPU))
+			ga, gb = append(ga, x.goCPU), append(gb, y.goCPU)
 		}
 		for _, c := range closers {
 			c()
 		}
-		fmt.Printf("| %s | **%.3f×** (%.2f–%.2f) | %.1f | %.1f |\n", row.label, rounds.Median(speed), slices.Min(speed), slices.Max(speed), rounds.Median(a)/1e3, rounds.Median(b)/1e3)
+		fmt.Printf("| %s | **%.3f×** (%.2f–%.2f) | %.1f | %.1f | **%.3f×** (%.2f–%.2f) | %.2f + %.2f | %.2f + %.2f |\n", row.label,
+			rounds.Median(speed), slices.Min(speed), slices.Max(speed), rounds.Median(a)/1e3, rounds.Median(b)/1e3,
+			rounds.Median(cpu), slices.Min(cpu), slices.Max(cpu),
+			rounds.Median(ga)/1e3, (rounds.Median(ca)-rounds.Median(ga))/1e3, rounds.Median(gb)/1e3, (rounds.Median(cb)-rounds.Median(gb))/1e3)
 	}
 }
 
@@ -176,11 +189,18 @@ func prepare(ctx context.Context, names []string, put func(string) error, get ac
 	time.Sleep(started)
 }
 
-// run acquires from goroutines for d and returns the wall time per acquire
-// (ns). Every call must be granted: a side that refuses does not decide
-// what the other does.
-func run(s runner, names []string, goroutines int, d time.Duration) float64 {
+// sample is one side's round: per acquire, the wall time and the CPU time
+// of this process and of the redis-servers (ns).
+type sample struct{ wall, goCPU, redisCPU float64 }
+
+// redisPIDs are the redis-servers' processes.
+var redisPIDs []int
+
+// run acquires from goroutines for d and returns its sample. Every call
+// must be granted: a side that refuses does not decide what the other does.
+func run(s runner, names []string, goroutines int, d time.Duration) sample {
 	ctx := context.Background()
+	go0, redis0 := processCPU(), redisCPU()
 	var n atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -200,7 +220,39 @@ func run(s runner, names []string, goroutines int, d time.Duration) float64 {
 		})
 	}
 	wg.Wait()
-	return float64(time.Since(start).Nanoseconds()) / float64(n.Load())
+	wall := time.Since(start)
+	k := float64(n.Load())
+	return sample{float64(wall) / k, float64(processCPU()-go0) / k, float64(redisCPU()-redis0) / k}
+}
+
+// processCPU is this process's CPU time (user and system).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		fail(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is the redis-servers' CPU time (user and system), from
+// /proc/PID/stat in ticks of 10 ms.
+func redisCPU() time.Duration {
+	var t time.Duration
+	for _, pid := range redisPIDs {
+		raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			fail(err)
+		}
+		// The command name (field 2) may hold spaces: count from its ')'.
+		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+		utime, err1 := strconv.ParseInt(f[11], 10, 64)
+		stime, err2 := strconv.ParseInt(f[12], 10, 64)
+		if err1 != nil || err2 != nil {
+			fail(fmt.Errorf("/proc/%d/stat: %q", pid, raw))
+		}
+		t += time.Duration(utime+stime) * 10 * time.Millisecond
+	}
+	return t
 }
 
 // server is a private redis-server on a free loopback port.

@@ -1,15 +1,18 @@
 // Package faultproxy is a TCP proxy for tests that puts between a client
 // and a server the faults a network or a slow server makes: added latency,
-// and a stall, in which the connections stay open and nothing passes either
+// a stall, in which the connections stay open and nothing passes either
 // way until it is resumed (a server that hangs, a link that drops every
-// packet). Bytes sent meanwhile are kept, in order, and delivered once it
-// resumes. It starts passing everything through untouched.
+// packet; bytes sent meanwhile are kept, in order, and delivered once it
+// resumes), and a cut, in which every connection is reset and new ones are
+// refused (a server gone). It starts passing everything through untouched.
 //
 //	p := faultproxy.Start(t, srv.Addr())
 //	// point the client at p.Addr()
 //	p.SetLatency(50 * time.Millisecond) // every round trip 50 ms longer
 //	p.Stall()                           // nothing passes
 //	p.Resume()
+//	p.Cut()                             // connections reset, new ones refused
+//	p.Mend()
 package faultproxy
 
 import (
@@ -28,6 +31,7 @@ type Proxy struct {
 	latency time.Duration
 	resumed chan struct{} // closed while nothing stalls
 	conns   map[net.Conn]struct{}
+	cut     bool // Cut: new connections are reset
 	closed  bool
 	quit    chan struct{} // closed by Close
 
@@ -84,6 +88,36 @@ func (p *Proxy) Resume() {
 	}
 }
 
+// Cut resets every connection, as a server that is gone does, and resets
+// each new one as it is accepted, until Mend.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	p.cut = true
+	conns := make([]net.Conn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+	for _, c := range conns {
+		reset(c)
+	}
+}
+
+// Mend ends a Cut: new connections pass again.
+func (p *Proxy) Mend() {
+	p.mu.Lock()
+	p.cut = false
+	p.mu.Unlock()
+}
+
+// reset closes c with a TCP reset.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+}
+
 // Close closes the listener and every connection, and waits until all the
 // proxy's goroutines are done.
 func (p *Proxy) Close() {
@@ -106,6 +140,13 @@ func (p *Proxy) accept() {
 		c, err := p.l.Accept()
 		if err != nil {
 			return
+		}
+		p.mu.Lock()
+		cut := p.cut
+		p.mu.Unlock()
+		if cut {
+			reset(c)
+			continue
 		}
 		u, err := net.Dial("tcp", p.upstream)
 		if err != nil {

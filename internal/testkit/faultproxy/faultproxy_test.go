@@ -93,3 +93,32 @@ func TestProxy(t *testing.T) {
 	}
 	p.Close() // twice is fine
 }
+
+// TestCut: a cut resets the connections open and each new one until Mend;
+// then new connections pass again.
+func TestCut(t *testing.T) {
+	p := Start(t, echo(t))
+	dial := func() (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second)) // a hang fails, not blocks
+		return c, bufio.NewReader(c)
+	}
+	c, r := dial()
+	roundTrip(t, c, r, "before")
+	p.Cut()
+	if line, err := r.ReadString('\n'); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a connection open at the cut read %q, %v; want it reset", line, err)
+	}
+	_, r2 := dial()
+	if line, err := r2.ReadString('\n'); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a connection made during the cut read %q, %v; want it reset", line, err)
+	}
+	p.Mend()
+	c3, r3 := dial()
+	roundTrip(t, c3, r3, "after")
+}

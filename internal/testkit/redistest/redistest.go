@@ -76,6 +76,9 @@ type Instance struct {
 	// half-started process or return before the process is gone.
 	mu   sync.Mutex
 	proc *process
+	// adminPassword is the default user's, once AddUser gave it one
+	// (requirepass).
+	adminPassword string
 }
 
 type process struct {

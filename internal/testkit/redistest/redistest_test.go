@@ -198,6 +198,9 @@ func TestSentinel(t *testing.T) {
 }
 
 func TestClusterWithReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("six nodes: the full run starts them (and the topology tests of integration use them)")
+	}
 	t.Parallel()
 	ctx := context.Background()
 	cl := redistest.ClusterWithReplicas(t)

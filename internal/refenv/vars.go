@@ -1,9 +1,10 @@
-package main
+package refenv
 
 import (
-	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/limitd/limitd/internal/envvar"
 )
 
 // How limitd ratelimit treats one of the reference server's variables.
@@ -164,9 +165,9 @@ func asks(value string) bool {
 	return true
 }
 
-// checkRefVars refuses what limitd does not do and lists, once each, the
+// Check refuses what limitd does not do and lists, once each, the
 // variables set that it ignores.
-func checkRefVars(environ map[string]string) (notices []string, err error) {
+func Check(environ map[string]string) (notices []string, err error) {
 	for _, v := range refVars {
 		val, set := environ[v.name]
 		if !set {
@@ -177,7 +178,7 @@ func checkRefVars(environ map[string]string) (notices []string, err error) {
 			if v.allowed != nil && slices.Contains(v.allowed, strings.ToLower(strings.TrimSpace(val))) || v.allowed == nil && !asks(val) {
 				continue
 			}
-			return nil, fmt.Errorf("%s: not supported by limitd ratelimit: %s (got %q)", v.name, strings.ReplaceAll(v.what, "`", ""), val)
+			return nil, envvar.Errorf(v.name, "not supported by limitd ratelimit: %s (got %q)", strings.ReplaceAll(v.what, "`", ""), val)
 		case ignored:
 			if asks(val) {
 				notices = append(notices, v.name+": "+strings.ReplaceAll(v.what, "`", ""))
@@ -195,4 +196,9 @@ func checkRefVars(environ map[string]string) (notices []string, err error) {
 		notices = append(notices, n+": "+strayVars[n])
 	}
 	return notices, nil
+}
+
+// Known reports whether name is one of the reference server's variables.
+func Known(name string) bool {
+	return slices.ContainsFunc(refVars, func(v refVar) bool { return v.name == name })
 }

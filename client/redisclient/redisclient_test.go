@@ -1,0 +1,41 @@
+package redisclient_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/client/redisclient"
+	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/store"
+)
+
+// A client over a store of another key prefix takes from that prefix's
+// limiters only; New's, under the default prefix, does not see them.
+func TestNewWithStorePrefix(t *testing.T) {
+	m := miniredis.RunT(t)
+	m.SetTime(time.Unix(1_800_000_000, 0))
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	st := store.New(rdb, store.WithPrefix("other"))
+	if _, _, err := st.Put(ctx, "orders", limiter.Config{Rate: 10}); err != nil {
+		t.Fatal(err)
+	}
+	prefixed := redisclient.NewWithStore(st)
+	defer prefixed.Close()
+	d, err := prefixed.Acquire(ctx, "orders", 1, limitd.Forever)
+	if err != nil || !d.Granted || d.Permits != 1 {
+		t.Errorf("acquire under the store's prefix: %+v, %v", d, err)
+	}
+	plain := redisclient.New(rdb)
+	defer plain.Close()
+	if _, err := plain.Acquire(ctx, "orders", 1, limitd.Forever); !errors.Is(err, limiter.ErrNotFound) {
+		t.Errorf("acquire under the default prefix: %v, want limiter.ErrNotFound", err)
+	}
+}
