@@ -652,6 +652,7 @@ func TestTopologyOverAllocation(t *testing.T) {
 					fault, mode, o.permits, o.expected, float64(hi-lo-o.holes)/1e9, float64(o.holes)/1e9, over, pct, window, o.doubles)
 				if pct > 1 || o.doubles > int(window/100) {
 					t.Errorf("%s, %s: %+.3f%% granted beyond the rate and %d slots granted twice, want ≤ 1%%", fault, mode, pct, o.doubles)
+					tpLogDoubles(t, logs, f, lo, hi, slice)
 				}
 			}
 			if s := p.stderr.String(); strings.Contains(s, "status=500") {
@@ -758,4 +759,31 @@ func TestTopologyBenchURLForms(t *testing.T) {
 		t.Errorf("bench with a bad URL: %v, output %q %q", p.waitErr, p.stdout.String(), p.stderr.String())
 	}
 	t.Logf("bad URL: %s", strings.TrimSpace(p.stderr.String()))
+}
+
+// tpLogDoubles logs the slots granted twice: which processes took them and
+// when they were scheduled, relative to the fault f.
+func tpLogDoubles(t *testing.T, logs [][]mpPermit, f, lo, hi, slice int64) {
+	t.Helper()
+	type permit struct {
+		proc         int
+		sched, start int64
+	}
+	var all []permit
+	for i, l := range logs {
+		for _, p := range l {
+			if p.sched >= lo && p.sched < hi {
+				all = append(all, permit{i, p.sched, p.start})
+			}
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].sched < all[j].sched })
+	var b strings.Builder
+	for i := 1; i < len(all); i++ {
+		if a, z := all[i-1], all[i]; z.sched-a.sched < slice/2 {
+			fmt.Fprintf(&b, "\n  process %d at %+v (started %+v) and process %d at %+v (started %+v)",
+				a.proc, time.Duration(a.sched-f), time.Duration(a.start-f), z.proc, time.Duration(z.sched-f), time.Duration(z.start-f))
+		}
+	}
+	t.Logf("slots granted twice, scheduled (and started) relative to the fault:%s", b.String())
 }

@@ -205,3 +205,70 @@ func TestFloor(t *testing.T) {
 		}
 	}
 }
+
+// TestFloorBornAfter: a floor whose position the clock has passed still
+// holds a state that started after it was seen (the schedule it saw is
+// gone) as far ahead of now as its Ahead, while it is younger than twice
+// its Ahead; an older one, a state that was there when it was seen, and a
+// window change nothing.
+func TestFloorBornAfter(t *testing.T) {
+	p := engCompile(t, Config{Rate: 50, Burst: B(1)})
+	seen := int64(1e18)
+	f := Floor{Seen: seen, Ahead: 3 * engSec} // the schedule stood 3 s ahead
+	now := seen + 4*engSec                    // its position passed 1 s ago
+	var s State
+	p.ApplyFloor(&s, now, f)
+	if s.Next != now+f.Ahead {
+		t.Errorf("fresh state: next now%+d, want now + the floor's Ahead %d", s.Next-now, f.Ahead)
+	}
+	if r := engAcquire(t, &p, &s, now, 1, Forever); r.Scheduled != now+f.Ahead {
+		t.Errorf("fresh state: scheduled now%+d, want now%+d", r.Scheduled-now, f.Ahead)
+	}
+	// Started before now but after the floor (by a caller without one).
+	var u State
+	p.Start(&u, seen+engSec)
+	p.ApplyFloor(&u, now, f)
+	if u.Next != now+f.Ahead {
+		t.Errorf("state started after the floor: next now%+d, want now%+d", u.Next-now, f.Ahead)
+	}
+	// Twice its Ahead after it was seen: nothing.
+	var o State
+	late := seen + 2*f.Ahead
+	p.ApplyFloor(&o, late, f)
+	if o.Next != late {
+		t.Errorf("a floor seen twice its Ahead ago moved a fresh state to now%+d", o.Next-late)
+	}
+	// A state that started before the floor was seen, and stands beyond its
+	// position, lost nothing of it.
+	var w State
+	for range 225 { // 4.5 s at 50/s: next at seen + 3.5 s
+		engAcquire(t, &p, &w, seen-engSec, 1, Forever)
+	}
+	before := w
+	before.Observe(now)
+	p.ApplyFloor(&w, now, f)
+	if w.Next != before.Next {
+		t.Errorf("a state older than the floor moved from %d to %d", before.Next, w.Next)
+	}
+	// A clock stepped back behind the state's Origin: the floors seen since
+	// are on the new clock, earlier than Origin, and tell nothing of it.
+	var b State
+	for range 250 { // 5 s at 50/s from seen + 1 s
+		engAcquire(t, &p, &b, seen+engSec, 1, Forever)
+	}
+	b.Observe(seen - engSec) // 2 s back: next at seen + 4 s, Last before Origin
+	stepped := b
+	stepped.Observe(seen)
+	p.ApplyFloor(&b, seen, Floor{Seen: seen - engSec/2, Ahead: 4400 * engMs}) // its position seen + 3.9 s
+	if b.Next != stepped.Next {
+		t.Errorf("after a step back behind Origin, a floor behind next moved it from %d to %d", stepped.Next, b.Next)
+	}
+	// A window: the window the floor saw is over.
+	limit := int64(50)
+	q := engCompile(t, Config{Kind: KindWindow, Limit: &limit, Period: "1s"})
+	var x State
+	q.ApplyFloor(&x, now, Floor{Seen: seen, Ahead: 3 * engSec})
+	if x.Next > now+engSec || x.Stored == windowFull {
+		t.Errorf("window: a passed floor marked the new window full (next now%+d, stored %d)", x.Next-now, x.Stored)
+	}
+}

@@ -513,7 +513,8 @@ local function check_layouts()
           tostring(lsize - rsize) ~= K.lean_run_at or
           (K.lean_expires_at and (REST[1][1] ~= 'expires' or K.lean_expires_at ~= tostring(lsize) or
             K.lean_fmt_i ~= lfmt .. REST[1][2])) or
-          (K.lean_tail and (K.lean_tail .. '|<' .. K.lean_tail_fmt) ~= tail_of(REST, K.lean_tail)) then
+          (K.lean_tail and (K.lean_tail .. '|<' .. K.lean_tail_fmt) ~= tail_of(REST, K.lean_tail)) or
+          (K.lean_origin_at and (REST[2][1] ~= 'origin' or K.lean_origin_at ~= lsize + WIDTH[REST[1][2]] + 1)) then
         error('lib.lua: the fast path of ' .. name .. ' reads a layout that is not its field groups\'')
       end
     end
@@ -711,6 +712,17 @@ local function floor_at(fl, j)
   return floor_read(fl, j)
 end
 
+-- born_after is limiter.Params.bornAfter: L (a kind that does not count)
+-- started after the floor seen at fus (us), which is younger than twice its
+-- ahead fah (ns, clamped): the schedule that floor saw is gone, and its queue
+-- may have held slots beyond now (see "A state born after its floor" in
+-- limiter/floor.go), and whose clock did not step back behind its origin
+-- (last, relative to the epoch, before it).
+local function born_after(L, us, fus, fah)
+  return L.origin > fus and (L.origin - L.epoch) * 1000 <= L.last and (us - fus) * 1000 < 2 * fah and
+    not engine_of(L.kind).counts
+end
+
 -- apply_floor is limiter.Params.ApplyFloor for a started L: fus (Unix us)
 -- and fah (ns) are the floor's Seen and Ahead. fus - L.epoch is exact and, once
 -- the floor is younger than FLOOR_AGE, small enough that the position is too.
@@ -719,10 +731,14 @@ local function apply_floor(L, now, us, fus, fah)
   fah = min(max(fah, -FAR), 2 * HORIZON)
   local at
   if us < fus then at = now + fah else at = (fus - L.epoch) * 1000 + fah end
-  if at <= now - FAR or at <= L.next then return end
+  if at <= now - FAR then return end
+  -- A floor behind next still finds the state lost when the state started
+  -- after the floor was seen, within twice its ahead (born_after).
+  if at <= L.next and not born_after(L, us, fus, fah) then return end
   -- The state lost what the floor saw: since then, a schedule its callers
   -- kept ahead of the clock moved on with it (see limiter.Params.ApplyFloor).
   at = max(at, now + fah)
+  if at <= L.next then return end
   L.d_idle = L.d_idle + (at - L.next)
   L.next = at
   engine_of(L.kind).floor(L, at)

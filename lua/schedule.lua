@@ -28,6 +28,7 @@ end
 -- library's first call, and in store's tests), so a change of the groups that
 -- they miss is an error at once, never a misread.
 local CODE, X_SIZE, X_RUN_AT, X_EXPIRES_AT = 1, 144, '54', '107'
+local X_ORIGIN_AT = 115 -- origin's first byte (dec counts from 1), read only for a floor (see acquire_one)
 local X_LEAN = '<BBi7i7I4I4i7di7Bi7i7i7I4i7i7i7i7i7'
 local X_LEAN_I = X_LEAN .. 'i7' -- an instance's: and expires, right after last
 local X_RUN = '<i7i7I4i7i7i7i7i7'
@@ -49,6 +50,14 @@ local function slice_cost(n, whole, frac, den, rem)
   local t = rem + b * frac
   local r = fmod(t, den)
   return n * whole + (n - b) / den * frac + (t - r) / den, r
+end
+
+-- born_after_x is born_after's test of origin for acquire_one, which has
+-- read x up to last: origin after the floor's fus, and no clock step back
+-- behind it.
+local function born_after_x(x, fus, epoch, last)
+  local origin = dec('<i7', x, X_ORIGIN_AT)
+  return origin > fus and (origin - epoch) * 1000 <= last
 end
 
 -- acquire_one is acquire_many's path for its most frequent call, one acquire
@@ -84,7 +93,11 @@ local function acquire_one(key, x, n, max_wait, us, fl, fj, tver, idle_ttl)
       if ah > 2 * HORIZON then ah = 2 * HORIZON end
       local at
       if us < fus then at = now + ah else at = (fus - epoch) * 1000 + ah end
-      if at > now - FAR and at > next then return nil end
+      -- (or born_after's, origin read only when it could move the schedule)
+      if at > now - FAR and (at > next or
+          now + ah > next and (us - fus) * 1000 < 2 * ah and born_after_x(x, fus, epoch, last)) then
+        return nil
+      end
     end
   end
   if max_wait < 0 or max_wait > HORIZON then max_wait = HORIZON end
@@ -179,7 +192,8 @@ local function create_one(key, params, n, us, fl, fj, tver, idle_ttl)
       if ah > 2 * HORIZON then ah = 2 * HORIZON end
       local at = ah
       if us >= fus then at = (fus - us) * 1000 + ah end
-      if at > -FAR and at > 0 then return nil end
+      -- (a fresh instance is born after a floor seen before us: born_after)
+      if at > -FAR and (at > 0 or ah > 0 and us > fus and (us - fus) * 1000 < 2 * ah) then return nil end
     end
   end
   -- A permit's cost, pace and TTL are the same for every instance of the
@@ -210,7 +224,7 @@ KINDS.schedule = {
   fast = acquire_one,
   lean_names = 'code format version whole frac den max_permits burst max_backlog started epoch next pace rem allocated idle permits lateness last',
   lean_code = CODE, lean_fmt = X_LEAN, lean_run = X_RUN, lean_run_at = X_RUN_AT, lean_size = X_SIZE,
-  lean_expires_at = X_EXPIRES_AT, lean_fmt_i = X_LEAN_I,
+  lean_expires_at = X_EXPIRES_AT, lean_fmt_i = X_LEAN_I, lean_origin_at = X_ORIGIN_AT,
   create = create_one, lean_full = {X_FULL_HEAD, X_FULL_TAIL}, lean_params = X_PARAMS,
   engine = function()
     -- start_at is where a call at now starts (limiter/schedule.go startAt):

@@ -514,3 +514,138 @@ func stRedisPid(t *testing.T, rdb redis.UniversalClient) int {
 	t.Fatal("no process_id in INFO server")
 	return 0
 }
+
+// TestFloorQueuedProcesses: three processes (stores), 16 callers each, keep
+// a 50/s schedule 0.96 s ahead of the clock, every caller asking again when
+// its slot comes, so that each process's callers hold a block of slots in
+// turn. Redis then restarts empty at the start of process 0's block and is
+// back after 0.4 s, once that block has passed: the first caller back is
+// process 0's, whose floor (the end of its block) lies behind the clock,
+// while processes 1 and 2 hold slots ahead of it. The fresh schedule must
+// not grant those slots again (Redis time driven with miniredis SetTime).
+func TestFloorQueuedProcesses(t *testing.T) {
+	for _, inst := range []bool{false, true} {
+		t.Run(map[bool]string{false: "named", true: "instance"}[inst], func(t *testing.T) {
+			m := miniredis.RunT(t)
+			rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+			t.Cleanup(func() { _ = rdb.Close() })
+			ctx := t.Context()
+			const procs, workers, slice = 3, 16, 20 * time.Millisecond
+			open := func() *Store {
+				s := New(rdb, WithPrefix("q"))
+				t.Cleanup(func() { _ = s.Close() })
+				return s
+			}
+			keeper := open() // limitd serve's boot file: puts the limiter back
+			cfg, name := stSched(50, 1), "q"
+			boot := func() {
+				if inst {
+					if _, err := keeper.PutTemplate(ctx, limitd.Template{ID: "t", Pattern: "q:*", Limiter: cfg}); err != nil {
+						t.Fatal(err)
+					}
+					name = "q:1"
+					return
+				}
+				stPut(t, keeper, name, cfg)
+			}
+			T0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+			m.SetTime(T0)
+			boot()
+			st := make([]*Store, procs)
+			for i := range st {
+				st[i] = open()
+			}
+			type caller struct {
+				proc int
+				due  time.Time
+			}
+			cs := make([]*caller, 0, procs*workers)
+			for p := range procs {
+				for range workers {
+					cs = append(cs, &caller{proc: p, due: T0})
+				}
+			}
+			type grant struct {
+				proc         int
+				sched, start int64
+			}
+			var before, after []grant
+			// next is the caller due first (the first of equals in cs order).
+			next := func() *caller {
+				c := cs[0]
+				for _, d := range cs[1:] {
+					if d.due.Before(c.due) {
+						c = d
+					}
+				}
+				return c
+			}
+			take := func(c *caller, into *[]grant) {
+				m.SetTime(c.due)
+				d := stAcquire(t, st[c.proc], name, 1, limitd.Forever)
+				*into = append(*into, grant{c.proc, d.Scheduled, d.Start})
+				c.due = time.Unix(0, d.Start)
+			}
+			queue := time.Duration(procs*workers) * slice
+			// Three rounds of the queue, then on to the start of a block of
+			// process 0: the fault comes when its first caller is due.
+			var fault time.Time
+			for c := next(); ; c = next() {
+				if !c.due.Before(T0.Add(3*queue)) && c.proc == 0 && before[len(before)-1].proc != 0 {
+					fault = c.due
+					break
+				}
+				take(c, &before)
+			}
+			// The restart: every key gone; the boot file put back; callers
+			// due meanwhile ask again once it is back, the earliest first.
+			m.FlushAll()
+			back := fault.Add(400 * time.Millisecond)
+			m.SetTime(back)
+			boot()
+			for _, c := range cs {
+				if c.due.Before(back) {
+					c.due = back.Add(c.due.Sub(fault) / 1000) // in the order they were due
+				}
+			}
+			first := next()
+			fl, ok := st[first.proc].floors.get(name)
+			if !ok || fl.Seen+fl.Ahead >= back.UnixNano() || first.proc != 0 {
+				t.Fatalf("the first caller back is process %d with floor %+v (ok %v): want process 0's, behind the clock at %d",
+					first.proc, fl, ok, back.UnixNano())
+			}
+			var furthest int64
+			for _, g := range before {
+				furthest = max(furthest, g.sched)
+			}
+			if furthest < back.UnixNano()+int64(slice) {
+				t.Fatalf("no slot granted before the restart lies ahead of the clock when it is back: the test cannot fail")
+			}
+			for c := next(); c.due.Before(back.Add(2 * queue)); c = next() {
+				take(c, &after)
+			}
+			var twice int
+			for _, g := range after {
+				if g.sched <= furthest {
+					twice++
+					if twice <= 3 {
+						t.Errorf("process %d granted the slot %v after the restart, at or before the furthest granted before it (%v)",
+							g.proc, time.Duration(g.sched-fault.UnixNano()), time.Duration(furthest-fault.UnixNano()))
+					}
+				}
+			}
+			if twice > 0 {
+				t.Errorf("%d of %d permits granted after the restart were granted before it too", twice, len(after))
+			}
+			// And the schedule goes on at the rate: one slot a slice.
+			for i := 1; i < len(after); i++ {
+				if d := after[i].sched - after[i-1].sched; d != int64(slice) {
+					t.Fatalf("after the restart, slots %d and %d are %v apart, want %v", i-1, i, time.Duration(d), slice)
+				}
+			}
+			t.Logf("%d permits before the restart, the furthest %v after it; the first after it at %v (back at %v); %d after",
+				len(before), time.Duration(furthest-fault.UnixNano()), time.Duration(after[0].sched-fault.UnixNano()),
+				time.Duration(back.Sub(fault)), len(after))
+		})
+	}
+}
