@@ -187,17 +187,17 @@ func (c *fixedClock) flush(s *Store) {
 	}
 }
 
-// close sends what is queued, once, and stops the timer.
+// close stops the timer and queueing, then sends what is queued, once:
+// flush waits for a flush the timer started first, and one the timer
+// started too late to be stopped finds nothing left to send.
 func (c *fixedClock) close(s *Store) {
-	c.flush(s)
 	c.mu.Lock()
 	c.closed = true
 	if c.timer != nil {
 		c.timer.Stop()
 	}
 	c.mu.Unlock()
-	c.flushing.Lock() // a flush the timer started
-	c.flushing.Unlock()
+	c.flush(s)
 }
 
 // fixedGroup is the requests of a batch on one fixed counter.
