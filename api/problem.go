@@ -94,6 +94,9 @@ func (s *server) problemOf(err error, c echo.Context) *problem {
 	case errors.Is(ctxErr, context.Canceled):
 		p = newProblem(statusClientClosed, wire.ProblemClientClosed, "the client closed the request")
 	case errors.Is(err, core.ErrUnavailable):
+		if c != nil {
+			err = s.core.Explain(c.Request().Context(), err)
+		}
 		p = unavailableProblem(s.core, err)
 	default:
 		p = newProblem(http.StatusInternalServerError, wire.ProblemInternal, "limitd failed to answer this request; the failure is logged with its request id")

@@ -1,9 +1,11 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -182,4 +184,25 @@ func (s *Service) Unavailability(err error) (Unavailability, bool) {
 		u.Fix = "point " + r.Address + " at the master (or a Sentinel or cluster URL that finds it)"
 	}
 	return u, true
+}
+
+// explainTimeout bounds the probe Explain sends.
+const explainTimeout = 500 * time.Millisecond
+
+// Explain is err, or, when err is a lost connection with no named cause,
+// the named cause a probe finds: Redis closes the connection of a client
+// that did not authenticate once it sends a long request, so a decision
+// may see only the connection close where a plain write (Ready) hears
+// NOAUTH. The probe is sent only on such a failure, within explainTimeout.
+func (s *Service) Explain(ctx context.Context, err error) error {
+	u, ok := UnavailabilityOf(err)
+	if !ok || u.Cause != RedisCauseOther || u.Condition != "connection lost" {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), explainTimeout)
+	defer cancel()
+	if rerr := s.store.Ready(ctx); RedisCauseOf(rerr) != RedisCauseOther {
+		return rerr
+	}
+	return err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/store"
 )
 
 // fakeStore answers the calls of an acquire, a slot's renewal and release
@@ -210,5 +211,47 @@ func TestLeaseNotHeldRules(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// readyFake answers Ready with ready and counts the probes.
+type readyFake struct {
+	fakeStore
+	ready  error
+	probes int
+}
+
+func (f *readyFake) Ready(context.Context) error { f.probes++; return f.ready }
+
+// Explain asks Ready for the cause of a lost connection only, and takes
+// its answer only when it names a cause.
+func TestExplain(t *testing.T) {
+	lost := &store.UnavailableError{Condition: "connection lost"}
+	refused := &store.UnavailableError{Condition: "connection refused"}
+	noauth := &store.UnavailableError{Condition: "NOAUTH"}
+	timeout := &store.UnavailableError{Condition: "timeout"}
+	for _, c := range []struct {
+		name       string
+		err, ready error
+		want       error
+		probes     int
+	}{
+		{"lost, Ready names NOAUTH", lost, noauth, noauth, 1},
+		{"lost, Ready times out", lost, timeout, lost, 1},
+		{"lost, Ready answers", lost, nil, lost, 1},
+		{"refused: no probe", refused, noauth, refused, 0},
+		{"a named cause: no probe", noauth, nil, noauth, 0},
+		{"not Redis: no probe", ErrNotFound, noauth, ErrNotFound, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &readyFake{ready: c.ready}
+			s := over(f, Options{})
+			if got := s.Explain(context.Background(), c.err); got != c.want {
+				t.Errorf("Explain(%v) = %v, want %v", c.err, got, c.want)
+			}
+			if f.probes != c.probes {
+				t.Errorf("%d probes, want %d", f.probes, c.probes)
+			}
+		})
 	}
 }
