@@ -223,7 +223,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitRequest
 		return nil, err
 	}
 	if resp, err = s.decide(ctx, req.GetDomain(), descs); err != nil {
-		class, err = s.fail(err)
+		class, err = s.fail(ctx, err)
 	}
 	return resp, err
 }
@@ -360,7 +360,7 @@ var errNoRules = status.Error(codes.Unavailable, "no rate limit configuration lo
 // (the reference's: only Redis failing is a redis_error; no rules yet is a
 // service_error, as the reference's "no rate limit configuration loaded"),
 // logging the start of an outage once.
-func (s *Server) fail(err error) (errClass, error) {
+func (s *Server) fail(ctx context.Context, err error) (errClass, error) {
 	switch {
 	case err == errNoRules:
 		return serviceError, err
@@ -377,7 +377,7 @@ func (s *Server) fail(err error) (errClass, error) {
 		if !s.down.Swap(true) {
 			s.log.Warn("redis unavailable: rate limit calls answer UNAVAILABLE until it answers", "err", err)
 		}
-		return redisError, status.Error(codes.Unavailable, s.unavailable(err))
+		return redisError, status.Error(codes.Unavailable, s.unavailable(s.svc.Explain(ctx, err)))
 	}
 	if _, ok := status.FromError(err); ok {
 		return serviceError, err
