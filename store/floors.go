@@ -22,18 +22,12 @@ import (
 // restart without persistence) grants nothing again that it granted to this
 // process.
 //
-// Memory is bounded (DefaultFloorCap names, withFloorCap): when full, the
+// Memory is bounded (DefaultFloorCap names): when full, the
 // names whose positions lie furthest back are forgotten first, as a floor
 // only matters while it is ahead of what a rewound state could hold.
 
 // DefaultFloorCap is how many names' floors a store keeps by default.
 const DefaultFloorCap = 1 << 16
-
-// withFloorCap sets how many names' floors the store keeps (0: none, which
-// turns floors off).
-func withFloorCap(n int) Option {
-	return func(s *Store) { s.floors.setCap(n) }
-}
 
 const floorShards = 16
 
@@ -226,15 +220,4 @@ func (sh *floorShard) evict(keep int) {
 			delete(sh.m, name)
 		}
 	}
-}
-
-func (f *floorSet) len() int {
-	n := 0
-	for i := range f.shards {
-		sh := &f.shards[i]
-		sh.mu.Lock()
-		n += len(sh.m)
-		sh.mu.Unlock()
-	}
-	return n
 }

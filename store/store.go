@@ -318,26 +318,6 @@ func (u *unpacker) int(n int) int64 {
 	return x
 }
 
-// float is a little-endian double ('d').
-func (u *unpacker) float() float64 {
-	b := u.next(8)
-	if u.isText {
-		f, err := strconv.ParseFloat(b, 64)
-		if err != nil && u.err == nil {
-			u.err = badReply("%v", err)
-		}
-		return f
-	}
-	if len(b) < 8 {
-		return 0
-	}
-	var x uint64
-	for i := 7; i >= 0; i-- {
-		x = x<<8 | uint64(b[i])
-	}
-	return math.Float64frombits(x)
-}
-
 // textInt reads an integer the text form wrote with '%.17g', which must lie
 // in [lo, hi): the text form holds any number, so this is where a value the
 // binary form could not hold (a fraction, or too large for its bytes) shows.
