@@ -88,10 +88,6 @@ func (l *Ledger) Decided(e Event) {
 // because the interval had MaxNames names already.
 func (l *Ledger) Overflow() int64 { return l.tally.Overflow() }
 
-// Failed is how many flushes Redis did not take (their counts were kept
-// for the next, as far as MaxNames allows).
-func (l *Ledger) Failed() int64 { return l.tally.Failed() }
-
 // Run flushes every interval until ctx is done, then flushes once more (for
 // at most 2 s) and returns.
 func (l *Ledger) Run(ctx context.Context) {

@@ -32,14 +32,13 @@ type Watcher struct {
 
 	poke chan struct{} // a name was watched (capacity 1)
 
-	mu      sync.Mutex
-	series  map[string]*series
-	extra   map[string]int // names watched, by how many watches
-	last    *Round
-	subs    map[chan *Round]struct{}
-	chsubs  map[chan Change]struct{}
-	listed  int
-	running bool
+	mu     sync.Mutex
+	series map[string]*series
+	extra  map[string]int // names watched, by how many watches
+	last   *Round
+	subs   map[chan *Round]struct{}
+	chsubs map[chan Change]struct{}
+	listed int
 }
 
 // Ticker is what a Watcher's rounds follow: a time.Ticker, or in tests a
@@ -94,9 +93,6 @@ func (s *Service) NewWatcher(o WatcherOptions) *Watcher {
 	}
 	return w
 }
-
-// Step is the time between rounds.
-func (w *Watcher) Step() time.Duration { return w.step }
 
 // Round is what one round read, never changed once published.
 type Round struct {
@@ -196,13 +192,6 @@ func (w *Watcher) Last() *Round {
 	return w.last
 }
 
-// Running reports whether Run runs.
-func (w *Watcher) Running() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.running
-}
-
 // History is each of names' samples, oldest first (empty for a name not
 // sampled). A sample in the history has its rates, utilization, wait and
 // health; its Reading is the newest sample's alone.
@@ -224,14 +213,6 @@ func (w *Watcher) History(names []string) map[string][]Signals {
 func (w *Watcher) Run(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w.mu.Lock()
-	w.running = true
-	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		w.running = false
-		w.mu.Unlock()
-	}()
 	changes := w.s.Changes(ctx)
 	r := &watchRounds{w: w, sampler: w.s.Sampler()}
 	tick := w.newTicker(w.step)
@@ -404,7 +385,6 @@ func (r *watchRounds) round(ctx context.Context, full bool) {
 		round.Listed, round.Err = prev.Listed, prev.Err
 	}
 	w.last = round
-	w.listed = len(r.names)
 	for ch := range w.subs {
 		select {
 		case ch <- round:
