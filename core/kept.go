@@ -16,8 +16,7 @@ import (
 // answers; when some checks fail, the names found lost are returned with an
 // error matching ErrUnavailable.
 func (s *Service) Lost(ctx context.Context, limiters, templates []string) (lostLimiters, lostTemplates []string, err error) {
-	lostLimiters, lostTemplates, err = s.store.Lost(ctx, limiters, templates)
-	return lostLimiters, lostTemplates, err
+	return s.store.Lost(ctx, limiters, templates)
 }
 
 // Mark records which configuration was last applied to this Redis: sum (a
