@@ -30,8 +30,7 @@ func (s *Service) Lost(ctx context.Context, limiters, templates []string) (lostL
 // (CheckMarker). A Mark that succeeds ends a pending loss (DataLost): the
 // configuration was applied again before it.
 func (s *Service) Mark(ctx context.Context, sum string) error {
-	err := s.store.Mark(ctx, sum)
-	if err != nil {
+	if err := s.store.Mark(ctx, sum); err != nil {
 		return err
 	}
 	s.loss.mu.Lock()

@@ -135,8 +135,7 @@ func over(st backend, o Options) *Service {
 // has lost limitd's data and the configuration is not applied again
 // (ErrDataLost): its marker found gone, here or by a keeper (CheckMarker).
 func (s *Service) Ready(ctx context.Context) error {
-	err := s.store.Ready(ctx)
-	if err != nil {
+	if err := s.store.Ready(ctx); err != nil {
 		return err
 	}
 	if s.marking() {
