@@ -12,15 +12,10 @@ import (
 )
 
 // Floors: what keeps a failover or an empty restart from rewinding a
-// schedule (see lua/lib.lua, "Floors", and limiter/floor.go). Every answer of
-// a rate limiter's script carries the schedule's position and the Redis time
-// of the answer; the store remembers, per name (named limiters and template
-// instances alike), the furthest position it has seen and sends it with its
-// next acquire or grant of that name, and the script never lets the schedule
-// start before it. So a state that comes back older than what this process
-// was told (asynchronous replication lost the last writes) or fresh (a
-// restart without persistence) grants nothing again that it granted to this
-// process.
+// schedule (the package doc's "Reliability"; lua/lib.lua, "Floors";
+// limiter/floor.go). The store keeps one per name, named limiters and
+// template instances alike, and grants nothing again that it granted to
+// this process.
 //
 // Memory is bounded (DefaultFloorCap names): when full, the
 // names whose positions lie furthest back are forgotten first, as a floor
