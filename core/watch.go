@@ -157,31 +157,25 @@ func (w *Watcher) Watch(names []string) (unwatch func()) {
 // Subscribe returns a channel that receives every round from now on (a
 // reader that falls behind gets the newest, rounds between skipped), and
 // the func that ends the subscription.
-func (w *Watcher) Subscribe() (<-chan *Round, func()) {
-	ch := make(chan *Round, 1)
-	w.mu.Lock()
-	w.subs[ch] = struct{}{}
-	w.mu.Unlock()
-	return ch, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		delete(w.subs, ch)
-	}
-}
+func (w *Watcher) Subscribe() (<-chan *Round, func()) { return subscribe(&w.mu, w.subs, 1) }
 
 // Changes returns a channel that receives the config changes Run's one
 // subscription receives (so that a process holds one), while the reader
 // keeps up: it has a buffer of 64, and a change past it is dropped (the
 // next round reads the limiter again anyway). The func ends it.
-func (w *Watcher) Changes() (<-chan Change, func()) {
-	ch := make(chan Change, 64)
-	w.mu.Lock()
-	w.chsubs[ch] = struct{}{}
-	w.mu.Unlock()
+func (w *Watcher) Changes() (<-chan Change, func()) { return subscribe(&w.mu, w.chsubs, 64) }
+
+// subscribe adds a channel with a buffer of n to subs (guarded by mu), and
+// returns it with the func that takes it out.
+func subscribe[T any](mu *sync.Mutex, subs map[chan T]struct{}, n int) (<-chan T, func()) {
+	ch := make(chan T, n)
+	mu.Lock()
+	subs[ch] = struct{}{}
+	mu.Unlock()
 	return ch, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		delete(w.chsubs, ch)
+		mu.Lock()
+		defer mu.Unlock()
+		delete(subs, ch)
 	}
 }
 
