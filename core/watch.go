@@ -38,7 +38,6 @@ type Watcher struct {
 	last   *Round
 	subs   map[chan *Round]struct{}
 	chsubs map[chan Change]struct{}
-	listed int
 }
 
 // Ticker is what a Watcher's rounds follow: a time.Ticker, or in tests a
