@@ -237,7 +237,7 @@ func (s *Service) countStrict(ctx context.Context, cs []Counter, counts []Count)
 	var sent time.Time
 	if s.over != nil {
 		sent = s.clock.Now()
-		if cached := s.cachedOver(ctx, cs, counts, sent); cached != nil {
+		if cached := s.cachedOver(ctx, cs, counts, sent, true); cached != nil {
 			return s.check(ctx, cs, counts, cached, -1)
 		}
 	}
@@ -276,16 +276,20 @@ func (s *Service) countStrict(ctx context.Context, cs []Counter, counts []Count)
 }
 
 // cachedOver answers from the over-limit cache the counters it holds as
-// over (not in shadow mode: those never refuse), reporting them denied;
-// nil when it holds none of them.
-func (s *Service) cachedOver(ctx context.Context, cs []Counter, counts []Count, now time.Time) []bool {
+// over, reporting them denied (or shadow); nil when it holds none of them.
+// A strict call leaves those in shadow mode to Redis: they never refuse.
+func (s *Service) cachedOver(ctx context.Context, cs []Counter, counts []Count, now time.Time, strict bool) []bool {
 	var cached []bool
 	for i, c := range cs {
 		if c.Name == "" || c.Hits == 0 {
 			continue
 		}
 		e, ok := s.over.get(c.Name, now)
-		if !ok || s.limiterShadow(ctx, c.Name, e.d) {
+		if !ok {
+			continue
+		}
+		shadow := s.limiterShadow(ctx, c.Name, e.d)
+		if strict && shadow {
 			continue
 		}
 		if cached == nil {
@@ -293,7 +297,12 @@ func (s *Service) cachedOver(ctx context.Context, cs []Counter, counts []Count, 
 		}
 		cached[i] = true
 		counts[i] = e.count(now)
-		s.report(ctx, c.Name, c.Hits, e.d, "denied")
+		counts[i].Shadow = shadow
+		outcome := "denied"
+		if shadow {
+			outcome = "shadow"
+		}
+		s.report(ctx, c.Name, c.Hits, e.d, outcome)
 	}
 	return cached
 }
@@ -404,23 +413,7 @@ func (s *Service) countEvery(ctx context.Context, cs []Counter, counts []Count) 
 	var cached []bool // counters the cache answered
 	if s.over != nil {
 		sent = s.clock.Now()
-		for i, c := range cs {
-			if c.Name == "" || c.Hits == 0 {
-				continue
-			}
-			if e, ok := s.over.get(c.Name, sent); ok {
-				if cached == nil {
-					cached = make([]bool, len(cs))
-				}
-				cached[i] = true
-				counts[i] = e.count(sent)
-				outcome := "denied"
-				if counts[i].Shadow = s.limiterShadow(ctx, c.Name, e.d); counts[i].Shadow {
-					outcome = "shadow"
-				}
-				s.report(ctx, c.Name, c.Hits, e.d, outcome)
-			}
-		}
+		cached = s.cachedOver(ctx, cs, counts, sent, false)
 	}
 	asked := func(i int) bool { return cs[i].Name != "" && (cached == nil || !cached[i]) }
 	reqs := make([]store.Request, 0, len(cs))
