@@ -243,8 +243,7 @@ func (s *Service) countStrict(ctx context.Context, cs []Counter, counts []Count)
 	}
 	reqs, at := group(cs, nil)
 	res, err := s.AcquireAll(ctx, AcquireAllRequest{Requests: reqs})
-	var re *limiter.RequestError
-	if errors.As(err, &re) && re.Field == "permits" {
+	if re, ok := errors.AsType[*limiter.RequestError](err); ok && re.Field == "permits" {
 		// More hits than the limiter could ever grant at once (a window's
 		// limit, a schedule's max_reserve): a refusal, not bad input. The
 		// call is refused; every counter is checked for its state: the one

@@ -191,12 +191,10 @@ func wrapErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	var ue *UnavailableError
-	if errors.As(err, &ue) {
+	if _, ok := errors.AsType[*UnavailableError](err); ok {
 		return err
 	}
-	var rerr redis.Error
-	if errors.As(err, &rerr) && !errors.Is(err, redis.Nil) {
+	if rerr, ok := errors.AsType[redis.Error](err); ok && !errors.Is(err, redis.Nil) {
 		if c := redisCondition(rerr); c != "" {
 			return &UnavailableError{Condition: c, err: err}
 		}

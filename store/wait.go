@@ -65,7 +65,6 @@ func (s *Store) WaitMany(ctx context.Context, names []string) (out []limitd.Wait
 			continue
 		}
 		x, err := cmd.Result()
-		var nb *needBounds
 		switch v, ok := x.([]any); {
 		case isNoScript(err) || fnMissing(err) || fnUnsupported(err):
 			out[i], errs[i] = s.Wait(ctx, names[i])
@@ -74,7 +73,8 @@ func (s *Store) WaitMany(ctx context.Context, names []string) (out []limitd.Wait
 		case !ok:
 			errs[i] = fmt.Errorf("store: %s: unexpected reply %v", lua.Peek, x)
 		default:
-			if err := replyErr("peek", names[i], v); errors.As(err, &nb) {
+			err := replyErr("peek", names[i], v)
+			if _, nb := errors.AsType[*needBounds](err); nb {
 				out[i], errs[i] = s.Wait(ctx, names[i])
 			} else if err != nil {
 				errs[i] = err
