@@ -21,15 +21,16 @@ func (s *Store) Wait(ctx context.Context, name string) (limitd.WaitInfo, error) 
 	if err != nil {
 		return limitd.WaitInfo{}, err
 	}
-	v, err := s.run(ctx, lua.Peek, keys, tpl.args()...)
-	if err != nil {
-		return limitd.WaitInfo{}, err
-	}
-	err = replyErr("peek", name, v)
-	if s.boundsSent(ctx, name, &err) {
-		if v, err = s.run(ctx, lua.Peek, keys, tpl.args()...); err == nil {
-			err = replyErr("peek", name, v)
+	peek := func() ([]any, error) {
+		v, err := s.run(ctx, lua.Peek, keys, tpl.args()...)
+		if err != nil {
+			return nil, err
 		}
+		return v, replyErr("peek", name, v)
+	}
+	v, err := peek()
+	if s.boundsSent(ctx, name, &err) {
+		v, err = peek()
 	}
 	if err != nil {
 		return limitd.WaitInfo{}, err
