@@ -160,11 +160,7 @@ func (s *Server) Watch(ctx context.Context, interval time.Duration) {
 		if ctx.Err() != nil {
 			return
 		}
-		st := healthpb.HealthCheckResponse_SERVING
-		if err != nil {
-			st = healthpb.HealthCheckResponse_NOT_SERVING
-		}
-		s.setHealth(st)
+		s.SetServing(err == nil)
 		select {
 		case <-ctx.Done():
 			return
