@@ -138,7 +138,6 @@ func registerCounter(reg *prometheus.Registry, name, help string) prometheus.Cou
 func (r *refRun) serve(ctx context.Context, wg *sync.WaitGroup, rls *grpcapi.Server, svc *core.Service, log *slog.Logger) {
 	r.rls = rls
 	k := boot.NewKeeper(r.initial, svc, log)
-	k.Interval, k.Timeout = bootCheckInterval, bootTimeout
 	k.Reloaded = r.loaded
 	k.Invalid = func(error) { r.loadBad.Inc() }
 	if r.rm.XDS {
