@@ -385,7 +385,7 @@ func formatTemplates(ts []ctlTemplate) string {
 		}
 		rows = append(rows, row)
 	}
-	return alignLeft(rows)
+	return alignColumns(rows, len(rows[0])) // every column flush left
 }
 
 // ctlTop is the answer of GET /v1/templates/{id}/top.
@@ -429,13 +429,4 @@ func formatTop(template string, t ctlTop) string {
 	}
 	b.WriteString(alignColumns(rows, 1))
 	return b.String()
-}
-
-// alignLeft lays out rows of cells in columns, every one flush left.
-func alignLeft(rows [][]string) string {
-	n := 0
-	for _, r := range rows {
-		n = max(n, len(r))
-	}
-	return alignColumns(rows, n)
 }

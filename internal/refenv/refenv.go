@@ -168,10 +168,10 @@ func (e *Env) mapVars(environ, out map[string]string) error {
 		out[limitd], e.origin[limitd] = value, ref
 		return nil
 	}
-	var errs []error
+	var first error // the one returned
 	add := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
+		if first == nil {
+			first = err
 		}
 	}
 	add(set("LIMITD_GRPC_ADDR", "GRPC_PORT", net.JoinHostPort(s.GRPCHost, strconv.Itoa(int(s.GRPCPort)))))
@@ -212,10 +212,7 @@ func (e *Env) mapVars(environ, out map[string]string) error {
 		}
 		add(set("LIMITD_REDIS_URL", "REDIS_URL", u))
 	}
-	if len(errs) > 0 {
-		return errs[0]
-	}
-	return nil
+	return first
 }
 
 // configSource checks CONFIG_TYPE and the settings of the source it
