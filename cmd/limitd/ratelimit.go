@@ -79,7 +79,7 @@ func serveRatelimit(ctx context.Context, environ map[string]string, logOut io.Wr
 	if err != nil {
 		return err
 	}
-	return serveWith(ctx, env2, logOut, ready, rm)
+	return serve(ctx, env2, logOut, ready, rm)
 }
 
 // ratelimitEnv reads the reference's variables: the environment with the

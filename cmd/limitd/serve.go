@@ -96,22 +96,18 @@ reloaded when the file changes (read every 3 s, and on SIGHUP):
 			if _, set := env["GOGC"]; !set {
 				debug.SetGCPercent(serveGCPercent)
 			}
-			return serve(ctx, env, stderr, nil)
+			return serve(ctx, env, stderr, nil, nil)
 		},
 	})
 }
 
-// serve runs limitd serve until ctx ends, then shuts down gracefully. environ
-// is the environment, logs go to logOut, and ready (if not nil) is told the
-// address once the server accepts connections.
-func serve(ctx context.Context, environ map[string]string, logOut io.Writer, ready func(net.Addr)) error {
-	return serveWith(ctx, environ, logOut, ready, nil)
-}
-
-// serveWith is serve, and with rm limitd ratelimit (ratelimit.go): the
-// reference server's ports, rules, health and metrics beside the gRPC
-// front end, and limitd's own HTTP API only with LIMITD_ADMIN_TOKEN.
-func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer, ready func(net.Addr), rm *refMode) error {
+// serve runs limitd serve until ctx ends, then shuts down gracefully:
+// environ is the environment, logs go to logOut, and ready (if not nil) is
+// told the address once the server accepts connections. With rm it is
+// limitd ratelimit (ratelimit.go): the reference server's ports, rules,
+// health and metrics beside the gRPC front end, and limitd's own HTTP API
+// only with LIMITD_ADMIN_TOKEN.
+func serve(ctx context.Context, environ map[string]string, logOut io.Writer, ready func(net.Addr), rm *refMode) error {
 	s := &server{environ: environ, logOut: logOut, ready: ready, mode: modeOf(rm)}
 	defer s.close()
 	for _, phase := range []func(context.Context) error{s.configure, s.listen, s.connect, s.build, s.start} {
