@@ -387,7 +387,7 @@ func redisURL(s Settings) (string, error) {
 // serverTLS is the gRPC port's TLS (GRPC_SERVER_USE_TLS), with mutual TLS
 // when GRPC_CLIENT_TLS_CACERT is set. The certificate and the client CA are
 // read again when their files change (certfiles: looked at on handshakes,
-// at most every certCheckEvery), a Secret's `..data` swapped by the kubelet
+// at most every certfiles.DefaultEvery), a Secret's `..data` swapped by the kubelet
 // included.
 func serverTLS(s Settings, o certfiles.Options) (*tls.Config, error) {
 	if !s.GRPCServerUseTLS {
