@@ -192,7 +192,7 @@ func New(o Options) *Handler {
 	if w == nil {
 		w = s.core.NewWatcher(core.WatcherOptions{Step: signalStep, Timeout: s.timeout})
 	}
-	s.sig = newSignals(s, w)
+	s.sig = &signals{w: w, svc: s.core, timeout: s.timeout, embedded: s.embedded}
 	promreg.Register("api", reg, newSignalCollector(func() *core.Watcher { return s.sig.w }, s.core))
 	s.hub = newEventHub(s, o.MaxEventStreams)
 	s.sig.status, s.sig.round = s.hub.setStatus, s.hub.onRound
