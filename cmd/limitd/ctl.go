@@ -335,13 +335,6 @@ func (c *ctl) eachLimiter(ctx context.Context, f func(wire.Limiter)) error {
 	}
 }
 
-// names lists every limiter's name.
-func (c *ctl) names(ctx context.Context) ([]string, error) {
-	var names []string
-	err := c.eachLimiter(ctx, func(l wire.Limiter) { names = append(names, l.Name) })
-	return names, err
-}
-
 // templates prints every template with its live instances.
 func (c *ctl) templates(ctx context.Context) error {
 	var list struct {

@@ -303,14 +303,12 @@ func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 // expected is the set of limiters watch waits for: those named, or every
 // one the server has.
 func (c *ctl) expected(ctx context.Context, names []string) (map[string]bool, error) {
+	expect := map[string]bool{}
 	if len(names) == 0 {
-		all, err := c.names(ctx)
-		if err != nil {
+		if err := c.eachLimiter(ctx, func(l wire.Limiter) { expect[l.Name] = true }); err != nil {
 			return nil, err
 		}
-		names = all
 	}
-	expect := map[string]bool{}
 	for _, n := range names {
 		expect[n] = true
 	}
