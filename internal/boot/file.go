@@ -2,8 +2,6 @@ package boot
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -67,8 +65,7 @@ func Parse(path string, data []byte) (*File, error) {
 		return nil, err
 	}
 
-	sum := sha256.Sum256(data)
-	b := &File{Path: path, Sum: hex.EncodeToString(sum[:])}
+	b := &File{Path: path, Sum: sumOf(data)}
 	limiterNodes, templateNodes := entries(root, "limiters"), entries(root, "templates")
 	for _, name := range sortedKeys(doc.Limiters) {
 		c, n := doc.Limiters[name], limiterNodes[name]
