@@ -484,25 +484,16 @@ func clientTLS(certVar, certFile, keyFile, caVar, caFile string) (*tls.Config, e
 		c.Certificates = []tls.Certificate{cert}
 	}
 	if caFile != "" {
-		pool, err := certPool(caVar, caFile)
+		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, err
+			return nil, &envvar.Error{Name: caVar, Err: err}
 		}
-		c.RootCAs = pool
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, envvar.Errorf(caVar, "%s holds no PEM certificate", caFile)
+		}
 	}
 	return c, nil
-}
-
-func certPool(name, file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
-	if err != nil {
-		return nil, &envvar.Error{Name: name, Err: err}
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, envvar.Errorf(name, "%s holds no PEM certificate", file)
-	}
-	return pool, nil
 }
 
 // Rename words an error of a LIMITD_* variable that a reference variable
