@@ -337,9 +337,7 @@ func (c *ctl) eachLimiter(ctx context.Context, f func(wire.Limiter)) error {
 
 // templates prints every template with its live instances.
 func (c *ctl) templates(ctx context.Context) error {
-	var list struct {
-		Templates []ctlTemplate `json:"templates"`
-	}
+	var list wire.TemplateList
 	if err := c.call(ctx, http.MethodGet, "/v1/templates?instances=true", c.token, nil, &list); err != nil {
 		return err
 	}
@@ -347,18 +345,12 @@ func (c *ctl) templates(ctx context.Context) error {
 	return nil
 }
 
-// ctlTemplate is a template as GET /v1/templates?instances=true lists it.
-type ctlTemplate struct {
-	wire.Template
-	Instances *int64 `json:"instances"`
-}
-
 // formatTemplates lays templates out as a table, in the order given (the
 // order they match in). Where a template has a description (an Envoy
 // rule's descriptors, "mongo_cps.database_users"), a NAME column comes
 // first: the description, else the id.
-func formatTemplates(ts []ctlTemplate) string {
-	named := slices.ContainsFunc(ts, func(t ctlTemplate) bool { return t.Description != "" })
+func formatTemplates(ts []wire.TemplateListed) string {
+	named := slices.ContainsFunc(ts, func(t wire.TemplateListed) bool { return t.Description != "" })
 	rows := [][]string{{"ID", "PATTERN", "ORDER", "INSTANCES", "KIND", "CONFIG", "VERSION"}}
 	if named {
 		rows[0] = append([]string{"NAME"}, rows[0]...)
