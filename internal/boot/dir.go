@@ -18,14 +18,8 @@ import (
 // DirSource is a runtime directory as the reference rate limit server reads
 // it (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY): every
 // *.yaml (or *.yml) file in it is one domain's config in the reference's
-// format,
-//
-//	domain: messaging
-//	descriptors:
-//	  - key: to_number
-//	    rate_limit: {unit: day, requests_per_unit: 100}
-//
-// and all of them together are the rules, applied together or not at all.
+// format (envoyrules.Domain), and all of them together are the rules,
+// applied together or not at all.
 // Subdirectories are not read (a Kubernetes ConfigMap's volume keeps its
 // files' previous versions in one, "..2024_…"), symlinks to files are
 // followed, and files whose name starts with a dot are skipped when
