@@ -56,6 +56,9 @@ func (s *Service) viewState(ctx context.Context, info limitd.Info) (Limiter, err
 		}
 		return Limiter{Info: info, Holders: &h}, nil
 	}
+	if f, ok := s.fixedOf(info); ok {
+		return s.fixedView(ctx, info, f)
+	}
 	var ttl int64
 	if info.Template != "" {
 		t, err := s.store.InstanceTTL(ctx, info.Name)
@@ -238,6 +241,17 @@ func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, err
 // Wait returns the live state of a limiter (or template instance) without
 // changing it.
 func (s *Service) Wait(ctx context.Context, name string) (limitd.WaitInfo, error) {
+	if s.fixed.Load() != nil { // an instance of theirs reads its window
+		if info, err := s.info(ctx, name); err == nil {
+			if f, ok := s.fixedOf(info); ok {
+				l, err := s.fixedView(ctx, info, f)
+				if err != nil {
+					return limitd.WaitInfo{}, err
+				}
+				return *l.State, nil
+			}
+		}
+	}
 	w, err := s.store.Wait(ctx, name)
 	if err != nil {
 		return limitd.WaitInfo{}, err

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitd/limitd/limiter"
@@ -72,6 +73,9 @@ type Service struct {
 	redis     RedisSettings
 	// loss is what is known of Redis losing limitd's data (kept.go).
 	loss dataLoss
+	// fixed are the templates whose instances count in fixed windows
+	// (fixed.go; nil: none).
+	fixed atomic.Pointer[FixedTemplates]
 }
 
 // LedgerOverflow is the Ledger's Overflow: decisions counted only under

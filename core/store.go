@@ -27,6 +27,7 @@ type backend interface {
 	Release(ctx context.Context, g limitd.Grant, m int64) (bool, error)
 	Wait(ctx context.Context, name string) (limitd.WaitInfo, error)
 	WaitMany(ctx context.Context, names []string) ([]limitd.WaitInfo, []error)
+	FixedWait(ctx context.Context, name string, f store.Fixed) (limitd.WaitInfo, error)
 	Reset(ctx context.Context, name string) (version int64, err error)
 	Holders(ctx context.Context, name string) (limitd.Holders, error)
 	InstanceTTL(ctx context.Context, name string) (int64, error)
@@ -130,6 +131,11 @@ func (t timed) Wait(ctx context.Context, name string) (limitd.WaitInfo, error) {
 func (t timed) WaitMany(ctx context.Context, names []string) ([]limitd.WaitInfo, []error) {
 	defer t.since(OpWaitMany, time.Now())
 	return t.backend.WaitMany(ctx, names)
+}
+
+func (t timed) FixedWait(ctx context.Context, name string, f store.Fixed) (limitd.WaitInfo, error) {
+	defer t.since(OpWait, time.Now())
+	return t.backend.FixedWait(ctx, name, f)
 }
 
 func (t timed) Reset(ctx context.Context, name string) (int64, error) {

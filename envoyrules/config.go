@@ -120,6 +120,8 @@ type Rules struct {
 	rules     []*Rule // every rule, in the config's order
 	templates []limitd.Template
 	quotas    int // rules in quota mode
+	// fixed are the rate_limit rules' windows by template id (FixedWindow).
+	fixed map[string]core.FixedWindow
 }
 
 // node is one level of a descriptor tree. A request entry matches, in this
@@ -184,7 +186,7 @@ const maxDomainHint = 40
 // Compile checks domains and builds their rules. Errors name the field
 // ("domains[0].descriptors[1].rate_limit.unit") and the rule broken.
 func Compile(domains []Domain) (*Rules, error) {
-	r := &Rules{domains: map[string]*node{}}
+	r := &Rules{domains: map[string]*node{}, fixed: map[string]core.FixedWindow{}}
 	for i, d := range domains {
 		path := fmt.Sprintf("domains[%d]", i)
 		if d.Domain == "" {
@@ -336,6 +338,9 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 	rl.template = templateID(domain, rl.label, counterShape(rl.config))
 	r.templates = append(r.templates, limitd.Template{ID: rl.template, Pattern: rl.template + ":*", Order: templateOrder, Limiter: rl.config,
 		Description: rl.fullKey()})
+	if rl.fixed != nil {
+		r.fixed[rl.template] = *rl.fixed
+	}
 	r.rules = append(r.rules, rl)
 	return rl, nil
 }

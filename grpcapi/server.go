@@ -123,6 +123,7 @@ func New(o Options) *Server {
 		o.Rules, _ = envoyrules.Compile(nil)
 	}
 	s.rules.Store(o.Rules)
+	s.showFixed(o.Rules)
 	s.SetServing(true)
 	return s
 }
@@ -133,7 +134,19 @@ func New(o Options) *Server {
 func (s *Server) SetRules(r *envoyrules.Rules) {
 	if r != nil {
 		s.rules.Store(r)
+		s.showFixed(r)
 		s.svc.ClearOverLimit()
+	}
+}
+
+// showFixed tells the service which templates' instances count in fixed
+// windows, so that its views of them (the HTTP API's, limitd ctl's, the
+// dashboard's) read those counts: r's rate_limit templates under the
+// reference's counting; none under strict counting, which counts in the
+// instances' state.
+func (s *Server) showFixed(r *envoyrules.Rules) {
+	if r != nil && s.counting == core.CountEvery {
+		s.svc.SetFixedTemplates(r)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -175,6 +176,8 @@ func hbVs(b *testing.B, servers []hbServer, ratios []hbRatio) {
 				}
 				for r, ratio := range ratios {
 					b.ReportMetric(rounds.Median(figures[r]), ratio.name)
+					b.Logf("%s: median %.3f, range %.3f–%.3f over %d rounds", ratio.name, rounds.Median(figures[r]),
+						slices.Min(figures[r]), slices.Max(figures[r]), len(figures[r]))
 				}
 			})
 		}

@@ -1,0 +1,56 @@
+package core
+
+import (
+	"context"
+
+	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/limiter"
+)
+
+// FixedTemplates says which templates' instances count in fixed windows of
+// their own (Counter.Fixed, under CountEvery) rather than in their state:
+// the Envoy rules' rate_limit templates, as the front end that counts them
+// knows them (grpcapi, from envoyrules.Rules). A view of such an instance
+// (Get, Views, Wait) reads the count of its window now, as the next call
+// counting in it would see it, not its state, which those calls never touch.
+type FixedTemplates interface {
+	FixedWindow(template string) (FixedWindow, bool)
+}
+
+// SetFixedTemplates sets the templates whose instances count in fixed
+// windows (nil: none, every instance counts in its state); the views that
+// start after it read them.
+func (s *Service) SetFixedTemplates(f FixedTemplates) {
+	if f == nil {
+		s.fixed.Store(nil)
+		return
+	}
+	s.fixed.Store(&f)
+}
+
+// fixedOf is the fixed window info's counts are in, if info is an instance
+// of a template of SetFixedTemplates.
+func (s *Service) fixedOf(info limitd.Info) (FixedWindow, bool) {
+	f := s.fixed.Load()
+	if f == nil || info.Template == "" || !limiter.Counts(info.Config.Kind) {
+		return FixedWindow{}, false
+	}
+	return (*f).FixedWindow(info.Template)
+}
+
+// fixedView is the view of info, an instance counting in the fixed window f:
+// that window's count, its end and Redis' time, read without counting. Its
+// TTL is the time to the window's end once it has counted (the count's key
+// outlives it by up to a period and a second, never to be counted again).
+func (s *Service) fixedView(ctx context.Context, info limitd.Info, f FixedWindow) (Limiter, error) {
+	w, err := s.store.FixedWait(ctx, info.Name, f)
+	if err != nil {
+		return Limiter{}, err
+	}
+	w.Version = info.Version
+	var ttl int64
+	if w.Started {
+		ttl = w.Position - w.Now
+	}
+	return Limiter{Info: info, State: &w, TTL: ttl}, nil
+}
