@@ -51,7 +51,7 @@ func ClusterWithReplicas(t testing.TB) *ClusterInstance {
 	// first sync would find no replica fit to take over.
 	for _, n := range c.nodes {
 		if n.Role(context.Background()) == "slave" {
-			waitInfo(t, n, "replication", 20*time.Second, "master_link_status:up")
+			n.WaitSynced(20 * time.Second)
 		}
 	}
 	return c
@@ -68,7 +68,7 @@ func newCluster(t testing.TB, replicas int, nodeTimeout time.Duration) *ClusterI
 	c := &ClusterInstance{t: t}
 	args := func(dir string, port int) ([]string, error) { return clusterArgs(dir, port, nodeTimeout) }
 	for range clusterSize * (1 + replicas) {
-		c.nodes = append(c.nodes, launch(t, args))
+		c.nodes = append(c.nodes, launch(t, nil, args))
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), clusterCreateTimeout)
@@ -79,7 +79,7 @@ func newCluster(t testing.TB, replicas int, nodeTimeout time.Duration) *ClusterI
 		t.Fatalf("redistest: redis-cli %s: %v\n%s", strings.Join(create, " "), err, out)
 	}
 
-	c.waitHealthy(clusterReadyWithin)
+	c.WaitHealthy(clusterReadyWithin)
 	return c
 }
 
@@ -109,10 +109,10 @@ func clusterArgs(dir string, port int, nodeTimeout time.Duration) ([]string, err
 	}, nil
 }
 
-// waitHealthy returns once every node has learned about all peers and all
-// slots; before that a cluster client may load a partial slot map from
-// whichever node it asks first.
-func (c *ClusterInstance) waitHealthy(timeout time.Duration) {
+// WaitHealthy returns once every running node reports cluster_state:ok and
+// has learned about all peers and all slots; before that a cluster client
+// may load a partial slot map from whichever node it asks first.
+func (c *ClusterInstance) WaitHealthy(timeout time.Duration) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -178,12 +178,6 @@ func (c *ClusterInstance) Client() *redis.ClusterClient {
 // Instance.Client or to take one down with Instance.Stop.
 func (c *ClusterInstance) Nodes() []*Instance {
 	return append([]*Instance(nil), c.nodes...)
-}
-
-// WaitHealthy waits until every running node reports cluster_state:ok.
-func (c *ClusterInstance) WaitHealthy(within time.Duration) {
-	c.t.Helper()
-	c.waitHealthy(within)
 }
 
 // Slot returns the hash slot of key, as the cluster computes it.

@@ -92,19 +92,14 @@ type process struct {
 func Server(t testing.TB, args ...string) *Instance {
 	t.Helper()
 	Require(t, "redis-server")
-	return launch(t, func(string, int) ([]string, error) { return args, nil })
+	return launch(t, nil, func(string, int) ([]string, error) { return args, nil })
 }
 
 // launch starts redis-server with flags from extra, which receives the
 // instance directory and the candidate port because cluster flags embed them.
-func launch(t testing.TB, extra func(dir string, port int) ([]string, error)) *Instance {
-	t.Helper()
-	return launchWith(t, nil, extra)
-}
-
-// launchWith is launch with a hook that sets up the instance (a config file)
-// before its first start.
-func launchWith(t testing.TB, setup func(*Instance), extra func(dir string, port int) ([]string, error)) *Instance {
+// setup, if not nil, prepares the instance (a config file) before its first
+// start.
+func launch(t testing.TB, setup func(*Instance), extra func(dir string, port int) ([]string, error)) *Instance {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {

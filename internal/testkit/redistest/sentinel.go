@@ -36,7 +36,7 @@ func Replica(t testing.TB, master *Instance, args ...string) *Instance {
 	if err := master.Client().ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err(); err != nil {
 		t.Fatalf("redistest: %s: CONFIG SET repl-diskless-sync-delay: %v", master.Addr(), err)
 	}
-	r := launch(t, func(string, int) ([]string, error) {
+	r := launch(t, nil, func(string, int) ([]string, error) {
 		// Once promoted, it syncs its own replicas at once too.
 		return append([]string{"--replicaof", host, port, "--repl-diskless-sync-delay", "0"}, args...), nil
 	})
@@ -83,7 +83,7 @@ func Sentinel(t testing.TB, master *Instance, replicas int) *SentinelInstance {
 			t.Fatalf("redistest: %v", err)
 		}
 	}
-	inst := launchWith(t, setup, func(string, int) ([]string, error) {
+	inst := launch(t, setup, func(string, int) ([]string, error) {
 		return []string{"--sentinel"}, nil
 	})
 	s := &SentinelInstance{Instance: inst, name: SentinelMaster}
