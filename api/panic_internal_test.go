@@ -9,11 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/labstack/echo/v4"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/store"
 	"github.com/limitd/limitd/wire"
 )
@@ -21,9 +20,7 @@ import (
 // A panic in a handler becomes a logged problem+json 500, never a dropped
 // connection.
 func TestPanicRecovered(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer rdb.Close()
+	_, rdb := redistest.Mini(t)
 	var logs bytes.Buffer
 	h := New(Options{Service: core.New(store.New(rdb), core.Options{}), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		AccessLog: AccessLogErrors})

@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
@@ -28,10 +25,8 @@ func (r *recorder) Decided(e Event)                  { r.events = append(r.event
 
 func newService(t *testing.T) (*Service, *store.Store, *recorder) {
 	t.Helper()
-	m := miniredis.RunT(t)
+	m, rdb := redistest.Mini(t)
 	m.SetTime(t0)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
 	st := store.New(rdb)
 	rec := &recorder{}
 	return New(st, Options{Observer: rec}), st, rec

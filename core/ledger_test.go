@@ -310,10 +310,8 @@ func TestLedgerConcurrent(t *testing.T) {
 // CachedInstances counts a template's instances and reuses the count for a
 // few seconds of the service's clock, and counts again for a new pattern.
 func TestCachedInstances(t *testing.T) {
-	m := miniredis.RunT(t)
+	m, rdb := redistest.Mini(t)
 	m.SetTime(t0)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
 	clk := redistest.NewMiniClock(m, t0)
 	s := New(store.New(rdb), Options{Clock: clk})
 	ctx := context.Background()

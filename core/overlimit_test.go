@@ -5,9 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -19,10 +16,8 @@ import (
 // mode) and a sliding s1 (2 a minute).
 func overRig(t *testing.T, n int) (*Service, *redistest.MiniClock, *recorder) {
 	t.Helper()
-	m := miniredis.RunT(t)
+	m, rdb := redistest.Mini(t)
 	clk := redistest.NewMiniClock(m, t0)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
 	rec := &recorder{}
 	s := New(store.New(rdb), Options{Observer: rec, Clock: clk, OverLimitCache: n})
 	two := int64(2)

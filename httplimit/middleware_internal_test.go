@@ -8,12 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/client/redisclient"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -68,9 +66,7 @@ func TestSFString(t *testing.T) {
 // However many keys come by, the middleware and the client keep at most
 // WithMaxKeys handles.
 func TestMiddlewareHandlesAreBounded(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer rdb.Close()
+	_, rdb := redistest.Mini(t)
 	st := store.New(rdb)
 	if _, err := st.PutTemplate(t.Context(), limitd.Template{ID: "t", Pattern: "u:*",
 		Limiter: limiter.Config{Rate: 100, Burst: limiter.B(1)}}); err != nil {

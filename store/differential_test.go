@@ -107,9 +107,7 @@ type diffRig struct {
 }
 
 func diffNewMini(t testing.TB, label string, startUS int64) *diffRig {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
+	m, rdb := redistest.Mini(t)
 	g := &diffRig{t: t, ctx: context.Background(), mr: m, rdb: rdb, st: store.New(rdb),
 		name: "diff", key: store.DefaultPrefix + ":{diff}:x", label: label, ops: map[string]int{}}
 	g.setTime(startUS)
@@ -1652,9 +1650,7 @@ return out`
 		}
 	}
 	t.Run("miniredis", func(t *testing.T) {
-		m := miniredis.RunT(t)
-		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		defer rdb.Close()
+		_, rdb := redistest.Mini(t)
 		run(t, rdb)
 	})
 	t.Run("redis-server", func(t *testing.T) {

@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/client/clientmetrics"
 	"github.com/limitd/limitd/client/redisclient"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -21,9 +21,7 @@ import (
 // and its calls to Redis, and shows its fallback mode and the permits it
 // gave then.
 func TestCollector(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
+	m, rdb := redistest.Mini(t, func(o *redis.Options) { o.MaxRetries = -1 })
 	st := store.New(rdb)
 	if _, _, err := st.Put(context.Background(), "api", limiter.Config{Rate: 1e6, Burst: limiter.B(inf)}); err != nil {
 		t.Fatal(err)
