@@ -12,17 +12,15 @@ import (
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/client/clientmetrics"
 	"github.com/limitd/limitd/client/redisclient"
-	"github.com/limitd/limitd/internal/testkit/redistest"
+	"github.com/limitd/limitd/internal/testkit/storetest"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // The collector counts the permits a handle took from the shared schedule
 // and its calls to Redis, and shows its fallback mode and the permits it
 // gave then.
 func TestCollector(t *testing.T) {
-	m, rdb := redistest.Mini(t, func(o *redis.Options) { o.MaxRetries = -1 })
-	st := store.New(rdb)
+	m, rdb, st := storetest.Mini(t, func(o *redis.Options) { o.MaxRetries = -1 })
 	if _, _, err := st.Put(context.Background(), "api", limiter.Config{Rate: 1e6, Burst: limiter.B(inf)}); err != nil {
 		t.Fatal(err)
 	}
