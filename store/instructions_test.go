@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -50,7 +50,7 @@ func TestInstructionsPerDecision(t *testing.T) {
 		}
 	}
 	cg := startCallgrindRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: cg.addr, ReadTimeout: -1, WriteTimeout: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: cg.Addr(), ReadTimeout: -1, WriteTimeout: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()
 	cfg := limiter.Config{Rate: 1e6, Burst: limiter.B(math.Inf(1))}
@@ -262,37 +262,14 @@ func TestInstructionsPerDecision(t *testing.T) {
 // callgrindRedis is a redis-server under callgrind, instrumenting nothing
 // until count asks.
 type callgrindRedis struct {
-	addr, dir string
-	pid       int
+	*redistest.Instance
+	dir string // where callgrind dumps
 }
 
 func startCallgrindRedis(t *testing.T) *callgrindRedis {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
 	dir := t.TempDir()
-	cmd := exec.Command("valgrind", "--tool=callgrind", "--instr-atstart=no",
-		"--callgrind-out-file="+filepath.Join(dir, "callgrind.out"),
-		"redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	cmd.Dir = dir
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	cg := &callgrindRedis{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, pid: cmd.Process.Pid}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if c, err := net.DialTimeout("tcp", cg.addr, time.Second); err == nil {
-			_ = c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("redis-server under valgrind did not listen within 60 s")
-		}
-	}
-	return cg
+	return &callgrindRedis{redistest.ServerUnder(t, []string{"valgrind", "--tool=callgrind", "--instr-atstart=no",
+		"--callgrind-out-file=" + filepath.Join(dir, "callgrind.out")}), dir}
 }
 
 // count runs call n times, or until it has made most decisions, and
@@ -316,7 +293,7 @@ func (cg *callgrindRedis) count(t *testing.T, n, most int, call func(int) int) f
 // ctl sends callgrind a command (callgrind_control's arguments).
 func (cg *callgrindRedis) ctl(t *testing.T, args ...string) {
 	t.Helper()
-	if b, err := exec.Command("callgrind_control", append(args, strconv.Itoa(cg.pid))...).CombinedOutput(); err != nil {
+	if b, err := exec.Command("callgrind_control", append(args, strconv.Itoa(cg.Pid()))...).CombinedOutput(); err != nil {
 		t.Fatalf("callgrind_control %v: %v\n%s", args, err, b)
 	}
 }
