@@ -8,21 +8,10 @@
 // Lua scripts.
 //
 // New takes any redis.UniversalClient. Build it with store.NewClient, which
-// reads every topology from one URL (the forms of LIMITD_REDIS_URL, parsed by
-// go-redis' own ParseURL, ParseFailoverURL and ParseClusterURL), sets short
+// reads every topology (a single node, the master Sentinels name, a Redis
+// Cluster) from one URL, the forms of LIMITD_REDIS_URL it lists, sets short
 // timeouts so that an outage is noticed in well under a second, and follows
-// failovers within a second of a promotion:
-//
-//	redis://[user:pw@]host:port[/db]                  a single node (rediss:// for TLS)
-//	redis://[suser:spw@]sentinel:26379?master_name=NAME&addr=sentinel2:26379&username=U&password=PW
-//	                                                  the master the Sentinels name; user info
-//	                                                  authenticates to the Sentinels, username=
-//	                                                  and password= to the master
-//	redis://[user:pw@]node:7000?addr=node2:7001&addr=node3:7002
-//	                                                  a Redis Cluster, with ACL user and TLS
-//	host:port,host:port                               a Redis Cluster, no credentials
-//
-// For example:
+// failovers within a second of a promotion. For example:
 //
 //	rdb, err := store.NewClient(os.Getenv("LIMITD_REDIS_URL"))
 //	if err != nil {
