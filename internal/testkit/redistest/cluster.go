@@ -114,9 +114,6 @@ func clusterArgs(dir string, port int, nodeTimeout time.Duration) ([]string, err
 // may load a partial slot map from whichever node it asks first.
 func (c *ClusterInstance) WaitHealthy(timeout time.Duration) {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-
 	clients := make([]*redis.Client, len(c.nodes))
 	for i, n := range c.nodes {
 		clients[i] = redis.NewClient(&redis.Options{Addr: n.Addr()})
@@ -126,10 +123,8 @@ func (c *ClusterInstance) WaitHealthy(timeout time.Duration) {
 		}
 	}
 	wantKnown := "cluster_known_nodes:" + strconv.Itoa(len(c.nodes))
-
 	var last string
-	for {
-		healthy := true
+	poll(c.t, timeout, 50*time.Millisecond, func(ctx context.Context) bool {
 		for i, cl := range clients {
 			if cl == nil {
 				continue
@@ -137,24 +132,17 @@ func (c *ClusterInstance) WaitHealthy(timeout time.Duration) {
 			info, err := cl.ClusterInfo(ctx).Result()
 			if err != nil {
 				last = fmt.Sprintf("%s: CLUSTER INFO: %v", c.nodes[i].Addr(), err)
-				healthy = false
-				break
+				return false
 			}
 			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, wantKnown) {
 				last = fmt.Sprintf("%s:\n%s", c.nodes[i].Addr(), info)
-				healthy = false
-				break
+				return false
 			}
 		}
-		if healthy {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			c.t.Fatalf("redistest: cluster not ok within %v; last CLUSTER INFO from %s", timeout, last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		return true
+	}, func() string {
+		return fmt.Sprintf("cluster not ok within %v; last CLUSTER INFO from %s", timeout, last)
+	})
 }
 
 // Addrs returns the "127.0.0.1:port" address of every node.
@@ -244,18 +232,11 @@ func (c *ClusterInstance) MasterOf(ctx context.Context, key string) *Instance {
 // WaitNewMaster waits until a node other than old owns key's slot as master
 // (every running node agreeing), and returns it and when that was first seen
 // (polling every 20 ms).
-func (c *ClusterInstance) WaitNewMaster(key string, old *Instance, within time.Duration) (*Instance, time.Time) {
+func (c *ClusterInstance) WaitNewMaster(key string, old *Instance, within time.Duration) (m *Instance, at time.Time) {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	for {
-		if m := c.MasterOf(ctx, key); m != nil && m != old {
-			return m, time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			c.t.Fatalf("redistest: no new master for %q within %v", key, within)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	poll(c.t, within, 20*time.Millisecond, func(ctx context.Context) bool {
+		m, at = c.MasterOf(ctx, key), time.Now()
+		return m != nil && m != old
+	}, func() string { return fmt.Sprintf("no new master for %q within %v", key, within) })
+	return m, at
 }
