@@ -117,19 +117,12 @@ func (h *Handler) Close() { h.s.hub.close() }
 // Run runs the process's one sampler (core.Watcher; Options.Watcher, or
 // the handler's own) until ctx ends: once a second it reads every named
 // limiter (the first 1,000 in name order) and the names event streams ask
-// for, whether or not anyone watches, and derives each one's signals once
-// (what it granted and refused per second over Redis time, its
-// utilization, the wait of a new caller, its kind's reading, its health)
-// for the event streams' state events, GET /v1/history (the last 15
-// minutes, kept in memory), the state gauges of /metrics, and the status
-// event streams send (Redis ok or unavailable, a data loss, ready). Each
-// second costs Redis one read of each sampled limiter's live state and
-// decision totals, in pipelines of 500 (a lease limiter's holders one
-// round trip each), their configs read again only after a change, and the
-// list itself every 30 s, however many streams, pages and scrapes read
-// them. The owner of the handler runs it in one goroutine and ends ctx as
-// it shuts down; without it, event streams get no state and the history
-// is empty.
+// for, and derives each one's signals once, for the event streams, GET
+// /v1/history (the last 15 minutes), the state gauges of /metrics and the
+// streams' status events. Each second costs Redis one pipelined read of
+// each sampled limiter, however many streams, pages and scrapes read them.
+// The owner runs it in one goroutine and ends ctx as it shuts down; without
+// it, event streams get no state and the history is empty.
 func (h *Handler) Run(ctx context.Context) { h.s.sig.run(ctx) }
 
 // AccessLog says which requests the API logs, one "http request" line each
@@ -172,43 +165,34 @@ func New(o Options) *Handler {
 		panic("api: Options.Service is nil")
 	}
 	s := &server{
-		log:       o.Logger,
-		bodyLimit: o.BodyLimit,
-		timeout:   o.RequestTimeout,
-		auth:      newAuth(o.AdminToken, o.Token),
-		changer:   changerOf(o),
-		accessLog: o.AccessLog,
-		ids:       newRequestIDs(),
-		routes:    map[string]*route{},
-		unmatched: &route{label: "unmatched"},
-		tracing:   newTracing(o.TracerProvider, o.Propagator),
+		core:        o.Service,
+		log:         o.Logger,
+		bodyLimit:   positiveOr(o.BodyLimit, defaultBodyLimit),
+		timeout:     positiveOr(o.RequestTimeout, defaultRequestTimeout),
+		bodyTimeout: positiveOr(o.BodyTimeout, defaultBodyTimeout),
+		auth:        newAuth(o.AdminToken, o.Token),
+		changer:     changerOf(o),
+		accessLog:   o.AccessLog,
+		ids:         newRequestIDs(),
+		routes:      map[string]*route{},
+		unmatched:   &route{label: "unmatched"},
+		embedded:    o.EmbeddedRedis,
+		tracing:     newTracing(o.TracerProvider, o.Propagator),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
-	}
-	if s.bodyLimit <= 0 {
-		s.bodyLimit = defaultBodyLimit
-	}
-	if s.timeout <= 0 {
-		s.timeout = defaultRequestTimeout
-	}
-	s.bodyTimeout = o.BodyTimeout
-	if s.bodyTimeout <= 0 {
-		s.bodyTimeout = defaultBodyTimeout
 	}
 	reg := o.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
 	s.m = newMetrics(reg, o.Version)
-	s.core = o.Service
-	s.embedded = o.EmbeddedRedis
 	promreg.Register("api", reg, newTemplateCollector(s.core))
 	w := o.Watcher
 	if w == nil {
 		w = s.core.NewWatcher(core.WatcherOptions{Step: signalStep, Timeout: s.timeout})
 	}
-	s.sig = newSignals(s, w)
+	s.sig = &signals{w: w, svc: s.core, timeout: s.timeout, embedded: s.embedded}
 	promreg.Register("api", reg, newSignalCollector(func() *core.Watcher { return s.sig.w }, s.core))
 	s.hub = newEventHub(s, o.MaxEventStreams)
 	s.sig.status, s.sig.round = s.hub.setStatus, s.hub.onRound
@@ -269,6 +253,14 @@ func New(o Options) *Handler {
 		s.routes[r.Path] = &route{label: openapiPath(r.Path), probe: r.Path == "/healthz" || r.Path == "/readyz"}
 	}
 	return &Handler{e: e, s: s}
+}
+
+// positiveOr is v, or def when v is not above 0.
+func positiveOr[T int64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // openapiPath writes an echo route the way openapi.yaml does:

@@ -100,7 +100,7 @@ func required(field, why string) error {
 }
 
 // decodeStrict decodes one JSON value from b into v: unknown fields are
-// errors (checkKeys names them), as is anything after the value. prefix is the path of v inside the
+// errors (walkKeys names them), as is anything after the value. prefix is the path of v inside the
 // request ("limiter" for a template's config), for the problem's field.
 func decodeStrict(b []byte, v any, prefix string) error {
 	if len(b) == 0 {
@@ -108,7 +108,9 @@ func decodeStrict(b []byte, v any, prefix string) error {
 	}
 	// encoding/json matches keys case-insensitively and lets the last of
 	// duplicate keys win: both would accept what the client did not mean.
-	if p := checkKeys(b, reflect.TypeOf(v), prefix); p != nil {
+	kd := json.NewDecoder(bytes.NewReader(b))
+	kd.UseNumber()
+	if p, _ := walkKeys(kd, reflect.TypeOf(v), prefix); p != nil {
 		return p
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -146,20 +148,11 @@ func jsonProblem(err error, prefix string) *problem {
 	return invalid("", "malformed JSON: "+err.Error())
 }
 
-// checkKeys walks the JSON value in b beside the Go type t it is decoded
-// into, and refuses a key that appears twice in one object, or that names no
-// field of a struct (an unknown field, or one in other letter case than the
-// field's own), naming it by its path. Malformed
-// JSON is left to the decoder, which says where it breaks.
-func checkKeys(b []byte, t reflect.Type, prefix string) *problem {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	p, _ := walkKeys(dec, t, prefix)
-	return p
-}
-
-// walkKeys checks the next value of dec; err is a syntax error, which ends
-// the walk without a problem.
+// walkKeys walks the next JSON value of dec beside the Go type t it is
+// decoded into, and refuses a key that appears twice in one object, or that
+// names no field of a struct (an unknown field, or one in other letter case
+// than the field's own), naming it by its path. err is a syntax error, which
+// ends the walk without a problem: the decoder says where it breaks.
 func walkKeys(dec *json.Decoder, t reflect.Type, path string) (*problem, error) {
 	tok, err := dec.Token()
 	if err != nil {
@@ -246,12 +239,11 @@ var fieldCache sync.Map // reflect.Type → map[string]reflect.Type
 // names them (the tag's name, else the Go name; embedded structs' fields
 // promoted).
 func jsonFields(t reflect.Type) map[string]reflect.Type {
-	if m, ok := fieldCache.Load(t); ok {
-		return m.(map[string]reflect.Type)
+	m, ok := fieldCache.Load(t)
+	if !ok {
+		m, _ = fieldCache.LoadOrStore(t, structFields(t))
 	}
-	m := structFields(t)
-	fieldCache.Store(t, m)
-	return m
+	return m.(map[string]reflect.Type)
 }
 
 func structFields(t reflect.Type) map[string]reflect.Type {

@@ -30,25 +30,11 @@ const (
 	keepAlive = 15 * time.Second
 )
 
-// events streams Server-Sent Events. Its headers go out at once, then a
-// "status" event (wire.StreamStatus: Redis ok or unavailable, a data loss,
-// ready, the named limiters), and another each time the status changes.
-// Every interval a "state" event per watched limiter (what GET
-// /v1/limiters/{name} answers: config, version, live state or holders),
-// as the process's one sampler (Handler.Run) read it, with its signals, and a "config" event for each
-// config change as it is published ({"limiter","version"}, version 0:
-// deleted; {"templates":true}). ?limiters=a,b watches those (a template
-// instance or a limiter past the sampler's cap is sampled from then on);
-// without it, every limiter (the first maxEventLimiters in name order), the
-// list read again after a change. ?interval= sets how often (100ms–1m,
-// default 1s; a whole number of the sampler's rounds, one a second,
-// rounded up). A limiter that
-// disappears is sent as a "config" event with version 0 and no longer
-// sampled.
-//
-// The stream reads the handler's eventHub: every stream shares its one
-// subscription and the sampler's rounds, so a stream costs Redis nothing of
-// its own. Past Options.MaxEventStreams open streams it is a 503.
+// events streams Server-Sent Events, as openapi.yaml's /v1/events says: a
+// "status" event at once and on every change, a "state" event per watched
+// limiter every interval, a "config" event per change. It reads the
+// handler's eventHub, whose one subscription and sampler every stream
+// shares; past Options.MaxEventStreams open streams it is a 503.
 func (s *server) events(c echo.Context) error {
 	q := c.QueryParams()
 	interval := defaultEventInterval

@@ -161,7 +161,7 @@ func (h *eventHub) join(st *stream) (status bool, err error) {
 	defer h.mu.Unlock()
 	switch {
 	case h.closed:
-		return false, shuttingDown()
+		return false, newProblem(http.StatusServiceUnavailable, wire.ProblemShuttingDown, "this limitd is shutting down; connect again")
 	case len(h.streams) >= h.max:
 		p := newProblem(http.StatusServiceUnavailable, wire.ProblemTooManyStreams,
 			fmt.Sprintf("this limitd has %d event streams open, its limit (LIMITD_EVENTS_MAX_STREAMS); retry later, or close another stream", h.max))
@@ -284,10 +284,6 @@ func (st *stream) writing(stop func()) bool {
 	defer st.wmu.Unlock()
 	st.writer = stop
 	return !st.kicked
-}
-
-func shuttingDown() *problem {
-	return newProblem(http.StatusServiceUnavailable, wire.ProblemShuttingDown, "this limitd is shutting down; connect again")
 }
 
 // loop is the hub's subscription to config changes, which it tells the

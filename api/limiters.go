@@ -2,9 +2,7 @@ package api
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"strconv"
 
 	"github.com/labstack/echo/v4"
 
@@ -118,13 +116,9 @@ func (s *server) deleteLimiter(c echo.Context) error {
 
 // listLimiters answers one page of limiters in name order.
 func (s *server) listLimiters(c echo.Context) error {
-	limit := core.DefaultListLimit
-	if v := c.QueryParam("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > core.MaxListLimit {
-			return invalid("limit", fmt.Sprintf("limit: must be an integer ≥ 1 and ≤ %d (got %s)", core.MaxListLimit, quote(v)))
-		}
-		limit = n
+	limit, err := intParam(c, "limit", core.DefaultListLimit, core.MaxListLimit)
+	if err != nil {
+		return err
 	}
 	page, err := s.core.List(c.Request().Context(), c.QueryParam("cursor"), limit)
 	if err != nil {

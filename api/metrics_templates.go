@@ -19,14 +19,14 @@ const (
 	// matching order; topScraped the instances per template and ranking.
 	maxTemplatesScraped = 100
 	topScraped          = 5
+	// templatesScrapeTimeout bounds the Redis work of one read.
+	templatesScrapeTimeout = 5 * time.Second
 )
 
 // templateCollector answers, at a scrape, the ledger's overflow (see
-// core.Ledger), and each template's live instances and
-// its busiest instances over the last 5 minutes by refused and by granted
-// permits (the top 5 of each): at most 100 templates × 10 instance series,
-// read again from Redis at most every 10 s. An instance that leaves the top
-// has no series at the next read.
+// core.Ledger), and each template's live instances and busiest instances:
+// at most 100 templates × 10 instance series, read again from Redis at most
+// every 10 s. An instance that leaves the top has no series at the next read.
 type templateCollector struct {
 	core                     *core.Service
 	instances, top, overflow *prometheus.Desc
@@ -69,10 +69,6 @@ func (c *templateCollector) Collect(ch chan<- prometheus.Metric) {
 
 // read reads what Collect answers; with Redis down, nothing (errors and
 // /readyz say so).
-// templatesScrapeTimeout bounds the Redis work of one read of the
-// templates.
-const templatesScrapeTimeout = 5 * time.Second
-
 func (c *templateCollector) read() []prometheus.Metric {
 	ctx, cancel := context.WithTimeout(context.Background(), templatesScrapeTimeout)
 	defer cancel()

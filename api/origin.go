@@ -14,28 +14,13 @@ import (
 
 // untokened is the middleware of every route that needs no token (all of
 // /v1 when LIMITD_ADMIN_TOKEN and LIMITD_TOKEN are empty, the loopback
-// default; acquires and reads with only the admin token set; /metrics
-// without LIMITD_METRICS_TOKEN). A token keeps browsers out on its own: a
-// page cannot make a browser send a bearer token it does not have. Without
-// one, any web page the user opens could send requests to limitd through
-// the user's browser, so a request that needs no token
-//
-//   - that arrived on a loopback address must name the server by a loopback
-//     address or localhost in its Host header, else 421: a page on another
-//     site that points its own name at 127.0.0.1 (DNS rebinding) is
-//     same-origin to itself, and only Host tells it apart;
-//   - that changes something (POST, PUT, PATCH, DELETE) must not come from a
-//     page of another origin, else 403: the browser says so in
-//     Sec-Fetch-Site (cross-site, or same-site from another origin), or, in
-//     browsers that do not send it, in an Origin other than the server's
-//     (net/http's CrossOriginProtection); clients that are not browsers
-//     send neither;
-//   - that changes something and has a body must declare it JSON
-//     (application/json or application/*+json), else 415: the bodies a
-//     page may send without asking the server first (text/plain, forms)
-//     are never JSON. A request without a body needs no Content-Type.
-//
-// Reads other than a loopback Host check are not refused: a page on another
+// default). A token keeps browsers out on its own; without one, any page the
+// user opens could send requests through the user's browser, so such a
+// request is refused (docs/http.md, "Browsers") when it reached a loopback
+// address under a Host that is not a loopback name (421: DNS rebinding), or
+// when it is a write a page of another origin sent (403) or whose body is not
+// declared JSON (415: the bodies a page may send without asking the server
+// first are never JSON). Reads are not refused otherwise: a page on another
 // origin cannot read the answers (limitd sends no CORS headers).
 func untokened(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {

@@ -30,6 +30,9 @@ type problem struct {
 
 func (p *problem) Error() string { return p.Detail }
 
+// internalDetail is what a 500 says: the cause is logged, never shown.
+const internalDetail = "limitd failed to answer this request; the failure is logged with its request id"
+
 // statusClientClosed is logged and counted when the client went away before
 // the answer (nginx's 499); nobody receives it.
 const statusClientClosed = 499
@@ -71,7 +74,7 @@ func (s *server) problemOf(err error, c echo.Context) *problem {
 	case errors.As(err, &p):
 		return p
 	case errors.As(err, &pe):
-		p = newProblem(http.StatusInternalServerError, wire.ProblemInternal, "limitd failed to answer this request; the failure is logged with its request id")
+		p = newProblem(http.StatusInternalServerError, wire.ProblemInternal, internalDetail)
 	case errors.As(err, &mbe):
 		p = tooLarge(mbe.Limit)
 	case c != nil && errors.As(err, &he):
@@ -99,7 +102,7 @@ func (s *server) problemOf(err error, c echo.Context) *problem {
 		}
 		p = unavailableProblem(s.core, err)
 	default:
-		p = newProblem(http.StatusInternalServerError, wire.ProblemInternal, "limitd failed to answer this request; the failure is logged with its request id")
+		p = newProblem(http.StatusInternalServerError, wire.ProblemInternal, internalDetail)
 	}
 	p.cause = err
 	return p
@@ -188,7 +191,7 @@ func (s *server) echoProblem(he *echo.HTTPError, c echo.Context) *problem {
 		p.Title = http.StatusText(he.Code)
 		return p
 	}
-	return newProblem(http.StatusInternalServerError, wire.ProblemInternal, "limitd failed to answer this request; the failure is logged with its request id")
+	return newProblem(http.StatusInternalServerError, wire.ProblemInternal, internalDetail)
 }
 
 func tooLarge(limit int64) *problem {

@@ -59,9 +59,3 @@ func redisUp(embedded bool) string {
 	}
 	return wire.RedisOK
 }
-
-// redisDown is the status's "redis" and its detail after err, a failure of
-// Redis: the cause where core knows it, "unavailable" otherwise.
-func redisDown(svc *core.Service, err error) (string, string) {
-	return redisCauses[core.RedisCauseOf(err)].redis, unavailableDetail(svc, err)
-}

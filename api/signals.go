@@ -35,10 +35,6 @@ type signals struct {
 	rounds uint64 // rounds handed on
 }
 
-func newSignals(s *server, w *core.Watcher) *signals {
-	return &signals{w: w, svc: s.core, timeout: s.timeout, embedded: s.embedded}
-}
-
 // history is each of names' samples, oldest first (empty for a limiter not
 // sampled).
 func (g *signals) history(names []string) map[string][]wire.Signals {
@@ -111,7 +107,8 @@ func (g *signals) ready(ctx context.Context) error {
 func (g *signals) statusAfter(err error) wire.StreamStatus {
 	st := wire.StreamStatus{Redis: redisUp(g.embedded)}
 	if err != nil && !errors.Is(err, core.ErrDataLost) {
-		st.Redis, st.RedisDetail = redisDown(g.svc, err)
+		// The cause where core knows it, "unavailable" otherwise.
+		st.Redis, st.RedisDetail = redisCauses[core.RedisCauseOf(err)].redis, unavailableDetail(g.svc, err)
 	}
 	at, pending, _ := g.svc.DataLoss()
 	st.DataLost, st.Ready = at, err == nil && !pending

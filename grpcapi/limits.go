@@ -26,14 +26,11 @@ import (
 // front, which keeps a few long-lived HTTP/2 connections per worker and
 // multiplexes its calls on them.
 //
-// A call held open costs the server a goroutine and the call's state (about
-// 12 KiB), its metadata (kept in a map sized by its fields: up to about
-// 12 KiB more when it fills 4 KiB of MaxHeaderListSize with many fields) and
-// the part of its request that has arrived (at most the 64 KiB stream
-// window plus MaxRecvMsgSize, to which gRPC widens the window for a message
-// it reads, and never more than the client sent); a connection costs about
-// 50 KiB more. So what a flood of calls can hold is bounded by
-// MaxConcurrentStreams × MaxConnections × that (README, Reliability, has
+// A call held open costs the server a goroutine and its state, metadata and
+// request bytes received (about 12 KiB, 24 KiB with 4 KiB of many-field
+// metadata, plus at most the 64 KiB stream window and MaxRecvMsgSize); a
+// connection about 50 KiB more. So what a flood of calls can hold is bounded
+// by MaxConcurrentStreams × MaxConnections × that (README, Reliability, has
 // the figures measured, and TestStreamFlood checks them).
 type Limits struct {
 	// MaxConcurrentStreams is how many calls one connection may have open

@@ -123,7 +123,7 @@ func New(o Options) *Server {
 		o.Rules, _ = envoyrules.Compile(nil)
 	}
 	s.rules.Store(o.Rules)
-	s.setHealth(healthpb.HealthCheckResponse_SERVING)
+	s.SetServing(true)
 	return s
 }
 
@@ -160,11 +160,7 @@ func (s *Server) Watch(ctx context.Context, interval time.Duration) {
 		if ctx.Err() != nil {
 			return
 		}
-		st := healthpb.HealthCheckResponse_SERVING
-		if err != nil {
-			st = healthpb.HealthCheckResponse_NOT_SERVING
-		}
-		s.setHealth(st)
+		s.SetServing(err == nil)
 		select {
 		case <-ctx.Done():
 			return
@@ -180,11 +176,6 @@ func (s *Server) SetServing(ok bool) {
 	if ok {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
-	s.setHealth(st)
-}
-
-// setHealth sets the rate limit service's health under each of its names.
-func (s *Server) setHealth(st healthpb.HealthCheckResponse_ServingStatus) {
 	for _, n := range HealthNames {
 		s.health.SetServingStatus(n, st)
 	}

@@ -85,18 +85,11 @@ const (
 	maxBenchWorkers      = 10_000
 )
 
-// benchOptions are the parsed command line.
+// benchOptions are the parsed command line: the run's bench.Config, and
+// the Redis it dials.
 type benchOptions struct {
-	redisURL, httpURL string
-	name              string
-	create            *limiter.Config
-	createBody        []byte // the PUT body for --http
-	workers           int
-	duration          time.Duration // 0: until permits
-	permits           int64         // 0: until duration
-	mode              string
-	logPath           string
-	json              bool
+	bench.Config
+	redisURL string
 }
 
 // errHelp asks runBench to print the usage and succeed.
@@ -108,15 +101,15 @@ func parseBench(args []string) (*benchOptions, error) {
 	o := &benchOptions{}
 	var create string
 	fs.StringVar(&o.redisURL, "redis", "", "")
-	fs.StringVar(&o.httpURL, "http", "", "")
-	fs.StringVar(&o.name, "limiter", "", "")
+	fs.StringVar(&o.HTTPURL, "http", "", "")
+	fs.StringVar(&o.Limiter, "limiter", "", "")
 	fs.StringVar(&create, "create", "", "")
-	fs.IntVar(&o.workers, "workers", defaultBenchWorkers, "")
-	fs.DurationVar(&o.duration, "duration", defaultBenchDuration, "")
-	fs.Int64Var(&o.permits, "permits", 0, "")
-	fs.StringVar(&o.mode, "mode", "", "")
-	fs.StringVar(&o.logPath, "log", "", "")
-	fs.BoolVar(&o.json, "json", false, "")
+	fs.IntVar(&o.Workers, "workers", defaultBenchWorkers, "")
+	fs.DurationVar(&o.Duration, "duration", defaultBenchDuration, "")
+	fs.Int64Var(&o.Permits, "permits", 0, "")
+	fs.StringVar(&o.Mode, "mode", "", "")
+	fs.StringVar(&o.LogPath, "log", "", "")
+	fs.BoolVar(&o.JSON, "json", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, errHelp
@@ -130,42 +123,42 @@ func parseBench(args []string) (*benchOptions, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
 	switch {
-	case o.redisURL == "" && o.httpURL == "":
+	case o.redisURL == "" && o.HTTPURL == "":
 		return nil, usageErrorf("--redis URL or --http URL is required")
-	case o.redisURL != "" && o.httpURL != "":
+	case o.redisURL != "" && o.HTTPURL != "":
 		return nil, usageErrorf("--redis and --http exclude each other: give one")
 	}
-	if o.httpURL != "" {
-		u, err := url.Parse(o.httpURL)
+	if o.HTTPURL != "" {
+		u, err := url.Parse(o.HTTPURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, usageErrorf("--http %q: want http://host:port or https://host:port", o.httpURL)
+			return nil, usageErrorf("--http %q: want http://host:port or https://host:port", o.HTTPURL)
 		}
-		o.httpURL = strings.TrimRight(o.httpURL, "/")
+		o.HTTPURL = strings.TrimRight(o.HTTPURL, "/")
 	}
-	if o.name == "" {
+	if o.Limiter == "" {
 		return nil, usageErrorf("--limiter NAME is required")
 	}
-	if err := limitd.CheckName(o.name); err != nil {
+	if err := limitd.CheckName(o.Limiter); err != nil {
 		return nil, usageErrorf("--limiter: %v", err)
 	}
-	if o.workers < 1 || o.workers > maxBenchWorkers {
-		return nil, usageErrorf("--workers must be from 1 to %d (got %d)", maxBenchWorkers, o.workers)
+	if o.Workers < 1 || o.Workers > maxBenchWorkers {
+		return nil, usageErrorf("--workers must be from 1 to %d (got %d)", maxBenchWorkers, o.Workers)
 	}
 	if set["duration"] && set["permits"] {
 		return nil, usageErrorf("--duration and --permits exclude each other: run for a time or for a number of permits")
 	}
 	if set["permits"] {
-		if o.permits < 1 {
-			return nil, usageErrorf("--permits must be ≥ 1 (got %d)", o.permits)
+		if o.Permits < 1 {
+			return nil, usageErrorf("--permits must be ≥ 1 (got %d)", o.Permits)
 		}
-		o.duration = 0
-	} else if o.duration <= 0 {
-		return nil, usageErrorf("--duration must be > 0 (got %v)", o.duration)
+		o.Duration = 0
+	} else if o.Duration <= 0 {
+		return nil, usageErrorf("--duration must be > 0 (got %v)", o.Duration)
 	}
 	if err := o.checkMode(); err != nil {
 		return nil, err
 	}
-	if set["log"] && o.logPath == "" {
+	if set["log"] && o.LogPath == "" {
 		return nil, usageErrorf("--log needs a file name")
 	}
 	if set["create"] {
@@ -173,7 +166,7 @@ func parseBench(args []string) (*benchOptions, error) {
 		if err != nil {
 			return nil, usageErrorf("--create: %v", err)
 		}
-		o.create, o.createBody = &c, body
+		o.Create, o.CreateBody = &c, body
 	}
 	return o, nil
 }
@@ -181,22 +174,22 @@ func parseBench(args []string) (*benchOptions, error) {
 // checkMode sets the default --mode, pool over --redis and http over
 // --http, and checks that the one given fits the target.
 func (o *benchOptions) checkMode() error {
-	switch o.mode {
+	switch o.Mode {
 	case "":
-		o.mode = bench.ModePool
-		if o.httpURL != "" {
-			o.mode = bench.ModeHTTP
+		o.Mode = bench.ModePool
+		if o.HTTPURL != "" {
+			o.Mode = bench.ModeHTTP
 		}
 	case bench.ModePool, bench.ModeDirect:
 		if o.redisURL == "" {
-			return usageErrorf("--mode %s needs --redis: over --http only --mode http is available", o.mode)
+			return usageErrorf("--mode %s needs --redis: over --http only --mode http is available", o.Mode)
 		}
 	case bench.ModeHTTP:
-		if o.httpURL == "" {
+		if o.HTTPURL == "" {
 			return usageErrorf("--mode http needs --http URL")
 		}
 	default:
-		return usageErrorf("--mode must be pool, direct or http (got %q)", o.mode)
+		return usageErrorf("--mode must be pool, direct or http (got %q)", o.Mode)
 	}
 	return nil
 }
@@ -241,8 +234,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// go-redis logs failed dials on its own; the bench counts them as errors
 	// and shows the last one, so its lines would only be noise.
 	redis.SetLogger(silentRedisLog{})
-	cfg := bench.Config{HTTPURL: o.httpURL, Limiter: o.name, Create: o.create, CreateBody: o.createBody,
-		Workers: o.workers, Duration: o.duration, Permits: o.permits, Mode: o.mode, LogPath: o.logPath, JSON: o.json}
+	cfg := o.Config
 	if o.redisURL != "" {
 		rdb, err := store.NewClient(o.redisURL)
 		if err != nil {

@@ -100,20 +100,12 @@ func loadConfig(environ map[string]string) (config, error) {
 }
 
 func (c *config) check() error {
-	host, port, err := net.SplitHostPort(c.Addr)
-	if err != nil {
-		return envvar.Errorf("LIMITD_ADDR", "must be host:port, like 127.0.0.1:8080 or 0.0.0.0:8080 (got %q)", c.Addr)
-	}
-	if p, err := strconv.ParseUint(port, 10, 16); err != nil || (p == 0 && port != "0") {
-		return envvar.Errorf("LIMITD_ADDR", "the port must be a number from 0 to 65535 (got %q)", c.Addr)
+	if err := checkAddr("LIMITD_ADDR", c.Addr, "127.0.0.1:8080 or 0.0.0.0:8080"); err != nil {
+		return err
 	}
 	if c.GRPCAddr != "" {
-		_, port, err := net.SplitHostPort(c.GRPCAddr)
-		if err != nil {
-			return envvar.Errorf("LIMITD_GRPC_ADDR", "must be host:port, like 127.0.0.1:8081, or empty (got %q)", c.GRPCAddr)
-		}
-		if p, err := strconv.ParseUint(port, 10, 16); err != nil || (p == 0 && port != "0") {
-			return envvar.Errorf("LIMITD_GRPC_ADDR", "the port must be a number from 0 to 65535 (got %q)", c.GRPCAddr)
+		if err := checkAddr("LIMITD_GRPC_ADDR", c.GRPCAddr, "127.0.0.1:8081, or empty"); err != nil {
+			return err
 		}
 	}
 	if !prefixRE.MatchString(c.Prefix) {
@@ -171,9 +163,21 @@ func (c *config) check() error {
 	} else if err != nil {
 		return err
 	}
-	if c.AdminToken == "" && !c.Insecure && !isLoopback(host) {
+	if c.AdminToken == "" && !c.Insecure && c.exposed() {
 		return envvar.Errorf("LIMITD_ADDR", "%s is reachable from other machines and LIMITD_ADMIN_TOKEN is empty, "+
 			"so anyone could change limiters: set LIMITD_ADMIN_TOKEN, or LIMITD_INSECURE=true to accept that", c.Addr)
+	}
+	return nil
+}
+
+// checkAddr checks a listen address, host:port; like names an example.
+func checkAddr(name, addr, like string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return envvar.Errorf(name, "must be host:port, like %s (got %q)", like, addr)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || (p == 0 && port != "0") {
+		return envvar.Errorf(name, "the port must be a number from 0 to 65535 (got %q)", addr)
 	}
 	return nil
 }

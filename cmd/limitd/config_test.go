@@ -193,7 +193,7 @@ func TestGRPCQuotaNeedsReference(t *testing.T) {
 		t.Errorf("quota mode with the default counting: %v", err)
 	}
 	boot := writeFile(t, "limitd.yaml", "domains:\n  - domain: d\n    descriptors:\n      - key: k\n        quota_mode: true\n        rate_limit: {unit: second, requests_per_unit: 1}\n")
-	err = serve(t.Context(), map[string]string{"LIMITD_CONFIG": boot, "LIMITD_GRPC_COUNTING": "strict", "LIMITD_ADDR": "127.0.0.1:0"}, io.Discard, nil)
+	err = serve(t.Context(), map[string]string{"LIMITD_CONFIG": boot, "LIMITD_GRPC_COUNTING": "strict", "LIMITD_ADDR": "127.0.0.1:0"}, io.Discard, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "1 rules set quota_mode, which needs LIMITD_GRPC_COUNTING=reference") {
 		t.Errorf("a boot file with a quota rule under strict counting: %v", err)
 	}

@@ -335,18 +335,9 @@ func (c *ctl) eachLimiter(ctx context.Context, f func(wire.Limiter)) error {
 	}
 }
 
-// names lists every limiter's name.
-func (c *ctl) names(ctx context.Context) ([]string, error) {
-	var names []string
-	err := c.eachLimiter(ctx, func(l wire.Limiter) { names = append(names, l.Name) })
-	return names, err
-}
-
 // templates prints every template with its live instances.
 func (c *ctl) templates(ctx context.Context) error {
-	var list struct {
-		Templates []ctlTemplate `json:"templates"`
-	}
+	var list wire.TemplateList
 	if err := c.call(ctx, http.MethodGet, "/v1/templates?instances=true", c.token, nil, &list); err != nil {
 		return err
 	}
@@ -354,18 +345,12 @@ func (c *ctl) templates(ctx context.Context) error {
 	return nil
 }
 
-// ctlTemplate is a template as GET /v1/templates?instances=true lists it.
-type ctlTemplate struct {
-	wire.Template
-	Instances *int64 `json:"instances"`
-}
-
 // formatTemplates lays templates out as a table, in the order given (the
 // order they match in). Where a template has a description (an Envoy
 // rule's descriptors, "mongo_cps.database_users"), a NAME column comes
 // first: the description, else the id.
-func formatTemplates(ts []ctlTemplate) string {
-	named := slices.ContainsFunc(ts, func(t ctlTemplate) bool { return t.Description != "" })
+func formatTemplates(ts []wire.TemplateListed) string {
+	named := slices.ContainsFunc(ts, func(t wire.TemplateListed) bool { return t.Description != "" })
 	rows := [][]string{{"ID", "PATTERN", "ORDER", "INSTANCES", "KIND", "CONFIG", "VERSION"}}
 	if named {
 		rows[0] = append([]string{"NAME"}, rows[0]...)
@@ -385,7 +370,7 @@ func formatTemplates(ts []ctlTemplate) string {
 		}
 		rows = append(rows, row)
 	}
-	return alignLeft(rows)
+	return alignColumns(rows, len(rows[0])) // every column flush left
 }
 
 // ctlTop is the answer of GET /v1/templates/{id}/top.
@@ -429,13 +414,4 @@ func formatTop(template string, t ctlTop) string {
 	}
 	b.WriteString(alignColumns(rows, 1))
 	return b.String()
-}
-
-// alignLeft lays out rows of cells in columns, every one flush left.
-func alignLeft(rows [][]string) string {
-	n := 0
-	for _, r := range rows {
-		n = max(n, len(r))
-	}
-	return alignColumns(rows, n)
 }

@@ -18,21 +18,6 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// watchEvent is the data of a state event of GET /v1/events: the limiter's
-// view, with the server's sampler's signals (every number the table shows,
-// each kind's meaning already in its own field).
-type watchEvent struct {
-	wire.Limiter
-	Signals *wire.Signals `json:"signals,omitempty"`
-}
-
-// watchStatus is the data of a status event: whether Redis serves.
-type watchStatus struct {
-	Redis        string `json:"redis"`
-	DataLostAtNs int64  `json:"data_lost_at_ns"`
-	Ready        bool   `json:"ready"`
-}
-
 // watchRow is one limiter's line of the watch table. A number the server
 // has not sampled yet is NaN, shown as "-".
 type watchRow struct {
@@ -198,9 +183,10 @@ func trimZeros(s string) string {
 	return s
 }
 
-// rowOf is the row of e: the server's signals as they are (it derives every
-// number once, for every reader); without them yet, only the name and kind.
-func rowOf(e watchEvent) watchRow {
+// rowOf is the row of a state event: the server's signals as they are (it
+// derives every number once, for every reader); without them yet, only the
+// name and kind.
+func rowOf(e wire.LimiterEvent) watchRow {
 	n := watchRow{Name: e.Name, Kind: string(e.Config.Kind), Shadow: e.Config.Shadow,
 		Granted: math.NaN(), Refused: math.NaN(), Util: math.NaN()}
 	s := e.Signals
@@ -303,14 +289,12 @@ func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 // expected is the set of limiters watch waits for: those named, or every
 // one the server has.
 func (c *ctl) expected(ctx context.Context, names []string) (map[string]bool, error) {
+	expect := map[string]bool{}
 	if len(names) == 0 {
-		all, err := c.names(ctx)
-		if err != nil {
+		if err := c.eachLimiter(ctx, func(l wire.Limiter) { expect[l.Name] = true }); err != nil {
 			return nil, err
 		}
-		names = all
 	}
-	expect := map[string]bool{}
 	for _, n := range names {
 		expect[n] = true
 	}
@@ -397,7 +381,7 @@ func (v *watchView) tick() bool {
 func (v *watchView) event(ev sseEvent) (done bool, err error) {
 	switch ev.name {
 	case "state":
-		var e watchEvent
+		var e wire.LimiterEvent
 		if err := json.Unmarshal(ev.data, &e); err != nil || e.Name == "" {
 			return false, fmt.Errorf("the event stream sent a state event limitd ctl cannot read: %s", ev.data)
 		}
@@ -426,9 +410,9 @@ func (v *watchView) event(ev sseEvent) (done bool, err error) {
 			return v.drawOnce(len(v.expect) == 0), nil
 		}
 	case "status":
-		var st watchStatus
+		var st wire.StreamStatus
 		if json.Unmarshal(ev.data, &st) == nil && st.Redis != "" {
-			v.t.Redis, v.t.Lost, v.changed = st.Redis, st.DataLostAtNs, true
+			v.t.Redis, v.t.Lost, v.changed = st.Redis, st.DataLost, true
 		}
 		return v.drawOnce(len(v.expect) == 0), nil // no limiter to wait for
 	case "error":

@@ -89,8 +89,8 @@ func TestCtlWatchRowOf(t *testing.T) {
 	s := time.Second.Nanoseconds()
 	i64 := func(v int64) *int64 { return &v }
 	f64 := func(v float64) *float64 { return &v }
-	ev := func(kind limiter.Kind, shadow bool, sg *wire.Signals) watchEvent {
-		return watchEvent{Limiter: wire.Limiter{Name: "x", Config: limiter.Config{Kind: kind, Shadow: shadow}}, Signals: sg}
+	ev := func(kind limiter.Kind, shadow bool, sg *wire.Signals) wire.LimiterEvent {
+		return wire.LimiterEvent{Limiter: wire.Limiter{Name: "x", Config: limiter.Config{Kind: kind, Shadow: shadow}}, Signals: sg}
 	}
 	if r := rowOf(ev(limiter.KindSchedule, false, nil)); !math.IsNaN(r.Granted) || !math.IsNaN(r.Util) || r.HasWait {
 		t.Errorf("no signals yet: %+v, want nothing known", r)
@@ -155,7 +155,7 @@ user:7          3   1500.5
 
 func TestCtlFormatTemplates(t *testing.T) {
 	n := int64(3)
-	got := formatTemplates([]ctlTemplate{
+	got := formatTemplates([]wire.TemplateListed{
 		{Template: wire.Template{ID: "user", Pattern: "user:*", Order: 10, Limiter: limiter.Config{Kind: limiter.KindSchedule, Rate: 5}, Version: 2}, Instances: &n},
 		{Template: wire.Template{ID: "ip", Pattern: "ip:*", Limiter: limiter.Config{Kind: limiter.KindWindow, Period: "1m"}, Version: 1}},
 	})

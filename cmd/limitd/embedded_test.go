@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+
+	"github.com/limitd/limitd/wire"
 )
 
 // A Redis setting limitd serve does not read, with LIMITD_REDIS_URL empty,
@@ -128,7 +130,7 @@ func TestServeEmbeddedMarked(t *testing.T) {
 // limitd ctl templates names a described template (an Envoy rule) by its
 // description first, its id beside.
 func TestFormatTemplatesNamed(t *testing.T) {
-	var ts []ctlTemplate
+	var ts []wire.TemplateListed
 	if err := json.Unmarshal([]byte(`[{"id":"envoy.mongo-cps.caba97696b0e","pattern":"envoy.mongo-cps.caba97696b0e:*","order":1000,
 		"limiter":{"kind":"window","limit":500,"period":"1s"},"version":1,"description":"mongo_cps.database_users"},
 		{"id":"user","pattern":"user:*","order":10,"limiter":{"kind":"schedule","rate":5},"version":2}]`), &ts); err != nil {

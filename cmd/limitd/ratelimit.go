@@ -14,10 +14,6 @@ import (
 	"github.com/limitd/limitd/internal/refenv"
 )
 
-// certCheckEvery is how often, at most, limitd ratelimit looks at its
-// certificate files for a change (on a handshake that uses them).
-const certCheckEvery = certfiles.DefaultEvery
-
 // refBinary is the name the reference server's binary has in its image
 // (/bin/ratelimit): limitd invoked by it serves as limitd ratelimit.
 const refBinary = "ratelimit"
@@ -79,7 +75,7 @@ func serveRatelimit(ctx context.Context, environ map[string]string, logOut io.Wr
 	if err != nil {
 		return err
 	}
-	return serveWith(ctx, env2, logOut, ready, rm)
+	return serve(ctx, env2, logOut, ready, rm)
 }
 
 // ratelimitEnv reads the reference's variables: the environment with the
@@ -131,7 +127,8 @@ func (c *certEvents) loaded(file string, err error) {
 	}
 }
 
-// options are the certfiles options of limitd ratelimit.
+// options are the certfiles options of limitd ratelimit: the files looked
+// at every certfiles.DefaultEvery at most.
 func (c *certEvents) options() certfiles.Options {
-	return certfiles.Options{Every: certCheckEvery, Loaded: c.loaded}
+	return certfiles.Options{Loaded: c.loaded}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -99,8 +100,10 @@ func (rm *refMode) redisTLSConfig() *tls.Config {
 func (r *refRun) start(o *grpcapi.Options, log *slog.Logger, reg *prometheus.Registry) error {
 	r.log, r.reg = log, reg
 	o.ReferenceMetrics, o.Headers, o.WaitForRules = true, r.rm.Headers, true
-	r.loadOK = registerCounter(reg, "ratelimit_service_config_load_success", "The reference server's config_load_success: rules loaded (from the runtime directory or over xDS).")
-	r.loadBad = registerCounter(reg, "ratelimit_service_config_load_error", "The reference server's config_load_error: rules refused (a runtime directory that does not parse, an xDS update NACKed).")
+	r.loadOK = promauto.With(reg).NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_success",
+		Help: "The reference server's config_load_success: rules loaded (from the runtime directory or over xDS)."})
+	r.loadBad = promauto.With(reg).NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error",
+		Help: "The reference server's config_load_error: rules refused (a runtime directory that does not parse, an xDS update NACKed)."})
 	reg.MustRegister(r.rm.certs.reloads)
 	r.rm.certs.log.Store(log)
 	// The reference serves Prometheus' default registry, which has the Go
@@ -128,17 +131,10 @@ func (r *refRun) start(o *grpcapi.Options, log *slog.Logger, reg *prometheus.Reg
 	return nil
 }
 
-func registerCounter(reg *prometheus.Registry, name, help string) prometheus.Counter {
-	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
-	reg.MustRegister(c)
-	return c
-}
-
 // serve starts the rules' keeper and source, the health and the ports.
 func (r *refRun) serve(ctx context.Context, wg *sync.WaitGroup, rls *grpcapi.Server, svc *core.Service, log *slog.Logger) {
 	r.rls = rls
 	k := boot.NewKeeper(r.initial, svc, log)
-	k.Interval, k.Timeout = bootCheckInterval, bootTimeout
 	k.Reloaded = r.loaded
 	k.Invalid = func(error) { r.loadBad.Inc() }
 	if r.rm.XDS {

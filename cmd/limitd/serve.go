@@ -43,10 +43,9 @@ const (
 	readTimeout       = 5 * time.Second
 	idleTimeout       = 2 * time.Minute
 	shutdownTimeout   = 10 * time.Second // for in-flight requests after SIGTERM
-	bootCheckInterval = time.Second      // how often serve looks for a lost boot file
 	bootReloadEvery   = 3 * time.Second  // how often serve reads the boot file for changes
 	grpcHealthEvery   = 2 * time.Second  // how often the gRPC health service asks Redis
-	bootTimeout       = 10 * time.Second // to apply the boot file once
+	startCheckTimeout = 10 * time.Second // for the look at Redis at the start
 	batchSize         = 64               // acquires per pipeline (store.WithBatching)
 	// serveGCPercent is limitd serve's GOGC unless the environment sets one.
 	// Its heap is a few MB, which at Go's default (100) the collector marks
@@ -97,22 +96,18 @@ reloaded when the file changes (read every 3 s, and on SIGHUP):
 			if _, set := env["GOGC"]; !set {
 				debug.SetGCPercent(serveGCPercent)
 			}
-			return serve(ctx, env, stderr, nil)
+			return serve(ctx, env, stderr, nil, nil)
 		},
 	})
 }
 
-// serve runs limitd serve until ctx ends, then shuts down gracefully. environ
-// is the environment, logs go to logOut, and ready (if not nil) is told the
-// address once the server accepts connections.
-func serve(ctx context.Context, environ map[string]string, logOut io.Writer, ready func(net.Addr)) error {
-	return serveWith(ctx, environ, logOut, ready, nil)
-}
-
-// serveWith is serve, and with rm limitd ratelimit (ratelimit.go): the
-// reference server's ports, rules, health and metrics beside the gRPC
-// front end, and limitd's own HTTP API only with LIMITD_ADMIN_TOKEN.
-func serveWith(ctx context.Context, environ map[string]string, logOut io.Writer, ready func(net.Addr), rm *refMode) error {
+// serve runs limitd serve until ctx ends, then shuts down gracefully:
+// environ is the environment, logs go to logOut, and ready (if not nil) is
+// told the address once the server accepts connections. With rm it is
+// limitd ratelimit (ratelimit.go): the reference server's ports, rules,
+// health and metrics beside the gRPC front end, and limitd's own HTTP API
+// only with LIMITD_ADMIN_TOKEN.
+func serve(ctx context.Context, environ map[string]string, logOut io.Writer, ready func(net.Addr), rm *refMode) error {
 	s := &server{environ: environ, logOut: logOut, ready: ready, mode: modeOf(rm)}
 	defer s.close()
 	for _, phase := range []func(context.Context) error{s.configure, s.listen, s.connect, s.build, s.start} {
@@ -369,7 +364,7 @@ func (s *server) build(ctx context.Context) error {
 		// Said once, at the start; requests then answer 503 (logged once per
 		// run of failures) until Redis answers. With a boot file, its keeper
 		// says it.
-		pctx, cancel := context.WithTimeout(ctx, bootTimeout)
+		pctx, cancel := context.WithTimeout(ctx, startCheckTimeout)
 		if err := s.st.Ready(pctx); err != nil {
 			s.logger.Warn("redis unavailable at start: requests answer 503 until it answers", "redis", redisTarget(s.cfg.RedisURL), "err", err)
 		}
@@ -444,7 +439,6 @@ func (s *server) startKeeper(ctx context.Context) {
 	default:
 		return
 	}
-	k.Interval, k.Timeout = bootCheckInterval, bootTimeout
 	k.Boot(ctx)
 	s.wg.Go(func() { k.Run(s.bgCtx) })
 }

@@ -28,7 +28,7 @@ func startServe(t *testing.T, env map[string]string) (base string, logs *logtest
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan net.Addr, 1)
 	errc := make(chan error, 1)
-	go func() { errc <- serve(ctx, env, logs, func(a net.Addr) { addrc <- a }) }()
+	go func() { errc <- serve(ctx, env, logs, func(a net.Addr) { addrc <- a }, nil) }()
 	select {
 	case a := <-addrc:
 		base = "http://" + a.String()
@@ -184,7 +184,7 @@ func TestServeAddrInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	err = serve(context.Background(), map[string]string{"LIMITD_ADDR": ln.Addr().String()}, io.Discard, nil)
+	err = serve(context.Background(), map[string]string{"LIMITD_ADDR": ln.Addr().String()}, io.Discard, nil, nil)
 	if err == nil || !strings.HasPrefix(err.Error(), "LIMITD_ADDR: listen tcp "+ln.Addr().String()) {
 		t.Errorf("err = %v", err)
 	}
@@ -280,7 +280,7 @@ func TestBootFileNothingHalfApplied(t *testing.T) {
 	path := writeFile(t, "boot.yaml", src)
 	err := serve(context.Background(), map[string]string{
 		"LIMITD_ADDR": "127.0.0.1:0", "LIMITD_REDIS_URL": "redis://" + mini.Addr(), "LIMITD_CONFIG": path,
-	}, &logtest.Buffer{}, nil)
+	}, &logtest.Buffer{}, nil, nil)
 	if err == nil || !strings.HasPrefix(err.Error(), "LIMITD_CONFIG: "+path+": line 4: limiters.z.rate:") {
 		t.Fatalf("err = %v", err)
 	}

@@ -11,9 +11,6 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// schemaType is the Go type the whole file decodes into.
-var schemaType = reflect.TypeFor[schema]()
-
 // fault is the first thing in the file its schema refuses: its line and
 // what to say.
 type fault struct {
@@ -205,18 +202,7 @@ func (e entryNodes) lineOf(field string) int {
 	if e.key == nil {
 		return 0
 	}
-	line, n := e.key.Line, e.value
-	for part := range strings.SplitSeq(field, ".") {
-		if part == "" {
-			break
-		}
-		k, v := lookup(n, part)
-		if k == nil {
-			break
-		}
-		line, n = k.Line, v
-	}
-	return line
+	return lineIn(e.value, e.key.Line, field)
 }
 
 // entries maps the names under a top-level section to their nodes.
@@ -242,11 +228,16 @@ func lineOfPath(root *yaml.Node, path string) int {
 	if len(root.Content) == 0 {
 		return 0
 	}
-	n, line := root.Content[0], 0
+	return lineIn(root.Content[0], 0, path)
+}
+
+// lineIn is the line of the deepest part of path written under n, line
+// when none is.
+func lineIn(n *yaml.Node, line int, path string) int {
 	for part := range strings.SplitSeq(path, ".") {
 		name, index, indexed := strings.Cut(part, "[")
 		k, v := lookup(n, name)
-		if k == nil {
+		if part == "" || k == nil {
 			break
 		}
 		line, n = k.Line, v

@@ -1,15 +1,12 @@
 package boot
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 
@@ -21,14 +18,8 @@ import (
 // DirSource is a runtime directory as the reference rate limit server reads
 // it (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY): every
 // *.yaml (or *.yml) file in it is one domain's config in the reference's
-// format,
-//
-//	domain: messaging
-//	descriptors:
-//	  - key: to_number
-//	    rate_limit: {unit: day, requests_per_unit: 100}
-//
-// and all of them together are the rules, applied together or not at all.
+// format (envoyrules.Domain), and all of them together are the rules,
+// applied together or not at all.
 // Subdirectories are not read (a Kubernetes ConfigMap's volume keeps its
 // files' previous versions in one, "..2024_…"), symlinks to files are
 // followed, and files whose name starts with a dot are skipped when
@@ -86,53 +77,31 @@ func LoadDir(d DirSource) (*File, error) {
 	return parse()
 }
 
-var domainType = reflect.TypeFor[envoyrules.Domain]()
-
 // parseDir checks a runtime directory's files and compiles them as one set
 // of rules. Errors name the file, the line and the field.
 func parseDir(dir, sum string, files []dirFile) (*File, error) {
 	domains := make([]envoyrules.Domain, len(files))
 	roots := make([]*yaml.Node, len(files))
 	for i, f := range files {
-		fail := func(line int, format string, a ...any) error {
-			if line > 0 {
-				return fmt.Errorf("%s: line %d: %s", f.name, line, fmt.Sprintf(format, a...))
-			}
-			return fmt.Errorf("%s: %s", f.name, fmt.Sprintf(format, a...))
+		fail := failer(f.name)
+		root, empty, err := decodeYAML(f.data, &domains[i], fail, "a config file declares one domain")
+		if err != nil {
+			return nil, err
 		}
-		var root yaml.Node
-		if err := yaml.Unmarshal(f.data, &root); err != nil {
-			return nil, fail(0, "%s", strings.TrimPrefix(err.Error(), "yaml: "))
-		}
-		if ft := check(&root, domainType); ft != nil {
-			return nil, fail(ft.line, "%s", ft.msg)
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(f.data))
-		dec.KnownFields(true)
-		switch err := dec.Decode(&domains[i]); {
-		case errors.Is(err, io.EOF):
+		if empty {
 			return nil, fail(0, "is empty: a config file declares one domain")
-		case err != nil:
-			return nil, fail(0, "%v", err)
-		}
-		if err := dec.Decode(new(yaml.Node)); !errors.Is(err, io.EOF) {
-			return nil, fail(0, "holds more than one YAML document; a config file declares one domain")
 		}
 		for j := range i {
 			if domains[j].Domain == domains[i].Domain && domains[i].Domain != "" {
-				return nil, fail(lineOfPath(&root, "domain"), "domain: %q is declared by %s too; a domain's rules are in one file", domains[i].Domain, files[j].name)
+				return nil, fail(lineOfPath(root, "domain"), "domain: %q is declared by %s too; a domain's rules are in one file", domains[i].Domain, files[j].name)
 			}
 		}
-		roots[i] = &root
+		roots[i] = root
 	}
 	f, err := FromDomains(dir, sum, domains)
 	var de *DomainError
 	if errors.As(err, &de) {
-		line := lineOfPath(roots[de.Index], de.Field)
-		if line > 0 {
-			return nil, fmt.Errorf("%s: line %d: %s: %s", files[de.Index].name, line, de.Field, de.Rule)
-		}
-		return nil, fmt.Errorf("%s: %s: %s", files[de.Index].name, de.Field, de.Rule)
+		return nil, failer(files[de.Index].name)(lineOfPath(roots[de.Index], de.Field), "%s: %s", de.Field, de.Rule)
 	}
 	return f, err
 }

@@ -22,24 +22,13 @@
 //
 // Parse reads a file strictly and checks it whole before anything is
 // written, so a bad file changes nothing. Its errors name the file, the line
-// (from the YAML node of the field at fault: an unknown field, a value of
-// the wrong type, a duplicate key, a value its type refuses, a config or
-// rule that does not hold), and the field, on one line.
+// and the field, on one line.
 //
 // At boot the file wins: each entry is Put (core.Service.Put), which leaves
 // an equal limiter untouched and reconfigures a changed one in place,
-// keeping its schedule. Then a Keeper keeps it applied: every second it asks
-// which limiters and templates of the file Redis lost (core.Service.Lost)
-// and applies again what is missing, after a restart without persistence of
-// a single node or of any one cluster shard; and it reloads the file when
-// it changes, or on SIGHUP.
-//
-// The Keeper also tells when Redis lost limitd's data: once written, the
-// marker (core.Service.Mark, written with the file, or alone without one)
-// gone means a restart without persistence or a FLUSHALL emptied Redis. It
-// logs that once at ERROR, and limitd is not ready (core.Service.Ready)
-// until the file is applied whole again and the marker rewritten, which it
-// does at once, also when a readiness probe found the loss first.
+// keeping its schedule. Then a Keeper (keeper.go) keeps it applied, applying
+// again what Redis lost and reloading the file when it changes, and tells
+// when Redis lost limitd's data.
 //
 // Layer: cmd → boot → grpcapi → core. boot applies through core only.
 package boot

@@ -2,12 +2,11 @@ package boot
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -59,40 +58,15 @@ func Load(path string) (*File, error) {
 
 // Parse checks data, the content of the boot file at path.
 func Parse(path string, data []byte) (*File, error) {
-	fail := func(line int, format string, a ...any) error {
-		msg := fmt.Sprintf(format, a...)
-		if line > 0 {
-			return fmt.Errorf("%s: line %d: %s", path, line, msg)
-		}
-		return fmt.Errorf("%s: %s", path, msg)
-	}
-
-	// The node tree gives syntax errors and the line of each field: its
-	// shape is checked against the schema first (check.go), so that the
-	// decode below meets nothing it would refuse.
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		// A syntax error: yaml words it with its line.
-		return nil, fail(0, "%s", strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	if f := check(&root, schemaType); f != nil {
-		return nil, fail(f.line, "%s", f.msg)
-	}
+	fail := failer(path)
 	var doc schema
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	switch err := dec.Decode(&doc); {
-	case errors.Is(err, io.EOF): // an empty file declares nothing
-	case err != nil:
-		return nil, fail(0, "%v", err) // what check missed, as yaml words it
-	}
-	if err := dec.Decode(new(yaml.Node)); !errors.Is(err, io.EOF) {
-		return nil, fail(0, "holds more than one YAML document; put everything in one")
+	root, _, err := decodeYAML(data, &doc, fail, "put everything in one") // an empty file declares nothing
+	if err != nil {
+		return nil, err
 	}
 
-	sum := sha256.Sum256(data)
-	b := &File{Path: path, Sum: hex.EncodeToString(sum[:])}
-	limiterNodes, templateNodes := entries(&root, "limiters"), entries(&root, "templates")
+	b := &File{Path: path, Sum: sumOf(data)}
+	limiterNodes, templateNodes := entries(root, "limiters"), entries(root, "templates")
 	for _, name := range sortedKeys(doc.Limiters) {
 		c, n := doc.Limiters[name], limiterNodes[name]
 		if err := limitd.CheckNameAs("name", name); err != nil {
@@ -126,7 +100,7 @@ func Parse(path string, data []byte) (*File, error) {
 	rules, err := envoyrules.Compile(doc.Domains)
 	if err != nil {
 		field, rule := fieldOf(err)
-		return nil, fail(lineOfPath(&root, field), "%s: %s", field, rule)
+		return nil, fail(lineOfPath(root, field), "%s: %s", field, rule)
 	}
 	for _, t := range rules.Templates() {
 		if _, dup := doc.Templates[t.ID]; dup {
@@ -136,6 +110,45 @@ func Parse(path string, data []byte) (*File, error) {
 	}
 	b.Rules = rules
 	return b, nil
+}
+
+// failer words the errors of the file named name, with the line at fault
+// when it is known (line > 0).
+func failer(name string) func(line int, format string, a ...any) error {
+	return func(line int, format string, a ...any) error {
+		msg := fmt.Sprintf(format, a...)
+		if line > 0 {
+			return fmt.Errorf("%s: line %d: %s", name, line, msg)
+		}
+		return fmt.Errorf("%s: %s", name, msg)
+	}
+}
+
+// decodeYAML decodes the one YAML document of data strictly into v. The
+// node tree, returned for the lines of later errors, gives syntax errors and
+// the line of each field: its shape is checked against v's type first
+// (check.go), so that the decode meets nothing it would refuse. empty: data
+// holds no document. more ends the error of a second document.
+func decodeYAML(data []byte, v any, fail func(int, string, ...any) error, more string) (root *yaml.Node, empty bool, err error) {
+	root = new(yaml.Node)
+	if err := yaml.Unmarshal(data, root); err != nil {
+		return nil, false, fail(0, "%s", strings.TrimPrefix(err.Error(), "yaml: ")) // yaml words it with its line
+	}
+	if f := check(root, reflect.TypeOf(v).Elem()); f != nil {
+		return nil, false, fail(f.line, "%s", f.msg)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	switch err := dec.Decode(v); {
+	case errors.Is(err, io.EOF):
+		return root, true, nil
+	case err != nil:
+		return nil, false, fail(0, "%v", err) // what check missed, as yaml words it
+	}
+	if err := dec.Decode(new(yaml.Node)); !errors.Is(err, io.EOF) {
+		return nil, false, fail(0, "holds more than one YAML document; %s", more)
+	}
+	return root, false, nil
 }
 
 // checkLimiter accepts exactly the configs core.Service.Put accepts, minus

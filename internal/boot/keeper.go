@@ -87,8 +87,12 @@ func (k *Keeper) Boot(ctx context.Context) {
 		return
 	}
 	k.applied = true
-	k.Log.Info("applied "+k.What, "file", f.Path, "limiters", len(f.Limiters), "templates", len(f.Templates),
-		"domains", f.Rules.Domains(), "rules", f.Rules.Len())
+	k.Log.Info("applied "+k.What, f.logAttrs()...)
+}
+
+// logAttrs say in a log line what f holds.
+func (f *File) logAttrs() []any {
+	return []any{"file", f.Path, "limiters", len(f.Limiters), "templates", len(f.Templates), "domains", f.Rules.Domains(), "rules", f.Rules.Len()}
 }
 
 // Set hands a new configuration to Run, which applies it and tells
@@ -136,8 +140,7 @@ func (k *Keeper) Run(ctx context.Context) {
 func (k *Keeper) replace(ctx context.Context, f *File) {
 	k.file, k.applied = f, false
 	k.check(ctx) // applies it
-	k.Log.Info("reloaded "+k.What, "file", f.Path, "limiters", len(f.Limiters), "templates", len(f.Templates),
-		"domains", f.Rules.Domains(), "rules", f.Rules.Len(), "applied", k.applied)
+	k.Log.Info("reloaded "+k.What, append(f.logAttrs(), "applied", k.applied)...)
 	if k.Reloaded != nil {
 		k.Reloaded(f)
 	}

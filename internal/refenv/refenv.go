@@ -168,10 +168,10 @@ func (e *Env) mapVars(environ, out map[string]string) error {
 		out[limitd], e.origin[limitd] = value, ref
 		return nil
 	}
-	var errs []error
+	var first error // the one returned
 	add := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
+		if first == nil {
+			first = err
 		}
 	}
 	add(set("LIMITD_GRPC_ADDR", "GRPC_PORT", net.JoinHostPort(s.GRPCHost, strconv.Itoa(int(s.GRPCPort)))))
@@ -212,10 +212,7 @@ func (e *Env) mapVars(environ, out map[string]string) error {
 		}
 		add(set("LIMITD_REDIS_URL", "REDIS_URL", u))
 	}
-	if len(errs) > 0 {
-		return errs[0]
-	}
-	return nil
+	return first
 }
 
 // configSource checks CONFIG_TYPE and the settings of the source it
@@ -390,7 +387,7 @@ func redisURL(s Settings) (string, error) {
 // serverTLS is the gRPC port's TLS (GRPC_SERVER_USE_TLS), with mutual TLS
 // when GRPC_CLIENT_TLS_CACERT is set. The certificate and the client CA are
 // read again when their files change (certfiles: looked at on handshakes,
-// at most every certCheckEvery), a Secret's `..data` swapped by the kubelet
+// at most every certfiles.DefaultEvery), a Secret's `..data` swapped by the kubelet
 // included.
 func serverTLS(s Settings, o certfiles.Options) (*tls.Config, error) {
 	if !s.GRPCServerUseTLS {
@@ -487,25 +484,16 @@ func clientTLS(certVar, certFile, keyFile, caVar, caFile string) (*tls.Config, e
 		c.Certificates = []tls.Certificate{cert}
 	}
 	if caFile != "" {
-		pool, err := certPool(caVar, caFile)
+		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, err
+			return nil, &envvar.Error{Name: caVar, Err: err}
 		}
-		c.RootCAs = pool
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, envvar.Errorf(caVar, "%s holds no PEM certificate", caFile)
+		}
 	}
 	return c, nil
-}
-
-func certPool(name, file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
-	if err != nil {
-		return nil, &envvar.Error{Name: name, Err: err}
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, envvar.Errorf(name, "%s holds no PEM certificate", file)
-	}
-	return pool, nil
 }
 
 // Rename words an error of a LIMITD_* variable that a reference variable

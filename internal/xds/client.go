@@ -249,12 +249,8 @@ func (s *stream) send(nack string) error {
 	return s.st.Send(r)
 }
 
-// nacks paces the NACKs of one run of invalid updates. A management server
-// answers a NACK at once with the update it has, the same invalid one until
-// it changes: so the first NACK of a run goes at once, and each next one
-// after a back-off (Backoff.Initial, doubled each time up to Max), so that
-// one invalid update costs a request per back-off, not a storm of them. An
-// update ACKed ends the run.
+// nacks paces the NACKs of one run of invalid updates, as the package doc
+// says: the first at once, each next after a back-off.
 type nacks struct {
 	n    int    // NACKs of the run so far
 	last string // the version and error last NACKed
