@@ -1275,7 +1275,7 @@ func diffOps(full, short int) int {
 	switch {
 	case !testing.Short():
 		return full
-	case raceDetector:
+	case store.RaceDetector:
 		return short / 4
 	}
 	return short

@@ -1,6 +1,6 @@
 //go:build !race
 
-package store_test
+package store
 
 // raceDetector: see race_test.go.
 const raceDetector = false

@@ -1,6 +1,6 @@
 //go:build race
 
-package store_test
+package store
 
 // raceDetector is whether the tests run under the race detector (go test
 // -race), which makes every step several times slower (see diffOps).
