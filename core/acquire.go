@@ -80,12 +80,12 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 	// made when one is taken; the decision bounds itself without one.
 	bc := bounded{ctx: ctx, at: r.Deadline}
 	defer bc.stop()
-	if r.Given.none() && s.slots.has(r.Name) {
+	if _, slot := s.slots.get(r.Name); slot && r.Given.none() {
 		l, err := s.acquireSlot(bc.get(), r.Name)
 		if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
 			return Acquired{Slot: &l}, err
 		}
-		s.slots.set(r.Name, false) // replaced or deleted since: ask as for any name
+		s.slots.forget(r.Name) // replaced or deleted since: ask as for any name
 	}
 	if r.Permits < 1 {
 		return Acquired{}, invalid("permits", "must be ≥ 1", r.Permits)
@@ -206,7 +206,7 @@ func (s *Service) acquireOther(ctx context.Context, r AcquireRequest, conflict e
 	if f := r.Given.first(); f != "" {
 		return Acquired{}, invalid(f, fmt.Sprintf("is not a setting of a concurrency limiter's acquire: %q is a concurrency limiter, whose acquire takes none", r.Name), nil)
 	}
-	s.slots.set(r.Name, true)
+	s.slots.set(r.Name, struct{}{})
 	l, err := s.acquireSlot(ctx, r.Name)
 	return Acquired{Slot: &l}, err
 }
@@ -230,37 +230,38 @@ func (s *Service) acquireSlot(ctx context.Context, name string) (limitd.SlotLeas
 	return l, nil
 }
 
-// slotHints remembers which names this process saw to be concurrency
-// limiters, so that their acquire goes to the slot in one round trip. A hint
-// is only a guess: the store answers ErrConflict or ErrNotFound when it is
-// stale, and the acquire then starts over as for any name.
-type slotHints struct {
-	mu    sync.Mutex
-	names map[string]struct{}
+// hints remember one fact per name that saves a round trip (slots: the
+// names this process saw to be concurrency limiters; shadows: named
+// limiters' shadow mode by version). A hint is only a guess: the store
+// answers ErrConflict or ErrNotFound when a slot hint is stale, and a
+// shadow hint holds for one config version. Past maxHints names they start
+// over.
+type hints[V any] struct {
+	mu sync.Mutex
+	m  map[string]V
 }
 
-// maxSlotHints bounds the hints; past it they start over.
-const maxSlotHints = 4096
+// maxHints bounds each kind of hint.
+const maxHints = 4096
 
-func (h *slotHints) has(name string) bool {
+func (h *hints[V]) get(name string) (V, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	_, ok := h.names[name]
-	return ok
+	v, ok := h.m[name]
+	return v, ok
 }
 
-func (h *slotHints) set(name string, concurrency bool) {
+func (h *hints[V]) set(name string, v V) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	switch {
-	case !concurrency:
-		delete(h.names, name)
-	case h.names == nil:
-		h.names = map[string]struct{}{name: {}}
-	default:
-		if len(h.names) >= maxSlotHints {
-			clear(h.names)
-		}
-		h.names[name] = struct{}{}
+	if h.m == nil || len(h.m) >= maxHints {
+		h.m = map[string]V{}
 	}
+	h.m[name] = v
+}
+
+func (h *hints[V]) forget(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.m, name)
 }

@@ -8,13 +8,8 @@ import (
 	"github.com/limitd/limitd"
 )
 
-// Charges: usage recorded after the fact (DESIGN §3.8). A caller that
-// knows what its work cost only once it is done (an LLM answer's tokens,
-// bytes sent) takes the permits then, whatever is left: a schedule or smooth
-// limiter goes into debt, which later callers wait for or are refused until
-// it is paid, and a window counts past its limit and refuses until it
-// resets. A charge of 0 is a check: it takes nothing and says whether a
-// request would be granted now.
+// Charges: usage recorded after the fact (DESIGN §3.8; limiter/charge.go
+// says what a charge does to each kind).
 
 // ChargeRequest takes Permits of a limiter (or template instance) whatever
 // is left.
@@ -39,8 +34,7 @@ func (s *Service) Charge(ctx context.Context, r ChargeRequest) (limitd.Decision,
 	if err != nil {
 		return limitd.Decision{}, err
 	}
-	lim, tpl := s.subjectOf(ctx, r.Name, d.Instance)
-	s.obs.Decided(Event{Kind: EventRate, Limiter: lim, Template: tpl, Instance: instanceOf(r.Name, tpl), Outcome: "charged", Permits: r.Permits})
+	s.report(ctx, r.Name, r.Permits, d, "charged")
 	return d, nil
 }
 

@@ -237,53 +237,18 @@ func (s *Service) countStrict(ctx context.Context, cs []Counter, counts []Count)
 	var sent time.Time
 	if s.over != nil {
 		sent = s.clock.Now()
-		if cached := s.cachedOver(ctx, cs, counts, sent); cached != nil {
-			return s.checkOthers(ctx, cs, counts, cached)
+		if cached := s.cachedOver(ctx, cs, counts, sent, true); cached != nil {
+			return s.check(ctx, cs, counts, cached, -1)
 		}
 	}
-	var reqs []LimiterPermits
-	at := make([]int, len(cs))
-	seen := map[string]int{}
-	for i, c := range cs {
-		if c.Name == "" {
-			continue
-		}
-		j, ok := seen[c.Name]
-		if !ok {
-			j = len(reqs)
-			seen[c.Name] = j
-			reqs = append(reqs, LimiterPermits{Name: c.Name})
-		}
-		at[i] = j
-		reqs[j].Permits += c.Hits
-	}
+	reqs, at := group(cs, nil)
 	res, err := s.AcquireAll(ctx, AcquireAllRequest{Requests: reqs})
-	var re *limiter.RequestError
-	if errors.As(err, &re) && re.Field == "permits" {
+	if re, ok := errors.AsType[*limiter.RequestError](err); ok && re.Field == "permits" {
 		// More hits than the limiter could ever grant at once (a window's
 		// limit, a schedule's max_reserve): a refusal, not bad input. The
 		// call is refused; every counter is checked for its state: the one
 		// at fault is over, and so is a window without room for its hits.
-		j := re.Index
-		checks := make([]LimiterPermits, len(reqs))
-		for k, q := range reqs {
-			checks[k] = LimiterPermits{Name: q.Name}
-		}
-		if res, err = s.AcquireAll(ctx, AcquireAllRequest{Requests: checks}); err != nil {
-			return err
-		}
-		for i, c := range cs {
-			if c.Name == "" {
-				continue
-			}
-			d := res.Results[at[i]]
-			over := at[i] == j || !d.Granted || d.Window && d.Wait < reqs[at[i]].Permits
-			counts[i] = countOf(d, over, false, 0)
-			if over {
-				counts[i].Shadow = s.limiterShadow(ctx, c.Name, d)
-			}
-		}
-		return nil
+		return s.check(ctx, cs, counts, nil, re.Index)
 	}
 	if err != nil {
 		return err
@@ -302,27 +267,28 @@ func (s *Service) countStrict(ctx context.Context, cs []Counter, counts []Count)
 			counts[i].Shadow = s.limiterShadow(ctx, c.Name, d)
 		}
 		if over && !counts[i].Shadow && s.over != nil && d.Window && d.Wait <= 0 && reqs[at[i]].Permits == 1 && d.RetryAfter > 0 {
-			// full: one hit fits again RetryAfter after the decision, at
-			// the latest as long after the call was sent
-			s.over.put(c.Name, overEntry{until: sent.Add(time.Duration(d.RetryAfter)), at: sent,
-				limit: d.Limit, used: counts[i].Used, reset: d.Position, redisNow: d.Now,
-				d: limitd.Decision{Instance: d.Instance, Version: d.Version}})
+			// full: one hit fits again RetryAfter after the decision
+			s.holdOver(c.Name, d, counts[i].Used, sent, d.RetryAfter)
 		}
 	}
 	return nil
 }
 
 // cachedOver answers from the over-limit cache the counters it holds as
-// over (not in shadow mode: those never refuse), reporting them denied;
-// nil when it holds none of them.
-func (s *Service) cachedOver(ctx context.Context, cs []Counter, counts []Count, now time.Time) []bool {
+// over, reporting them denied (or shadow); nil when it holds none of them.
+// A strict call leaves those in shadow mode to Redis: they never refuse.
+func (s *Service) cachedOver(ctx context.Context, cs []Counter, counts []Count, now time.Time, strict bool) []bool {
 	var cached []bool
 	for i, c := range cs {
 		if c.Name == "" || c.Hits == 0 {
 			continue
 		}
 		e, ok := s.over.get(c.Name, now)
-		if !ok || s.limiterShadow(ctx, c.Name, e.d) {
+		if !ok {
+			continue
+		}
+		shadow := s.limiterShadow(ctx, c.Name, e.d)
+		if strict && shadow {
 			continue
 		}
 		if cached == nil {
@@ -330,34 +296,28 @@ func (s *Service) cachedOver(ctx context.Context, cs []Counter, counts []Count, 
 		}
 		cached[i] = true
 		counts[i] = e.count(now)
-		s.report(ctx, c.Name, c.Hits, e.d, "denied")
+		counts[i].Shadow = shadow
+		outcome := "denied"
+		if shadow {
+			outcome = "shadow"
+		}
+		s.report(ctx, c.Name, c.Hits, e.d, outcome)
 	}
 	return cached
 }
 
-// checkOthers decides a strict call the cache refused: the counters it
-// did not answer are checked, not counted, in one AcquireAll (each says
-// whether its hits would have fit).
-func (s *Service) checkOthers(ctx context.Context, cs []Counter, counts []Count, cached []bool) error {
-	var checks []LimiterPermits
-	at := make([]int, len(cs))
-	seen := map[string]int{}
-	hits := map[string]int64{}
-	for i, c := range cs {
-		if c.Name == "" || cached[i] {
-			continue
-		}
-		j, ok := seen[c.Name]
-		if !ok {
-			j = len(checks)
-			seen[c.Name] = j
-			checks = append(checks, LimiterPermits{Name: c.Name})
-		}
-		at[i] = j
-		hits[c.Name] += c.Hits
-	}
-	if len(checks) == 0 {
+// check decides a strict call that is refused: the counters skip does not
+// exclude (those the cache answered) are checked, not counted, in one
+// AcquireAll, and each says whether its hits would have fit; the request at
+// index fault (of group's, -1 for none) is over whatever its state.
+func (s *Service) check(ctx context.Context, cs []Counter, counts []Count, skip []bool, fault int) error {
+	reqs, at := group(cs, skip)
+	if len(reqs) == 0 {
 		return nil
+	}
+	checks := make([]LimiterPermits, len(reqs))
+	for j, q := range reqs {
+		checks[j] = LimiterPermits{Name: q.Name}
 	}
 	res, err := s.AcquireAll(ctx, AcquireAllRequest{Requests: checks})
 	if err != nil {
@@ -367,17 +327,47 @@ func (s *Service) checkOthers(ctx context.Context, cs []Counter, counts []Count,
 		return fmt.Errorf("core: %d decisions for %d limiters: %w", len(res.Results), len(checks), store.ErrBadReply)
 	}
 	for i, c := range cs {
-		if c.Name == "" || cached[i] {
+		if c.Name == "" || skip != nil && skip[i] {
 			continue
 		}
 		d := res.Results[at[i]]
-		over := !d.Granted || d.Window && d.Wait < hits[c.Name]
+		over := at[i] == fault || !d.Granted || d.Window && d.Wait < reqs[at[i]].Permits
 		counts[i] = countOf(d, over, false, 0)
 		if over {
 			counts[i].Shadow = s.limiterShadow(ctx, c.Name, d)
 		}
 	}
 	return nil
+}
+
+// group asks once per limiter for the named counters skip does not
+// exclude, their hits together: at[i] is counter i's request.
+func group(cs []Counter, skip []bool) (reqs []LimiterPermits, at []int) {
+	at = make([]int, len(cs))
+	seen := map[string]int{}
+	for i, c := range cs {
+		if c.Name == "" || skip != nil && skip[i] {
+			continue
+		}
+		j, ok := seen[c.Name]
+		if !ok {
+			j = len(reqs)
+			seen[c.Name] = j
+			reqs = append(reqs, LimiterPermits{Name: c.Name})
+		}
+		at[i] = j
+		reqs[j].Permits += c.Hits
+	}
+	return reqs, at
+}
+
+// holdOver puts a window counter found over in the over-limit cache until
+// after ns past decision d, counted from the local time the call was sent
+// (so at the latest as long after the call was sent).
+func (s *Service) holdOver(name string, d limitd.Decision, used int64, sent time.Time, after int64) {
+	s.over.put(name, overEntry{until: sent.Add(time.Duration(after)), at: sent,
+		limit: d.Limit, used: used, reset: d.Position, redisNow: d.Now,
+		d: limitd.Decision{Instance: d.Instance, Version: d.Version}})
 }
 
 // countOf is a counter's Count from its decision d: over or not, counted
@@ -422,23 +412,7 @@ func (s *Service) countEvery(ctx context.Context, cs []Counter, counts []Count) 
 	var cached []bool // counters the cache answered
 	if s.over != nil {
 		sent = s.clock.Now()
-		for i, c := range cs {
-			if c.Name == "" || c.Hits == 0 {
-				continue
-			}
-			if e, ok := s.over.get(c.Name, sent); ok {
-				if cached == nil {
-					cached = make([]bool, len(cs))
-				}
-				cached[i] = true
-				counts[i] = e.count(sent)
-				outcome := "denied"
-				if counts[i].Shadow = s.limiterShadow(ctx, c.Name, e.d); counts[i].Shadow {
-					outcome = "shadow"
-				}
-				s.report(ctx, c.Name, c.Hits, e.d, outcome)
-			}
-		}
+		cached = s.cachedOver(ctx, cs, counts, sent, false)
 	}
 	asked := func(i int) bool { return cs[i].Name != "" && (cached == nil || !cached[i]) }
 	reqs := make([]store.Request, 0, len(cs))
@@ -470,11 +444,8 @@ func (s *Service) countEvery(ctx context.Context, cs []Counter, counts []Count) 
 				outcome = "shadow"
 			}
 			if s.over != nil && d.Window && d.Delay > 0 {
-				// over until a permit fits again: Delay after the
-				// decision, at the latest as long after the call was sent
-				s.over.put(c.Name, overEntry{until: sent.Add(time.Duration(d.Delay)), at: sent,
-					limit: d.Limit, used: counts[i].Used, reset: d.Position, redisNow: d.Now,
-					d: limitd.Decision{Instance: d.Instance, Version: d.Version}})
+				// over until a permit fits again: Delay after the decision
+				s.holdOver(c.Name, d, counts[i].Used, sent, d.Delay)
 			}
 		}
 		s.report(ctx, c.Name, c.Hits, d, outcome)

@@ -49,22 +49,14 @@ func specFault(err error, spec, prefix string) error {
 	if spec == "" || !errors.As(err, &fe) {
 		return err
 	}
-	f := fe.Field
+	f, field := fe.Field, "spec"
 	if prefix != "" {
-		f = strings.TrimPrefix(f, prefix+".")
+		f, field = strings.TrimPrefix(f, prefix+"."), prefix+".spec"
 	}
-	switch {
-	case f == "rate", f == "burst", strings.HasPrefix(f, "spec."):
-		return &limiter.FieldError{Field: join(prefix, "spec"), Rule: fe.Field + ": " + fe.Rule, Value: fe.Value}
+	if f == "rate" || f == "burst" || strings.HasPrefix(f, "spec.") {
+		return &limiter.FieldError{Field: field, Rule: fe.Field + ": " + fe.Rule, Value: fe.Value}
 	}
 	return err
-}
-
-func join(prefix, s string) string {
-	if prefix == "" {
-		return s
-	}
-	return prefix + "." + s
 }
 
 // quoted is a string input as an error repeats it.

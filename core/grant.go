@@ -89,6 +89,5 @@ func (s *Service) Handback(ctx context.Context, r HandbackRequest) (rewound bool
 	if r.Version != g.Version {
 		g.Version = -1 // as of no version: counted as idle
 	}
-	rewound, err = s.store.Release(ctx, g, r.Permits)
-	return rewound, err
+	return s.store.Release(ctx, g, r.Permits)
 }

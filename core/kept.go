@@ -16,8 +16,7 @@ import (
 // answers; when some checks fail, the names found lost are returned with an
 // error matching ErrUnavailable.
 func (s *Service) Lost(ctx context.Context, limiters, templates []string) (lostLimiters, lostTemplates []string, err error) {
-	lostLimiters, lostTemplates, err = s.store.Lost(ctx, limiters, templates)
-	return lostLimiters, lostTemplates, err
+	return s.store.Lost(ctx, limiters, templates)
 }
 
 // Mark records which configuration was last applied to this Redis: sum (a
@@ -31,8 +30,7 @@ func (s *Service) Lost(ctx context.Context, limiters, templates []string) (lostL
 // (CheckMarker). A Mark that succeeds ends a pending loss (DataLost): the
 // configuration was applied again before it.
 func (s *Service) Mark(ctx context.Context, sum string) error {
-	err := s.store.Mark(ctx, sum)
-	if err != nil {
+	if err := s.store.Mark(ctx, sum); err != nil {
 		return err
 	}
 	s.loss.mu.Lock()
@@ -49,7 +47,7 @@ func (s *Service) CheckMarker(ctx context.Context) (pending bool, err error) {
 	if !s.marking() {
 		return false, nil
 	}
-	marked, now, err := s.Marked(ctx)
+	marked, now, err := s.store.Marked(ctx) // and Redis' time, in one round trip
 	if err != nil {
 		return false, err
 	}
@@ -65,15 +63,6 @@ func (s *Service) marking() bool {
 	s.loss.mu.Lock()
 	defer s.loss.mu.Unlock()
 	return s.loss.marked
-}
-
-// Marked reports whether this Redis still holds limitd's marker (Mark's
-// key), and Redis' time (Unix ns) when it answered, in one round trip. A
-// marker written once and gone since means Redis lost limitd's data (a
-// restart without persistence, a FLUSHALL): a keeper tells it with
-// DataLost and writes it again with Mark.
-func (s *Service) Marked(ctx context.Context) (marked bool, now int64, err error) {
-	return s.store.Marked(ctx)
 }
 
 // dataLoss is what the service knows of Redis losing its data: when it

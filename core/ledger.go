@@ -17,10 +17,7 @@ import (
 // Counting costs no Redis command on the decision's path, granted or
 // refused: a decision adds to a map under a mutex. The counts, their bound
 // (MaxNames) and each flush's bounded cost are store.Tally's, which the Go
-// client over Redis flushes its refusals through too: per named limiter and
-// template an HINCRBY per non-zero count and a PEXPIRE, and per template at
-// most TopK ZINCRBY by refused and TopK by granted permits with a PEXPIRE
-// per bucket. An instance has no totals of its own.
+// client over Redis flushes its refusals through too.
 //
 // What counts: a rate decision granted or charged counts as granted; denied
 // or refused in shadow mode as refused; one "voided" (a limiter of a
@@ -54,43 +51,26 @@ func (l *Ledger) StoreCall(Op, time.Duration) {}
 
 // Decided counts e (see Ledger for what counts how).
 func (l *Ledger) Decided(e Event) {
-	var refused bool
 	permits := e.Permits
-	switch e.Kind {
-	case EventRate:
-		switch e.Outcome {
-		case "granted", "charged":
-		case "denied", "shadow":
-			refused = true
-		default:
-			return
-		}
-	case EventSlot:
+	if e.Kind == EventSlot {
 		permits = 1
-		switch e.Outcome {
-		case "granted":
-		case "denied", "shadow":
-			refused = true
-		default:
-			return
-		}
+	}
+	var c limitd.Counts
+	switch {
+	case e.Kind != EventRate && e.Kind != EventSlot:
+		return
+	case e.Outcome == "granted", e.Kind == EventRate && e.Outcome == "charged":
+		c = limitd.Counts{GrantedCalls: 1, GrantedPermits: permits}
+	case e.Outcome == "denied", e.Outcome == "shadow":
+		c = limitd.Counts{RefusedCalls: 1, RefusedPermits: permits}
 	default:
 		return
-	}
-	c := limitd.Counts{GrantedCalls: 1, GrantedPermits: permits}
-	if refused {
-		c = limitd.Counts{RefusedCalls: 1, RefusedPermits: permits}
 	}
 	l.tally.Add(limitd.Subject{Limiter: e.Limiter, Template: e.Template, Instance: e.Instance}, c)
 }
 
-// Overflow is how many decisions were not counted under their own name
-// because the interval had MaxNames names already.
+// Overflow is store.Tally.Overflow.
 func (l *Ledger) Overflow() int64 { return l.tally.Overflow() }
-
-// Failed is how many flushes Redis did not take (their counts were kept
-// for the next, as far as MaxNames allows).
-func (l *Ledger) Failed() int64 { return l.tally.Failed() }
 
 // Run flushes every interval until ctx is done, then flushes once more (for
 // at most 2 s) and returns.
@@ -110,7 +90,6 @@ func (l *Ledger) Run(ctx context.Context) {
 	}
 }
 
-// Flush adds what was counted since the last flush to Redis and starts a
-// new interval. When Redis does not take it, the counts go back into the
-// new interval (as far as MaxNames allows) and the error is returned.
+// Flush is store.Tally.Flush: it adds what was counted since the last
+// flush to Redis.
 func (l *Ledger) Flush(ctx context.Context) error { return l.tally.Flush(ctx) }

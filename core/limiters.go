@@ -28,15 +28,9 @@ type Limiter struct {
 }
 
 // Totals count a limiter's decisions, across every limitd sharing the
-// Redis: calls and the permits they asked for, granted and refused. A
-// refusal in shadow mode counts as refused (it is what would have been
-// refused); a charge counts as granted.
-type Totals struct {
-	GrantedCalls   int64
-	GrantedPermits int64
-	RefusedCalls   int64
-	RefusedPermits int64
-}
+// Redis. A refusal in shadow mode counts as refused (it is what would have
+// been refused); a charge counts as granted.
+type Totals = limitd.Counts
 
 // view returns info with its live state: a rate limiter's schedule, or a
 // lease limiter's holders.
@@ -49,8 +43,7 @@ func (s *Service) view(ctx context.Context, info limitd.Info) (Limiter, error) {
 	if err != nil {
 		return Limiter{}, err
 	}
-	t := Totals(ts[0])
-	l.Totals = &t
+	l.Totals = &ts[0]
 	return l, nil
 }
 
@@ -128,8 +121,7 @@ func (s *Service) Views(ctx context.Context, infos []limitd.Info) (out []Limiter
 		if errs[i] == nil && err != nil {
 			errs[i] = err
 		} else if errs[i] == nil && infos[i].Template == "" {
-			t := Totals(ts[i])
-			out[i].Totals = &t
+			out[i].Totals = &ts[i]
 		}
 	}
 	return out, errs
@@ -141,7 +133,11 @@ func (s *Service) Put(ctx context.Context, name string, cfg limiter.Config) (l L
 	if err != nil {
 		return Limiter{}, false, specFault(err, cfg.Spec, "")
 	}
-	s.slots.set(name, info.Config.Kind == limiter.KindConcurrency)
+	if info.Config.Kind == limiter.KindConcurrency {
+		s.slots.set(name, struct{}{})
+	} else {
+		s.slots.forget(name)
+	}
 	l, err = s.view(ctx, info)
 	return l, created, err
 }
@@ -200,11 +196,10 @@ func (s *Service) Patch(ctx context.Context, name string, change func(cur limite
 
 // Delete removes a limiter and its state.
 func (s *Service) Delete(ctx context.Context, name string) error {
-	err := s.store.Delete(ctx, name)
-	if err != nil {
+	if err := s.store.Delete(ctx, name); err != nil {
 		return err
 	}
-	s.slots.set(name, false)
+	s.slots.forget(name)
 	return nil
 }
 
@@ -229,19 +224,15 @@ func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, err
 	if err != nil {
 		return Page{}, err
 	}
-	page := Page{Limiters: make([]limitd.Info, len(infos)), Totals: make([]Totals, len(infos)), Next: next}
 	names := make([]string, len(infos))
 	for i, info := range infos {
-		page.Limiters[i], names[i] = info, info.Name
+		names[i] = info.Name
 	}
 	ts, err := s.store.Totals(ctx, names)
 	if err != nil {
 		return Page{}, err
 	}
-	for i, t := range ts {
-		page.Totals[i] = Totals(t)
-	}
-	return page, nil
+	return Page{Limiters: infos, Totals: ts, Next: next}, nil
 }
 
 // Wait returns the live state of a limiter (or template instance) without
@@ -262,8 +253,7 @@ func (s *Service) Wait(ctx context.Context, name string) (limitd.WaitInfo, error
 // Reset starts a new schedule now (the backlog is forfeited, totals kept)
 // and returns the state after it.
 func (s *Service) Reset(ctx context.Context, name string) (limitd.WaitInfo, error) {
-	_, err := s.store.Reset(ctx, name)
-	if err != nil {
+	if _, err := s.store.Reset(ctx, name); err != nil {
 		return limitd.WaitInfo{}, err
 	}
 	return s.Wait(ctx, name)

@@ -111,13 +111,6 @@ func (c *overLimit) clear() {
 	c.next = 0
 }
 
-// len is how many entries the cache holds (some may have ended).
-func (c *overLimit) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.entries)
-}
-
 // count is a cached counter's Count at now (local): over, not counted, its
 // window's limit and reset, and Redis' time estimated from the decision's
 // (the time passed since the call was sent: never behind Redis').

@@ -175,3 +175,10 @@ func TestOverLimitCacheStrict(t *testing.T) {
 		t.Fatalf("the next window: %+v, want granted, 1 used", r)
 	}
 }
+
+// len is how many entries the cache holds (some may have ended).
+func (c *overLimit) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}

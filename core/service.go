@@ -59,11 +59,11 @@ type Service struct {
 	obs    Observer
 	decide time.Duration
 	clock  limiter.Clock
-	slots  slotHints // names seen to be concurrency limiters
-	shadow bool      // every limiter in shadow mode (Options.Shadow)
-	quota  bool      // every counter of a metered call a quota counter (Options.QuotaMode)
+	slots  hints[struct{}] // names seen to be concurrency limiters
+	shadow bool            // every limiter in shadow mode (Options.Shadow)
+	quota  bool            // every counter of a metered call a quota counter (Options.QuotaMode)
 	// shadows remembers named limiters' shadow mode by version (shadow.go).
-	shadows *shadowHints
+	shadows hints[shadowHint]
 	// over is the over-limit cache (overlimit.go; nil: none).
 	over *overLimit
 	// instances caches counts of templates' instances (CachedInstances).
@@ -108,7 +108,7 @@ func New(st *store.Store, o Options) *Service {
 
 // over is New over any backend.
 func over(st backend, o Options) *Service {
-	s := &Service{obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode, shadows: &shadowHints{},
+	s := &Service{obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode,
 		over: newOverLimit(o.OverLimitCache), redis: o.Redis.orDefault()}
 	s.loss.found = make(chan struct{}, 1)
 	if s.clock == nil {
@@ -135,8 +135,7 @@ func over(st backend, o Options) *Service {
 // has lost limitd's data and the configuration is not applied again
 // (ErrDataLost): its marker found gone, here or by a keeper (CheckMarker).
 func (s *Service) Ready(ctx context.Context) error {
-	err := s.store.Ready(ctx)
-	if err != nil {
+	if err := s.store.Ready(ctx); err != nil {
 		return err
 	}
 	if s.marking() {

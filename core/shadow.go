@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"sync"
 
 	"github.com/limitd/limitd"
 )
@@ -38,22 +37,20 @@ func (s *Service) inShadow(ctx context.Context, name string, d limitd.Decision) 
 
 // limiterShadow reports whether the limiter that decided d (name; a
 // template instance when d.Instance) is in shadow mode by its own config,
-// whatever the service's global shadow mode says: a named limiter's config
-// is remembered by version, which every decision carries; a template
-// instance's template is the store's template cache's.
+// whatever the service's global shadow mode says.
 func (s *Service) limiterShadow(ctx context.Context, name string, d limitd.Decision) bool {
 	if d.Instance {
 		t, err := s.store.Resolve(ctx, name)
 		return err == nil && t.Limiter.Shadow
 	}
-	if sh, ok := s.shadows.get(name, d.Version); ok {
-		return sh
+	if h, ok := s.shadows.get(name); ok && h.version == d.Version {
+		return h.shadow
 	}
 	info, err := s.store.Get(ctx, name)
 	if err != nil {
 		return false
 	}
-	s.shadows.set(name, info.Version, info.Config.Shadow)
+	s.shadows.set(name, shadowHint{info.Version, info.Config.Shadow})
 	return info.Config.Shadow
 }
 
@@ -68,32 +65,8 @@ func (s *Service) slotInShadow(ctx context.Context, name string) bool {
 	return err == nil && info.Config.Shadow
 }
 
-// shadowHints remember named limiters' shadow setting by config version.
-type shadowHints struct {
-	mu    sync.Mutex
-	names map[string]shadowHint
-}
-
+// shadowHint is a named limiter's shadow mode as of a config version.
 type shadowHint struct {
 	version int64
 	shadow  bool
-}
-
-// maxShadowHints bounds the hints; past it they start over.
-const maxShadowHints = 4096
-
-func (h *shadowHints) get(name string, version int64) (shadow, ok bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	e, ok := h.names[name]
-	return e.shadow, ok && e.version == version
-}
-
-func (h *shadowHints) set(name string, version int64, shadow bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.names == nil || len(h.names) >= maxShadowHints {
-		h.names = map[string]shadowHint{}
-	}
-	h.names[name] = shadowHint{version, shadow}
 }

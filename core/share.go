@@ -34,8 +34,7 @@ func (s *Service) Capacity(ctx context.Context, r CapacityRequest) (limitd.Capac
 	if err != nil {
 		return limitd.CapacityLease{}, err
 	}
-	sl, err := s.store.Capacity(ctx, r.Name, sr)
-	l := sl
+	l, err := s.store.Capacity(ctx, r.Name, sr)
 	if err != nil {
 		return limitd.CapacityLease{}, err
 	}

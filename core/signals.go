@@ -105,22 +105,21 @@ func ReadingOf(l Limiter) Reading {
 func (r Reading) used() (u float64, ok bool) {
 	switch {
 	case r.Counted:
-		if r.Limit <= 0 {
-			return 0, true
-		}
-		return float64(r.Limit-r.Remaining) / float64(r.Limit), true
+		return part(float64(r.Limit-r.Remaining), float64(r.Limit)), true
 	case r.Slots:
-		if r.Limit <= 0 {
-			return 0, true
-		}
-		return float64(r.InUse) / float64(r.Limit), true
+		return part(float64(r.InUse), float64(r.Limit)), true
 	case r.Shares:
-		if r.Capacity <= 0 {
-			return 0, true
-		}
-		return r.Held / r.Capacity, true
+		return part(r.Held, r.Capacity), true
 	}
 	return 0, false
+}
+
+// part is n of whole, 0 without a whole.
+func part(n, whole float64) float64 {
+	if whole <= 0 {
+		return 0
+	}
+	return n / whole
 }
 
 // queued reports whether a new caller's wait says callers queue: a window
@@ -206,10 +205,7 @@ type InstanceCounts struct {
 
 // RefusedShare is the part of its permits an instance was refused.
 func (c InstanceCounts) RefusedShare() float64 {
-	if c.Granted+c.Refused <= 0 {
-		return 0
-	}
-	return float64(c.Refused) / float64(c.Granted+c.Refused)
+	return part(float64(c.Refused), float64(c.Granted+c.Refused))
 }
 
 // Settings of the signals.

@@ -39,8 +39,7 @@ func (s *Service) RenewSlot(ctx context.Context, name, leaseID string) (limitd.S
 	if err := limitd.CheckLeaseID(leaseID); err != nil {
 		return limitd.SlotLease{}, err
 	}
-	sl, err := s.store.RenewSlot(ctx, name, leaseID)
-	l := sl
+	l, err := s.store.RenewSlot(ctx, name, leaseID)
 	if errors.Is(err, store.ErrNotFound) {
 		return limitd.SlotLease{}, s.notHeld(ctx, name, err, "lease_id", "lost",
 			fmt.Sprintf("lease_id: limiter %q holds no lease %q and has no free slot to take it again: it was released or it expired, and its slot is taken; stop using it and acquire again", name, leaseID))

@@ -33,8 +33,7 @@ func (s *Service) GetTemplate(ctx context.Context, id string) (limitd.Template, 
 	if err := limitd.CheckNameAs("id", id); err != nil {
 		return limitd.Template{}, err
 	}
-	t, err := s.store.GetTemplate(ctx, id)
-	return t, err
+	return s.store.GetTemplate(ctx, id)
 }
 
 // Instances counts the live instances of template id: exact, or estimated
@@ -44,8 +43,7 @@ func (s *Service) Instances(ctx context.Context, id string) (n int64, exact bool
 	if err != nil {
 		return 0, false, err
 	}
-	n, exact, err = s.store.InstanceCount(ctx, t.Pattern)
-	return n, exact, err
+	return s.store.InstanceCount(ctx, t.Pattern)
 }
 
 // DeleteTemplate removes a template.
@@ -53,14 +51,12 @@ func (s *Service) DeleteTemplate(ctx context.Context, id string) error {
 	if err := limitd.CheckNameAs("id", id); err != nil {
 		return err
 	}
-	err := s.store.DeleteTemplate(ctx, id)
-	return err
+	return s.store.DeleteTemplate(ctx, id)
 }
 
 // Templates returns every template in matching order.
 func (s *Service) Templates(ctx context.Context) ([]limitd.Template, error) {
-	ts, err := s.store.Templates(ctx)
-	return ts, err
+	return s.store.Templates(ctx)
 }
 
 // The bounds of Top's parameters.

@@ -32,14 +32,12 @@ type Watcher struct {
 
 	poke chan struct{} // a name was watched (capacity 1)
 
-	mu      sync.Mutex
-	series  map[string]*series
-	extra   map[string]int // names watched, by how many watches
-	last    *Round
-	subs    map[chan *Round]struct{}
-	chsubs  map[chan Change]struct{}
-	listed  int
-	running bool
+	mu     sync.Mutex
+	series map[string]*series
+	extra  map[string]int // names watched, by how many watches
+	last   *Round
+	subs   map[chan *Round]struct{}
+	chsubs map[chan Change]struct{}
 }
 
 // Ticker is what a Watcher's rounds follow: a time.Ticker, or in tests a
@@ -94,9 +92,6 @@ func (s *Service) NewWatcher(o WatcherOptions) *Watcher {
 	}
 	return w
 }
-
-// Step is the time between rounds.
-func (w *Watcher) Step() time.Duration { return w.step }
 
 // Round is what one round read, never changed once published.
 type Round struct {
@@ -161,31 +156,25 @@ func (w *Watcher) Watch(names []string) (unwatch func()) {
 // Subscribe returns a channel that receives every round from now on (a
 // reader that falls behind gets the newest, rounds between skipped), and
 // the func that ends the subscription.
-func (w *Watcher) Subscribe() (<-chan *Round, func()) {
-	ch := make(chan *Round, 1)
-	w.mu.Lock()
-	w.subs[ch] = struct{}{}
-	w.mu.Unlock()
-	return ch, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		delete(w.subs, ch)
-	}
-}
+func (w *Watcher) Subscribe() (<-chan *Round, func()) { return subscribe(&w.mu, w.subs, 1) }
 
 // Changes returns a channel that receives the config changes Run's one
 // subscription receives (so that a process holds one), while the reader
 // keeps up: it has a buffer of 64, and a change past it is dropped (the
 // next round reads the limiter again anyway). The func ends it.
-func (w *Watcher) Changes() (<-chan Change, func()) {
-	ch := make(chan Change, 64)
-	w.mu.Lock()
-	w.chsubs[ch] = struct{}{}
-	w.mu.Unlock()
+func (w *Watcher) Changes() (<-chan Change, func()) { return subscribe(&w.mu, w.chsubs, 64) }
+
+// subscribe adds a channel with a buffer of n to subs (guarded by mu), and
+// returns it with the func that takes it out.
+func subscribe[T any](mu *sync.Mutex, subs map[chan T]struct{}, n int) (<-chan T, func()) {
+	ch := make(chan T, n)
+	mu.Lock()
+	subs[ch] = struct{}{}
+	mu.Unlock()
 	return ch, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		delete(w.chsubs, ch)
+		mu.Lock()
+		defer mu.Unlock()
+		delete(subs, ch)
 	}
 }
 
@@ -194,13 +183,6 @@ func (w *Watcher) Last() *Round {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.last
-}
-
-// Running reports whether Run runs.
-func (w *Watcher) Running() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.running
 }
 
 // History is each of names' samples, oldest first (empty for a name not
@@ -224,14 +206,6 @@ func (w *Watcher) History(names []string) map[string][]Signals {
 func (w *Watcher) Run(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w.mu.Lock()
-	w.running = true
-	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		w.running = false
-		w.mu.Unlock()
-	}()
 	changes := w.s.Changes(ctx)
 	r := &watchRounds{w: w, sampler: w.s.Sampler()}
 	tick := w.newTicker(w.step)
@@ -404,7 +378,6 @@ func (r *watchRounds) round(ctx context.Context, full bool) {
 		round.Listed, round.Err = prev.Listed, prev.Err
 	}
 	w.last = round
-	w.listed = len(r.names)
 	for ch := range w.subs {
 		select {
 		case ch <- round:

@@ -112,8 +112,7 @@ func (c Config) Normalize() (Config, Verb, error) {
 		if err != nil {
 			return Config{}, "", err
 		}
-		b := Burst(sp.Burst)
-		c.Spec, c.Rate, c.Burst, verb = "", sp.Rate, &b, sp.Verb
+		c.Spec, c.Rate, c.Burst, verb = "", sp.Rate, new(Burst(sp.Burst)), sp.Verb
 	}
 	k, ok := Lookup(c.Kind)
 	if !ok {
@@ -137,8 +136,7 @@ func (c *Config) normalizeSchedule() error {
 		return err
 	}
 	if c.Burst == nil {
-		b := Burst(DefaultBurst)
-		c.Burst = &b
+		c.Burst = new(Burst(DefaultBurst))
 	}
 	if b := float64(*c.Burst); math.IsNaN(b) || b < 1 || (b > MaxBurst && !math.IsInf(b, 1)) {
 		return fieldErr("burst", "must be ≥ 1 and ≤ 1e6, or \"inf\"", b)
@@ -169,22 +167,19 @@ func (c *Config) normalizeSmooth() error {
 		// A zero warm-up is a bursting limiter without stored permits, never an
 		// unlimited one.
 		if c.Warmup != nil {
-			zero := 0.0
-			c.Warmup, c.MaxBurstSeconds = nil, &zero
+			c.Warmup, c.MaxBurstSeconds = nil, new(0.0)
 		}
 		if c.ColdFactor != nil {
 			return fieldErr("cold_factor", "needs a warmup", nil)
 		}
 		if c.MaxBurstSeconds == nil {
-			one := 1.0
-			c.MaxBurstSeconds = &one
+			c.MaxBurstSeconds = new(1.0)
 		}
 		if v := *c.MaxBurstSeconds; math.IsNaN(v) || v < 0 || v > MaxStoredSeconds {
 			return fieldErr("max_burst_seconds", "must be ≥ 0 and ≤ 1e6", v)
 		}
 		if c.InitialPermits == nil {
-			zero := 0.0
-			c.InitialPermits = &zero
+			c.InitialPermits = new(0.0)
 		}
 	} else {
 		if err := checkDuration("warmup", *c.Warmup, 1); err != nil {
@@ -194,8 +189,7 @@ func (c *Config) normalizeSmooth() error {
 			return fieldErr("warmup", "must be at most 1e6 s", c.Warmup.String())
 		}
 		if c.ColdFactor == nil {
-			three := 3.0
-			c.ColdFactor = &three
+			c.ColdFactor = new(3.0)
 		}
 		if v := *c.ColdFactor; math.IsNaN(v) || v < 1 || v > MaxColdFactor {
 			return fieldErr("cold_factor", "must be ≥ 1 and ≤ 1e6", v)
@@ -368,7 +362,7 @@ func checkDuration(field string, d Duration, min Duration) error {
 type Duration time.Duration
 
 // D returns a Duration pointer, for building configs in Go.
-func D(d time.Duration) *Duration { v := Duration(d); return &v }
+func D(d time.Duration) *Duration { return new(Duration(d)) }
 
 func (d Duration) String() string { return time.Duration(d).String() }
 
@@ -403,7 +397,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 type Burst float64
 
 // B returns a Burst pointer, for building configs in Go.
-func B(b float64) *Burst { v := Burst(b); return &v }
+func B(b float64) *Burst { return new(Burst(b)) }
 
 // Inf is the burst ratio "inf": unlimited catch-up.
 var Inf = math.Inf(1)

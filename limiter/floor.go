@@ -1,36 +1,10 @@
 package limiter
 
-// Clock steps and floors: what keeps a shared schedule from rewinding when the
-// store under it does.
-//
-// A clock step back. The engines take now from the caller (for a shared
-// limiter, Redis TIME). When now is earlier than the latest time the state has
-// seen (State.Last), the clock stepped back: a failover to a host whose clock
-// is behind, or an NTP step. The state is then moved back by the step (Next
-// and Pace; Origin stays as it was), so the schedule continues from where it
-// stood on the new clock: no caller waits out the step, and no permit is
-// granted that the old clock had not yet allowed (time the state had seen is
-// not seen twice). Answers come out on the new clock.
-//
-// A clock step forward looks like idle time: a schedule limiter's backlog
-// grows (up to max_backlog, the rest is forfeited) and a smooth limiter stores
-// permits (up to its burst), exactly as if nobody had called for that long.
-//
-// Floors. Redis replication is asynchronous and a restart without persistence
-// forgets state, so a limiter's state may come back older than what callers
-// were told, or fresh. Every answer carries the schedule's position (Next: the
-// scheduled start of the next permit, smooth: next_free) and the time of the
-// answer; a caller remembers the furthest it has seen and sends it as a Floor
-// with its next request, and the engine never lets the schedule start before
-// it (ApplyFloor). A permit granted before a failover is not granted again
-// after it.
-//
-// A floor is on the clock of the answer that carried it. When the clock now is
-// behind the floor's Seen (a step back since), the floor is re-anchored at
-// now: it keeps the schedule Ahead of now, as far as the caller was told it
-// stood ahead then, rather than holding every caller back for the length of
-// the step. So a floor never holds a schedule back more than the debt its
-// caller was told of.
+// Clock steps and floors: what keeps a shared schedule from rewinding when
+// the store under it does (the package doc, "Clocks and floors", says how).
+// A step back (a failover to a host whose clock is behind, an NTP step)
+// moves Next and Pace back by the step, Origin staying as it was; answers
+// then come out on the new clock.
 
 // A state born after its floor. The position a floor carries is where the
 // schedule stood when its caller last heard of it: a process whose callers

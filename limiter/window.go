@@ -430,15 +430,6 @@ var windowEngine = engine{
 // higher (lua/window.lua FULL).
 const windowFull = MaxWindowLimit
 
-// Remaining is the number of permits a window limiter has left at now in
-// state s (s is not changed); 0 for other kinds.
-func (p *Params) Remaining(s State, now int64) int64 {
-	if p.Kind != KindWindow {
-		return 0
-	}
-	return p.Peek(s, now).Wait
-}
-
 // mulDiv is ⌊a·b/c⌋ for 0 ≤ a, b and c > 0 with a·b/c < 2^63.
 func mulDiv(a, b, c int64) int64 {
 	hi, lo := bits.Mul64(uint64(a), uint64(b))

@@ -185,8 +185,7 @@ func (s *Store) takeGroup(ctx context.Context, groups []multiGroup, maxWait time
 // checkRequestName checks the name of the request at index i: bad, it is
 // a *limiter.RequestError.
 func checkRequestName(i int, name string) error {
-	var fe *limiter.FieldError
-	if err := limitd.CheckNameAs("name", name); errors.As(err, &fe) {
+	if fe, ok := errors.AsType[*limiter.FieldError](limitd.CheckNameAs("name", name)); ok {
 		return limiter.RequestFieldError(i, "name", fe.Rule, fe.Value)
 	}
 	return nil
@@ -203,8 +202,7 @@ func (s *Store) acquireOne(ctx context.Context, r limitd.MultiRequest, maxWait t
 	}
 	d, err := s.Acquire(ctx, r.Name, r.Permits, maxWait)
 	if err != nil {
-		var fe *limiter.FieldError
-		if errors.As(err, &fe) && fe.Field == "permits" {
+		if fe, ok := errors.AsType[*limiter.FieldError](err); ok && fe.Field == "permits" {
 			err = limiter.RequestFieldError(0, "permits", fe.Rule, r.Permits)
 		}
 		return limitd.MultiDecision{}, err
@@ -280,8 +278,7 @@ func (s *Store) acquireCallOnce(ctx context.Context, groups []multiGroup, maxWai
 			continue
 		}
 		if o.Err != nil {
-			var fe *limiter.FieldError
-			if errors.As(o.Err, &fe) && fe.Field == "permits" {
+			if fe, ok := errors.AsType[*limiter.FieldError](o.Err); ok && fe.Field == "permits" {
 				o.Err = limiter.RequestFieldError(g.index, "permits", fe.Rule, g.req.Permits)
 			}
 			return false, nil, o.Err

@@ -62,37 +62,30 @@ func decodeDecision(r *reply) limitd.Decision {
 // the Outcome of each of its m requests, once each, in order; a grant's
 // permits are not in the answer (Outcome.withPermits fills them in).
 func decodeAnswer(name string, u *unpacker, m int, set func(r int, o Outcome)) {
-	fail := func(err error) {
+	code := u.uint(1)
+	var err error
+	switch {
+	case u.err != nil:
+	case code == answerNotFound:
+		err = fmt.Errorf("limiter %q: %w", name, ErrNotFound)
+	case code == answerBounds:
+		if now := u.int(7); u.err == nil {
+			err = &needBounds{now: now * 1000}
+		}
+	case code == answerOtherKind: // a limiter of a kind without a schedule
+		if kind := u.str(); u.err == nil {
+			err = kindConflict(name, limiter.Kind(kind))
+		}
+	case code != answerOK && code != answerCounted:
+		u.err = badReply("answer code %d", code)
+	}
+	if u.err != nil {
+		err = fmt.Errorf("store: acquire of %q: %w", name, u.err)
+	}
+	if err != nil {
 		for r := range m {
 			set(r, Outcome{Err: err})
 		}
-	}
-	code := u.uint(1)
-	switch {
-	case u.err != nil:
-		fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
-		return
-	case code == answerNotFound:
-		fail(fmt.Errorf("limiter %q: %w", name, ErrNotFound))
-		return
-	case code == answerBounds:
-		if now := u.int(7); u.err == nil {
-			fail(&needBounds{now: now * 1000})
-		} else {
-			fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
-		}
-		return
-	case code == answerOtherKind: // a limiter of a kind without a schedule
-		kind := u.str()
-		if u.err != nil {
-			fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
-			return
-		}
-		fail(kindConflict(name, limiter.Kind(kind)))
-		return
-	case code != answerOK && code != answerCounted:
-		u.err = badReply("answer code %d", code)
-		fail(fmt.Errorf("store: acquire of %q: %w", name, u.err))
 		return
 	}
 	counted := code == answerCounted
@@ -105,33 +98,30 @@ func decodeAnswer(name string, u *unpacker, m int, set func(r int, o Outcome)) {
 		if counted && code != recordPermitsRange { // the limit, and a grant starts now
 			limit, sched = sched, 0
 		}
+		var o Outcome
 		switch {
 		case u.err != nil:
-			set(r, Outcome{Err: fmt.Errorf("store: acquire of %q: record %d: %w", name, r, u.err)})
-			continue
+			o.Err = fmt.Errorf("store: acquire of %q: record %d: %w", name, r, u.err)
 		case code == recordPermitsRange:
-			set(r, Outcome{Err: &limiter.FieldError{Field: "permits", Rule: limiter.PermitsRule(sched)}})
-			continue
+			o.Err = &limiter.FieldError{Field: "permits", Rule: limiter.PermitsRule(sched)}
 		case code == recordChargeRange:
-			set(r, Outcome{Err: &limiter.FieldError{Field: "permits", Rule: limiter.ChargeRule(sched)}})
-			continue
+			o.Err = &limiter.FieldError{Field: "permits", Rule: limiter.ChargeRule(sched)}
 		case code == recordChargedWithin || code == recordChargedOver:
-			set(r, Outcome{Decision: chargedOf(code, counted, now, sched, start, wait, retry, ver, inst, pos, limit)})
-			continue
+			o.Decision = chargedOf(code, counted, now, sched, start, wait, retry, ver, inst, pos, limit)
 		case code != recordGranted && code != recordDenied:
 			u.err = badReply("record code %d", code)
-			set(r, Outcome{Err: fmt.Errorf("store: acquire of %q: record %d: %w", name, r, u.err)})
-			continue
+			o.Err = fmt.Errorf("store: acquire of %q: record %d: %w", name, r, u.err)
+		default:
+			// A grant's delay is its start, its lateness start − sched; a
+			// denial's delay comes as start.
+			o.Decision = limitd.Decision{Granted: code == recordGranted, Delay: start, Wait: wait, RetryAfter: retry,
+				Version: ver, Now: now, Instance: inst, Position: pos, Window: counted, Limit: limit}
+			if o.Granted {
+				o.Lateness = max(0, start-sched) // a start at once, ahead of its slot (burst inf), is on time
+				o.Scheduled, o.Start = now+sched, now+start
+			}
 		}
-		// A grant's delay is its start, its lateness start − sched; a
-		// denial's delay comes as start.
-		d := limitd.Decision{Granted: code == recordGranted, Delay: start, Wait: wait, RetryAfter: retry,
-			Version: ver, Now: now, Instance: inst, Position: pos, Window: counted, Limit: limit}
-		if d.Granted {
-			d.Lateness = max(0, start-sched) // a start at once, ahead of its slot (burst inf), is on time
-			d.Scheduled, d.Start = now+sched, now+start
-		}
-		set(r, Outcome{Decision: d})
+		set(r, o)
 	}
 }
 

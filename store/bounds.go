@@ -31,11 +31,8 @@ func (e *needBounds) Error() string {
 // the store sent them, so that the call may be made again; a failure to
 // send them replaces *err.
 func (s *Store) boundsSent(ctx context.Context, name string, err *error) bool {
-	if *err == nil { // (before errors.As, whose target escapes: no allocation on a call's happy path)
-		return false
-	}
-	var nb *needBounds
-	if !errors.As(*err, &nb) {
+	nb, ok := errors.AsType[*needBounds](*err)
+	if !ok {
 		return false
 	}
 	if e := s.sendBounds(ctx, name, nb.now); e != nil {
@@ -78,8 +75,8 @@ func (s *Store) sendBounds(ctx context.Context, name string, now int64) error {
 			return err
 		}
 		err = replyErr("bounds", name, v)
-		var nb *needBounds
-		if !errors.As(err, &nb) {
+		nb, ok := errors.AsType[*needBounds](err)
+		if !ok {
 			return err
 		}
 		now = nb.now

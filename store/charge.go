@@ -8,14 +8,12 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// Charges: usage recorded after the fact (limiter/charge.go). A charge
-// takes its permits whatever is left, at Redis time like any acquire: a
-// schedule or smooth limiter goes into debt, which later callers wait for
-// (or are refused until it is paid), and a window counts past its limit and
-// refuses until it resets. It goes where an acquire goes (acquire.lua, the
-// batcher, a template's instance, the floors), as a request whose permits
-// travel as -1 - n (acquire_many in lua/lib.lua). A share or concurrency
-// limiter has nothing to charge: ErrConflict, as for an acquire.
+// Charges: usage recorded after the fact (limiter/charge.go says what a
+// charge does to each kind), at Redis time like any acquire. A charge goes
+// where an acquire goes (acquire.lua, the batcher, a template's instance,
+// the floors), as a request whose permits travel as -1 - n (acquire_many in
+// lua/lib.lua). A share or concurrency limiter has nothing to charge:
+// ErrConflict, as for an acquire.
 
 // Charge takes n permits (≥ 0) of the limiter, or of the template instance
 // for name, whatever is left. The Decision is Charged; Granted says whether

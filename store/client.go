@@ -192,8 +192,7 @@ func newFromList(s string) (redis.UniversalClient, error) {
 
 // parseErr drops the URL from url.Parse's errors: it may hold a password.
 func parseErr(err error) error {
-	var uerr *url.Error
-	if errors.As(err, &uerr) {
+	if uerr, ok := errors.AsType[*url.Error](err); ok {
 		return uerr.Err
 	}
 	return err

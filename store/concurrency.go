@@ -24,9 +24,6 @@ var ErrLeaseNotHeld = fmt.Errorf("lease not held: %w", ErrNotFound)
 // limiter is not an error: the lease is not Granted and RetryAfter tells when
 // the earliest lease ends.
 func (s *Store) AcquireSlot(ctx context.Context, name string) (limitd.SlotLease, error) {
-	if err := limitd.CheckName(name); err != nil {
-		return limitd.SlotLease{}, err
-	}
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	id := hex.EncodeToString(b[:])
@@ -46,29 +43,25 @@ func (s *Store) AcquireSlot(ctx context.Context, name string) (limitd.SlotLease,
 // lease is lost: ErrLeaseNotHeld. A limiter that does not exist is
 // ErrNotFound.
 func (s *Store) RenewSlot(ctx context.Context, name, id string) (limitd.SlotLease, error) {
-	if err := limitd.CheckName(name); err != nil {
-		return limitd.SlotLease{}, err
-	}
-	if err := limitd.CheckLeaseID(id); err != nil {
-		return limitd.SlotLease{}, err
-	}
 	return s.slotCall(ctx, name, "renew", id)
 }
 
 // ReleaseSlot frees a lease's slot. ErrLeaseNotHeld when it is not held (it
 // expired, was released, or never was).
 func (s *Store) ReleaseSlot(ctx context.Context, name, id string) error {
-	if err := limitd.CheckName(name); err != nil {
-		return err
-	}
-	if err := limitd.CheckLeaseID(id); err != nil {
-		return err
-	}
 	_, err := s.slotCall(ctx, name, "release", id)
 	return err
 }
 
+// slotCall runs concurrency.lua's op for lease id, after checking both
+// names.
 func (s *Store) slotCall(ctx context.Context, name, op, id string) (limitd.SlotLease, error) {
+	if err := limitd.CheckName(name); err != nil {
+		return limitd.SlotLease{}, err
+	}
+	if err := limitd.CheckLeaseID(id); err != nil {
+		return limitd.SlotLease{}, err
+	}
 	v, err := s.run(ctx, lua.Concurrency, []string{s.limiterKey(name), s.slotsKey(name)}, op, id)
 	if err != nil {
 		return limitd.SlotLease{}, err

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"errors"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,12 +35,47 @@ func ReadStored(ctx context.Context, s *Store, key string) (st Stored, ok bool, 
 var DecodeStored = decodeStored
 
 // WithScriptsOnly runs every operation as a script, even where Redis has
-// functions (withScriptsOnly).
-var WithScriptsOnly = withScriptsOnly
+// functions (tests and benchmarks compare the two).
+func WithScriptsOnly() Option { return func(s *Store) { s.fn.off.Store(true) } }
 
-// WithFloorCap sets how many names' floors the store keeps, 0 for none
-// (withFloorCap).
-var WithFloorCap = withFloorCap
+var withScriptsOnly = WithScriptsOnly
+
+// WithFloorCap sets how many names' floors the store keeps (0: none, which
+// turns floors off).
+func WithFloorCap(n int) Option { return func(s *Store) { s.floors.setCap(n) } }
+
+var withFloorCap = WithFloorCap
+
+func (f *floorSet) len() int {
+	n := 0
+	for i := range f.shards {
+		sh := &f.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// float is a little-endian double ('d').
+func (u *unpacker) float() float64 {
+	b := u.next(8)
+	if u.isText {
+		f, err := strconv.ParseFloat(b, 64)
+		if err != nil && u.err == nil {
+			u.err = badReply("%v", err)
+		}
+		return f
+	}
+	if len(b) < 8 {
+		return 0
+	}
+	var x uint64
+	for i := 7; i >= 0; i-- {
+		x = x<<8 | uint64(b[i])
+	}
+	return math.Float64frombits(x)
+}
 
 // FloorOf is the floor the store would send with its next call on name.
 func FloorOf(s *Store, name string) (limiter.Floor, bool) { return s.floors.get(name) }

@@ -12,28 +12,17 @@ import (
 )
 
 // Floors: what keeps a failover or an empty restart from rewinding a
-// schedule (see lua/lib.lua, "Floors", and limiter/floor.go). Every answer of
-// a rate limiter's script carries the schedule's position and the Redis time
-// of the answer; the store remembers, per name (named limiters and template
-// instances alike), the furthest position it has seen and sends it with its
-// next acquire or grant of that name, and the script never lets the schedule
-// start before it. So a state that comes back older than what this process
-// was told (asynchronous replication lost the last writes) or fresh (a
-// restart without persistence) grants nothing again that it granted to this
-// process.
+// schedule (the package doc's "Reliability"; lua/lib.lua, "Floors";
+// limiter/floor.go). The store keeps one per name, named limiters and
+// template instances alike, and grants nothing again that it granted to
+// this process.
 //
-// Memory is bounded (DefaultFloorCap names, withFloorCap): when full, the
+// Memory is bounded (DefaultFloorCap names): when full, the
 // names whose positions lie furthest back are forgotten first, as a floor
 // only matters while it is ahead of what a rewound state could hold.
 
 // DefaultFloorCap is how many names' floors a store keeps by default.
 const DefaultFloorCap = 1 << 16
-
-// withFloorCap sets how many names' floors the store keeps (0: none, which
-// turns floors off).
-func withFloorCap(n int) Option {
-	return func(s *Store) { s.floors.setCap(n) }
-}
 
 const floorShards = 16
 
@@ -226,15 +215,4 @@ func (sh *floorShard) evict(keep int) {
 			delete(sh.m, name)
 		}
 	}
-}
-
-func (f *floorSet) len() int {
-	n := 0
-	for i := range f.shards {
-		sh := &f.shards[i]
-		sh.mu.Lock()
-		n += len(sh.m)
-		sh.mu.Unlock()
-	}
-	return n
 }

@@ -35,10 +35,6 @@ type functions struct {
 	load sync.Mutex    // one load at a time
 }
 
-// withScriptsOnly makes the store run scripts even where Redis has functions
-// (tests and benchmarks compare the two).
-func withScriptsOnly() Option { return func(s *Store) { s.fn.off.Store(true) } }
-
 // function returns the name of op's function, or "" when op runs as a script.
 func (f *functions) function(op string) string {
 	if f.off.Load() {

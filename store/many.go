@@ -47,8 +47,7 @@ func (s *Store) askWithBounds(ctx context.Context, reqs []Request, out []Outcome
 	var again []int
 	sent := map[string]bool{} // name → bounds sent
 	for i := range out {
-		var nb *needBounds
-		if out[i].Err == nil || !errors.As(out[i].Err, &nb) {
+		if _, ok := errors.AsType[*needBounds](out[i].Err); !ok {
 			continue
 		}
 		name := reqs[i].Name

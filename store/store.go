@@ -191,12 +191,10 @@ func wrapErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	var ue *UnavailableError
-	if errors.As(err, &ue) {
+	if _, ok := errors.AsType[*UnavailableError](err); ok {
 		return err
 	}
-	var rerr redis.Error
-	if errors.As(err, &rerr) && !errors.Is(err, redis.Nil) {
+	if rerr, ok := errors.AsType[redis.Error](err); ok && !errors.Is(err, redis.Nil) {
 		if c := redisCondition(rerr); c != "" {
 			return &UnavailableError{Condition: c, err: err}
 		}
@@ -316,26 +314,6 @@ func (u *unpacker) int(n int) int64 {
 		x -= 1 << (8 * n)
 	}
 	return x
-}
-
-// float is a little-endian double ('d').
-func (u *unpacker) float() float64 {
-	b := u.next(8)
-	if u.isText {
-		f, err := strconv.ParseFloat(b, 64)
-		if err != nil && u.err == nil {
-			u.err = badReply("%v", err)
-		}
-		return f
-	}
-	if len(b) < 8 {
-		return 0
-	}
-	var x uint64
-	for i := 7; i >= 0; i-- {
-		x = x<<8 | uint64(b[i])
-	}
-	return math.Float64frombits(x)
 }
 
 // textInt reads an integer the text form wrote with '%.17g', which must lie

@@ -21,15 +21,16 @@ func (s *Store) Wait(ctx context.Context, name string) (limitd.WaitInfo, error) 
 	if err != nil {
 		return limitd.WaitInfo{}, err
 	}
-	v, err := s.run(ctx, lua.Peek, keys, tpl.args()...)
-	if err != nil {
-		return limitd.WaitInfo{}, err
-	}
-	err = replyErr("peek", name, v)
-	if s.boundsSent(ctx, name, &err) {
-		if v, err = s.run(ctx, lua.Peek, keys, tpl.args()...); err == nil {
-			err = replyErr("peek", name, v)
+	peek := func() ([]any, error) {
+		v, err := s.run(ctx, lua.Peek, keys, tpl.args()...)
+		if err != nil {
+			return nil, err
 		}
+		return v, replyErr("peek", name, v)
+	}
+	v, err := peek()
+	if s.boundsSent(ctx, name, &err) {
+		v, err = peek()
 	}
 	if err != nil {
 		return limitd.WaitInfo{}, err
@@ -65,7 +66,6 @@ func (s *Store) WaitMany(ctx context.Context, names []string) (out []limitd.Wait
 			continue
 		}
 		x, err := cmd.Result()
-		var nb *needBounds
 		switch v, ok := x.([]any); {
 		case isNoScript(err) || fnMissing(err) || fnUnsupported(err):
 			out[i], errs[i] = s.Wait(ctx, names[i])
@@ -74,7 +74,8 @@ func (s *Store) WaitMany(ctx context.Context, names []string) (out []limitd.Wait
 		case !ok:
 			errs[i] = fmt.Errorf("store: %s: unexpected reply %v", lua.Peek, x)
 		default:
-			if err := replyErr("peek", names[i], v); errors.As(err, &nb) {
+			err := replyErr("peek", names[i], v)
+			if _, nb := errors.AsType[*needBounds](err); nb {
 				out[i], errs[i] = s.Wait(ctx, names[i])
 			} else if err != nil {
 				errs[i] = err

@@ -18,41 +18,33 @@ var (
 
 // AppendJSON appends g's JSON, as json.Marshal writes it, to b.
 func (g Granted) AppendJSON(b []byte) []byte {
-	k := grantedKeys
-	b = strconv.AppendBool(append(b, k[0]...), g.Granted)
-	b = strconv.AppendInt(append(b, k[1]...), g.Permits, 10)
-	b = strconv.AppendInt(append(b, k[2]...), g.Delay, 10)
-	b = strconv.AppendInt(append(b, k[3]...), g.Scheduled, 10)
-	b = strconv.AppendInt(append(b, k[4]...), g.Start, 10)
-	b = strconv.AppendInt(append(b, k[5]...), g.Lateness, 10)
-	b = strconv.AppendInt(append(b, k[6]...), g.Wait, 10)
-	b = strconv.AppendInt(append(b, k[7]...), g.Version, 10)
-	b = strconv.AppendInt(append(b, k[8]...), g.Now, 10)
-	return append(b, '}')
+	b = strconv.AppendBool(append(b, grantedKeys[0]...), g.Granted)
+	return appendInts(b, grantedKeys[1:], g.Permits, g.Delay, g.Scheduled, g.Start, g.Lateness, g.Wait, g.Version, g.Now)
 }
 
 // AppendJSON appends d's JSON, as json.Marshal writes it, to b.
 func (d Denied) AppendJSON(b []byte) []byte {
-	k := deniedKeys
-	b = strconv.AppendBool(append(b, k[0]...), d.Granted)
-	b = strconv.AppendInt(append(b, k[1]...), d.RetryAfter, 10)
-	b = strconv.AppendInt(append(b, k[2]...), d.Delay, 10)
-	b = strconv.AppendInt(append(b, k[3]...), d.Wait, 10)
-	b = strconv.AppendInt(append(b, k[4]...), d.Version, 10)
-	b = strconv.AppendInt(append(b, k[5]...), d.Now, 10)
-	return append(b, '}')
+	b = strconv.AppendBool(append(b, deniedKeys[0]...), d.Granted)
+	return appendInts(b, deniedKeys[1:], d.RetryAfter, d.Delay, d.Wait, d.Version, d.Now)
 }
 
-var windowKeys = keyPieces[Window]()
+// windowKeys continue an object: the first starts with ',', not '{'.
+var windowKeys = func() []string {
+	k := keyPieces[Window]()
+	k[0] = "," + k[0][1:]
+	return k
+}()
 
-// extend writes w's fields into the JSON object b ends with.
+// extend writes w's fields into the JSON object b ends with (its '}').
 func (w Window) extend(b []byte) []byte {
-	k := windowKeys
-	b = b[:len(b)-1] // the object's '}'
-	b = strconv.AppendInt(append(b, ","+k[0][1:]...), w.Limit, 10)
-	b = strconv.AppendInt(append(b, k[1]...), w.Remaining, 10)
-	b = strconv.AppendInt(append(b, k[2]...), w.Reset, 10)
-	b = strconv.AppendInt(append(b, k[3]...), w.ResetAt, 10)
+	return appendInts(b[:len(b)-1], windowKeys, w.Limit, w.Remaining, w.Reset, w.ResetAt)
+}
+
+// appendInts appends each of vs after its key, and the object's '}'.
+func appendInts(b []byte, keys []string, vs ...int64) []byte {
+	for i, v := range vs {
+		b = strconv.AppendInt(append(b, keys[i]...), v, 10)
+	}
 	return append(b, '}')
 }
 

@@ -46,43 +46,38 @@ var delayBuckets = []float64{0, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 
 // is taken as it is: two observers of one registry count in the same
 // series).
 func New(reg *prometheus.Registry) *Observer {
-	m := &Observer{
-		decisions: promreg.Register("coremetrics", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "limitd_acquire_decisions_total",
-			Help: "Acquire decisions (granted, denied, shadow: refused and let through in shadow mode, voided: would have granted in a several-limit call another limiter refused, charged: permits taken by a charge whatever was left) by limiter name, or by template id (limiter=\"\") for template instances.",
-		}, []string{"limiter", "template", "decision"})),
-		permits: promreg.Register("coremetrics", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "limitd_permits_total",
-			Help: "Permits asked for in acquires and pool grants, and taken by charges, by decision as limitd_acquire_decisions_total (an acquire of 100 counts 100), by limiter name, or by template id (limiter=\"\") for template instances.",
-		}, []string{"limiter", "template", "decision"})),
-		delay: promreg.Register("coremetrics", reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "limitd_acquire_delay_seconds",
-			Help:    "How long a granted caller waits before it may start (0: at once), by limiter name, or by template id (limiter=\"\").",
-			Buckets: delayBuckets,
-		}, []string{"limiter", "template"})),
-		lateness: promreg.Register("coremetrics", reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "limitd_acquire_lateness_seconds",
-			Help:    "How late a granted request starts against its place on the schedule (start − scheduled: the backlog it caught up), by limiter name, or by template id (limiter=\"\").",
-			Buckets: delayBuckets,
-		}, []string{"limiter", "template"})),
-		capacity: promreg.Register("coremetrics", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "limitd_capacity_decisions_total",
-			Help: "Capacity decisions of share limiters (full: got all it wants; partial; none: got 0 of a positive want; learning: got what it reported holding), by limiter name, or by template id (limiter=\"\") for template instances.",
-		}, []string{"limiter", "template", "decision"})),
-		slots: promreg.Register("coremetrics", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "limitd_slot_acquisitions_total",
-			Help: "Slot acquisitions of concurrency limiters (granted, denied, shadow: refused and let through in shadow mode), by limiter name, or by template id (limiter=\"\") for template instances.",
-		}, []string{"limiter", "template", "decision"})),
-		leases: promreg.Register("coremetrics", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "limitd_slot_lease_events_total",
-			Help: "Concurrency leases renewed, released, or lost (a renewal or release of a lease the limiter no longer holds: released already, or expired), by limiter name, or by template id (limiter=\"\").",
-		}, []string{"limiter", "template", "event"})),
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return promreg.Register("coremetrics", reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
 	}
-	rh := promreg.Register("coremetrics", reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "limitd_redis_call_duration_seconds",
-		Help:    "Latency of store calls to Redis (one script or command round trip, more for list and view), by operation.",
-		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-	}, []string{"op"}))
+	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		return promreg.Register("coremetrics", reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels))
+	}
+	m := &Observer{
+		decisions: counter("limitd_acquire_decisions_total",
+			"Acquire decisions (granted, denied, shadow: refused and let through in shadow mode, voided: would have granted in a several-limit call another limiter refused, charged: permits taken by a charge whatever was left) by limiter name, or by template id (limiter=\"\") for template instances.",
+			"limiter", "template", "decision"),
+		permits: counter("limitd_permits_total",
+			"Permits asked for in acquires and pool grants, and taken by charges, by decision as limitd_acquire_decisions_total (an acquire of 100 counts 100), by limiter name, or by template id (limiter=\"\") for template instances.",
+			"limiter", "template", "decision"),
+		delay: histogram("limitd_acquire_delay_seconds",
+			"How long a granted caller waits before it may start (0: at once), by limiter name, or by template id (limiter=\"\").",
+			delayBuckets, "limiter", "template"),
+		lateness: histogram("limitd_acquire_lateness_seconds",
+			"How late a granted request starts against its place on the schedule (start − scheduled: the backlog it caught up), by limiter name, or by template id (limiter=\"\").",
+			delayBuckets, "limiter", "template"),
+		capacity: counter("limitd_capacity_decisions_total",
+			"Capacity decisions of share limiters (full: got all it wants; partial; none: got 0 of a positive want; learning: got what it reported holding), by limiter name, or by template id (limiter=\"\") for template instances.",
+			"limiter", "template", "decision"),
+		slots: counter("limitd_slot_acquisitions_total",
+			"Slot acquisitions of concurrency limiters (granted, denied, shadow: refused and let through in shadow mode), by limiter name, or by template id (limiter=\"\") for template instances.",
+			"limiter", "template", "decision"),
+		leases: counter("limitd_slot_lease_events_total",
+			"Concurrency leases renewed, released, or lost (a renewal or release of a lease the limiter no longer holds: released already, or expired), by limiter name, or by template id (limiter=\"\").",
+			"limiter", "template", "event"),
+	}
+	rh := histogram("limitd_redis_call_duration_seconds",
+		"Latency of store calls to Redis (one script or command round trip, more for list and view), by operation.",
+		[]float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}, "op")
 	for op := range core.NumOps {
 		m.redis[op] = rh.WithLabelValues(op.String())
 	}

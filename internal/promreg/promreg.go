@@ -16,8 +16,7 @@ import (
 // panics, naming who registers (by).
 func Register[C prometheus.Collector](by string, reg *prometheus.Registry, c C) C {
 	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
+		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
 			if old, ok := are.ExistingCollector.(C); ok {
 				return old
 			}
