@@ -37,22 +37,32 @@ type Outcome struct {
 // acquireMany is AcquireMany writing to out, with sc's memory (the batcher
 // keeps one for all its batches).
 func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, sc *batchScratch) {
-	// Fixed windows first, in a pipeline of their own: a batch that mixes
-	// them with limiters' calls takes two round trips.
+	// Fixed windows go in the pipeline of the limiters' calls, the first
+	// time it is sent: a batch that mixes them is one round trip.
+	var fc *fixedCount
 	if slices.ContainsFunc(reqs, func(r Request) bool { return r.Fixed != nil }) {
-		s.countFixed(ctx, reqs, out)
+		fc = s.fixedCountOf(reqs, out)
 	}
 	s.batchCalls(ctx, reqs, out, sc)
 	calls := sc.calls
 	if len(calls) == 0 {
+		if fc != nil {
+			s.countFixed(ctx, fc, reqs, out)
+		}
 		return
 	}
 	script := s.scripts[lua.Acquire]
 	fn, gen := s.fn.function(lua.Acquire), s.fn.gen.Load()
 	// exec runs call i if again(i): as a function while fn is set, else as
-	// a script.
+	// a script; the fixed windows' commands go with the first.
+	first := fc != nil
 	exec := func(again func(i int) bool) {
+		fixed := first
+		first = false
 		pipelineErr(s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if fixed {
+				s.queueFixed(ctx, p, fc) // (nothing when not bounded)
+			}
 			for i := range calls {
 				c := &calls[i]
 				if !again(i) {
@@ -68,6 +78,9 @@ func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, 
 			}
 			return nil
 		}))
+		if fixed && fc.sent {
+			s.readFixed(fc)
+		}
 	}
 	failed := func(is func(error) bool) func(i int) bool {
 		return func(i int) bool { return is(calls[i].cmd.Err()) }
@@ -76,6 +89,9 @@ func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, 
 		return slices.ContainsFunc(calls, func(c batchCall) bool { return is(c.cmd.Err()) })
 	}
 	exec(func(int) bool { return true })
+	if fc != nil {
+		s.finishFixed(ctx, fc, reqs, out)
+	}
 	// Recover what a node could not run, then run it again: a node without
 	// the library (load it everywhere), a server without functions (scripts
 	// from now on), a node without the script (restart, SCRIPT FLUSH: load it

@@ -27,21 +27,30 @@ func WithBatching(maxBatch int) Option {
 	}
 }
 
-// How the batcher sends. A caller that finds no round trip under way goes
-// straight to Redis: batching only pays when calls overlap, and a lone
-// caller must not pay the hand-offs. Any other joins the open batch, which
-// leaves, on a connection of its own, at the first of these:
+// How the batcher sends. A caller that finds no round trip under way and
+// no batch open goes straight to Redis: batching only pays when calls
+// overlap, and a lone caller must not pay the hand-offs. Any other joins
+// the open batch, which leaves, on a connection of its own, at the first of
+// these:
 //
 //   - it holds maxBatch requests;
-//   - a round trip under way comes back: its worker, having answered its
-//     callers and given them a moment to come back and join, takes the open
-//     batch. On a Redis near and busy the batches leave as answers come
-//     back, a few in flight, each large (the same callers come back
-//     together), which is what keeps Redis's time per acquire low;
-//   - it has lingered as long as a round trip has lasted lately, at most
-//     maxLinger. On a Redis far away (round trips longer than maxLinger) a
-//     call is sent within maxLinger of its arrival whatever is in flight,
-//     and costs one round trip, not the rest of another's and then its own.
+//   - it holds the calls it waits for. A round trip that comes back, having
+//     answered k calls, makes the open batch (opening one if none is) wait
+//     for k more calls than it holds: the callers just answered, which on a
+//     Redis near and busy come back, together with those that arrived
+//     during the round trip. So the callers in flight go out in one large
+//     batch, one round trip under way, rather than in cohorts that take
+//     turns (16 callers in two batches of 8, each its own round trip): a
+//     round trip's read, write and wake-up are most of what Redis spends
+//     per acquire (docs/performance.md). Without a round trip under way,
+//     nothing else would send them;
+//   - it has been open maxLinger, or, while it waits for no calls, as long
+//     as a round trip has lasted lately if that is shorter. On a Redis far
+//     away (round trips longer than maxLinger) a call is sent within
+//     maxLinger of its arrival whatever is in flight, and costs one round
+//     trip, not the rest of another's and then its own; and a batch opened
+//     for callers that do not come back (they were answered and left) is
+//     dropped, or leaves with whoever came.
 //
 // At most limit round trips are under way, the client's pool size, since
 // each holds a connection until its answer; past it, the open batch keeps
@@ -58,12 +67,6 @@ func WithBatching(maxBatch int) Option {
 // there are, and a caller that has given up takes no permits.
 const maxLinger = time.Millisecond
 
-// lingerYields is how often a worker whose round trip came back yields
-// before it takes the open batch, so that the callers it just answered,
-// which often come straight back, go out in it rather than one or two at
-// once and the rest in the next.
-const lingerYields = 2
-
 // batchTimeout bounds a batch whose calls have no bound.
 const batchTimeout = 2 * time.Second
 
@@ -74,7 +77,7 @@ func newBatcher(s *Store) *batcher {
 		return nil
 	}
 	limit := max(2, poolSize(s.rdb))
-	b := &batcher{s: s, max: s.batchMax, limit: limit, ready: make(chan *batch, limit), done: make(chan struct{})}
+	b := &batcher{s: s, max: s.batchMax, limit: limit, maxLinger: maxLinger, ready: make(chan *batch, limit), done: make(chan struct{})}
 	b.linger = time.AfterFunc(time.Hour, b.lingered)
 	b.linger.Stop()
 	return b
@@ -108,6 +111,9 @@ type batcher struct {
 	running  int           // batches handed to workers and not finished
 	workers  int           // workers started
 	rtt      time.Duration // round trips lately (a moving average): the linger
+	// maxLinger is how long a batch stays open at most (the constant;
+	// tests change it).
+	maxLinger time.Duration
 
 	linger *time.Timer // lingered, at lingerAt
 	ready  chan *batch // batches for the workers
@@ -175,6 +181,8 @@ type batch struct {
 	state    batchState
 	calls    []waiting
 	n        int         // the requests of calls
+	want     int         // calls at which it leaves (0: none set)
+	opened   time.Time   // when it opened: it leaves by maxLinger after
 	earliest time.Time   // the earliest bound of calls; zero: none
 	bound    *time.Timer // expire, at earliest
 }
@@ -195,7 +203,7 @@ func (b *batcher) acquire(ctx context.Context, req Request, until time.Time) (li
 		b.mu.Unlock()
 		return limitd.Decision{}, ErrClosed
 	}
-	if b.inflight == 0 {
+	if b.inflight == 0 && b.open == nil {
 		b.inflight++
 		b.mu.Unlock()
 		start := time.Now()
@@ -224,7 +232,7 @@ func (b *batcher) acquireMany(ctx context.Context, reqs []Request, until time.Ti
 		b.mu.Unlock()
 		return failAll(len(reqs), ErrClosed)
 	}
-	if b.inflight == 0 {
+	if b.inflight == 0 && b.open == nil {
 		b.inflight++
 		b.mu.Unlock()
 		start := time.Now()
@@ -262,12 +270,7 @@ func (b *batcher) add(c *call) {
 		bt = nil
 	}
 	if bt == nil {
-		bt = b.newBatch()
-		bt.state = batchOpen
-		b.open = bt
-		d := min(b.rtt, maxLinger)
-		b.lingerAt = time.Now().Add(d)
-		b.linger.Reset(d)
+		bt = b.openBatch()
 	}
 	bt.calls = append(bt.calls, w)
 	bt.n += w.n
@@ -275,9 +278,22 @@ func (b *batcher) add(c *call) {
 		bt.earliest = u
 		bt.bound.Reset(time.Until(u))
 	}
-	if bt.n >= b.max {
+	if bt.n >= b.max || bt.want > 0 && len(bt.calls) >= bt.want {
 		b.seal()
 	}
+}
+
+// openBatch opens a batch that lingers as long as a round trip has lasted
+// lately, at most maxLinger. Called with b.mu, no batch open.
+func (b *batcher) openBatch() *batch {
+	bt := b.newBatch()
+	bt.state = batchOpen
+	bt.opened = time.Now()
+	b.open = bt
+	d := min(b.rtt, b.maxLinger)
+	b.lingerAt = bt.opened.Add(d)
+	b.linger.Reset(d)
+	return bt
 }
 
 // seal ends the open batch's gathering: it leaves, or queues if limit round
@@ -312,7 +328,12 @@ func (b *batcher) start(bt *batch) {
 func (b *batcher) lingered() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.closed && b.open != nil && b.inflight < b.limit && !time.Now().Before(b.lingerAt) {
+	switch {
+	case b.closed || b.open == nil || time.Now().Before(b.lingerAt):
+	case len(b.open.calls) == 0: // opened for callers that did not come
+		b.recycle(b.open)
+		b.open = nil
+	case b.inflight < b.limit:
 		b.seal()
 	}
 }
@@ -333,8 +354,33 @@ func (b *batcher) directDone(took time.Duration) {
 		b.queue = b.queue[1:]
 		b.start(bt)
 	}
-	// Nothing else under way, the open batch has nothing to wait for.
-	if b.open != nil && b.inflight < b.limit && (b.inflight == 0 || !time.Now().Before(b.lingerAt)) {
+	// A lone caller's round trip leaves nothing open: it goes straight
+	// to Redis again.
+	if b.open != nil {
+		b.expect(1)
+	}
+}
+
+// expect makes the open batch wait for answered more calls (opening one if
+// none is), the callers of a round trip that came back, until maxLinger
+// after it opened. Called with b.mu, before those callers are answered.
+func (b *batcher) expect(answered int) {
+	if answered == 0 {
+		return
+	}
+	bt := b.open
+	if bt == nil {
+		bt = b.openBatch()
+	}
+	bt.want = max(bt.want, len(bt.calls)) + answered
+	b.lingerAt = bt.opened.Add(b.maxLinger)
+	switch d := time.Until(b.lingerAt); {
+	case d > 0:
+		b.linger.Reset(d)
+	case len(bt.calls) == 0:
+		b.recycle(bt)
+		b.open = nil
+	case b.inflight < b.limit:
 		b.seal()
 	}
 }
@@ -427,6 +473,14 @@ func (b *batcher) run(bt *batch, m *workerMem) *batch {
 		b.s.acquireMany(ctx, m.reqs, m.outs, &m.sc)
 		took = time.Since(start)
 		cancel()
+		// The open batch waits for these callers, told before they are
+		// answered, so that none of them can have joined it yet.
+		b.mu.Lock()
+		b.sample(took)
+		if !b.closed {
+			b.expect(len(m.calls))
+		}
+		b.mu.Unlock()
 		i := 0
 		for _, w := range m.calls {
 			if w.claim() {
@@ -436,16 +490,10 @@ func (b *batcher) run(bt *batch, m *workerMem) *batch {
 			i += w.n
 		}
 		clear(m.calls) // no call kept past its batch
-		for range lingerYields {
-			runtime.Gosched()
-		}
 	}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if took > 0 {
-		b.sample(took)
-	}
 	b.recycle(bt)
 	var next *batch
 	switch {
@@ -454,8 +502,8 @@ func (b *batcher) run(bt *batch, m *workerMem) *batch {
 		next = b.queue[0]
 		b.queue[0] = nil
 		b.queue = b.queue[1:]
-	case b.open != nil:
-		next, b.open = b.open, nil
+	case b.open != nil && len(b.open.calls) > 0 && (b.open.want == 0 || !time.Now().Before(b.lingerAt)):
+		next, b.open = b.open, nil // waiting for nobody, or no longer
 	}
 	if next == nil {
 		b.running--
@@ -534,7 +582,7 @@ func (b *batcher) newBatch() *batch {
 func (b *batcher) recycle(bt *batch) {
 	bt.bound.Stop()
 	clear(bt.calls)
-	bt.calls, bt.n, bt.earliest, bt.state = bt.calls[:0], 0, time.Time{}, batchFree
+	bt.calls, bt.n, bt.earliest, bt.state, bt.want = bt.calls[:0], 0, time.Time{}, batchFree, 0
 	b.free = append(b.free, bt)
 }
 

@@ -315,3 +315,56 @@ func TestBatcherCloseAnswersWaiting(t *testing.T) {
 		t.Errorf("Acquire after Close: %v", err)
 	}
 }
+
+// TestBatcherWaitsForAnsweredCallers: once a batch's round trip comes
+// back, the open batch waits for the callers it answered, and they go out
+// together, not the first of them alone straight to Redis (nothing being
+// under way) and the rest after it; a lone caller still goes straight to
+// Redis every time. A batch's round trip is told from a caller's own: it
+// runs on a deadline (batchTimeout) where a caller without a bound has
+// none.
+func TestBatcherWaitsForAnsweredCallers(t *testing.T) {
+	s, g := gatedStore(t, 10)
+	b := s.batcher
+	b.mu.Lock()
+	b.maxLinger = time.Minute // a batch leaves for its callers only
+	b.expect(3)               // as if three callers had just been answered
+	b.mu.Unlock()
+	var callers []<-chan answer
+	for range 3 {
+		callers = append(callers, acquireAsync(s, "a", 0))
+	}
+	if h := g.next(t, "three callers"); h.deadline.IsZero() {
+		t.Fatal("a caller went straight to Redis while a batch waited for it")
+	}
+	g.none(t, "three callers in one batch")
+	g.release()
+	for i, ch := range callers {
+		if a := waitAnswer(t, ch, "a caller"); a.err != nil || !a.d.Granted {
+			t.Fatalf("caller %d: %+v", i, a)
+		}
+	}
+	callers = callers[:0]
+	for range 3 { // the same callers come back
+		callers = append(callers, acquireAsync(s, "a", 0))
+	}
+	if h := g.next(t, "the callers back"); h.deadline.IsZero() {
+		t.Error("the first caller back went straight to Redis, alone")
+	}
+	for i, ch := range callers {
+		if a := waitAnswer(t, ch, "a caller back"); a.err != nil || !a.d.Granted {
+			t.Errorf("caller %d back: %+v", i, a)
+		}
+	}
+	g.none(t, "the callers back, in one batch")
+
+	// A lone caller: its round trip leaves no batch open.
+	s, g = gatedStore(t, 10)
+	g.release()
+	for i := range 2 {
+		stAcquire(t, s, "a", 1, 0)
+		if h := g.next(t, "a lone caller"); !h.deadline.IsZero() {
+			t.Errorf("a lone caller's call %d went in a batch", i)
+		}
+	}
+}

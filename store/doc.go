@@ -23,7 +23,9 @@
 // requests of many limiters. WithBatching does this for concurrent callers of
 // Acquire automatically (batcher.go): a call that arrives while others are in
 // flight goes out within a short linger on a connection of its own, so that it
-// costs one round trip, and batches stay large when Redis is busy.
+// costs one round trip, and a round trip that comes back makes the next batch
+// wait (1 ms at most) for the callers it answered, so that batches stay large
+// when Redis is busy.
 // AcquireWithin bounds a caller's wait for Redis, however many callers there
 // are, without a timer of its own, as a server bounds every decision.
 //

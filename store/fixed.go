@@ -215,8 +215,21 @@ type fixedGroup struct {
 	againScript bool
 }
 
-// countFixed decides the requests of reqs that have Fixed into out.
-func (s *Store) countFixed(ctx context.Context, reqs []Request, out []Outcome) {
+// fixedCount is the fixed windows of a batch: their groups, and the
+// commands of the pipeline that counts them (countFixedIncr's).
+type fixedCount struct {
+	gs         []fixedGroup
+	t0         int64 // when the pipeline was made (the local clock)
+	sent       bool  // queued: the estimate was bounded
+	est, bound int64 // the estimate at t0 and its bound
+	tc         *redis.TimeCmd
+	es         []fixedExpire // the PEXPIREs it carries
+	ecs        []*redis.BoolCmd
+}
+
+// fixedCountOf groups the requests of reqs that have Fixed by counter,
+// recording in out those that fail their checks; nil when there is none.
+func (s *Store) fixedCountOf(reqs []Request, out []Outcome) *fixedCount {
 	var gs []fixedGroup
 	by := map[string]int{}
 	for i := range reqs {
@@ -242,9 +255,28 @@ func (s *Store) countFixed(ctx context.Context, reqs []Request, out []Outcome) {
 		gs[k].sum += r.Permits
 	}
 	if len(gs) == 0 {
-		return
+		return nil
 	}
-	if t0 := s.fixed.now(); !s.countFixedIncr(ctx, gs, t0) {
+	return &fixedCount{gs: gs}
+}
+
+// countFixed decides fc's requests of reqs into out, in a pipeline of
+// their own.
+func (s *Store) countFixed(ctx context.Context, fc *fixedCount, reqs []Request, out []Outcome) {
+	p := s.rdb.Pipeline()
+	if s.queueFixed(ctx, p, fc) {
+		pipelineErr(p.Exec(ctx))
+		s.readFixed(fc)
+	}
+	s.finishFixed(ctx, fc, reqs, out)
+}
+
+// finishFixed counts by the script what fc's pipeline could not count (all
+// of it when its commands were not queued; else they have been read), and
+// writes the outcomes of fc's requests into out.
+func (s *Store) finishFixed(ctx context.Context, fc *fixedCount, reqs []Request, out []Outcome) {
+	gs := fc.gs
+	if !fc.sent {
 		s.fixedScript(ctx, gs)
 	} else {
 		var again []*fixedGroup
@@ -298,25 +330,25 @@ func fixedDecision(limit, count, n, now, end int64) limitd.Decision {
 		Now: now, Scheduled: now, Start: now, Position: end, Window: true, Limit: limit, Instance: true}
 }
 
-// countFixedIncr counts gs by INCRBY (GET for a check) in windows chosen
-// from the estimate at t0, with a TIME and the queued PEXPIREs, in one
-// pipeline. It returns false, having sent nothing, when the estimate is not
-// bounded. A group whose window the pipeline's TIME shows wrong, the
-// estimate having been off by more than its bound, is marked againScript.
-func (s *Store) countFixedIncr(ctx context.Context, gs []fixedGroup, t0 int64) bool {
-	est, bound, ok := s.fixed.estimate(t0)
+// queueFixed queues on p the commands that count fc's groups by INCRBY
+// (GET for a check) in windows chosen from the estimate now, with a TIME
+// and the queued PEXPIREs. It returns false, having queued nothing, when
+// the estimate is not bounded.
+func (s *Store) queueFixed(ctx context.Context, p redis.Pipeliner, fc *fixedCount) bool {
+	fc.t0 = s.fixed.now()
+	est, bound, ok := s.fixed.estimate(fc.t0)
 	if !ok {
 		return false
 	}
-	es := s.fixed.takeExpires()
-	p := s.rdb.Pipeline()
-	tc := p.Time(ctx)
-	ecs := make([]*redis.BoolCmd, len(es))
-	for i, e := range es {
-		ecs[i] = p.PExpire(ctx, e.key, e.ttl)
+	fc.sent, fc.est, fc.bound = true, est, bound
+	fc.es = s.fixed.takeExpires()
+	fc.tc = p.Time(ctx)
+	fc.ecs = make([]*redis.BoolCmd, len(fc.es))
+	for i, e := range fc.es {
+		fc.ecs[i] = p.PExpire(ctx, e.key, e.ttl)
 	}
-	for k := range gs {
-		g := &gs[k]
+	for k := range fc.gs {
+		g := &fc.gs[k]
 		g.start, g.now = est-mod(est, int64(g.f.Period)), est
 		if key := s.fixedKey(g.name, g.start); g.sum > 0 {
 			g.incr = p.IncrBy(ctx, key, g.sum)
@@ -324,23 +356,30 @@ func (s *Store) countFixedIncr(ctx context.Context, gs []fixedGroup, t0 int64) b
 			g.get = p.Get(ctx, key)
 		}
 	}
-	_, _ = p.Exec(ctx)
+	return true
+}
+
+// readFixed reads the answers of queueFixed's commands, just after their
+// pipeline came back. A group whose window the pipeline's TIME shows
+// wrong, the estimate having been off by more than its bound, is marked
+// againScript.
+func (s *Store) readFixed(fc *fixedCount) {
 	t1 := s.fixed.now()
-	rtt := t1 - t0
-	tm, terr := tc.Result()
+	est, bound, rtt := fc.est, fc.bound, t1-fc.t0
+	tm, terr := fc.tc.Result()
 	if terr == nil {
-		s.fixed.sample(tm.UnixNano(), t0, t1)
+		s.fixed.sample(tm.UnixNano(), fc.t0, t1)
 	} else {
 		s.fixed.forget() // no TIME answer: the next call goes by the script
 	}
 	var later []fixedExpire // those Redis did not take, and the new counts'
-	for i, c := range ecs {
+	for i, c := range fc.ecs {
 		if c.Err() != nil {
-			later = append(later, es[i])
+			later = append(later, fc.es[i])
 		}
 	}
-	for k := range gs {
-		g := &gs[k]
+	for k := range fc.gs {
+		g := &fc.gs[k]
 		var err error
 		if g.incr != nil {
 			g.count, err = g.incr.Result()
@@ -370,7 +409,6 @@ func (s *Store) countFixedIncr(ctx context.Context, gs []fixedGroup, t0 int64) b
 		}
 	}
 	s.fixed.expireLater(s, later)
-	return true
 }
 
 // fixedAgain takes back the hits of groups counted in the wrong window and

@@ -1,0 +1,177 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/limitd/limitd/internal/testkit/redistest"
+)
+
+// tripLog records the round trips a client makes: the commands of each, by
+// name. With failTime, every TIME it sends is answered with an error, as
+// if Redis' answer to it were lost, while the commands beside it run.
+type tripLog struct {
+	mu       sync.Mutex
+	trips    [][]string
+	failTime bool
+}
+
+func (l *tripLog) record(cmds []redis.Cmder) {
+	names := make([]string, len(cmds))
+	for i, c := range cmds {
+		names[i] = c.Name()
+	}
+	l.mu.Lock()
+	l.trips = append(l.trips, names)
+	l.mu.Unlock()
+}
+
+func (l *tripLog) failTimes(cmds []redis.Cmder) {
+	for _, c := range cmds {
+		if tc, ok := c.(*redis.TimeCmd); ok && l.failTime {
+			tc.SetErr(errors.New("ERR no answer (test)"))
+		}
+	}
+}
+
+// take returns the trips recorded since the last take.
+func (l *tripLog) take() [][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.trips
+	l.trips = nil
+	return t
+}
+
+func (l *tripLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (l *tripLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		l.record([]redis.Cmder{cmd})
+		err := next(ctx, cmd)
+		l.failTimes([]redis.Cmder{cmd})
+		return err
+	}
+}
+
+func (l *tripLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		l.record(cmds)
+		err := next(ctx, cmds)
+		l.failTimes(cmds)
+		return err
+	}
+}
+
+// A batch that mixes fixed windows and a limiter's acquires is one round
+// trip: the fixed windows' TIME and INCRBY go in the pipeline of the
+// limiter's call.
+func TestFixedWindowMixedBatchOneRoundTrip(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	log := &tripLog{}
+	rdb.AddHook(log)
+	s := stStore(t, rdb)
+	stPut(t, s, "a", stSched(1e6, math.Inf(1)))
+	f := &Fixed{Limit: 100, Period: time.Hour}
+	reqs := []Request{
+		{Name: "w", Permits: 2, Charge: true, Fixed: f},
+		{Name: "a", Permits: 1},
+		{Name: "v", Permits: 1, Charge: true, Fixed: f},
+		{Name: "a", Permits: 1},
+	}
+	ctx := context.Background()
+	// The first batch learns Redis' clock (by the script) and loads what
+	// the limiter's call needs.
+	for i, o := range s.AcquireMany(ctx, reqs) {
+		if o.Err != nil {
+			t.Fatalf("request %d: %v", i, o.Err)
+		}
+	}
+	log.take()
+	out := s.AcquireMany(ctx, reqs)
+	for i, want := range []int64{4, 0, 2, 0} {
+		if o := out[i]; o.Err != nil || !o.Granted || want > 0 && o.Count != want {
+			t.Errorf("request %d: %+v, want granted, count %d", i, o, want)
+		}
+	}
+	trips := log.take()
+	if len(trips) != 1 {
+		t.Fatalf("%d round trips %v, want 1", len(trips), trips)
+	}
+	counts := map[string]int{}
+	for _, name := range trips[0] {
+		counts[name]++
+	}
+	if counts["time"] != 1 || counts["incrby"] != 2 || counts["evalsha"]+counts["fcall"] != 1 {
+		t.Errorf("the round trip's commands: %v; want a TIME, an INCRBY per counter and one acquire call", trips[0])
+	}
+}
+
+// A store that gets no answer to its TIMEs cannot bound its estimate of
+// Redis' clock: every call after one whose TIME got no answer is counted by
+// the script, which reads Redis' TIME itself. Every hit is counted, once,
+// in the window of Redis' clock its answer names, and each answer says the
+// count its own hits made. On a real redis-server.
+func TestFixedWindowWithoutTimeAnswers(t *testing.T) {
+	redistest.Require(t)
+	rdb := redistest.Server(t).Client()
+	log := &tripLog{failTime: true}
+	rdb.AddHook(log)
+	s := stStore(t, rdb)
+	TrustFixedEstimate(s, time.Minute, time.Minute) // a busy machine's round trips too
+	ctx := context.Background()
+	f := &Fixed{Limit: 1000, Period: time.Hour}
+	const hits = 20
+	windows := map[int64]int64{} // window start (Unix ns) → hits the answers put there
+	for i := range hits {
+		o := s.AcquireMany(ctx, []Request{{Name: "t", Permits: 1, Charge: true, Fixed: f}})[0]
+		if o.Err != nil {
+			t.Fatalf("hit %d: %v", i, o.Err)
+		}
+		start := o.Position - int64(time.Hour)
+		windows[start]++
+		if o.Count != windows[start] || !o.Granted || o.Now < start || o.Now >= o.Position {
+			t.Errorf("hit %d: %+v, want count %d in the window [%d, %d)", i, o.Decision, windows[start], start, o.Position)
+		}
+	}
+	// The first call learns the clock by the script; the next counts by
+	// INCRBY and loses its TIME; the next goes by the script again; …
+	if n := FixedScripted(s); n != hits/2 {
+		t.Errorf("%d calls by the script, want %d: the first, and every call after a lost TIME", n, hits/2)
+	}
+	for start, n := range windows {
+		if got, err := rdb.Get(ctx, s.fixedKey("t", start)).Result(); err != nil || got != strconv.FormatInt(n, 10) {
+			t.Errorf("window %d: count %q (%v), want %d", start, got, err, n)
+		}
+	}
+}
+
+// A user that may not run TIME cannot count fixed windows: the script reads
+// TIME too. Every call fails, and nothing is counted.
+func TestFixedWindowTimeDenied(t *testing.T) {
+	redistest.Require(t)
+	srv := redistest.Server(t)
+	srv.AddUser("u", "pw", "~*", "&*", "+@all", "-time")
+	rdb := srv.UserClient("u", "pw")
+	s := stStore(t, rdb)
+	ctx := context.Background()
+	f := &Fixed{Limit: 1000, Period: time.Hour}
+	for i := range 3 {
+		if o := s.AcquireMany(ctx, []Request{{Name: "t", Permits: 1, Charge: true, Fixed: f}})[0]; o.Err == nil {
+			t.Errorf("call %d: %+v, want an error", i, o.Decision)
+		}
+	}
+	if keys := srv.Client().Keys(ctx, s.prefix+":{t}:n:*").Val(); len(keys) != 0 {
+		t.Errorf("keys %v counted without TIME", keys)
+	}
+}
