@@ -9,23 +9,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/labstack/echo/v4"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/core"
-	"github.com/limitd/limitd/store"
+	"github.com/limitd/limitd/internal/testkit/storetest"
 	"github.com/limitd/limitd/wire"
 )
 
 // A panic in a handler becomes a logged problem+json 500, never a dropped
 // connection.
 func TestPanicRecovered(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer rdb.Close()
+	_, _, st := storetest.Mini(t)
 	var logs bytes.Buffer
-	h := New(Options{Service: core.New(store.New(rdb), core.Options{}), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	h := New(Options{Service: core.New(st, core.Options{}), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		AccessLog: AccessLogErrors})
 	h.e.GET("/boom", func(echo.Context) error { panic("boom") })
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -237,18 +238,8 @@ func (c *Client) watch(ch <-chan string) {
 		l := c.handles[name]
 		c.mu.Unlock()
 		if l != nil {
-			l.changed(parseInt(ver))
+			v, _ := strconv.ParseInt(ver, 10, 64) // unreadable: 0, as a deletion
+			l.changed(v)
 		}
 	}
-}
-
-func parseInt(s string) int64 {
-	var n int64
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			return 0
-		}
-		n = n*10 + int64(r-'0')
-	}
-	return n
 }

@@ -54,10 +54,8 @@
 // is in package httplimit, so that a user of the client alone does not compile
 // echo.
 //
-// Options are typed by where they apply: Option (a handle's behaviour) for
-// Limiter and every constructor, ClientOption (WithClock) for every
-// constructor, HTTPOption (WithToken, WithHTTPClient) for NewHTTP. An option a constructor would not honour does
-// not compile.
+// Options are typed by where they apply (Option, ClientOption, HTTPOption):
+// an option a constructor would not honour does not compile.
 //
 // Layer: client → limitd → limiter (and internal/clockoffset, the
 // Redis-clock offset estimator it shares with limitd bench); client/redisclient

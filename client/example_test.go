@@ -9,6 +9,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -186,4 +187,102 @@ func ExampleReservation_Settle() {
 	fmt.Println("next request starts after", next.Permit().Start.Sub(first.Permit().Start))
 	// Output:
 	// next request starts after 1.2s
+}
+
+// At most two reports run at once across every process sharing the
+// "reports" semaphore; a crashed process loses its slot when its lease ends.
+func ExampleClient_Semaphore() {
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+
+	limit := int64(2)
+	if _, _, err := store.New(rdb).Put(ctx, "reports", limiter.Config{Kind: limiter.KindConcurrency,
+		Limit: &limit, Lease: limiter.D(10 * time.Second)}); err != nil {
+		panic(err)
+	}
+	c := redisclient.New(rdb)
+	defer c.Close()
+	sem, err := c.Semaphore("reports", client.WithOnLost(func(string) {
+		// The lease ran out under us (the process stalled past it): stop
+		// the report, someone else may hold the slot now.
+	}))
+	if err != nil {
+		panic(err)
+	}
+	var releases []func()
+	for range 2 {
+		release, err := sem.Acquire(ctx) // renewed in the background while held
+		if err != nil {
+			panic(err)
+		}
+		releases = append(releases, release)
+	}
+	full, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = sem.Acquire(full)
+	fmt.Println("third:", err)
+	for _, release := range releases {
+		release()
+	}
+	release, err := sem.Acquire(ctx)
+	fmt.Println("after release:", err)
+	release()
+	// Output:
+	// third: context deadline exceeded
+	// after release: <nil>
+}
+
+// Three processes (here three clients of one process) divide a capacity of
+// 120 requests a second by fair share, as in Doorman's worked example. Each
+// uses its share as a local rate limit.
+func ExampleClient_Share() {
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+
+	capacity := 120.0
+	if _, _, err := store.New(rdb).Put(ctx, "backend", limiter.Config{Kind: limiter.KindShare,
+		Capacity: &capacity, Algorithm: limiter.AlgorithmFair}); err != nil {
+		panic(err)
+	}
+	var shares []*client.Share
+	for _, wants := range []float64{1000, 50, 10} {
+		c := redisclient.New(rdb)
+		defer c.Close() // returns the capacity
+		s, err := c.Share("backend", client.WithWants(wants))
+		if err != nil {
+			panic(err)
+		}
+		shares = append(shares, s)
+	}
+	// Each asks again every refresh interval (5s by default); here at once.
+	for range 2 {
+		for _, s := range shares {
+			if err := s.Refresh(ctx); err != nil {
+				panic(err)
+			}
+		}
+	}
+	for _, s := range shares {
+		fmt.Println(s.Gets())
+	}
+	// The last one takes 10 requests a second: Wait paces its callers.
+	if err := shares[2].Wait(ctx); err != nil {
+		panic(err)
+	}
+	// Output:
+	// 60
+	// 50
+	// 10
 }

@@ -371,7 +371,7 @@ func (l *Limiter) fallbackWait(ctx context.Context, now int64, gated bool) (p Pe
 	gated = gated && at == now
 	if dl, has := ctx.Deadline(); has && !gated && l.c.o.clock.Now().Add(time.Duration(max(at, g.next)-now)).After(dl) {
 		l.mu.Unlock()
-		l.refusedOne()
+		l.refused.one()
 		return Permit{}, false, limiter.ErrDeadline
 	}
 	slot := now

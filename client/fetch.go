@@ -144,7 +144,7 @@ func (l *Limiter) fetch(k int64) {
 		}
 		return
 	}
-	l.sawSubject(g.Instance)
+	l.refused.saw(g.Instance)
 	off := l.c.clk.Sample(g.Now, t0, t1)
 	p := g.Params()
 	b := &block{g: g, p: p, sched: g.Scheduled - off, start: g.Start - off, offset: off, got: t1}

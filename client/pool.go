@@ -90,7 +90,7 @@ type Permit struct {
 // Redis only when the pool is empty.
 func (l *Limiter) Allow() bool {
 	ok, _, err := l.allow(context.Background(), false)
-	if !ok && err == nil && l.refused != nil {
+	if !ok && err == nil {
 		l.refused.one()
 	}
 	return ok
@@ -119,28 +119,6 @@ func (l *Limiter) Stats() LimiterStats {
 		RemoteCalls: l.remoteCalls.Load(), Fallback: down}
 }
 
-// refusedOne counts a refusal of one permit (a Wait past its deadline).
-func (l *Limiter) refusedOne() {
-	if l.refused != nil {
-		l.refused.one()
-	}
-}
-
-// refusedMany counts a refusal of n permits.
-func (l *Limiter) refusedMany(n int64) {
-	if l.refused != nil {
-		l.refused.many(n)
-	}
-}
-
-// sawSubject records whether a decision from Redis came from a template
-// instance, which the refusal counts are flushed under.
-func (l *Limiter) sawSubject(instance bool) {
-	if l.refused != nil {
-		l.refused.saw(instance)
-	}
-}
-
 // mayChange clears refuseUntil: the pool is about to change (l.mu held).
 func (l *Limiter) mayChange() { l.refuseUntil.Store(0) }
 
@@ -151,7 +129,7 @@ func (l *Limiter) mayChange() { l.refuseUntil.Store(0) }
 // waits for a grant.
 func (l *Limiter) AllowNext(ctx context.Context) (ok bool, next time.Duration, err error) {
 	ok, next, err = l.allow(ctx, true)
-	if !ok && err == nil && l.refused != nil {
+	if !ok && err == nil {
 		l.refused.one()
 	}
 	return ok, next, err
@@ -292,7 +270,7 @@ func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 		}
 		if dl, has := ctx.Deadline(); has && l.c.o.clock.Now().Add(time.Duration(s.start-now)).After(dl) {
 			l.mu.Unlock()
-			l.refusedOne()
+			l.refused.one()
 			return Permit{}, limiter.ErrDeadline
 		}
 		l.take(s, now)

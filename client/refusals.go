@@ -56,15 +56,27 @@ const (
 	subjectInstance       // a template instance
 )
 
-func (r *refusalCount) one() { r.ones.Add(1) }
-
-func (r *refusalCount) many(n int64) {
-	r.calls.Add(1)
-	r.permits.Add(n)
+// one counts a refusal of one permit, many one of n: a nil count (no
+// counting) counts nothing.
+func (r *refusalCount) one() {
+	if r != nil {
+		r.ones.Add(1)
+	}
 }
 
-// saw records what a decision from Redis said name is.
+func (r *refusalCount) many(n int64) {
+	if r != nil {
+		r.calls.Add(1)
+		r.permits.Add(n)
+	}
+}
+
+// saw records what a decision from Redis said name is (whether a template
+// instance decided, which the counts are flushed under).
 func (r *refusalCount) saw(instance bool) {
+	if r == nil {
+		return
+	}
 	s := subjectLimiter
 	if instance {
 		s = subjectInstance

@@ -23,7 +23,7 @@ func (l *Limiter) WaitN(ctx context.Context, n int64) (Permit, error) {
 	d := r.Delay()
 	if dl, has := ctx.Deadline(); has && l.c.o.clock.Now().Add(d).After(dl) {
 		_ = r.Cancel()
-		l.refusedMany(n)
+		l.refused.many(n)
 		return Permit{}, limiter.ErrDeadline
 	}
 	if err := l.c.sleep(ctx, d); err != nil {
@@ -75,9 +75,9 @@ func (l *Limiter) Reserve(ctx context.Context, n int64) (*Reservation, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.sawSubject(g.Instance)
+	l.refused.saw(g.Instance)
 	if !g.Granted {
-		l.refusedMany(n)
+		l.refused.many(n)
 		return nil, fmt.Errorf("%w: %d permits of %q, retry after %v", ErrRefused, n, l.name, time.Duration(g.RetryAfter))
 	}
 	l.mu.Lock()

@@ -128,9 +128,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (release func(), err error) {
 		if err != nil {
 			return nil, err
 		}
-		if s.refused != nil {
-			s.refused.one()
-		}
+		s.refused.one()
 		d := backoff/2 + rand.N(backoff/2+1) // jittered: pollers do not march in step
 		if l.RetryAfter > 0 {
 			d = min(d, time.Duration(l.RetryAfter))

@@ -3,13 +3,11 @@ package client_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
@@ -290,55 +288,6 @@ func TestSemaphoreLeavesNoGoroutines(t *testing.T) {
 	}
 	_ = rdb.Close()
 	goleak.VerifyNone(t, ctLeaks...)
-}
-
-// At most two reports run at once across every process sharing the
-// "reports" semaphore; a crashed process loses its slot when its lease ends.
-func ExampleClient_Semaphore() {
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		panic(err)
-	}
-	defer m.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer rdb.Close()
-	ctx := context.Background()
-
-	limit := int64(2)
-	if _, _, err := store.New(rdb).Put(ctx, "reports", limiter.Config{Kind: limiter.KindConcurrency,
-		Limit: &limit, Lease: limiter.D(10 * time.Second)}); err != nil {
-		panic(err)
-	}
-	c := redisclient.New(rdb)
-	defer c.Close()
-	sem, err := c.Semaphore("reports", client.WithOnLost(func(string) {
-		// The lease ran out under us (the process stalled past it): stop
-		// the report, someone else may hold the slot now.
-	}))
-	if err != nil {
-		panic(err)
-	}
-	var releases []func()
-	for range 2 {
-		release, err := sem.Acquire(ctx) // renewed in the background while held
-		if err != nil {
-			panic(err)
-		}
-		releases = append(releases, release)
-	}
-	full, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	_, err = sem.Acquire(full)
-	fmt.Println("third:", err)
-	for _, release := range releases {
-		release()
-	}
-	release, err := sem.Acquire(ctx)
-	fmt.Println("after release:", err)
-	release()
-	// Output:
-	// third: context deadline exceeded
-	// after release: <nil>
 }
 
 // semSlots is the number of leases the store holds for name.

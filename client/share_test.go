@@ -3,14 +3,12 @@ package client_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
@@ -671,53 +669,4 @@ func TestShareCloseLeavesNoGoroutines(t *testing.T) {
 	}
 	_ = rdb.Close()
 	goleak.VerifyNone(t, ctLeaks...)
-}
-
-// Three processes (here three clients of one process) divide a capacity of
-// 120 requests a second by fair share, as in Doorman's worked example. Each
-// uses its share as a local rate limit.
-func ExampleClient_Share() {
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		panic(err)
-	}
-	defer m.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer rdb.Close()
-	ctx := context.Background()
-
-	capacity := 120.0
-	if _, _, err := store.New(rdb).Put(ctx, "backend", limiter.Config{Kind: limiter.KindShare,
-		Capacity: &capacity, Algorithm: limiter.AlgorithmFair}); err != nil {
-		panic(err)
-	}
-	var shares []*client.Share
-	for _, wants := range []float64{1000, 50, 10} {
-		c := redisclient.New(rdb)
-		defer c.Close() // returns the capacity
-		s, err := c.Share("backend", client.WithWants(wants))
-		if err != nil {
-			panic(err)
-		}
-		shares = append(shares, s)
-	}
-	// Each asks again every refresh interval (5s by default); here at once.
-	for range 2 {
-		for _, s := range shares {
-			if err := s.Refresh(ctx); err != nil {
-				panic(err)
-			}
-		}
-	}
-	for _, s := range shares {
-		fmt.Println(s.Gets())
-	}
-	// The last one takes 10 requests a second: Wait paces its callers.
-	if err := shares[2].Wait(ctx); err != nil {
-		panic(err)
-	}
-	// Output:
-	// 60
-	// 50
-	// 10
 }

@@ -6,11 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
+	"github.com/limitd/limitd/internal/testkit/storetest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -28,11 +26,8 @@ func (r *recorder) Decided(e Event)                  { r.events = append(r.event
 
 func newService(t *testing.T) (*Service, *store.Store, *recorder) {
 	t.Helper()
-	m := miniredis.RunT(t)
+	m, _, st := storetest.Mini(t)
 	m.SetTime(t0)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	st := store.New(rdb)
 	rec := &recorder{}
 	return New(st, Options{Observer: rec}), st, rec
 }
@@ -205,10 +200,10 @@ func TestAcquireBlockSleepsTheDelay(t *testing.T) {
 // asks again: one request, so one decision observed (the grant, delayed by
 // the wait), not a denial and a grant.
 func TestWindowBlockIsOneDecision(t *testing.T) {
-	m, rdb := redistest.Mini(t)
+	m, _, st := storetest.Mini(t)
 	clk := redistest.NewMiniClock(m, t0.Truncate(10*time.Second)) // a window starts (windows align to the epoch)
 	rec := &recorder{}
-	s := New(store.New(rdb), Options{Observer: rec, Clock: clk})
+	s := New(st, Options{Observer: rec, Clock: clk})
 	ctx := context.Background()
 	one := int64(1)
 	if _, _, err := s.Put(ctx, "w", limiter.Config{Kind: limiter.KindWindow, Limit: &one, Period: "10s"}); err != nil {

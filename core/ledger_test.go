@@ -14,6 +14,7 @@ import (
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/testkit/redistest"
+	"github.com/limitd/limitd/internal/testkit/storetest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -310,12 +311,9 @@ func TestLedgerConcurrent(t *testing.T) {
 // CachedInstances counts a template's instances and reuses the count for a
 // few seconds of the service's clock, and counts again for a new pattern.
 func TestCachedInstances(t *testing.T) {
-	m := miniredis.RunT(t)
-	m.SetTime(t0)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
+	m, _, st := storetest.Mini(t)
 	clk := redistest.NewMiniClock(m, t0)
-	s := New(store.New(rdb), Options{Clock: clk})
+	s := New(st, Options{Clock: clk})
 	ctx := context.Background()
 	tpl, _, err := s.PutTemplate(ctx, limitd.Template{ID: "per-user", Pattern: "user:*", Limiter: limiter.Config{Rate: 1}})
 	if err != nil {

@@ -5,12 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/limitd/limitd/internal/testkit/redistest"
+	"github.com/limitd/limitd/internal/testkit/storetest"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // overRig is a service with the over-limit cache of size n over miniredis,
@@ -19,12 +16,10 @@ import (
 // mode) and a sliding s1 (2 a minute).
 func overRig(t *testing.T, n int) (*Service, *redistest.MiniClock, *recorder) {
 	t.Helper()
-	m := miniredis.RunT(t)
+	m, _, st := storetest.Mini(t)
 	clk := redistest.NewMiniClock(m, t0)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
 	rec := &recorder{}
-	s := New(store.New(rdb), Options{Observer: rec, Clock: clk, OverLimitCache: n})
+	s := New(st, Options{Observer: rec, Clock: clk, OverLimitCache: n})
 	two := int64(2)
 	for name, c := range map[string]limiter.Config{
 		"w1": {Kind: limiter.KindWindow, Limit: &two, Period: "1m"},

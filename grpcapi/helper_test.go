@@ -97,10 +97,8 @@ func globalQuota(_ *Options, c *core.Options) { c.QuotaMode = true }
 
 func newEnv(t *testing.T, domains string, opts ...option) *env {
 	t.Helper()
-	mini := miniredis.RunT(t)
+	mini, rdb := redistest.Mini(t, func(o *redis.Options) { o.MaxRetries = -1 })
 	mini.SetTime(t0)
-	rdb := redis.NewClient(&redis.Options{Addr: mini.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
 	e := newEnvOver(t, rdb, domains, opts...)
 	e.mini = mini
 	return e

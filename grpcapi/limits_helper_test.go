@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/store"
 )
 
@@ -26,10 +26,8 @@ import (
 // within l (ServerOptions, Listener). It returns the port's address too.
 func newLimitedEnv(t *testing.T, domains string, l Limits, opts ...option) (*env, string) {
 	t.Helper()
-	mini := miniredis.RunT(t)
+	mini, rdb := redistest.Mini(t, func(o *redis.Options) { o.MaxRetries = -1 })
 	mini.SetTime(t0)
-	rdb := redis.NewClient(&redis.Options{Addr: mini.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
 	e := &env{t: t, now: t0, reg: prometheus.NewRegistry(), mini: mini}
 	e.st = store.New(rdb)
 	rules := compile(t, domains)

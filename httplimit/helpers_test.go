@@ -13,14 +13,9 @@ import (
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/client/redisclient"
-	"github.com/limitd/limitd/internal/testkit/storetest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
-
-// mini and server open a store over a miniredis, or over a private
-// redis-server with short timeouts (storetest).
-var mini, server = storetest.Mini, storetest.Server
 
 // template serves every limiter name matching pattern at rate permits/s,
 // strict.

@@ -8,14 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/client/redisclient"
+	"github.com/limitd/limitd/internal/testkit/storetest"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 func TestLimiterNameIsAlwaysValid(t *testing.T) {
@@ -68,10 +65,7 @@ func TestSFString(t *testing.T) {
 // However many keys come by, the middleware and the client keep at most
 // WithMaxKeys handles.
 func TestMiddlewareHandlesAreBounded(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer rdb.Close()
-	st := store.New(rdb)
+	_, rdb, st := storetest.Mini(t)
 	if _, err := st.PutTemplate(t.Context(), limitd.Template{ID: "t", Pattern: "u:*",
 		Limiter: limiter.Config{Rate: 100, Burst: limiter.B(1)}}); err != nil {
 		t.Fatal(err)

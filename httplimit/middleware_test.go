@@ -14,6 +14,7 @@ import (
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/httplimit"
+	"github.com/limitd/limitd/internal/testkit/storetest"
 )
 
 type problem struct {
@@ -47,7 +48,7 @@ func checkDenied(t *testing.T, rec *httptest.ResponseRecorder) {
 }
 
 func TestMiddlewareLimitsPerIP(t *testing.T) {
-	m, _, st := mini(t)
+	m, _, st := storetest.Mini(t)
 	clk := newSteppedClock(m)
 	template(t, st, "per-ip", "ip:*", 2) // one request per 500ms per IP
 	c := clk.client(st)
@@ -85,7 +86,7 @@ func TestMiddlewareLimitsPerIP(t *testing.T) {
 }
 
 func TestMiddlewareKeysAndPolicy(t *testing.T) {
-	_, rdb, st := mini(t)
+	_, rdb, st := storetest.Mini(t)
 	template(t, st, "per-key", "key:*", 2)
 	c := redisclient.New(rdb)
 	defer c.Close()
@@ -121,7 +122,7 @@ func TestMiddlewareKeysAndPolicy(t *testing.T) {
 }
 
 func TestMiddlewareWithoutLimiterIsAnError(t *testing.T) {
-	_, rdb, _ := mini(t)
+	_, rdb, _ := storetest.Mini(t)
 	c := redisclient.New(rdb)
 	h := httplimit.Middleware(c, httplimit.WithLimiterPrefix("nothing:"))(okHandler)
 	rec := get(h, "192.0.2.1:1", nil)
@@ -138,7 +139,7 @@ func TestMiddlewareWithoutLimiterIsAnError(t *testing.T) {
 // The middleware keeps a bounded number of handles: evicted ones are closed,
 // handing their unused permits back.
 func TestMiddlewareEvictsHandles(t *testing.T) {
-	_, rdb, st := mini(t)
+	_, rdb, st := storetest.Mini(t)
 	template(t, st, "per-ip", "ip:*", 2)
 	c := redisclient.New(rdb)
 	defer c.Close()
@@ -161,7 +162,7 @@ func TestMiddlewareEvictsHandles(t *testing.T) {
 // Many requests over more keys than handles, concurrently: evictions race
 // with requests, which must never see a closed handle.
 func TestMiddlewareConcurrentEvictions(t *testing.T) {
-	_, rdb, st := server(t)
+	_, rdb, st := storetest.Server(t)
 	template(t, st, "per-ip", "ip:*", 1000)
 	c := redisclient.New(rdb)
 	defer c.Close()
@@ -182,7 +183,7 @@ func TestMiddlewareConcurrentEvictions(t *testing.T) {
 }
 
 func TestEchoMiddleware(t *testing.T) {
-	_, rdb, st := mini(t)
+	_, rdb, st := storetest.Mini(t)
 	template(t, st, "per-ip", "ip:*", 2)
 	c := redisclient.New(rdb)
 	defer c.Close()
@@ -225,7 +226,7 @@ func TestEchoMiddleware(t *testing.T) {
 // 429 until the next retry; the default safe fallback lets them through at
 // the local rate.
 func TestMiddlewareRedisDown(t *testing.T) {
-	srv, rdb, st := server(t)
+	srv, rdb, st := storetest.Server(t)
 	template(t, st, "per-ip", "ip:*", 1000)
 	c := redisclient.New(rdb, client.WithFallback(client.FallbackPessimistic), client.WithRetryInterval(2*time.Second))
 	defer c.Close()

@@ -5,17 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 )
 
 // TestBatchingOptionStartsNothing: WithBatching only configures; New starts
 // one batcher whatever the options, and Close stops every goroutine it
 // started (an option given twice used to start two and leak the first).
 func TestBatchingOptionStartsNothing(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
+	_, rdb := redistest.Mini(t)
 	s := &Store{}
 	WithBatching(4)(s)
 	if s.batcher != nil || s.batchMax != 4 {

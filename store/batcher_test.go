@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/lua"
 )
 
@@ -117,9 +117,7 @@ func (g *gate) none(t *testing.T, what string) {
 // acquire at once. The gate starts open; the script is loaded.
 func gatedStore(t *testing.T, poolSize int) (*Store, *gate) {
 	t.Helper()
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), PoolSize: poolSize})
-	t.Cleanup(func() { _ = rdb.Close() })
+	_, rdb := redistest.Mini(t, func(o *redis.Options) { o.PoolSize = poolSize })
 	g := newGate(t)
 	rdb.AddHook(g)
 	s := stStore(t, rdb, WithBatching(64))

@@ -10,10 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -325,9 +323,7 @@ func ccTestBadInput(t *testing.T, f stFactory) {
 // are not whole µs; random sequences agree with slotsModel; the set's TTL
 // (FastForward) removes what is left once every lease ended.
 func TestConcurrencyClock(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
+	m, rdb := redistest.Mini(t)
 	s := stStore(t, rdb)
 	ctx := t.Context()
 	us := time.Date(2249, 6, 1, 0, 0, 0, 0, time.UTC).UnixMicro() + 123

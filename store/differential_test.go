@@ -107,9 +107,7 @@ type diffRig struct {
 }
 
 func diffNewMini(t testing.TB, label string, startUS int64) *diffRig {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
+	m, rdb := redistest.Mini(t)
 	g := &diffRig{t: t, ctx: context.Background(), mr: m, rdb: rdb, st: store.New(rdb),
 		name: "diff", key: store.DefaultPrefix + ":{diff}:x", label: label, ops: map[string]int{}}
 	g.setTime(startUS)
@@ -1268,12 +1266,27 @@ func (g *diffRig) summary() string {
 
 var diffStart2025 = time.Date(2025, 3, 14, 15, 9, 26, 535897000, time.UTC).UnixMicro()
 
+// diffOps is the length of a differential run: full, or short with -short.
+// Under the race detector too (CI's race run is short), a quarter of short:
+// the detector slows every step several times over, and what it checks is
+// that each path runs without a race, not how often; the plain run takes
+// every step and holds every result to the model.
+func diffOps(full, short int) int {
+	switch {
+	case !testing.Short():
+		return full
+	case store.RaceDetector:
+		return short / 4
+	}
+	return short
+}
+
+// TestDiffRandom runs 5,000 random operations a seed, enough for each of
+// the rare ones (a wipe, a kind change: about one in a thousand) to come
+// several times.
 func TestDiffRandom(t *testing.T) {
 	t.Parallel()
-	ops := 10000
-	if testing.Short() {
-		ops = 800
-	}
+	ops := diffOps(5000, 800)
 	for i, seed := range []uint64{1, 2} {
 		k := []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth}[i%2]
 		t.Run(fmt.Sprintf("seed=%d/%s", seed, k), func(t *testing.T) {
@@ -1295,10 +1308,7 @@ func TestDiffRandom(t *testing.T) {
 // Unix ns ~7.3e18, far beyond 2^53, where only epoch-relative times are exact.
 func TestDiffYear2200(t *testing.T) {
 	t.Parallel()
-	ops := 1200
-	if testing.Short() {
-		ops = 400
-	}
+	ops := diffOps(1200, 400)
 	start := time.Date(2200, 7, 4, 23, 59, 58, 987654000, time.UTC).UnixMicro() + 321
 	for i, k := range []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth} {
 		t.Run(string(k), func(t *testing.T) {
@@ -1438,10 +1448,7 @@ func diffF(v float64) *float64 { return &v }
 func TestDiffRealRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Server(t)
-	ops := 2500
-	if testing.Short() {
-		ops = 500
-	}
+	ops := diffOps(2500, 500)
 	// Functions (FCALL) and scripts (EVALSHA, as on Redis < 7) run the same
 	// code; both are checked.
 	for i, k := range []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth, limiter.KindSchedule, limiter.KindSmooth} {
@@ -1471,10 +1478,7 @@ func TestDiffRealRedis(t *testing.T) {
 // its next use, whichever call that is.
 func TestDiffTemplate(t *testing.T) {
 	t.Parallel()
-	ops := 1500
-	if testing.Short() {
-		ops = 200
-	}
+	ops := diffOps(1500, 200)
 	for i, k := range []limiter.Kind{limiter.KindSchedule, limiter.KindSmooth} {
 		t.Run(string(k), func(t *testing.T) {
 			t.Parallel()
@@ -1652,9 +1656,7 @@ return out`
 		}
 	}
 	t.Run("miniredis", func(t *testing.T) {
-		m := miniredis.RunT(t)
-		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		defer rdb.Close()
+		_, rdb := redistest.Mini(t)
 		run(t, rdb)
 	})
 	t.Run("redis-server", func(t *testing.T) {
@@ -1672,10 +1674,7 @@ return out`
 func TestDiffRealRedisInstance(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Server(t)
-	ops := 1500
-	if testing.Short() {
-		ops = 400
-	}
+	ops := diffOps(1500, 400)
 	for i, mode := range []string{"functions", "scripts"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()

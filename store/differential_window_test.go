@@ -174,10 +174,7 @@ func diffWindowRun(g *diffRig, r *rand.Rand, ops int) {
 
 func TestDiffWindow(t *testing.T) {
 	t.Parallel()
-	ops := 6000
-	if testing.Short() {
-		ops = 600
-	}
+	ops := diffOps(6000, 600)
 	for _, seed := range []uint64{1, 2, 3} {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			t.Parallel()
@@ -209,10 +206,7 @@ func TestDiffWindow(t *testing.T) {
 func TestDiffWindowRealRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Server(t)
-	ops := 1500
-	if testing.Short() {
-		ops = 400
-	}
+	ops := diffOps(1500, 400)
 	for i, mode := range []string{"functions", "scripts"} {
 		var opts []store.Option
 		if mode == "scripts" {
@@ -372,10 +366,7 @@ func (g *diffRig) calendarStepUS(r *rand.Rand) int64 {
 
 func TestDiffCalendar(t *testing.T) {
 	t.Parallel()
-	ops := 3000
-	if testing.Short() {
-		ops = 400
-	}
+	ops := diffOps(3000, 400)
 	starts := map[string]time.Time{
 		"leap-day":    time.Date(2024, 2, 27, 22, 0, 0, 0, time.UTC),
 		"berlin-dst":  time.Date(2025, 3, 29, 20, 0, 0, 0, time.UTC),
@@ -470,10 +461,7 @@ func TestWindowCalendarRealRedis(t *testing.T) {
 func TestDiffRealRedisWindowInstance(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Server(t)
-	ops := 900
-	if testing.Short() {
-		ops = 300
-	}
+	ops := diffOps(900, 300)
 	for i, mode := range []string{"functions", "scripts"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()

@@ -12,6 +12,9 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
+// RaceDetector is whether the tests run under the race detector.
+const RaceDetector = raceDetector
+
 // Stored is a rate limiter's x as lua/lib.lua keeps it, decoded (stored).
 type Stored = stored
 

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd"
@@ -131,9 +130,7 @@ func TestFloorFault(t *testing.T) {
 func TestClockStepBackMiniredis(t *testing.T) {
 	for _, c := range []limiter.Config{stSched(100, 1), stSmooth(100, 0)} {
 		t.Run(string(c.Kind), func(t *testing.T) {
-			m := miniredis.RunT(t)
-			rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-			t.Cleanup(func() { _ = rdb.Close() })
+			m, rdb := redistest.Mini(t)
 			s := stStore(t, rdb)
 			T := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 			m.SetTime(T)
@@ -275,9 +272,7 @@ func TestTemplateDefaultIdleTTL(t *testing.T) {
 // DefaultIdleTTL has passed after their debt; one that owes is kept at least
 // until its debt is paid, an explicit idle_ttl too.
 func TestTemplateIdleTTLExpiry(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
+	m, rdb := redistest.Mini(t)
 	s := stStore(t, rdb)
 	ctx := t.Context()
 	debtCfg := limiter.Config{Rate: 1, Burst: limiter.B(1), MaxReserve: limiter.D(time.Hour)}
@@ -390,9 +385,7 @@ func TestOldLayout(t *testing.T) {
 // another kind, forgets the name's floor: the new schedule starts now, not
 // where the old one stood.
 func TestFloorForgotten(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
+	m, rdb := redistest.Mini(t)
 	s := stStore(t, rdb)
 	ctx := t.Context()
 	m.SetTime(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
@@ -526,9 +519,7 @@ func stRedisPid(t *testing.T, rdb redis.UniversalClient) int {
 func TestFloorQueuedProcesses(t *testing.T) {
 	for _, inst := range []bool{false, true} {
 		t.Run(map[bool]string{false: "named", true: "instance"}[inst], func(t *testing.T) {
-			m := miniredis.RunT(t)
-			rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-			t.Cleanup(func() { _ = rdb.Close() })
+			m, rdb := redistest.Mini(t)
 			ctx := t.Context()
 			const procs, workers, slice = 3, 16, 20 * time.Millisecond
 			open := func() *Store {

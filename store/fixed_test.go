@@ -9,6 +9,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/store"
 )
 
@@ -34,11 +35,9 @@ func (c *trueClock) local() int64 {
 
 func newFixedStore(t *testing.T, tick time.Duration) (*store.Store, *trueClock, *redis.Client) {
 	t.Helper()
-	mini := miniredis.RunT(t)
+	mini, rdb := redistest.Mini(t)
 	c := &trueClock{mini: mini, now: time.Unix(1_700_000_000, 400e6), skew: -3 * time.Hour, tick: tick}
 	c.advance(0)
-	rdb := redis.NewClient(&redis.Options{Addr: mini.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
 	s := store.New(rdb, store.WithLocalClock(c.local))
 	t.Cleanup(func() { _ = s.Close() })
 	return s, c, rdb
@@ -186,10 +185,8 @@ func TestFixedWindowBatch(t *testing.T) {
 // once, and each decision saw the count after its own hit, so that the
 // counts the callers were told are 1 to n, each once.
 func TestFixedWindowBatched(t *testing.T) {
-	mini := miniredis.RunT(t)
+	mini, rdb := redistest.Mini(t)
 	mini.SetTime(time.Unix(1_700_000_000, 0))
-	rdb := redis.NewClient(&redis.Options{Addr: mini.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
 	s := store.New(rdb, store.WithBatching(64))
 	t.Cleanup(func() { _ = s.Close() })
 	const callers, each = 32, 40

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -28,7 +28,7 @@ import (
 // periodic tasks, which run during a count, add a few percent on a busy
 // machine), so they are how the scripts' cost is compared across changes on
 // a shared machine. It runs
-// only when asked (it takes a minute, and valgrind):
+// only when asked (it takes half a minute, and valgrind):
 //
 //	LIMITD_CALLGRIND=1 go test -count=1 -run TestInstructionsPerDecision -v ./store/
 //
@@ -50,7 +50,7 @@ func TestInstructionsPerDecision(t *testing.T) {
 		}
 	}
 	cg := startCallgrindRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: cg.addr, ReadTimeout: -1, WriteTimeout: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: cg.Addr(), ReadTimeout: -1, WriteTimeout: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()
 	cfg := limiter.Config{Rate: 1e6, Burst: limiter.B(math.Inf(1))}
@@ -206,13 +206,14 @@ func TestInstructionsPerDecision(t *testing.T) {
 	}
 	per := map[string]float64{}
 	var out strings.Builder
+	cg.ctl(t, "-i", "on")
 	for _, c := range cases {
 		warm = true
 		for i := range 64 { // the instances exist, the scripts are loaded
 			c.call(i)
 		}
 		warm = false
-		per[c.name] = cg.count(t, 300, c.call)
+		per[c.name] = cg.count(t, 300, 3200, c.call)
 		fmt.Fprintf(&out, "%-32s %8.0f instructions per decision\n", c.name, per[c.name])
 	}
 	t.Log("\n" + out.String())
@@ -261,56 +262,47 @@ func TestInstructionsPerDecision(t *testing.T) {
 // callgrindRedis is a redis-server under callgrind, instrumenting nothing
 // until count asks.
 type callgrindRedis struct {
-	addr, dir string
-	pid       int
+	*redistest.Instance
+	dir string // where callgrind dumps
 }
 
 func startCallgrindRedis(t *testing.T) *callgrindRedis {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
 	dir := t.TempDir()
-	cmd := exec.Command("valgrind", "--tool=callgrind", "--instr-atstart=no",
-		"--callgrind-out-file="+filepath.Join(dir, "callgrind.out"),
-		"redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	cmd.Dir = dir
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	cg := &callgrindRedis{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, pid: cmd.Process.Pid}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if c, err := net.DialTimeout("tcp", cg.addr, time.Second); err == nil {
-			_ = c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("redis-server under valgrind did not listen within 60 s")
-		}
-	}
-	return cg
+	return &callgrindRedis{redistest.ServerUnder(t, []string{"valgrind", "--tool=callgrind", "--instr-atstart=no",
+		"--callgrind-out-file=" + filepath.Join(dir, "callgrind.out")}), dir}
 }
 
-// count runs call n times with instrumentation on and returns the
-// instructions per decision (call returns how many it made).
-func (cg *callgrindRedis) count(t *testing.T, n int, call func(int) int) float64 {
+// count runs call n times, or until it has made most decisions, and
+// returns the instructions per decision (call returns how many it made). A
+// batch of 64 makes 64 a call: 50 of them take about as long as 300 lone
+// calls, so that as many of redis-server's periodic tasks fall in the
+// count, and make ten times the decisions. Instrumentation stays on from
+// one count to the next (switching it costs a round of callgrind_control
+// each way): a dump, which zeroes the counters, starts the count, and the
+// warm-up's instructions go with it.
+func (cg *callgrindRedis) count(t *testing.T, n, most int, call func(int) int) float64 {
 	t.Helper()
-	ctl := func(args ...string) {
-		if b, err := exec.Command("callgrind_control", append(args, strconv.Itoa(cg.pid))...).CombinedOutput(); err != nil {
-			t.Fatalf("callgrind_control %v: %v\n%s", args, err, b)
-		}
-	}
-	ctl("-z")
-	ctl("-i", "on")
+	cg.dump(t)
 	decisions := 0
-	for i := range n {
+	for i := 0; i < n && decisions < most; i++ {
 		decisions += call(i)
 	}
-	ctl("-i", "off")
-	ctl("-d")
+	return cg.dump(t) / float64(decisions)
+}
+
+// ctl sends callgrind a command (callgrind_control's arguments).
+func (cg *callgrindRedis) ctl(t *testing.T, args ...string) {
+	t.Helper()
+	if b, err := exec.Command("callgrind_control", append(args, strconv.Itoa(cg.Pid()))...).CombinedOutput(); err != nil {
+		t.Fatalf("callgrind_control %v: %v\n%s", args, err, b)
+	}
+}
+
+// dump returns the instructions counted since the last dump (or since
+// instrumentation was turned on), and zeroes the count.
+func (cg *callgrindRedis) dump(t *testing.T) float64 {
+	t.Helper()
+	cg.ctl(t, "-d")
 	dumps, _ := filepath.Glob(filepath.Join(cg.dir, "callgrind.out.*"))
 	if len(dumps) == 0 {
 		t.Fatal("callgrind wrote no dump")
@@ -333,5 +325,5 @@ func (cg *callgrindRedis) count(t *testing.T, n int, call func(int) int) float64
 			}
 		}
 	}
-	return total / float64(decisions)
+	return total
 }

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -747,9 +747,7 @@ func shDiffConfig(rng *rand.Rand) limiter.Config {
 
 func shDiffRun(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x5ea4e))
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
+	m, rdb := redistest.Mini(t)
 	s := stStore(t, rdb)
 	ctx := t.Context()
 

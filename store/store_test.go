@@ -1562,9 +1562,7 @@ func TestNewClient(t *testing.T) {
 // TestStoreExactTimeMiniredis drives a limiter at exact Redis times
 // (miniredis SetTime), far in the future and across a long uptime.
 func TestStoreExactTimeMiniredis(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer rdb.Close()
+	m, rdb := redistest.Mini(t)
 	s := stStore(t, rdb)
 	base := time.Date(2199, 12, 31, 23, 0, 0, 0, time.UTC)
 	m.SetTime(base)
@@ -1613,9 +1611,7 @@ func TestStoreInstanceFirstCallAfterTemplateChange(t *testing.T) {
 		return limiter.Config{Kind: limiter.KindSmooth, Rate: 10, MaxBurstSeconds: &burstSeconds, InitialPermits: &ten}
 	}
 	setup := func(t *testing.T) (*Store, limitd.Grant) {
-		m := miniredis.RunT(t)
-		rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { _ = rdb.Close() })
+		m, rdb := redistest.Mini(t)
 		s := stStore(t, rdb)
 		m.SetTime(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)) // time stands still
 		if _, err := s.PutTemplate(t.Context(), limitd.Template{ID: "u", Pattern: "u:*", Limiter: cfg(2)}); err != nil {

@@ -7,10 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 )
 
 // BenchmarkTally is what counting a decision costs, its share of the
@@ -21,9 +19,7 @@ import (
 //
 //	go test -run='^$' -bench=BenchmarkTally -benchmem -count=6 ./store/
 func BenchmarkTally(b *testing.B) {
-	m := miniredis.RunT(b)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	b.Cleanup(func() { _ = c.Close() })
+	_, c := redistest.Mini(b)
 	s := New(c)
 	tl := s.NewTally(TallyOptions{})
 	names := make([]string, 10_000)

@@ -5,16 +5,14 @@ import (
 	"testing"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 )
 
 func miniStore(t *testing.T) (*Store, *miniredis.Miniredis) {
-	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
+	m, c := redistest.Mini(t)
 	return New(c), m
 }
 

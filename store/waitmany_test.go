@@ -6,10 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 )
 
@@ -74,11 +72,9 @@ func sameWait(a, b limitd.WaitInfo) bool {
 // A calendar window whose window has passed needs its bounds before a peek:
 // WaitMany gets them as Wait does, rather than failing.
 func TestWaitManyCalendarBounds(t *testing.T) {
-	m := miniredis.RunT(t)
+	m, rdb := redistest.Mini(t)
 	t0 := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
 	m.SetTime(t0)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
 	s := stStore(t, rdb)
 	ctx := context.Background()
 	limit := int64(10)

@@ -6,25 +6,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/client/clientmetrics"
 	"github.com/limitd/limitd/client/redisclient"
+	"github.com/limitd/limitd/internal/testkit/storetest"
 	"github.com/limitd/limitd/limiter"
-	"github.com/limitd/limitd/store"
 )
 
 // The collector counts the permits a handle took from the shared schedule
 // and its calls to Redis, and shows its fallback mode and the permits it
 // gave then.
 func TestCollector(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	st := store.New(rdb)
+	m, rdb, st := storetest.Mini(t, func(o *redis.Options) { o.MaxRetries = -1 })
 	if _, _, err := st.Put(context.Background(), "api", limiter.Config{Rate: 1e6, Burst: limiter.B(inf)}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,21 +8,10 @@
 // Lua scripts.
 //
 // New takes any redis.UniversalClient. Build it with store.NewClient, which
-// reads every topology from one URL (the forms of LIMITD_REDIS_URL, parsed by
-// go-redis' own ParseURL, ParseFailoverURL and ParseClusterURL), sets short
+// reads every topology (a single node, the master Sentinels name, a Redis
+// Cluster) from one URL, the forms of LIMITD_REDIS_URL it lists, sets short
 // timeouts so that an outage is noticed in well under a second, and follows
-// failovers within a second of a promotion:
-//
-//	redis://[user:pw@]host:port[/db]                  a single node (rediss:// for TLS)
-//	redis://[suser:spw@]sentinel:26379?master_name=NAME&addr=sentinel2:26379&username=U&password=PW
-//	                                                  the master the Sentinels name; user info
-//	                                                  authenticates to the Sentinels, username=
-//	                                                  and password= to the master
-//	redis://[user:pw@]node:7000?addr=node2:7001&addr=node3:7002
-//	                                                  a Redis Cluster, with ACL user and TLS
-//	host:port,host:port                               a Redis Cluster, no credentials
-//
-// For example:
+// failovers within a second of a promotion. For example:
 //
 //	rdb, err := store.NewClient(os.Getenv("LIMITD_REDIS_URL"))
 //	if err != nil {
@@ -70,60 +59,34 @@ func NewWithStore(st *store.Store, opts ...client.ClientOption) *client.Client {
 	tally := func(now func() time.Time) client.RefusalTally {
 		return refusalTally{st: st, Tally: st.NewTally(store.TallyOptions{Clock: now})}
 	}
-	return client.NewWithTransport(transport{st: st}, append([]client.ClientOption{client.WithRefusalCounts(tally)}, opts...)...)
+	return client.NewWithTransport(transport{st}, append([]client.ClientOption{client.WithRefusalCounts(tally)}, opts...)...)
 }
 
 // NewTransport returns the client.Transport New uses, over a store the
 // caller made and keeps. It is for wrapping the Redis transport, in tests
 // for instance: a client made over it with client.NewWithTransport counts
 // no refusals.
-func NewTransport(st *store.Store) client.Transport { return transport{st: st} }
+func NewTransport(st *store.Store) client.Transport { return transport{st} }
 
-// transport talks to Redis through a store. Besides client.Transport it
-// takes direct acquires, several limiters at once and charges.
-type transport struct{ st *store.Store }
+// transport talks to Redis through a store, whose methods are the
+// Transport's where their signatures agree (Grant, Capacity, the slots,
+// Changes, and Acquire and Charge besides); it takes several limiters at
+// once too.
+type transport struct{ *store.Store }
 
-func (t transport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
-	return t.st.Grant(ctx, name, k, maxWait)
-}
+var _ client.Transport = transport{}
 
 func (t transport) Release(ctx context.Context, g limitd.Grant, m int64) error {
-	_, err := t.st.Release(ctx, g, m)
+	_, err := t.Store.Release(ctx, g, m)
 	return err
 }
 
-func (t transport) Capacity(ctx context.Context, name string, r limitd.CapacityRequest) (limitd.CapacityLease, error) {
-	return t.st.Capacity(ctx, name, r)
-}
-
-func (t transport) ReturnCapacity(ctx context.Context, name, clientID string) error {
-	return t.st.ReturnCapacity(ctx, name, clientID)
-}
-
-func (t transport) AcquireSlot(ctx context.Context, name string) (limitd.SlotLease, error) {
-	return t.st.AcquireSlot(ctx, name)
-}
-
-func (t transport) RenewSlot(ctx context.Context, name, id string) (limitd.SlotLease, error) {
-	return t.st.RenewSlot(ctx, name, id)
-}
-
-func (t transport) ReleaseSlot(ctx context.Context, name, id string) error {
-	return t.st.ReleaseSlot(ctx, name, id)
-}
-
 func (t transport) Time(ctx context.Context) (int64, error) {
-	now, err := t.st.Client().Time(ctx).Result()
+	now, err := t.Client().Time(ctx).Result()
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
 	return now.UnixNano(), nil
-}
-
-func (t transport) Changes(ctx context.Context) <-chan string { return t.st.Changes(ctx) }
-
-func (t transport) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error) {
-	return t.st.Acquire(ctx, name, n, maxWait)
 }
 
 func (t transport) AcquireAll(ctx context.Context, reqs []client.Permits, maxWait time.Duration) (client.AllResult, error) {
@@ -131,15 +94,11 @@ func (t transport) AcquireAll(ctx context.Context, reqs []client.Permits, maxWai
 	for i, r := range reqs {
 		mr[i] = limitd.MultiRequest{Name: r.Name, Permits: r.Permits}
 	}
-	md, err := t.st.AcquireAll(ctx, mr, maxWait)
+	md, err := t.Store.AcquireAll(ctx, mr, maxWait)
 	if err != nil {
 		return client.AllResult{}, err
 	}
 	return client.AllResult{Granted: md.Granted, Decisions: md.Decisions}, nil
-}
-
-func (t transport) Charge(ctx context.Context, name string, n int64) (limitd.Decision, error) {
-	return t.st.Charge(ctx, name, n)
 }
 
 // refusalTally adds a client's refusals to Redis through the same

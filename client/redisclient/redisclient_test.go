@@ -6,11 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client/redisclient"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -18,10 +16,8 @@ import (
 // A client over a store of another key prefix takes from that prefix's
 // limiters only; New's, under the default prefix, does not see them.
 func TestNewWithStorePrefix(t *testing.T) {
-	m := miniredis.RunT(t)
+	m, rdb := redistest.Mini(t)
 	m.SetTime(time.Unix(1_800_000_000, 0))
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()
 	st := store.New(rdb, store.WithPrefix("other"))
 	if _, _, err := st.Put(ctx, "orders", limiter.Config{Rate: 10}); err != nil {

@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -76,31 +74,16 @@ func (b *bench) connectHTTP(ctx context.Context) (benchSource, error) {
 }
 
 func (s *httpSource) take(ctx context.Context, w *benchWorker) (int64, int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.acquireURL, bytes.NewReader(acquireBody))
-	if err != nil {
-		return 0, 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if s.token != "" {
-		req.Header.Set("Authorization", "Bearer "+s.token)
-	}
+	var g wire.Granted
 	t0 := s.b.mono()
-	resp, err := s.hc.Do(req)
+	status, err := httpjson.Do(ctx, s.hc, http.MethodPost, s.acquireURL, s.token, acquireBody, &g)
 	t1 := s.b.mono()
 	s.b.remote.Add(1)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer httpjson.Drain(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return 0, 0, httpjson.ProblemOf(resp)
-	}
-	var g wire.Granted
-	if err := json.NewDecoder(resp.Body).Decode(&g); err != nil {
-		return 0, 0, fmt.Errorf("POST %s: reading the answer: %w", s.acquireURL, err)
-	}
 	if !g.Granted {
-		return 0, 0, fmt.Errorf("POST %s: answered 200 without a grant", s.acquireURL)
+		return 0, 0, fmt.Errorf("POST %s: answered %d without a grant", s.acquireURL, status)
 	}
 	return w.await(ctx, g.Scheduled, g.Start, g.Now, t0, t1)
 }

@@ -45,15 +45,6 @@ type side struct {
 	get   [2]acquire
 }
 
-// on is the side as it runs on server i.
-func (s side) on(i int) runner { return runner{label: s.label, get: s.get[i]} }
-
-// runner is one store that run drives.
-type runner struct {
-	label string
-	get   acquire
-}
-
 func main() {
 	nRounds := flag.Int("rounds", 20, "alternating rounds per row")
 	dur := flag.Duration("round", time.Second, "length of a round")
@@ -103,19 +94,19 @@ func main() {
 			}
 			this.get[i], closers = newThis(ctx, rdb, names, row.batched, closers)
 			that.get[i], closers = newOther(ctx, rdb, names, row.batched, closers)
-			_ = run(this.on(i), names, row.goroutines, 200*time.Millisecond) // warm up: scripts loaded, keys made
-			_ = run(that.on(i), names, row.goroutines, 200*time.Millisecond)
+			_ = run(this, i, names, row.goroutines, 200*time.Millisecond) // warm up: scripts loaded, keys made
+			_ = run(that, i, names, row.goroutines, 200*time.Millisecond)
 		}
 		var speed, a, b, cpu, ca, cb, ga, gb []float64
 		for r := range *nRounds {
 			srv := r / 2 % 2 // this tree's server; the other tree runs on the other
 			x, y := func() (sample, sample) {
 				if r%2 == 0 {
-					x := run(this.on(srv), names, row.goroutines, *dur)
-					return x, run(that.on(1-srv), names, row.goroutines, *dur)
+					x := run(this, srv, names, row.goroutines, *dur)
+					return x, run(that, 1-srv, names, row.goroutines, *dur)
 				}
-				y := run(that.on(1-srv), names, row.goroutines, *dur)
-				return run(this.on(srv), names, row.goroutines, *dur), y
+				y := run(that, 1-srv, names, row.goroutines, *dur)
+				return run(this, srv, names, row.goroutines, *dur), y
 			}()
 			a, b, speed = append(a, x.wall), append(b, y.wall), append(speed, y.wall/x.wall)
 			ca, cb, cpu = append(ca, x.goCPU+x.redisCPU), append(cb, y.goCPU+y.redisCPU), append(cpu, (x.goCPU+x.redisCPU)/(y.goCPU+y.redisCPU))
@@ -175,17 +166,25 @@ func newOther(ctx context.Context, rdb *redis.Client, names []string, batched bo
 }
 
 // prepare makes each of names with put (rate 1e6/s, burst inf: every call
-// granted) and starts its schedule with one acquire, then lets the
-// schedules run for started.
+// granted) and starts its schedule with one acquire, from 32 goroutines
+// (10,000 keys are 20,000 round trips, four times over in a row: each side
+// on each server), then lets the schedules run for started.
 func prepare(ctx context.Context, names []string, put func(string) error, get acquire) {
-	for _, n := range names {
-		if err := put(n); err != nil {
-			fail(err)
-		}
-		if _, err := get(ctx, n); err != nil {
-			fail(err)
-		}
+	const goroutines = 32
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := g; i < len(names); i += goroutines {
+				if err := put(names[i]); err != nil {
+					fail(err)
+				}
+				if _, err := get(ctx, names[i]); err != nil {
+					fail(err)
+				}
+			}
+		})
 	}
+	wg.Wait()
 	time.Sleep(started)
 }
 
@@ -196,9 +195,10 @@ type sample struct{ wall, goCPU, redisCPU float64 }
 // redisPIDs are the redis-servers' processes.
 var redisPIDs []int
 
-// run acquires from goroutines for d and returns its sample. Every call
-// must be granted: a side that refuses does not decide what the other does.
-func run(s runner, names []string, goroutines int, d time.Duration) sample {
+// run acquires from goroutines for d through s's store on server srv and
+// returns its sample. Every call must be granted: a side that refuses does
+// not decide what the other does.
+func run(s side, srv int, names []string, goroutines int, d time.Duration) sample {
 	ctx := context.Background()
 	go0, redis0 := processCPU(), redisCPU()
 	var n atomic.Int64
@@ -209,7 +209,7 @@ func run(s runner, names []string, goroutines int, d time.Duration) sample {
 			i := g
 			for time.Since(start) < d {
 				for range 50 {
-					ok, err := s.get(ctx, names[i%len(names)])
+					ok, err := s.get[srv](ctx, names[i%len(names)])
 					if err != nil || !ok {
 						fail(fmt.Errorf("%s: acquire of %s: granted %v, %v", s.label, names[i%len(names)], ok, err))
 					}

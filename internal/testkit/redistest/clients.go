@@ -9,11 +9,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Mini starts a miniredis and a client of it, both closed when the test ends.
-func Mini(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
+// Mini starts a miniredis and a client of it, both closed when the test
+// ends; opts change the client's options before it is made (a PoolSize,
+// MaxRetries: -1).
+func Mini(t testing.TB, opts ...func(*redis.Options)) (*miniredis.Miniredis, *redis.Client) {
 	t.Helper()
 	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	o := &redis.Options{Addr: m.Addr()}
+	for _, f := range opts {
+		f(o)
+	}
+	rdb := redis.NewClient(o)
 	t.Cleanup(func() { _ = rdb.Close() })
 	return m, rdb
 }

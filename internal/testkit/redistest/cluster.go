@@ -51,7 +51,7 @@ func ClusterWithReplicas(t testing.TB) *ClusterInstance {
 	// first sync would find no replica fit to take over.
 	for _, n := range c.nodes {
 		if n.Role(context.Background()) == "slave" {
-			waitInfo(t, n, "replication", 20*time.Second, "master_link_status:up")
+			n.WaitSynced(20 * time.Second)
 		}
 	}
 	return c
@@ -68,7 +68,7 @@ func newCluster(t testing.TB, replicas int, nodeTimeout time.Duration) *ClusterI
 	c := &ClusterInstance{t: t}
 	args := func(dir string, port int) ([]string, error) { return clusterArgs(dir, port, nodeTimeout) }
 	for range clusterSize * (1 + replicas) {
-		c.nodes = append(c.nodes, launch(t, args))
+		c.nodes = append(c.nodes, launch(t, nil, args))
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), clusterCreateTimeout)
@@ -79,7 +79,7 @@ func newCluster(t testing.TB, replicas int, nodeTimeout time.Duration) *ClusterI
 		t.Fatalf("redistest: redis-cli %s: %v\n%s", strings.Join(create, " "), err, out)
 	}
 
-	c.waitHealthy(clusterReadyWithin)
+	c.WaitHealthy(clusterReadyWithin)
 	return c
 }
 
@@ -109,14 +109,11 @@ func clusterArgs(dir string, port int, nodeTimeout time.Duration) ([]string, err
 	}, nil
 }
 
-// waitHealthy returns once every node has learned about all peers and all
-// slots; before that a cluster client may load a partial slot map from
-// whichever node it asks first.
-func (c *ClusterInstance) waitHealthy(timeout time.Duration) {
+// WaitHealthy returns once every running node reports cluster_state:ok and
+// has learned about all peers and all slots; before that a cluster client
+// may load a partial slot map from whichever node it asks first.
+func (c *ClusterInstance) WaitHealthy(timeout time.Duration) {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-
 	clients := make([]*redis.Client, len(c.nodes))
 	for i, n := range c.nodes {
 		clients[i] = redis.NewClient(&redis.Options{Addr: n.Addr()})
@@ -126,10 +123,8 @@ func (c *ClusterInstance) waitHealthy(timeout time.Duration) {
 		}
 	}
 	wantKnown := "cluster_known_nodes:" + strconv.Itoa(len(c.nodes))
-
 	var last string
-	for {
-		healthy := true
+	poll(c.t, timeout, 50*time.Millisecond, func(ctx context.Context) bool {
 		for i, cl := range clients {
 			if cl == nil {
 				continue
@@ -137,24 +132,17 @@ func (c *ClusterInstance) waitHealthy(timeout time.Duration) {
 			info, err := cl.ClusterInfo(ctx).Result()
 			if err != nil {
 				last = fmt.Sprintf("%s: CLUSTER INFO: %v", c.nodes[i].Addr(), err)
-				healthy = false
-				break
+				return false
 			}
 			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, wantKnown) {
 				last = fmt.Sprintf("%s:\n%s", c.nodes[i].Addr(), info)
-				healthy = false
-				break
+				return false
 			}
 		}
-		if healthy {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			c.t.Fatalf("redistest: cluster not ok within %v; last CLUSTER INFO from %s", timeout, last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		return true
+	}, func() string {
+		return fmt.Sprintf("cluster not ok within %v; last CLUSTER INFO from %s", timeout, last)
+	})
 }
 
 // Addrs returns the "127.0.0.1:port" address of every node.
@@ -178,12 +166,6 @@ func (c *ClusterInstance) Client() *redis.ClusterClient {
 // Instance.Client or to take one down with Instance.Stop.
 func (c *ClusterInstance) Nodes() []*Instance {
 	return append([]*Instance(nil), c.nodes...)
-}
-
-// WaitHealthy waits until every running node reports cluster_state:ok.
-func (c *ClusterInstance) WaitHealthy(within time.Duration) {
-	c.t.Helper()
-	c.waitHealthy(within)
 }
 
 // Slot returns the hash slot of key, as the cluster computes it.
@@ -250,18 +232,11 @@ func (c *ClusterInstance) MasterOf(ctx context.Context, key string) *Instance {
 // WaitNewMaster waits until a node other than old owns key's slot as master
 // (every running node agreeing), and returns it and when that was first seen
 // (polling every 20 ms).
-func (c *ClusterInstance) WaitNewMaster(key string, old *Instance, within time.Duration) (*Instance, time.Time) {
+func (c *ClusterInstance) WaitNewMaster(key string, old *Instance, within time.Duration) (m *Instance, at time.Time) {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	for {
-		if m := c.MasterOf(ctx, key); m != nil && m != old {
-			return m, time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			c.t.Fatalf("redistest: no new master for %q within %v", key, within)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	poll(c.t, within, 20*time.Millisecond, func(ctx context.Context) bool {
+		m, at = c.MasterOf(ctx, key), time.Now()
+		return m != nil && m != old
+	}, func() string { return fmt.Sprintf("no new master for %q within %v", key, within) })
+	return m, at
 }

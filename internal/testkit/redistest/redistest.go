@@ -71,6 +71,8 @@ type Instance struct {
 	// Sentinel needs one it can rewrite), and ready the log line that says
 	// this kind of server listens.
 	conf, ready string
+	// wrap, when set, is the command that runs redis-server (ServerUnder).
+	wrap []string
 
 	// mu serialises Stop and Restart so a concurrent Stop cannot observe a
 	// half-started process or return before the process is gone.
@@ -92,19 +94,23 @@ type process struct {
 func Server(t testing.TB, args ...string) *Instance {
 	t.Helper()
 	Require(t, "redis-server")
-	return launch(t, func(string, int) ([]string, error) { return args, nil })
+	return launch(t, nil, func(string, int) ([]string, error) { return args, nil })
+}
+
+// ServerUnder is Server run by a tool: wrap is its command and flags
+// (valgrind --tool=callgrind ...), to which redis-server and its arguments
+// are appended.
+func ServerUnder(t testing.TB, wrap []string, args ...string) *Instance {
+	t.Helper()
+	Require(t, "redis-server", wrap[0])
+	return launch(t, func(i *Instance) { i.wrap = wrap }, func(string, int) ([]string, error) { return args, nil })
 }
 
 // launch starts redis-server with flags from extra, which receives the
 // instance directory and the candidate port because cluster flags embed them.
-func launch(t testing.TB, extra func(dir string, port int) ([]string, error)) *Instance {
-	t.Helper()
-	return launchWith(t, nil, extra)
-}
-
-// launchWith is launch with a hook that sets up the instance (a config file)
-// before its first start.
-func launchWith(t testing.TB, setup func(*Instance), extra func(dir string, port int) ([]string, error)) *Instance {
+// setup, if not nil, prepares the instance (a config file) before its first
+// start.
+func launch(t testing.TB, setup func(*Instance), extra func(dir string, port int) ([]string, error)) *Instance {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -149,6 +155,17 @@ func (i *Instance) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.
 
 // Port returns the TCP port the server listens on; it survives Restart.
 func (i *Instance) Port() int { return i.port }
+
+// Pid is the running server's process id (the tool's, under ServerUnder),
+// 0 when it is stopped.
+func (i *Instance) Pid() int {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.proc == nil {
+		return 0
+	}
+	return i.proc.cmd.Process.Pid
+}
 
 // Client returns a new client for this server, closed when the test ends.
 func (i *Instance) Client() *redis.Client {
@@ -243,6 +260,9 @@ func (i *Instance) startLocked(port int, extra []string) error {
 	logStart, _ := logFile.Seek(0, io.SeekEnd)
 
 	cmd := exec.Command(i.bin, args...)
+	if len(i.wrap) > 0 {
+		cmd = exec.Command(i.wrap[0], append(append(i.wrap[1:len(i.wrap):len(i.wrap)], i.bin), args...)...)
+	}
 	cmd.Dir = i.dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile

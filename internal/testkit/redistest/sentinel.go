@@ -36,7 +36,7 @@ func Replica(t testing.TB, master *Instance, args ...string) *Instance {
 	if err := master.Client().ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err(); err != nil {
 		t.Fatalf("redistest: %s: CONFIG SET repl-diskless-sync-delay: %v", master.Addr(), err)
 	}
-	r := launch(t, func(string, int) ([]string, error) {
+	r := launch(t, nil, func(string, int) ([]string, error) {
 		// Once promoted, it syncs its own replicas at once too.
 		return append([]string{"--replicaof", host, port, "--repl-diskless-sync-delay", "0"}, args...), nil
 	})
@@ -83,25 +83,21 @@ func Sentinel(t testing.TB, master *Instance, replicas int) *SentinelInstance {
 			t.Fatalf("redistest: %v", err)
 		}
 	}
-	inst := launchWith(t, setup, func(string, int) ([]string, error) {
+	inst := launch(t, setup, func(string, int) ([]string, error) {
 		return []string{"--sentinel"}, nil
 	})
 	s := &SentinelInstance{Instance: inst, name: SentinelMaster}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	sc := redis.NewSentinelClient(&redis.Options{Addr: inst.Addr()})
 	defer sc.Close()
-	for {
-		m, err := sc.Master(ctx, s.name).Result()
-		if err == nil && m["num-slaves"] == strconv.Itoa(replicas) && !strings.Contains(m["flags"], "down") {
-			return s
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("redistest: sentinel %s did not see master %s with %d replicas within 10s: %v %v", inst.Addr(), master.Addr(), replicas, m, err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	var m map[string]string
+	var err error
+	poll(t, 10*time.Second, 50*time.Millisecond, func(ctx context.Context) bool {
+		m, err = sc.Master(ctx, s.name).Result()
+		return err == nil && m["num-slaves"] == strconv.Itoa(replicas) && !strings.Contains(m["flags"], "down")
+	}, func() string {
+		return fmt.Sprintf("sentinel %s did not see master %s with %d replicas within 10s: %v %v", inst.Addr(), master.Addr(), replicas, m, err)
+	})
+	return s
 }
 
 // MasterName is the name the Sentinel monitors the master by.
@@ -129,27 +125,22 @@ func (s *SentinelInstance) MasterAddr(ctx context.Context) (string, error) {
 // time the Sentinel's answer changed (as seen by polling every 20 ms).
 func (s *SentinelInstance) WaitPromotion(old string, within time.Duration) (addr string, at time.Time) {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	for {
-		a, err := s.MasterAddr(ctx)
-		if err == nil && a != old {
-			if at.IsZero() {
-				at = time.Now()
-			}
-			c := redis.NewClient(&redis.Options{Addr: a})
-			info, err := c.Info(ctx, "replication").Result()
-			c.Close()
-			if err == nil && strings.Contains(info, "role:master") {
-				return a, at
-			}
+	var err error
+	poll(s.t, within, 20*time.Millisecond, func(ctx context.Context) bool {
+		if addr, err = s.MasterAddr(ctx); err != nil || addr == old {
+			return false
 		}
-		select {
-		case <-ctx.Done():
-			s.t.Fatalf("redistest: no promotion away from %s within %v (last: %q, %v)", old, within, a, err)
-		case <-time.After(20 * time.Millisecond):
+		if at.IsZero() {
+			at = time.Now()
 		}
-	}
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		info, err := c.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "role:master")
+	}, func() string {
+		return fmt.Sprintf("no promotion away from %s within %v (last: %q, %v)", old, within, addr, err)
+	})
+	return addr, at
 }
 
 // Role returns the replication role of a server ("master", "slave"), or ""
@@ -172,25 +163,33 @@ func (i *Instance) Role(ctx context.Context) string {
 // waitInfo waits until INFO section of i holds every want line.
 func waitInfo(t testing.TB, i *Instance, section string, within time.Duration, want ...string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
 	c := redis.NewClient(&redis.Options{Addr: i.Addr()})
 	defer c.Close()
 	var last string
-	for {
+	poll(t, within, 20*time.Millisecond, func(ctx context.Context) bool {
 		info, err := c.Info(ctx, section).Result()
 		last = fmt.Sprint(info, err)
 		ok := err == nil
 		for _, w := range want {
 			ok = ok && strings.Contains(info, w)
 		}
-		if ok {
-			return
-		}
+		return ok
+	}, func() string {
+		return fmt.Sprintf("%s: INFO %s lacks %v after %v:\n%s", i.Addr(), section, want, within, last)
+	})
+}
+
+// poll calls ok every interval (with a context that ends within from now)
+// until it holds, and fails t with what() if it does not within.
+func poll(t testing.TB, within, every time.Duration, ok func(ctx context.Context) bool, what func() string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	for !ok(ctx) {
 		select {
 		case <-ctx.Done():
-			t.Fatalf("redistest: %s: INFO %s lacks %v after %v:\n%s", i.Addr(), section, want, within, last)
-		case <-time.After(20 * time.Millisecond):
+			t.Fatalf("redistest: %s", what())
+		case <-time.After(every):
 		}
 	}
 }

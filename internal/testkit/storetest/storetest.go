@@ -12,11 +12,12 @@ import (
 	"github.com/limitd/limitd/store"
 )
 
-// Mini starts a miniredis and returns a store over it: enough wherever
+// Mini starts a miniredis and returns a store over a client of it (opts
+// change the client's options, as for redistest.Mini): enough wherever
 // timing does not matter.
-func Mini(t testing.TB) (*miniredis.Miniredis, *redis.Client, *store.Store) {
+func Mini(t testing.TB, opts ...func(*redis.Options)) (*miniredis.Miniredis, *redis.Client, *store.Store) {
 	t.Helper()
-	m, rdb := redistest.Mini(t)
+	m, rdb := redistest.Mini(t, opts...)
 	return m, rdb, store.New(rdb)
 }
 
