@@ -196,3 +196,28 @@ func TestFixedCounterReset(t *testing.T) {
 		t.Errorf("another counter: %d remaining, want 4 (untouched)", w.Remaining)
 	}
 }
+
+// DELETE of such a counter removes its window counts with its state, as a
+// reset does, and the next call counts from nothing. An instance is no
+// limiter of its own: DELETE answers 404, as for any instance, its state
+// removed all the same.
+func TestFixedCounterDelete(t *testing.T) {
+	e := newEnv(t, viewsRules)
+	ann := e.counterName("d", envoyrules.Entry{Key: "user", Value: "ann"})
+	for range 3 {
+		e.call("d", desc("user", "ann"))
+	}
+	code, body := serve(t, e, http.MethodDelete, "/v1/limiters/"+ann)
+	if code != http.StatusNotFound {
+		t.Errorf("DELETE: %d %s, want 404", code, body)
+	}
+	if ks := windowKeys(e, ann); len(ks) != 0 {
+		t.Errorf("after DELETE: %v left", ks)
+	}
+	if w := getInstance(t, e, ann).State.Window; w.Remaining != 5 {
+		t.Errorf("after DELETE: %d remaining, want 5", w.Remaining)
+	}
+	if s := e.call("d", desc("user", "ann")).Statuses[0]; s.LimitRemaining != 4 {
+		t.Errorf("next call: %d remaining, want 4", s.LimitRemaining)
+	}
+}
