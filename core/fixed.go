@@ -2,9 +2,11 @@ package core
 
 import (
 	"context"
+	"errors"
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/store"
 )
 
 // FixedTemplates says which templates' instances count in fixed windows of
@@ -53,4 +55,28 @@ func (s *Service) fixedView(ctx context.Context, info limitd.Info, f FixedWindow
 		ttl = w.Position - w.Now
 	}
 	return Limiter{Info: info, State: &w, TTL: ttl}, nil
+}
+
+// resetFixed deletes the window counts of name, if it is an instance
+// counting in fixed windows (store.FixedReset), after its state was reset
+// or deleted. Not in the same script as the state: the windows' counts are
+// plain keys no script of the state reads or writes, so the two steps
+// commute, and a call counted between them counts as one made before the
+// reset, which a reset forgets. Both steps are idempotent: a reset that
+// failed between them is done whole by the next.
+func (s *Service) resetFixed(ctx context.Context, name string) error {
+	if s.fixed.Load() == nil {
+		return nil
+	}
+	info, err := s.info(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if f, ok := s.fixedOf(info); ok {
+		return s.store.FixedReset(ctx, name, f)
+	}
+	return nil
 }

@@ -199,7 +199,16 @@ func (s *Service) Patch(ctx context.Context, name string, change func(cur limite
 
 // Delete removes a limiter and its state.
 func (s *Service) Delete(ctx context.Context, name string) error {
-	if err := s.store.Delete(ctx, name); err != nil {
+	err := s.store.Delete(ctx, name)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	// The store removes an instance's state even when it answers that no
+	// limiter of that name was there: its window counts go with it.
+	if ferr := s.resetFixed(ctx, name); ferr != nil {
+		return ferr
+	}
+	if err != nil {
 		return err
 	}
 	s.slots.forget(name)
@@ -268,6 +277,9 @@ func (s *Service) Wait(ctx context.Context, name string) (limitd.WaitInfo, error
 // and returns the state after it.
 func (s *Service) Reset(ctx context.Context, name string) (limitd.WaitInfo, error) {
 	if _, err := s.store.Reset(ctx, name); err != nil {
+		return limitd.WaitInfo{}, err
+	}
+	if err := s.resetFixed(ctx, name); err != nil {
 		return limitd.WaitInfo{}, err
 	}
 	return s.Wait(ctx, name)

@@ -28,6 +28,7 @@ type backend interface {
 	Wait(ctx context.Context, name string) (limitd.WaitInfo, error)
 	WaitMany(ctx context.Context, names []string) ([]limitd.WaitInfo, []error)
 	FixedWait(ctx context.Context, name string, f store.Fixed) (limitd.WaitInfo, error)
+	FixedReset(ctx context.Context, name string, f store.Fixed) error
 	Reset(ctx context.Context, name string) (version int64, err error)
 	Holders(ctx context.Context, name string) (limitd.Holders, error)
 	InstanceTTL(ctx context.Context, name string) (int64, error)
@@ -136,6 +137,11 @@ func (t timed) WaitMany(ctx context.Context, names []string) ([]limitd.WaitInfo,
 func (t timed) FixedWait(ctx context.Context, name string, f store.Fixed) (limitd.WaitInfo, error) {
 	defer t.since(OpWait, time.Now())
 	return t.backend.FixedWait(ctx, name, f)
+}
+
+func (t timed) FixedReset(ctx context.Context, name string, f store.Fixed) error {
+	defer t.since(OpReset, time.Now())
+	return t.backend.FixedReset(ctx, name, f)
 }
 
 func (t timed) Reset(ctx context.Context, name string) (int64, error) {

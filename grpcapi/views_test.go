@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/limitd/limitd"
@@ -124,5 +126,98 @@ func TestStrictCounterShown(t *testing.T) {
 	}
 	if w := getInstance(t, e, e.counterName("d", envoyrules.Entry{Key: "user", Value: "ann"})).State.Window; w.Remaining != 2 {
 		t.Errorf("strict: %d remaining, want 2", w.Remaining)
+	}
+}
+
+// serve sends method path to the HTTP API over e's service, and returns
+// the status and body.
+func serve(t *testing.T, e *env, method, path string) (int, string) {
+	t.Helper()
+	h := api.New(api.Options{Service: e.svc})
+	t.Cleanup(h.Close)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+	return rec.Code, rec.Body.String()
+}
+
+// windowKeys are the window counts of name in e's Redis.
+func windowKeys(e *env, name string) []string {
+	var out []string
+	for _, k := range e.mini.Keys() {
+		if strings.HasPrefix(k, "limitd:{"+name+"}:n:") {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// A reset over the HTTP API of a counter counting in fixed windows starts
+// its window afresh: its counts are deleted (the window now's and the one
+// before it, still alive), the view and the reset's answer show the whole
+// limit, and the next call counts from nothing. Other counters keep theirs.
+func TestFixedCounterReset(t *testing.T) {
+	e := newEnv(t, viewsRules)
+	ann := e.counterName("d", envoyrules.Entry{Key: "user", Value: "ann"})
+	bob := e.counterName("d", envoyrules.Entry{Key: "user", Value: "bob"})
+	e.call("d", desc("user", "ann"))
+	e.call("d", desc("user", "ann"))
+	e.advance(time.Minute) // the next window; the last one's count is still in Redis
+	for range 7 {          // past the limit
+		e.call("d", desc("user", "ann"))
+	}
+	e.call("d", desc("user", "bob"))
+	if ks := windowKeys(e, ann); len(ks) != 2 {
+		t.Fatalf("before the reset: %v, want two windows' counts", ks)
+	}
+	if w := getInstance(t, e, ann).State.Window; w.Remaining != 0 {
+		t.Fatalf("before the reset: %d remaining, want 0", w.Remaining)
+	}
+
+	code, body := serve(t, e, http.MethodPost, "/v1/limiters/"+ann+"/reset")
+	if code != http.StatusOK {
+		t.Fatalf("reset: %d %s", code, body)
+	}
+	var rw wire.WaitState
+	if err := json.Unmarshal([]byte(body), &rw); err != nil || rw.Window == nil || rw.Window.Remaining != 5 {
+		t.Errorf("reset answered %s (%v); want 5 remaining", body, err)
+	}
+	if ks := windowKeys(e, ann); len(ks) != 0 {
+		t.Errorf("after the reset: %v left", ks)
+	}
+	v := getInstance(t, e, ann)
+	end := t0.Add(111 * time.Second).UnixNano()
+	if w := v.State.Window; w.Limit != 5 || w.Remaining != 5 || w.ResetAt != end || v.State.Started {
+		t.Errorf("after the reset: %+v, started %v; want 5 of 5 remaining, not started, ending at %d", *w, v.State.Started, end)
+	}
+	if s := e.call("d", desc("user", "ann")).Statuses[0]; s.LimitRemaining != 4 || s.Code != rlv3.RateLimitResponse_OK {
+		t.Errorf("next call: %v, %d remaining; want OK, 4", s.Code, s.LimitRemaining)
+	}
+	if w := getInstance(t, e, bob).State.Window; w.Remaining != 4 {
+		t.Errorf("another counter: %d remaining, want 4 (untouched)", w.Remaining)
+	}
+}
+
+// DELETE of such a counter removes its window counts with its state, as a
+// reset does, and the next call counts from nothing. An instance is no
+// limiter of its own: DELETE answers 404, as for any instance, its state
+// removed all the same.
+func TestFixedCounterDelete(t *testing.T) {
+	e := newEnv(t, viewsRules)
+	ann := e.counterName("d", envoyrules.Entry{Key: "user", Value: "ann"})
+	for range 3 {
+		e.call("d", desc("user", "ann"))
+	}
+	code, body := serve(t, e, http.MethodDelete, "/v1/limiters/"+ann)
+	if code != http.StatusNotFound {
+		t.Errorf("DELETE: %d %s, want 404", code, body)
+	}
+	if ks := windowKeys(e, ann); len(ks) != 0 {
+		t.Errorf("after DELETE: %v left", ks)
+	}
+	if w := getInstance(t, e, ann).State.Window; w.Remaining != 5 {
+		t.Errorf("after DELETE: %d remaining, want 5", w.Remaining)
+	}
+	if s := e.call("d", desc("user", "ann")).Statuses[0]; s.LimitRemaining != 4 {
+		t.Errorf("next call: %d remaining, want 4", s.LimitRemaining)
 	}
 }

@@ -224,3 +224,97 @@ func TestFixedWindowBatched(t *testing.T) {
 		t.Errorf("keys %v: want one count of %d", keys, callers*each)
 	}
 }
+
+// FixedReset deletes the counts of the window holding Redis' time and of
+// the windows either side (those a skewed estimate may count in), and no
+// other counter's or older window's; the next charge counts from nothing.
+func TestFixedReset(t *testing.T) {
+	s, c, rdb := newFixedStore(t, time.Millisecond)
+	ctx := context.Background()
+	f := store.Fixed{Limit: 5, Period: time.Minute}
+	start := c.now.Truncate(time.Minute).UnixMilli() // Redis' window now
+	key := func(name string, w int64) string {
+		return "limitd:{" + name + "}:n:" + strconv.FormatInt(start+w*time.Minute.Milliseconds(), 10)
+	}
+	for w := int64(-2); w <= 1; w++ {
+		rdb.Set(ctx, key("a", w), 9, 0)
+	}
+	rdb.Set(ctx, key("b", 0), 9, 0)
+	if err := s.FixedReset(ctx, "a", f); err != nil {
+		t.Fatal(err)
+	}
+	for w := int64(-2); w <= 1; w++ {
+		want := int64(0)
+		if w == -2 { // older: never counted again, it expires
+			want = 1
+		}
+		if n, _ := rdb.Exists(ctx, key("a", w)).Result(); n != want {
+			t.Errorf("window %+d: %d keys, want %d", w, n, want)
+		}
+	}
+	if n, _ := rdb.Get(ctx, key("b", 0)).Int64(); n != 9 {
+		t.Errorf("another counter: %d, want 9", n)
+	}
+	w, err := s.FixedWait(ctx, "a", f)
+	if err != nil || w.Wait != 5 || w.Started {
+		t.Errorf("after the reset: %+v, %v; want 5 left, not started", w, err)
+	}
+	if err := s.FixedReset(ctx, "a", store.Fixed{Limit: 5, Period: time.Minute + time.Microsecond}); err == nil {
+		t.Error("a period of no whole ms: no error")
+	}
+}
+
+// On a Redis server and on a cluster, FixedReset deletes one counter's
+// window count (Redis' clock, its own slot) and no other's: the next charge
+// of it counts 1.
+func TestFixedResetRedis(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rdb  func(t *testing.T) redis.UniversalClient
+	}{
+		{"server", func(t *testing.T) redis.UniversalClient { return redistest.Server(t).Client() }},
+		{"cluster", func(t *testing.T) redis.UniversalClient {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Cluster(t).Addrs()})
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := store.New(tc.rdb(t))
+			t.Cleanup(func() { _ = s.Close() })
+			ctx := context.Background()
+			f := &store.Fixed{Limit: 100, Period: time.Hour}
+			var end int64 // the window's end (Redis' real clock)
+			charge := func(name string) int64 {
+				t.Helper()
+				o := s.AcquireManyWithin(ctx, []store.Request{{Name: name, Permits: 1, Charge: true, Fixed: f}}, 5*time.Second)[0]
+				if o.Err != nil {
+					t.Fatal(o.Err)
+				}
+				if end == 0 {
+					end = o.Position
+				} else if o.Position != end {
+					t.Skip("the hour turned during the test: the counts are of two windows")
+				}
+				return o.Count
+			}
+			names := []string{"ann", "bob", "cy", "dee", "eve", "flo"} // several slots
+			for range 3 {
+				for _, n := range names {
+					charge(n)
+				}
+			}
+			if err := s.FixedReset(ctx, "ann", *f); err != nil {
+				t.Fatal(err)
+			}
+			if n := charge("ann"); n != 1 {
+				t.Errorf("ann after the reset: count %d, want 1", n)
+			}
+			for _, n := range names[1:] {
+				if c := charge(n); c != 4 {
+					t.Errorf("%s: count %d, want 4 (not reset)", n, c)
+				}
+			}
+		})
+	}
+}
