@@ -351,7 +351,8 @@ func (s *Store) queueFixed(ctx context.Context, p redis.Pipeliner, fc *fixedCoun
 		g := &fc.gs[k]
 		g.start, g.now = est-mod(est, int64(g.f.Period)), est
 		if key := s.fixedKey(g.name, g.start); g.sum > 0 {
-			g.incr = p.IncrBy(ctx, key, g.sum)
+			g.incr = redis.NewIntCmd(ctx, "incrby", key, g.sum)
+			_ = p.Process(ctx, once{g.incr}) // at most once: see once
 		} else {
 			g.get = p.Get(ctx, key)
 		}

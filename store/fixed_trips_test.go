@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -173,5 +174,77 @@ func TestFixedWindowTimeDenied(t *testing.T) {
 	}
 	if keys := srv.Client().Keys(ctx, s.prefix+":{t}:n:*").Val(); len(keys) != 0 {
 		t.Errorf("keys %v counted without TIME", keys)
+	}
+}
+
+// TestFixedWindowCountedOnce: a window's INCRBY whose reply did not come in
+// time is not sent again, whatever the client's retries (as TestCallOnce
+// shows for the scripts). Redis is stopped (SIGSTOP) while a caller counts,
+// through a client that would retry once after a 200 ms read timeout; once
+// Redis resumes it runs what it received: the hit must be counted once.
+func TestFixedWindowCountedOnce(t *testing.T) {
+	srv := redistest.Server(t)
+	ctx := context.Background()
+	rdb, err := NewClient("redis://" + srv.Addr() + "?read_timeout=200ms&max_retries=1&min_idle_conns=4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	s := stStore(t, rdb)
+	TrustFixedEstimate(s, time.Minute, time.Minute) // a busy machine's round trips too
+	f := &Fixed{Limit: 1e9, Period: 24 * time.Hour}
+	hit := func() Outcome {
+		return s.AcquireMany(ctx, []Request{{Name: "once", Permits: 1, Charge: true, Fixed: f}})[0]
+	}
+	// The estimate sampled and idle connections for a retry to take.
+	var warm sync.WaitGroup
+	for range 8 {
+		warm.Go(func() {
+			for range 4 {
+				if o := hit(); o.Err != nil {
+					t.Error(o.Err)
+				}
+			}
+		})
+	}
+	warm.Wait()
+	o := hit()
+	if o.Err != nil {
+		t.Fatal(o.Err)
+	}
+	key := s.fixedKey("once", o.Position-int64(f.Period))
+	count := func() int64 {
+		n, err := rdb.Get(ctx, key).Int64()
+		if err != nil {
+			t.Fatalf("count of %s: %v", key, err)
+		}
+		return n
+	}
+	before := count()
+	pid := stRedisPid(t, rdb)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if o := hit(); !errors.Is(o.Err, ErrUnavailable) {
+		t.Errorf("a hit on a stopped Redis: %+v, want ErrUnavailable", o)
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// Read until the count has held for a few reads: Redis runs a call
+	// written on a connection it had not yet accepted after a later read.
+	got, held := count()-before, 0
+	for deadline := time.Now().Add(5 * time.Second); held < 3 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		now := count() - before
+		if now == got && now >= 1 {
+			held++
+		} else {
+			held = 0
+		}
+		got = now
+	}
+	if got != 1 {
+		t.Errorf("a hit whose reply timed out was counted %d times once Redis resumed, want 1", got)
 	}
 }

@@ -156,7 +156,9 @@ func (s *Store) runAny(ctx context.Context, op string, keys []string, args ...an
 // node that serves the key: Redis ran nothing then.) The cost is that a call
 // on a connection that broke before it was written fails rather than going
 // out again on another: go-redis checks a pooled connection before using it.
-type once struct{ *redis.Cmd }
+// A pipeline that holds one is not sent again either: a fixed window's
+// INCRBY is sent as one, since sent twice it would count its hits twice.
+type once struct{ redis.Cmder }
 
 func (once) NoRetry() bool { return true }
 
