@@ -57,6 +57,33 @@ func (s *Service) fixedView(ctx context.Context, info limitd.Info, f FixedWindow
 	return Limiter{Info: info, State: &w, TTL: ttl}, nil
 }
 
+// fixedWait is fixedView's state.
+func (s *Service) fixedWait(ctx context.Context, info limitd.Info, f FixedWindow) (limitd.WaitInfo, error) {
+	l, err := s.fixedView(ctx, info, f)
+	if err != nil {
+		return limitd.WaitInfo{}, err
+	}
+	return *l.State, nil
+}
+
+// fixedInstance reads name's info where some templates count in fixed
+// windows: ok says name is an instance of one, counting in f. Without such
+// templates it reads nothing.
+func (s *Service) fixedInstance(ctx context.Context, name string) (info limitd.Info, f FixedWindow, ok bool, err error) {
+	if s.fixed.Load() == nil {
+		return info, f, false, nil
+	}
+	info, err = s.info(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return info, f, false, nil
+	}
+	if err != nil {
+		return info, f, false, err
+	}
+	f, ok = s.fixedOf(info)
+	return info, f, ok, nil
+}
+
 // resetFixed deletes the window counts of name, if it is an instance
 // counting in fixed windows (store.FixedReset), after its state was reset
 // or deleted. Not in the same script as the state: the windows' counts are
@@ -65,18 +92,9 @@ func (s *Service) fixedView(ctx context.Context, info limitd.Info, f FixedWindow
 // reset, which a reset forgets. Both steps are idempotent: a reset that
 // failed between them is done whole by the next.
 func (s *Service) resetFixed(ctx context.Context, name string) error {
-	if s.fixed.Load() == nil {
-		return nil
-	}
-	info, err := s.info(ctx, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
+	_, f, ok, err := s.fixedInstance(ctx, name)
+	if err != nil || !ok {
 		return err
 	}
-	if f, ok := s.fixedOf(info); ok {
-		return s.store.FixedReset(ctx, name, f)
-	}
-	return nil
+	return s.store.FixedReset(ctx, name, f)
 }

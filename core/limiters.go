@@ -250,17 +250,14 @@ func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, err
 // Wait returns the live state of a limiter (or template instance) without
 // changing it.
 func (s *Service) Wait(ctx context.Context, name string) (limitd.WaitInfo, error) {
-	if s.fixed.Load() != nil { // an instance of theirs reads its window
-		if info, err := s.info(ctx, name); err == nil {
-			if f, ok := s.fixedOf(info); ok {
-				l, err := s.fixedView(ctx, info, f)
-				if err != nil {
-					return limitd.WaitInfo{}, err
-				}
-				return *l.State, nil
-			}
-		}
+	if info, f, ok, err := s.fixedInstance(ctx, name); err == nil && ok {
+		return s.fixedWait(ctx, info, f)
 	}
+	return s.waitState(ctx, name)
+}
+
+// waitState is Wait of a limiter whose state holds its counts.
+func (s *Service) waitState(ctx context.Context, name string) (limitd.WaitInfo, error) {
 	w, err := s.store.Wait(ctx, name)
 	if err != nil {
 		return limitd.WaitInfo{}, err
@@ -279,8 +276,15 @@ func (s *Service) Reset(ctx context.Context, name string) (limitd.WaitInfo, erro
 	if _, err := s.store.Reset(ctx, name); err != nil {
 		return limitd.WaitInfo{}, err
 	}
-	if err := s.resetFixed(ctx, name); err != nil {
+	info, f, ok, err := s.fixedInstance(ctx, name)
+	if err != nil {
 		return limitd.WaitInfo{}, err
 	}
-	return s.Wait(ctx, name)
+	if !ok {
+		return s.waitState(ctx, name)
+	}
+	if err := s.store.FixedReset(ctx, name, f); err != nil { // see resetFixed
+		return limitd.WaitInfo{}, err
+	}
+	return s.fixedWait(ctx, info, f)
 }
