@@ -20,8 +20,9 @@ import (
 
 const (
 	// RequireEnv names the environment variable that turns a missing Redis
-	// installation from a skip into a failure. CI sets it so that a runner
-	// without Redis cannot silently pass the Redis-backed tests.
+	// installation, or any tool a test needs (Missing), from a skip into a
+	// failure. CI sets it so that a runner without Redis cannot silently
+	// pass the Redis-backed tests.
 	RequireEnv = "LIMITD_REQUIRE_REDIS"
 
 	missingMsg = "%s not installed: install redis-server and redis-tools (apt-get install -y redis-server redis-tools) to run this test"
@@ -45,15 +46,22 @@ func Require(t testing.TB, bins ...string) {
 	}
 	for _, bin := range bins {
 		if _, err := exec.LookPath(bin); err != nil {
-			msg := fmt.Sprintf(missingMsg, bin)
-			if os.Getenv(RequireEnv) == "1" {
-				t.Fatal(msg)
-			} else {
-				t.Skip(msg)
-			}
+			Missing(t, fmt.Sprintf(missingMsg, bin))
 			// Only reached with a testing.TB fake whose Skip/Fatal return.
 			return
 		}
+	}
+}
+
+// Missing skips t for want of a tool, msg saying which and how to install
+// it; with LIMITD_REQUIRE_REDIS=1 (CI, which has every tool the tests use)
+// it fails t instead.
+func Missing(t testing.TB, msg string) {
+	t.Helper()
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatal(msg)
+	} else {
+		t.Skip(msg)
 	}
 }
 
