@@ -25,7 +25,7 @@ type tripLog struct {
 	failTime bool
 }
 
-func (l *tripLog) record(cmds []redis.Cmder) {
+func (l *tripLog) record(_ context.Context, cmds []redis.Cmder) {
 	names := make([]string, len(cmds))
 	for i, c := range cmds {
 		names[i] = c.Name()
@@ -35,7 +35,7 @@ func (l *tripLog) record(cmds []redis.Cmder) {
 	l.mu.Unlock()
 }
 
-func (l *tripLog) failTimes(cmds []redis.Cmder) {
+func (l *tripLog) failTimes(_ context.Context, cmds []redis.Cmder) {
 	for _, c := range cmds {
 		if tc, ok := c.(*redis.TimeCmd); ok && l.failTime {
 			tc.SetErr(errors.New("ERR no answer (test)"))
@@ -52,24 +52,9 @@ func (l *tripLog) take() [][]string {
 	return t
 }
 
-func (l *tripLog) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (l *tripLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		l.record([]redis.Cmder{cmd})
-		err := next(ctx, cmd)
-		l.failTimes([]redis.Cmder{cmd})
-		return err
-	}
-}
-
-func (l *tripLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		l.record(cmds)
-		err := next(ctx, cmds)
-		l.failTimes(cmds)
-		return err
-	}
+// hook is the client hook that records into l.
+func (l *tripLog) hook() redistest.TripHook {
+	return redistest.TripHook{Before: l.record, After: l.failTimes}
 }
 
 // A batch that mixes fixed windows and a limiter's acquires is one round
@@ -80,7 +65,7 @@ func TestFixedWindowMixedBatchOneRoundTrip(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	log := &tripLog{}
-	rdb.AddHook(log)
+	rdb.AddHook(log.hook())
 	s := stStore(t, rdb)
 	stPut(t, s, "a", stSched(1e6, math.Inf(1)))
 	f := &Fixed{Limit: 100, Period: time.Hour}
@@ -127,7 +112,7 @@ func TestFixedWindowWithoutTimeAnswers(t *testing.T) {
 	redistest.Require(t)
 	rdb := redistest.Server(t).Client()
 	log := &tripLog{failTime: true}
-	rdb.AddHook(log)
+	rdb.AddHook(log.hook())
 	s := stStore(t, rdb)
 	TrustFixedEstimate(s, time.Minute, time.Minute) // a busy machine's round trips too
 	ctx := context.Background()
