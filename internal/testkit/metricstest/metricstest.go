@@ -16,7 +16,15 @@ import (
 // names the front end in errors.
 func CheckTable(t testing.TB, who string, served map[string]string, owns func(name string) bool) {
 	t.Helper()
-	documented := Documented(t)
+	_, here, _, _ := runtime.Caller(0)
+	doc, err := os.ReadFile(filepath.Join(filepath.Dir(here), "../../../docs/operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]string{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(limitd_[a-z_]+)` \\| ([a-z]+)").FindAllStringSubmatch(string(doc), -1) {
+		documented[m[1]] = m[2]
+	}
 	for name, typ := range served {
 		if d, ok := documented[name]; !ok || d != typ {
 			t.Errorf("%s serves %s (%s); docs/operations.md's table says %q", who, name, typ, d)
@@ -28,24 +36,3 @@ func CheckTable(t testing.TB, who string, served map[string]string, owns func(na
 		}
 	}
 }
-
-// Documented is the table of docs/operations.md: each metric it names,
-// and its type.
-func Documented(t testing.TB) map[string]string {
-	t.Helper()
-	_, here, _, _ := runtime.Caller(0)
-	doc, err := os.ReadFile(filepath.Join(filepath.Dir(here), "../../../docs/operations.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	documented := map[string]string{}
-	for _, m := range tableRow.FindAllStringSubmatch(string(doc), -1) {
-		documented[m[1]] = m[2]
-	}
-	if len(documented) == 0 {
-		t.Fatal("docs/operations.md: no metrics table")
-	}
-	return documented
-}
-
-var tableRow = regexp.MustCompile("(?m)^\\| `(limitd_[a-z_]+)` \\| ([a-z]+)")

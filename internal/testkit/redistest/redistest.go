@@ -412,6 +412,17 @@ func probe(addr string) (pid int, err error) {
 // freePort asks the kernel for an unused loopback port. Ephemeral ports never
 // include the default Redis port 6379 on common configurations; the explicit
 // check keeps "never touch 6379" a guarantee rather than an assumption.
+// FreePort is a loopback port nobody listens on now, never 6379 (where a
+// Redis the tests must not touch may listen).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
