@@ -76,7 +76,7 @@ type Service struct {
 	ledger    *Ledger // Options.Ledger
 	redis     RedisSettings
 	// loss is what is known of Redis losing limitd's data (kept.go).
-	loss dataLoss
+	loss     dataLoss
 	counting Counting // Options.Counting
 }
 
