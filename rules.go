@@ -141,7 +141,7 @@ func (t Template) Normalize() (Template, error) {
 // set: limit hits per period (ok false: t's limiter has no such window).
 func (t Template) FixedWindow() (limit int64, period time.Duration, ok bool) {
 	c := t.Limiter
-	if c.Kind != limiter.KindWindow || c.Limit == nil || c.Sliding {
+	if !limiter.Counts(c.Kind) || c.Limit == nil || c.Sliding {
 		return 0, 0, false
 	}
 	period, err := time.ParseDuration(c.Period)
