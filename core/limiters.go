@@ -56,7 +56,11 @@ func (s *Service) viewState(ctx context.Context, info limitd.Info) (Limiter, err
 		}
 		return Limiter{Info: info, Holders: &h}, nil
 	}
-	if f, ok := s.fixedOf(info); ok {
+	f, ok, err := s.fixedOf(ctx, info)
+	if err != nil {
+		return Limiter{}, err
+	}
+	if ok {
 		return s.fixedView(ctx, info, f)
 	}
 	var ttl int64
