@@ -1041,6 +1041,8 @@ func stTestBadInput(t *testing.T, f stFactory) {
 		{limitd.Template{ID: "t", Pattern: "a*", IdleTTL: limiter.D(0), Limiter: stSched(1, 1)}, "idle_ttl"},
 		{limitd.Template{ID: "t", Pattern: "a*", IdleTTL: limiter.D(-time.Second), Limiter: stSched(1, 1)}, "idle_ttl"},
 		{limitd.Template{ID: "t", Pattern: "a*", IdleTTL: limiter.D(100 * 24 * time.Hour), Limiter: stSched(1, 1)}, "idle_ttl"},
+		{limitd.Template{ID: "t", Pattern: "a*", Limiter: stSched(1, 1), FixedWindows: true}, "fixed_windows"},
+		{limitd.Template{ID: "t", Pattern: "a*", Limiter: limiter.Config{Kind: limiter.KindWindow, Limit: new(int64(5)), Period: "day"}, FixedWindows: true}, "fixed_windows"},
 	} {
 		_, err := s.PutTemplate(ctx, c.tpl)
 		stWantField(t, fmt.Sprintf("PutTemplate %+v", c.tpl), err, c.field)
