@@ -121,10 +121,7 @@ func TestGoClientProcessesShowInSignals(t *testing.T) {
 	var pageGranted, pageUse float64
 	page := t.Run("Page", func(t *testing.T) {
 		if noBrowser != "" {
-			if os.Getenv(redistest.RequireEnv) == "1" {
-				t.Fatal(noBrowser)
-			}
-			t.Skip(noBrowser)
+			redistest.Missing(t, noBrowser)
 		}
 		pageGranted, pageUse = tpPage(t, browser, p.base, tpLimiter)
 	})
