@@ -79,6 +79,13 @@ type Template struct {
 	// (an Envoy rule's descriptors: "mongo_cps.database_users"); "": the
 	// id.
 	Description string `json:"description,omitempty"`
+	// FixedWindows: the instances count their hits as the Envoy reference
+	// does, in a plain counter per window of the limiter's limit and
+	// period aligned to the Unix epoch, not in their state (a rate limit
+	// service's rate_limit rules under its default counting). Every
+	// process reads their counts there, whichever front end counts them.
+	// Set by those rules only; a window kind's.
+	FixedWindows bool `json:"fixed_windows,omitempty"`
 }
 
 // DefaultIdleTTL is how long a template instance is kept once its debt is
@@ -124,5 +131,22 @@ func (t Template) Normalize() (Template, error) {
 		return Template{}, &limiter.FieldError{Field: "limiter.kind", Rule: "must be a rate kind (" + limiter.RateKinds() + "): templates make rate limiters", Value: fmt.Sprintf("%q", norm.Kind)}
 	}
 	t.Limiter = norm
+	if _, _, ok := t.FixedWindow(); t.FixedWindows && !ok {
+		return Template{}, &limiter.FieldError{Field: "fixed_windows", Rule: "only a window kind's template with a limit and a fixed period of whole milliseconds counts in fixed windows", Value: fmt.Sprintf("%q", norm.Kind)}
+	}
 	return t, nil
+}
+
+// FixedWindow is the window t's instances count in when FixedWindows is
+// set: limit hits per period (ok false: t's limiter has no such window).
+func (t Template) FixedWindow() (limit int64, period time.Duration, ok bool) {
+	c := t.Limiter
+	if !limiter.Counts(c.Kind) || c.Limit == nil || c.Sliding {
+		return 0, 0, false
+	}
+	period, err := time.ParseDuration(c.Period)
+	if err != nil || period <= 0 || period%time.Millisecond != 0 {
+		return 0, 0, false
+	}
+	return *c.Limit, period, true
 }

@@ -18,24 +18,14 @@ import (
 
 	"github.com/limitd/limitd/api"
 	"github.com/limitd/limitd/internal/testkit/logtest"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/wire"
 )
 
-// countHook counts the commands a Redis client sends, pipelined ones each.
-type countHook struct{ n *atomic.Int64 }
-
-func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
+// countHook counts in n the commands a Redis client sends, pipelined ones
+// each.
+func countHook(n *atomic.Int64) redistest.TripHook {
+	return redistest.TripHook{Before: func(_ context.Context, cmds []redis.Cmder) { n.Add(int64(len(cmds))) }}
 }
 
 // counted is an open event stream whose "state" events are counted.
@@ -133,7 +123,7 @@ func TestEventsShareRedis(t *testing.T) {
 	perRound := int64(len(names)) // state events a stream gets per sample
 
 	var cmds atomic.Int64
-	e.rdb.AddHook(countHook{&cmds})
+	e.rdb.AddHook(countHook(&cmds))
 	h := e.h.(*api.Handler)
 	tick := make(chan time.Time)
 	srv := httptest.NewServer(e.h)

@@ -361,7 +361,7 @@ func TestSignalsCost(t *testing.T) {
 	}
 	s.round(time.Second) // listed again after the changes, configs read
 	var cmds atomic.Int64
-	s.rdb.AddHook(countHook{&cmds})
+	s.rdb.AddHook(countHook(&cmds))
 	const rounds = 5
 	per := make([]float64, rounds)
 	start := time.Now()

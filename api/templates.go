@@ -62,7 +62,7 @@ func (s *server) putTemplate(c echo.Context) error {
 
 // templateOf is a template as the API answers it.
 func templateOf(t limitd.Template) wire.Template {
-	return wire.Template{ID: t.ID, Pattern: t.Pattern, Order: t.Order, IdleTTL: t.IdleTTL, Limiter: t.Limiter, Version: t.Version, Description: t.Description}
+	return wire.Template{ID: t.ID, Pattern: t.Pattern, Order: t.Order, IdleTTL: t.IdleTTL, Limiter: t.Limiter, Version: t.Version, Description: t.Description, FixedWindows: t.FixedWindows}
 }
 
 func (s *server) getTemplate(c echo.Context) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/client/redisclient"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
@@ -28,11 +29,11 @@ type rfWrites struct {
 
 func rfCounting(rdb *redis.Client) *rfWrites {
 	w := &rfWrites{cmd: map[string]int{}}
-	rdb.AddHook(w)
+	rdb.AddHook(redistest.TripHook{After: w.add})
 	return w
 }
 
-func (w *rfWrites) add(cmds ...redis.Cmder) {
+func (w *rfWrites) add(_ context.Context, cmds []redis.Cmder) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, c := range cmds {
@@ -63,22 +64,6 @@ func (w *rfWrites) take() (map[string]int, int) {
 	}
 	w.cmd = map[string]int{}
 	return out, n
-}
-
-func (w *rfWrites) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (w *rfWrites) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		w.add(cmd)
-		return err
-	}
-}
-func (w *rfWrites) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		w.add(cmds...)
-		return err
-	}
 }
 
 // rfTotals reads a limiter's totals.

@@ -5,39 +5,33 @@ import (
 	"errors"
 
 	"github.com/limitd/limitd"
-	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
 )
 
-// FixedTemplates says which templates' instances count in fixed windows of
-// their own (Counter.Fixed, under CountEvery) rather than in their state:
-// the Envoy rules' rate_limit templates, as the front end that counts them
-// knows them (grpcapi, from envoyrules.Rules). A view of such an instance
-// (Get, Views, Wait) reads the count of its window now, as the next call
-// counting in it would see it, not its state, which those calls never touch.
-type FixedTemplates interface {
-	FixedWindow(template string) (FixedWindow, bool)
-}
+// Counting is Options.Counting: how the Envoy rules count (a front end
+// counting them asks with it).
+func (s *Service) Counting() Counting { return s.counting }
 
-// SetFixedTemplates sets the templates whose instances count in fixed
-// windows (nil: none, every instance counts in its state); the views that
-// start after it read them.
-func (s *Service) SetFixedTemplates(f FixedTemplates) {
-	if f == nil {
-		s.fixed.Store(nil)
-		return
+// fixedOf is the fixed window the counts of info, an instance, are in:
+// its template's, when the template counts in fixed windows
+// (limitd.Template.FixedWindows, as Redis holds it: whichever process
+// counts them). Templates are cached: no round trip as a rule.
+func (s *Service) fixedOf(ctx context.Context, info limitd.Info) (FixedWindow, bool, error) {
+	if info.Template == "" {
+		return FixedWindow{}, false, nil
 	}
-	s.fixed.Store(&f)
-}
-
-// fixedOf is the fixed window info's counts are in, if info is an instance
-// of a template of SetFixedTemplates.
-func (s *Service) fixedOf(info limitd.Info) (FixedWindow, bool) {
-	f := s.fixed.Load()
-	if f == nil || info.Template == "" || !limiter.Counts(info.Config.Kind) {
-		return FixedWindow{}, false
+	t, err := s.store.Resolve(ctx, info.Name)
+	if errors.Is(err, store.ErrNotFound) {
+		return FixedWindow{}, false, nil
 	}
-	return (*f).FixedWindow(info.Template)
+	if err != nil {
+		return FixedWindow{}, false, err
+	}
+	limit, period, ok := t.FixedWindow()
+	if !t.FixedWindows || !ok || t.ID != info.Template {
+		return FixedWindow{}, false, nil
+	}
+	return FixedWindow{Limit: limit, Period: period}, true, nil
 }
 
 // fixedView is the view of info, an instance counting in the fixed window f:
@@ -66,12 +60,16 @@ func (s *Service) fixedWait(ctx context.Context, info limitd.Info, f FixedWindow
 	return *l.State, nil
 }
 
-// fixedInstance reads name's info where some templates count in fixed
-// windows: ok says name is an instance of one, counting in f. Without such
-// templates it reads nothing.
+// fixedInstance tells whether name is an instance counting in fixed
+// windows (fixedOf), with its info. It reads the info only when a template
+// that counts in fixed windows matches name.
 func (s *Service) fixedInstance(ctx context.Context, name string) (info limitd.Info, f FixedWindow, ok bool, err error) {
-	if s.fixed.Load() == nil {
+	t, err := s.store.Resolve(ctx, name)
+	if errors.Is(err, store.ErrNotFound) || err == nil && !t.FixedWindows {
 		return info, f, false, nil
+	}
+	if err != nil {
+		return info, f, false, err
 	}
 	info, err = s.info(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
@@ -80,8 +78,8 @@ func (s *Service) fixedInstance(ctx context.Context, name string) (info limitd.I
 	if err != nil {
 		return info, f, false, err
 	}
-	f, ok = s.fixedOf(info)
-	return info, f, ok, nil
+	f, ok, err = s.fixedOf(ctx, info)
+	return info, f, ok, err
 }
 
 // resetFixed deletes the window counts of name, if it is an instance

@@ -56,7 +56,11 @@ func (s *Service) viewState(ctx context.Context, info limitd.Info) (Limiter, err
 		}
 		return Limiter{Info: info, Holders: &h}, nil
 	}
-	if f, ok := s.fixedOf(info); ok {
+	f, ok, err := s.fixedOf(ctx, info)
+	if err != nil {
+		return Limiter{}, err
+	}
+	if ok {
 		return s.fixedView(ctx, info, f)
 	}
 	var ttl int64
@@ -203,6 +207,7 @@ func (s *Service) Delete(ctx context.Context, name string) error {
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
+	s.forgetOver(name)
 	// The store removes an instance's state even when it answers that no
 	// limiter of that name was there: its window counts go with it.
 	if ferr := s.resetFixed(ctx, name); ferr != nil {
@@ -276,6 +281,7 @@ func (s *Service) Reset(ctx context.Context, name string) (limitd.WaitInfo, erro
 	if _, err := s.store.Reset(ctx, name); err != nil {
 		return limitd.WaitInfo{}, err
 	}
+	s.forgetOver(name)
 	info, f, ok, err := s.fixedInstance(ctx, name)
 	if err != nil {
 		return limitd.WaitInfo{}, err

@@ -30,10 +30,11 @@ const MaxOverLimitCache = 1_000_000
 //
 // Hits it answers are not counted (the reference does not increment the
 // keys in its cache either): the counter's count in Redis stays where the
-// last counted call left it. What the cache cannot see: a reset of the
-// counter, or a limit raised through the API, takes effect for a cached
-// counter only when its entry ends (at the latest at its window's end);
-// rules reloaded by a front end clear it (ClearOverLimit).
+// last counted call left it. A reset or delete of the counter through this
+// service drops its entry (forgetOver). What the cache cannot see: a reset
+// through another process, or a limit raised through the API, takes effect
+// for a cached counter only when its entry ends (at the latest at its
+// window's end); rules reloaded by a front end clear it (ClearOverLimit).
 
 // overLimit is the cache: at most max entries, the oldest dropped first.
 // Every window of one rule is as long, so the oldest entry ends first.
@@ -102,6 +103,14 @@ func (c *overLimit) put(name string, e overEntry) {
 	c.next = (c.next + 1) % c.max
 }
 
+// forget drops name's entry (its ring slot is reused in turn: put checks
+// that a slot's entry is still its own).
+func (c *overLimit) forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.entries, name)
+}
+
 // clear empties the cache.
 func (c *overLimit) clear() {
 	c.mu.Lock()
@@ -125,5 +134,12 @@ func (e overEntry) count(now time.Time) Count {
 func (s *Service) ClearOverLimit() {
 	if s.over != nil {
 		s.over.clear()
+	}
+}
+
+// forgetOver drops name from the over-limit cache: it was reset or deleted.
+func (s *Service) forgetOver(name string) {
+	if s.over != nil {
+		s.over.forget(name)
 	}
 }

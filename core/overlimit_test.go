@@ -100,6 +100,27 @@ func TestOverLimitCacheBounds(t *testing.T) {
 	}
 }
 
+// A reset or delete through the service drops the counter's entry: the
+// next call is asked of Redis, which counts it in a fresh window.
+func TestOverLimitCacheForgetsReset(t *testing.T) {
+	s, _, _ := overRig(t, 8)
+	ctx := context.Background()
+	count1(t, s, "w1", 3)
+	count1(t, s, "w3", 3)
+	if _, err := s.Reset(ctx, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if r, c := count1(t, s, "w1", 1); r.Refused || !c.Counted || c.Used != 1 {
+		t.Errorf("after the reset: %+v (refused %v), want asked of Redis: 1 used, granted", c, r.Refused)
+	}
+	if err := s.Delete(ctx, "w3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.over.get("w3", time.Now()); ok {
+		t.Error("after the delete: w3 still cached")
+	}
+}
+
 // A cached counter in shadow mode stays in shadow mode; the call's other
 // counters are still asked and counted.
 func TestOverLimitCacheShadowAndOthers(t *testing.T) {
@@ -142,8 +163,8 @@ func TestOverLimitCacheStrict(t *testing.T) {
 	if r := strict(Counter{Name: "w1", Hits: 1}); !r.Refused || !r.Counts[0].Over || r.Counts[0].Counted {
 		t.Fatalf("full: %+v, want refused, not counted", r)
 	}
-	// Held: a reset in Redis is not seen, and Redis is not asked.
-	if _, err := s.Reset(ctx, "w1"); err != nil {
+	// Held: a reset by another process is not seen, and Redis is not asked.
+	if _, err := over(s.store.backend, Options{}).Reset(ctx, "w1"); err != nil {
 		t.Fatal(err)
 	}
 	calls := len(rec.calls)

@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"github.com/limitd/limitd/limiter"
@@ -48,6 +47,11 @@ type Options struct {
 	// Redis names the settings that give limitd its Redis, for the fixes
 	// Unavailability names (zero: LIMITD_REDIS_URL).
 	Redis RedisSettings
+	// Counting is how the Envoy rules count (LIMITD_GRPC_COUNTING): under
+	// CountEvery, the default, a template with FixedWindows is put as it
+	// is; under CountStrict it is put without (its instances count in
+	// their state, as a strict call counts them).
+	Counting Counting
 }
 
 const defaultDecideTimeout = 1500 * time.Millisecond
@@ -72,10 +76,8 @@ type Service struct {
 	ledger    *Ledger // Options.Ledger
 	redis     RedisSettings
 	// loss is what is known of Redis losing limitd's data (kept.go).
-	loss dataLoss
-	// fixed are the templates whose instances count in fixed windows
-	// (fixed.go; nil: none).
-	fixed atomic.Pointer[FixedTemplates]
+	loss     dataLoss
+	counting Counting // Options.Counting
 }
 
 // LedgerOverflow is the Ledger's Overflow: decisions counted only under
@@ -113,7 +115,7 @@ func New(st *store.Store, o Options) *Service {
 // over is New over any backend.
 func over(st backend, o Options) *Service {
 	s := &Service{obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode,
-		over: newOverLimit(o.OverLimitCache), redis: o.Redis.orDefault()}
+		counting: o.Counting, over: newOverLimit(o.OverLimitCache), redis: o.Redis.orDefault()}
 	s.loss.found = make(chan struct{}, 1)
 	if s.clock == nil {
 		s.clock = limiter.SystemClock()

@@ -11,8 +11,10 @@ import (
 	"github.com/limitd/limitd/store"
 )
 
-// PutTemplate creates (created: true) or replaces a template.
+// PutTemplate creates (created: true) or replaces a template. Under
+// CountStrict (Options.Counting) it is put without FixedWindows.
 func (s *Service) PutTemplate(ctx context.Context, t limitd.Template) (out limitd.Template, created bool, err error) {
+	t.FixedWindows = t.FixedWindows && s.counting == CountEvery
 	if err := limitd.CheckNameAs("id", t.ID); err != nil {
 		return limitd.Template{}, false, err
 	}

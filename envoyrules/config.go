@@ -337,7 +337,7 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 	}
 	rl.template = templateID(domain, rl.label, counterShape(rl.config))
 	r.templates = append(r.templates, limitd.Template{ID: rl.template, Pattern: rl.template + ":*", Order: templateOrder, Limiter: rl.config,
-		Description: rl.fullKey()})
+		Description: rl.fullKey(), FixedWindows: rl.fixed != nil})
 	if rl.fixed != nil {
 		r.fixed[rl.template] = *rl.fixed
 	}

@@ -88,25 +88,6 @@ func UnitPeriod(u Unit) (string, bool) {
 	return name, ok
 }
 
-// FixedWindow is the fixed window the instances of template count in under
-// the reference's counting (core.FixedTemplates): a rate_limit rule's, or a
-// descriptor's own limit's ("envoy.override.<unit>.<limit>", whatever the
-// rules). A limiter: rule's template, or one the rules do not name, has
-// none: its instances count in their state.
-func (r *Rules) FixedWindow(template string) (core.FixedWindow, bool) {
-	if f, ok := r.fixed[template]; ok {
-		return f, true
-	}
-	rest, ok := strings.CutPrefix(template, TemplatePrefix+"override.")
-	unit, limit, _ := strings.Cut(rest, ".")
-	u, known := units[unit]
-	n, err := strconv.ParseUint(limit, 10, 32)
-	if !ok || !known || err != nil || strconv.FormatUint(n, 10) != limit { // Override.rule's id, and only it
-		return core.FixedWindow{}, false
-	}
-	return core.FixedWindow{Limit: int64(n), Period: u.period}, true
-}
-
 // rule is the override as a rule of domain for entries: its template, its
 // counter's name, and what the answer and the metrics say of it.
 func (o *Override) rule(domain string, entries []Entry) (*Rule, string, limitd.Template, error) {
@@ -116,7 +97,7 @@ func (o *Override) rule(domain string, entries []Entry) (*Rule, string, limitd.T
 		return nil, "", limitd.Template{}, err
 	}
 	id := TemplatePrefix + "override." + name + "." + strconv.FormatUint(uint64(o.Limit), 10)
-	t := limitd.Template{ID: id, Pattern: id + ":*", Order: templateOrder, Limiter: cfg}
+	t := limitd.Template{ID: id, Pattern: id + ":*", Order: templateOrder, Limiter: cfg, FixedWindows: true}
 	rl := &Rule{Domain: domain, label: labelOf(entries), template: t.ID, Unit: o.Unit, Limit: o.Limit, config: t.Limiter,
 		fixed: &core.FixedWindow{Limit: int64(o.Limit), Period: units[name].period}}
 	var b strings.Builder

@@ -87,7 +87,7 @@ func reference(file string) string {
 type option func(o *Options, c *core.Options)
 
 // strict is the all or nothing counting (LIMITD_GRPC_COUNTING=strict).
-func strict(o *Options, _ *core.Options) { o.Counting = core.CountStrict }
+func strict(_ *Options, c *core.Options) { c.Counting = core.CountStrict }
 
 // globalShadow is LIMITD_SHADOW_MODE.
 func globalShadow(_ *Options, c *core.Options) { c.Shadow = true }

@@ -15,12 +15,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/limitd/limitd/core"
+	"github.com/limitd/limitd/internal/testkit/grpctest"
 )
 
 // What one held call and one connection may cost the server at most, as
@@ -190,21 +190,6 @@ func TestTokenBeforeStream(t *testing.T) {
 	}
 }
 
-// rawCodec sends and receives bytes as they are, so that a test can send
-// what no proto codec would marshal.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
-}
-
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	*v.(*[]byte) = data.Materialize()
-	return nil
-}
-
-func (rawCodec) Name() string { return "proto" }
-
 // A request that is not a valid protobuf, or whose strings are not UTF-8,
 // is INVALID_ARGUMENT (gRPC's own answer would be INTERNAL), for the rate
 // limit service (counted) and the health service alike; the same bytes
@@ -212,7 +197,7 @@ func (rawCodec) Name() string { return "proto" }
 func TestMalformedRequest(t *testing.T) {
 	e, addr := newLimitedEnv(t, perUser, DefaultLimits())
 	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(grpctest.RawCodec{})))
 	if err != nil {
 		t.Fatal(err)
 	}

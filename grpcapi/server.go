@@ -54,11 +54,6 @@ type Options struct {
 	AccessLog string
 	// Registry gets the per-rule counters (nil: a new one).
 	Registry *prometheus.Registry
-	// Counting is how the rules count hits (core.Counting): the
-	// reference's by default (core.CountEvery), or limitd's all or nothing
-	// (core.CountStrict). Global shadow and quota mode are the service's
-	// (core.Options).
-	Counting core.Counting
 	// NearRatio is where a window rule's near_limit counter starts, a
 	// fraction of its limit (0: 0.8, the reference's default).
 	NearRatio float64
@@ -83,7 +78,7 @@ type Server struct {
 	log       *slog.Logger
 	accessLog string
 	m         *metrics
-	counting  core.Counting
+	counting  core.Counting // the service's (core.Options.Counting)
 	nearRatio float32
 	health    *health.Server
 	headers   *Headers
@@ -96,7 +91,7 @@ func New(o Options) *Server {
 	if o.Service == nil {
 		panic("grpcapi: Options.Service is nil")
 	}
-	s := &Server{svc: o.Service, log: o.Logger, accessLog: o.AccessLog, counting: o.Counting, nearRatio: defaultNearRatio, health: health.NewServer()}
+	s := &Server{svc: o.Service, log: o.Logger, accessLog: o.AccessLog, counting: o.Service.Counting(), nearRatio: defaultNearRatio, health: health.NewServer()}
 	if o.NearRatio > 0 {
 		s.nearRatio = float32(o.NearRatio)
 	}
@@ -123,7 +118,6 @@ func New(o Options) *Server {
 		o.Rules, _ = envoyrules.Compile(nil)
 	}
 	s.rules.Store(o.Rules)
-	s.showFixed(o.Rules)
 	s.SetServing(true)
 	return s
 }
@@ -134,19 +128,7 @@ func New(o Options) *Server {
 func (s *Server) SetRules(r *envoyrules.Rules) {
 	if r != nil {
 		s.rules.Store(r)
-		s.showFixed(r)
 		s.svc.ClearOverLimit()
-	}
-}
-
-// showFixed tells the service which templates' instances count in fixed
-// windows, so that its views of them (the HTTP API's, limitd ctl's, the
-// dashboard's) read those counts: r's rate_limit templates under the
-// reference's counting; none under strict counting, which counts in the
-// instances' state.
-func (s *Server) showFixed(r *envoyrules.Rules) {
-	if r != nil && s.counting == core.CountEvery {
-		s.svc.SetFixedTemplates(r)
 	}
 }
 

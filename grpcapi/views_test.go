@@ -14,7 +14,9 @@ import (
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/api"
+	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/envoyrules"
+	"github.com/limitd/limitd/store"
 	"github.com/limitd/limitd/wire"
 )
 
@@ -117,15 +119,51 @@ func TestFixedOverrideShown(t *testing.T) {
 	}
 }
 
-// Under strict counting the counts are in the instances' state, and the
-// view reads it.
+// Which templates count in fixed windows is in Redis (the template's
+// fixed_windows), so a process with no rules and no gRPC front end (a
+// replica serving the HTTP API alone) shows and resets such a counter's
+// window as the process that counts it does.
+func TestFixedCounterShownByEveryProcess(t *testing.T) {
+	e := newEnv(t, viewsRules)
+	ctx := context.Background()
+	name := e.counterName("d", envoyrules.Entry{Key: "user", Value: "ann"})
+	for range 3 {
+		e.call("d", desc("user", "ann"))
+	}
+	replica := core.New(store.New(e.rdb), core.Options{})
+	l, err := replica.Get(ctx, name)
+	if err != nil || l.State == nil || l.State.Wait != 2 || !l.State.Started {
+		t.Fatalf("the replica's view: %+v, %v; want 2 left in a started window", l.State, err)
+	}
+	if tpl, err := replica.GetTemplate(ctx, l.Template); err != nil || !tpl.FixedWindows {
+		t.Errorf("template %s: fixed_windows %v, %v; want true", l.Template, tpl.FixedWindows, err)
+	}
+	if _, err := replica.Reset(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if ks := windowKeys(e, name); len(ks) != 0 {
+		t.Errorf("after the replica's reset: %v left", ks)
+	}
+	if s := e.call("d", desc("user", "ann")).Statuses[0]; s.LimitRemaining != 4 {
+		t.Errorf("next call: %d remaining, want 4", s.LimitRemaining)
+	}
+}
+
+// Under strict counting the counts are in the instances' state: the rules'
+// templates are put without fixed_windows, and every process's view reads
+// the state.
 func TestStrictCounterShown(t *testing.T) {
 	e := newEnv(t, viewsRules, strict)
 	for range 3 {
 		e.call("d", desc("user", "ann"))
 	}
-	if w := getInstance(t, e, e.counterName("d", envoyrules.Entry{Key: "user", Value: "ann"})).State.Window; w.Remaining != 2 {
+	name := e.counterName("d", envoyrules.Entry{Key: "user", Value: "ann"})
+	if w := getInstance(t, e, name).State.Window; w.Remaining != 2 {
 		t.Errorf("strict: %d remaining, want 2", w.Remaining)
+	}
+	l, err := core.New(store.New(e.rdb), core.Options{}).Get(context.Background(), name)
+	if err != nil || l.State == nil || l.State.Wait != 2 {
+		t.Errorf("strict, another process: %+v, %v; want 2 left", l.State, err)
 	}
 }
 

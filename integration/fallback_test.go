@@ -514,7 +514,7 @@ func fbRestartEmpty(srv *redistest.Instance, wipe func()) {
 func TestFallbackNeverStacks(t *testing.T) {
 	longTest(t)
 	redistest.Require(t)
-	bin := mpBuild(t)
+	bin := svBinary(t)
 	const tol = 0.10
 
 	t.Run("http", func(t *testing.T) {
@@ -526,7 +526,7 @@ func TestFallbackNeverStacks(t *testing.T) {
 			t.Fatal(err)
 		}
 		env := map[string]string{"LIMITD_REDIS_URL": "redis://" + proxy.Addr(), "LIMITD_CONFIG": boot,
-			"LIMITD_LOG_LEVEL": "error", "LIMITD_ADDR": "127.0.0.1:" + strconv.Itoa(svFreePort(t))}
+			"LIMITD_LOG_LEVEL": "error", "LIMITD_ADDR": "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))}
 		serve := fbServe(t, bin, env)
 		f := &fbFleet{kind: "http", rate: 100}
 		for i := range 3 {

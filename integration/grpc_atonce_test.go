@@ -45,7 +45,7 @@ func TestGRPCUnlimitedPaceAtTwoThousandCallers(t *testing.T) {
 	if err := os.WriteFile(boot, []byte(gbBoot), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	grpcAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(svFreePort(t)))
+	grpcAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
 	p := svServe(t, map[string]string{
 		"LIMITD_REDIS_URL":   "redis://" + srv.Addr(),
 		"LIMITD_ADMIN_TOKEN": svAdmin,

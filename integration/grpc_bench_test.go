@@ -57,7 +57,7 @@ func BenchmarkGRPCvsHTTP(b *testing.B) {
 	if err := os.WriteFile(boot, []byte(gbBoot), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	grpcAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(svFreePort(b)))
+	grpcAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(b)))
 	p := svServe(b, map[string]string{
 		"LIMITD_REDIS_URL":   "redis://" + srv.Addr(),
 		"LIMITD_ADMIN_TOKEN": svAdmin,

@@ -34,6 +34,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/limitd/limitd/grpcapi"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 )
 
 func BenchmarkGRPCFloodMemory(b *testing.B) {
@@ -55,7 +56,7 @@ func BenchmarkGRPCFloodMemory(b *testing.B) {
 	for range b.N {
 		sides := []*side{{name: "default"}, {name: "limit400", gomemlimit: "400MiB"}}
 		for _, s := range sides {
-			env := map[string]string{"LIMITD_GRPC_ADDR": net.JoinHostPort("127.0.0.1", strconv.Itoa(svFreePort(b)))}
+			env := map[string]string{"LIMITD_GRPC_ADDR": net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(b)))}
 			if s.gomemlimit != "" {
 				env["GOMEMLIMIT"] = s.gomemlimit
 			}
@@ -123,7 +124,7 @@ func BenchmarkGRPCFloodWaves(b *testing.B) {
 	lim := grpcapi.DefaultLimits()
 	for range b.N {
 		for _, side := range []struct{ name, gomemlimit string }{{"default", ""}, {"limit1g", "1GiB"}} {
-			env := map[string]string{"LIMITD_GRPC_ADDR": net.JoinHostPort("127.0.0.1", strconv.Itoa(svFreePort(b)))}
+			env := map[string]string{"LIMITD_GRPC_ADDR": net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(b)))}
 			if side.gomemlimit != "" {
 				env["GOMEMLIMIT"] = side.gomemlimit
 			}

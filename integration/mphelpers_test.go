@@ -25,13 +25,6 @@ import (
 	"github.com/limitd/limitd/internal/bench"
 )
 
-// mpBuild returns the limitd binary, built once for the package's tests (by
-// serve_test.go's svBinary).
-func mpBuild(t *testing.T) string {
-	t.Helper()
-	return svBinary(t)
-}
-
 // mpResult is the --json summary of one bench process (its fields are
 // checked one by one in cmd/limitd's bench tests).
 type mpResult = bench.Result

@@ -63,7 +63,7 @@ const (
 
 func TestMultiprocess(t *testing.T) {
 	longTest(t)
-	bin := mpBuild(t)
+	bin := svBinary(t)
 	srv := redistest.Server(t)
 	url := "redis://" + srv.Addr()
 

@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -75,22 +74,6 @@ func svBinary(t testing.TB) string {
 		t.Fatal(svBin.err)
 	}
 	return svBin.path
-}
-
-// svFreePort returns a loopback port nobody listens on (never 6379).
-func svFreePort(t testing.TB) int {
-	t.Helper()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if port != 6379 {
-			return port
-		}
-	}
 }
 
 // svLog collects a process's stderr; the process writes while the test reads.
@@ -182,7 +165,7 @@ func svServe(t testing.TB, env map[string]string) *svProc {
 // svServeBin is svServe of the limitd binary at bin.
 func svServeBin(t testing.TB, bin string, env map[string]string) *svProc {
 	t.Helper()
-	port := svFreePort(t)
+	port := redistest.FreePort(t)
 	env["LIMITD_ADDR"] = "127.0.0.1:" + strconv.Itoa(port)
 	p := svRunBin(t, bin, env)
 	p.base = "http://" + env["LIMITD_ADDR"]
@@ -519,7 +502,7 @@ func TestServeBadConfig(t *testing.T) {
 	dir := t.TempDir()
 	badBoot := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(badBoot, []byte("limiters:\n  orders:\n    rate: 10\n    brust: 2\n"), 0o644)
-	free := "127.0.0.1:" + strconv.Itoa(svFreePort(t))
+	free := "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
 	for _, tc := range []struct {
 		env  map[string]string
 		want string

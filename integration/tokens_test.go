@@ -43,7 +43,7 @@ func TestTokenBudgetAcrossProcesses(t *testing.T) {
 	}
 	var clients []rlsv3.RateLimitServiceClient
 	for range 3 {
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(svFreePort(t)))
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(t)))
 		svServe(t, map[string]string{
 			"LIMITD_REDIS_URL": "redis://" + srv.Addr(), "LIMITD_PREFIX": "tk",
 			"LIMITD_CONFIG": boot, "LIMITD_GRPC_ADDR": addr,

@@ -560,7 +560,7 @@ func TestTopologySentinelFailover(t *testing.T) {
 //     permits from the shared ones.
 func TestTopologyOverAllocation(t *testing.T) {
 	longTest(t)
-	bin := mpBuild(t)
+	bin := svBinary(t)
 	for _, fault := range []string{"failover", "empty-restart"} {
 		t.Run(fault, func(t *testing.T) {
 			ctx := context.Background()
@@ -718,7 +718,7 @@ func tpOverAllocation(logs [][]mpPermit, lo, hi int64, rate float64, slice int64
 // limitd bench takes every form of LIMITD_REDIS_URL.
 func TestTopologyBenchURLForms(t *testing.T) {
 	longTest(t)
-	bin := mpBuild(t)
+	bin := svBinary(t)
 	m := redistest.Server(t)
 	// Set after the start: redistest's readiness probe speaks without AUTH.
 	if err := m.Client().ConfigSet(context.Background(), "requirepass", "s3cret-pw").Err(); err != nil {

@@ -121,10 +121,7 @@ func TestGoClientProcessesShowInSignals(t *testing.T) {
 	var pageGranted, pageUse float64
 	page := t.Run("Page", func(t *testing.T) {
 		if noBrowser != "" {
-			if os.Getenv(redistest.RequireEnv) == "1" {
-				t.Fatal(noBrowser)
-			}
-			t.Skip(noBrowser)
+			redistest.Missing(t, noBrowser)
 		}
 		pageGranted, pageUse = tpPage(t, browser, p.base, tpLimiter)
 	})
@@ -149,7 +146,12 @@ func TestGoClientProcessesShowInSignals(t *testing.T) {
 	if took < tpRate*0.95 || took > tpRate*1.05 {
 		t.Fatalf("the benches took %.1f/s of a %v/s limiter together; want all of it (± 5 %%)", took, tpRate)
 	}
-	lo, hi := took*0.95, min(took*1.05, tpRate*1.05)
+	// A reading spans 5 s (core.RateSpan): on a busy machine the benches
+	// may stall within one and forfeit permits (no backlog), which their
+	// average over the whole run hardly shows, so one reading may fall
+	// 10 % short of it; none may exceed the rate, as an aliased chart did
+	// (1.4–3×). The steady readings' average must match the benches' ± 5 %.
+	lo, hi := took*0.90, min(took*1.05, tpRate*1.05)
 	in := func(g float64) bool { return g >= lo && g <= hi }
 
 	n := 0
@@ -167,6 +169,8 @@ func TestGoClientProcessesShowInSignals(t *testing.T) {
 	}
 	if n < 6 {
 		t.Errorf("%d steady samples in /v1/history, want one a second from %v to 20 s", n, tpSettle)
+	} else if avg := sum / float64(n); avg < took*0.95 || avg > took*1.05 {
+		t.Errorf("/v1/history's steady samples average %.1f/s; the benches took %.1f/s (want ± 5 %%)", avg, took)
 	}
 	if s := sig; !in(s.GrantedPerS) || s.Utilization < 0.95 || s.Health != "saturated" {
 		t.Errorf("the limiter's signals: %.1f/s at %.3f, health %q; want %.1f to %.1f/s, utilization ≥ 0.95, saturated",

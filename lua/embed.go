@@ -9,9 +9,11 @@
 // operation's file, so the engine is written once; as a script (EVAL) it is
 // arranged so that a call a fast path answers runs little of it (Source), as
 // a function library (FCALL) it is loaded once (Library). The share and concurrency
-// scripts (and their configure) stand alone (see Standalone), and so does
+// scripts (and their configure) stand alone (see Standalone), and so do
 // restore.lua, which undoes acquire_all.lua's write on one cluster slot when
-// another slot of the same call refused. limiter/ is the
+// another slot of the same call refused, and fixed.lua and fixed_reset.lua,
+// which count and reset fixed windows kept in plain integers (store/fixed.go)
+// at Redis' TIME. limiter/ is the
 // reference the scripts must agree with to the nanosecond; see lib.lua for how
 // they stay exact in doubles.
 package lua
@@ -43,6 +45,10 @@ const (
 	ConfigureLease = "configure_lease" // Put/Patch of a share or concurrency limiter (standalone)
 	// Restore undoes an acquire_all write another shard's refusal voided (standalone).
 	Restore = "restore"
+	// Fixed counts, or reads, fixed windows at Redis' TIME (standalone; see store.Fixed).
+	Fixed = "fixed"
+	// FixedReset deletes a fixed window counter's current counts (standalone).
+	FixedReset = "fixed_reset"
 )
 
 // Ops returns the names of every operation, a copy of its own to the caller.
@@ -50,12 +56,12 @@ func Ops() []string { return slices.Clone(ops[:]) }
 
 // ops are the names of every operation: an array, which no caller can change.
 var ops = [...]string{Acquire, Grant, Peek, Release, Reset, Configure, Delete, Bounds, Share, Concurrency, ConfigureLease,
-	AcquireAll, Restore}
+	AcquireAll, Restore, Fixed, FixedReset}
 
 // standalone reports whether op's script is its file alone, without lib.lua.
 func standalone(op string) bool {
 	switch op {
-	case Share, Concurrency, ConfigureLease, Restore:
+	case Share, Concurrency, ConfigureLease, Restore, Fixed, FixedReset:
 		return true
 	}
 	return false

@@ -73,20 +73,9 @@ func (g *gate) pass(ctx context.Context, calls int) {
 	}
 }
 
-func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		g.pass(ctx, g.acquireCalls(cmd))
-		return next(ctx, cmd)
-	}
-}
-
-func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		g.pass(ctx, g.acquireCalls(cmds...))
-		return next(ctx, cmds)
-	}
+// hook is the client hook that passes every round trip through g.
+func (g *gate) hook() redistest.TripHook {
+	return redistest.TripHook{Before: func(ctx context.Context, cmds []redis.Cmder) { g.pass(ctx, g.acquireCalls(cmds...)) }}
 }
 
 // next is the next held round trip; it fails t if none comes within a
@@ -119,7 +108,7 @@ func gatedStore(t *testing.T, poolSize int) (*Store, *gate) {
 	t.Helper()
 	_, rdb := redistest.Mini(t, func(o *redis.Options) { o.PoolSize = poolSize })
 	g := newGate(t)
-	rdb.AddHook(g)
+	rdb.AddHook(g.hook())
 	s := stStore(t, rdb, WithBatching(64))
 	// Released before the store's Close, which waits for round trips.
 	t.Cleanup(g.release)

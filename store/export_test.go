@@ -34,6 +34,10 @@ func ReadStored(ctx context.Context, s *Store, key string) (st Stored, ok bool, 
 // DecodeStored decodes a packed x (decodeStored).
 var DecodeStored = decodeStored
 
+// WithLocalClock sets the local monotonic clock (ns) the store estimates
+// Redis' clock from, for fixed windows.
+func WithLocalClock(now func() int64) Option { return func(s *Store) { s.fixed.now = now } }
+
 // WithScriptsOnly runs every operation as a script, even where Redis has
 // functions (tests and benchmarks compare the two).
 func WithScriptsOnly() Option { return func(s *Store) { s.fn.off.Store(true) } }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/internal/clockoffset"
+	"github.com/limitd/limitd/lua"
 )
 
 // Fixed windows counted in plain Redis integers, without a script: a rate
@@ -96,10 +97,6 @@ type fixedExpire struct {
 	key string
 	ttl time.Duration
 }
-
-// WithLocalClock sets the local monotonic clock (ns) the store estimates
-// Redis' clock from (tests).
-func WithLocalClock(now func() int64) Option { return func(s *Store) { s.fixed.now = now } }
 
 func (c *fixedClock) init() {
 	c.maxRTT, c.maxAge = int64(fixedMaxRTT), int64(fixedMaxAge)
@@ -219,7 +216,7 @@ type fixedGroup struct {
 }
 
 // fixedCount is the fixed windows of a batch: their groups, and the
-// commands of the pipeline that counts them (countFixedIncr's).
+// commands of the pipeline that counts them (queueFixed's).
 type fixedCount struct {
 	gs         []fixedGroup
 	t0         int64 // when the pipeline was made (the local clock)
@@ -445,42 +442,17 @@ func (s *Store) fixedAgain(ctx context.Context, gs []*fixedGroup) {
 	}
 }
 
-// fixedScriptSrc counts in the same keys as countFixedIncr from Redis' own
-// TIME: KEYS are the counts' bases (fixedBase), ARGV a period (ms), a TTL
-// (ms) and hits per key; the reply is TIME's seconds and microseconds,
-// then each key's window start (ms) and count.
-const fixedScriptSrc = `
-local t = redis.call('TIME')
-local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out = {tonumber(t[1]), tonumber(t[2])}
-for i, base in ipairs(KEYS) do
-  local period, ttl, hits = tonumber(ARGV[3 * i - 2]), ARGV[3 * i - 1], tonumber(ARGV[3 * i])
-  local start = ms - ms % period
-  local key = base .. string.format('%d', start)
-  local n
-  if hits > 0 then
-    n = redis.call('INCRBY', key, hits)
-    if n == hits then redis.call('PEXPIRE', key, ttl) end
-  else
-    n = tonumber(redis.call('GET', key) or '0')
-  end
-  out[#out + 1] = start
-  out[#out + 1] = n
-end
-return out
-`
-
-var fixedScript = redis.NewScript(fixedScriptSrc)
-
-// fixedScript counts gs by the script, one call on a single server, one
-// per counter elsewhere (keys of different slots), and samples the clock
-// from its TIME.
+// fixedScript counts gs by lua/fixed.lua, in the keys queueFixed counts
+// in but from Redis' own TIME: one call on a single server, one per
+// counter elsewhere (keys of different slots). It samples the clock from
+// that TIME.
 func (s *Store) fixedScript(ctx context.Context, gs []fixedGroup) {
 	type call struct {
-		gs   []fixedGroup
-		keys []string
-		args []any
-		cmd  *redis.Cmd
+		gs     []fixedGroup
+		keys   []string
+		args   []any
+		cmd    *redis.Cmd
+		t0, t1 int64 // its round trip (the local clock)
 	}
 	var calls []*call
 	_, single := s.rdb.(*redis.Client)
@@ -495,27 +467,29 @@ func (s *Store) fixedScript(ctx context.Context, gs []fixedGroup) {
 		c.args = append(c.args, int64(g.f.Period/time.Millisecond), int64((g.f.Period+fixedSlack)/time.Millisecond), g.sum)
 	}
 	s.fixed.scripted.Add(1)
-	var t0, t1 int64
-	run := func(sha bool) {
-		t0 = s.fixed.now()
+	send := func(verb, fn string, cs []*call) {
+		t0 := s.fixed.now()
 		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, c := range calls {
-				if sha {
-					c.cmd = fixedScript.EvalSha(ctx, p, c.keys, c.args...)
-				} else {
-					c.cmd = fixedScript.Eval(ctx, p, c.keys, c.args...)
-				}
+			for _, c := range cs {
+				c.cmd = onceCmd(ctx, verb, fn, c.keys, c.args)
+				_ = p.Process(ctx, once{c.cmd}) // at most once: see once
 			}
 			return nil
 		})
-		t1 = s.fixed.now()
+		t1 := s.fixed.now()
+		for _, c := range cs {
+			c.t0, c.t1 = t0, t1
+		}
 	}
-	run(true)
+	send("evalsha", s.scripts[lua.Fixed].Hash(), calls)
+	var missing []*call // on nodes without the script, which ran nothing
 	for _, c := range calls {
 		if isNoScript(c.cmd.Err()) {
-			run(false) // EVAL loads it for the next calls
-			break
+			missing = append(missing, c)
 		}
+	}
+	if len(missing) > 0 {
+		send("eval", lua.Source(lua.Fixed), missing) // EVAL loads it for the next calls
 	}
 	for _, c := range calls {
 		v, err := c.cmd.Int64Slice()
@@ -529,7 +503,7 @@ func (s *Store) fixedScript(ctx context.Context, gs []fixedGroup) {
 			continue
 		}
 		now := v[0]*1e9 + v[1]*1e3
-		s.fixed.sample(now, t0, t1)
+		s.fixed.sample(now, c.t0, c.t1)
 		for k := range c.gs {
 			g := &c.gs[k]
 			g.now, g.start, g.count = now, v[2+2*k]*1e6, v[3+2*k]
@@ -544,25 +518,4 @@ func mod(a, m int64) int64 {
 		r += m
 	}
 	return r
-}
-
-// FixedCounts reads the counts of names' fixed windows of period (see
-// Fixed) that hold Redis' time now, counting nothing.
-func (s *Store) FixedCounts(ctx context.Context, names []string, period time.Duration) ([]int64, error) {
-	gs := make([]fixedGroup, len(names))
-	for i, n := range names {
-		gs[i] = fixedGroup{name: n, f: Fixed{Period: period}}
-		if err := checkFixed(&Request{Name: n, Charge: true, Fixed: &gs[i].f}); err != nil {
-			return nil, err
-		}
-	}
-	s.fixedScript(ctx, gs)
-	out := make([]int64, len(gs))
-	for i, g := range gs {
-		if g.err != nil {
-			return nil, g.err
-		}
-		out[i] = g.count
-	}
-	return out, nil
 }

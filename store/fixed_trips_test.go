@@ -25,7 +25,7 @@ type tripLog struct {
 	failTime bool
 }
 
-func (l *tripLog) record(cmds []redis.Cmder) {
+func (l *tripLog) record(_ context.Context, cmds []redis.Cmder) {
 	names := make([]string, len(cmds))
 	for i, c := range cmds {
 		names[i] = c.Name()
@@ -35,7 +35,7 @@ func (l *tripLog) record(cmds []redis.Cmder) {
 	l.mu.Unlock()
 }
 
-func (l *tripLog) failTimes(cmds []redis.Cmder) {
+func (l *tripLog) failTimes(_ context.Context, cmds []redis.Cmder) {
 	for _, c := range cmds {
 		if tc, ok := c.(*redis.TimeCmd); ok && l.failTime {
 			tc.SetErr(errors.New("ERR no answer (test)"))
@@ -52,24 +52,9 @@ func (l *tripLog) take() [][]string {
 	return t
 }
 
-func (l *tripLog) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (l *tripLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		l.record([]redis.Cmder{cmd})
-		err := next(ctx, cmd)
-		l.failTimes([]redis.Cmder{cmd})
-		return err
-	}
-}
-
-func (l *tripLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		l.record(cmds)
-		err := next(ctx, cmds)
-		l.failTimes(cmds)
-		return err
-	}
+// hook is the client hook that records into l.
+func (l *tripLog) hook() redistest.TripHook {
+	return redistest.TripHook{Before: l.record, After: l.failTimes}
 }
 
 // A batch that mixes fixed windows and a limiter's acquires is one round
@@ -80,7 +65,7 @@ func TestFixedWindowMixedBatchOneRoundTrip(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	log := &tripLog{}
-	rdb.AddHook(log)
+	rdb.AddHook(log.hook())
 	s := stStore(t, rdb)
 	stPut(t, s, "a", stSched(1e6, math.Inf(1)))
 	f := &Fixed{Limit: 100, Period: time.Hour}
@@ -127,7 +112,7 @@ func TestFixedWindowWithoutTimeAnswers(t *testing.T) {
 	redistest.Require(t)
 	rdb := redistest.Server(t).Client()
 	log := &tripLog{failTime: true}
-	rdb.AddHook(log)
+	rdb.AddHook(log.hook())
 	s := stStore(t, rdb)
 	TrustFixedEstimate(s, time.Minute, time.Minute) // a busy machine's round trips too
 	ctx := context.Background()
@@ -179,10 +164,20 @@ func TestFixedWindowTimeDenied(t *testing.T) {
 
 // TestFixedWindowCountedOnce: a window's INCRBY whose reply did not come in
 // time is not sent again, whatever the client's retries (as TestCallOnce
-// shows for the scripts). Redis is stopped (SIGSTOP) while a caller counts,
-// through a client that would retry once after a 200 ms read timeout; once
-// Redis resumes it runs what it received: the hit must be counted once.
+// shows for the scripts), nor is a call of lua/fixed.lua, which counts when
+// the estimate of Redis' clock is not trusted. Redis is stopped (SIGSTOP)
+// while a caller counts, through a client that would retry once after a
+// 200 ms read timeout; once Redis resumes it runs what it received: the hit
+// must be counted once.
 func TestFixedWindowCountedOnce(t *testing.T) {
+	// the longest round trip the estimate is trusted from: a busy
+	// machine's, or none
+	for name, rtt := range map[string]time.Duration{"estimate": time.Minute, "script": 0} {
+		t.Run(name, func(t *testing.T) { fixedCountedOnce(t, rtt) })
+	}
+}
+
+func fixedCountedOnce(t *testing.T, rtt time.Duration) {
 	srv := redistest.Server(t)
 	ctx := context.Background()
 	rdb, err := NewClient("redis://" + srv.Addr() + "?read_timeout=200ms&max_retries=1&min_idle_conns=4")
@@ -191,7 +186,7 @@ func TestFixedWindowCountedOnce(t *testing.T) {
 	}
 	defer rdb.Close()
 	s := stStore(t, rdb)
-	TrustFixedEstimate(s, time.Minute, time.Minute) // a busy machine's round trips too
+	TrustFixedEstimate(s, rtt, time.Minute)
 	f := &Fixed{Limit: 1e9, Period: 24 * time.Hour}
 	hit := func() Outcome {
 		return s.AcquireMany(ctx, []Request{{Name: "once", Permits: 1, Charge: true, Fixed: f}})[0]
@@ -246,5 +241,54 @@ func TestFixedWindowCountedOnce(t *testing.T) {
 	}
 	if got != 1 {
 		t.Errorf("a hit whose reply timed out was counted %d times once Redis resumed, want 1", got)
+	}
+}
+
+// TestFixedScriptLoadedWhereMissing: on a cluster, counted by lua/fixed.lua
+// (one call per counter), a master that lost the script (a restart, SCRIPT
+// FLUSH) has the script sent to it again, and only it: the calls the other
+// masters ran are not sent again, so every hit counts once.
+func TestFixedScriptLoadedWhereMissing(t *testing.T) {
+	cl := redistest.Cluster(t)
+	s := stStore(t, cl.Client())
+	TrustFixedEstimate(s, 0, time.Minute) // every call by the script
+	ctx := context.Background()
+	f := &Fixed{Limit: 100, Period: time.Hour}
+	names := []string{"ann", "bob", "cy", "dee", "eve", "flo"} // several slots
+	var end int64                                              // the window's end
+	charge := func() {
+		t.Helper()
+		reqs := make([]Request, len(names))
+		for i, n := range names {
+			reqs[i] = Request{Name: n, Permits: 1, Charge: true, Fixed: f}
+		}
+		for i, o := range s.AcquireManyWithin(ctx, reqs, 5*time.Second) {
+			if o.Err != nil {
+				t.Fatalf("%s: %v", names[i], o.Err)
+			}
+			if end == 0 {
+				end = o.Position
+			} else if o.Position != end {
+				t.Skip("the hour turned during the test: the counts are of two windows")
+			}
+		}
+	}
+	charge() // the script on every master that holds a counter
+	flushed := cl.MasterOf(ctx, s.fixedBase(names[0]))
+	if flushed == nil {
+		t.Fatal("no master for " + names[0])
+	}
+	if err := flushed.Client().ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	charge()
+	counts, err := s.FixedCounts(ctx, names, f.Period)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range counts {
+		if n != 2 {
+			t.Errorf("%s: counted %d, want 2", names[i], n)
+		}
 	}
 }

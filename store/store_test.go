@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"reflect"
 	"slices"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/internal/testkit/faultproxy"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 )
@@ -1041,6 +1041,8 @@ func stTestBadInput(t *testing.T, f stFactory) {
 		{limitd.Template{ID: "t", Pattern: "a*", IdleTTL: limiter.D(0), Limiter: stSched(1, 1)}, "idle_ttl"},
 		{limitd.Template{ID: "t", Pattern: "a*", IdleTTL: limiter.D(-time.Second), Limiter: stSched(1, 1)}, "idle_ttl"},
 		{limitd.Template{ID: "t", Pattern: "a*", IdleTTL: limiter.D(100 * 24 * time.Hour), Limiter: stSched(1, 1)}, "idle_ttl"},
+		{limitd.Template{ID: "t", Pattern: "a*", Limiter: stSched(1, 1), FixedWindows: true}, "fixed_windows"},
+		{limitd.Template{ID: "t", Pattern: "a*", Limiter: limiter.Config{Kind: limiter.KindWindow, Limit: new(int64(5)), Period: "day"}, FixedWindows: true}, "fixed_windows"},
 	} {
 		_, err := s.PutTemplate(ctx, c.tpl)
 		stWantField(t, fmt.Sprintf("PutTemplate %+v", c.tpl), err, c.field)
@@ -1345,38 +1347,14 @@ func TestStoreUnavailable(t *testing.T) {
 	}
 }
 
-// stBlackhole accepts connections and never answers: a Redis that hangs.
+// stBlackhole is a Redis that hangs: it accepts connections, and nothing
+// comes back.
 func stBlackhole(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		<-done
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-	})
-	return l.Addr().String()
+	m, _ := redistest.Mini(t)
+	p := faultproxy.Start(t, m.Addr())
+	p.Stall()
+	return p.Addr()
 }
 
 // TestAcquireWithin: on a Redis that never answers, reached by a client

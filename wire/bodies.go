@@ -306,6 +306,10 @@ type Template struct {
 	// (an Envoy rule's descriptors, as the reference server names the
 	// rule: "mongo_cps.database_users"); empty: none, the id is its name.
 	Description string `json:"description,omitempty"`
+	// FixedWindows: the instances count in a plain counter per window, as
+	// the Envoy reference does (an Envoy rate_limit rule's template under
+	// the reference's counting); set by those rules, not by PUT.
+	FixedWindows bool `json:"fixed_windows,omitempty"`
 }
 
 // TemplateView is GET /v1/templates/{id}: the template and how many of its
@@ -360,10 +364,12 @@ type TemplateRequest struct {
 	// Description: see Template.
 	Description string `json:"description,omitempty"`
 	// Read-only: what GET answers besides the template, ignored, so that a
-	// template read can be put back as it is.
+	// template read can be put back as it is (fixed_windows too: only the
+	// Envoy rules, which put their templates again at every start, set it).
 	Version        *int64 `json:"version,omitempty"`
 	Instances      *int64 `json:"instances,omitempty"`
 	InstancesExact *bool  `json:"instances_exact,omitempty"`
+	FixedWindows   *bool  `json:"fixed_windows,omitempty"`
 }
 
 // AcquireAllRequest is the body of POST /v1/acquire: several limiters, all

@@ -1,14 +1,13 @@
 package main
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/limitd/limitd/internal/testkit/redistest"
+	"github.com/limitd/limitd/internal/testkit/alerttest"
 )
 
 var (
@@ -21,14 +20,7 @@ var (
 // test rules (Debian's prometheus package; a missing promtool skips, or
 // fails with LIMITD_REQUIRE_REDIS=1 as in CI).
 func TestDeployAlertRulesPromtool(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		msg := "promtool not installed: apt-get install -y prometheus to check and test the alert rules"
-		if os.Getenv(redistest.RequireEnv) == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	promtool := alerttest.Promtool(t, "check and test the alert rules")
 	for _, args := range [][]string{{"check", "rules", alertRulesFile}, {"test", "rules", alertTestsFile}} {
 		cmd := exec.Command(promtool, args...)
 		cmd.Dir = alertRulesDir

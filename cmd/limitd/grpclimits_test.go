@@ -13,21 +13,10 @@ import (
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+
+	"github.com/limitd/limitd/internal/testkit/grpctest"
 )
-
-// rawBytes sends a message's bytes as they are.
-type rawBytes struct{}
-
-func (rawBytes) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
-}
-func (rawBytes) Unmarshal(data mem.BufferSlice, v any) error {
-	*v.(*[]byte) = data.Materialize()
-	return nil
-}
-func (rawBytes) Name() string { return "proto" }
 
 // serve's gRPC port is bounded by LIMITD_GRPC_*: it advertises the streams
 // per connection and its windows, closes a connection past the bound
@@ -48,7 +37,7 @@ func TestServeGRPCLimits(t *testing.T) {
 	var reply []byte
 	bad := []byte{0x0a, 0x02, 0xff, 0xfe} // domain "\xff\xfe"
 	err := conn.Invoke(context.Background(), "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", &bad, &reply,
-		grpc.ForceCodecV2(rawBytes{}))
+		grpc.ForceCodecV2(grpctest.RawCodec{}))
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a domain that is not UTF-8: %v, want InvalidArgument", err)
 	}

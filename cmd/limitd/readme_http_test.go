@@ -520,12 +520,7 @@ func startReadmeServe(t *testing.T) (string, *miniredis.Miniredis) {
 	t.Helper()
 	for _, bin := range []string{"sh", "curl"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			// As for a missing redis-server: a skip, which CI makes a failure.
-			msg := fmt.Sprintf("%s not found: install it (apt-get install -y curl) to run the README's HTTP examples", bin)
-			if os.Getenv(redistest.RequireEnv) == "1" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
+			redistest.Missing(t, bin+" not found: install it (apt-get install -y curl) to run the README's HTTP examples")
 		}
 	}
 	mini := miniredis.RunT(t)

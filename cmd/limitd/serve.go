@@ -378,7 +378,7 @@ func (s *server) build(ctx context.Context) error {
 	ledger := core.NewLedger(s.st, core.LedgerOptions{})
 	s.wg.Go(func() { ledger.Run(s.bgCtx) })
 	s.svc = core.New(s.st, core.Options{Shadow: s.cfg.ShadowMode, QuotaMode: s.cfg.GRPCQuota, OverLimitCache: s.cfg.GRPCOverLimitCache,
-		Observer: coremetrics.New(s.reg), Ledger: ledger, Redis: s.mode.ref.redisSettings()})
+		Counting: s.cfg.counting(), Observer: coremetrics.New(s.reg), Ledger: ledger, Redis: s.mode.ref.redisSettings()})
 	if s.gln != nil {
 		if err := s.buildGRPC(); err != nil {
 			return err
@@ -397,7 +397,7 @@ func (s *server) buildGRPC() error {
 	cfg := s.cfg
 	o := grpcapi.Options{
 		Service: s.svc, Token: cfg.Token, AdminToken: cfg.AdminToken,
-		Logger: s.logger, AccessLog: cfg.AccessLog, Registry: s.reg, Counting: cfg.counting(), NearRatio: cfg.GRPCNearRatio,
+		Logger: s.logger, AccessLog: cfg.AccessLog, Registry: s.reg, NearRatio: cfg.GRPCNearRatio,
 	}
 	if s.bootFile != nil {
 		o.Rules = s.bootFile.Rules

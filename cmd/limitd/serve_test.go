@@ -190,14 +190,12 @@ func TestServeAddrInUse(t *testing.T) {
 	}
 }
 
+// The startup line names the Redis as store.RedactURL writes it (store's
+// TestRedactURL holds the cases of what it hides), or says it is embedded.
 func TestRedisTargetHidesPassword(t *testing.T) {
 	for in, want := range map[string]string{
-		"":                          "embedded: not shared between processes",
-		"redis://:s3cret@r:6379/0":  "redis://:xxxxx@r:6379/0",
-		"rediss://u:s3cret@r:6380":  "rediss://u:xxxxx@r:6380",
-		"10.0.0.1:7000,10.0.0.2:70": "10.0.0.1:7000,10.0.0.2:70",
-		"redis://s:26379?master_name=m&password=s3cret": "redis://s:26379?master_name=m&password=xxxxx",
-		"rediss://u:s3cret@n:7000?addr=n2:7001":         "rediss://u:xxxxx@n:7000?addr=n2:7001",
+		"":                         "embedded: not shared between processes",
+		"redis://:s3cret@r:6379/0": "redis://:xxxxx@r:6379/0",
 	} {
 		if got := redisTarget(in); got != want {
 			t.Errorf("redisTarget(%q) = %q, want %q", in, got, want)

@@ -22,14 +22,7 @@ import (
 // skips t, or fails it when LIMITD_REQUIRE_REDIS=1 (CI has every tool).
 func SaturatedFires(t testing.TB, alerts, limiter string, value float64) {
 	t.Helper()
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		msg := "promtool not installed: apt-get install -y prometheus to run the alert on the served series"
-		if os.Getenv(redistest.RequireEnv) == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	promtool := Promtool(t, "run the alert on the served series")
 	b, err := os.ReadFile(alerts)
 	if err != nil {
 		t.Fatal(err)
@@ -80,4 +73,16 @@ func SaturatedFires(t testing.TB, alerts, limiter string, value float64) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("LimitdSaturated on limitd_limiter_utilization{limiter=%q} %v: %v\n%s", limiter, value, err, out)
 	}
+}
+
+// Promtool is the path of promtool (Debian's prometheus package); a
+// missing one skips t, or fails it when LIMITD_REQUIRE_REDIS=1
+// (redistest.Missing). what is what the test needs it for.
+func Promtool(t testing.TB, what string) string {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		redistest.Missing(t, "promtool not installed: apt-get install -y prometheus to "+what)
+	}
+	return p
 }

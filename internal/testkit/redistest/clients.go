@@ -62,3 +62,36 @@ func (c *MiniClock) Sleep(_ context.Context, d time.Duration) error {
 	c.M.SetTime(c.Time)
 	return nil
 }
+
+// TripHook is a go-redis hook (Client.AddHook) that shows a test every
+// round trip a client makes, a command alone or a pipeline: Before sees its
+// commands as they go, After once they are answered (or failed). Either may
+// be nil.
+type TripHook struct {
+	Before, After func(ctx context.Context, cmds []redis.Cmder)
+}
+
+func (h TripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h TripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return h.trip(ctx, []redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
+	}
+}
+
+func (h TripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return h.trip(ctx, cmds, func() error { return next(ctx, cmds) })
+	}
+}
+
+func (h TripHook) trip(ctx context.Context, cmds []redis.Cmder, send func() error) error {
+	if h.Before != nil {
+		h.Before(ctx, cmds)
+	}
+	err := send()
+	if h.After != nil {
+		h.After(ctx, cmds)
+	}
+	return err
+}

@@ -20,8 +20,9 @@ import (
 
 const (
 	// RequireEnv names the environment variable that turns a missing Redis
-	// installation from a skip into a failure. CI sets it so that a runner
-	// without Redis cannot silently pass the Redis-backed tests.
+	// installation, or any tool a test needs (Missing), from a skip into a
+	// failure. CI sets it so that a runner without Redis cannot silently
+	// pass the Redis-backed tests.
 	RequireEnv = "LIMITD_REQUIRE_REDIS"
 
 	missingMsg = "%s not installed: install redis-server and redis-tools (apt-get install -y redis-server redis-tools) to run this test"
@@ -45,15 +46,22 @@ func Require(t testing.TB, bins ...string) {
 	}
 	for _, bin := range bins {
 		if _, err := exec.LookPath(bin); err != nil {
-			msg := fmt.Sprintf(missingMsg, bin)
-			if os.Getenv(RequireEnv) == "1" {
-				t.Fatal(msg)
-			} else {
-				t.Skip(msg)
-			}
+			Missing(t, fmt.Sprintf(missingMsg, bin))
 			// Only reached with a testing.TB fake whose Skip/Fatal return.
 			return
 		}
+	}
+}
+
+// Missing skips t for want of a tool, msg saying which and how to install
+// it; with LIMITD_REQUIRE_REDIS=1 (CI, which has every tool the tests use)
+// it fails t instead.
+func Missing(t testing.TB, msg string) {
+	t.Helper()
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatal(msg)
+	} else {
+		t.Skip(msg)
 	}
 }
 
@@ -404,6 +412,17 @@ func probe(addr string) (pid int, err error) {
 // freePort asks the kernel for an unused loopback port. Ephemeral ports never
 // include the default Redis port 6379 on common configurations; the explicit
 // check keeps "never touch 6379" a guarantee rather than an assumption.
+// FreePort is a loopback port nobody listens on now, never 6379 (where a
+// Redis the tests must not touch may listen).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
