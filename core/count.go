@@ -171,8 +171,8 @@ func (s *Service) Count(ctx context.Context, r CountRequest) (CountResult, error
 		case c.Quota && r.Counting == CountStrict:
 			return CountResult{}, invalid(f+".quota", "needs the reference counting: a strict call is all or nothing", nil)
 		}
-		if err := limitd.CheckNameAs(f+".name", c.Name); err != nil {
-			return CountResult{}, err
+		if limitd.CheckName(c.Name) != nil { // the field's name is made for an error only
+			return CountResult{}, limitd.CheckNameAs(f+".name", c.Name)
 		}
 		named++
 	}

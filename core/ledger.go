@@ -15,7 +15,8 @@ import (
 // goroutine the caller owns, which flushes a last time when it stops.
 //
 // Counting costs no Redis command on the decision's path, granted or
-// refused: a decision adds to a map under a mutex. The counts, their bound
+// refused: a decision adds to a map under the mutex of one of the tally's
+// shards, the one its name picks. The counts, their bound
 // (MaxNames) and each flush's bounded cost are store.Tally's, which the Go
 // client over Redis flushes its refusals through too.
 //

@@ -74,6 +74,13 @@ const maxName = 128
 // the values instead.
 func (rl *Rule) counter(entries []Entry) string {
 	var b strings.Builder
+	n := len(rl.template) + len(rl.levels)
+	for i, l := range rl.levels {
+		if l.variable {
+			n += len(entries[i].Value)
+		}
+	}
+	b.Grow(n) // one allocation when no byte needs escaping
 	b.WriteString(rl.template)
 	b.WriteByte(':')
 	first := true

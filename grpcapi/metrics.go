@@ -27,7 +27,7 @@ type metrics struct {
 
 	ref *refMetrics // the reference's names (nil: off)
 
-	mu   sync.Mutex
+	mu   sync.RWMutex // read on every call: readers do not wait on each other
 	kept map[[2]string]*ruleSeries
 }
 
@@ -165,6 +165,12 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 // series returns a rule's counters.
 func (m *metrics) series(domain, rule string) *ruleSeries {
 	k := [2]string{domain, rule}
+	m.mu.RLock()
+	r, ok := m.kept[k]
+	m.mu.RUnlock()
+	if ok {
+		return r
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if r, ok := m.kept[k]; ok {
@@ -173,7 +179,7 @@ func (m *metrics) series(domain, rule string) *ruleSeries {
 	if len(m.kept) >= maxKeptRules {
 		clear(m.kept)
 	}
-	r := &ruleSeries{hits: tee{Counter: m.hits.WithLabelValues(domain, rule)}, over: tee{Counter: m.over.WithLabelValues(domain, rule)},
+	r = &ruleSeries{hits: tee{Counter: m.hits.WithLabelValues(domain, rule)}, over: tee{Counter: m.over.WithLabelValues(domain, rule)},
 		near: tee{Counter: m.near.WithLabelValues(domain, rule)}, within: tee{Counter: m.within.WithLabelValues(domain, rule)},
 		shadow: tee{Counter: m.shadow.WithLabelValues(domain, rule)}}
 	if ref := m.ref; ref != nil {

@@ -1,7 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,19 +31,55 @@ import (
 // counted per interval. Past that, a decision on a new name still counts in
 // its template's totals (templates are few) but not under its own name:
 // Overflow counts those decisions.
+//
+// The counts are held in shards, each under a mutex of its own, a name in
+// the shard its hash picks: decisions on different names from many
+// goroutines at once do not wait on one mutex. MaxNames bounds the names of
+// all shards together, the first names of the interval taking the places
+// as they would in one; a flush merges the shards.
 type Tally struct {
-	st       *Store
-	maxNames int
-	topK     int
-	clock    func() time.Time
-
-	mu    sync.Mutex
-	cur   interval
-	spare interval // the interval flushed last, emptied for the next one
+	st     *Store
+	topK   int
+	clock  func() time.Time
+	seed   maphash.Seed
+	room   room
+	shards []tallyShard // a power of two
 
 	overflow atomic.Int64
 	failed   atomic.Int64
 }
+
+// tallyShard is the counts of the names whose hash picks it.
+type tallyShard struct {
+	mu    sync.Mutex
+	cur   interval
+	spare interval // the interval flushed last, emptied for the next one
+	_     [64]byte // another shard's mutex on another cache line
+}
+
+// room is the places for names in the current interval, across shards:
+// MaxNames. A name new to the interval takes the next one (its seq) or,
+// past the last, none; a new interval gives them all back.
+type room struct {
+	max   int64
+	taken atomic.Int64
+}
+
+// take returns the next place (1 for the first), ok false when none is
+// left. A place is never given back within an interval, so the places
+// taken are exactly 1 to max, in the order they were taken.
+func (r *room) take() (seq int64, ok bool) {
+	if r.taken.Load() >= r.max {
+		return 0, false // full: no write to the shared counter
+	}
+	seq = r.taken.Add(1)
+	return seq, seq <= r.max
+}
+
+// tallyShards is how many shards a Tally counts in: enough that 16 or 64
+// goroutines deciding at once on two to a few dozen cores seldom meet on
+// one, few enough that a flush locks them all at no cost.
+const tallyShards = 16
 
 // TallyOptions configure a Tally; zero values take the defaults.
 type TallyOptions struct {
@@ -49,11 +88,12 @@ type TallyOptions struct {
 	Clock    func() time.Time // picks a flush's minute bucket; default time.Now
 }
 
-// interval is one interval's counts. The counts of limiters and instances
-// are values in one slice, which the maps index: counting a name new to
-// the interval allocates nothing once an earlier interval held as many
-// names, and the collector has no object per name to scan. Two intervals
-// take turns (Tally.spare), each keeping its maps' and slice's room.
+// interval is one interval's counts (of a shard). The counts of limiters
+// and instances are values in one slice, which the maps index: counting a
+// name new to the interval allocates nothing once an earlier interval held
+// as many names, and the collector has no object per name to scan. Two
+// intervals take turns (tallyShard.spare), each keeping its maps' and
+// slice's room.
 type interval struct {
 	limiters  map[string]int32 // name → index in names
 	instances map[string]int32 // name → index in names
@@ -62,9 +102,10 @@ type interval struct {
 }
 
 // named is the counts of a limiter (template "") or of an instance of
-// template.
+// template; seq is its place in the interval (room.take).
 type named struct {
 	name, template string
+	seq            int64
 	limitd.Counts
 }
 
@@ -81,11 +122,18 @@ func (t *interval) reset() {
 	t.names = t.names[:0]
 }
 
+// empty reports whether t counted nothing.
+func (t *interval) empty() bool { return len(t.names) == 0 && len(t.templates) == 0 }
+
 // NewTally returns a tally that adds to s's Redis.
-func (s *Store) NewTally(o TallyOptions) *Tally {
-	t := &Tally{st: s, maxNames: o.MaxNames, topK: o.TopK, clock: o.Clock, cur: newInterval()}
-	if t.maxNames <= 0 {
-		t.maxNames = 10_000
+func (s *Store) NewTally(o TallyOptions) *Tally { return s.newTally(o, tallyShards) }
+
+// newTally is NewTally with n shards (a power of two).
+func (s *Store) newTally(o TallyOptions, n int) *Tally {
+	t := &Tally{st: s, topK: o.TopK, clock: o.Clock, seed: maphash.MakeSeed(), room: room{max: int64(o.MaxNames)},
+		shards: make([]tallyShard, n)}
+	if t.room.max <= 0 {
+		t.room.max = 10_000
 	}
 	if t.topK <= 0 {
 		t.topK = 100
@@ -93,7 +141,36 @@ func (s *Store) NewTally(o TallyOptions) *Tally {
 	if t.clock == nil {
 		t.clock = time.Now
 	}
+	for i := range t.shards {
+		t.shards[i].cur = newInterval()
+	}
 	return t
+}
+
+// shard is the shard that counts s: by its limiter's name, else its
+// instance's, else its template's.
+func (t *Tally) shard(s limitd.Subject) *tallyShard {
+	if len(t.shards) == 1 {
+		return &t.shards[0]
+	}
+	name := s.Limiter
+	if name == "" {
+		name = cmp.Or(s.Instance, s.Template)
+	}
+	return &t.shards[maphash.String(t.seed, name)&uint64(len(t.shards)-1)]
+}
+
+// lockAll locks every shard, in order; unlockAll unlocks them.
+func (t *Tally) lockAll() {
+	for i := range t.shards {
+		t.shards[i].mu.Lock()
+	}
+}
+
+func (t *Tally) unlockAll() {
+	for i := range t.shards {
+		t.shards[i].mu.Unlock()
+	}
 }
 
 // Add counts c under s (nothing when s names neither a limiter nor a
@@ -102,17 +179,21 @@ func (t *Tally) Add(s limitd.Subject, c limitd.Counts) {
 	if c.IsZero() {
 		return
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.overflow.Add(t.cur.add(s, c, t.maxNames))
+	sh := t.shard(s)
+	sh.mu.Lock()
+	dropped := sh.cur.add(s, c, &t.room)
+	sh.mu.Unlock()
+	if dropped != 0 {
+		t.overflow.Add(dropped)
+	}
 }
 
 // add counts c under s and returns the calls not counted under their own
 // name for want of room.
-func (t *interval) add(s limitd.Subject, c limitd.Counts, maxNames int) (dropped int64) {
+func (t *interval) add(s limitd.Subject, c limitd.Counts, r *room) (dropped int64) {
 	switch {
 	case s.Limiter != "":
-		return t.addNamed(t.limiters, s.Limiter, "", c, maxNames)
+		return t.addNamed(t.limiters, s.Limiter, "", c, r)
 	case s.Template != "":
 		x := t.templates[s.Template]
 		if x == nil {
@@ -121,7 +202,7 @@ func (t *interval) add(s limitd.Subject, c limitd.Counts, maxNames int) (dropped
 		}
 		x.Add(c)
 		if s.Instance != "" {
-			return t.addNamed(t.instances, s.Instance, s.Template, c, maxNames)
+			return t.addNamed(t.instances, s.Instance, s.Template, c, r)
 		}
 	}
 	return 0
@@ -129,16 +210,17 @@ func (t *interval) add(s limitd.Subject, c limitd.Counts, maxNames int) (dropped
 
 // addNamed counts c under name in m (t.limiters, or t.instances of
 // template), not in a template's totals.
-func (t *interval) addNamed(m map[string]int32, name, template string, c limitd.Counts, maxNames int) (dropped int64) {
+func (t *interval) addNamed(m map[string]int32, name, template string, c limitd.Counts, r *room) (dropped int64) {
 	if i, ok := m[name]; ok {
 		t.names[i].Add(c)
 		return 0
 	}
-	if len(t.names) >= maxNames {
+	seq, ok := r.take()
+	if !ok {
 		return c.GrantedCalls + c.RefusedCalls
 	}
 	m[name] = int32(len(t.names))
-	t.names = append(t.names, named{name: name, template: template, Counts: c})
+	t.names = append(t.names, named{name: name, template: template, seq: seq, Counts: c})
 	return 0
 }
 
@@ -154,52 +236,78 @@ func (t *Tally) Failed() int64 { return t.failed.Load() }
 // new interval. When Redis does not take it, the counts go back into the
 // new interval (as far as MaxNames allows) and the error is returned.
 func (t *Tally) Flush(ctx context.Context) error {
-	t.mu.Lock()
-	iv := t.cur
-	t.cur, t.spare = t.spare, interval{}
-	if t.cur.limiters == nil {
-		t.cur = newInterval()
-	}
-	t.mu.Unlock()
+	ivs, empty := t.swap()
 	var err error
-	if len(iv.names) > 0 || len(iv.templates) > 0 {
-		err = t.st.AddTotals(ctx, iv.batch(t.clock().UnixNano()/int64(time.Minute), t.topK))
+	if !empty {
+		err = t.st.AddTotals(ctx, batchOf(ivs, t.clock().UnixNano()/int64(time.Minute), t.topK))
 		if err != nil {
 			t.failed.Add(1)
-			t.putBack(iv)
+			t.putBack(ivs)
 		}
 	}
-	iv.reset()
-	t.mu.Lock()
-	if t.spare.limiters == nil {
-		t.spare = iv
+	for i := range ivs {
+		ivs[i].reset()
 	}
-	t.mu.Unlock()
+	t.lockAll()
+	for i := range t.shards {
+		if sh := &t.shards[i]; sh.spare.limiters == nil {
+			sh.spare = ivs[i]
+		}
+	}
+	t.unlockAll()
 	return err
 }
 
-// batch is t as the store adds it: every count, and per template its topK
-// instances by refused and by granted permits.
-func (t *interval) batch(minute int64, topK int) TotalsBatch {
-	b := TotalsBatch{Limiters: make(map[string]limitd.Counts, len(t.limiters)), Templates: make(map[string]limitd.Counts, len(t.templates))}
-	for id, c := range t.templates {
-		b.Templates[id] = *c
+// swap starts a new interval in every shard at once, with all of MaxNames,
+// and returns the shards' last ones and whether they counted nothing.
+func (t *Tally) swap() (ivs []interval, empty bool) {
+	ivs, empty = make([]interval, len(t.shards)), true
+	t.lockAll()
+	defer t.unlockAll()
+	for i := range t.shards {
+		sh := &t.shards[i]
+		ivs[i] = sh.cur
+		sh.cur, sh.spare = sh.spare, interval{}
+		if sh.cur.limiters == nil {
+			sh.cur = newInterval()
+		}
+		empty = empty && ivs[i].empty()
 	}
+	t.room.taken.Store(0)
+	return ivs, empty
+}
+
+// batchOf is the intervals (of a tally's shards) as the store adds them:
+// every count, and per template its topK instances by refused and by
+// granted permits.
+func batchOf(ivs []interval, minute int64, topK int) TotalsBatch {
+	var nl, nt int
+	for _, iv := range ivs {
+		nl, nt = nl+len(iv.limiters), max(nt, len(iv.templates))
+	}
+	b := TotalsBatch{Limiters: make(map[string]limitd.Counts, nl), Templates: make(map[string]limitd.Counts, nt)}
 	type tops struct{ refused, granted top }
 	byTemplate := map[string]*tops{}
-	for i := range t.names {
-		x := &t.names[i]
-		if x.template == "" {
-			b.Limiters[x.name] = x.Counts
-			continue
+	for _, iv := range ivs {
+		for id, c := range iv.templates {
+			x := b.Templates[id]
+			x.Add(*c)
+			b.Templates[id] = x
 		}
-		tp := byTemplate[x.template]
-		if tp == nil {
-			tp = &tops{refused: top{k: topK}, granted: top{k: topK}}
-			byTemplate[x.template] = tp
+		for i := range iv.names {
+			x := &iv.names[i]
+			if x.template == "" {
+				b.Limiters[x.name] = x.Counts
+				continue
+			}
+			tp := byTemplate[x.template]
+			if tp == nil {
+				tp = &tops{refused: top{k: topK}, granted: top{k: topK}}
+				byTemplate[x.template] = tp
+			}
+			tp.refused.offer(x.name, x.RefusedPermits)
+			tp.granted.offer(x.name, x.GrantedPermits)
 		}
-		tp.refused.offer(x.name, x.RefusedPermits)
-		tp.granted.offer(x.name, x.GrantedPermits)
 	}
 	for id, tp := range byTemplate {
 		b.Top = append(b.Top, TopAdd{Template: id, Minute: minute, Refused: tp.refused.counts(), Granted: tp.granted.counts()})
@@ -272,21 +380,35 @@ func (t *top) counts() map[string]int64 {
 	return out
 }
 
-// putBack adds iv's counts into the current interval.
-func (t *Tally) putBack(iv interval) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+// putBack adds the counts of ivs (a flush's shards) into the current
+// interval, the names in the order they came in the flushed interval, as
+// far as MaxNames allows.
+func (t *Tally) putBack(ivs []interval) {
+	t.lockAll()
+	defer t.unlockAll()
 	var dropped int64
 	// A template's counts go back whole, its instances' by name only:
 	// instance counts are part of their template's already.
-	for id, x := range iv.templates {
-		dropped += t.cur.add(limitd.Subject{Template: id}, *x, t.maxNames)
+	var names []*named
+	for i := range ivs {
+		for id, x := range ivs[i].templates {
+			dropped += t.shards[i].cur.add(limitd.Subject{Template: id}, *x, &t.room)
+		}
+		for j := range ivs[i].names {
+			names = append(names, &ivs[i].names[j])
+		}
 	}
-	for _, x := range iv.names {
+	slices.SortFunc(names, func(a, b *named) int { return cmp.Compare(a.seq, b.seq) })
+	for _, x := range names {
+		s := limitd.Subject{Limiter: x.name}
+		if x.template != "" {
+			s = limitd.Subject{Template: x.template, Instance: x.name}
+		}
+		cur := &t.shard(s).cur
 		if x.template == "" {
-			dropped += t.cur.addNamed(t.cur.limiters, x.name, "", x.Counts, t.maxNames)
+			dropped += cur.addNamed(cur.limiters, x.name, "", x.Counts, &t.room)
 		} else {
-			dropped += t.cur.addNamed(t.cur.instances, x.name, x.template, x.Counts, t.maxNames)
+			dropped += cur.addNamed(cur.instances, x.name, x.template, x.Counts, &t.room)
 		}
 	}
 	t.overflow.Add(dropped)
