@@ -39,6 +39,8 @@ var may = map[string][]string{
 	"internal/testkit/tlstest":     nil,
 	"internal/testkit/xdstest":     nil,
 	"internal/testkit/alerttest":   {"internal/testkit/redistest"},
+	"internal/testkit/grpctest":    nil,
+	"internal/testkit/metricstest": nil,
 	"internal/httpjson":            {"wire"},
 	"wire":                         {"limiter"},
 	"store":                        {".", "limiter", "lua", "internal/clockoffset"},
