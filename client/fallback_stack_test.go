@@ -298,3 +298,47 @@ func TestFallbackChargedToTheBacklog(t *testing.T) {
 		})
 	}
 }
+
+// ctStall's first grant returns only once its call's time is up, as a
+// process frozen across the call (SIGSTOP, a VM paused, a long GC) sees
+// it: Redis answered, but the caller ran again after the deadline. Redis
+// itself is fine: a call with time left is answered.
+type ctStall struct {
+	client.Transport
+	calls atomic.Int64
+}
+
+func (s *ctStall) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
+	if s.calls.Add(1) == 1 {
+		<-ctx.Done()
+		return limitd.Grant{}, ctx.Err()
+	}
+	if err := ctx.Err(); err != nil {
+		return limitd.Grant{}, err
+	}
+	return s.Transport.Grant(ctx, name, k, maxWait)
+}
+
+// A fetch stalled for its whole timeout is tried once more, with time of
+// its own, before the handle falls back: the permit comes from the shared
+// schedule. (Its retry used the first call's spent context and fell back at
+// once, handing out local permits beside the other processes' shared ones.)
+// The stall takes the fetch's timeout, 2 s.
+func TestStalledFetchRetriedBeforeFallback(t *testing.T) {
+	_, _, st := ctMini(t)
+	ctPut(t, st, "stall", strict(100))
+	tr := &ctStall{Transport: redisclient.NewTransport(st)}
+	c := client.NewWithTransport(tr)
+	defer c.Close()
+	l, err := c.Limiter("stall")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := l.Wait(context.Background())
+	if err != nil || !p.Shared {
+		t.Fatalf("after a stall: %+v, %v; want a permit of the shared schedule", p, err)
+	}
+	if n := tr.calls.Load(); n != 2 {
+		t.Errorf("%d grants asked, want 2 (the stalled one and its retry)", n)
+	}
+}

@@ -95,9 +95,14 @@ func (l *Limiter) fetch(k int64) {
 	g, err := l.c.t.Grant(ctx, l.name, k, limitd.Forever)
 	if timedOut(err) && l.c.ctx.Err() == nil {
 		// One more try before falling back: a process that was stalled (GC,
-		// SIGSTOP) across the read timeout sees a timeout though Redis is
-		// fine. A refused connection is not retried: go-redis stops dialing
-		// for a while after repeated dial errors.
+		// SIGSTOP, a VM paused) across the call sees a timeout though Redis
+		// is fine. With time of its own: a stall as long as the call's
+		// timeout used up the first call's. A refused connection is not
+		// retried: go-redis stops dialing for a while after repeated dial
+		// errors.
+		cancel()
+		ctx, cancel = context.WithTimeout(l.c.ctx, 2*time.Second)
+		defer cancel()
 		t0 = l.c.mono()
 		l.remoteCalls.Add(1)
 		g, err = l.c.t.Grant(ctx, l.name, k, limitd.Forever)
