@@ -19,16 +19,12 @@ type AcquireRequest struct {
 	Permits int64         // ≥ 1
 	MaxWait time.Duration // limitd.Forever: no bound; negative is 0
 	Block   bool          // wait out the delay before answering
-	// Given says which of the settings above the caller set (rather than
-	// left to their defaults): a concurrency limiter's acquire takes none,
-	// and a slot hint is tried only when none is given.
+	// Given says which of the settings above the caller set: a concurrency
+	// limiter's acquire takes none, and a slot hint is tried only then.
 	Given Given
-	// Deadline, if set, is when the answer is due, as a context's deadline
-	// would say, for a front end that puts no timer on each request's
-	// context (the HTTP API's acquire): the decision's Redis part and a
-	// blocking wait end by then, and so does every other call to Redis
-	// the acquire makes but the ones its decision's observers make (the
-	// template cache's refresh, with the client's own timeouts).
+	// Deadline, if set, is when the answer is due, for a front end that
+	// puts no timer on each request's context: the decision's Redis part, a
+	// blocking wait and every other Redis call of the acquire end by then.
 	Deadline time.Time
 }
 
@@ -37,8 +33,7 @@ type Given struct{ Permits, MaxWait, Block bool }
 
 func (g Given) none() bool { return g == Given{} }
 
-// first names the first setting given, as core's errors name its fields
-// ("permits", "max_wait", "block"), or "" for none.
+// first names the first setting given as errors name it, or "" for none.
 func (g Given) first() string {
 	switch {
 	case g.Permits:
@@ -51,9 +46,9 @@ func (g Given) first() string {
 	return ""
 }
 
-// Acquired is the answer of Acquire: Rate for a schedule or smooth limiter
-// (or template instance), Slot for a concurrency limiter; the other is nil.
-// Either may be a refusal (Granted false).
+// Acquired is the answer of Acquire: Rate for a rate limiter (or template
+// instance), Slot for a concurrency limiter; the other is nil. Either may
+// be a refusal (Granted false).
 type Acquired struct {
 	Rate *limitd.Decision
 	Slot *limitd.SlotLease
@@ -62,22 +57,19 @@ type Acquired struct {
 // blockMargin is kept from a blocking acquire's deadline for the answer.
 const blockMargin = 20 * time.Millisecond
 
-// Acquire dispatches on the limiter's kind: schedule and smooth limiters
-// (and template instances) take permits, concurrency limiters a slot; a
-// share limiter is ErrConflict (its clients ask for capacity). A name this
-// service saw to be a concurrency limiter goes to the slot first; any other
-// is tried as a schedule first and, when the store answers that it has
-// another kind, looked up once. A hint is only a guess: a stale one costs a
-// round trip, never a wrong answer.
+// Acquire dispatches on the limiter's kind: rate limiters (and template
+// instances) take permits, concurrency limiters a slot; a share limiter is
+// ErrConflict. A name seen to be a concurrency limiter goes to the slot
+// first; any other is tried as a rate limiter first and looked up once when
+// the store answers another kind. A stale hint costs a round trip, never a
+// wrong answer.
 //
-// A blocking acquire waits out its delay before it returns (and asks, with
-// the context's deadline, only for what it can wait out); it returns the
-// context's error if that ends first. A window limiter grants now or not at
-// all: a blocking acquire it refuses with a retry_after within max_wait waits
-// that long and asks once more.
+// A blocking acquire waits out its delay before it returns (asking only for
+// what it can wait out before the context's deadline), or returns the
+// context's error. A window grants now or not at all: a blocking acquire it
+// refuses with a retry_after within max_wait waits that long and asks once
+// more.
 func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, error) {
-	// Steps besides the decision get a context that ends at r.Deadline,
-	// made when one is taken; the decision bounds itself without one.
 	bc := bounded{ctx: ctx, at: r.Deadline}
 	defer bc.stop()
 	if _, slot := s.slots.get(r.Name); slot && r.Given.none() {
@@ -107,10 +99,8 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 		d = shadowGrant(d, r.Permits)
 	}
 	if r.Block && !d.Granted && d.Window && d.Limit > 0 && d.RetryAfter <= int64(maxWait) {
-		// A window grants now or never: a blocking caller waits until the
-		// same request would be granted, and asks once more. It is one
-		// request: one decision observed, the second, its grant's delay
-		// the time waited.
+		// One request: one decision observed, the second, its grant's
+		// delay the time waited.
 		waited := d.RetryAfter
 		if err := s.clock.Sleep(ctx, time.Duration(waited)); err != nil {
 			return Acquired{}, err
@@ -135,11 +125,10 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 	return Acquired{Rate: &d}, nil
 }
 
-// within is the bound of one decision's Redis part: the service's own
-// (DecideTimeout), or less, what is left until deadline (zero: none). The
-// store keeps it for every caller however many there are (the bound travels
-// with the call into a batch: store.AcquireWithin), where the client's own
-// timeouts and retries would add up over the round trips of a decision.
+// within is the bound of one decision's Redis part: DecideTimeout, or what
+// is left until deadline (zero: none). It travels with the call into a
+// batch (store.AcquireWithin), where client timeouts and retries would add
+// up over a decision's round trips.
 func (s *Service) within(deadline time.Time) time.Duration {
 	if deadline.IsZero() {
 		return s.decide
@@ -147,9 +136,9 @@ func (s *Service) within(deadline time.Time) time.Duration {
 	return max(min(s.decide, time.Until(deadline)), 1) // passed: fails at once
 }
 
-// bounded is a context for the steps of an acquire besides its decision,
-// ending at a deadline (zero: ctx as it is); its timer is made only when a
-// step takes it.
+// bounded is a context for the steps of an acquire besides its decision
+// (which bounds itself), ending at a deadline (zero: ctx as it is); its
+// timer is made only when a step takes it.
 type bounded struct {
 	ctx    context.Context
 	at     time.Time
@@ -192,9 +181,8 @@ func (s *Service) decided(ctx context.Context, name string, permits int64, d lim
 	s.obs.Decided(e)
 }
 
-// acquireOther finishes an acquire the store refused as a schedule acquire
-// (conflict): a concurrency limiter gets a slot, anything else (a share
-// limiter) the store's conflict, which names the right endpoint.
+// acquireOther finishes an acquire the store refused as a rate acquire: a
+// concurrency limiter gets a slot, a share limiter the store's conflict.
 func (s *Service) acquireOther(ctx context.Context, r AcquireRequest, conflict error) (Acquired, error) {
 	info, err := s.store.Get(ctx, r.Name)
 	if err != nil {
@@ -230,18 +218,15 @@ func (s *Service) acquireSlot(ctx context.Context, name string) (limitd.SlotLeas
 	return l, nil
 }
 
-// hints remember one fact per name that saves a round trip (slots: the
-// names this process saw to be concurrency limiters; shadows: named
-// limiters' shadow mode by version). A hint is only a guess: the store
-// answers ErrConflict or ErrNotFound when a slot hint is stale, and a
-// shadow hint holds for one config version. Past maxHints names they start
-// over.
+// hints remember one fact per name that saves a round trip (slots: names
+// seen to be concurrency limiters; shadows: shadow mode by version). A
+// stale slot hint is answered ErrConflict or ErrNotFound; a shadow hint
+// holds for one version. Past maxHints names they start over.
 type hints[V any] struct {
 	mu sync.Mutex
 	m  map[string]V
 }
 
-// maxHints bounds each kind of hint.
 const maxHints = 4096
 
 func (h *hints[V]) get(name string) (V, bool) {

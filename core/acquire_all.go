@@ -12,11 +12,9 @@ import (
 // AcquireAllRequest asks several limiters for permits in one call, all or
 // nothing: the call is granted only if every limiter grants.
 type AcquireAllRequest struct {
-	// Requests name each limiter (or template instance) once, in the order
-	// the results come back; at most MaxAcquireAll.
-	Requests []LimiterPermits
-	MaxWait  time.Duration // limitd.Forever: no bound; negative is 0; for each limiter
-	Block    bool          // wait out the longest delay before answering
+	Requests []LimiterPermits // each limiter once, in result order; at most MaxAcquireAll
+	MaxWait  time.Duration    // limitd.Forever: no bound; negative is 0; for each limiter
+	Block    bool             // wait out the longest delay before answering
 }
 
 // LimiterPermits is one limiter's part of an AcquireAllRequest.
@@ -31,27 +29,22 @@ type AcquireAllResult struct {
 	// a grant) and took its permits. False: nothing was taken.
 	Granted bool
 	// Results are each limiter's own decision, in request order: in a
-	// refused call, those that would have granted say so (Granted true),
-	// though nothing was taken. A refusal in shadow mode is reported as
-	// granted with Shadow set (see shadow.go).
+	// refused call, those that would have granted say so, though nothing
+	// was taken.
 	Results []limitd.Decision
 }
 
 // MaxAcquireAll is the most limiters one AcquireAll may name.
 const MaxAcquireAll = store.MaxMultiRequests
 
-// AcquireAll takes permits from several rate limiters (schedule, smooth,
-// template instances) at once, all or nothing (store.Store.AcquireAll says
-// how atomic that is on one Redis server and across cluster shards). Each
-// limiter decides with the call's MaxWait; a blocking call waits out the
-// longest delay of the granted decisions before it returns. Bad input is a
-// *limiter.FieldError naming requests[i].name or requests[i].permits; a
-// missing limiter ErrNotFound, a share or concurrency limiter ErrConflict;
-// on any error nothing is taken. The observer sees each limiter's decision.
+// AcquireAll takes permits from several rate limiters at once, all or
+// nothing (store.Store.AcquireAll says how atomic that is). A blocking call
+// waits out the longest granted delay. Bad input is a *limiter.FieldError
+// naming requests[i].name or requests[i].permits; a missing limiter
+// ErrNotFound, a lease kind ErrConflict; on any error nothing is taken.
 //
-// Shadow mode: a limiter in shadow mode never refuses the call. A refusal
-// comes back from the store; when every limiter that refused is in shadow
-// mode, the call is asked again with their refusals marked as not refusing
+// Shadow mode: when every limiter that refused is in shadow mode, the call
+// is asked again with their refusals marked as not refusing
 // (limitd.MultiRequest.Optional), a second decision at a new Redis time.
 func (s *Service) AcquireAll(ctx context.Context, r AcquireAllRequest) (AcquireAllResult, error) {
 	if len(r.Requests) > MaxAcquireAll {
@@ -124,7 +117,6 @@ func (s *Service) shadowRefusals(ctx context.Context, reqs []limitd.MultiRequest
 	return len(shadowed) > 0
 }
 
-// report reports a rate decision with the given outcome.
 func (s *Service) report(ctx context.Context, name string, permits int64, d limitd.Decision, outcome string) {
 	lim, tpl := s.subjectOf(ctx, name, d.Instance)
 	s.obs.Decided(Event{Kind: EventRate, Limiter: lim, Template: tpl, Instance: instanceOf(name, tpl), Outcome: outcome, Permits: permits})

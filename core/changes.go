@@ -14,9 +14,8 @@ type Change struct {
 	Templates bool   `json:"templates,omitempty"`
 }
 
-// Changes delivers config changes as they are published, until ctx ends;
-// then it closes. Changes published while Redis is unreachable are lost: a
-// watcher reads the state again now and then.
+// Changes delivers config changes as they are published until ctx ends,
+// then closes. Changes published while Redis is unreachable are lost.
 func (s *Service) Changes(ctx context.Context) <-chan Change {
 	in := s.store.Changes(ctx)
 	out := make(chan Change)

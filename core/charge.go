@@ -8,24 +8,17 @@ import (
 	"github.com/limitd/limitd"
 )
 
-// Charges: usage recorded after the fact (DESIGN §3.8; limiter/charge.go
-// says what a charge does to each kind).
-
 // ChargeRequest takes Permits of a limiter (or template instance) whatever
-// is left.
+// is left: usage recorded after the fact (limiter/charge.go).
 type ChargeRequest struct {
 	Name    string
 	Permits int64 // ≥ 0; 0 is a check
 }
 
-// Charge takes r.Permits whatever is left (store.Store.Charge): the
-// Decision is Charged, Granted says whether the permits were there to take
-// now (a window: its count had room for them), and Delay how long a new
-// caller would wait after them. It is never refused for lack of permits; a
-// share or concurrency limiter, which has none to charge, is ErrConflict
-// naming its kind. Its Redis part is bounded by the service's
-// DecideTimeout, as an acquire's is, and it is observed as an EventRate
-// decision with outcome "charged" and its permits.
+// Charge takes r.Permits whatever is left (store.Store.Charge): Granted
+// says whether they were there to take now, Delay how long a new caller
+// would wait after them. A lease kind is ErrConflict. It is bounded by
+// DecideTimeout and observed with outcome "charged".
 func (s *Service) Charge(ctx context.Context, r ChargeRequest) (limitd.Decision, error) {
 	if r.Permits < 0 {
 		return limitd.Decision{}, invalid("permits", "a charge must be ≥ 0 (0 is a check)", r.Permits)
@@ -48,9 +41,8 @@ type SettleRequest struct {
 	Actual       int64 // ≥ 0
 }
 
-// Settled is what a settle did: the charge of the excess, or a check when
-// there was none (the limiter after the settle either way), and the permits
-// handed back, and whether that rewound the schedule.
+// Settled is what a settle did: the charge of the excess (or a check), the
+// permits handed back, and whether that rewound the schedule.
 type Settled struct {
 	limitd.Decision
 	HandedBack int64
@@ -58,13 +50,10 @@ type Settled struct {
 }
 
 // Settle settles a grant with the permits its work actually used: fewer
-// than granted hands the rest back (Handback: the schedule rewound when
-// nothing was taken since, else counted as idle; a window's count given
-// back within the grant's window), more charges the excess (Charge). The
-// answer is that charge's, or a check's when there was no excess, so that
-// it tells the limiter's state after the settle. A grant is handed back
-// once, but a settle that charges charges again if repeated. A token that
-// is not a grant of this limiter is bad input naming grant.id.
+// than granted hands the rest back (Handback), more charges the excess
+// (Charge); the answer tells the limiter's state after the settle. A
+// repeated settle hands back once but charges again. A token that is not a
+// grant of this limiter is bad input naming grant.id.
 func (s *Service) Settle(ctx context.Context, r SettleRequest) (Settled, error) {
 	if r.Actual < 0 {
 		return Settled{}, invalid("permits", "must be ≥ 0: the permits the grant's work used", r.Actual)

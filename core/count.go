@@ -13,11 +13,9 @@ import (
 )
 
 // Counting rules: how a call that meters hits against several counters (a
-// rate limit service's descriptors, each matched to a rule) is decided. The
-// front end translates its protocol into a CountRequest and the CountResult
-// back; every rule of the decision lives here: how hits are counted,
-// shadow mode (per limiter and global), quota mode, and which counters
-// refuse the call.
+// rate limit service's descriptors) is decided. The front end translates
+// its protocol into a CountRequest and the CountResult back; every rule of
+// the decision (counting, shadow, quota) lives here.
 
 // Counting says how Count counts a call's hits.
 type Counting int
@@ -26,16 +24,13 @@ const (
 	// CountEvery counts every counter's hits whether or not the call is
 	// refused and whether or not they fit (the Envoy reference server's
 	// model; store.Request.Charge): a window's count passes its limit, a
-	// schedule or smooth limiter takes them as debt that later callers wait
-	// out. A counter is over when its hits do not fit: a window when its
-	// count passes its limit, a schedule or smooth limiter when they could
-	// not start at once. A check (0 hits) is over when the counter already
-	// is. Each counter is decided on its own; the call is refused when one
-	// is over (see CountRequest for shadow and quota).
+	// schedule or smooth limiter takes them as debt. A counter is over when
+	// its hits do not fit (a check, 0 hits, when it already is). Each
+	// counter is decided on its own; the call is refused when one is over
+	// (see CountRequest for shadow and quota).
 	CountEvery Counting = iota
-	// CountStrict decides the call all or nothing (AcquireAll): it is
-	// granted only if every counter grants, and a refused call counts
-	// nothing, on any counter; hits that do not fit are never counted.
+	// CountStrict decides the call all or nothing (AcquireAll): a refused
+	// call counts nothing, on any counter.
 	CountStrict
 )
 
@@ -65,14 +60,13 @@ func ParseCounting(s string) (Counting, error) {
 // the order the answers come back.
 //
 // Shadow mode: a counter whose limiter (or template) is in shadow mode is
-// decided and counted as usual, but when it is over it does not refuse the
-// call (Count.Shadow). With the service's Options.Shadow nothing is
-// refused: a call its counters refuse is let through (CountResult.Shadowed)
-// and each counter still says whether it is over.
+// decided and counted as usual, but does not refuse the call (Count.Shadow).
+// With Options.Shadow a call its counters refuse is let through
+// (CountResult.Shadowed).
 //
 // Quota mode: a Quota counter that is over refuses the call only when every
 // quota counter of the call is over; with Options.QuotaMode every counter
-// but the Unlimited ones is a quota counter, those without a limit too.
+// but the Unlimited ones is a quota counter.
 type CountRequest struct {
 	Counters []Counter // at most MaxAcquireAll with a Name
 	Counting Counting
@@ -80,21 +74,17 @@ type CountRequest struct {
 
 // Counter is one counter of a CountRequest.
 type Counter struct {
-	// Name is the limiter or template instance that counts (a schedule,
-	// smooth or window limiter). Empty: no limit applies (nothing
-	// matched, or the rule that matched was replaced); it is never over.
+	// Name is the limiter or template instance that counts (a rate kind).
+	// Empty: no limit applies; it is never over.
 	Name string
 	// Unlimited: a rule says there is no limit (Name is empty); unlike a
 	// counter without a limit it takes no part in quota mode.
 	Unlimited bool
-	// Hits is what the call counts (≥ 0; 0 checks without counting).
-	Hits int64
-	// Quota marks a quota counter (see CountRequest).
-	Quota bool
+	Hits      int64 // ≥ 0; 0 checks without counting
+	Quota     bool  // a quota counter (see CountRequest)
 	// Fixed, under CountEvery, counts the hits in a fixed window of its
-	// own, Fixed's limit per period, without a script (store.Fixed), not in
-	// the limiter Name's state; Name still names the counter (its key, the
-	// over-limit cache, the observer) and its template its shadow mode.
+	// own without a script (store.Fixed), not in the limiter Name's state;
+	// Name still names the counter and its template its shadow mode.
 	// CountStrict ignores it.
 	Fixed *FixedWindow
 }
@@ -105,46 +95,35 @@ type FixedWindow = store.Fixed
 
 // CountResult is the decision of a CountRequest.
 type CountResult struct {
-	// Refused: the call is refused (its over counters that are neither in
-	// shadow mode nor quota counters, or all its quota counters).
+	// Refused: the call is refused (by an over counter neither in shadow
+	// mode nor a quota counter, or by all its quota counters).
 	Refused bool
 	// Shadowed: the counters refused the call, and the service's global
 	// shadow mode let it through (Refused is false).
 	Shadowed bool
-	// Counts are each counter's decision, in request order.
-	Counts []Count
+	Counts   []Count // in request order
 }
 
 // Count is one counter's decision.
 type Count struct {
 	// Over: the hits do not fit the counter's limit (a check: the counter
 	// is past it). Never set for a counter without a Name.
-	Over bool
-	// Shadow: Over, and the counter's limiter is in shadow mode: it does
-	// not refuse the call.
-	Shadow bool
+	Over   bool
+	Shadow bool // Over, but in shadow mode: it does not refuse the call
 	// Counted: the hits were counted. CountEvery: always, but for a
-	// counter the over-limit cache answered (Options.OverLimitCache);
-	// CountStrict: when the call was granted.
+	// counter the over-limit cache answered; CountStrict: when the call
+	// was granted.
 	Counted bool
-	// Window: a window limiter counts (Limit, Remaining, Used and Reset are
-	// its); else a schedule or smooth limiter.
-	Window bool
-	// A window's limit and what remains of it after the call (0 when
-	// over).
-	Limit, Remaining int64
+	// Window: a window counts (Limit, Remaining, Used and Reset are its);
+	// else a schedule or smooth limiter.
+	Window           bool
+	Limit, Remaining int64 // Remaining after the call, 0 when over
 	// Used is a window's count after the call (CountEvery: it may pass
-	// Limit; CountStrict: as it stands, a refused call having taken
-	// nothing).
-	Used int64
-	// Reset is when a window resets (Unix ns, Redis clock).
-	Reset int64
-	// RetryAfter is, for a schedule or smooth counter that is over, how
-	// much later (ns) the same hits would fit.
-	RetryAfter int64
-	// Now is the decision's Redis time (Unix ns); 0 for a counter
-	// without a Name.
-	Now int64
+	// Limit).
+	Used       int64
+	Reset      int64 // when a window resets (Unix ns, Redis clock)
+	RetryAfter int64 // for a schedule or smooth counter that is over: when the hits would fit (ns)
+	Now        int64 // the decision's Redis time (Unix ns); 0 without a Name
 }
 
 // Refuses: Over and not in shadow mode (a quota counter refuses together).
@@ -152,11 +131,9 @@ func (c Count) Refuses() bool { return c.Over && !c.Shadow }
 
 // Count decides a metered call (see Counting and CountRequest). Bad input
 // is a *limiter.FieldError naming counters[i].name or counters[i].hits; a
-// counter whose limiter does not exist is ErrNotFound, one of a lease kind
-// ErrConflict. On an error nothing is counted. The observer sees each
-// counter's decision (outcome "granted", "denied" — counted all the same
-// under CountEvery —, "shadow", or in a refused CountStrict call
-// "voided").
+// missing limiter ErrNotFound, one of a lease kind ErrConflict. The
+// observer sees each counter's decision ("granted", "denied", "shadow", or
+// in a refused CountStrict call "voided").
 func (s *Service) Count(ctx context.Context, r CountRequest) (CountResult, error) {
 	named := 0
 	for i, c := range r.Counters {
@@ -204,9 +181,8 @@ func (s *Service) Count(ctx context.Context, r CountRequest) (CountResult, error
 	return out, nil
 }
 
-// refuses applies the call's rules to its counters' decisions: an over
-// counter refuses the call unless it is in shadow mode or a quota counter;
-// quota counters refuse it together, when every one is over.
+// refuses applies the call's rules to its counters' decisions (see
+// CountResult.Refused).
 func (s *Service) refuses(cs []Counter, counts []Count) bool {
 	quotas, quotasOver := 0, 0
 	for i, c := range cs {
@@ -226,13 +202,11 @@ func (s *Service) refuses(cs []Counter, counts []Count) bool {
 }
 
 // countStrict decides the counters all or nothing in one AcquireAll:
-// counters named twice ask once, for their hits together, and share the
-// answer. With the over-limit cache, a counter it holds as over refuses
-// the call at once: nothing is counted, the others are only checked (the
-// reference's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT with its local
-// cache: a key in its cache stops every key of the call from counting),
-// and none is asked when every named counter is held; a window counter a
-// call of one hit finds full is put in it until one hit fits again.
+// counters named twice ask once, for their hits together. With the
+// over-limit cache, a counter it holds as over refuses the call at once and
+// the others are only checked (the reference's
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); a window counter a call of one
+// hit finds full is put in it until one hit fits again.
 func (s *Service) countStrict(ctx context.Context, cs []Counter, counts []Count) error {
 	var sent time.Time
 	if s.over != nil {
@@ -242,19 +216,14 @@ func (s *Service) countStrict(ctx context.Context, cs []Counter, counts []Count)
 		}
 	}
 	reqs, at := group(cs, nil)
-	res, err := s.AcquireAll(ctx, AcquireAllRequest{Requests: reqs})
+	res, err := s.acquireGroups(ctx, reqs)
 	if re, ok := errors.AsType[*limiter.RequestError](err); ok && re.Field == "permits" {
-		// More hits than the limiter could ever grant at once (a window's
-		// limit, a schedule's max_reserve): a refusal, not bad input. The
-		// call is refused; every counter is checked for its state: the one
-		// at fault is over, and so is a window without room for its hits.
+		// More hits than the limiter could ever grant at once: a refusal,
+		// not bad input. Every counter is checked; the one at fault is over.
 		return s.check(ctx, cs, counts, nil, re.Index)
 	}
 	if err != nil {
 		return err
-	}
-	if len(res.Results) != len(reqs) {
-		return fmt.Errorf("core: %d decisions for %d limiters: %w", len(res.Results), len(reqs), store.ErrBadReply)
 	}
 	for i, c := range cs {
 		if c.Name == "" {
@@ -275,8 +244,8 @@ func (s *Service) countStrict(ctx context.Context, cs []Counter, counts []Count)
 }
 
 // cachedOver answers from the over-limit cache the counters it holds as
-// over, reporting them denied (or shadow); nil when it holds none of them.
-// A strict call leaves those in shadow mode to Redis: they never refuse.
+// over, reporting them denied (or shadow); nil when it holds none. A strict
+// call leaves those in shadow mode to Redis: they never refuse.
 func (s *Service) cachedOver(ctx context.Context, cs []Counter, counts []Count, now time.Time, strict bool) []bool {
 	var cached []bool
 	for i, c := range cs {
@@ -306,10 +275,9 @@ func (s *Service) cachedOver(ctx context.Context, cs []Counter, counts []Count, 
 	return cached
 }
 
-// check decides a strict call that is refused: the counters skip does not
-// exclude (those the cache answered) are checked, not counted, in one
-// AcquireAll, and each says whether its hits would have fit; the request at
-// index fault (of group's, -1 for none) is over whatever its state.
+// check decides a refused strict call: the counters skip does not exclude
+// are checked, not counted, each saying whether its hits would have fit;
+// group's request fault (-1: none) is over whatever its state.
 func (s *Service) check(ctx context.Context, cs []Counter, counts []Count, skip []bool, fault int) error {
 	reqs, at := group(cs, skip)
 	if len(reqs) == 0 {
@@ -319,12 +287,9 @@ func (s *Service) check(ctx context.Context, cs []Counter, counts []Count, skip 
 	for j, q := range reqs {
 		checks[j] = LimiterPermits{Name: q.Name}
 	}
-	res, err := s.AcquireAll(ctx, AcquireAllRequest{Requests: checks})
+	res, err := s.acquireGroups(ctx, checks)
 	if err != nil {
 		return err
-	}
-	if len(res.Results) != len(checks) {
-		return fmt.Errorf("core: %d decisions for %d limiters: %w", len(res.Results), len(checks), store.ErrBadReply)
 	}
 	for i, c := range cs {
 		if c.Name == "" || skip != nil && skip[i] {
@@ -338,6 +303,15 @@ func (s *Service) check(ctx context.Context, cs []Counter, counts []Count, skip 
 		}
 	}
 	return nil
+}
+
+// acquireGroups is AcquireAll of reqs, which must answer each.
+func (s *Service) acquireGroups(ctx context.Context, reqs []LimiterPermits) (AcquireAllResult, error) {
+	res, err := s.AcquireAll(ctx, AcquireAllRequest{Requests: reqs})
+	if err == nil && len(res.Results) != len(reqs) {
+		err = fmt.Errorf("core: %d decisions for %d limiters: %w", len(res.Results), len(reqs), store.ErrBadReply)
+	}
+	return res, err
 }
 
 // group asks once per limiter for the named counters skip does not
@@ -362,20 +336,17 @@ func group(cs []Counter, skip []bool) (reqs []LimiterPermits, at []int) {
 }
 
 // holdOver puts a window counter found over in the over-limit cache until
-// after ns past decision d, counted from the local time the call was sent
-// (so at the latest as long after the call was sent).
+// after ns past decision d, counted from the local time the call was sent.
 func (s *Service) holdOver(name string, d limitd.Decision, used int64, sent time.Time, after int64) {
 	s.over.put(name, overEntry{until: sent.Add(time.Duration(after)), at: sent,
 		limit: d.Limit, used: used, reset: d.Position, redisNow: d.Now,
 		d: limitd.Decision{Instance: d.Instance, Version: d.Version}})
 }
 
-// countOf is a counter's Count from its decision d: over or not, counted
-// or not, for hits. A window's count is the one a charge reports, or what
-// its remainder tells (in a refused strict call, nothing was taken).
-// A schedule or smooth counter that is over says when the same hits would
-// fit: an acquire's retry_after, or after a charge, when a new caller
-// would go (its debt paid).
+// countOf is a counter's Count from its decision d for hits. A window's
+// count is the one a charge reports, or what its remainder tells. An over
+// schedule or smooth counter says when the hits would fit: an acquire's
+// retry_after, or after a charge, when a new caller would go.
 func countOf(d limitd.Decision, over, counted bool, hits int64) Count {
 	c := Count{Over: over, Counted: counted, Now: d.Now}
 	switch {
@@ -400,13 +371,11 @@ func countOf(d limitd.Decision, over, counted bool, hits int64) Count {
 	return c
 }
 
-// countEvery counts every counter's hits, whether or not they fit, in one
-// round trip (store.Request.Charge): the requests of one limiter are
-// decided in order, so a counter named twice counts twice and each answer
-// says what it saw. An error fails the call, but the counters that had
-// answered before it have counted: Redis decides each on its own. With the
-// over-limit cache, a counter it holds as over is answered from it and not
-// asked (nor counted); a window counter found over is put in it.
+// countEvery counts every counter's hits in one round trip
+// (store.Request.Charge), in order: a counter named twice counts twice. An
+// error fails the call, but the counters answered before it have counted.
+// A counter the over-limit cache holds is answered from it, not counted; a
+// window counter found over is put in it.
 func (s *Service) countEvery(ctx context.Context, cs []Counter, counts []Count) error {
 	var sent time.Time
 	var cached []bool // counters the cache answered

@@ -11,9 +11,7 @@ import (
 	"github.com/limitd/limitd/store"
 )
 
-// The errors callers branch on (errors.Is), the domain's (limiter's): every
-// layer names them the same. Bad input is a *limiter.FieldError, which
-// matches ErrInvalid; a store that is closed answers ErrUnavailable.
+// The errors callers branch on (errors.Is), the domain's (limiter's).
 var (
 	ErrInvalid     = limiter.ErrInvalid
 	ErrNotFound    = limiter.ErrNotFound
@@ -22,9 +20,8 @@ var (
 )
 
 // NotHeldError is a lease or a client's capacity that an existing limiter
-// does not hold (released already, or expired). It matches ErrNotFound, and
-// names the input at fault (lease_id, client_id). When the limiter itself
-// does not exist, the store's ErrNotFound is returned instead.
+// does not hold (released already, or expired). It matches ErrNotFound and
+// names the input at fault (lease_id, client_id).
 type NotHeldError struct {
 	Field  string
 	Detail string
@@ -34,16 +31,14 @@ type NotHeldError struct {
 func (e *NotHeldError) Error() string { return e.Detail }
 func (e *NotHeldError) Unwrap() error { return e.Err }
 
-// invalid is bad input naming field: "field: rule (got value)" (value nil:
-// no "got").
+// invalid is bad input naming field (value nil: none to repeat).
 func invalid(field, rule string, value any) error {
 	return &limiter.FieldError{Field: field, Rule: rule, Value: value}
 }
 
-// specFault names "spec" when a config given as a rate spec string is at
-// fault: limiter reports the spec's parts as rate, burst and spec.verb, but
-// the caller sent only "spec". prefix is the config's path in the request
-// ("limiter" inside a template).
+// specFault names "spec" when a config given as a spec string is at fault
+// (limiter names its parts: rate, burst, spec.verb). prefix is the config's
+// path in the request ("limiter" inside a template).
 func specFault(err error, spec, prefix string) error {
 	var fe *limiter.FieldError
 	if spec == "" || !errors.As(err, &fe) {
@@ -63,16 +58,13 @@ func specFault(err error, spec, prefix string) error {
 func quoted(s string) string { return fmt.Sprintf("%q", s) }
 
 // The causes of an ErrUnavailable that the operator fixes in a known way
-// (errors.Is): at most one holds for an error, and none for a timeout, a
-// refused connection and the like.
+// (errors.Is): at most one holds for an error.
 var (
 	// ErrRedisUnauthorized: Redis refused limitd's credentials (WRONGPASS,
 	// NOAUTH) or its user's permissions forbid a command or key (NOPERM).
 	ErrRedisUnauthorized = store.ErrUnauthorized
-	// ErrRedisLoading: Redis is loading its dataset (LOADING).
-	ErrRedisLoading = store.ErrLoading
-	// ErrRedisReadOnly: limitd writes to a read-only replica (READONLY).
-	ErrRedisReadOnly = store.ErrReadOnly
+	ErrRedisLoading      = store.ErrLoading  // Redis is loading its dataset (LOADING)
+	ErrRedisReadOnly     = store.ErrReadOnly // limitd writes to a read-only replica (READONLY)
 )
 
 // RedisCause is which of the known causes keeps Redis from serving.
@@ -87,8 +79,7 @@ const (
 )
 
 // RedisCauseOf is the known cause of err (RedisCauseOther when it has none,
-// or does not match ErrUnavailable at all): the one classification every
-// front end and status reads.
+// or does not match ErrUnavailable).
 func RedisCauseOf(err error) RedisCause {
 	switch {
 	case !errors.Is(err, ErrUnavailable):
@@ -111,23 +102,20 @@ type Unavailability struct {
 	// ones (timeout, connection refused, ...).
 	Condition string
 	// Description says in one sentence what the condition means and what to
-	// look at, with no part of the underlying error's text (no address, no
-	// password): safe to show to any client.
+	// look at, with no part of the underlying error's text: safe to show to
+	// any client.
 	Description string
-	// Cause is the known cause, if any.
-	Cause RedisCause
-	// Fix says what the operator changes, naming the setting (the
-	// Service's RedisSettings), for a known cause ("" for others, and from
-	// UnavailabilityOf).
+	Cause       RedisCause
+	// Fix says what the operator changes for a known cause, naming the
+	// setting (RedisSettings); "" from UnavailabilityOf.
 	Fix string
 	// OneLimiter: the condition is one limiter's alone (its state in a
-	// layout this limitd does not read), where every other is Redis's.
+	// layout this limitd does not read).
 	OneLimiter bool
 }
 
 // UnavailabilityOf tells why err (matching ErrUnavailable) happened; ok is
-// false when err names no condition. Fix is empty: Service.Unavailability
-// knows the settings to name.
+// false when err names no condition.
 func UnavailabilityOf(err error) (u Unavailability, ok bool) {
 	var ue *store.UnavailableError
 	if !errors.As(err, &ue) {
@@ -140,11 +128,8 @@ func UnavailabilityOf(err error) (u Unavailability, ok bool) {
 // RedisSettings name the settings through which the operator gives limitd
 // its Redis, for the fixes an Unavailability names.
 type RedisSettings struct {
-	// Address names the Redis to use (default LIMITD_REDIS_URL).
-	Address string
-	// Credentials holds the user name and password (default
-	// LIMITD_REDIS_URL, where they are the URL's user information).
-	Credentials string
+	Address     string // names the Redis to use (default LIMITD_REDIS_URL)
+	Credentials string // holds the user name and password (default Address)
 }
 
 func (r RedisSettings) orDefault() RedisSettings {
@@ -183,9 +168,8 @@ const explainTimeout = 500 * time.Millisecond
 
 // Explain is err, or, when err is a lost connection with no named cause,
 // the named cause a probe finds: Redis closes the connection of a client
-// that did not authenticate once it sends a long request, so a decision
-// may see only the connection close where a plain write (Ready) hears
-// NOAUTH. The probe is sent only on such a failure, within explainTimeout.
+// that did not authenticate once it sends a long request, where a plain
+// write (Ready) hears NOAUTH.
 func (s *Service) Explain(ctx context.Context, err error) error {
 	u, ok := UnavailabilityOf(err)
 	if !ok || u.Cause != RedisCauseOther || u.Condition != "connection lost" {

@@ -8,26 +8,18 @@ import (
 	"github.com/limitd/limitd"
 )
 
-// Grants: what a client pool over a front end (client.NewHTTP) takes from a
-// schedule in one call and dispenses locally, and hands back when it will
-// not use the last permits.
-//
-// A handback needs the whole grant, the part only the store makes
-// (limitd.GrantOrigin) included. The grant's Token carries all of it, so the
-// service keeps nothing: any replica, a restarted one included, takes the
+// GrantRequest asks a limiter for permits for a client pool, which
+// dispenses them locally and hands back the ones it will not use. The
+// grant's Token carries all a handback needs, so any replica takes the
 // handback of a grant another issued.
-
-// GrantRequest asks a limiter for permits for a client pool.
 type GrantRequest struct {
 	Name    string
 	Permits int64         // ≥ 1
 	MaxWait time.Duration // limitd.Forever: no bound; negative is 0
 }
 
-// Grant is a grant (or its refusal: Granted false, no Token): the store's,
-// with what a pool needs to place each permit on the schedule, and the
-// Token that names it in its handback: an opaque string carrying what the
-// handback needs (see HandbackRequest).
+// Grant is a grant (or its refusal: Granted false, no Token), with the
+// opaque Token its handback names it by.
 type Grant struct {
 	limitd.Grant
 	Token string
@@ -65,9 +57,8 @@ type HandbackRequest struct {
 }
 
 // Handback gives a grant's last permits back: the schedule is rewound when
-// nothing was taken since (rewound: true), else their time counts as idle.
-// A grant is handed back once; a second handback changes nothing. A token
-// that is not a grant of this limiter (garbled, or another limiter's) is
+// nothing was taken since, else their time counts as idle. A second
+// handback changes nothing. A token that is not a grant of this limiter is
 // bad input naming grant.id.
 func (s *Service) Handback(ctx context.Context, r HandbackRequest) (rewound bool, err error) {
 	if r.Permits < 1 || r.Permits > r.GrantPermits {

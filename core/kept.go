@@ -8,27 +8,19 @@ import (
 	"time"
 )
 
-// Lost reports which of the named limiters and templates Redis lost (a
-// node restarted without persistence, an index shard emptied): a limiter
-// whose config is gone or that List no longer names, a template the
-// template table lacks. Every name is checked, in one round trip per node
-// (store.Lost). What a configuration keeper applies again is what it
-// answers; when some checks fail, the names found lost are returned with an
-// error matching ErrUnavailable.
+// Lost reports which of the named limiters and templates Redis lost (see
+// store.Lost); when some checks fail, the names found lost are returned
+// with an error matching ErrUnavailable.
 func (s *Service) Lost(ctx context.Context, limiters, templates []string) (lostLimiters, lostTemplates []string, err error) {
 	return s.store.Lost(ctx, limiters, templates)
 }
 
 // Mark records which configuration was last applied to this Redis: sum (a
-// file's hash, say; empty without one) under the key <prefix>:boot, for an
-// operator to read. On a Redis Cluster it lives on one shard, and another
-// shard may restart empty while it stays: what each shard lost is told by
-// Lost, name by name.
+// file's hash; empty without one) under the key <prefix>:boot. On a Redis
+// Cluster it lives on one shard: what each shard lost is told by Lost.
 //
-// It is also how limitd tells that Redis lost its data: once Mark
-// succeeded, the marker missing means Redis forgot everything since
-// (CheckMarker). A Mark that succeeds ends a pending loss (DataLost): the
-// configuration was applied again before it.
+// Once Mark succeeded, the marker missing means Redis forgot everything
+// since (CheckMarker). A Mark that succeeds ends a pending loss.
 func (s *Service) Mark(ctx context.Context, sum string) error {
 	if err := s.store.Mark(ctx, sum); err != nil {
 		return err
@@ -40,9 +32,8 @@ func (s *Service) Mark(ctx context.Context, sum string) error {
 }
 
 // CheckMarker looks for limitd's marker once it was written (Mark): when it
-// is gone, Redis lost limitd's data, which is recorded (DataLost) at Redis'
-// time. It reports whether a loss is pending: found now or before, and the
-// configuration not marked again since.
+// is gone, Redis lost limitd's data (DataLost). It reports whether a loss
+// is pending: found now or before, and not marked again since.
 func (s *Service) CheckMarker(ctx context.Context) (pending bool, err error) {
 	if !s.marking() {
 		return false, nil
@@ -65,9 +56,7 @@ func (s *Service) marking() bool {
 	return s.loss.marked
 }
 
-// dataLoss is what the service knows of Redis losing its data: when it
-// was last found lost, whether the configuration is not applied again yet,
-// and how often it happened.
+// dataLoss is what the service knows of Redis losing its data.
 type dataLoss struct {
 	mu      sync.Mutex
 	marked  bool  // Mark succeeded once: a missing marker now means a loss
@@ -78,9 +67,8 @@ type dataLoss struct {
 }
 
 // DataLost records that Redis was found to have lost limitd's data at at
-// (Redis time, Unix ns): Ready fails until Mark succeeds again, after the
-// configuration was applied again. It reports whether this is a new loss
-// (false while one is already pending).
+// (Redis time, Unix ns): Ready fails until Mark succeeds again. It reports
+// whether this is a new loss (false while one is pending).
 func (s *Service) DataLost(at int64) bool {
 	s.loss.mu.Lock()
 	defer s.loss.mu.Unlock()
@@ -96,15 +84,13 @@ func (s *Service) DataLost(at int64) bool {
 	return true
 }
 
-// DataLosses is told each new data loss (DataLost), so that a keeper found
-// out by a readiness probe applies the configuration again at once rather
-// than at its next check. One keeper reads it.
+// DataLosses is told each new data loss, so that a keeper applies the
+// configuration again at once. One keeper reads it.
 func (s *Service) DataLosses() <-chan struct{} { return s.loss.found }
 
 // DataLoss reports when Redis was last found to have lost limitd's data
-// (Redis time, Unix ns; 0: never since this process started), whether the
-// configuration is still to be applied again, and how many losses this
-// process found.
+// (Redis time, Unix ns; 0: never), whether that loss is pending, and how
+// many losses this process found.
 func (s *Service) DataLoss() (at int64, pending bool, count int64) {
 	s.loss.mu.Lock()
 	defer s.loss.mu.Unlock()
@@ -112,7 +98,7 @@ func (s *Service) DataLoss() (at int64, pending bool, count int64) {
 }
 
 // ErrDataLost is what Ready answers (wrapped, matching ErrUnavailable too)
-// while a data loss is pending: the configuration is not in place again.
+// while a data loss is pending.
 var ErrDataLost = errors.New("redis lost limitd's data; the configuration is being applied again")
 
 // lostErr is Ready's error while a loss is pending, nil otherwise.

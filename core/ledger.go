@@ -8,23 +8,15 @@ import (
 	"github.com/limitd/limitd/store"
 )
 
-// Ledger counts decisions in memory and adds them to Redis once a second,
-// so that a limiter's totals (Limiter.Totals) and a template's busiest
-// instances (Service.Top) are those of every limitd sharing the Redis. It
-// is an Observer: hand it to core.New as Options.Ledger, and run Run on a
-// goroutine the caller owns, which flushes a last time when it stops.
+// Ledger counts decisions in memory (store.Tally: no Redis command on the
+// decision's path) and adds them to Redis once a second, so that a
+// limiter's totals and a template's busiest instances (Service.Top) are
+// those of every limitd sharing the Redis. Hand it to core.New as
+// Options.Ledger and run Run on a goroutine the caller owns.
 //
-// Counting costs no Redis command on the decision's path, granted or
-// refused: a decision adds to a map under the mutex of one of the tally's
-// shards, the one its name picks. The counts, their bound
-// (MaxNames) and each flush's bounded cost are store.Tally's, which the Go
-// client over Redis flushes its refusals through too.
-//
-// What counts: a rate decision granted or charged counts as granted; denied
-// or refused in shadow mode as refused; one "voided" (a limiter of a
-// several-limit call another refused) not at all. A concurrency slot counts
-// as one permit the same way. Share capacity and lease renewals do not
-// count.
+// A rate decision granted or charged counts as granted; denied or shadow
+// as refused; voided not at all. A concurrency slot counts as one permit
+// the same way. Share capacity and leases do not count.
 type Ledger struct {
 	every time.Duration
 	tally *store.Tally
@@ -73,8 +65,7 @@ func (l *Ledger) Decided(e Event) {
 // Overflow is store.Tally.Overflow.
 func (l *Ledger) Overflow() int64 { return l.tally.Overflow() }
 
-// Run flushes every interval until ctx is done, then flushes once more (for
-// at most 2 s) and returns.
+// Run flushes every interval until ctx is done, then once more (within 2 s).
 func (l *Ledger) Run(ctx context.Context) {
 	tick := time.NewTicker(l.every)
 	defer tick.Stop()
@@ -91,6 +82,5 @@ func (l *Ledger) Run(ctx context.Context) {
 	}
 }
 
-// Flush is store.Tally.Flush: it adds what was counted since the last
-// flush to Redis.
+// Flush adds what was counted since the last flush to Redis.
 func (l *Ledger) Flush(ctx context.Context) error { return l.tally.Flush(ctx) }

@@ -89,7 +89,7 @@ func TestLedgerTotals(t *testing.T) {
 		t.Errorf("user:1: %+v, %v; want an instance of per-user without totals", v, err)
 	}
 	want = Totals{GrantedCalls: 1, GrantedPermits: 2, RefusedCalls: 1, RefusedPermits: 2}
-	if got, err := a.store.TemplateTotals(ctx, "per-user"); err != nil || Totals(got) != want {
+	if got, err := a.store.backend.(*store.Store).TemplateTotals(ctx, "per-user"); err != nil || Totals(got) != want {
 		t.Errorf("per-user: %+v, %v; want %+v", got, err, want)
 	}
 	if n := len(m.Keys()); n == 0 {
@@ -221,7 +221,7 @@ func TestLedgerCap(t *testing.T) {
 	if err := l.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := s.store.TemplateTotals(ctx, "per-user"); err != nil || c != (limitd.Counts{GrantedCalls: 1, GrantedPermits: 3, RefusedCalls: 5, RefusedPermits: 5}) {
+	if c, err := s.store.backend.(*store.Store).TemplateTotals(ctx, "per-user"); err != nil || c != (limitd.Counts{GrantedCalls: 1, GrantedPermits: 3, RefusedCalls: 5, RefusedPermits: 5}) {
 		t.Errorf("template counts %+v, %v", c, err)
 	}
 	if c, err := s.store.Totals(ctx, []string{"orders"}); err != nil || !c[0].IsZero() {
@@ -291,7 +291,7 @@ func TestLedgerConcurrent(t *testing.T) {
 	if err := l.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.store.TemplateTotals(ctx, "per-user")
+	got, err := s.store.backend.(*store.Store).TemplateTotals(ctx, "per-user")
 	if want := (limitd.Counts{GrantedCalls: workers * each, GrantedPermits: 2 * workers * each}); err != nil || got != want {
 		t.Errorf("template totals %+v, %v; want %+v", got, err, want)
 	}

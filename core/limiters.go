@@ -11,29 +11,25 @@ import (
 	"github.com/limitd/limitd/store"
 )
 
-// Limiter is a limiter with its live state. Share and concurrency limiters
-// have no schedule, so no state: State is nil for them.
+// Limiter is a limiter with its live state.
 type Limiter struct {
 	limitd.Info
 	State   *limitd.WaitInfo // a rate limiter's
 	Holders *limitd.Holders  // a share or concurrency limiter's
 	// Totals are its decisions counted by every limitd on the Redis; nil
 	// for a template instance, whose decisions count under its template
-	// (Service.Top names its busiest): a count of its own would cost Redis
-	// a write a second for every key decided on.
+	// (see Service.Top): its own would cost a write a second per key.
 	Totals *Totals
-	// TTL is a template instance's (Info.Template set): the remaining time
-	// to live of its state, ns; 0 while it has none.
+	// TTL is a template instance's remaining time to live of its state, ns;
+	// 0 while it has none.
 	TTL int64
 }
 
 // Totals count a limiter's decisions, across every limitd sharing the
-// Redis. A refusal in shadow mode counts as refused (it is what would have
-// been refused); a charge counts as granted.
+// Redis. A refusal in shadow mode counts as refused; a charge as granted.
 type Totals = limitd.Counts
 
-// view returns info with its live state: a rate limiter's schedule, or a
-// lease limiter's holders.
+// view returns info with its live state and totals.
 func (s *Service) view(ctx context.Context, info limitd.Info) (Limiter, error) {
 	l, err := s.viewState(ctx, info)
 	if err != nil || info.Template != "" {
@@ -80,8 +76,7 @@ func (s *Service) viewState(ctx context.Context, info limitd.Info) (Limiter, err
 }
 
 // freshWindow gives a window limiter that has not counted yet the end of
-// the window now as its position, so that its state says when it resets
-// (a started one's comes from Redis).
+// the window now as its position (a started one's comes from Redis).
 func freshWindow(w *limitd.WaitInfo, cfg limiter.Config) {
 	if !w.Window || w.Started {
 		return
@@ -91,10 +86,8 @@ func freshWindow(w *limitd.WaitInfo, cfg limiter.Config) {
 	}
 }
 
-// Views returns the live state of each limiter of infos (as List or Get
-// read them): out[i] and errs[i] are what view answers for infos[i], the
-// rate limiters' read in one pipeline (store.WaitMany), the others one by
-// one. It is how a scrape or a sampler reads many limiters.
+// Views is view of each of infos: out[i] and errs[i] are infos[i]'s, the
+// rate limiters' read in one pipeline (store.WaitMany).
 func (s *Service) Views(ctx context.Context, infos []limitd.Info) (out []Limiter, errs []error) {
 	out, errs = make([]Limiter, len(infos)), make([]error, len(infos))
 	var rate []int
@@ -149,10 +142,8 @@ func (s *Service) Put(ctx context.Context, name string, cfg limiter.Config) (l L
 	return l, created, err
 }
 
-// Get returns a limiter with its live state, or a template instance's: the
-// name matches a template (and no limiter), its Info has the template's
-// config, version and id (Template), and its state is fresh while it has
-// none.
+// Get returns a limiter with its live state, or a template instance's
+// (its Info has the template's config, version and id).
 func (s *Service) Get(ctx context.Context, name string) (Limiter, error) {
 	info, err := s.info(ctx, name)
 	if err != nil {
@@ -178,8 +169,7 @@ func (s *Service) info(ctx context.Context, name string) (limitd.Info, error) {
 }
 
 // Patch reconfigures a limiter in place with the config change makes of its
-// canonical config (a JSON merge patch, in the HTTP API). A kind change is
-// ErrConflict: Put replaces.
+// canonical config. A kind change is ErrConflict: Put replaces.
 func (s *Service) Patch(ctx context.Context, name string, change func(cur limiter.Config) (limiter.Config, error)) (Limiter, error) {
 	info, err := s.store.Patch(ctx, name, func(cur limiter.Config) (limiter.Config, error) {
 		next, err := change(cur)
@@ -208,8 +198,8 @@ func (s *Service) Delete(ctx context.Context, name string) error {
 		return err
 	}
 	s.forgetOver(name)
-	// The store removes an instance's state even when it answers that no
-	// limiter of that name was there: its window counts go with it.
+	// An instance's state is gone even when the store answers not found:
+	// its window counts go with it.
 	if ferr := s.resetFixed(ctx, name); ferr != nil {
 		return ferr
 	}
@@ -275,8 +265,8 @@ func (s *Service) waitState(ctx context.Context, name string) (limitd.WaitInfo, 
 	return w, nil
 }
 
-// Reset starts a new schedule now (the backlog is forfeited, totals kept)
-// and returns the state after it.
+// Reset starts a new schedule now (the backlog forfeited, totals kept) and
+// returns the state after it.
 func (s *Service) Reset(ctx context.Context, name string) (limitd.WaitInfo, error) {
 	if _, err := s.store.Reset(ctx, name); err != nil {
 		return limitd.WaitInfo{}, err

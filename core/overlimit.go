@@ -11,33 +11,25 @@ import (
 // takes it: each entry holds its counter's name and about 200 bytes.
 const MaxOverLimitCache = 1_000_000
 
-// The over-limit cache (Options.OverLimitCache; under CountStrict see
-// countStrict, count.go): under CountEvery, a window
-// counter found over its limit answers every later call with hits "over"
-// without Redis until it could grant again, as the Envoy reference server's
-// local cache of keys over their limit does (its LOCAL_CACHE_SIZE_IN_BYTES).
+// The over-limit cache (Options.OverLimitCache): a window counter found
+// over its limit answers later calls with hits "over" without Redis until
+// it could grant again, as the Envoy reference server's local cache does
+// (LOCAL_CACHE_SIZE_IN_BYTES).
 //
-// Exactly: a fixed window's count only grows until its window ends, so a
-// counter that was over stays over until then; Redis says when (the
-// counter's delay after the charge: until its window's end, or for a
-// sliding window until one permit fits again). The cache maps that instant
-// onto the local monotonic clock conservatively, from the local time the
-// call was sent: sent + (that instant − Redis' time of the decision), which
-// falls at or before the instant itself (Redis decided after the call was
-// sent), so an entry never outlives the over state it remembers. A check (0
-// hits) is always asked of Redis: a sliding window's weight may let it pass
-// sooner.
+// A window counter that was over stays over until Redis' answer says (its
+// window's end, or for a sliding window until one permit fits). The cache
+// maps that instant onto the local monotonic clock from the time the call
+// was sent, which falls at or before the instant itself (Redis decided
+// after the call was sent): an entry never outlives the over state. A check
+// (0 hits) always asks Redis.
 //
-// Hits it answers are not counted (the reference does not increment the
-// keys in its cache either): the counter's count in Redis stays where the
-// last counted call left it. A reset or delete of the counter through this
-// service drops its entry (forgetOver). What the cache cannot see: a reset
-// through another process, or a limit raised through the API, takes effect
-// for a cached counter only when its entry ends (at the latest at its
-// window's end); rules reloaded by a front end clear it (ClearOverLimit).
+// Hits it answers are not counted, as the reference's are not. A reset or
+// delete through this service drops the entry; one through another
+// process, or a raised limit, takes effect when the entry ends; reloaded
+// rules clear it (ClearOverLimit).
 
-// overLimit is the cache: at most max entries, the oldest dropped first.
-// Every window of one rule is as long, so the oldest entry ends first.
+// overLimit is the cache: at most max entries, the oldest dropped first
+// (every window of one rule is as long, so the oldest ends first).
 type overLimit struct {
 	mu      sync.Mutex
 	max     int
@@ -46,18 +38,14 @@ type overLimit struct {
 	next    int      // where the next name goes in ring
 }
 
-// overEntry is what a cached answer tells: the counter's limit, its count
-// when it was last counted, when its window resets (Redis ns) and the
-// Redis time of that decision; until (local, monotonic) is when the entry
-// ends, and at the local time the call was sent.
+// overEntry is what a cached answer tells; until (local, monotonic) is
+// when it ends, at the local time the call was sent.
 type overEntry struct {
 	until, at       time.Time
 	limit, used     int64
-	reset, redisNow int64
-	// d is what of the decision names the limiter (its Instance and
-	// Version: limiterShadow's and report's).
-	d    limitd.Decision
-	slot int // its place in ring
+	reset, redisNow int64           // Redis ns
+	d               limitd.Decision // its Instance and Version name the limiter
+	slot            int             // its place in ring
 }
 
 func newOverLimit(n int) *overLimit {
@@ -82,8 +70,8 @@ func (c *overLimit) get(name string, now time.Time) (overEntry, bool) {
 	return e, true
 }
 
-// put remembers name as over until e.until, replacing an entry it had;
-// a new name takes the place of the oldest when the cache is full.
+// put remembers name as over until e.until; a new name takes the place of
+// the oldest when the cache is full.
 func (c *overLimit) put(name string, e overEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -111,7 +99,6 @@ func (c *overLimit) forget(name string) {
 	delete(c.entries, name)
 }
 
-// clear empties the cache.
 func (c *overLimit) clear() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -120,17 +107,15 @@ func (c *overLimit) clear() {
 	c.next = 0
 }
 
-// count is a cached counter's Count at now (local): over, not counted, its
-// window's limit and reset, and Redis' time estimated from the decision's
-// (the time passed since the call was sent: never behind Redis').
+// count is a cached counter's Count at now (local), Redis' time estimated
+// from the decision's (never behind Redis').
 func (e overEntry) count(now time.Time) Count {
 	return Count{Over: true, Window: true, Limit: e.limit, Used: e.used, Reset: e.reset,
 		Now: e.redisNow + int64(now.Sub(e.at))}
 }
 
-// ClearOverLimit empties the over-limit cache (Options.OverLimitCache): a
-// front end whose rules change calls it, so that no answer outlives the
-// rule that made it.
+// ClearOverLimit empties the over-limit cache: a front end whose rules
+// change calls it, so that no answer outlives the rule that made it.
 func (s *Service) ClearOverLimit() {
 	if s.over != nil {
 		s.over.clear()

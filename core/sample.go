@@ -7,13 +7,10 @@ import (
 	"github.com/limitd/limitd"
 )
 
-// Sampler reads the same limiters again and again, as a Watcher samples
-// them: it keeps each limiter's config and reads it again only when
-// the limiter's version moved (Changed was told, or its live state answered
-// another version) or its live state could not be read as its kind's (a PUT
-// of another kind). So a sample reads the live states alone, the rate
-// limiters' in one pipeline (Views). A sampler is not safe for concurrent
-// use: it belongs to one Watcher's loop.
+// Sampler reads the same limiters again and again: it keeps each config
+// and reads it again only when the version moved (Changed, or the live
+// state answered another version) or the kind changed, so a sample reads
+// the live states alone (Views). It is not safe for concurrent use.
 type Sampler struct {
 	s     *Service
 	infos map[string]limitd.Info
@@ -22,12 +19,10 @@ type Sampler struct {
 // Sampler returns a Sampler that keeps nothing yet.
 func (s *Service) Sampler() *Sampler { return &Sampler{s: s, infos: map[string]limitd.Info{}} }
 
-// Changed forgets the config kept for name: a change to it was published,
-// and the next sample reads it.
+// Changed forgets the config kept for name: a change to it was published.
 func (p *Sampler) Changed(name string) { delete(p.infos, name) }
 
-// GetAll is Service.Get for each of names: out[i] and errs[i] are names[i]'s
-// limiter with its live state, or the error Get would answer.
+// GetAll is Service.Get for each of names: out[i] and errs[i] are names[i]'s.
 func (p *Sampler) GetAll(ctx context.Context, names []string) (out []Limiter, errs []error) {
 	out, errs = make([]Limiter, len(names)), make([]error, len(names))
 	var kept []int

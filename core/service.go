@@ -18,39 +18,24 @@ const (
 
 // Options configure a Service.
 type Options struct {
-	// Observer sees every decision and store call (nil: none). It is the
-	// service's one observer, whatever front end calls it: limitd serve
-	// hands it internal/coremetrics' (the Prometheus series of /metrics).
-	Observer Observer
+	Observer Observer // sees every decision and store call (nil: none)
 	// DecideTimeout bounds the Redis part of one acquire (not the wait of a
-	// blocking one); 0: 1.5 s. A healthy Redis answers in a millisecond, and
-	// a hung one must not hold callers longer than any other call (about
-	// 1 s: store.NewClient's timeouts, one retry).
+	// blocking one); 0: 1.5 s, so that a hung Redis holds callers no longer
+	// than any other call (store.NewClient's timeouts, one retry).
 	DecideTimeout time.Duration
-	// Clock is what a blocking acquire reads and sleeps on (nil:
-	// limiter.SystemClock()).
-	Clock limiter.Clock
-	// Shadow puts every limiter in shadow mode (see shadow.go), whatever
-	// its config says: LIMITD_SHADOW_MODE.
-	Shadow bool
-	// QuotaMode makes every counter of a metered call a quota counter
-	// (Count): the call is refused only when all of them are over.
-	QuotaMode bool
-	// Ledger counts decisions into Redis totals (nil: none, totals stay
-	// as other processes count them); it observes beside Observer. The
-	// caller runs its Run.
+	Clock         limiter.Clock // a blocking acquire's (nil: limiter.SystemClock())
+	Shadow        bool          // every limiter in shadow mode (shadow.go): LIMITD_SHADOW_MODE
+	QuotaMode     bool          // every counter of a metered call a quota counter (Count)
+	// Ledger counts decisions into Redis totals beside Observer (nil:
+	// none); the caller runs its Run.
 	Ledger *Ledger
-	// OverLimitCache is how many window counters Count may remember as
-	// over their limit, to answer them without Redis until they could
-	// grant again (see overlimit.go); 0: none, every call asks Redis.
+	// OverLimitCache is how many window counters Count may remember as over
+	// their limit (overlimit.go); 0: none.
 	OverLimitCache int
-	// Redis names the settings that give limitd its Redis, for the fixes
-	// Unavailability names (zero: LIMITD_REDIS_URL).
-	Redis RedisSettings
+	Redis          RedisSettings // named by Unavailability's fixes
 	// Counting is how the Envoy rules count (LIMITD_GRPC_COUNTING): under
-	// CountEvery, the default, a template with FixedWindows is put as it
-	// is; under CountStrict it is put without (its instances count in
-	// their state, as a strict call counts them).
+	// CountStrict a template is put without FixedWindows (its instances
+	// count in their state, as a strict call counts them).
 	Counting Counting
 }
 
@@ -60,28 +45,23 @@ const defaultDecideTimeout = 1500 * time.Millisecond
 // use; it keeps no state a replica would need from another (grants travel
 // with their token), only hints that save round trips.
 type Service struct {
-	store  timed // the store, each call reported to obs
-	obs    Observer
-	decide time.Duration
-	clock  limiter.Clock
-	slots  hints[struct{}] // names seen to be concurrency limiters
-	shadow bool            // every limiter in shadow mode (Options.Shadow)
-	quota  bool            // every counter of a metered call a quota counter (Options.QuotaMode)
-	// shadows remembers named limiters' shadow mode by version (shadow.go).
-	shadows hints[shadowHint]
-	// over is the over-limit cache (overlimit.go; nil: none).
-	over *overLimit
-	// instances caches counts of templates' instances (CachedInstances).
+	store     timed // the store, each call reported to obs
+	obs       Observer
+	decide    time.Duration
+	clock     limiter.Clock
+	slots     hints[struct{}]   // names seen to be concurrency limiters
+	shadows   hints[shadowHint] // named limiters' shadow mode by version
+	shadow    bool              // Options.Shadow
+	quota     bool              // Options.QuotaMode
+	over      *overLimit        // nil: none
 	instances instanceCache
-	ledger    *Ledger // Options.Ledger
+	ledger    *Ledger
 	redis     RedisSettings
-	// loss is what is known of Redis losing limitd's data (kept.go).
-	loss     dataLoss
-	counting Counting // Options.Counting
+	loss      dataLoss
+	counting  Counting
 }
 
-// LedgerOverflow is the Ledger's Overflow: decisions counted only under
-// their template, the interval having its most names (0 without a ledger).
+// LedgerOverflow is the Ledger's Overflow (0 without a ledger).
 func (s *Service) LedgerOverflow() int64 {
 	if s.ledger == nil {
 		return 0
@@ -112,7 +92,6 @@ func New(st *store.Store, o Options) *Service {
 	return over(st, o)
 }
 
-// over is New over any backend.
 func over(st backend, o Options) *Service {
 	s := &Service{obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode,
 		counting: o.Counting, over: newOverLimit(o.OverLimitCache), redis: o.Redis.orDefault()}
@@ -135,11 +114,7 @@ func over(st backend, o Options) *Service {
 }
 
 // Ready reports whether limitd can decide: every Redis master it needs
-// accepts a write (store.Ready).
-//
-// Once limitd's marker was written (Mark), Ready also fails while Redis
-// has lost limitd's data and the configuration is not applied again
-// (ErrDataLost): its marker found gone, here or by a keeper (CheckMarker).
+// accepts a write (store.Ready), and no data loss is pending (ErrDataLost).
 func (s *Service) Ready(ctx context.Context) error {
 	if err := s.store.Ready(ctx); err != nil {
 		return err
@@ -152,9 +127,8 @@ func (s *Service) Ready(ctx context.Context) error {
 	return s.lostErr()
 }
 
-// subjectOf names the subject of a rate decision whose reply said whether a
-// template instance answered: the limiter's name, or the template's id
-// (never an instance's name). It costs a round trip only for an instance.
+// subjectOf names the subject of a rate decision: the limiter's name, or an
+// instance's template id (a round trip, only for an instance).
 func (s *Service) subjectOf(ctx context.Context, name string, instance bool) (lim, tpl string) {
 	if !instance {
 		return name, ""
@@ -166,8 +140,7 @@ func (s *Service) subjectOf(ctx context.Context, name string, instance bool) (li
 }
 
 // subject is subjectOf for kinds whose replies do not say whether a template
-// instance answered (share, concurrency): it asks Redis when a template
-// matches the name.
+// instance answered: it asks Redis when a template matches the name.
 func (s *Service) subject(ctx context.Context, name string) (lim, tpl string) {
 	t, err := s.store.Resolve(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
@@ -183,8 +156,7 @@ func (s *Service) subject(ctx context.Context, name string) (lim, tpl string) {
 	return "", t.ID
 }
 
-// instanceOf is the instance name of an event on name whose subject is the
-// template tpl: name, or "" when tpl is.
+// instanceOf is an event's Instance: name when its subject is a template.
 func instanceOf(name, tpl string) string {
 	if tpl == "" {
 		return ""
@@ -192,8 +164,7 @@ func instanceOf(name, tpl string) string {
 	return name
 }
 
-// event reports a decision on name of a kind whose reply does not say
-// whether an instance answered.
+// event reports a decision of a kind whose reply names no instance.
 func (s *Service) event(ctx context.Context, kind EventKind, name, outcome string) {
 	lim, tpl := s.subject(ctx, name)
 	s.obs.Decided(Event{Kind: kind, Limiter: lim, Template: tpl, Instance: instanceOf(name, tpl), Outcome: outcome})

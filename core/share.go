@@ -20,18 +20,11 @@ type CapacityRequest struct {
 	Priority float64 // 0 ≤ Priority ≤ limitd.MaxPriority; 0 counts as 1
 }
 
-// check returns the store's request, or bad input naming the field at
-// fault. The store checks the same rules; checking here first keeps bad
-// input away from Redis whatever the store does.
-func (r *CapacityRequest) check() (limitd.CapacityRequest, error) {
-	sr := limitd.CapacityRequest{ClientID: r.ClientID, Wants: r.Wants, Has: r.Has, Priority: r.Priority}
-	return sr, sr.Check()
-}
-
 // Capacity asks a share limiter for capacity on behalf of one client.
 func (s *Service) Capacity(ctx context.Context, r CapacityRequest) (limitd.CapacityLease, error) {
-	sr, err := r.check()
-	if err != nil {
+	// checked here too, so that bad input never reaches Redis
+	sr := limitd.CapacityRequest{ClientID: r.ClientID, Wants: r.Wants, Has: r.Has, Priority: r.Priority}
+	if err := sr.Check(); err != nil {
 		return limitd.CapacityLease{}, err
 	}
 	l, err := s.store.Capacity(ctx, r.Name, sr)
@@ -47,7 +40,6 @@ func (s *Service) Capacity(ctx context.Context, r CapacityRequest) (limitd.Capac
 	return l, nil
 }
 
-// capacityOutcome is the outcome of an EventCapacity.
 func capacityOutcome(wants float64, l limitd.CapacityLease) string {
 	switch {
 	case l.Learning:

@@ -8,45 +8,34 @@ import (
 )
 
 // Reading is one limiter's live state as an operator reads it: each kind's
-// meaning in its own field, worked out here once for every reader (the
-// event streams, /v1/history, /metrics, limitd ctl watch and the page take
-// it as it is). Fields that do not apply to the limiter's kind are zero;
-// the flags say which apply.
+// meaning in its own field, worked out here once for every reader. Fields
+// that do not apply to the limiter's kind are zero; the flags say which
+// apply.
 type Reading struct {
 	Now int64 // Redis time of the read, Unix ns
-	// Rate: a rate kind (schedule, smooth, window): Permits is the total it
-	// granted, as its state in Redis counts it (whoever took them: a server,
-	// a Go client's pool, a gRPC rule), and Delay how long a new caller
+	// Rate: a rate kind: Permits is the total it granted, as its state in
+	// Redis counts it (whoever took them), and Delay how long a new caller
 	// asking one permit would wait now.
-	Rate    bool
-	Permits int64
-	Delay   int64
+	Rate           bool
+	Permits, Delay int64
 	// Scheduled: a kind with a schedule (not a window). Backlog is its wait
 	// time (schedule: time nobody claimed; smooth: its stored time), and
 	// LatenessTotal the lateness of every grant added up.
-	Scheduled     bool
-	Backlog       int64
-	LatenessTotal int64
-	// Counted: a kind that counts permits against a limit (window): Limit
-	// per window, Remaining in the current one, which ends at ResetAt.
-	Counted   bool
-	Limit     int64
-	Remaining int64
-	ResetAt   int64
+	Scheduled              bool
+	Backlog, LatenessTotal int64
+	// Counted: a window: Limit per window, Remaining in the current one,
+	// which ends at ResetAt.
+	Counted                   bool
+	Limit, Remaining, ResetAt int64
 	// Slots: a concurrency limiter: InUse of Limit slots held, Free left,
 	// and the earliest lease expiry (NextExpiry, Unix ns; 0 with none held).
-	// A slot frees when its holder releases it, usually long before.
-	Slots      bool
-	InUse      int64
-	Free       int64
-	NextExpiry int64
-	// Shares: a share limiter: Held of Capacity by its holders, who want
+	Slots                   bool
+	InUse, Free, NextExpiry int64
+	// Shares: a share limiter: Held of Capacity by its Holders, who want
 	// Wanted in all.
-	Shares   bool
-	Held     float64
-	Wanted   float64
-	Capacity float64
-	Holders  int
+	Shares                 bool
+	Held, Wanted, Capacity float64
+	Holders                int
 }
 
 // ReadingOf reads l's live state by its kind.
@@ -61,9 +50,7 @@ func ReadingOf(l Limiter) Reading {
 			if !w.Started {
 				r.Remaining = w.Limit
 			}
-			// A window grants now or when it resets: a new caller waits
-			// only when none is left.
-			r.Delay = 0
+			r.Delay = 0 // a window grants now, or when it resets if none is left
 			if r.Remaining < 1 {
 				r.Delay = max(0, r.ResetAt-w.Now)
 			}
@@ -98,10 +85,8 @@ func ReadingOf(l Limiter) Reading {
 	return Reading{}
 }
 
-// used is how much of the limiter's capacity its state says is used now:
-// a window's permits taken over its limit, a concurrency limiter's slots in
-// use over its limit, a share's capacity held over its capacity. A
-// schedule's use is a rate, measured over samples (ok false).
+// used is the part of the limiter's capacity its state says is used now;
+// a schedule's use is a rate, measured over samples (ok false).
 func (r Reading) used() (u float64, ok bool) {
 	switch {
 	case r.Counted:
@@ -123,11 +108,8 @@ func part(n, whole float64) float64 {
 }
 
 // queued reports whether a new caller's wait says callers queue: a window
-// out of permits (any wait); a scheduled limiter whose next permit is
-// further away than the pace of two permits. A rate limiter used well below
-// its rate still has its next permit up to one interval ahead right after a
-// grant: that is pacing, not a queue. A concurrency limiter's callers are
-// refused, not queued: its fullness is its utilization.
+// out of permits; a scheduled limiter whose next permit is further away
+// than the pace of two permits (one interval ahead is pacing, not a queue).
 func (r Reading) queued(rate float64) bool {
 	switch {
 	case r.Delay <= 0:
@@ -139,10 +121,9 @@ func (r Reading) queued(rate float64) bool {
 }
 
 // Health says whether a limiter needs an operator, as the shipped alerts
-// decide it: refusing callers (LimitdRefusing), saturated
-// (LimitdSaturated's utilization, or callers queueing), or in shadow mode
-// refusing nobody though it would refuse some (never a problem: nobody was
-// turned away).
+// decide it: refusing callers (LimitdRefusing), saturated (LimitdSaturated's
+// utilization, or callers queueing), or in shadow mode refusing nobody
+// though it would refuse some.
 type Health string
 
 // The healths.
@@ -161,46 +142,37 @@ type Signals struct {
 	At   int64 // Redis time of the sample, Unix ns
 	Span int64 // the Redis time the rates are measured over, ns; 0: no rate yet
 	// GrantedPerS is the permits granted a second: a rate kind's from its
-	// state in Redis (every path that took permits), a lease kind's from
-	// the decision totals. GrantedCallsPerS is the calls granted as the
-	// front ends of limitd count them (a Go client's pool over Redis takes
-	// permits in batches, not calls: its calls are not counted).
-	GrantedPerS      float64
-	GrantedCallsPerS float64
+	// state in Redis, a lease kind's from the decision totals.
+	// GrantedCallsPerS is the calls granted as limitd's front ends count
+	// them (a Go client's pool over Redis takes permits in batches: not
+	// counted).
+	GrantedPerS, GrantedCallsPerS float64
 	// RefusedPerS and RefusedCallsPerS are the permits and calls refused a
-	// second, as every front end (and the Go client over Redis) counts
-	// them; a limiter in shadow mode refuses nobody, and its would-be
+	// second; a limiter in shadow mode refuses nobody, and its would-be
 	// refusals are ShadowRefusedPerS.
-	RefusedPerS       float64
-	RefusedCallsPerS  float64
-	ShadowRefusedPerS float64
+	RefusedPerS, RefusedCallsPerS, ShadowRefusedPerS float64
 	// Utilization: a rate limiter's granted permits a second over the last
-	// UtilizationSpan over its rate; a window's permits taken over its
-	// limit; a share's capacity held over its capacity; a concurrency
-	// limiter's slots in use over its limit.
+	// UtilizationSpan over its rate; else Reading's part of its capacity
+	// used (a window's limit, a share's capacity, a concurrency limit).
 	Utilization float64
-	// Wait is how long a new caller asking one permit would wait now: a
-	// scheduled limiter's delay, a window out of permits' time to its
-	// reset; 0 for a lease kind (see Reading.NextExpiry).
+	// Wait is how long a new caller asking one permit would wait now; 0 for
+	// a lease kind (see Reading.NextExpiry).
 	Wait      int64
 	Saturated bool // refused or queueing callers, or utilization ≥ SaturatedUtilization
 	Shadow    bool // the limiter is in shadow mode
 	Health    Health
-	// Instance is a template instance's: its decisions count under its
-	// template (Template), whose busiest instances the ledger keeps; its
-	// refusals and grants here are its counts there over the last
-	// InstanceMinutes (Tracked false: not among the busiest, so not known).
+	// Instance is a template instance's counts in its template's busiest
+	// instances over the last InstanceMinutes.
 	Instance *InstanceCounts
 }
 
 // InstanceCounts are a template instance's decisions as its template's
 // busiest-instances sets hold them.
 type InstanceCounts struct {
-	Template string
-	Since    int64 // Unix ns, Redis clock
-	Tracked  bool  // among the template's busiest: the counts are known
-	Granted  int64
-	Refused  int64
+	Template         string
+	Since            int64 // Unix ns, Redis clock
+	Tracked          bool  // among the template's busiest: the counts are known
+	Granted, Refused int64
 }
 
 // RefusedShare is the part of its permits an instance was refused.
@@ -214,21 +186,15 @@ const (
 	// as saturated even with no caller refused or waiting (LimitdSaturated's).
 	SaturatedUtilization = 0.95
 	// UtilizationSpan is the Redis time a rate limiter's utilization is
-	// measured over: its granted permits a second over the last 10 s.
+	// measured over.
 	UtilizationSpan = 10 * time.Second
 	// RateSpan is the least Redis time a sample's rates are measured over:
-	// reads that land 0 to a few seconds apart, and counts added to Redis
-	// once a second by each process, chart steadily when each rate spans
-	// several seconds of them.
-	RateSpan = 5 * time.Second
-	// HistoryLen is how many samples a limiter's history keeps: 15 minutes
-	// at one a second.
-	HistoryLen = 900
-	// InstanceMinutes is the period an instance's counts are read over.
-	InstanceMinutes = 5
-	// instanceRefusing is the part refused from which an instance is
-	// refusing.
-	instanceRefusing = 0.01
+	// reads land 0 to a few seconds apart and each process adds its counts
+	// once a second, so a rate over several seconds charts steadily.
+	RateSpan         = 5 * time.Second
+	HistoryLen       = 900  // samples a limiter's history keeps: 15 min at one a second
+	InstanceMinutes  = 5    // the period an instance's counts are read over
+	instanceRefusing = 0.01 // the part refused from which an instance is refusing
 )
 
 // point is a limiter's counts at a Redis time.
@@ -238,12 +204,11 @@ type point struct {
 	Totals
 }
 
-// pointsKept bounds the points a series keeps: enough to span
-// UtilizationSpan at several reads a second.
+// pointsKept bounds a series' points: UtilizationSpan at several reads a
+// second.
 const pointsKept = 64
 
-// series is one limiter's recent points and its history of samples, both
-// rings.
+// series is one limiter's recent points and history of samples, both rings.
 type series struct {
 	kind    limiter.Kind
 	points  [pointsKept]point
@@ -274,15 +239,14 @@ func (sm sample) signals() Signals {
 	return s
 }
 
-// wide is f as the float64 of its shortest decimal: 0.4, not
-// 0.4000000059604645.
+// wide is f as the float64 of its shortest decimal: 0.4, not 0.40000000596.
 func wide(f float32) float64 {
 	v, _ := strconv.ParseFloat(strconv.FormatFloat(float64(f), 'g', -1, 32), 64)
 	return v
 }
 
 // add keeps p, forgetting what came before when its counts went back (the
-// limiter was created again, or Redis lost it): rates are measured from p.
+// limiter was created again, or Redis lost it).
 func (s *series) add(p point) {
 	if s.npoints > 0 {
 		last := s.point(0)
@@ -305,8 +269,7 @@ func (s *series) point(back int) point {
 	return s.points[(s.npoints-1-back)%len(s.points)]
 }
 
-// since is the newest point at least span before the newest, or the oldest
-// kept.
+// since is the newest point at least span before the newest, or the oldest.
 func (s *series) since(span time.Duration) point {
 	cur := s.point(0)
 	n := min(s.npoints, len(s.points))
@@ -346,8 +309,8 @@ func perSecond(d, ns int64) float64 {
 }
 
 // signal is l's signals, its counts added to s first. Granted permits of a
-// rate kind are its state's count (what Redis itself granted, whoever asked);
-// refusals and calls are the decision totals every front end adds to Redis.
+// rate kind are its state's count; refusals and calls are the decision
+// totals every front end adds to Redis.
 func (s *series) signal(l Limiter) (Signals, sample) {
 	r := ReadingOf(l)
 	p := point{now: r.Now}
@@ -365,8 +328,7 @@ func (s *series) signal(l Limiter) (Signals, sample) {
 		dt := cur.now - prev.now
 		sg.Span = dt
 		sg.GrantedPerS = perSecond(cur.permits-prev.permits, dt)
-		// Calls counted by the front ends, never more than the permits
-		// Redis granted over the same time.
+		// never more calls than the permits Redis granted meanwhile
 		sg.GrantedCallsPerS = min(perSecond(cur.GrantedCalls-prev.GrantedCalls, dt), sg.GrantedPerS)
 		refused := perSecond(cur.RefusedPermits-prev.RefusedPermits, dt)
 		sg.RefusedCallsPerS = perSecond(cur.RefusedCalls-prev.RefusedCalls, dt)

@@ -9,10 +9,6 @@ import (
 	"github.com/limitd/limitd/store"
 )
 
-// Concurrency limiters: a distributed semaphore. Acquire takes a slot and
-// answers its lease, which the holder renews before it expires and releases
-// when done; an expired lease's slot is reclaimed.
-
 // ReleaseSlot frees a lease's slot; a lease the limiter does not hold
 // (released already, or expired and its slot reclaimed) is a *NotHeldError
 // naming lease_id.
@@ -52,10 +48,9 @@ func (s *Service) RenewSlot(ctx context.Context, name, leaseID string) (limitd.S
 	return l, nil
 }
 
-// notHeld turns the store's ErrNotFound for a lease or a client into a
-// *NotHeldError naming field when the limiter exists (the lease or client is
-// what is missing); when the limiter does not, the store's error stands.
-// outcome, if not empty, is reported as an EventLease.
+// notHeld turns the store's ErrNotFound into a *NotHeldError naming field
+// when the limiter exists; outcome, if not empty, is reported as an
+// EventLease.
 func (s *Service) notHeld(ctx context.Context, name string, err error, field, outcome, detail string) error {
 	_, gerr := s.store.Get(ctx, name)
 	if gerr != nil {

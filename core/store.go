@@ -43,7 +43,6 @@ type backend interface {
 	Templates(ctx context.Context) ([]limitd.Template, error)
 	InstanceCount(ctx context.Context, pattern string) (n int64, exact bool, err error)
 	Totals(ctx context.Context, names []string) ([]limitd.Counts, error)
-	TemplateTotals(ctx context.Context, id string) (limitd.Counts, error)
 	Top(ctx context.Context, id string, refused bool, limit, minutes int) (since int64, out []limitd.TopInstance, err error)
 	Lost(ctx context.Context, limiters, templates []string) (lostLimiters, lostTemplates []string, err error)
 	Mark(ctx context.Context, sum string) error
@@ -53,15 +52,13 @@ type backend interface {
 
 var _ backend = (*store.Store)(nil)
 
-// timed reports each call to the store that goes to Redis to the observer,
-// with how long it took, as the Op it is. Resolve (templates are cached),
-// Changes and TemplateTotals pass through untimed.
+// timed reports each store call that goes to Redis to the observer as its
+// Op; Resolve (cached) and Changes pass through untimed.
 type timed struct {
 	backend
 	obs Observer
 }
 
-// since reports a call of op that began at start.
 func (t timed) since(op Op, start time.Time) { t.obs.StoreCall(op, time.Since(start)) }
 
 func (t timed) Ready(ctx context.Context) error {

@@ -38,8 +38,7 @@ func (s *Service) GetTemplate(ctx context.Context, id string) (limitd.Template, 
 	return s.store.GetTemplate(ctx, id)
 }
 
-// Instances counts the live instances of template id: exact, or estimated
-// from a sample of the keys when Redis holds many (see store.InstanceCount).
+// Instances counts the live instances of template id (store.InstanceCount).
 func (s *Service) Instances(ctx context.Context, id string) (n int64, exact bool, err error) {
 	t, err := s.GetTemplate(ctx, id)
 	if err != nil {
@@ -61,7 +60,6 @@ func (s *Service) Templates(ctx context.Context) ([]limitd.Template, error) {
 	return s.store.Templates(ctx)
 }
 
-// The bounds of Top's parameters.
 const (
 	DefaultTopLimit   = 10
 	MaxTopLimit       = 100
@@ -77,10 +75,8 @@ type TopInstances struct {
 }
 
 // Top returns template id's busiest instances by "refused" or "granted"
-// permits over the last minutes (1 to MaxTopMinutes; the current minute
-// counts as one), at most limit (1 to MaxTopLimit), as every limitd on the
-// Redis counted them (each adds its largest TopK instances per template per
-// second, see Ledger). An unknown template is ErrNotFound.
+// permits over the last minutes (the current one counts), at most limit, as
+// every limitd's Ledger on the Redis counted them.
 func (s *Service) Top(ctx context.Context, id, by string, limit, minutes int) (TopInstances, error) {
 	if by != "refused" && by != "granted" {
 		return TopInstances{}, invalid("by", `must be "refused" or "granted"`, quoted(by))
@@ -101,11 +97,9 @@ func (s *Service) Top(ctx context.Context, id, by string, limit, minutes int) (T
 	return TopInstances{Since: since, Instances: top}, nil
 }
 
-// instancesFor is how long a count of a template's instances is reused
-// (CachedInstances): a count scans keys.
+// instancesFor is how long CachedInstances reuses a count: a count scans keys.
 const instancesFor = 5 * time.Second
 
-// instanceCache caches instance counts by template id and pattern.
 type instanceCache struct {
 	mu sync.Mutex
 	m  map[string]instanceCount
@@ -118,10 +112,8 @@ type instanceCount struct {
 	at      time.Time
 }
 
-// CachedInstances counts t's live instances as Instances does, reusing a
-// count of the same pattern made in the last few seconds: what a list of
-// templates shows (GET /v1/templates?instances=true), so that a page that
-// polls it does not scan Redis each time.
+// CachedInstances is Instances of t, reusing a count of the same pattern
+// made in the last instancesFor, so that a polling page does not scan Redis.
 func (s *Service) CachedInstances(ctx context.Context, t limitd.Template) (n int64, exact bool, err error) {
 	c := &s.instances
 	c.mu.Lock()

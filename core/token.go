@@ -24,21 +24,15 @@ import (
 //	check: the first 8 bytes of SHA-256(name ‖ 0 ‖ payload)
 //
 // The check binds the token to its limiter and catches a garbled one; it is
-// not a signature. A caller who forges a token can at worst hand back what
-// release.lua accepts of a grant of that limiter, which a holder of the
-// token that lets it take permits could take anyway. Decoding checks every
-// field's range, so that nothing a token says can fail the store call.
-const tokenPrefix = "g1."
-
-// maxToken bounds the length of a token read (a real one is about 110).
-const maxToken = 256
-
-// checkLen is the length of a token's checksum.
-const checkLen = 8
-
-// Bounds of what a token may say: times within what lib.lua keeps exact
-// (relative to the epoch, below 2^53 ns), an epoch before the year 2200.
+// not a signature: a forged token can at worst hand back what release.lua
+// accepts of a grant of that limiter. Decoding checks every field's range,
+// so that nothing a token says can fail the store call.
 const (
+	tokenPrefix = "g1."
+	maxToken    = 256 // bounds a token read (a real one is about 110)
+	checkLen    = 8
+	// times within what lib.lua keeps exact (below 2^53 ns from the
+	// epoch), an epoch before the year 2200
 	maxExact = 1 << 53
 	maxEpoch = 7_258_118_400_000_000 // 2200-01-01 in µs
 )
@@ -66,7 +60,6 @@ func encodeToken(g limitd.Grant) string {
 	return tokenPrefix + base64.RawURLEncoding.EncodeToString(b)
 }
 
-// errToken is what every undecodable token answers.
 var errToken = errors.New("undecodable")
 
 // decodeToken returns the grant of limiter name that token carries, or bad

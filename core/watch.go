@@ -1,28 +1,23 @@
 package core
 
 import (
-	"github.com/limitd/limitd"
-
 	"context"
 	"errors"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/limitd/limitd"
 )
 
 // Watcher is the one sampler of a process: while Run runs it reads every
 // named limiter (the first MaxWatched in name order) and every name asked
-// for with Watch (template instances, a limiter past the cap) once a Step,
-// and derives each one's Signals once. Every reader of live signals takes
-// them from it (a server's event streams, /v1/history, /metrics; limitd
-// ratelimit runs one without its admin API), so the Redis reads of a
-// limiter's view are one per Step however many readers there are.
-//
-// A round reads the limiters' live states in pipelines of WatchBatch (a
-// lease limiter's holders one round trip each), their decision totals in
-// the same pipelines, their configs only after a change, the list every
-// relistRounds rounds and after a change, and for the template instances
-// watched their template's busiest-instances sets, once per template.
+// for with Watch once a Step, and derives each one's Signals once. Every
+// reader of live signals takes them from it (event streams, /v1/history,
+// /metrics), so a limiter is read once per Step however many readers there
+// are. A round reads live states and totals in pipelines of WatchBatch,
+// configs only after a change (Sampler), the list every relistRounds rounds
+// and after a change, and the watched instances' templates' busiest sets.
 type Watcher struct {
 	s         *Service
 	step      time.Duration
@@ -54,20 +49,16 @@ func (t timeTicker) Stop()               { t.t.Stop() }
 
 // WatcherOptions configure a Watcher; zero values take the defaults.
 type WatcherOptions struct {
-	Step    time.Duration // between rounds; default 1 s
-	Max     int           // named limiters sampled, the first in name order; default MaxWatched
-	Timeout time.Duration // bounds one round's Redis work; default 5 s
-	// Ticker makes the rounds' ticker (tests drive their own); default a
-	// time.Ticker.
-	Ticker func(time.Duration) Ticker
+	Step    time.Duration              // between rounds; default 1 s
+	Max     int                        // named limiters sampled, the first in name order; default MaxWatched
+	Timeout time.Duration              // bounds one round's Redis work; default 5 s
+	Ticker  func(time.Duration) Ticker // default a time.Ticker
 }
 
 // Settings of a Watcher.
 const (
-	// MaxWatched is how many named limiters a Watcher samples by default.
-	MaxWatched = 1000
-	// WatchBatch bounds the limiters one pipeline of a round reads.
-	WatchBatch = 500
+	MaxWatched = 1000 // named limiters sampled by default
+	WatchBatch = 500  // limiters one pipeline of a round reads
 	// relistRounds is how often the named limiters are listed again besides
 	// after a published change (a change missed while Redis was away).
 	relistRounds = 30
@@ -101,12 +92,18 @@ type Round struct {
 	Full bool
 	// Listed is every named limiter sampled, in name order (nil while the
 	// list could not be read yet).
-	Listed []string
-	// Entries are every name's last read: the listed ones' and the watched
-	// ones'.
-	Entries map[string]Entry
-	// Err is why Redis could not serve the round (nil: it did).
-	Err error
+	Listed  []string
+	Entries map[string]Entry // every name's last read, listed or watched
+	Err     error            // why Redis could not serve the round
+}
+
+// has reports whether r read name (r nil: no round yet).
+func (r *Round) has(name string) bool {
+	if r == nil {
+		return false
+	}
+	_, ok := r.Entries[name]
+	return ok
 }
 
 // Entry is one limiter's part of a round: its view and signals, or the
@@ -126,11 +123,7 @@ func (w *Watcher) Watch(names []string) (unwatch func()) {
 	fresh := false
 	for _, n := range names {
 		w.extra[n]++
-		if w.last == nil {
-			fresh = true
-		} else if _, ok := w.last.Entries[n]; !ok {
-			fresh = true
-		}
+		fresh = fresh || !w.last.has(n)
 	}
 	w.mu.Unlock()
 	if fresh {
@@ -159,13 +152,11 @@ func (w *Watcher) Watch(names []string) (unwatch func()) {
 func (w *Watcher) Subscribe() (<-chan *Round, func()) { return subscribe(&w.mu, w.subs, 1) }
 
 // Changes returns a channel that receives the config changes Run's one
-// subscription receives (so that a process holds one), while the reader
-// keeps up: it has a buffer of 64, and a change past it is dropped (the
-// next round reads the limiter again anyway). The func ends it.
+// subscription receives, with a buffer of 64: a change past it is dropped
+// (the next round reads the limiter again anyway). The func ends it.
 func (w *Watcher) Changes() (<-chan Change, func()) { return subscribe(&w.mu, w.chsubs, 64) }
 
-// subscribe adds a channel with a buffer of n to subs (guarded by mu), and
-// returns it with the func that takes it out.
+// subscribe adds a channel with a buffer of n to subs (guarded by mu).
 func subscribe[T any](mu *sync.Mutex, subs map[chan T]struct{}, n int) (<-chan T, func()) {
 	ch := make(chan T, n)
 	mu.Lock()
@@ -186,8 +177,7 @@ func (w *Watcher) Last() *Round {
 }
 
 // History is each of names' samples, oldest first (empty for a name not
-// sampled). A sample in the history has its rates, utilization, wait and
-// health; its Reading is the newest sample's alone.
+// sampled): rates, utilization, wait and health, without a Reading.
 func (w *Watcher) History(names []string) map[string][]Signals {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -201,8 +191,8 @@ func (w *Watcher) History(names []string) map[string][]Signals {
 	return out
 }
 
-// Run samples every Step until ctx ends, the first round at once. It is
-// the Watcher's one loop: run it once, in one goroutine.
+// Run samples every Step until ctx ends, the first round at once. Run it
+// once, in one goroutine.
 func (w *Watcher) Run(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -236,7 +226,7 @@ func (w *Watcher) Run(ctx context.Context) {
 	}
 }
 
-// watchRounds is the state of Run, its goroutine's alone.
+// watchRounds is Run's state, its goroutine's alone.
 type watchRounds struct {
 	w       *Watcher
 	sampler *Sampler
@@ -246,8 +236,8 @@ type watchRounds struct {
 	n       uint64 // full rounds
 }
 
-// round reads what a round reads (full: every name; else only the watched
-// names not read yet) and publishes it.
+// round reads every name (full) or only the watched names not read yet,
+// and publishes what it read.
 func (r *watchRounds) round(ctx context.Context, full bool) {
 	w := r.w
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
@@ -287,9 +277,7 @@ func (r *watchRounds) round(ctx context.Context, full bool) {
 		}
 	} else {
 		for n := range w.extra {
-			if prev == nil {
-				add(n)
-			} else if _, ok := prev.Entries[n]; !ok {
+			if !prev.has(n) {
 				add(n)
 			}
 		}
@@ -399,9 +387,8 @@ func (s *series) lastIndex() int {
 	return (s.next + HistoryLen - 1) % HistoryLen
 }
 
-// instanceCounts reads, for the template instances among reads, their
-// counts in their template's busiest-instances sets: one read of each set
-// per template.
+// instanceCounts reads the counts of the template instances among reads in
+// their templates' busiest-instances sets, once per template.
 func (r *watchRounds) instanceCounts(ctx context.Context, entries map[string]Entry, reads []string) map[string]InstanceCounts {
 	byTemplate := map[string][]string{}
 	for _, n := range reads {
