@@ -13,14 +13,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// A request that does not decode (a malformed protobuf, a string that is
-// not UTF-8) is the caller's error, InvalidArgument. gRPC answers Internal
-// for any error of a codec, whatever its status, so the server's codec does
-// not fail: it hands the error back in the request it decoded into, and
-// the service's handlers (wrapped by checked) answer it.
-
-// codec is gRPC's proto codec, but for a request it decodes without
-// failing (see request). Messages are marshalled as the proto codec does.
+// codec is gRPC's proto codec, but a request that does not decode is the
+// caller's error, InvalidArgument: gRPC answers Internal for any codec
+// error, so the codec hands the error back in the request (see request) and
+// the handlers wrapped by checked answer it.
 type codec struct{ encoding.CodecV2 }
 
 func newCodec() codec { return codec{encoding.GetCodecV2(encproto.Name)} }
@@ -34,15 +30,13 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 // request carries a message to the codec and why it did not decode back.
-// Its ProtoReflect is the message's, so that a server without the codec
-// decodes it as the message itself (and answers Internal as gRPC does).
 type request struct {
 	proto.Message
 	err error
 }
 
-// decode receives m through recv (a stream's RecvMsg), and answers
-// InvalidArgument when the codec found it malformed.
+// decode receives m through recv, answering InvalidArgument when the codec
+// found it malformed.
 func decode(recv func(any) error, m any) error {
 	pm, ok := m.(proto.Message)
 	if !ok {
@@ -59,8 +53,7 @@ func decode(recv func(any) error, m any) error {
 }
 
 // checked returns a copy of d whose handlers receive their requests through
-// decode. malformed (if not nil) is told of each unary call answered
-// InvalidArgument that way.
+// decode; malformed (if not nil) is told of each unary call so refused.
 func checked(d *grpc.ServiceDesc, malformed func(context.Context, error)) *grpc.ServiceDesc {
 	c := *d
 	c.Methods = slices.Clone(d.Methods)
@@ -87,11 +80,9 @@ func checked(d *grpc.ServiceDesc, malformed func(context.Context, error)) *grpc.
 	return &c
 }
 
-// checkedStream receives a stream's requests through decode.
 type checkedStream struct{ grpc.ServerStream }
 
 func (s checkedStream) RecvMsg(m any) error { return decode(s.ServerStream.RecvMsg, m) }
 
-// malformed counts a rate limit call whose request did not decode, as
-// ShouldRateLimit counts the calls it answers.
+// malformed counts a rate limit call whose request did not decode.
 func (s *Server) malformed(ctx context.Context, err error) { s.finish(ctx, nil, err, noError, 0) }

@@ -16,13 +16,9 @@ type Headers struct {
 	Limit, Remaining, Reset string
 }
 
-// add adds the headers to resp (h nil: none). The descriptor they describe
-// is the one over its limit (the last, when several are), else the one
-// with a limit and the least remaining (the first, on a tie); without a
-// descriptor that has a limit, none. The reset is the status's
-// duration_until_reset, which Redis's clock decided (whole seconds, rounded
-// up; 0 for a schedule or smooth rule that is not over), where the
-// reference reads its own clock.
+// add adds the headers to resp (h nil: none), of the last descriptor over
+// its limit, else of the first with a limit and the least remaining. The
+// reset is its duration_until_reset, by Redis' clock.
 func (h *Headers) add(resp *rlv3.RateLimitResponse) {
 	if h == nil {
 		return

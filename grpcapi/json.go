@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// maxJSONBody bounds a POST /json body.
 const maxJSONBody = 1 << 20
 
 // JSONHandler is the reference server's POST /json over s: a
@@ -55,7 +54,6 @@ func (s *Server) serveJSON(w http.ResponseWriter, req *http.Request) {
 	_, _ = w.Write(out)
 }
 
-// jsonStatus is the HTTP status of a gRPC call's error code.
 func jsonStatus(c codes.Code) int {
 	switch c {
 	case codes.InvalidArgument:

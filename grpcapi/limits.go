@@ -18,77 +18,50 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// Limits bound what the clients of the gRPC port can make the server hold:
-// calls per connection, connections, the bytes of one call, and how long a
-// connection lives. A field's zero turns its bound off (MaxHeaderListSize's
-// falls back to gRPC's 16 MiB; KeepaliveTimeout must be set while
-// KeepaliveTime pings); DefaultLimits are the ones for an Envoy fleet in
-// front, which keeps a few long-lived HTTP/2 connections per worker and
-// multiplexes its calls on them.
-//
-// A call held open costs the server a goroutine and its state, metadata and
-// request bytes received (about 12 KiB, 24 KiB with 4 KiB of many-field
-// metadata, plus at most the 64 KiB stream window and MaxRecvMsgSize); a
-// connection about 50 KiB more. So what a flood of calls can hold is bounded
-// by MaxConcurrentStreams × MaxConnections × that (README, Reliability, has
-// the figures measured, and TestStreamFlood checks them).
+// Limits bound what the clients of the gRPC port can make the server hold.
+// A field's zero turns its bound off (MaxHeaderListSize's falls back to
+// gRPC's 16 MiB; KeepaliveTimeout must be set while KeepaliveTime pings).
+// What a flood of calls can hold is bounded by MaxConcurrentStreams ×
+// MaxConnections × a call's cost (README, Reliability, has the figures;
+// TestStreamFlood checks them).
 type Limits struct {
 	// MaxConcurrentStreams is how many calls one connection may have open
-	// at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). A stream past it is
-	// refused (RST_STREAM REFUSED_STREAM) before anything is kept for it;
-	// Envoy queues its calls or opens another connection.
+	// at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); a stream past it is
+	// refused before anything is kept for it.
 	MaxConcurrentStreams uint32
 	// MaxConnections is how many connections may be open at once. One past
 	// it is closed as soon as it is accepted, so that its client learns at
-	// once (Envoy fails the call over to failure_mode_deny, or another
-	// host), rather than waiting in the listen queue.
+	// once rather than waiting in the listen queue.
 	MaxConnections uint32
 	// MaxRecvMsgSize and MaxSendMsgSize bound one message, in bytes; a
 	// larger request is answered ResourceExhausted before it is read.
 	MaxRecvMsgSize, MaxSendMsgSize uint32
-	// MaxHeaderListSize bounds one call's metadata (its HTTP/2 header list,
-	// decoded), in bytes; a larger one resets the stream.
+	// MaxHeaderListSize bounds one call's metadata, in bytes.
 	MaxHeaderListSize uint32
-	// KeepaliveMinTime is how often a client may ping. A client that pings
-	// more often three times in a row is sent GOAWAY (ENHANCE_YOUR_CALM,
-	// "too_many_pings") and its connection closed. Pings are allowed on a
-	// connection without calls too (Envoy's connection_keepalive sends them).
+	// KeepaliveMinTime is how often a client may ping (with or without
+	// calls); one that pings more often is sent GOAWAY and closed.
 	KeepaliveMinTime time.Duration
-	// KeepaliveTime and KeepaliveTimeout: a connection the server has read
-	// nothing from for KeepaliveTime is pinged, and closed when nothing
-	// comes back within KeepaliveTimeout, so that a peer that vanished
-	// (a host gone without closing its connections) frees its connection.
+	// KeepaliveTime and KeepaliveTimeout: a connection silent for
+	// KeepaliveTime is pinged, and closed when nothing comes back within
+	// KeepaliveTimeout, so that a vanished peer frees its connection.
 	KeepaliveTime, KeepaliveTimeout time.Duration
-	// MaxConnectionIdle: a connection without calls for this long is sent
-	// GOAWAY and closed; its client opens a new one when it calls again.
+	// MaxConnectionIdle: a connection without calls for this long is closed.
 	MaxConnectionIdle time.Duration
 	// MaxConnectionAge and MaxConnectionAgeGrace: a connection older than
-	// MaxConnectionAge (±10 %, gRPC's jitter, so that a fleet's connections
-	// do not all turn over at once) is sent GOAWAY: its client opens a new
-	// one for new calls, and the calls in flight on the old one have
-	// MaxConnectionAgeGrace to finish before it is closed. Nothing is cut
-	// while it is busy, and connections spread again over the hosts behind
-	// a name after one restarts.
+	// MaxConnectionAge (±10 %) is sent GOAWAY, and its calls in flight have
+	// MaxConnectionAgeGrace to finish before it is closed, so that
+	// connections spread again over the hosts behind a name.
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 }
 
-// DefaultLimits returns the limits limitd serve uses unless told otherwise.
-//
-// 100 calls per connection is the smallest SETTINGS_MAX_CONCURRENT_STREAMS
-// HTTP/2 recommends, and a connection carrying 100 calls at once at the
-// millisecond a decision takes is 100,000 calls a second, more than one
-// process decides; past it Envoy opens another connection or waits. 512
-// connections are 32 Envoys of 8 workers with two connections each; 100
-// calls on each that never send their message hold about 600 MiB with
-// Envoy's metadata, 1200 MiB at most. A RateLimitRequest is tens to
-// hundreds of bytes and Envoy's metadata well under one KiB: 64 KiB (the
-// stream window) and 4 KiB leave room for long descriptor values and
-// added metadata; a response of 64 statuses is a few KiB, 1 MiB bounds a
-// runaway. gRPC clients ping at most every 10 s (gRFC A8), so 5 s tells
-// only a misbehaving one to go away. A vanished peer is found within 80 s;
-// an idle connection goes after 5 minutes; a connection turns over every
-// 30 minutes, with 30 s for its calls in flight, 20 times the longest a
-// decision waits for Redis (core's 1.5 s).
+// DefaultLimits returns the limits limitd serve uses unless told otherwise,
+// for an Envoy fleet that multiplexes its calls on a few long-lived
+// connections per worker. 100 calls per connection is the smallest stream
+// limit HTTP/2 recommends; 512 connections are 32 Envoys of 8 workers with
+// two each. 64 KiB (the stream window) and 4 KiB leave room for long
+// descriptors and metadata; 1 MiB bounds a runaway response. gRPC clients
+// ping at most every 10 s (gRFC A8). A connection turns over every 30
+// minutes with 30 s for its calls, 20 times core's decide timeout.
 func DefaultLimits() Limits {
 	return Limits{
 		MaxConcurrentStreams:  100,
@@ -105,18 +78,14 @@ func DefaultLimits() Limits {
 	}
 }
 
-// streamWorkers are the goroutines that run calls, each one call at a time
-// (a call past them gets a goroutine of its own, as every call would
-// without them): a call's goroutine grows its stack as the call goes down
-// through gRPC, the service and the store, and a worker keeps what it grew,
-// where a new goroutine per call grows it again (runtime.copystack: 6 % of
-// the CPU of a process serving and sending 16 calls in flight over 10,000
-// counters, 2 % with workers). 128 idle workers hold about 4 MiB of stack.
+// streamWorkers run calls one at a time each (a call past them gets a
+// goroutine of its own): a worker keeps the stack a call grew, where a new
+// goroutine per call grows it again (runtime.copystack).
 const streamWorkers = 128
 
-// handshakeTimeout bounds how long a new connection may take to send its
-// HTTP/2 preface and settings (gRPC's default is 120 s): Envoy sends them at
-// once, and a connection that does not holds a place under MaxConnections.
+// handshakeTimeout bounds a new connection's HTTP/2 preface and settings
+// (gRPC's default is 120 s): one that sends none holds a place under
+// MaxConnections.
 const handshakeTimeout = 10 * time.Second
 
 // Check reports a limit the server cannot use: a negative duration, or
@@ -149,11 +118,9 @@ func (l Limits) Check() error {
 }
 
 // ServerOptions returns the options of a grpc.Server that serves s within
-// l: the bounds above, the codec that answers a request that does not
-// decode InvalidArgument (see Register), and, with a token set, a check of
-// the token before a rate limit call's stream is created, so that a caller
-// without it costs no goroutine and no memory (ShouldRateLimit checks it
-// again). Serve the server on s.Listener(ln, l) for MaxConnections.
+// l, with the codec of Register and, with a token set, a check of the token
+// before a call's stream is created (a caller without it costs nothing).
+// Serve the server on s.Listener(ln, l) for MaxConnections.
 func (s *Server) ServerOptions(l Limits) ([]grpc.ServerOption, error) {
 	if err := l.Check(); err != nil {
 		return nil, err
@@ -178,8 +145,7 @@ func (s *Server) ServerOptions(l Limits) ([]grpc.ServerOption, error) {
 		grpc.MaxConcurrentStreams(streams),
 		grpc.MaxRecvMsgSize(size(l.MaxRecvMsgSize)),
 		grpc.MaxSendMsgSize(size(l.MaxSendMsgSize)),
-		// Fixed windows: gRPC's dynamic ones follow what a client's pings
-		// measure, up to 16 MiB a stream, and a stream may hold its window.
+		// gRPC's dynamic windows grow to 16 MiB a stream
 		grpc.StaticStreamWindowSize(streamWindow),
 		grpc.StaticConnWindowSize(connWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: l.KeepaliveMinTime, PermitWithoutStream: true}),
@@ -200,17 +166,14 @@ func (s *Server) ServerOptions(l Limits) ([]grpc.ServerOption, error) {
 	return opts, nil
 }
 
-// streamWindow and connWindow are the flow control windows: what one stream,
-// and one connection, may have in flight towards the server before it reads.
-// gRPC's smallest stream window is 64 KiB; a connection's is replenished as
-// its bytes arrive, so it bounds bytes on the wire, not bytes kept.
+// streamWindow and connWindow are the flow control windows of a stream (64
+// KiB, gRPC's smallest) and of a connection (bytes on the wire, not kept).
 const (
 	streamWindow = 64 << 10
 	connWindow   = 1 << 20
 )
 
-// tap refuses a rate limit call without the token before its stream exists
-// (gRPC calls it with the call's metadata, on the connection's reader).
+// tap refuses a rate limit call without the token before its stream exists.
 func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if !strings.HasPrefix(info.FullMethodName, "/"+ServiceName+"/") {
 		return ctx, nil // the health service is open
@@ -222,10 +185,8 @@ func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, erro
 	return ctx, nil
 }
 
-// Listener returns ln counting its connections in
-// limitd_grpc_connections and, with l.MaxConnections, closing each one
-// accepted past it (counted in limitd_grpc_connections_refused_total; the
-// first of a run of them logged).
+// Listener returns ln counting its connections and closing each one
+// accepted past l.MaxConnections (the first of a run of them logged).
 func (s *Server) Listener(ln net.Listener, l Limits) net.Listener {
 	return &listener{Listener: ln, max: int64(l.MaxConnections), s: s}
 }
@@ -259,7 +220,6 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 }
 
-// conn gives its place back when gRPC closes it.
 type conn struct {
 	net.Conn
 	l    *listener

@@ -13,30 +13,25 @@ import (
 	"github.com/limitd/limitd/internal/promreg"
 )
 
-// metrics are the per-rule counters the reference exports (total hits, over
-// limit, near limit, within limit, shadow mode), labelled by domain and rule,
-// and the calls answered by code. Decisions, permits and Redis latency are
-// counted by the core.Observer of the service, in the same series as the
-// HTTP API's.
+// metrics are the per-rule counters the reference exports, labelled by
+// domain and rule, and the calls answered by code. Decisions, permits and
+// Redis latency are the service's core.Observer's.
 type metrics struct {
 	hits, over, near, within, shadow *prometheus.CounterVec
 	globalShadow                     prometheus.Counter
 	requests                         *prometheus.CounterVec
-	conns                            prometheus.Gauge   // limits.go: Listener
-	connsRefused                     prometheus.Counter // limits.go: Listener
-
-	ref *refMetrics // the reference's names (nil: off)
+	conns                            prometheus.Gauge
+	connsRefused                     prometheus.Counter
+	ref                              *refMetrics // the reference's names (nil: off)
 
 	mu   sync.RWMutex // read on every call: readers do not wait on each other
 	kept map[[2]string]*ruleSeries
 }
 
 // refMetrics are the counters under the names the reference server's
-// Prometheus exporter gives them (its statsd names through its default
-// mapping, src/stats/prom/default_mapper.yaml): a rule's counters labelled
-// by domain and the first two parts of its key (key2 is "" for a rule of
-// one level, which Prometheus reads as no label), so that dashboards and
-// alerts written for the reference read limitd's.
+// Prometheus exporter gives them (src/stats/prom/default_mapper.yaml),
+// labelled by domain and the first two parts of the rule's key, so that
+// dashboards and alerts written for the reference read limitd's.
 type refMetrics struct {
 	hits, over, near, within, shadow *prometheus.CounterVec
 	globalShadow                     prometheus.Counter
@@ -67,9 +62,8 @@ func (m *metrics) withReference(reg *prometheus.Registry) {
 			Name: "ratelimit_service_total_requests",
 			Help: "The reference server's total_requests of each gRPC method (limitd_grpc_requests_total summed over codes).",
 		}, []string{"grpc_method"})).WithLabelValues("ShouldRateLimit"),
-		// The reference times every call in milliseconds and its exporter
-		// maps the timer to this histogram in seconds (scale 0.001), with
-		// the exporter's default buckets, Prometheus' DefBuckets.
+		// the reference's exporter maps its millisecond timer to seconds,
+		// with Prometheus' DefBuckets
 		responseTime: promreg.Register("grpcapi", reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ratelimit_service_response_time_seconds",
 			Help:    "The reference server's response_time of each gRPC method: the time to answer a ShouldRateLimit call, seconds.",
@@ -80,8 +74,8 @@ func (m *metrics) withReference(reg *prometheus.Registry) {
 	m.globalShadow = tee{m.globalShadow, r.globalShadow}
 }
 
-// errClass is what a failed call counts as in the reference's
-// should_rate_limit errors.
+// errClass is a failed call's class in the reference's should_rate_limit
+// errors.
 type errClass int
 
 const (
@@ -90,11 +84,9 @@ const (
 	serviceError                 // the service could not decide: no rules yet, a request it refused, an internal error
 )
 
-// errTypes are the reference's err_type labels of each class.
 var errTypes = [...]string{redisError: "redis_error", serviceError: "service_error"}
 
-// called counts a ShouldRateLimit call answered with code, failed as class,
-// that took took (0: not timed, a call refused before it was read).
+// called counts a ShouldRateLimit call (took 0: refused before it was read).
 func (m *metrics) called(code codes.Code, class errClass, took time.Duration) {
 	m.requests.WithLabelValues(code.String()).Inc()
 	if m.ref == nil {
@@ -109,12 +101,10 @@ func (m *metrics) called(code codes.Code, class errClass, took time.Duration) {
 	}
 }
 
-// ruleSeries are one rule's counters, each counted under limitd's name and,
-// with Options.ReferenceMetrics, the reference's.
+// ruleSeries are one rule's counters.
 type ruleSeries struct{ hits, over, near, within, shadow tee }
 
-// tee is a counter counted in two series: limitd's own and the reference's
-// (nil when its names are off). It is a prometheus.Counter, limitd's.
+// tee is limitd's counter, counted in the reference's too (ref nil: off).
 type tee struct {
 	prometheus.Counter
 	ref prometheus.Counter
@@ -130,7 +120,7 @@ func (t tee) Add(v float64) {
 }
 
 // maxKeptRules bounds the rule series kept at hand (detailed_metric can
-// make many); past it they start over (the series stay in the registry).
+// make many); past it they start over.
 const maxKeptRules = 1 << 14
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -162,7 +152,6 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	}
 }
 
-// series returns a rule's counters.
 func (m *metrics) series(domain, rule string) *ruleSeries {
 	k := [2]string{domain, rule}
 	m.mu.RLock()
@@ -183,8 +172,7 @@ func (m *metrics) series(domain, rule string) *ruleSeries {
 		near: tee{Counter: m.near.WithLabelValues(domain, rule)}, within: tee{Counter: m.within.WithLabelValues(domain, rule)},
 		shadow: tee{Counter: m.shadow.WithLabelValues(domain, rule)}}
 	if ref := m.ref; ref != nil {
-		// The reference's key is the rule's, split at its dots as its
-		// statsd name is.
+		// split at its dots as the reference's statsd name is
 		parts := strings.SplitN(rule, ".", 3)
 		key1, key2 := parts[0], ""
 		if len(parts) > 1 {
@@ -199,22 +187,16 @@ func (m *metrics) series(domain, rule string) *ruleSeries {
 }
 
 // count counts one descriptor's hits in its rule's series as the reference
-// does. A window's counter is read before and after the hits: a call whose
-// count passes the limit has the part past it over_limit (all of them if
-// it was past already), and the part between the near threshold
-// (nearRatio of the limit) and the limit near_limit; a call within the
-// limit is within_limit, and near_limit for the part past the threshold;
-// a shadow-mode rule's over part is shadow_mode too. A schedule or smooth
-// rule has no count: its hits are over_limit (and shadow_mode) when over,
-// else within_limit; so are a window's in a strict call that refused them.
-// Hits a strict call did not count because another rule refused it are
-// total_hits alone.
+// does. A window's count before and after the hits splits them: the part
+// past the limit is over_limit (and shadow_mode in shadow mode), the part
+// between nearRatio of the limit and the limit near_limit, and a call
+// within the limit is within_limit. Without a count (a schedule or smooth
+// rule, a strict call that counted nothing) hits are over_limit when over,
+// within_limit when counted, else total_hits alone.
 func (r *ruleSeries) count(hits uint64, c core.Count, nearRatio float32) {
 	h := float64(hits)
 	r.hits.Add(h)
 	if !c.Counted || !c.Window {
-		// No count to read: a schedule or smooth rule, or a strict call
-		// that counted nothing (refused, or voided by another rule).
 		switch {
 		case c.Over:
 			r.over.Add(h)

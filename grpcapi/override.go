@@ -30,11 +30,11 @@ type overrides struct {
 	put map[string]bool
 }
 
-// maxOverrideTemplates bounds the templates remembered as put; past it
-// they start over (a template put again is unchanged).
+// maxOverrideTemplates bounds the templates remembered as put; past it they
+// start over (put again, a template is unchanged).
 const maxOverrideTemplates = 4096
 
-// ensure puts t in Redis unless this process did already.
+// ensureOverride puts t in Redis unless this process did already.
 func (s *Server) ensureOverride(ctx context.Context, t limitd.Template) error {
 	s.overrides.mu.Lock()
 	done := s.overrides.put[t.ID]

@@ -36,36 +36,27 @@ var HealthNames = []string{ServiceName, "ratelimit"}
 
 // Options configure a Server.
 type Options struct {
-	// Service decides; its observer (one for the process, given to
-	// core.New) sees every decision, as it sees the HTTP API's.
-	Service *core.Service
+	Service *core.Service // decides, and its observer sees every decision
 	// Rules are the domains to start with (nil: none; every descriptor is
 	// then unlimited, as the reference answers for an unknown domain).
 	Rules *envoyrules.Rules
 	// Token and AdminToken (LIMITD_TOKEN, LIMITD_ADMIN_TOKEN): with Token
 	// set, every ShouldRateLimit call must carry "authorization: Bearer
-	// <Token or AdminToken>" metadata, as every HTTP /v1 read must. The
-	// health service is open, like /healthz.
+	// <Token or AdminToken>" metadata. The health service is open.
 	Token, AdminToken string
-	// Logger gets the request lines and outage lines (nil: none).
-	Logger *slog.Logger
-	// AccessLog is LIMITD_ACCESS_LOG: "off" (or ""), "errors" (calls
-	// answered with an error code) or "all".
-	AccessLog string
-	// Registry gets the per-rule counters (nil: a new one).
-	Registry *prometheus.Registry
+	Logger            *slog.Logger         // request and outage lines (nil: none)
+	AccessLog         string               // LIMITD_ACCESS_LOG: "off" (or ""), "errors" or "all"
+	Registry          *prometheus.Registry // the per-rule counters' (nil: a new one)
 	// NearRatio is where a window rule's near_limit counter starts, a
 	// fraction of its limit (0: 0.8, the reference's default).
 	NearRatio float64
 	// ReferenceMetrics counts the per-rule counters under the reference
-	// server's Prometheus names too (metrics.go: refMetrics).
+	// server's Prometheus names too (refMetrics).
 	ReferenceMetrics bool
-	// Headers, when not nil, are the response headers each answer adds
-	// (headers.go), as the reference adds them.
-	Headers *Headers
+	Headers          *Headers // response headers each answer adds (nil: none)
 	// WaitForRules, with Rules nil, answers every call Unavailable until
-	// SetRules gives the first rules (the reference server's answer before
-	// its first config), instead of every descriptor unlimited.
+	// SetRules gives the first rules, as the reference does before its
+	// first config.
 	WaitForRules bool
 }
 
@@ -78,12 +69,12 @@ type Server struct {
 	log       *slog.Logger
 	accessLog string
 	m         *metrics
-	counting  core.Counting // the service's (core.Options.Counting)
+	counting  core.Counting
 	nearRatio float32
 	health    *health.Server
 	headers   *Headers
 	down      atomic.Bool // Redis failed the last call: its outage was logged
-	overrides overrides   // override.go
+	overrides overrides
 }
 
 // New returns a Server. It panics if o.Service is nil.
@@ -122,9 +113,8 @@ func New(o Options) *Server {
 	return s
 }
 
-// SetRules replaces the rules: calls that start after it see the new ones.
-// It empties the service's over-limit cache (core.Options.OverLimitCache):
-// a counter remembered as over under the old rules is asked again.
+// SetRules replaces the rules for calls that start after it, and empties
+// the service's over-limit cache.
 func (s *Server) SetRules(r *envoyrules.Rules) {
 	if r != nil {
 		s.rules.Store(r)
@@ -140,11 +130,9 @@ func (s *Server) Register(g *grpc.Server) {
 	g.RegisterService(checked(&healthpb.Health_ServiceDesc, nil), s.health)
 }
 
-// Watch keeps the rate limit service's health (grpc.health.v1, under
-// HealthNames) true to Redis, as /readyz is: SERVING while the service is
-// ready (core.Service.Ready), NOT_SERVING while it is not, checked every
-// interval until ctx ends. The overall status ("") stays SERVING while the
-// process runs, as /healthz does.
+// Watch keeps the rate limit service's health (under HealthNames) true to
+// core.Service.Ready, as /readyz is, checked every interval until ctx
+// ends. The overall status ("") stays SERVING, as /healthz does.
 func (s *Server) Watch(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -180,12 +168,9 @@ func (s *Server) SetServing(ok bool) {
 // before the gRPC server stops.
 func (s *Server) Shutdown() { s.health.Shutdown() }
 
-// maxDescriptors bounds one request's descriptors (the most one
-// AcquireAll takes), and maxEntries one descriptor's entries: Envoy sends a
-// handful.
 const (
 	maxDescriptors = core.MaxAcquireAll
-	maxEntries     = 32
+	maxEntries     = 32             // one descriptor's: Envoy sends a handful
 	maxHits        = math.MaxUint32 // the reference's uint32 range
 )
 
@@ -202,9 +187,6 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitRequest
 	}
 	descs, err := parseRequest(req)
 	if err != nil {
-		// The reference counts its own request checks (a domain, some
-		// descriptors) as service errors; limitd's further checks count
-		// with them.
 		class = serviceError
 		return nil, err
 	}
@@ -295,11 +277,10 @@ func (s *Server) decide(ctx context.Context, domain string, descs []envoyrules.R
 
 // status is one descriptor's answer, as the reference gives it: OK without
 // a limit for a descriptor no rule limits; OK with the largest remainder
-// for an unlimited rule; else the rule's limit, OVER_LIMIT when its counter
-// is over (OK when the rule is in shadow mode), what remains of a window
-// and when it resets (whole seconds, rounded up, as the reference
-// answers), or for a schedule or smooth rule that is over, when the same
-// hits would fit. It also counts the rule's hits in its metrics.
+// for an unlimited rule; else the rule's limit, its code, what remains of a
+// window and when it resets (whole seconds, rounded up), or for an over
+// schedule or smooth rule, when the hits would fit. It counts the rule's
+// metrics too.
 func (s *Server) status(rl *envoyrules.Rule, d envoyrules.Request, c core.Count) *rlv3.RateLimitResponse_DescriptorStatus {
 	st := &rlv3.RateLimitResponse_DescriptorStatus{Code: rlv3.RateLimitResponse_OK}
 	switch {
@@ -335,17 +316,13 @@ func wholeSeconds(d time.Duration) time.Duration {
 	return (d + time.Second - 1) / time.Second * time.Second
 }
 
-// defaultNearRatio is where near_limit starts: 80% of the limit, the
-// reference's default.
 const defaultNearRatio float32 = 0.8
 
 // errNoRules answers a call before the first rules (Options.WaitForRules).
 var errNoRules = status.Error(codes.Unavailable, "no rate limit configuration loaded yet")
 
-// fail maps an error of decide to the class it counts as and a gRPC status
-// (the reference's: only Redis failing is a redis_error; no rules yet is a
-// service_error, as the reference's "no rate limit configuration loaded"),
-// logging the start of an outage once.
+// fail maps an error of decide to the reference's error class and a gRPC
+// status, logging the start of an outage once.
 func (s *Server) fail(ctx context.Context, err error) (errClass, error) {
 	switch {
 	case err == errNoRules:
@@ -355,9 +332,8 @@ func (s *Server) fail(ctx context.Context, err error) (errClass, error) {
 	case errors.Is(err, context.Canceled):
 		return noError, status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, core.ErrNotFound):
-		// The rules' templates are not in Redis (yet): the boot file keeper
-		// applies them again within a second. Redis answered: the service
-		// could not decide.
+		// The rules' templates are not in Redis yet: the keeper applies
+		// them again within a second.
 		return serviceError, status.Error(codes.Unavailable, "the rules' counters are not in Redis yet: "+err.Error())
 	case errors.Is(err, core.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		if !s.down.Swap(true) {
@@ -371,9 +347,8 @@ func (s *Server) fail(ctx context.Context, err error) (errClass, error) {
 	return serviceError, status.Error(codes.Internal, err.Error())
 }
 
-// unavailable is the message of an UNAVAILABLE answer: the condition and,
-// for a known cause (credentials, permissions, loading, read-only), the
-// setting to fix, as the HTTP API's 503 says them.
+// unavailable is the message of an UNAVAILABLE answer: the condition and
+// the fix of a known cause, as the HTTP API's 503 says them.
 func (s *Server) unavailable(err error) string {
 	u, ok := s.svc.Unavailability(err)
 	switch {
@@ -385,7 +360,6 @@ func (s *Server) unavailable(err error) string {
 	return "Redis is unavailable (" + u.Description + ")"
 }
 
-// authorize checks the bearer token when one is required.
 func (s *Server) authorize(ctx context.Context) error {
 	if len(s.tokens) == 0 {
 		return nil
@@ -410,7 +384,6 @@ func (s *Server) authorize(ctx context.Context) error {
 	return nil
 }
 
-// finish counts a call and writes its access log line.
 func (s *Server) finish(ctx context.Context, req *rlv3.RateLimitRequest, err error, class errClass, took time.Duration) {
 	code := status.Code(err)
 	s.m.called(code, class, took)
