@@ -35,21 +35,20 @@ type Domain struct {
 // Value is a fixed value, a pattern with `*` (any run of characters), or
 // empty: any value, each with its own counter. A descriptor limits when it
 // has RateLimit (the reference's fixed window per unit) or Limiter (any
-// limitd rate config: a schedule or smooth limit instead of a window).
+// limitd rate config).
 type Descriptor struct {
 	Key       string          `yaml:"key" json:"key"`
 	Value     string          `yaml:"value" json:"value,omitempty"`
 	RateLimit *RateLimit      `yaml:"rate_limit" json:"rate_limit,omitempty"`
 	Limiter   *limiter.Config `yaml:"limiter" json:"limiter,omitempty"`
 	// Name and Replaces are rate_limit's name and replaces for a rule
-	// with a limiter (limitd's extension).
+	// with a limiter.
 	Name        string       `yaml:"name" json:"name,omitempty"`
 	Replaces    []Replace    `yaml:"replaces" json:"replaces,omitempty"`
 	Descriptors []Descriptor `yaml:"descriptors" json:"descriptors,omitempty"`
-	// ShadowMode decides and counts but never refuses.
-	ShadowMode bool `yaml:"shadow_mode" json:"shadow_mode,omitempty"`
+	ShadowMode  bool         `yaml:"shadow_mode" json:"shadow_mode,omitempty"` // decides and counts, never refuses
 	// DetailedMetric labels this rule's counters with the request's own
-	// keys and values (rule="key1_value9"), not the rule's.
+	// keys and values, not the rule's.
 	DetailedMetric bool `yaml:"detailed_metric" json:"detailed_metric,omitempty"`
 	// ValueToMetric puts the request's value of this level into the rule
 	// label where the rule has none (or a pattern).
@@ -57,13 +56,10 @@ type Descriptor struct {
 	// ShareThreshold makes every value matching this level's pattern share
 	// one counter.
 	ShareThreshold bool `yaml:"share_threshold" json:"share_threshold,omitempty"`
-	// QuotaMode makes the rule a quota: over its limit, it refuses a call
-	// only when every quota rule of the call is over (core.Counter.Quota).
-	// It needs the reference counting.
-	QuotaMode bool `yaml:"quota_mode" json:"quota_mode,omitempty"`
-	// Metadata is accepted and not used (the reference returns it only with
-	// its dynamic metadata option).
-	Metadata map[string]any `yaml:"metadata" json:"metadata,omitempty"`
+	// QuotaMode makes the rule a quota (core.Counter.Quota); it needs the
+	// reference counting.
+	QuotaMode bool           `yaml:"quota_mode" json:"quota_mode,omitempty"`
+	Metadata  map[string]any `yaml:"metadata" json:"metadata,omitempty"` // accepted, not used
 }
 
 // RateLimit is the reference's limit: RequestsPerUnit per Unit in fixed
@@ -97,10 +93,10 @@ var units = map[string]struct {
 	"year":   {UnitYear, 365 * 24 * time.Hour},
 }
 
-// Unit is a rate limit unit as the protocol numbers it.
+// Unit is a rate limit unit as the protocol numbers it
+// (envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit).
 type Unit int32
 
-// The protocol's units (envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit).
 const (
 	UnitUnknown Unit = 0
 	UnitSecond  Unit = 1
@@ -119,15 +115,11 @@ type Rules struct {
 	domains   map[string]*node
 	rules     []*Rule // every rule, in the config's order
 	templates []limitd.Template
-	quotas    int // rules in quota mode
-	// fixed are the rate_limit rules' windows by template id (FixedWindow).
-	fixed map[string]core.FixedWindow
+	quotas    int                         // rules in quota mode
+	fixed     map[string]core.FixedWindow // rate_limit rules' windows by template id
 }
 
-// node is one level of a descriptor tree. A request entry matches, in this
-// order, a child of its key and exact value, then the first pattern of its
-// key that matches the value (in the config's order), then the child of its
-// key without a value: the most specific match, as the reference does.
+// node is one level of a descriptor tree (see match for the order).
 type node struct {
 	exact    map[entry]*node
 	patterns []pattern
@@ -144,7 +136,6 @@ type pattern struct {
 	node  *node
 }
 
-// level says how one level of a rule's path names its counter and label.
 type level struct {
 	key, value    string // value: as written (fixed, pattern or "")
 	variable      bool   // each request value has its own counter
@@ -162,26 +153,20 @@ type Rule struct {
 	detailed  bool
 	Name      string   // rate_limit.name: what replaces refers to
 	replaces  []string // names of the rules this one replaces
-	// The reference's limit (window rules): the answer's current_limit.
-	Unit   Unit
-	Limit  uint32
-	config limiter.Config
-	// fixed is a rate_limit rule's window, counted without a script under
-	// the reference's counting (core.Counter.Fixed); nil for a limiter.
-	fixed *core.FixedWindow
+	Unit      Unit     // the answer's current_limit
+	Limit     uint32
+	config    limiter.Config
+	fixed     *core.FixedWindow // a rate_limit rule's window (core.Counter.Fixed); nil for a limiter
 }
 
-// fullKey names the rule as the reference server does (its config's
-// FullKey, in /rlconfig and its stats): the domain and the descriptors'
-// key_value path, "mongo_cps.database_users".
+// fullKey names the rule as the reference server does (its FullKey):
+// "mongo_cps.database_users".
 func (rl *Rule) fullKey() string { return rl.Domain + "." + rl.label }
 
 // TemplatePrefix starts the id of every template a rule counts in.
 const TemplatePrefix = "envoy."
 
-// maxDomainHint is how much of a domain's name a template id keeps to be
-// readable; the rest is a hash.
-const maxDomainHint = 40
+const maxDomainHint = 40 // how much of a domain's name a template id keeps
 
 // Compile checks domains and builds their rules. Errors name the field
 // ("domains[0].descriptors[1].rate_limit.unit") and the rule broken.
@@ -299,8 +284,7 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 		if !known {
 			return nil, fieldErr(path+".rate_limit.unit", "must be one of second, minute, hour, day, week, month, year", quote(rate.Unit))
 		}
-		// requests_per_unit 0 is a window of 0: it refuses every hit (a
-		// block list), and its reset is its window's end.
+		// requests_per_unit 0 refuses every hit (a block list)
 		rl.Unit, rl.Limit = u.code, rate.RequestsPerUnit
 		cfg, err := limiter.WindowConfig(int64(rate.RequestsPerUnit), u.period)
 		if err != nil {
@@ -329,8 +313,6 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 		rl.config = norm
 		rl.Unit, rl.Limit = limitOf(norm)
 	}
-	// shadow_mode is the limit's shadow mode: core decides and counts it,
-	// and never lets it refuse a call.
 	rl.config.Shadow = d.ShadowMode
 	if d.QuotaMode {
 		r.quotas++
@@ -345,15 +327,13 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 	return rl, nil
 }
 
-// templateOrder is where the rules' templates stand among others: their
-// patterns are disjoint from each other, and an operator's own templates
-// with a lower order come first.
+// templateOrder is where the rules' templates (disjoint from each other)
+// stand among an operator's own.
 const templateOrder = 1000
 
 // limitOf words a limiter config as the protocol's current_limit: a
-// window's limit per its period where that is a unit (UnitUnknown where it
-// is not), a schedule or smooth rate as requests per the smallest unit that
-// makes it whole (0, UnitUnknown when none does).
+// window's limit per its period's unit, a schedule or smooth rate per the
+// smallest unit that makes it whole (UnitUnknown when there is none).
 func limitOf(c limiter.Config) (Unit, uint32) {
 	if limiter.Counts(c.Kind) {
 		n := uint32(0)
@@ -385,8 +365,7 @@ func limitOf(c limiter.Config) (Unit, uint32) {
 }
 
 // templateID names a rule's template: "envoy.<domain>.<hash>", the domain
-// made safe and cut to be readable, the hash (of domain, the rule's path
-// and the shape of its counters) to be unique.
+// made safe and cut, the hash of domain, the rule's path and its shape.
 func templateID(domain, label, shape string) string {
 	sum := sha256.Sum256([]byte(domain + "\x00" + label + "\x00" + shape))
 	hint := make([]byte, 0, maxDomainHint)
@@ -402,12 +381,9 @@ func templateID(domain, label, shape string) string {
 
 // counterShape is what a rule's counts are counted in: the kind, and for a
 // window its period, sliding or not, and zone. A rule whose shape changes
-// (a unit from HOUR to SECOND) counts in counters of another name, so that
-// nothing counted or remembered for the old shape (the window in Redis,
-// the floor the store keeps of its end) applies to the new one: the
-// reference's keys name their unit's window the same way. Its limit and
-// shadow mode are not part of it: a limit changed within one unit keeps the
-// window's count, as the reference's key is the same.
+// counts in counters of another name, so that nothing kept for the old
+// shape applies; a limit changed within one unit keeps the window's count,
+// as the reference's key is the same.
 func counterShape(c limiter.Config) string {
 	if c.Period == "" { // a kind with no window: its name alone
 		return string(c.Kind)
@@ -415,24 +391,20 @@ func counterShape(c limiter.Config) string {
 	return fmt.Sprintf("%s/%s/%t/%s", c.Kind, c.Period, c.Sliding, c.Zone)
 }
 
-// safe are the bytes a counter's name keeps as they are.
 func safe(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '-'
 }
 
-// unitNames are the protocol's units as the reference prints them (the
-// enum's names).
 var unitNames = map[Unit]string{UnitUnknown: "UNKNOWN", UnitSecond: "SECOND", UnitMinute: "MINUTE", UnitHour: "HOUR",
 	UnitDay: "DAY", UnitMonth: "MONTH", UnitYear: "YEAR", UnitWeek: "WEEK"}
 
 // Dump prints every rule as the reference server's /rlconfig does, one line
-// each, in the config's order (the reference's own order is its maps'):
+// each, in the config's order:
 //
 //	mongo_cps.database_users: unit=SECOND requests_per_unit=500, shadow_mode: false, quota_mode: false
 //
-// A rule with a limitd limiter (not a rate_limit) words its rate in the
-// smallest unit that makes it whole (UNKNOWN 0 where none does) and adds
-// the limiter's config.
+// A rule with a limitd limiter words its rate as limitOf does and adds the
+// limiter's config.
 func (r *Rules) Dump() string {
 	var b strings.Builder
 	for _, rl := range r.rules {
@@ -450,7 +422,7 @@ func (r *Rules) Dump() string {
 }
 
 // Templates are the limitd templates the rules count in, one per rule with
-// a limit: the boot file applies them beside its own.
+// a limit.
 func (r *Rules) Templates() []limitd.Template { return r.templates }
 
 // Domains is the number of domains.

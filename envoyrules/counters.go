@@ -1,8 +1,6 @@
 package envoyrules
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -63,19 +61,13 @@ func (r *Rules) Counters(domain string, ds []Request, put func(limitd.Template) 
 	return cs, matched, nil
 }
 
-// Override is a descriptor's own limit (its limit field: Envoy's limit
-// override, from a route's dynamic metadata), counted as the reference
-// counts it: in a domain the rules know, it takes the place of whatever
-// rule the descriptor matches, or limits a descriptor no rule matches; it
-// is never in shadow or quota mode; in a domain they do not know, nothing
-// limits the descriptor. Its counter is its own: the domain, every key and
-// value of the descriptor, and the override's limit and unit (the
-// reference's key has the domain, the keys and values and the unit's
-// window, without the limit; see the README's differences). Its hits count
-// in the metrics under the reference's key of the descriptor
-// ("key_value.key2_value2"). Each limit and unit (one UnitPeriod knows)
-// counts in a template of its own, "envoy.override.<unit>.<limit>", put in
-// Redis the first time this process meets it.
+// Override is a descriptor's own limit (Envoy's limit override), counted
+// as the reference counts it: in a domain the rules know, it takes the
+// place of whatever rule the descriptor matches, never in shadow or quota
+// mode; in a domain they do not know, nothing limits the descriptor. Its
+// counter is named by the domain and every key and value, in a template of
+// its limit and unit, "envoy.override.<unit>.<limit>" (see the README's
+// differences), put in Redis the first time this process meets it.
 type Override struct {
 	Limit uint32
 	Unit  Unit
@@ -88,8 +80,8 @@ func UnitPeriod(u Unit) (string, bool) {
 	return name, ok
 }
 
-// rule is the override as a rule of domain for entries: its template, its
-// counter's name, and what the answer and the metrics say of it.
+// rule is the override as a rule of domain for entries, with its counter's
+// name and template.
 func (o *Override) rule(domain string, entries []Entry) (*Rule, string, limitd.Template, error) {
 	name, _ := UnitPeriod(o.Unit)
 	cfg, err := limiter.WindowConfig(int64(o.Limit), units[name].period)
@@ -100,22 +92,11 @@ func (o *Override) rule(domain string, entries []Entry) (*Rule, string, limitd.T
 	t := limitd.Template{ID: id, Pattern: id + ":*", Order: templateOrder, Limiter: cfg, FixedWindows: true}
 	rl := &Rule{Domain: domain, label: labelOf(entries), template: t.ID, Unit: o.Unit, Limit: o.Limit, config: t.Limiter,
 		fixed: &core.FixedWindow{Limit: int64(o.Limit), Period: units[name].period}}
-	var b strings.Builder
-	b.WriteString(t.ID)
-	b.WriteByte(':')
-	escape(&b, domain)
+	parts := []string{domain}
 	for _, e := range entries {
-		b.WriteByte(':')
-		escape(&b, e.Key)
-		b.WriteByte(':')
-		escape(&b, e.Value)
+		parts = append(parts, e.Key, e.Value)
 	}
-	if b.Len() <= maxName {
-		return rl, b.String(), t, nil
-	}
-	h := sha256.New()
-	for _, v := range append([]Entry{{domain, ""}}, entries...) {
-		h.Write([]byte(strconv.Itoa(len(v.Key)) + ":" + v.Key + strconv.Itoa(len(v.Value)) + ":" + v.Value))
-	}
-	return rl, t.ID + ":_h" + hex.EncodeToString(h.Sum(nil)[:16]), t, nil
+	// hashed as pairs of entries, the domain's with an empty value
+	hashed := append([]string{domain, ""}, parts[1:]...)
+	return rl, counterName(t.ID, parts, hashed), t, nil
 }

@@ -11,9 +11,9 @@ import (
 type Entry struct{ Key, Value string }
 
 // match finds the rule of one request descriptor in domain: the most
-// specific match at each level (exact value, then the first pattern, then
-// the key alone), and a rule only at the level of the descriptor's last
-// entry, as the reference matches. nil: no rule limits the descriptor.
+// specific match at each level (exact value, then the first pattern in the
+// config's order, then the key alone), and a rule only at the level of the
+// descriptor's last entry, as the reference matches. nil: none.
 func (r *Rules) match(domain string, entries []Entry) *Rule {
 	n := r.domains[domain]
 	if n == nil {
@@ -44,7 +44,7 @@ func (r *Rules) match(domain string, entries []Entry) *Rule {
 }
 
 // wildcardMatch reports whether value matches a pattern split at its
-// stars: each star stands for any run of bytes, the empty one included.
+// stars, each any run of bytes.
 func wildcardMatch(parts []string, value string) bool {
 	first, last := parts[0], parts[len(parts)-1]
 	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
@@ -61,50 +61,50 @@ func wildcardMatch(parts []string, value string) bool {
 	return true
 }
 
-// maxName is the longest limiter name (limitd.NameRule).
-const maxName = 128
+const maxName = 128 // the longest limiter name (limitd.NameRule)
 
 // counter is the limitd name of the counter a request descriptor matched by
-// rl counts in: the rule's template id, a colon, and the request's values
-// at the rule's variable levels (those without a value, or with a pattern
-// and no share_threshold), each escaped and joined by colons. Escaping
-// keeps A-Z a-z 0-9 . - and writes every other byte as _ and two hex
-// digits ("a b" → "a_20b"), so different values never share a name. When
-// the name would pass 128 characters, the values part is "_h" and a hash of
-// the values instead.
+// rl counts in: counterName of the rule's template id and the request's
+// values at the rule's variable levels (those without a value, or with a
+// pattern and no share_threshold).
 func (rl *Rule) counter(entries []Entry) string {
-	var b strings.Builder
-	n := len(rl.template) + len(rl.levels)
+	vals := make([]string, 0, len(rl.levels))
 	for i, l := range rl.levels {
 		if l.variable {
-			n += len(entries[i].Value)
+			vals = append(vals, entries[i].Value)
 		}
 	}
+	return counterName(rl.template, vals, vals)
+}
+
+// counterName is prefix, a colon, and parts escaped and joined by colons.
+// Escaping keeps A-Z a-z 0-9 . - and writes every other byte as _ and two
+// hex digits ("a b" → "a_20b"), so different values never share a name.
+// When the name would pass maxName, it is prefix, ":_h" and a hash of
+// hashed (each as its length, a colon and itself).
+func counterName(prefix string, parts, hashed []string) string {
+	var b strings.Builder
+	n := len(prefix) + len(parts)
+	for _, p := range parts {
+		n += len(p)
+	}
 	b.Grow(n) // one allocation when no byte needs escaping
-	b.WriteString(rl.template)
+	b.WriteString(prefix)
 	b.WriteByte(':')
-	first := true
-	for i, l := range rl.levels {
-		if !l.variable {
-			continue
-		}
-		if !first {
+	for i, p := range parts {
+		if i > 0 {
 			b.WriteByte(':')
 		}
-		first = false
-		escape(&b, entries[i].Value)
+		escape(&b, p)
 	}
 	if b.Len() <= maxName {
 		return b.String()
 	}
 	h := sha256.New()
-	for i, l := range rl.levels {
-		if l.variable {
-			v := entries[i].Value
-			h.Write([]byte(strconv.Itoa(len(v)) + ":" + v))
-		}
+	for _, v := range hashed {
+		h.Write([]byte(strconv.Itoa(len(v)) + ":" + v))
 	}
-	return rl.template + ":_h" + hex.EncodeToString(h.Sum(nil)[:16])
+	return prefix + ":_h" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 func escape(b *strings.Builder, v string) {
@@ -121,10 +121,8 @@ func escape(b *strings.Builder, v string) {
 	}
 }
 
-// MetricLabel is the rule label of a request's counters: the rule's own
-// label; with detailed_metric the request's keys and values; with
-// value_to_metric on a level without a fixed value, the request's value
-// there.
+// MetricLabel is the rule label of a request's counters: the rule's own,
+// with the request's values where detailed_metric or value_to_metric say.
 func (rl *Rule) MetricLabel(entries []Entry) string {
 	if !rl.detailed {
 		changed := false
