@@ -9,15 +9,14 @@ import (
 )
 
 // Apply writes every limiter and template of the file through svc, then
-// its mark (core.Service.Mark). The file was checked whole when it was
-// loaded, so only Redis can fail here.
+// its mark (core.Service.Mark). The file was checked whole when loaded, so
+// only Redis can fail here.
 func (b *File) Apply(ctx context.Context, svc *core.Service) error {
 	return b.applySome(ctx, svc, nil, nil)
 }
 
 // applySome writes the named limiters and templates of the file (all of
-// them when both lists are nil), then the mark. Put leaves an equal limiter
-// untouched and lists it in the index again.
+// them when both lists are nil), then the mark.
 func (b *File) applySome(ctx context.Context, svc *core.Service, limiters, templates []string) error {
 	all := limiters == nil && templates == nil
 	for _, l := range b.Limiters {
@@ -42,7 +41,6 @@ func (b *File) applySome(ctx context.Context, svc *core.Service, limiters, templ
 	return nil
 }
 
-// names are the file's limiter names and template ids.
 func (b *File) names() (limiters, templates []string) {
 	for _, l := range b.Limiters {
 		limiters = append(limiters, l.Name)

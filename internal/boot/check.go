@@ -11,19 +11,16 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// fault is the first thing in the file its schema refuses: its line and
-// what to say.
 type fault struct {
 	line int
 	msg  string
 }
 
 // check walks the node tree of a file against t, the type it decodes into,
-// and returns the first field at fault with the line of its node: a key
-// the type does not have, a key given twice, a value of the wrong shape or
-// type, or a value its own UnmarshalYAML refuses (a duration, a burst),
-// named by its dotted path ("limiters.orders.max_backlog"). A tree it
-// passes decodes without error.
+// and returns the first field at fault with the line of its node (an
+// unknown or repeated key, a value of the wrong shape or type, or one its
+// own UnmarshalYAML refuses), named by its dotted path. A tree it passes
+// decodes without error.
 func check(root *yaml.Node, t reflect.Type) *fault {
 	if root.Kind == 0 { // an empty file
 		return nil
@@ -37,7 +34,6 @@ func check(root *yaml.Node, t reflect.Type) *fault {
 	return walk(root, t, "")
 }
 
-// unmarshaler is implemented by the types that decode themselves.
 var unmarshaler = reflect.TypeFor[yaml.Unmarshaler]()
 
 func walk(n *yaml.Node, t reflect.Type, path string) *fault {
@@ -109,9 +105,8 @@ func walkMapping(n *yaml.Node, t reflect.Type, path string, seen map[string]int)
 	return nil
 }
 
-// walkMerge checks the mappings a merge key brings in (one, or a list of
-// them). Their keys may repeat the mapping's own: the mapping's win, as
-// YAML merges them, so they are not duplicates.
+// walkMerge checks the mappings a merge key brings in (one, or a list).
+// Their keys may repeat the mapping's own, which win, as YAML merges them.
 func walkMerge(v *yaml.Node, t reflect.Type, path string, seen map[string]int) *fault {
 	for v.Kind == yaml.AliasNode {
 		v = v.Alias
@@ -147,7 +142,7 @@ func leaf(n *yaml.Node, t reflect.Type, path string) *fault {
 	return wrongType(n, t, path)
 }
 
-// wrongType words a value that cannot become t as yaml would, with where.
+// wrongType words a value that cannot become t as yaml would.
 func wrongType(n *yaml.Node, t reflect.Type, path string) *fault {
 	what := n.ShortTag()
 	if n.Kind == yaml.ScalarNode {
@@ -166,7 +161,7 @@ func in(path string) string {
 	return " (in " + path + ")"
 }
 
-// fieldType is the type of the struct field that key names (its yaml tag).
+// fieldType is the type of the struct field whose yaml name is key.
 func fieldType(t reflect.Type, key string) (reflect.Type, bool) {
 	for _, f := range reflect.VisibleFields(t) {
 		if !f.IsExported() {
@@ -195,9 +190,8 @@ func isMerge(k *yaml.Node) bool {
 // entryNodes are the key and value nodes of one limiter or template.
 type entryNodes struct{ key, value *yaml.Node }
 
-// lineOf is the line of a dotted field ("limiter.rate") inside the entry, or
-// of the entry itself when the field is not written (a missing rate) or is "".
-// It is 0 for an entry not written as such (one from a YAML merge key).
+// lineOf is the line of a dotted field inside the entry, or of the entry
+// when the field is not written or is ""; 0 for an entry from a merge key.
 func (e entryNodes) lineOf(field string) int {
 	if e.key == nil {
 		return 0
@@ -221,9 +215,8 @@ func entries(root *yaml.Node, section string) map[string]entryNodes {
 	return m
 }
 
-// lineOfPath is the line of a field named as grpcapi names it
-// ("domains[0].descriptors[2].rate_limit.unit"), or of the deepest part of
-// it written in the file (0: none).
+// lineOfPath is the line of a field path ("domains[0].descriptors[2].key"),
+// or of the deepest part of it written in the file (0: none).
 func lineOfPath(root *yaml.Node, path string) int {
 	if len(root.Content) == 0 {
 		return 0
@@ -253,7 +246,6 @@ func lineIn(n *yaml.Node, line int, path string) int {
 	return line
 }
 
-// lookup returns the key and value nodes of key in a mapping node.
 func lookup(m *yaml.Node, key string) (k, v *yaml.Node) {
 	if m == nil || m.Kind != yaml.MappingNode {
 		return nil, nil

@@ -16,14 +16,11 @@ import (
 )
 
 // DirSource is a runtime directory as the reference rate limit server reads
-// it (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY): every
-// *.yaml (or *.yml) file in it is one domain's config in the reference's
-// format (envoyrules.Domain), and all of them together are the rules,
-// applied together or not at all.
-// Subdirectories are not read (a Kubernetes ConfigMap's volume keeps its
-// files' previous versions in one, "..2024_…"), symlinks to files are
-// followed, and files whose name starts with a dot are skipped when
-// IgnoreDotFiles is set.
+// it: every *.yaml (or *.yml) file in it is one domain's config
+// (envoyrules.Domain), all of them applied together or not at all.
+// Subdirectories are not read (a ConfigMap volume keeps old versions in
+// one), symlinks to files are followed, and dot files are skipped with
+// IgnoreDotFiles.
 type DirSource struct {
 	Dir            string
 	IgnoreDotFiles bool
@@ -32,7 +29,6 @@ type DirSource struct {
 // Where is the directory.
 func (d DirSource) Where() string { return d.Dir }
 
-// dirFile is one config file of a runtime directory.
 type dirFile struct {
 	name string // relative to the directory
 	data []byte
@@ -77,8 +73,8 @@ func LoadDir(d DirSource) (*File, error) {
 	return parse()
 }
 
-// parseDir checks a runtime directory's files and compiles them as one set
-// of rules. Errors name the file, the line and the field.
+// parseDir compiles a runtime directory's files as one set of rules.
+// Errors name the file, the line and the field.
 func parseDir(dir, sum string, files []dirFile) (*File, error) {
 	domains := make([]envoyrules.Domain, len(files))
 	roots := make([]*yaml.Node, len(files))
@@ -117,10 +113,9 @@ func (e *DomainError) Error() string {
 	return fmt.Sprintf("domains[%d].%s: %s", e.Index, e.Field, e.Rule)
 }
 
-// FromDomains is the configuration of domains alone (a runtime directory's
-// files, an xDS update): their rules and the rules' templates, no limiters.
-// where names its source in logs, sum tells a change. A rule that does not
-// compile is a *DomainError.
+// FromDomains is the configuration of domains alone (a runtime directory,
+// an xDS update): where names its source in logs, sum tells a change. A rule
+// that does not compile is a *DomainError.
 func FromDomains(where, sum string, domains []envoyrules.Domain) (*File, error) {
 	rules, err := envoyrules.Compile(domains)
 	if err != nil {

@@ -17,18 +17,15 @@
 //	      - key: to_number
 //	        rate_limit: {unit: day, requests_per_unit: 100}
 //
-// Each rule with a limit is a template (envoyrules.Rules.Templates) the file
-// applies beside its own.
+// Each rule with a limit is a template the file applies beside its own.
 //
-// Parse reads a file strictly and checks it whole before anything is
-// written, so a bad file changes nothing. Its errors name the file, the line
-// and the field, on one line.
+// Parse checks a file whole before anything is written, so a bad file
+// changes nothing; its errors name the file, the line and the field.
 //
-// At boot the file wins: each entry is Put (core.Service.Put), which leaves
-// an equal limiter untouched and reconfigures a changed one in place,
-// keeping its schedule. Then a Keeper (keeper.go) keeps it applied, applying
-// again what Redis lost and reloading the file when it changes, and tells
-// when Redis lost limitd's data.
+// At boot the file wins: each entry is Put, which leaves an equal limiter
+// untouched and reconfigures a changed one in place, keeping its schedule.
+// Then a Keeper keeps it applied, applying again what Redis lost and
+// reloading the file when it changes.
 //
 // Layer: cmd → boot → grpcapi → core. boot applies through core only.
 package boot

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"reflect"
 	"slices"
@@ -32,7 +33,6 @@ type Limiter struct {
 	Config limiter.Config
 }
 
-// schema is the file's schema.
 type schema struct {
 	Limiters  map[string]limiter.Config `yaml:"limiters"`
 	Templates map[string]template       `yaml:"templates"`
@@ -67,7 +67,7 @@ func Parse(path string, data []byte) (*File, error) {
 
 	b := &File{Path: path, Sum: sumOf(data)}
 	limiterNodes, templateNodes := entries(root, "limiters"), entries(root, "templates")
-	for _, name := range sortedKeys(doc.Limiters) {
+	for _, name := range slices.Sorted(maps.Keys(doc.Limiters)) {
 		c, n := doc.Limiters[name], limiterNodes[name]
 		if err := limitd.CheckNameAs("name", name); err != nil {
 			return nil, fail(n.lineOf(""), "limiters: %q is not a valid name: must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$", name)
@@ -78,7 +78,7 @@ func Parse(path string, data []byte) (*File, error) {
 		}
 		b.Limiters = append(b.Limiters, Limiter{Name: name, Config: c})
 	}
-	for _, id := range sortedKeys(doc.Templates) {
+	for _, id := range slices.Sorted(maps.Keys(doc.Templates)) {
 		bt, n := doc.Templates[id], templateNodes[id]
 		t := limitd.Template{ID: id, Pattern: bt.Pattern, Order: bt.Order, IdleTTL: bt.IdleTTL, Limiter: bt.Limiter}
 		norm, err := t.Normalize()
@@ -113,7 +113,7 @@ func Parse(path string, data []byte) (*File, error) {
 }
 
 // failer words the errors of the file named name, with the line at fault
-// when it is known (line > 0).
+// when it is known (> 0).
 func failer(name string) func(line int, format string, a ...any) error {
 	return func(line int, format string, a ...any) error {
 		msg := fmt.Sprintf(format, a...)
@@ -124,11 +124,10 @@ func failer(name string) func(line int, format string, a ...any) error {
 	}
 }
 
-// decodeYAML decodes the one YAML document of data strictly into v. The
-// node tree, returned for the lines of later errors, gives syntax errors and
-// the line of each field: its shape is checked against v's type first
-// (check.go), so that the decode meets nothing it would refuse. empty: data
-// holds no document. more ends the error of a second document.
+// decodeYAML decodes the one YAML document of data strictly into v, its
+// node tree checked first (check.go) and returned for the lines of later
+// errors. empty: data holds no document. more ends the error of a second
+// document.
 func decodeYAML(data []byte, v any, fail func(int, string, ...any) error, more string) (root *yaml.Node, empty bool, err error) {
 	root = new(yaml.Node)
 	if err := yaml.Unmarshal(data, root); err != nil {
@@ -152,8 +151,7 @@ func decodeYAML(data []byte, v any, fail func(int, string, ...any) error, more s
 }
 
 // checkLimiter accepts exactly the configs core.Service.Put accepts, minus
-// the restart verb: a boot file that reset its schedules at every boot of
-// every limitd process would disturb the callers it is meant to pace.
+// the restart verb, which would reset the schedules at every boot.
 func checkLimiter(c limiter.Config) error {
 	norm, verb, err := c.Normalize()
 	if err != nil {
@@ -166,12 +164,10 @@ func checkLimiter(c limiter.Config) error {
 	return err
 }
 
-// dotted is the path of a field in the file: "limiters.orders.rate".
 func dotted(parts ...string) string {
 	return strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "" }), ".")
 }
 
-// fieldOf splits a config error into the field at fault and its rule.
 func fieldOf(err error) (field, rule string) {
 	var fe *limiter.FieldError
 	if errors.As(err, &fe) {
@@ -185,13 +181,4 @@ func ruleOf(fe *limiter.FieldError) string {
 		return fe.Rule
 	}
 	return fmt.Sprintf("%s (got %v)", fe.Rule, fe.Value)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -10,28 +10,21 @@ import (
 	"github.com/limitd/limitd/core"
 )
 
-// Keeper keeps a configuration applied and re-applies the parts of it
-// Redis lost. Every Interval it checks each limiter and template of it
-// (core.Service.Lost: one pipelined round trip per node), so a cluster
-// shard restarted empty gets its own limiters back, and a limiter the index
-// no longer lists is listed again. It also reloads it from its Source, or
-// takes a new one from Set (rules received over xDS).
-//
-// Set the options before Boot; Boot and Run are called by one goroutine,
-// which owns the Keeper.
+// Keeper keeps a configuration applied: every Interval it re-applies what
+// Redis lost of it (core.Service.Lost), and it reloads it from its Source
+// or takes a new one from Set (rules received over xDS). Set the options
+// before Boot; one goroutine calls Boot and Run.
 type Keeper struct {
 	Service  *core.Service
 	Log      *slog.Logger
 	Interval time.Duration // between checks
 	Timeout  time.Duration // for one check and apply
-	// What names the configuration in logs: "the boot file".
-	What string
+	What     string        // names the configuration in logs: "the boot file"
 
 	// Source is where the configuration is read again (nil: nowhere),
-	// every ReloadEvery (0: never) and at once on a Hup signal. A changed
-	// configuration that parses replaces the one applied (Reloaded is
-	// told); a bad one is logged once (Invalid is told) and the one
-	// applied stays.
+	// every ReloadEvery (0: never) and on Hup. A changed one that parses
+	// replaces the one applied (Reloaded is told); a bad one is logged once
+	// (Invalid is told).
 	Source      Source
 	ReloadEvery time.Duration
 	Hup         <-chan os.Signal
@@ -43,8 +36,7 @@ type Keeper struct {
 	applied bool       // the file was applied once: what is missing now, Redis lost
 	down    bool       // Redis failed the last check: log the outage once
 	bad     string     // what was last logged as bad: a content's sum or a read error
-	// lossLogged is the time of the data loss last logged (Redis time,
-	// Unix ns): each loss is logged once.
+	// lossLogged is the Redis time of the data loss last logged.
 	lossLogged int64
 	reapplying bool // applying the configuration again after a data loss
 	// OnDataLost, when set, is told each data loss as it is found (Redis
@@ -52,10 +44,9 @@ type Keeper struct {
 	OnDataLost func(at int64)
 }
 
-// NewKeeper returns a keeper of the boot file f over svc that logs to log,
-// checking every second with a timeout of 10 s and reading f again from its
-// path; change the options before Boot. f may be nil when there is no
-// configuration yet (one comes from Source or Set).
+// NewKeeper returns a keeper of the boot file f (nil: none yet) over svc,
+// checking every second with a timeout of 10 s and reading f again from
+// its path.
 func NewKeeper(f *File, svc *core.Service, log *slog.Logger) *Keeper {
 	k := &Keeper{file: f, Service: svc, Log: log, Interval: time.Second, Timeout: 10 * time.Second,
 		What: "the boot file", push: make(chan *File)}
@@ -65,12 +56,9 @@ func NewKeeper(f *File, svc *core.Service, log *slog.Logger) *Keeper {
 	return k
 }
 
-// Boot applies the configuration once, within Timeout. When Redis cannot
-// take it, it logs so and Run applies it once Redis answers.
-//
-// Without a configuration it writes limitd's marker alone
-// (core.Service.Mark), by which the Keeper tells later that Redis lost its
-// data.
+// Boot applies the configuration once, within Timeout (without one, only
+// the marker: core.Service.Mark). When Redis cannot take it, Run applies it
+// once Redis answers.
 func (k *Keeper) Boot(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, k.Timeout)
 	defer cancel()
@@ -90,7 +78,6 @@ func (k *Keeper) Boot(ctx context.Context) {
 	k.Log.Info("applied "+k.What, f.logAttrs()...)
 }
 
-// logAttrs say in a log line what f holds.
 func (f *File) logAttrs() []any {
 	return []any{"file", f.Path, "limiters", len(f.Limiters), "templates", len(f.Templates), "domains", f.Rules.Domains(), "rules", f.Rules.Len()}
 }
@@ -135,8 +122,6 @@ func (k *Keeper) Run(ctx context.Context) {
 	}
 }
 
-// replace makes f the configuration kept applied, applies it and tells
-// Reloaded.
 func (k *Keeper) replace(ctx context.Context, f *File) {
 	k.file, k.applied = f, false
 	k.check(ctx) // applies it
@@ -146,9 +131,9 @@ func (k *Keeper) replace(ctx context.Context, f *File) {
 	}
 }
 
-// reload reads the configuration again; when its content changed and is
-// valid, it becomes the one kept applied. Limiters and templates the new
-// one no longer has stay in Redis (delete them through the API).
+// reload reads the configuration again and replaces the one kept applied
+// when it changed and is valid. What the new one no longer has stays in
+// Redis.
 func (k *Keeper) reload(ctx context.Context) {
 	if k.Source == nil {
 		return
@@ -182,15 +167,11 @@ func (k *Keeper) invalid(err error) {
 	}
 }
 
-// check re-applies what Redis lost of the file. While Redis (or a shard) is
-// down it logs once, when the outage starts, and once more when it is back;
-// what a reachable shard lost is re-applied meanwhile.
-//
-// First it looks for limitd's marker (core.Service.CheckMarker): gone,
-// Redis lost everything (a restart without persistence, a FLUSHALL), which
-// is logged once at ERROR, and the whole configuration is applied again
-// before the marker is written again; until then limitd is not ready.
-// Without a configuration the marker is written again at once.
+// check re-applies what Redis lost of the file, logging an outage once
+// when it starts and once when it ends. When limitd's marker is gone
+// (core.Service.CheckMarker), Redis lost everything: the whole
+// configuration is applied again before the marker, and until then limitd
+// is not ready.
 func (k *Keeper) check(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, k.Timeout)
 	defer cancel()
@@ -235,8 +216,7 @@ func (k *Keeper) check(ctx context.Context) {
 	}
 }
 
-// lost logs a data loss once and has the configuration applied again (and
-// the marker written) by the rest of the check.
+// lost logs a data loss once and has the rest of the check apply it all.
 func (k *Keeper) lost(ctx context.Context) {
 	at, _, _ := k.Service.DataLoss()
 	if at != k.lossLogged {

@@ -6,11 +6,9 @@ import (
 	"os"
 )
 
-// A Source is where a Keeper reads its configuration again: the boot file,
-// or a runtime directory of the reference server's config files.
+// A Source is where a Keeper reads its configuration again.
 type Source interface {
-	// Where names it in logs: a path.
-	Where() string
+	Where() string // a path, for logs
 	// Read reads it once: the sum of what it read, which tells a change,
 	// and the parse of that same content.
 	Read() (sum string, parse func() (*File, error), err error)

@@ -1,10 +1,6 @@
 // Package coremetrics counts what a core.Service does in Prometheus series:
-// its Observer sees every decision (rate decisions by limiter name or
-// template id and outcome, their permits, a grant's delay and lateness,
-// share capacity, concurrency slots and leases) and every store call
-// (Redis latency by operation). limitd serve makes one and hands it to
-// core.New once, so that every front end (the HTTP API, the gRPC rate limit
-// service) counts in the same series, the same way.
+// its Observer sees every decision and every store call. limitd serve hands
+// one to core.New, so that every front end counts in the same series.
 //
 // Layer: core's observer, beside the front ends: it imports core and
 // internal/promreg, and nothing imports it but cmd/limitd (and tests).
@@ -32,19 +28,16 @@ type Observer struct {
 	leases    *prometheus.CounterVec   // concurrency: renewals, releases, lost leases
 	redis     [core.NumOps]prometheus.Observer
 
-	// The series of rate decisions, found once and kept: a label lookup
-	// hashes every value and takes the vector's lock.
+	// a label lookup hashes every value and takes the vector's lock
 	decided  sync.Map // decisionKey → *rateSeries
 	nDecided atomic.Int64
 }
 
-// delayBuckets are the buckets of the delay and lateness histograms: 0 (a
-// caller that starts at once) apart, from 1 ms to 1 min.
+// delayBuckets: 0 (a caller that starts at once) apart, then 1 ms to 1 min.
 var delayBuckets = []float64{0, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 
-// New registers the observer's series in reg (a series reg has already
-// is taken as it is: two observers of one registry count in the same
-// series).
+// New registers the observer's series in reg (two observers of one
+// registry count in the same series).
 func New(reg *prometheus.Registry) *Observer {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return promreg.Register("coremetrics", reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
@@ -116,21 +109,16 @@ func (m *Observer) Decided(e core.Event) {
 	c.WithLabelValues(e.Limiter, e.Template, e.Outcome).Inc()
 }
 
-// decisionKey names one series of limitd_acquire_decisions_total.
 type decisionKey struct{ limiter, template, outcome string }
 
-// rateSeries are the series one rate decision adds to: its decision and
-// permits counters and, for a grant, the delay and lateness histograms.
 type rateSeries struct {
 	decisions, permits prometheus.Counter
 	delay, lateness    prometheus.Observer // nil for a denial
 }
 
-// maxKept bounds the decision series kept at hand; past it
-// they start over (the series stay in the registry).
+// maxKept bounds the decision series kept at hand; past it they start over.
 const maxKept = 1 << 14
 
-// decision returns the counter of one rate decision's series.
 func (m *Observer) decision(k decisionKey) *rateSeries {
 	if r, ok := m.decided.Load(k); ok {
 		return r.(*rateSeries)

@@ -4,18 +4,14 @@
 // aggregated discovery service, to resources of type
 // ratelimit.config.ratelimit.v3.RateLimitConfig (one domain each).
 //
-// Each response is the whole set of rules. It is converted to the
-// reference's config format (envoyrules.Domain) and compiled whole
+// Each response is the whole set of rules, compiled whole
 // (boot.FromDomains): when every resource compiles, the rules are handed to
-// Options.Apply and the response is ACKed; when one does not, the response
-// is NACKed with the error (naming the resource and the field) and nothing
-// changes, the last good rules keep answering. A management server answers
-// a NACK at once with what it has, the same invalid update until it is
-// fixed: the first NACK goes at once and is logged (once per version and
-// error), each next one waits a back-off that grows from Backoff.Initial to
-// Backoff.Max, so that an invalid update costs a request per back-off, not
-// a storm of them; an update ACKed ends the run. A lost stream is opened
-// again after the same back-off.
+// Options.Apply and the response is ACKed; else it is NACKed with the error
+// and the last good rules stay. A management server answers a NACK at once
+// with the same invalid update until it is fixed: the first NACK goes at
+// once and is logged, each next one after a growing back-off (Backoff), so
+// that an invalid update costs a request per back-off, not a storm. A lost
+// stream is opened again after the same back-off.
 //
 // Layer: cmd → xds → boot → grpcapi → core.
 package xds
@@ -56,39 +52,28 @@ const TypeURL = resource.RateLimitConfigType
 
 // Options configure a client.
 type Options struct {
-	// Server is the management server, host:port (a gRPC target).
-	Server string
+	Server string // the management server, a gRPC target
 	// NodeID and NodeMetadata identify the client: the server keys its
 	// snapshots by node id.
-	NodeID       string
-	NodeMetadata map[string]string
-	// Headers are sent as metadata on the stream.
-	Headers map[string]string
-	// TLS, when not nil, secures the connection.
-	TLS *tls.Config
-	// MaxRecvMsgSize bounds one response (0: gRPC's 4 MiB).
-	MaxRecvMsgSize int
+	NodeID         string
+	NodeMetadata   map[string]string
+	Headers        map[string]string // sent as metadata on the stream
+	TLS            *tls.Config       // nil: insecure
+	MaxRecvMsgSize int               // bounds one response (0: gRPC's 4 MiB)
 	// ConnectRetry is the first wait before dialling the server again
-	// while it cannot be reached (gRPC's connection back-off, growing to
-	// Backoff.Max; 0: gRPC's 1 s).
+	// while it cannot be reached, growing to Backoff.Max (0: gRPC's 1 s).
 	ConnectRetry time.Duration
-	// Backoff paces reconnections.
-	Backoff Backoff
-	// Log gets connection and update lines (nil: none).
-	Log *slog.Logger
-	// Apply is given each valid update's rules. It returns once they are
-	// taken (not necessarily written to Redis: that may wait for Redis);
-	// the update is ACKed after it. An error (ctx ending) drops the stream.
+	Backoff      Backoff      // paces reconnections and NACKs
+	Log          *slog.Logger // connection and update lines (nil: none)
+	// Apply is given each valid update's rules; the update is ACKed once it
+	// returns. An error (ctx ending) drops the stream.
 	Apply func(context.Context, *boot.File) error
-	// Rejected is told of each update NACKed, once per version and error
-	// (nil: nobody).
+	// Rejected is told of each update NACKed, once per version and error.
 	Rejected func(error)
 
-	// wait, in tests, replaces the back-off's timer (nil: a timer).
-	wait func(context.Context, time.Duration) error
+	wait func(context.Context, time.Duration) error // tests' timer (nil: a timer)
 }
 
-// sleep waits d, or until ctx ends.
 func (o *Options) sleep(ctx context.Context, d time.Duration) error {
 	if o.wait != nil {
 		return o.wait(ctx, d)
@@ -116,7 +101,6 @@ type Backoff struct {
 	Jitter       bool
 }
 
-// next is the wait after attempt (0: the first).
 func (b Backoff) next(attempt int) time.Duration {
 	d := b.Initial
 	for range attempt {
@@ -156,8 +140,8 @@ func Run(ctx context.Context, o Options) {
 	}
 }
 
-// subscribe runs one stream until it fails: delivered says whether it
-// received an update.
+// subscribe runs one stream until it fails, reporting whether it received
+// an update.
 func subscribe(ctx context.Context, o Options, log *slog.Logger) (delivered bool, err error) {
 	creds := insecure.NewCredentials()
 	if o.TLS != nil {
@@ -239,8 +223,7 @@ type stream struct {
 	nonce string // the last response's
 }
 
-// send requests the resources: the first request, an ACK (nack empty) or a
-// NACK of the last response.
+// send sends the first request, an ACK (nack empty) or a NACK.
 func (s *stream) send(nack string) error {
 	r := &discoveryv3.DiscoveryRequest{Node: s.node, TypeUrl: TypeURL, VersionInfo: s.acked, ResponseNonce: s.nonce}
 	if nack != "" {
@@ -249,16 +232,14 @@ func (s *stream) send(nack string) error {
 	return s.st.Send(r)
 }
 
-// nacks paces the NACKs of one run of invalid updates, as the package doc
-// says: the first at once, each next after a back-off.
+// nacks paces the NACKs of one run of invalid updates (see the package doc).
 type nacks struct {
 	n    int    // NACKs of the run so far
 	last string // the version and error last NACKed
 }
 
 // next counts a NACK of version for err: the wait before sending it, and
-// whether the same version was NACKed for the same error just before (it
-// was logged already).
+// whether the same was NACKed just before (logged already).
 func (r *nacks) next(version string, err error, b Backoff) (wait time.Duration, again bool) {
 	key := version + "\x00" + err.Error()
 	again, r.last = key == r.last, key
@@ -268,7 +249,6 @@ func (r *nacks) next(version string, err error, b Backoff) (wait time.Duration, 
 	return wait, again
 }
 
-// node is the client's identity.
 func node(o Options) *corev3.Node {
 	fields := map[string]*structpb.Value{}
 	for k, v := range o.NodeMetadata {
@@ -278,7 +258,7 @@ func node(o Options) *corev3.Node {
 }
 
 // Decode converts an update's resources and compiles them whole. Errors
-// name the resource (its name and domain) and the field.
+// name the resource and the field.
 func Decode(resources []*anypb.Any) (*boot.File, error) {
 	domains := make([]envoyrules.Domain, len(resources))
 	names := make([]string, len(resources))
@@ -303,10 +283,8 @@ func Decode(resources []*anypb.Any) (*boot.File, error) {
 }
 
 // descriptors are a config's descriptors in the reference's file format,
-// field for field as the reference's config_xds.go maps them: every unit
-// (WEEK, MONTH and YEAR included), shadow_mode, detailed_metric, quota_mode
-// and metadata. value_to_metric and share_threshold have no field in
-// RateLimitConfig: they come from files only, here as in the reference.
+// as its config_xds.go maps them (value_to_metric and share_threshold have
+// no field in RateLimitConfig: files only).
 func descriptors(ds []*rlsconfv3.RateLimitDescriptor) []envoyrules.Descriptor {
 	if len(ds) == 0 {
 		return nil
