@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -133,12 +134,8 @@ type RedisSettings struct {
 }
 
 func (r RedisSettings) orDefault() RedisSettings {
-	if r.Address == "" {
-		r.Address = "LIMITD_REDIS_URL"
-	}
-	if r.Credentials == "" {
-		r.Credentials = r.Address
-	}
+	r.Address = cmp.Or(r.Address, "LIMITD_REDIS_URL")
+	r.Credentials = cmp.Or(r.Credentials, r.Address)
 	return r
 }
 

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -99,9 +100,7 @@ func over(st backend, o Options) *Service {
 	if s.clock == nil {
 		s.clock = limiter.SystemClock()
 	}
-	if s.obs == nil {
-		s.obs = nopObserver{}
-	}
+	s.obs = cmp.Or[Observer](s.obs, nopObserver{})
 	if o.Ledger != nil {
 		s.obs = observers{s.obs, o.Ledger}
 		s.ledger = o.Ledger

@@ -272,14 +272,10 @@ func (r *watchRounds) round(ctx context.Context, full bool) {
 		for _, n := range r.names {
 			add(n)
 		}
-		for n := range w.extra {
+	}
+	for n := range w.extra {
+		if full || !prev.has(n) {
 			add(n)
-		}
-	} else {
-		for n := range w.extra {
-			if !prev.has(n) {
-				add(n)
-			}
 		}
 	}
 	w.mu.Unlock()
@@ -314,13 +310,8 @@ func (r *watchRounds) round(ctx context.Context, full bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if full {
-		gone := map[string]bool{}
-		for n, e := range entries {
-			if errors.Is(e.Err, ErrNotFound) {
-				gone[n] = true
-			}
-		}
-		r.names = slices.DeleteFunc(r.names, func(n string) bool { return gone[n] })
+		gone := func(n string) bool { return errors.Is(entries[n].Err, ErrNotFound) }
+		r.names = slices.DeleteFunc(r.names, gone)
 		keep := map[string]bool{}
 		for _, n := range r.names {
 			keep[n] = true
@@ -329,7 +320,7 @@ func (r *watchRounds) round(ctx context.Context, full bool) {
 			keep[n] = true
 		}
 		for n := range w.series {
-			if !keep[n] || gone[n] {
+			if !keep[n] || gone(n) {
 				delete(w.series, n) // deleted, unwatched, or past the cap now
 			}
 		}

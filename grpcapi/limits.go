@@ -1,6 +1,7 @@
 package grpcapi
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -125,26 +126,11 @@ func (s *Server) ServerOptions(l Limits) ([]grpc.ServerOption, error) {
 	if err := l.Check(); err != nil {
 		return nil, err
 	}
-	off := func(d time.Duration) time.Duration { // gRPC's "no bound"
-		if d == 0 {
-			return time.Duration(math.MaxInt64)
-		}
-		return d
-	}
-	streams := l.MaxConcurrentStreams
-	if streams == 0 {
-		streams = math.MaxUint32
-	}
-	size := func(n uint32) int {
-		if n == 0 {
-			return math.MaxInt32
-		}
-		return int(n)
-	}
+	off := func(d time.Duration) time.Duration { return cmp.Or(d, math.MaxInt64) } // gRPC's "no bound"
 	opts := []grpc.ServerOption{
-		grpc.MaxConcurrentStreams(streams),
-		grpc.MaxRecvMsgSize(size(l.MaxRecvMsgSize)),
-		grpc.MaxSendMsgSize(size(l.MaxSendMsgSize)),
+		grpc.MaxConcurrentStreams(cmp.Or(l.MaxConcurrentStreams, math.MaxUint32)),
+		grpc.MaxRecvMsgSize(int(cmp.Or(l.MaxRecvMsgSize, math.MaxInt32))),
+		grpc.MaxSendMsgSize(int(cmp.Or(l.MaxSendMsgSize, math.MaxInt32))),
 		// gRPC's dynamic windows grow to 16 MiB a stream
 		grpc.StaticStreamWindowSize(streamWindow),
 		grpc.StaticConnWindowSize(connWindow),
