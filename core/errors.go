@@ -1,7 +1,6 @@
 package core
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -131,12 +130,6 @@ func UnavailabilityOf(err error) (u Unavailability, ok bool) {
 type RedisSettings struct {
 	Address     string // names the Redis to use (default LIMITD_REDIS_URL)
 	Credentials string // holds the user name and password (default Address)
-}
-
-func (r RedisSettings) orDefault() RedisSettings {
-	r.Address = cmp.Or(r.Address, "LIMITD_REDIS_URL")
-	r.Credentials = cmp.Or(r.Credentials, r.Address)
-	return r
 }
 
 // Unavailability is UnavailabilityOf with the fix of a known cause, in the

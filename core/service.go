@@ -95,8 +95,10 @@ func New(st *store.Store, o Options) *Service {
 
 func over(st backend, o Options) *Service {
 	s := &Service{obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode,
-		counting: o.Counting, over: newOverLimit(o.OverLimitCache), redis: o.Redis.orDefault()}
+		counting: o.Counting, over: newOverLimit(o.OverLimitCache), redis: o.Redis}
 	s.loss.found = make(chan struct{}, 1)
+	s.redis.Address = cmp.Or(s.redis.Address, "LIMITD_REDIS_URL")
+	s.redis.Credentials = cmp.Or(s.redis.Credentials, s.redis.Address)
 	if s.clock == nil {
 		s.clock = limiter.SystemClock()
 	}

@@ -89,13 +89,20 @@ func counterName(prefix string, parts, hashed []string) string {
 		n += len(p)
 	}
 	b.Grow(n) // one allocation when no byte needs escaping
+	const digits = "0123456789abcdef"
 	b.WriteString(prefix)
 	b.WriteByte(':')
-	for i, p := range parts {
-		if i > 0 {
+	for j, p := range parts {
+		if j > 0 {
 			b.WriteByte(':')
 		}
-		escape(&b, p)
+		for i := 0; i < len(p); i++ {
+			if c := p[i]; safe(c) {
+				b.WriteByte(c)
+			} else {
+				b.Write([]byte{'_', digits[c>>4], digits[c&0xf]})
+			}
+		}
 	}
 	if b.Len() <= maxName {
 		return b.String()
@@ -105,20 +112,6 @@ func counterName(prefix string, parts, hashed []string) string {
 		h.Write([]byte(strconv.Itoa(len(v)) + ":" + v))
 	}
 	return prefix + ":_h" + hex.EncodeToString(h.Sum(nil)[:16])
-}
-
-func escape(b *strings.Builder, v string) {
-	const digits = "0123456789abcdef"
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if safe(c) {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('_')
-		b.WriteByte(digits[c>>4])
-		b.WriteByte(digits[c&0xf])
-	}
 }
 
 // MetricLabel is the rule label of a request's counters: the rule's own,

@@ -18,9 +18,7 @@ const maxJSONBody = 1 << 20
 // RateLimitResponse, 200 or 429 when over the limit; a bad request is
 // 400, a missing or wrong token 401 (the Authorization header is the gRPC
 // call's), Redis unavailable 503.
-func (s *Server) JSONHandler() http.Handler {
-	return http.HandlerFunc(s.serveJSON)
-}
+func (s *Server) JSONHandler() http.Handler { return http.HandlerFunc(s.serveJSON) }
 
 func (s *Server) serveJSON(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxJSONBody))

@@ -78,7 +78,7 @@ func walk(n *yaml.Node, t reflect.Type, path string) *fault {
 func walkMapping(n *yaml.Node, t reflect.Type, path string, seen map[string]int) *fault {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
-		if isMerge(k) {
+		if k.Kind == yaml.ScalarNode && k.Value == "<<" && k.ShortTag() == "!!merge" {
 			if f := walkMerge(v, t, path, seen); f != nil {
 				return f
 			}
@@ -182,10 +182,6 @@ func fieldType(t reflect.Type, key string) (reflect.Type, bool) {
 }
 
 func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
-
-func isMerge(k *yaml.Node) bool {
-	return k.Kind == yaml.ScalarNode && k.Value == "<<" && k.ShortTag() == "!!merge"
-}
 
 // entryNodes are the key and value nodes of one limiter or template.
 type entryNodes struct{ key, value *yaml.Node }
