@@ -115,8 +115,7 @@ type Rules struct {
 	domains   map[string]*node
 	rules     []*Rule // every rule, in the config's order
 	templates []limitd.Template
-	quotas    int                         // rules in quota mode
-	fixed     map[string]core.FixedWindow // rate_limit rules' windows by template id
+	quotas    int // rules in quota mode
 }
 
 // node is one level of a descriptor tree (see match for the order).
@@ -132,7 +131,6 @@ type entry struct{ key, value string }
 type pattern struct {
 	key   string
 	parts []string // the value split at each *
-	share bool     // share_threshold: one counter for every match
 	node  *node
 }
 
@@ -171,7 +169,7 @@ const maxDomainHint = 40 // how much of a domain's name a template id keeps
 // Compile checks domains and builds their rules. Errors name the field
 // ("domains[0].descriptors[1].rate_limit.unit") and the rule broken.
 func Compile(domains []Domain) (*Rules, error) {
-	r := &Rules{domains: map[string]*node{}, fixed: map[string]core.FixedWindow{}}
+	r := &Rules{domains: map[string]*node{}}
 	for i, d := range domains {
 		path := fmt.Sprintf("domains[%d]", i)
 		if d.Domain == "" {
@@ -215,7 +213,7 @@ func (r *Rules) load(n *node, domain string, parents []level, ds []Descriptor, p
 					return fieldErr(p+".value", "must be unique among its siblings of the same key", quote(d.Value))
 				}
 			}
-			n.patterns = append(n.patterns, pattern{key: d.Key, parts: strings.Split(d.Value, "*"), share: d.ShareThreshold, node: child})
+			n.patterns = append(n.patterns, pattern{key: d.Key, parts: strings.Split(d.Value, "*"), node: child})
 		default:
 			e := entry{d.Key, d.Value}
 			if _, dup := n.exact[e]; dup {
@@ -320,9 +318,6 @@ func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (
 	rl.template = templateID(domain, rl.label, counterShape(rl.config))
 	r.templates = append(r.templates, limitd.Template{ID: rl.template, Pattern: rl.template + ":*", Order: templateOrder, Limiter: rl.config,
 		Description: rl.fullKey(), FixedWindows: rl.fixed != nil})
-	if rl.fixed != nil {
-		r.fixed[rl.template] = *rl.fixed
-	}
 	r.rules = append(r.rules, rl)
 	return rl, nil
 }
