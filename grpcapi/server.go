@@ -1,6 +1,7 @@
 package grpcapi
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -82,12 +83,10 @@ func New(o Options) *Server {
 	if o.Service == nil {
 		panic("grpcapi: Options.Service is nil")
 	}
-	s := &Server{svc: o.Service, log: o.Logger, accessLog: o.AccessLog, counting: o.Service.Counting(), nearRatio: defaultNearRatio, health: health.NewServer()}
+	s := &Server{svc: o.Service, log: cmp.Or(o.Logger, slog.New(slog.DiscardHandler)), accessLog: o.AccessLog,
+		counting: o.Service.Counting(), nearRatio: defaultNearRatio, health: health.NewServer(), headers: o.Headers}
 	if o.NearRatio > 0 {
 		s.nearRatio = float32(o.NearRatio)
-	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
 	}
 	if o.Token != "" {
 		for _, t := range []string{o.Token, o.AdminToken} {
@@ -96,15 +95,11 @@ func New(o Options) *Server {
 			}
 		}
 	}
-	reg := o.Registry
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
+	reg := cmp.Or(o.Registry, prometheus.NewRegistry())
 	s.m = newMetrics(reg)
 	if o.ReferenceMetrics {
 		s.m.withReference(reg)
 	}
-	s.headers = o.Headers
 	if o.Rules == nil && !o.WaitForRules {
 		o.Rules, _ = envoyrules.Compile(nil)
 	}

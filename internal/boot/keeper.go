@@ -64,9 +64,7 @@ func (k *Keeper) Boot(ctx context.Context) {
 	defer cancel()
 	f := k.file
 	if f == nil {
-		if err := k.Service.Mark(ctx, ""); err == nil {
-			k.applied = true
-		}
+		k.applied = k.Service.Mark(ctx, "") == nil
 		return
 	}
 	if err := f.Apply(ctx, k.Service); err != nil {

@@ -17,6 +17,7 @@
 package xds
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -120,10 +121,7 @@ func (b Backoff) next(attempt int) time.Duration {
 
 // Run subscribes until ctx ends, connecting again after every failure.
 func Run(ctx context.Context, o Options) {
-	log := o.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := cmp.Or(o.Log, slog.New(slog.DiscardHandler))
 	for attempt := 0; ; attempt++ {
 		delivered, err := subscribe(ctx, o, log)
 		if ctx.Err() != nil {
