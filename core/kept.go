@@ -3,9 +3,7 @@ package core
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
-	"time"
 )
 
 // Lost reports which of the named limiters and templates Redis lost (see
@@ -35,7 +33,10 @@ func (s *Service) Mark(ctx context.Context, sum string) error {
 // is gone, Redis lost limitd's data (DataLost). It reports whether a loss
 // is pending: found now or before, and not marked again since.
 func (s *Service) CheckMarker(ctx context.Context) (pending bool, err error) {
-	if !s.marking() {
+	s.loss.mu.Lock()
+	marking := s.loss.marked
+	s.loss.mu.Unlock()
+	if !marking {
 		return false, nil
 	}
 	marked, now, err := s.store.Marked(ctx) // and Redis' time, in one round trip
@@ -47,13 +48,6 @@ func (s *Service) CheckMarker(ctx context.Context) (pending bool, err error) {
 	}
 	_, pending, _ = s.DataLoss()
 	return pending, nil
-}
-
-// marking reports whether Mark succeeded once.
-func (s *Service) marking() bool {
-	s.loss.mu.Lock()
-	defer s.loss.mu.Unlock()
-	return s.loss.marked
 }
 
 // dataLoss is what the service knows of Redis losing its data.
@@ -100,12 +94,3 @@ func (s *Service) DataLoss() (at int64, pending bool, count int64) {
 // ErrDataLost is what Ready answers (wrapped, matching ErrUnavailable too)
 // while a data loss is pending.
 var ErrDataLost = errors.New("redis lost limitd's data; the configuration is being applied again")
-
-// lostErr is Ready's error while a loss is pending, nil otherwise.
-func (s *Service) lostErr() error {
-	at, pending, _ := s.DataLoss()
-	if !pending {
-		return nil
-	}
-	return fmt.Errorf("%w: %w (found at %s)", ErrUnavailable, ErrDataLost, time.Unix(0, at).UTC().Format(time.RFC3339))
-}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/limitd/limitd/limiter"
@@ -120,12 +121,13 @@ func (s *Service) Ready(ctx context.Context) error {
 	if err := s.store.Ready(ctx); err != nil {
 		return err
 	}
-	if s.marking() {
-		if _, err := s.CheckMarker(ctx); err != nil {
-			return err
-		}
+	if _, err := s.CheckMarker(ctx); err != nil {
+		return err
 	}
-	return s.lostErr()
+	if at, pending, _ := s.DataLoss(); pending {
+		return fmt.Errorf("%w: %w (found at %s)", ErrUnavailable, ErrDataLost, time.Unix(0, at).UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // subjectOf names the subject of a rate decision: the limiter's name, or an
