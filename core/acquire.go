@@ -152,7 +152,6 @@ func (b *bounded) get() context.Context {
 	return b.ctx
 }
 
-// deadline is the earlier of ctx's deadline and b's.
 func (b *bounded) deadline() (time.Time, bool) {
 	dl, ok := b.ctx.Deadline()
 	if !b.at.IsZero() && (!ok || b.at.Before(dl)) {
@@ -167,7 +166,6 @@ func (b *bounded) stop() {
 	}
 }
 
-// decided reports a rate decision (acquire or grant).
 func (s *Service) decided(ctx context.Context, name string, permits int64, d limitd.Decision) {
 	lim, tpl := s.subjectOf(ctx, name, d.Instance)
 	e := Event{Kind: EventRate, Limiter: lim, Template: tpl, Instance: instanceOf(name, tpl), Outcome: "granted", Permits: permits}
@@ -199,7 +197,6 @@ func (s *Service) acquireOther(ctx context.Context, r AcquireRequest, conflict e
 	return Acquired{Slot: &l}, err
 }
 
-// acquireSlot takes a concurrency slot and reports the decision.
 func (s *Service) acquireSlot(ctx context.Context, name string) (limitd.SlotLease, error) {
 	l, err := s.store.AcquireSlot(ctx, name)
 	if err != nil {

@@ -305,7 +305,6 @@ func (s *Service) check(ctx context.Context, cs []Counter, counts []Count, skip 
 	return nil
 }
 
-// acquireGroups is AcquireAll of reqs, which must answer each.
 func (s *Service) acquireGroups(ctx context.Context, reqs []LimiterPermits) (AcquireAllResult, error) {
 	res, err := s.AcquireAll(ctx, AcquireAllRequest{Requests: reqs})
 	if err == nil && len(res.Results) != len(reqs) {

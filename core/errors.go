@@ -54,7 +54,6 @@ func specFault(err error, spec, prefix string) error {
 	return err
 }
 
-// quoted is a string input as an error repeats it.
 func quoted(s string) string { return fmt.Sprintf("%q", s) }
 
 // The causes of an ErrUnavailable that the operator fixes in a known way

@@ -47,7 +47,6 @@ func (s *Service) fixedView(ctx context.Context, info limitd.Info, f FixedWindow
 	return Limiter{Info: info, State: &w, TTL: ttl}, nil
 }
 
-// fixedWait is fixedView's state.
 func (s *Service) fixedWait(ctx context.Context, info limitd.Info, f FixedWindow) (limitd.WaitInfo, error) {
 	l, err := s.fixedView(ctx, info, f)
 	if err != nil {

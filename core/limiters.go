@@ -29,7 +29,6 @@ type Limiter struct {
 // Redis. A refusal in shadow mode counts as refused; a charge as granted.
 type Totals = limitd.Counts
 
-// view returns info with its live state and totals.
 func (s *Service) view(ctx context.Context, info limitd.Info) (Limiter, error) {
 	l, err := s.viewState(ctx, info)
 	if err != nil || info.Template != "" {
@@ -43,7 +42,6 @@ func (s *Service) view(ctx context.Context, info limitd.Info) (Limiter, error) {
 	return l, nil
 }
 
-// viewState is view without the totals.
 func (s *Service) viewState(ctx context.Context, info limitd.Info) (Limiter, error) {
 	if !limiter.IsRate(info.Config.Kind) {
 		h, err := s.store.Holders(ctx, info.Name)
@@ -251,7 +249,6 @@ func (s *Service) Wait(ctx context.Context, name string) (limitd.WaitInfo, error
 	return s.waitState(ctx, name)
 }
 
-// waitState is Wait of a limiter whose state holds its counts.
 func (s *Service) waitState(ctx context.Context, name string) (limitd.WaitInfo, error) {
 	w, err := s.store.Wait(ctx, name)
 	if err != nil {

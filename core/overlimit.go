@@ -55,7 +55,6 @@ func newOverLimit(n int) *overLimit {
 	return &overLimit{max: n, entries: make(map[string]overEntry, min(n, 4096)), ring: make([]string, n)}
 }
 
-// get returns name's entry if it is over at now (local).
 func (c *overLimit) get(name string, now time.Time) (overEntry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -122,7 +121,6 @@ func (s *Service) ClearOverLimit() {
 	}
 }
 
-// forgetOver drops name from the over-limit cache: it was reset or deleted.
 func (s *Service) forgetOver(name string) {
 	if s.over != nil {
 		s.over.forget(name)

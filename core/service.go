@@ -167,7 +167,6 @@ func instanceOf(name, tpl string) string {
 	return name
 }
 
-// event reports a decision of a kind whose reply names no instance.
 func (s *Service) event(ctx context.Context, kind EventKind, name, outcome string) {
 	lim, tpl := s.subject(ctx, name)
 	s.obs.Decided(Event{Kind: kind, Limiter: lim, Template: tpl, Instance: instanceOf(name, tpl), Outcome: outcome})

@@ -99,7 +99,6 @@ func (r Reading) used() (u float64, ok bool) {
 	return 0, false
 }
 
-// part is n of whole, 0 without a whole.
 func part(n, whole float64) float64 {
 	if whole <= 0 {
 		return 0
@@ -281,7 +280,6 @@ func (s *series) since(span time.Duration) point {
 	return s.point(n - 1)
 }
 
-// keep appends sm to the history, the oldest dropped past HistoryLen.
 func (s *series) keep(sm sample) {
 	if len(s.samples) < HistoryLen {
 		s.samples = append(s.samples, sm)
@@ -291,7 +289,6 @@ func (s *series) keep(sm sample) {
 	s.next = (s.next + 1) % HistoryLen
 }
 
-// history is the samples oldest first.
 func (s *series) history() []Signals {
 	out := make([]Signals, 0, len(s.samples))
 	for i := range s.samples {
@@ -355,7 +352,6 @@ func (s *series) signal(l Limiter) (Signals, sample) {
 	return sg, sm
 }
 
-// healthOf is what sg's numbers say of the limiter.
 func healthOf(sg Signals) Health {
 	switch {
 	case sg.Shadow && sg.ShadowRefusedPerS > 0:

@@ -370,7 +370,6 @@ func (r *watchRounds) round(ctx context.Context, full bool) {
 	}
 }
 
-// lastIndex is where the newest sample is.
 func (s *series) lastIndex() int {
 	if len(s.samples) < HistoryLen {
 		return len(s.samples) - 1

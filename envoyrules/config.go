@@ -235,7 +235,6 @@ func (r *Rules) load(n *node, domain string, parents []level, ds []Descriptor, p
 	return nil
 }
 
-// rule compiles a descriptor's limit (nil when it has none).
 func (r *Rules) rule(domain string, levels []level, d Descriptor, path string) (*Rule, error) {
 	if d.RateLimit == nil && d.Limiter == nil {
 		if d.Name != "" || len(d.Replaces) > 0 {

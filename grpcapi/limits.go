@@ -159,7 +159,6 @@ const (
 	connWindow   = 1 << 20
 )
 
-// tap refuses a rate limit call without the token before its stream exists.
 func (s *Server) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if !strings.HasPrefix(info.FullMethodName, "/"+ServiceName+"/") {
 		return ctx, nil // the health service is open

@@ -40,7 +40,6 @@ type refMetrics struct {
 	responseTime                     prometheus.Observer    // response_time of ShouldRateLimit
 }
 
-// withReference registers the reference's names beside limitd's.
 func (m *metrics) withReference(reg *prometheus.Registry) {
 	vec := func(name, help string) *prometheus.CounterVec {
 		return promreg.Register("grpcapi", reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"domain", "key1", "key2"}))

@@ -34,7 +34,6 @@ type overrides struct {
 // start over (put again, a template is unchanged).
 const maxOverrideTemplates = 4096
 
-// ensureOverride puts t in Redis unless this process did already.
 func (s *Server) ensureOverride(ctx context.Context, t limitd.Template) error {
 	s.overrides.mu.Lock()
 	done := s.overrides.put[t.ID]

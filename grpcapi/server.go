@@ -303,7 +303,6 @@ func (s *Server) status(rl *envoyrules.Rule, d envoyrules.Request, c core.Count)
 	return st
 }
 
-// wholeSeconds is d rounded up to whole seconds (at least 0).
 func wholeSeconds(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0

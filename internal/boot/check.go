@@ -142,7 +142,6 @@ func leaf(n *yaml.Node, t reflect.Type, path string) *fault {
 	return wrongType(n, t, path)
 }
 
-// wrongType words a value that cannot become t as yaml would.
 func wrongType(n *yaml.Node, t reflect.Type, path string) *fault {
 	what := n.ShortTag()
 	if n.Kind == yaml.ScalarNode {
@@ -161,7 +160,6 @@ func in(path string) string {
 	return " (in " + path + ")"
 }
 
-// fieldType is the type of the struct field whose yaml name is key.
 func fieldType(t reflect.Type, key string) (reflect.Type, bool) {
 	for _, f := range reflect.VisibleFields(t) {
 		if !f.IsExported() {
