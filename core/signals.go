@@ -213,7 +213,8 @@ type series struct {
 	points  [pointsKept]point
 	npoints int // points kept, up to len(points); the newest at (npoints-1)%len
 	samples []sample
-	next    int // where the next sample goes once samples is full
+	next    int   // where the next sample goes once samples is full
+	newest  int64 // the newest sample's time
 }
 
 // sample is one limiter's signals as kept in its history, in 40 bytes.

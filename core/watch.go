@@ -343,7 +343,8 @@ func (r *watchRounds) round(ctx context.Context, full bool) {
 			sg.Instance = &c
 			sg.Health = healthOf(sg)
 		}
-		if sm.t > 0 && (len(s.samples) == 0 || s.samples[s.lastIndex()].t < sm.t) {
+		if sm.t > s.newest {
+			s.newest = sm.t
 			s.keep(sm)
 		}
 		e.Signals = sg
@@ -368,13 +369,6 @@ func (r *watchRounds) round(ctx context.Context, full bool) {
 			ch <- round
 		}
 	}
-}
-
-func (s *series) lastIndex() int {
-	if len(s.samples) < HistoryLen {
-		return len(s.samples) - 1
-	}
-	return (s.next + HistoryLen - 1) % HistoryLen
 }
 
 // instanceCounts reads the counts of the template instances among reads in
