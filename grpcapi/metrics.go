@@ -42,7 +42,7 @@ type refMetrics struct {
 
 func (m *metrics) withReference(reg *prometheus.Registry) {
 	vec := func(name, help string) *prometheus.CounterVec {
-		return promreg.Register("grpcapi", reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"domain", "key1", "key2"}))
+		return counterVec(reg, name, help, "domain", "key1", "key2")
 	}
 	r := &refMetrics{
 		hits:   vec("ratelimit_service_rate_limit_total_hits", "The reference server's total_hits of each rule (limitd_ratelimit_hits_total under its name)."),
@@ -50,17 +50,14 @@ func (m *metrics) withReference(reg *prometheus.Registry) {
 		near:   vec("ratelimit_service_rate_limit_near_limit", "The reference server's near_limit of each rule (limitd_ratelimit_near_limit_total under its name)."),
 		within: vec("ratelimit_service_rate_limit_within_limit", "The reference server's within_limit of each rule (limitd_ratelimit_within_limit_total under its name)."),
 		shadow: vec("ratelimit_service_rate_limit_shadow_mode", "The reference server's shadow_mode of each rule (limitd_ratelimit_shadow_mode_total under its name)."),
-		globalShadow: promreg.Register("grpcapi", reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ratelimit_service_global_shadow_mode",
-			Help: "The reference server's global_shadow_mode (limitd_ratelimit_global_shadow_mode_total under its name)."})),
-		errors: promreg.Register("grpcapi", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimit_service_should_rate_limit_error",
-			Help: "The reference server's should_rate_limit errors: redis_error (Redis failed the call: answered UNAVAILABLE), service_error (the service could not decide: no rules loaded yet, a request without a domain or descriptors or otherwise refused as invalid, an internal error).",
-		}, []string{"err_type"})),
-		requests: promreg.Register("grpcapi", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ratelimit_service_total_requests",
-			Help: "The reference server's total_requests of each gRPC method (limitd_grpc_requests_total summed over codes).",
-		}, []string{"grpc_method"})).WithLabelValues("ShouldRateLimit"),
+		globalShadow: counter(reg, "ratelimit_service_global_shadow_mode",
+			"The reference server's global_shadow_mode (limitd_ratelimit_global_shadow_mode_total under its name)."),
+		errors: counterVec(reg, "ratelimit_service_should_rate_limit_error",
+			"The reference server's should_rate_limit errors: redis_error (Redis failed the call: answered UNAVAILABLE), service_error (the service could not decide: no rules loaded yet, a request without a domain or descriptors or otherwise refused as invalid, an internal error).",
+			"err_type"),
+		requests: counterVec(reg, "ratelimit_service_total_requests",
+			"The reference server's total_requests of each gRPC method (limitd_grpc_requests_total summed over codes).",
+			"grpc_method").WithLabelValues("ShouldRateLimit"),
 		// the reference's exporter maps its millisecond timer to seconds,
 		// with Prometheus' DefBuckets
 		responseTime: promreg.Register("grpcapi", reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -122,31 +119,32 @@ func (t tee) Add(v float64) {
 // make many); past it they start over.
 const maxKeptRules = 1 << 14
 
+func counterVec(reg *prometheus.Registry, name, help string, labels ...string) *prometheus.CounterVec {
+	return promreg.Register("grpcapi", reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+}
+
+func counter(reg *prometheus.Registry, name, help string) prometheus.Counter {
+	return promreg.Register("grpcapi", reg, prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help}))
+}
+
 func newMetrics(reg *prometheus.Registry) *metrics {
-	vec := func(name, help string) *prometheus.CounterVec {
-		return promreg.Register("grpcapi", reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"domain", "rule"}))
-	}
+	vec := func(name, help string) *prometheus.CounterVec { return counterVec(reg, name, help, "domain", "rule") }
 	return &metrics{
 		hits:   vec("limitd_ratelimit_hits_total", "Hits asked of each descriptor rule over gRPC (a descriptor's hits_addend), by domain and rule."),
 		over:   vec("limitd_ratelimit_over_limit_total", "Hits refused by a rule (shadow-mode rules included), by domain and rule."),
 		near:   vec("limitd_ratelimit_near_limit_total", "Granted hits past the near-limit ratio (LIMITD_GRPC_NEAR_LIMIT_RATIO, 80% by default) of a window rule's limit, by domain and rule."),
 		within: vec("limitd_ratelimit_within_limit_total", "Hits granted by a rule, by domain and rule."),
 		shadow: vec("limitd_ratelimit_shadow_mode_total", "Hits a shadow-mode rule refused and answered OK all the same, by domain and rule."),
-		globalShadow: promreg.Register("grpcapi", reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "limitd_ratelimit_global_shadow_mode_total",
-			Help: "gRPC rate limit calls over the limit answered OK because of LIMITD_SHADOW_MODE."})),
-		requests: promreg.Register("grpcapi", reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "limitd_grpc_requests_total",
-			Help: "ShouldRateLimit calls answered, by gRPC code (OK also for an OVER_LIMIT answer).",
-		}, []string{"code"})),
+		globalShadow: counter(reg, "limitd_ratelimit_global_shadow_mode_total",
+			"gRPC rate limit calls over the limit answered OK because of LIMITD_SHADOW_MODE."),
+		requests: counterVec(reg, "limitd_grpc_requests_total",
+			"ShouldRateLimit calls answered, by gRPC code (OK also for an OVER_LIMIT answer).", "code"),
 		conns: promreg.Register("grpcapi", reg, prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "limitd_grpc_connections",
 			Help: "gRPC connections open.",
 		})),
-		connsRefused: promreg.Register("grpcapi", reg, prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "limitd_grpc_connections_refused_total",
-			Help: "gRPC connections closed as soon as accepted because the most that may be open (LIMITD_GRPC_MAX_CONNECTIONS) were open.",
-		})),
+		connsRefused: counter(reg, "limitd_grpc_connections_refused_total",
+			"gRPC connections closed as soon as accepted because the most that may be open (LIMITD_GRPC_MAX_CONNECTIONS) were open."),
 		kept: map[[2]string]*ruleSeries{},
 	}
 }
