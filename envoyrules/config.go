@@ -46,7 +46,8 @@ type Descriptor struct {
 	Name        string       `yaml:"name" json:"name,omitempty"`
 	Replaces    []Replace    `yaml:"replaces" json:"replaces,omitempty"`
 	Descriptors []Descriptor `yaml:"descriptors" json:"descriptors,omitempty"`
-	ShadowMode  bool         `yaml:"shadow_mode" json:"shadow_mode,omitempty"` // decides and counts, never refuses
+	// ShadowMode decides and counts but never refuses.
+	ShadowMode bool `yaml:"shadow_mode" json:"shadow_mode,omitempty"`
 	// DetailedMetric labels this rule's counters with the request's own
 	// keys and values, not the rule's.
 	DetailedMetric bool `yaml:"detailed_metric" json:"detailed_metric,omitempty"`

@@ -128,7 +128,9 @@ func counter(reg *prometheus.Registry, name, help string) prometheus.Counter {
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
-	vec := func(name, help string) *prometheus.CounterVec { return counterVec(reg, name, help, "domain", "rule") }
+	vec := func(name, help string) *prometheus.CounterVec {
+		return counterVec(reg, name, help, "domain", "rule")
+	}
 	return &metrics{
 		hits:   vec("limitd_ratelimit_hits_total", "Hits asked of each descriptor rule over gRPC (a descriptor's hits_addend), by domain and rule."),
 		over:   vec("limitd_ratelimit_over_limit_total", "Hits refused by a rule (shadow-mode rules included), by domain and rule."),
