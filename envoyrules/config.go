@@ -13,19 +13,9 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// Domain is one entry of the boot file's `domains:` list, in the reference
-// Envoy rate limit server's format (one of its config files):
-//
-//	domains:
-//	  - domain: messaging
-//	    descriptors:
-//	      - key: message_type
-//	        value: marketing
-//	        descriptors:
-//	          - key: to_number
-//	            rate_limit: {unit: day, requests_per_unit: 5}
-//	      - key: to_number
-//	        rate_limit: {unit: day, requests_per_unit: 100}
+// Domain is one entry of the boot file's `domains:` list (package boot
+// shows one), in the reference Envoy rate limit server's format: one of its
+// config files.
 type Domain struct {
 	Domain      string       `yaml:"domain" json:"domain"`
 	Descriptors []Descriptor `yaml:"descriptors" json:"descriptors"`
