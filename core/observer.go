@@ -96,8 +96,3 @@ type Observer interface {
 	StoreCall(op Op, took time.Duration)
 	Decided(e Event)
 }
-
-type nopObserver struct{}
-
-func (nopObserver) StoreCall(Op, time.Duration) {}
-func (nopObserver) Decided(Event)               {}

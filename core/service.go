@@ -103,7 +103,7 @@ func over(st backend, o Options) *Service {
 	if s.clock == nil {
 		s.clock = limiter.SystemClock()
 	}
-	s.obs = cmp.Or[Observer](s.obs, nopObserver{})
+	s.obs = cmp.Or[Observer](s.obs, observers{}) // none
 	if o.Ledger != nil {
 		s.obs = observers{s.obs, o.Ledger}
 		s.ledger = o.Ledger
