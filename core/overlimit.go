@@ -11,22 +11,11 @@ import (
 // takes it: each entry holds its counter's name and about 200 bytes.
 const MaxOverLimitCache = 1_000_000
 
-// The over-limit cache (Options.OverLimitCache): a window counter found
-// over its limit answers later calls with hits "over" without Redis until
-// it could grant again, as the Envoy reference server's local cache does
-// (LOCAL_CACHE_SIZE_IN_BYTES).
-//
-// A window counter that was over stays over until Redis' answer says (its
-// window's end, or for a sliding window until one permit fits). The cache
-// maps that instant onto the local monotonic clock from the time the call
-// was sent, which falls at or before the instant itself (Redis decided
-// after the call was sent): an entry never outlives the over state. A check
-// (0 hits) always asks Redis.
-//
-// Hits it answers are not counted, as the reference's are not. A reset or
-// delete through this service drops the entry; one through another
-// process, or a raised limit, takes effect when the entry ends; reloaded
-// rules clear it (ClearOverLimit).
+// The over-limit cache (Options.OverLimitCache; docs/envoy.md says what it
+// answers): an entry maps the instant Redis said the counter stays over
+// until onto the local monotonic clock from the time the call was sent,
+// which falls at or before that instant (Redis decided after the call was
+// sent), so that an entry never outlives the over state it remembers.
 
 // overLimit is the cache: at most max entries, the oldest dropped first
 // (every window of one rule is as long, so the oldest ends first).

@@ -6,13 +6,10 @@ import (
 	"github.com/limitd/limitd"
 )
 
-// Shadow mode: a limiter whose config says "shadow": true (or every limiter,
-// with Options.Shadow) decides and counts as usual but never refuses. A
-// refusal is reported as granted with Decision.Shadow set, takes nothing,
-// and is observed as "shadow". It applies to acquires (Acquire, AcquireAll,
-// Count) and slots (a grant without a lease: SlotLease.Shadow); a pool's
-// Grant is left as decided, and a share limiter never refuses. Only a
-// refusal asks whether its limiter is in shadow mode.
+// Shadow mode (docs/concepts.md): a refusal is reported as granted with
+// Decision.Shadow set, takes nothing, and is observed as "shadow"; a slot,
+// as a grant without a lease. Only a refusal asks whether its limiter is in
+// shadow mode.
 
 // shadowGrant is d, a refusal in shadow mode of n permits, as reported: a
 // grant that starts now and took nothing.

@@ -55,14 +55,9 @@ type Limits struct {
 	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 }
 
-// DefaultLimits returns the limits limitd serve uses unless told otherwise,
-// for an Envoy fleet that multiplexes its calls on a few long-lived
-// connections per worker. 100 calls per connection is the smallest stream
-// limit HTTP/2 recommends; 512 connections are 32 Envoys of 8 workers with
-// two each. 64 KiB (the stream window) and 4 KiB leave room for long
-// descriptors and metadata; 1 MiB bounds a runaway response. gRPC clients
-// ping at most every 10 s (gRFC A8). A connection turns over every 30
-// minutes with 30 s for its calls, 20 times core's decide timeout.
+// DefaultLimits returns the limits limitd serve uses unless told otherwise
+// (the LIMITD_GRPC_* settings; docs/reliability.md has the arithmetic), for
+// an Envoy fleet that multiplexes its calls on a few long-lived connections.
 func DefaultLimits() Limits {
 	return Limits{
 		MaxConcurrentStreams:  100,

@@ -7,11 +7,8 @@
 // Each response is the whole set of rules, compiled whole
 // (boot.FromDomains): when every resource compiles, the rules are handed to
 // Options.Apply and the response is ACKed; else it is NACKed with the error
-// and the last good rules stay. A management server answers a NACK at once
-// with the same invalid update until it is fixed: the first NACK goes at
-// once and is logged, each next one after a growing back-off (Backoff), so
-// that an invalid update costs a request per back-off, not a storm. A lost
-// stream is opened again after the same back-off.
+// and the last good rules stay. NACKs of the same update, and reconnections,
+// are paced by Backoff (docs/envoy.md says why).
 //
 // Layer: cmd → xds → boot → grpcapi → core.
 package xds
@@ -230,7 +227,8 @@ func (s *stream) send(nack string) error {
 	return s.st.Send(r)
 }
 
-// nacks paces the NACKs of one run of invalid updates (see the package doc).
+// nacks paces the NACKs of one run of invalid updates: the first at once,
+// each next after a back-off.
 type nacks struct {
 	n    int    // NACKs of the run so far
 	last string // the version and error last NACKed
