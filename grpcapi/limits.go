@@ -56,8 +56,10 @@ type Limits struct {
 }
 
 // DefaultLimits returns the limits limitd serve uses unless told otherwise
-// (the LIMITD_GRPC_* settings; docs/reliability.md has the arithmetic), for
-// an Envoy fleet that multiplexes its calls on a few long-lived connections.
+// (the LIMITD_GRPC_* settings; docs/reliability.md has the arithmetic): 100
+// calls per connection is the smallest stream limit HTTP/2 recommends, 512
+// connections are 32 Envoys of 8 workers with two each, and gRPC clients
+// ping at most every 10 s (gRFC A8).
 func DefaultLimits() Limits {
 	return Limits{
 		MaxConcurrentStreams:  100,
