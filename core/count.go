@@ -21,16 +21,13 @@ import (
 type Counting int
 
 const (
-	// CountEvery counts every counter's hits whether or not the call is
-	// refused and whether or not they fit (the Envoy reference server's
-	// model; store.Request.Charge): a window's count passes its limit, a
-	// schedule or smooth limiter takes them as debt. A counter is over when
-	// its hits do not fit (a check, 0 hits, when it already is). Each
-	// counter is decided on its own; the call is refused when one is over
-	// (see CountRequest for shadow and quota).
+	// CountEvery counts every counter's hits whether or not they fit or the
+	// call is refused, as the Envoy reference server does (docs/envoy.md
+	// compares the two): a counter is over when its hits do not fit (a
+	// check, 0 hits, when it already is), and the call is refused when one
+	// is over (see CountRequest).
 	CountEvery Counting = iota
-	// CountStrict decides the call all or nothing (AcquireAll): a refused
-	// call counts nothing, on any counter.
+	// CountStrict decides the call all or nothing (AcquireAll).
 	CountStrict
 )
 

@@ -14,11 +14,9 @@ func (s *Service) Lost(ctx context.Context, limiters, templates []string) (lostL
 }
 
 // Mark records which configuration was last applied to this Redis: sum (a
-// file's hash; empty without one) under the key <prefix>:boot. On a Redis
-// Cluster it lives on one shard: what each shard lost is told by Lost.
-//
-// Once Mark succeeded, the marker missing means Redis forgot everything
-// since (CheckMarker). A Mark that succeeds ends a pending loss.
+// file's hash; empty without one) under the key <prefix>:boot, the marker
+// whose loss tells that Redis lost limitd's data (docs/reliability.md). A
+// Mark that succeeds ends a pending loss.
 func (s *Service) Mark(ctx context.Context, sum string) error {
 	if err := s.store.Mark(ctx, sum); err != nil {
 		return err

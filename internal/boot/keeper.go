@@ -166,10 +166,8 @@ func (k *Keeper) invalid(err error) {
 }
 
 // check re-applies what Redis lost of the file, logging an outage once
-// when it starts and once when it ends. When limitd's marker is gone
-// (core.Service.CheckMarker), Redis lost everything: the whole
-// configuration is applied again before the marker, and until then limitd
-// is not ready.
+// when it starts and once when it ends; after a data loss
+// (docs/reliability.md) the whole configuration goes before the marker.
 func (k *Keeper) check(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, k.Timeout)
 	defer cancel()
