@@ -15,7 +15,8 @@ func (s *Service) Lost(ctx context.Context, limiters, templates []string) (lostL
 
 // Mark records which configuration was last applied to this Redis: sum (a
 // file's hash; empty without one) under the key <prefix>:boot, the marker
-// whose loss tells that Redis lost limitd's data (docs/reliability.md). A
+// whose loss tells that Redis lost limitd's data (docs/reliability.md); on
+// a Redis Cluster it is one shard's, and Lost tells what each shard lost. A
 // Mark that succeeds ends a pending loss.
 func (s *Service) Mark(ctx context.Context, sum string) error {
 	if err := s.store.Mark(ctx, sum); err != nil {
