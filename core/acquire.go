@@ -98,6 +98,7 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 	if !d.Granted && s.inShadow(bc.get(), r.Name, d) {
 		d = shadowGrant(d, r.Permits)
 	}
+	seen := d
 	if r.Block && !d.Granted && d.Window && d.Limit > 0 && d.RetryAfter <= int64(maxWait) {
 		// One request: one decision observed, the second, its grant's
 		// delay the time waited.
@@ -109,14 +110,11 @@ func (s *Service) Acquire(ctx context.Context, r AcquireRequest) (Acquired, erro
 		if err != nil {
 			return Acquired{}, err
 		}
-		seen := d
-		if seen.Granted {
+		if seen = d; seen.Granted {
 			seen.Delay += waited
 		}
-		s.decided(ctx, r.Name, r.Permits, seen)
-	} else {
-		s.decided(ctx, r.Name, r.Permits, d)
 	}
+	s.decided(ctx, r.Name, r.Permits, seen)
 	if r.Block && d.Granted && d.Delay > 0 {
 		if err := s.clock.Sleep(ctx, time.Duration(d.Delay)); err != nil {
 			return Acquired{}, err

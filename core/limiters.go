@@ -59,11 +59,9 @@ func (s *Service) viewState(ctx context.Context, info limitd.Info) (Limiter, err
 	}
 	var ttl int64
 	if info.Template != "" {
-		t, err := s.store.InstanceTTL(ctx, info.Name)
-		if err != nil {
+		if ttl, err = s.store.InstanceTTL(ctx, info.Name); err != nil {
 			return Limiter{}, err
 		}
-		ttl = t
 	}
 	w, err := s.store.Wait(ctx, info.Name)
 	if err != nil {
