@@ -178,8 +178,8 @@ func subscribe(ctx context.Context, o Options, log *slog.Logger) (delivered bool
 		}
 		delivered = true
 		s.nonce = resp.Nonce
-		f, err := Decode(resp.Resources)
-		if err != nil {
+		nack := ""
+		if f, err := Decode(resp.Resources); err != nil {
 			wait, again := rejected.next(resp.VersionInfo, err, o.Backoff)
 			if !again {
 				log.Error("xds: an update is invalid: NACKed, the rules in place stay", "version", resp.VersionInfo, "err", err)
@@ -192,17 +192,15 @@ func subscribe(ctx context.Context, o Options, log *slog.Logger) (delivered bool
 			if err := o.sleep(ctx, wait); err != nil {
 				return delivered, err
 			}
-			if err := s.send(err.Error()); err != nil {
+			nack = err.Error()
+		} else {
+			rejected = nacks{}
+			if err := o.Apply(ctx, f); err != nil {
 				return delivered, err
 			}
-			continue
+			s.acked = resp.VersionInfo
 		}
-		rejected = nacks{}
-		if err := o.Apply(ctx, f); err != nil {
-			return delivered, err
-		}
-		s.acked = resp.VersionInfo
-		if err := s.send(""); err != nil {
+		if err := s.send(nack); err != nil {
 			return delivered, err
 		}
 	}
