@@ -120,9 +120,7 @@ func (r Reading) queued(rate float64) bool {
 }
 
 // Health says whether a limiter needs an operator, as the shipped alerts
-// decide it: refusing callers (LimitdRefusing), saturated (LimitdSaturated's
-// utilization, or callers queueing), or in shadow mode refusing nobody
-// though it would refuse some.
+// decide it (docs/operations.md).
 type Health string
 
 // The healths.

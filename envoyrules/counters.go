@@ -62,12 +62,10 @@ func (r *Rules) Counters(domain string, ds []Request, put func(limitd.Template) 
 }
 
 // Override is a descriptor's own limit (Envoy's limit override), counted
-// as the reference counts it: in a domain the rules know, it takes the
-// place of whatever rule the descriptor matches, never in shadow or quota
-// mode; in a domain they do not know, nothing limits the descriptor. Its
-// counter is named by the domain and every key and value, in a template of
-// its limit and unit, "envoy.override.<unit>.<limit>" (see the README's
-// differences), put in Redis the first time this process meets it.
+// as docs/envoy.md tells: in a domain the rules know, in place of whatever
+// rule the descriptor matches, in a template of its limit and unit
+// ("envoy.override.<unit>.<limit>") put in Redis the first time this
+// process meets it.
 type Override struct {
 	Limit uint32
 	Unit  Unit
