@@ -54,16 +54,11 @@ func ParseCounting(s string) (Counting, error) {
 }
 
 // CountRequest is one metered call: a counter per request descriptor, in
-// the order the answers come back.
-//
-// Shadow mode: a counter whose limiter (or template) is in shadow mode is
-// decided and counted as usual, but does not refuse the call (Count.Shadow).
-// With Options.Shadow a call its counters refuse is let through
-// (CountResult.Shadowed).
-//
-// Quota mode: a Quota counter that is over refuses the call only when every
-// quota counter of the call is over; with Options.QuotaMode every counter
-// but the Unlimited ones is a quota counter.
+// the order the answers come back. Shadow and quota mode are the Envoy
+// rules' (docs/envoy.md): a counter in shadow mode never refuses
+// (Count.Shadow), Options.Shadow lets every call through
+// (CountResult.Shadowed), and quota counters refuse together, when every
+// one is over (with Options.QuotaMode, every counter but the Unlimited).
 type CountRequest struct {
 	Counters []Counter // at most MaxAcquireAll with a Name
 	Counting Counting
@@ -79,10 +74,8 @@ type Counter struct {
 	Unlimited bool
 	Hits      int64 // ≥ 0; 0 checks without counting
 	Quota     bool  // a quota counter (see CountRequest)
-	// Fixed, under CountEvery, counts the hits in a fixed window of its
-	// own without a script (store.Fixed), not in the limiter Name's state;
-	// Name still names the counter and its template its shadow mode.
-	// CountStrict ignores it.
+	// Fixed, under CountEvery, counts the hits in a fixed window of their
+	// own (store.Fixed), not in Name's state; CountStrict ignores it.
 	Fixed *FixedWindow
 }
 
