@@ -75,7 +75,8 @@ type Counter struct {
 	Hits      int64 // ≥ 0; 0 checks without counting
 	Quota     bool  // a quota counter (see CountRequest)
 	// Fixed, under CountEvery, counts the hits in a fixed window of their
-	// own (store.Fixed), not in Name's state; CountStrict ignores it.
+	// own (store.Fixed), not in Name's state, though Name still names the
+	// counter and its shadow mode; CountStrict ignores it.
 	Fixed *FixedWindow
 }
 
