@@ -5,7 +5,6 @@ import "time"
 // Op names a store call in Observer.StoreCall.
 type Op int
 
-// The store calls.
 const (
 	OpPing Op = iota
 	OpPut
@@ -57,7 +56,6 @@ func (o Op) String() string {
 // EventKind says what an Event decided.
 type EventKind int
 
-// The kinds of events and their outcomes.
 const (
 	// EventRate: a rate decision (acquire, grant or charge of permits);
 	// outcome "granted", "denied", "shadow" (a refusal let through in

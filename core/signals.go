@@ -123,7 +123,6 @@ func (r Reading) queued(rate float64) bool {
 // decide it (docs/operations.md).
 type Health string
 
-// The healths.
 const (
 	HealthOK          Health = "ok"
 	HealthRefusing    Health = "refusing"
@@ -177,7 +176,6 @@ func (c InstanceCounts) RefusedShare() float64 {
 	return part(float64(c.Refused), float64(c.Granted+c.Refused))
 }
 
-// Settings of the signals.
 const (
 	// SaturatedUtilization is the utilization from which a limiter counts
 	// as saturated even with no caller refused or waiting (LimitdSaturated's).

@@ -55,7 +55,6 @@ type WatcherOptions struct {
 	Ticker  func(time.Duration) Ticker // default a time.Ticker
 }
 
-// Settings of a Watcher.
 const (
 	MaxWatched = 1000 // named limiters sampled by default
 	WatchBatch = 500  // limiters one pipeline of a round reads
