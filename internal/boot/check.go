@@ -44,33 +44,25 @@ func walk(n *yaml.Node, t reflect.Type, path string) *fault {
 	for base.Kind() == reflect.Pointer {
 		base = base.Elem()
 	}
-	if reflect.PointerTo(base).Implements(unmarshaler) || base.Kind() == reflect.Interface {
+	kind := base.Kind()
+	if reflect.PointerTo(base).Implements(unmarshaler) ||
+		kind != reflect.Struct && kind != reflect.Map && kind != reflect.Slice {
 		return leaf(n, t, path)
 	}
-	switch base.Kind() {
-	case reflect.Struct, reflect.Map:
-		if isNull(n) {
-			return nil
-		}
-		if n.Kind != yaml.MappingNode {
-			return wrongType(n, t, path)
-		}
-		return walkMapping(n, base, path, map[string]int{})
-	case reflect.Slice:
-		if isNull(n) {
-			return nil
-		}
-		if n.Kind != yaml.SequenceNode {
-			return wrongType(n, t, path)
-		}
-		for i, item := range n.Content {
-			if f := walk(item, base.Elem(), fmt.Sprintf("%s[%d]", path, i)); f != nil {
-				return f
-			}
-		}
+	switch {
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null":
 		return nil
+	case kind != reflect.Slice && n.Kind == yaml.MappingNode:
+		return walkMapping(n, base, path, map[string]int{})
+	case kind != reflect.Slice || n.Kind != yaml.SequenceNode:
+		return wrongType(n, t, path)
 	}
-	return leaf(n, t, path)
+	for i, item := range n.Content {
+		if f := walk(item, base.Elem(), fmt.Sprintf("%s[%d]", path, i)); f != nil {
+			return f
+		}
+	}
+	return nil
 }
 
 // walkMapping checks mapping n against a struct or map type; seen holds
@@ -178,8 +170,6 @@ func fieldType(t reflect.Type, key string) (reflect.Type, bool) {
 	}
 	return nil, false
 }
-
-func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
 
 // entryNodes are the key and value nodes of one limiter or template.
 type entryNodes struct{ key, value *yaml.Node }
