@@ -80,14 +80,10 @@ func walkMapping(n *yaml.Node, t reflect.Type, path string, seen map[string]int)
 			return &fault{k.Line, fmt.Sprintf("mapping key %q already defined at line %d", k.Value, line)}
 		}
 		seen[k.Value] = k.Line
+		var ft reflect.Type
 		if t.Kind() == reflect.Map {
-			if f := walk(v, t.Elem(), dotted(path, k.Value)); f != nil {
-				return f
-			}
-			continue
-		}
-		ft, ok := fieldType(t, k.Value)
-		if !ok {
+			ft = t.Elem()
+		} else if ft = fieldType(t, k.Value); ft == nil {
 			return &fault{k.Line, fmt.Sprintf("unknown field %q%s", k.Value, in(path))}
 		}
 		if f := walk(v, ft, dotted(path, k.Value)); f != nil {
@@ -152,7 +148,7 @@ func in(path string) string {
 	return " (in " + path + ")"
 }
 
-func fieldType(t reflect.Type, key string) (reflect.Type, bool) {
+func fieldType(t reflect.Type, key string) reflect.Type {
 	for _, f := range reflect.VisibleFields(t) {
 		if !f.IsExported() {
 			continue
@@ -165,10 +161,10 @@ func fieldType(t reflect.Type, key string) (reflect.Type, bool) {
 			name = strings.ToLower(f.Name)
 		}
 		if name == key {
-			return f.Type, true
+			return f.Type
 		}
 	}
-	return nil, false
+	return nil
 }
 
 // entryNodes are the key and value nodes of one limiter or template.
