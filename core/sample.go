@@ -51,14 +51,11 @@ func (p *Sampler) GetAll(ctx context.Context, names []string) (out []Limiter, er
 		if done[i] {
 			continue
 		}
-		l, err := p.s.Get(ctx, n)
-		if err != nil {
+		if out[i], errs[i] = p.s.Get(ctx, n); errs[i] != nil {
 			delete(p.infos, n)
-			errs[i] = err
-			continue
+		} else {
+			p.infos[n] = out[i].Info
 		}
-		p.infos[n] = l.Info
-		out[i] = l
 	}
 	return out, errs
 }
