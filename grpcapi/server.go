@@ -182,7 +182,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlv3.RateLimitRequest
 	}
 	descs, err := parseRequest(req)
 	if err != nil {
-		class = serviceError
+		class = serviceError // as the reference counts its request checks
 		return nil, err
 	}
 	if resp, err = s.decide(ctx, req.GetDomain(), descs); err != nil {
