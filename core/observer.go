@@ -77,7 +77,8 @@ type Event struct {
 	Limiter  string
 	Template string
 	// Instance is a template instance's name, beside Template. An observer
-	// that labels series must not use it: instances are unbounded.
+	// that labels series must not use it: instances are unbounded; only one
+	// that bounds what it keeps (the Ledger) may.
 	Instance string
 	Outcome  string
 	// A rate decision's permits, and for a grant how long its caller waits

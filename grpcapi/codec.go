@@ -30,6 +30,8 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 // request carries a message to the codec and why it did not decode back.
+// Its ProtoReflect is the message's, so that a server without the codec
+// decodes it as the message itself.
 type request struct {
 	proto.Message
 	err error
