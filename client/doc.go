@@ -9,13 +9,8 @@
 // Redis. Unused permits are handed back on Close, and a config change
 // published by limitd drops permits taken at the old rate at once.
 //
-// When Redis does not answer, a handle follows its fallback mode: FallbackSafe
-// (a local limit at this process's recent part of the rate, counted against
-// the shared schedule: it starts after what the schedule had handed out,
-// withdraws what it placed ahead when the schedule returns, and paces the
-// handle for a cool-down after), FallbackOptimistic (unlimited, counted
-// nowhere) or FallbackPessimistic (nothing), and returns to the shared
-// schedule by itself once Redis answers again.
+// When Redis does not answer, a handle follows its fallback mode (Fallback)
+// and returns to the shared schedule by itself once Redis answers again.
 //
 // Share is a Doorman client of a share limiter: it leases a part of a
 // capacity divided among its clients, refreshes the lease in the background,
@@ -43,19 +38,13 @@
 // in the vocabulary of package limitd (Decision, SlotLease, ...), as the
 // server's own.
 //
-// A client over Redis counts what it refuses (Allow answering false, a
-// Wait past its deadline, a refused Reserve or Acquire, a semaphore poll
-// that found no slot) and adds the counts once a second, and on Close, to
-// the Redis totals a limitd server's ledger writes, at the same bounded
-// cost (RefusalTally), so that limitd's dashboard and metrics show the
-// refusals no server saw. WithoutRefusalCounts turns it off.
+// A client over Redis counts what it refuses and adds the counts to the
+// Redis totals limitd's dashboard and metrics read (RefusalTally), so that
+// they show the refusals no server saw. WithoutRefusalCounts turns it off.
 //
 // The HTTP middleware that limits requests per key through limiter templates
 // is in package httplimit, so that a user of the client alone does not compile
 // echo.
-//
-// Options are typed by where they apply (Option, ClientOption, HTTPOption):
-// an option a constructor would not honour does not compile.
 //
 // Layer: client → limitd → limiter (and internal/clockoffset, the
 // Redis-clock offset estimator it shares with limitd bench); client/redisclient

@@ -9,56 +9,13 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// Fallback: what a handle does while the shared schedule is unreachable,
-// and how that counts against the schedule once it answers again.
-//
-// What a fallback lets through must count against what the shared schedule
-// hands out when it returns, or the two stack: a process falling back at its
-// share while the permits granted before still run, or beside a process that
-// came back first and takes the whole rate. So, in FallbackSafe, a guard
-// paces the handle at its safe rate (its part of the schedule, schedPart)
-// from the moment it goes down until a cool-down after it comes back:
-//
-//   - The pool's permits were granted: they are still dispensed, at their
-//     scheduled times, before anything else.
-//   - The fallback's own permits come after everything the schedule had
-//     handed out, to this process or any other, as far as the handle can
-//     tell: no earlier than the end of the schedule its last grant showed,
-//     advanced by how far that end stood ahead of the clock then (other
-//     processes went on queueing until the fault), nor than the latest
-//     permit it handed out or holds (its reach). A schedule queued seconds
-//     ahead is honoured to its end, not doubled; and its end, not this
-//     process's part of it, because the processes' parts of a queue come
-//     in runs (each process's waiting callers ask again together), so one
-//     process's part may end a second before another's.
-//   - When the schedule answers again, the fallback's permits that have not
-//     started yet are withdrawn: their callers wake and queue on the
-//     schedule, so that nothing the fallback placed ahead of the clock
-//     overlaps what the schedule hands out next.
-//   - The fallback's permits that have started lie in the past, which a
-//     strict schedule (burst 1) never hands out again. One that catches up
-//     without pace (burst inf) would hand that time out again at once as
-//     backlog, so they are charged to it (charger), which takes them out of
-//     the backlog. One that catches up at a finite burst ratio is left to
-//     do so: a charge is an acquire that waits as long as it takes, paced
-//     at that ratio from now, and would hold every caller for the outage's
-//     length over the ratio; its catch-up keeps to the ratio, within
-//     max_backlog.
-//   - For the cool-down (coolFor), callers still pass the guard before they
-//     take from the pool: the other processes come back each on its own
-//     retry, and one that came back first must not take the whole rate
-//     beside their fallbacks.
-//
-// So while a handle is down or cooling down, what it hands out from the
-// schedule and from its fallback together keeps to its safe rate, and the
-// processes together to the shared rate, as their parts add up to 1. What
-// no handle can see is a process that still reaches the schedule while
-// another does not (a partition, or a blip one of them missed): it may
-// take the whole rate beside the other's fallback until that one is back,
-// which the first retries, soon after the fault (firstRetry), keep short.
-// FallbackPessimistic dispenses the pool's permits and nothing else;
-// FallbackOptimistic lets everything through and counts nothing (see
-// Fallback).
+// Fallback: what a handle does while the shared schedule is unreachable, and
+// how that counts against the schedule once it answers again; the promise is
+// FallbackSafe's, told in full in docs/reliability.md. The fallback's own
+// permits start after the end of the schedule its last grant showed, not
+// after this process's part of it: the processes' parts of a queue come in
+// runs (each process's waiting callers ask again together), so one process's
+// part may end a second before another's.
 
 // guard paces a handle at its safe rate while it falls back and cools down.
 type guard struct {

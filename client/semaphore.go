@@ -23,14 +23,10 @@ import (
 // lease, or Redis was unreachable until it ended) is reported to the
 // WithOnLost callback; the holder should stop what the slot guards.
 //
-// When Redis loses the slots while they are held (a restart without
-// persistence, a failover that lost writes), each holder registers its lease
-// again at its next renewal, while the limit leaves room. Until the holders
-// have renewed, new acquirers may take the slots they hold, so the limit
-// can be exceeded for at most one renewal interval (a third of the lease
-// time) after the loss; a holder that then finds no room is told its lease is
-// lost (WithOnLost), and from then on the slots in use never exceed the
-// limit. A shorter lease narrows the window, at the price of more renewals.
+// When Redis loses the slots while they are held, each holder takes its slot
+// again at its next renewal if the limit leaves room, else is told its lease
+// is lost (WithOnLost): the limit can be exceeded for at most one renewal
+// interval after the loss (see docs/reliability.md).
 //
 // Close releases the slots still held and ends the waits with ErrClosed.
 type Semaphore struct {
