@@ -186,13 +186,7 @@ func (l *Limiter) allow(ctx context.Context, withNext bool) (ok bool, next time.
 			l.mu.Unlock()
 			return ok, next, nil
 		}
-		if err := l.knownMissing(now); err != nil {
-			l.mu.Unlock()
-			return false, 0, err
-		}
-		wait := l.await(now)
-		l.mu.Unlock()
-		if err := l.waitFetch(ctx, wait); err != nil {
+		if err := l.awaitGrant(ctx, now); err != nil { // unlocks
 			return false, 0, err
 		}
 	}
@@ -257,13 +251,7 @@ func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 			continue
 		}
 		if !ok {
-			if err := l.knownMissing(now); err != nil {
-				l.mu.Unlock()
-				return Permit{}, err
-			}
-			wait := l.await(now)
-			l.mu.Unlock()
-			if err := l.waitFetch(ctx, wait); err != nil {
+			if err := l.awaitGrant(ctx, now); err != nil { // unlocks
 				return Permit{}, err
 			}
 			continue
