@@ -14,8 +14,7 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// Settings of the event hub. They are fixed on purpose, as the server's
-// other timeouts: one clear default beats a knob nobody measured.
+// Settings of the event hub, fixed on purpose as the server's other timeouts.
 const (
 	// DefaultMaxEventStreams is how many event streams one handler keeps
 	// open at most when Options.MaxEventStreams is 0.
@@ -34,20 +33,14 @@ const (
 
 // eventHub is what every event stream of one handler shares: one
 // subscription to config changes, and the rounds of the process's one
-// sampler (core.Watcher, run by Handler.Run). A stream is a reader of those
-// rounds: it says which limiters it watches (or every limiter) and how
-// often (a whole number of the sampler's rounds, one a second); the
-// sampler reads what every stream watches once a round, the hub encodes
-// each limiter's event once and hands every due stream the same encoded
-// round. So the Redis cost of N streams watching the same limiters, and of
-// the pages, scrapes and histories beside them, is that of one.
+// sampler (core.Watcher, run by Handler.Run). A stream watches some
+// limiters (or all) every whole number of rounds; the hub encodes each
+// limiter's event once a round and hands every due stream the same encoded
+// round, so N streams cost Redis what one does.
 //
-// The config subscription runs while a stream is open: the first stream
-// starts it, and it stops when the last one leaves. close (the handler's
+// The config subscription runs while a stream is open; close (the handler's
 // Close) stops it for good and ends every stream. A stream that falls
-// streamBuffer items behind is dropped: its channel is closed, a write
-// blocked on its client ended, and its handler counts it in
-// limitd_event_streams_dropped_total.
+// streamBuffer items behind is dropped (hand).
 type eventHub struct {
 	svc     *core.Service
 	sig     *signals // the process's one sampler: its rounds are the samples
@@ -208,21 +201,12 @@ func (h *eventHub) leave(st *stream) {
 	if _, ok := h.streams[st]; !ok {
 		return
 	}
-	delete(h.streams, st)
-	h.m.eventStreams.Dec()
-	if st.unwatch != nil {
-		st.unwatch()
-	}
+	h.remove(st)
 	if len(h.streams) == 0 {
-		h.poke()
-	}
-}
-
-// poke wakes the loop (h.mu held).
-func (h *eventHub) poke() {
-	select {
-	case h.wake <- struct{}{}:
-	default:
+		select { // wake the loop
+		case h.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -246,16 +230,22 @@ func (h *eventHub) close() {
 
 // end removes st and closes its channel (h.mu held).
 func (h *eventHub) end(st *stream) {
+	h.remove(st)
+	close(st.out)
+}
+
+// remove takes st out of the hub and the sampler (h.mu held).
+func (h *eventHub) remove(st *stream) {
 	delete(h.streams, st)
 	h.m.eventStreams.Dec()
 	if st.unwatch != nil {
 		st.unwatch()
 	}
-	close(st.out)
 }
 
 // hand gives st an item, dropping st when it is streamBuffer items behind
-// (h.mu held).
+// (h.mu held): its channel is closed and a write blocked on its client
+// ended; its handler counts it in limitd_event_streams_dropped_total.
 func (h *eventHub) hand(st *stream, it streamItem) {
 	select {
 	case st.out <- it:
