@@ -24,9 +24,9 @@ const (
 )
 
 // templateCollector answers, at a scrape, the ledger's overflow (see
-// core.Ledger), and each template's live instances and busiest instances:
-// at most 100 templates × 10 instance series, read again from Redis at most
-// every 10 s. An instance that leaves the top has no series at the next read.
+// core.Ledger), and each template's live and busiest instances, read again
+// from Redis at most every templatesFor. An instance that leaves the top has
+// no series at the next read.
 type templateCollector struct {
 	core                     *core.Service
 	instances, top, overflow *prometheus.Desc
