@@ -40,14 +40,11 @@ func WithHTTPClient(c *http.Client) HTTPOption {
 // NewHTTP returns a client that reaches the shared schedules through a limitd
 // server at baseURL ("http://limitd:8080") instead of Redis.
 //
-// The server decides every grant, so pools work as over Redis, with two
-// differences. There are no change events over HTTP: a config change is
-// picked up at a handle's next grant, not at once. And the server clock
-// (Time, which leases of Share and Semaphore expire on) is the Redis time of
-// the latest grant answered, advanced by the local clock since; until a
-// grant has answered one, the local clock stands in. Unused permits are
-// handed back with the grant's id, which carries what the handback needs, so
-// any replica behind a load balancer takes it.
+// Pools work as over Redis, but with no change events: a config change is
+// picked up at a handle's next grant, not at once. The server clock, which
+// leases expire on, is the Redis time of the latest grant answered,
+// advanced by the local clock since. Unused permits are handed back with the
+// grant's id, which any replica behind a load balancer takes.
 func NewHTTP(baseURL string, opts ...HTTPOption) *Client {
 	o := defaults()
 	for _, f := range opts {

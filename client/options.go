@@ -3,15 +3,8 @@ package client
 import "time"
 
 // The options are typed by where they apply, so that an option a
-// constructor does not honour is a compile error rather than silently
-// ignored:
-//
-//	Option        a handle's behaviour (fallback, window, ...): Limiter, and every
-//	              constructor, where it sets the default of the client's handles
-//	ClientOption  the whole client (WithClock): every constructor
-//	HTTPOption    NewHTTP only (WithToken, WithHTTPClient)
-//
-// An Option is a ClientOption, and a ClientOption an HTTPOption.
+// constructor does not honour is a compile error. An Option is a
+// ClientOption, and a ClientOption an HTTPOption.
 type (
 	// Option configures one handle (Client.Limiter), or the defaults of a
 	// client's handles (NewHTTP, NewWithTransport, redisclient.New).

@@ -21,30 +21,26 @@ import (
 // its algorithm (fair_share, proportional_share, static, none). It is safe for
 // concurrent use.
 //
-// The share asks for capacity with what it wants and what it holds, and asks
-// again every refresh interval the lease names, in a goroutine of its own
-// that Close stops. What it wants is set with WithWants or SetWants, or else
-// estimated from its own use over the last interval: the permits per second
-// asked for through Allow (every call, allowed or not: call it once per
-// operation, not in a spin loop) and Wait, or the most operations in flight
-// and waiting through Acquire, with 10% headroom, and at least 1 (so that
-// an idle share can start using capacity at once). Waiters that take all
-// the share gets, mostly after waiting their turn, do not show how much
-// more they want: the share then asks for twice what it gets, and grows in
-// a few refreshes rather than 10% a refresh.
+// The share asks for capacity again every refresh interval the lease names,
+// in a goroutine of its own that Close stops. What it wants is set with
+// WithWants or SetWants, or else estimated from its own use over the last
+// interval: the permits per second asked for through Allow (every call,
+// allowed or not: call it once per operation) and Wait, or the most
+// operations in flight and waiting through Acquire, with 10% headroom, and
+// at least 1. Waiters that took all it got, mostly after waiting their turn,
+// make it ask for twice what it gets.
 //
 // What it gets is used either as a rate, Wait and Allow (a local strict
 // limiter at Gets permits per second), or as a gauge, Acquire (at most
 // floor(Gets) operations in flight). Use one or the other.
 //
-// While Redis is unreachable, the share keeps using its lease until the lease
-// expires, then follows its fallback mode (the client's WithFallback, or
-// WithShareFallback): FallbackSafe uses the lease's safe capacity (before any
-// lease: the client's WithSafeRate, and without one refuses),
-// FallbackOptimistic is unlimited, FallbackPessimistic refuses: Allow is
-// false, Wait and Acquire return limiter.ErrUnavailable. Once Redis answers it
-// returns to leases by itself. Lease expiry is judged on the local clock,
-// converted from Redis's with an offset measured by round trips.
+// While Redis is unreachable, the share keeps using its lease until it
+// expires (judged on the local clock), then follows its fallback mode (the
+// client's WithFallback, or WithShareFallback): FallbackSafe uses the
+// lease's safe capacity (before any lease: the client's WithSafeRate, and
+// without one refuses), FallbackOptimistic is unlimited, FallbackPessimistic
+// refuses: Allow is false, Wait and Acquire return limiter.ErrUnavailable.
+// Once Redis answers it returns to leases by itself.
 //
 // Close returns the capacity to the limiter at once.
 type Share struct {
