@@ -152,14 +152,15 @@ func (a acquireBody) given() core.Given {
 // (true or false), each at most once, keys in their own letter case — are
 // read by scanAcquire; any other body goes to decodeStrict, which reads
 // those the same way and names the fault of every other.
-func decodeAcquire(b []byte) (acquireBody, error) { return decodeAcquireWith(b, scanAcquire) }
-
-// decodeAcquireWith is decodeAcquire with scan for scanAcquire (tests
-// compare the two ways).
-func decodeAcquireWith(b []byte, scan func([]byte) (acquireBody, bool)) (acquireBody, error) {
-	if a, ok := scan(b); ok {
+func decodeAcquire(b []byte) (acquireBody, error) {
+	if a, ok := scanAcquire(b); ok {
 		return a, nil
 	}
+	return decodeAcquireStrict(b)
+}
+
+// decodeAcquireStrict reads an acquire body through decodeStrict.
+func decodeAcquireStrict(b []byte) (acquireBody, error) {
 	var req wire.AcquireRequest
 	if err := decodeStrict(b, &req, ""); err != nil {
 		return acquireBody{}, err
