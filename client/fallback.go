@@ -67,11 +67,8 @@ func (l *Limiter) safeRate() float64 {
 }
 
 // partMargin is what a fallback leaves of its process's measured part of
-// the rate. Each process measures its part on its own, over its own grants,
-// while the parts move (who came back first from a fault takes more of a
-// queue for a while): in TestFallbackNeverStacks, with a fault every five
-// seconds, the parts added up to 1.02–1.06. A fallback that takes 5 % less
-// keeps their sum within the rate.
+// the rate: each process measures its part alone while the parts move, and
+// their sum came to 1.02–1.06 (TestFallbackNeverStacks).
 const partMargin = 0.05
 
 // reach is the latest start of a permit that the handle has handed out or
@@ -159,10 +156,8 @@ func (l *Limiter) quitting() chan struct{} {
 }
 
 // firstRetry is how soon a handle that fell back first tries the schedule
-// again; each failed try doubles the delay, up to the retry interval. A
-// blip (a restart, a dropped connection) then ends its fallback within
-// milliseconds: meanwhile, another process that still reaches the schedule
-// may take the whole rate beside it.
+// again; each failed try doubles the delay, up to the retry interval, so
+// that a blip ends its fallback within milliseconds.
 const firstRetry = 50 * time.Millisecond
 
 // comeBack ends the fallback: g was just granted, at local time now. The
@@ -206,8 +201,7 @@ func (l *Limiter) comeBack(now int64, g limitd.Grant, p limiter.Params) {
 
 // gate is when the guard lets the next permit of the pool start (l.mu
 // held): 0 when there is no guard; the guard is dropped once its cool-down
-// is over. A caller passes the gate before it takes from the pool, so that
-// what the pool takes from the schedule is used when it is taken: permits
+// is over. A caller passes the gate before it takes from the pool: permits
 // taken early and started late would overlap the schedule's later ones once
 // the guard is gone.
 func (l *Limiter) gate(now int64) int64 {
@@ -230,9 +224,8 @@ type pass struct {
 
 // valid reports whether the pass still lets its caller take a permit at
 // now: of the guard g in force, and within one of its slices after the
-// slot. One that waited longer (for a grant, say) passes again: else the
-// callers that passed while a grant was on its way would all start at once
-// when it came, or when it failed and the fallback took them.
+// slot. One that waited longer (for a grant, say) passes again, or callers
+// that passed meanwhile would all start at once.
 func (p pass) valid(g *guard, now int64) bool {
 	return p.g != nil && p.g == g && now-p.slot <= max(g.slice, int64(time.Millisecond))
 }
@@ -302,12 +295,11 @@ func (l *Limiter) fallbackAllow(now int64) bool {
 	return ok
 }
 
-// fallbackWait is Wait while falling back with an empty pool. It is called
-// with l.mu held, and releases it. A caller that has just passed the
-// guard's gate (for a permit of the pool, gone meanwhile) has its slot: it
-// starts now, if the fallback may start yet.
-// again is true when the handle came back before the permit started: the
-// caller queues on the schedule instead.
+// fallbackWait is Wait while falling back with an empty pool (l.mu held;
+// releases it). A caller that has just passed the guard's gate has its slot:
+// it starts now, if the fallback may start yet. again is true when the
+// handle came back before the permit started: the caller queues on the
+// schedule instead.
 func (l *Limiter) fallbackWait(ctx context.Context, now int64, gated bool) (p Permit, again bool, err error) {
 	switch l.o.fallback {
 	case FallbackOptimistic:
