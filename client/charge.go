@@ -10,26 +10,19 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// Charges: usage recorded after the fact. Some costs are known only once
-// the work is done (an LLM answer's tokens, bytes sent, rows scanned):
-// Charge takes them then, whatever is left, and a Reservation taken before
-// the work is settled with what it used (Settle).
-
 // Charge takes n permits (≥ 0) of the shared limiter whatever is left, in
-// one round trip and without the local pool: a schedule or smooth limiter
-// goes into debt, which the next callers (this process's pool included,
-// from its next grant) wait for until it is paid; a window counts past its
-// limit and refuses every request until it resets. It is never refused for
-// lack of permits, and is bounded by the horizon (2^50 ns of the limiter's
-// schedule; a window: 2^50 permits), not by max_reserve.
+// one round trip and without the local pool, for work whose cost is known
+// only once it is done (an LLM answer's tokens): a schedule or smooth
+// limiter goes into debt, which the next callers wait for until it is paid;
+// a window counts past its limit and refuses every request until it resets.
+// It is never refused for lack of permits, and is bounded by the horizon
+// (2^50 ns of the limiter's schedule; a window: 2^50 permits), not by
+// max_reserve.
 //
 // The Decision is Charged. Granted says whether the permits were there to
-// take now (an acquire of them waiting for nothing would have been
-// granted; a window: its count had room for them), Delay how long a new
-// caller would wait after the charge, and for a window Limit, Wait (the
-// permits left) and Position (when its window resets). A charge of 0 takes
-// nothing: it is a check, whose Granted says whether a request would be
-// granted now. Over HTTP (NewHTTP) the Decision holds what the answer says:
+// take now, Delay how long a new caller would wait after the charge, and for
+// a window Limit, Wait (the permits left) and Position (when its window
+// resets). A charge of 0 takes nothing: it is a check. Over HTTP (NewHTTP)
 // Scheduled, Start and Lateness are 0.
 //
 // A share or concurrency limiter has nothing to charge: limiter.ErrConflict.
