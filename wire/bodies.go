@@ -127,11 +127,9 @@ type ChargeRequest struct {
 }
 
 // Charged answers a charge (200): the permits it took (a settle: the excess
-// it charged), whether they fitted (an acquire of them waiting for nothing
-// would have been granted; a window: its count had room for them), and the
-// limiter after them: how long a new caller would wait now (delay_ns) and
-// its backlog (wait_ns; 0 for a window). A settle adds the permits it handed
-// back and whether that rewound the schedule.
+// it charged), whether they fitted, and the limiter after them (delay_ns,
+// and wait_ns, 0 for a window). A settle adds the permits it handed back and
+// whether that rewound the schedule.
 type Charged struct {
 	Permits    int64  `json:"permits"`
 	Within     bool   `json:"within"`
@@ -303,12 +301,10 @@ type Template struct {
 	Limiter limiter.Config    `json:"limiter"`
 	Version int64             `json:"version"`
 	// Description is what displays call the template instead of its id
-	// (an Envoy rule's descriptors, as the reference server names the
-	// rule: "mongo_cps.database_users"); empty: none, the id is its name.
+	// (an Envoy rule's descriptors: "mongo_cps.database_users").
 	Description string `json:"description,omitempty"`
 	// FixedWindows: the instances count in a plain counter per window, as
-	// the Envoy reference does (an Envoy rate_limit rule's template under
-	// the reference's counting); set by those rules, not by PUT.
+	// the Envoy reference does; set by Envoy rules, not by PUT.
 	FixedWindows bool `json:"fixed_windows,omitempty"`
 }
 
@@ -364,8 +360,8 @@ type TemplateRequest struct {
 	// Description: see Template.
 	Description string `json:"description,omitempty"`
 	// Read-only: what GET answers besides the template, ignored, so that a
-	// template read can be put back as it is (fixed_windows too: only the
-	// Envoy rules, which put their templates again at every start, set it).
+	// template read can be put back as it is (only Envoy rules set
+	// fixed_windows).
 	Version        *int64 `json:"version,omitempty"`
 	Instances      *int64 `json:"instances,omitempty"`
 	InstancesExact *bool  `json:"instances_exact,omitempty"`
@@ -386,11 +382,10 @@ type LimiterPermits struct {
 	Permits *int64 `json:"permits,omitempty"` // default 1; 0 checks without taking
 }
 
-// AcquireAll answers POST /v1/acquire: 200 when every limiter granted (and
-// took its permits), 429 when one refused (nothing was taken). Results are
-// each limiter's answer in request order, the body its own acquire would
-// answer: a Granted, a Denied or a Shadowed. In a 429, a limiter that would
-// have granted answers granted although it took nothing.
+// AcquireAll answers POST /v1/acquire: 200 when every limiter granted,
+// 429 when one refused (nothing was taken). Results are each limiter's
+// answer in request order, as its own acquire would answer (in a 429, one
+// that would have granted answers granted although it took nothing).
 type AcquireAll struct {
 	Granted bool              `json:"granted"`
 	Results []json.RawMessage `json:"results"`
