@@ -14,13 +14,11 @@ import (
 )
 
 // Acquire is the API's hot path: a client may call it once per operation it
-// paces. It stays decode → core → encode, with the decoding and encoding of
-// its small bodies done by hand (same strictness, same answers) rather than
-// by reflection.
+// paces, so its small bodies are decoded and encoded by hand (same
+// strictness, same answers) rather than by reflection.
 
 // acquirePath is the acquire's route. Its requests' contexts carry no
-// deadline timer; the handler gives the deadline to the core instead
-// (core.AcquireRequest.Deadline), which ends every step by then.
+// deadline timer: the core gets the deadline (core.AcquireRequest.Deadline).
 const acquirePath = "/v1/limiters/:name/acquire"
 
 // acquire takes permits, or a concurrency limiter's slot (core.Acquire
@@ -147,11 +145,9 @@ func (a acquireBody) given() core.Given {
 	return core.Given{Permits: a.hasPermits, MaxWait: a.hasMaxWait, Block: a.hasBlock}
 }
 
-// decodeAcquire reads a non-empty acquire body. The bodies clients send —
-// an object of permits (an integer), max_wait (a duration string) and block
-// (true or false), each at most once, keys in their own letter case — are
-// read by scanAcquire; any other body goes to decodeStrict, which reads
-// those the same way and names the fault of every other.
+// decodeAcquire reads a non-empty acquire body: the bodies clients send by
+// scanAcquire, any other by decodeStrict, which reads those the same way and
+// names the fault of every other.
 func decodeAcquire(b []byte) (acquireBody, error) {
 	if a, ok := scanAcquire(b); ok {
 		return a, nil

@@ -19,9 +19,9 @@ import (
 // and event streams. Decisions and store calls are counted by the service's
 // observer (internal/coremetrics), in the same registry.
 type metrics struct {
-	requests *prometheus.CounterVec   // by method, route template, status
-	duration *prometheus.HistogramVec // by method, route template
-	errors   *prometheus.CounterVec   // by problem type
+	requests            *prometheus.CounterVec   // by method, route template, status
+	duration            *prometheus.HistogramVec // by method, route template
+	errors              *prometheus.CounterVec   // by problem type
 	eventStreams        prometheus.Gauge
 	eventStreamsDropped prometheus.Counter
 }

@@ -212,9 +212,7 @@ func (s *server) handleError(err error, c echo.Context) {
 	switch {
 	case p.Status == http.StatusInternalServerError && !errors.As(p.cause, &pe): // Recover logged a panic with its stack
 		s.log.Error("request failed", "err", p.cause, "request_id", requestID(c))
-	case p.Status == http.StatusServiceUnavailable:
-		// An outage fails every request alike: its first is logged, then a
-		// line per failureWindow with how many more there were.
+	case p.Status == http.StatusServiceUnavailable: // an outage: see failureWindow
 		if ok, leftOut := s.failures.log(p.slug, time.Now()); ok {
 			s.log.Warn("request failed", "problem", p.slug, "err", p.cause, "request_id", requestID(c),
 				"more_since_last_logged", leftOut)
@@ -233,10 +231,8 @@ func (s *server) handleError(err error, c echo.Context) {
 	}
 	p.Detail = clipN(p.Detail, maxDetail)
 	b, _ := json.Marshal(p.Problem) // a problem always encodes
-	// HEAD too: net/http sends the headers (Content-Length included) and
-	// drops the body.
-	err = c.Blob(p.Status, wire.ProblemMediaType, b)
-	if err != nil {
+	// HEAD too: net/http drops the body.
+	if err := c.Blob(p.Status, wire.ProblemMediaType, b); err != nil {
 		s.log.Debug("writing a problem response", "err", err, "request_id", requestID(c))
 	}
 }
