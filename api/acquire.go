@@ -75,9 +75,7 @@ func answer(c echo.Context, d limitd.Decision) error {
 }
 
 // answerOf is a rate decision's answer body: its value, and the encoding
-// that writes it without reflection (nil: none). A window's answer adds its
-// limit, remaining permits and reset (its wait is those permits, not a
-// backlog).
+// that writes it without reflection (nil: none).
 func answerOf(d limitd.Decision) (any, func([]byte) []byte) {
 	switch {
 	case d.Shadow: // a refusal in shadow mode, let through

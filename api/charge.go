@@ -10,10 +10,6 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// Charges: usage recorded after the fact (core/charge.go). POST .../charge
-// takes the permits a caller's work used whatever is left, and answers the
-// limiter's state after them; with a grant it settles that grant.
-
 // charge takes permits whatever is left, or settles a grant: 200 with the
 // limiter after it (a charge is never refused for lack of permits), 400
 // naming permits, 404, 409 for a share or concurrency limiter.

@@ -144,11 +144,9 @@ func newStream(names []string, interval time.Duration) *stream {
 }
 
 // join adds st to the hub, starting the loop if none runs, and asks the
-// sampler for the limiters st names; its first sample is the sampler's last
-// round when that read them, else the next (a limiter not sampled yet is
-// read at once), after the last status when there was one (status: false
-// when none was handed). Past the cap, or once the hub is closed, it is a
-// 503.
+// sampler for the limiters st names; st first gets the last status (status:
+// whether there was one), then the sampler's last round if it read them,
+// else the next. Past the cap, or once the hub is closed, it is a 503.
 func (h *eventHub) join(st *stream) (status bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -324,8 +322,7 @@ func (h *eventHub) changed(ch core.Change) {
 
 // onRound hands a round of the sampler to the streams due: those whose
 // interval a full round completes, and those that have had no sample yet
-// and whose limiters it has read. Each limiter's event is encoded once,
-// for every stream.
+// and whose limiters it has read.
 func (h *eventHub) onRound(r *core.Round) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -23,11 +23,10 @@ import (
 )
 
 // front is the one middleware every request passes, no-route answers
-// included: it keeps or makes the request id, gives the request its deadline
-// and body limit, recovers a panic, writes every error as a problem at once
-// (so the status is known here), then counts, times and logs the request.
-// One middleware, not a chain: echo wraps its middleware around the handler
-// on every request.
+// included: request id, deadline and body limit, panic recovery, every error
+// written as a problem at once (so the status is known here), then metrics
+// and the access log. One middleware, not a chain: echo wraps its middleware
+// around the handler on every request.
 func (s *server) front(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
@@ -216,9 +215,7 @@ func hasBody(r *http.Request) bool {
 }
 
 // serverReadTimeout is the ReadTimeout of the http.Server serving r (0: none,
-// or no http.Server). net/http sets it as the read deadline of each request
-// as a whole, and lifts it once the body is read, when it starts watching the
-// connection: a request that runs longer after that is not cancelled.
+// or no http.Server), which net/http lifts once the body is read.
 func serverReadTimeout(r *http.Request) time.Duration {
 	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok {
 		return srv.ReadTimeout
@@ -280,9 +277,8 @@ func bodyOf(r *http.Request) *limitedBody {
 }
 
 // dropUnreadBody is called before an error response: if the request's body
-// was never read (a refused token, a body over the limit, no route), the
-// connection is closed after the answer instead of net/http reading up to
-// 256 KiB of a body nobody wants first, at whatever pace the client sends it.
+// was never read, the connection is closed after the answer instead of
+// net/http reading up to 256 KiB of a body nobody wants first.
 func dropUnreadBody(c echo.Context) {
 	r := c.Request()
 	if !hasBody(r) {

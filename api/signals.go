@@ -16,9 +16,8 @@ const signalStep = time.Second
 
 // signals is the API's side of the process's one sampler (core.Watcher):
 // while Run runs it hands every round to the event hub and works out the
-// status the event streams send. Every signal (rates, utilization, a new
-// caller's wait, a window's remaining, slots in use, capacity held and
-// wanted, health) is the watcher's: the API only writes it out.
+// status the event streams send. Every signal is the watcher's: the API only
+// writes it out.
 type signals struct {
 	w        *core.Watcher
 	svc      *core.Service

@@ -8,10 +8,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// tracing is the API's span of each request (Options.TracerProvider): its
-// route's, continuing the caller's trace from its headers; what the request
-// asks of Redis is traced under it by the Redis client's own hooks. nil:
-// no tracing, and nothing done per request.
+// tracing is the API's span of each request (Options.TracerProvider),
+// continuing the caller's trace; Redis calls are traced under it by the
+// Redis client's own hooks. nil: no tracing.
 type tracing struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
