@@ -12,13 +12,12 @@ import (
 )
 
 // Acquire asks the named limiter (or the template matching name) for n
-// permits in one round trip, without a pool: the decision is the limiter's
-// own, taken now on the Redis clock, waiting at most maxWait (limitd.Forever:
-// no bound) for a schedule or smooth limiter. It is the way to use a window
-// limiter, whose permits a Limiter handle does not pool: a grant is a
-// Decision with Granted, and for a window Limit, Wait (the permits left) and
-// Position (when its window resets); a refusal says when to retry
-// (RetryAfter). A caller of a schedule limiter should start at Start.
+// permits in one round trip, without a pool, waiting at most maxWait
+// (limitd.Forever: no bound) for a schedule or smooth limiter. It is the way
+// to use a window limiter, whose permits a Limiter handle does not pool: its
+// Decision holds Limit, Wait (the permits left) and Position (when its
+// window resets). A refusal says when to retry (RetryAfter); a caller of a
+// schedule limiter should start at Start.
 func (c *Client) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error) {
 	if err := limitd.CheckName(name); err != nil {
 		return limitd.Decision{}, err

@@ -46,12 +46,10 @@ type allAcquirer interface {
 }
 
 // AcquireAll takes permits from several limiters in one call, all or
-// nothing, each within maxWait (limitd.Forever: no bound); it does not wait
-// out the delay (see AllResult.Delay). It goes to Redis (redisclient: one script on
-// one server, store.Store.AcquireAll on a cluster) or to the limitd server
-// (NewHTTP: POST /v1/acquire, where shadow mode applies; over Redis it does
-// not, being the server's). Local pools are not used: the permits come from
-// the shared schedules. A transport that cannot is errors.ErrUnsupported.
+// nothing, each within maxWait (limitd.Forever: no bound), straight from the
+// shared schedules; it does not wait out the delay (see AllResult.Delay).
+// Shadow mode applies over HTTP only, being the server's. A transport that
+// cannot is errors.ErrUnsupported.
 func (c *Client) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error) {
 	a, ok := c.t.(allAcquirer)
 	if !ok {

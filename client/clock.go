@@ -8,12 +8,9 @@ import (
 )
 
 // Clock is a client's local time source. Pools place permits on it, leases
-// are judged on it, and every wait of the client (a permit's start, a
-// share's refresh and pacing, a slot's renewal, an Acquire's backoff, the
-// fallback's local limit) sleeps on its timers. The default is the system's
-// monotonic clock; tests inject a clock they drive (WithClock), and keep
-// Redis's clock in step with it (miniredis SetTime) so that no decision
-// depends on how fast the machine runs.
+// are judged on it, and every wait of the client sleeps on its timers. The
+// default is the system's monotonic clock; tests inject a clock they drive
+// (WithClock), and keep Redis's clock in step with it (miniredis SetTime).
 //
 // Context deadlines are compared with Now: a clock far from the wall clock
 // makes deadlines meaningless.

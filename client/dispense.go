@@ -112,9 +112,8 @@ func (l *Limiter) staleAfter(b *block) int64 {
 }
 
 // bulkBound is how late a permit may start without slowing the next ones:
-// one active pool, which here is one grant window (at least 1ms and 2
-// slices), so that a goroutine waking a millisecond late on a busy machine
-// does not lose its slot.
+// one grant window (at least 1ms and 2 slices), so that a goroutine waking a
+// millisecond late does not lose its slot.
 func (l *Limiter) bulkBound(b *block) int64 {
 	return max(int64(l.o.window), int64(time.Millisecond), 2*b.p.Slice.Whole)
 }

@@ -101,10 +101,8 @@ func (l *Limiter) release(g limitd.Grant, m int64) error {
 }
 
 // releaseOne hands back one permit from the middle of a grant (put back by a
-// cancelled wait, never reused). Release rewinds the schedule by a grant's
-// last permits when nothing was granted since, which for a permit from the
-// middle would free a start that another permit used; so the grant is
-// presented as of no current version, and the permit's time becomes idle.
+// cancelled wait, never reused) as of no current version, so that its time
+// becomes idle: a rewind would free a start that another permit used.
 func (l *Limiter) releaseOne(g limitd.Grant) error {
 	g.Version = -1
 	return l.release(g, 1)

@@ -55,10 +55,8 @@ func defaults() options {
 
 // WithoutRefusalCounts stops a client over Redis from adding its
 // refusals to the Redis totals that limitd's dashboard, metrics and
-// ctl watch read (see redisclient.New): its refusals then show nowhere but
-// in the caller's own code. Counting costs an atomic add per refusal and,
-// once a second, one pipeline into Redis. Over HTTP there is nothing to
-// turn off: the limitd server counts what it decides.
+// ctl watch read (see redisclient.New). Over HTTP there is nothing to turn
+// off: the limitd server counts what it decides.
 func WithoutRefusalCounts() ClientOption {
 	return clientOption(func(o *options) { o.refusals = nil })
 }
@@ -88,20 +86,16 @@ func WithWindow(d time.Duration) Option {
 }
 
 // WithStaleAfter sets how late a held permit may be before it is handed back
-// instead of used (default 100ms; never less than the lateness op bulking
-// allows, one grant window or two slices). It bounds the burst a process that
-// stalled (GC, SIGSTOP) could add on waking. The grant that replaces stale
-// permits is asked for once they are handed back, so that it starts where
-// the schedule has room now, not after permits nobody will use.
+// instead of used (default 100ms; never less than one grant window or two
+// slices). It bounds the burst a process that stalled (GC, SIGSTOP) could
+// add on waking.
 func WithStaleAfter(d time.Duration) Option {
 	return handleOption(func(o *options) { o.stale = max(d, time.Millisecond) })
 }
 
-// WithRetryInterval sets how often a handle that is falling back tries Redis
-// again (default 1s; at least 1ms). The first retry comes 50 ms after the
-// fault (or after the interval if shorter), each later one at twice the
-// delay, up to the interval; the cool-down after an outage lasts two
-// intervals, at least a second.
+// WithRetryInterval sets how often at most a handle that is falling back
+// tries Redis again (default 1s; at least 1ms; see Fallback); the cool-down
+// after an outage lasts two intervals, at least a second.
 func WithRetryInterval(d time.Duration) Option {
 	return handleOption(func(o *options) { o.retry = max(d, time.Millisecond) })
 }

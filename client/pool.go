@@ -118,11 +118,10 @@ func (l *Limiter) Stats() LimiterStats {
 // mayChange clears refuseUntil: the pool is about to change (l.mu held).
 func (l *Limiter) mayChange() { l.refuseUntil.Store(0) }
 
-// AllowNext is Allow for callers that advertise the limit, as the HTTP
-// middleware of package httplimit does: it tells besides how long from now
-// until the next permit may start (0: one may start now), and the errors Allow
-// hides: ErrClosed, a limiter that does not exist, ctx's error while the pool
-// waits for a grant.
+// AllowNext is Allow for callers that advertise the limit (httplimit): it
+// tells besides how long until the next permit may start (0: now), and the
+// errors Allow hides: ErrClosed, a limiter that does not exist, ctx's error
+// while the pool waits for a grant.
 func (l *Limiter) AllowNext(ctx context.Context) (ok bool, next time.Duration, err error) {
 	ok, next, err = l.allow(ctx, true)
 	if !ok && err == nil {
