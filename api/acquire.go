@@ -143,9 +143,8 @@ func (a acquireBody) given() core.Given {
 	return core.Given{Permits: a.hasPermits, MaxWait: a.hasMaxWait, Block: a.hasBlock}
 }
 
-// decodeAcquire reads a non-empty acquire body: the bodies clients send by
-// scanAcquire, any other by decodeStrict, which reads those the same way and
-// names the fault of every other.
+// decodeAcquire reads a non-empty acquire body: the common ones by
+// scanAcquire, any other by decodeAcquireStrict.
 func decodeAcquire(b []byte) (acquireBody, error) {
 	if a, ok := scanAcquire(b); ok {
 		return a, nil

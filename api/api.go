@@ -49,8 +49,7 @@ type Options struct {
 	// the server's bound applies and the API sets no read deadline of its own.
 	BodyTimeout time.Duration
 	// EmbeddedRedis says that Service's Redis is limitd serve's embedded
-	// in-memory one, which no other process shares: /readyz, the event
-	// status and the dashboard say so ("redis": "embedded").
+	// in-memory one: /readyz and the event status say "redis": "embedded".
 	EmbeddedRedis bool
 	// TracerProvider, when not nil, traces every request, continuing the
 	// caller's trace as Propagator reads it (nil: W3C trace context).
@@ -92,8 +91,7 @@ type server struct {
 }
 
 // Handler is the HTTP API: an http.Handler that owns what its event streams
-// share (one subscription to config changes, one sampling loop). Close
-// stops them. Run samples every named limiter's signals while it runs.
+// share (Close, Run).
 type Handler struct {
 	e *echo.Echo
 	s *server

@@ -99,9 +99,8 @@ func required(field, why string) error {
 	return invalid(field, field+": is required: "+why)
 }
 
-// decodeStrict decodes one JSON value from b into v: unknown fields are
-// errors (walkKeys names them), as is anything after the value. prefix is the path of v inside the
-// request ("limiter" for a template's config), for the problem's field.
+// decodeStrict decodes one JSON value from b into v: unknown fields (walkKeys)
+// and anything after the value are errors. prefix is v's path in the request.
 func decodeStrict(b []byte, v any, prefix string) error {
 	if len(b) == 0 {
 		return invalid(prefix, join(prefix, "a JSON object is required"))
@@ -236,8 +235,7 @@ func opaque(t reflect.Type) reflect.Type {
 var fieldCache sync.Map // reflect.Type → map[string]reflect.Type
 
 // jsonFields are a struct's JSON keys and their types, as encoding/json
-// names them (the tag's name, else the Go name; embedded structs' fields
-// promoted).
+// names them.
 func jsonFields(t reflect.Type) map[string]reflect.Type {
 	m, ok := fieldCache.Load(t)
 	if !ok {

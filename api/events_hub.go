@@ -20,12 +20,9 @@ const (
 	// open at most when Options.MaxEventStreams is 0.
 	DefaultMaxEventStreams = 256
 	// streamBuffer is how many items (a sample, a config change) a stream
-	// may fall behind the hub before the hub drops it: its client does not
-	// read, or reads slower than the samples come.
+	// may fall behind the hub before the hub drops it.
 	streamBuffer = 64
-	// streamWriteTimeout bounds one write to a stream's client: a client
-	// that stops reading is dropped once the socket's buffers are full and
-	// this has passed.
+	// streamWriteTimeout bounds one write to a stream's client.
 	streamWriteTimeout = 10 * time.Second
 	// streamsFullRetry is the Retry-After of a stream refused at the cap.
 	streamsFullRetry = 10 * time.Second
@@ -208,9 +205,8 @@ func (h *eventHub) leave(st *stream) {
 	}
 }
 
-// close ends every stream and stops the loop for good: the handler's owner
-// calls it as the server shuts down. Later streams are refused.
-// A second call returns once the first has.
+// close ends every stream and stops the loop for good; later streams are
+// refused. A second call returns once the first has.
 func (h *eventHub) close() {
 	h.closing.Do(func() {
 		h.mu.Lock()
@@ -276,7 +272,6 @@ func (st *stream) writing(stop func()) bool {
 
 // loop is the hub's subscription to config changes, which it tells the
 // streams as they come. It ends when no stream is left or the hub closes.
-// The samples come from the process's one sampler (onRound).
 func (h *eventHub) loop() {
 	defer h.wg.Done()
 	ctx, cancel := context.WithCancel(h.ctx)

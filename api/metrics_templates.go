@@ -12,8 +12,7 @@ import (
 
 const (
 	// templatesFor is how long a scrape reuses what an earlier one read of
-	// templates (their instances, their busiest): it costs a key scan and
-	// two ZUNIONSTOREs per template.
+	// templates: a key scan and two ZUNIONSTOREs per template.
 	templatesFor = 10 * time.Second
 	// maxTemplatesScraped bounds the templates one scrape reads, in
 	// matching order; topScraped the instances per template and ranking.

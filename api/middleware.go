@@ -48,8 +48,7 @@ func (s *server) front(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // setRequestID keeps an incoming X-Request-Id that is a short token and
-// makes one otherwise, so that a client cannot forge or bloat log lines with
-// it; the answer carries it.
+// makes one otherwise, so that a client cannot bloat log lines with it.
 func (s *server) setRequestID(c echo.Context) {
 	id := c.Request().Header.Get(echo.HeaderXRequestID)
 	if id == "" || !tokenLike(id) {
@@ -161,8 +160,7 @@ func (s *server) limits(c echo.Context, next echo.HandlerFunc) error {
 		r.Body = b
 		if t := serverReadTimeout(r); t > 0 && t <= s.bodyTimeout {
 			// The server bounds reading the whole request at least as
-			// tightly (limitd serve): no deadline of our own, two fewer
-			// timer changes per request.
+			// tightly: no deadline of our own.
 			b.timeout = t
 		} else {
 			// Only while the body is read: readBody lifts it, because once

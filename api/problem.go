@@ -55,8 +55,7 @@ func (e *panicError) Error() string { return "panic: " + e.err.Error() }
 func (e *panicError) Unwrap() error { return e.err }
 
 // problemOf classifies any error a handler, a middleware or echo itself
-// returned. c is nil for an error of no request (an event stream's shared
-// sample).
+// returned; c is nil for an error of no request.
 func (s *server) problemOf(err error, c echo.Context) *problem {
 	var (
 		p   *problem

@@ -94,8 +94,7 @@ func (s *server) deleteTemplate(c echo.Context) error {
 }
 
 // listTemplates answers every template in matching order; with
-// ?instances=true each with its count of live instances (a bounded scan,
-// cached a few seconds).
+// ?instances=true each with its count of live instances.
 func (s *server) listTemplates(c echo.Context) error {
 	counted := false
 	if v := c.QueryParam("instances"); v != "" {

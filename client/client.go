@@ -102,9 +102,8 @@ func newClient(t Transport, o options) *Client {
 	return c
 }
 
-// mono is the local monotonic clock in ns. The system clock is read with
-// time.Since, which reads only the monotonic clock; Now reads the wall clock
-// too.
+// mono is the local monotonic clock in ns (time.Since reads only the
+// monotonic clock; Now reads the wall clock too).
 func (c *Client) mono() int64 {
 	if c.sys {
 		return int64(time.Since(c.base))

@@ -47,8 +47,7 @@ func (g *guard) ungive(s int64) {
 }
 
 // coolFor is how long a handle that came back keeps pacing at its safe
-// rate: two retry intervals, so that the other processes, which retry each
-// on its own interval, are back too; at least a second.
+// rate: two retry intervals, so that the other processes are back too.
 func (l *Limiter) coolFor() int64 {
 	return int64(max(2*l.o.retry, time.Second))
 }

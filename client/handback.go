@@ -8,9 +8,7 @@ import (
 	"github.com/limitd/limitd"
 )
 
-// Hand-back and change watching: permits a handle will not use go back to
-// the shared schedule, and a published config change drops those taken at
-// the old rate.
+// Hand-back: permits a handle will not use go back to the shared schedule.
 
 // changed reacts to a published config change: permits granted under older
 // versions are handed back at once, so no permit at the old rate is used.

@@ -95,9 +95,8 @@ func (l *Limiter) Allow() bool {
 // LimiterStats is what a handle did since it was made (see Client.Stats).
 type LimiterStats struct {
 	Name string
-	// SharedPermits were taken from the shared schedule (Allow, Wait, and
-	// Reserve's n); FallbackPermits came from the local fallback while
-	// Redis was unreachable.
+	// SharedPermits were taken from the shared schedule; FallbackPermits
+	// came from the local fallback while Redis was unreachable.
 	SharedPermits, FallbackPermits int64
 	// RemoteCalls are the grants, reservations and hand-backs the handle
 	// sent to Redis (or the limitd server), failed ones included.

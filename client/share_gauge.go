@@ -6,9 +6,6 @@ import (
 	"sync"
 )
 
-// A share used as a gauge: Acquire keeps at most what the lease gets of
-// the share's operations in flight.
-
 // Acquire blocks until fewer than floor(Gets()) operations of this share are
 // in flight, or ctx is done, and takes a place among them; release gives the
 // place back (it is idempotent). In the pessimistic fallback it returns

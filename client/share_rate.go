@@ -8,9 +8,6 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// A share used as a rate: Allow and Wait pace operations locally at what
-// the lease gets.
-
 // Allow reports whether one operation may start now at the rate of the
 // share's capacity; if so it is counted.
 func (s *Share) Allow() bool {

@@ -94,8 +94,7 @@ func (t transport) AcquireAll(ctx context.Context, reqs []client.Permits, maxWai
 }
 
 // refusalTally adds a client's refusals to Redis through the same
-// store.Tally a server's ledger writes with: the same subjects, the same
-// bound on names per interval and on commands per flush.
+// store.Tally a server's ledger writes with, under the same bounds.
 type refusalTally struct {
 	st *store.Store
 	*store.Tally
