@@ -104,8 +104,7 @@ func windowOf(d limitd.Decision) wire.Window {
 	return wire.Window{Limit: d.Limit, Remaining: d.Wait, Reset: max(0, d.Position-d.Now), ResetAt: d.Position}
 }
 
-// setRetryAfter sets the Retry-After header: ns in whole seconds, rounded
-// up.
+// setRetryAfter sets the Retry-After header: ns in whole seconds, rounded up.
 func setRetryAfter(c echo.Context, ns int64) {
 	c.Response().Header().Set("Retry-After", strconv.FormatInt((max(ns, 0)+1e9-1)/1e9, 10))
 }
@@ -119,8 +118,7 @@ func pretty(c echo.Context) bool {
 // jsonBuffers hold answers while they are written.
 var jsonBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// writeJSON answers the JSON appendJSON writes, with a newline, as c.JSON
-// would.
+// writeJSON answers the JSON appendJSON writes, with a newline, as c.JSON would.
 func writeJSON(c echo.Context, status int, appendJSON func([]byte) []byte) error {
 	bp := jsonBuffers.Get().(*[]byte)
 	b := append(appendJSON((*bp)[:0]), '\n')
@@ -245,8 +243,7 @@ func scanAcquire(b []byte) (a acquireBody, ok bool) {
 	}
 }
 
-// skipSpace returns the index of the first byte at or after i that is not
-// JSON white space.
+// skipSpace returns the index of the first byte at or after i that is not JSON space.
 func skipSpace(b []byte, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 		i++

@@ -135,8 +135,7 @@ func (a AccessLog) String() string {
 	return accessLogNames[a]
 }
 
-// ParseAccessLog reads an access log's name (off, errors, all; any letter
-// case).
+// ParseAccessLog reads an access log's name (off, errors, all; any letter case).
 func ParseAccessLog(s string) (AccessLog, error) {
 	for i, n := range accessLogNames {
 		if strings.EqualFold(s, n) {
@@ -226,8 +225,7 @@ func New(o Options) *Handler {
 	e.POST("/v1/limiters/:name/charge", s.charge, read)
 	get("/v1/limiters/:name/wait", s.wait, read)
 	e.POST("/v1/limiters/:name/reset", s.reset, admin)
-	// A client's own lease calls need only the read token, returning
-	// capacity included: they change no config.
+	// A client's own lease calls need only the read token: they change no config.
 	e.POST("/v1/limiters/:name/capacity", s.capacity, read)
 	e.DELETE("/v1/limiters/:name/capacity/:client_id", s.returnCapacity, read)
 	e.POST("/v1/limiters/:name/release", s.release, read)

@@ -40,14 +40,12 @@ func (s *server) charge(c echo.Context) error {
 	return c.JSON(http.StatusOK, windowed(chargedOf(d), d))
 }
 
-// chargedOf is a charge's answer body (a window's wait is its remaining, in
-// windowed).
+// chargedOf is a charge's answer body (a window's: see windowed).
 func chargedOf(d limitd.Decision) wire.Charged {
 	return wire.Charged{Permits: d.Permits, Within: d.Granted, Delay: d.Delay, Wait: d.Wait, Version: d.Version, Now: d.Now}
 }
 
-// windowed is v, or for a window limiter v with its limit, remaining permits
-// and reset (and no backlog).
+// windowed is v, or for a window limiter v with its Window (and no backlog).
 func windowed(v wire.Charged, d limitd.Decision) any {
 	if !d.Window {
 		return v

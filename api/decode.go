@@ -65,8 +65,7 @@ func readAll(r *http.Request) ([]byte, error) {
 	if r.ContentLength <= 0 {
 		return io.ReadAll(r.Body)
 	}
-	// One byte more, to see the end (or a body longer than declared, which
-	// net/http cuts anyway).
+	// One byte more, to see the end.
 	b := make([]byte, 0, r.ContentLength+1)
 	for {
 		n, err := r.Body.Read(b[len(b):cap(b)])
@@ -83,8 +82,7 @@ func readAll(r *http.Request) ([]byte, error) {
 	}
 }
 
-// decodeBody reads the request's body (readBody) and decodes it strictly
-// into v (decodeStrict): every handler's first step.
+// decodeBody reads the request's body (readBody) and decodes it into v (decodeStrict).
 func decodeBody(c echo.Context, v any) error {
 	b, err := readBody(c)
 	if err != nil {
@@ -93,8 +91,7 @@ func decodeBody(c echo.Context, v any) error {
 	return decodeStrict(b, v, "")
 }
 
-// required is the problem of a required field left out: "field: is
-// required: why".
+// required is the problem of a required field left out.
 func required(field, why string) error {
 	return invalid(field, field+": is required: "+why)
 }
@@ -234,8 +231,7 @@ func opaque(t reflect.Type) reflect.Type {
 // fieldCache holds jsonFields by type: the request types are few and fixed.
 var fieldCache sync.Map // reflect.Type → map[string]reflect.Type
 
-// jsonFields are a struct's JSON keys and their types, as encoding/json
-// names them.
+// jsonFields are a struct's JSON keys and their types, as encoding/json names them.
 func jsonFields(t reflect.Type) map[string]reflect.Type {
 	m, ok := fieldCache.Load(t)
 	if !ok {

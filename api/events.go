@@ -14,8 +14,7 @@ import (
 	"github.com/limitd/limitd"
 )
 
-// eventsPath is the route of the event stream (the request timeout does not
-// apply to it).
+// eventsPath is the route of the event stream (no request timeout).
 const eventsPath = "/v1/events"
 
 const (
@@ -25,8 +24,7 @@ const (
 	// maxEventLimiters bounds the limiters a stream that watches every
 	// limiter is sent (the first in name order).
 	maxEventLimiters = 200
-	// keepAlive is how often a quiet stream sends a comment, so that proxies
-	// keep it open.
+	// keepAlive is how often a quiet stream sends a comment, for proxies.
 	keepAlive = 15 * time.Second
 )
 
@@ -83,8 +81,7 @@ func (s *server) events(c echo.Context) error {
 			s.log.Info("event stream dropped: its client does not read", "request_id", requestID(c))
 		}
 	}()
-	// write sends b whole within streamWriteTimeout, and reports whether it
-	// did.
+	// write sends b whole within streamWriteTimeout, and reports whether it did.
 	stop := func() { _ = rc.SetWriteDeadline(time.Now()) }
 	write := func(b []byte) bool {
 		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))

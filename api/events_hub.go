@@ -16,8 +16,7 @@ import (
 
 // Settings of the event hub, fixed on purpose as the server's other timeouts.
 const (
-	// DefaultMaxEventStreams is how many event streams one handler keeps
-	// open at most when Options.MaxEventStreams is 0.
+	// DefaultMaxEventStreams is Options.MaxEventStreams's default.
 	DefaultMaxEventStreams = 256
 	// streamBuffer is how many items (a sample, a config change) a stream
 	// may fall behind the hub before the hub drops it.
@@ -81,8 +80,7 @@ type stream struct {
 	// unwatch takes back the names it asked the sampler for.
 	unwatch func()
 	out     chan streamItem // the hub's items; closed when the hub ends the stream
-	// dropped is set before out is closed when the stream fell
-	// streamBuffer items behind.
+	// dropped is set before out is closed when the stream fell behind.
 	dropped bool
 
 	// writer is how the hub ends a write its client does not read (set by
@@ -104,8 +102,7 @@ type streamItem struct {
 	err    error
 }
 
-// eventRound is one round's sample, shared by every stream it was handed to
-// and never changed after.
+// eventRound is one round's sample, shared by streams and never changed.
 type eventRound struct {
 	all    []string // every limiter (the first maxEventLimiters in name order), for streams that watch them all
 	events map[string]sampled
@@ -176,8 +173,7 @@ func (h *eventHub) join(st *stream) (status bool, err error) {
 	return status, nil
 }
 
-// setStatus hands the status st to every stream, and to each that joins
-// later first.
+// setStatus hands st to every stream, and first to each that joins later.
 func (h *eventHub) setStatus(st wire.StreamStatus) {
 	ev := encodeEvent("status", st)
 	h.mu.Lock()
@@ -325,8 +321,7 @@ func (h *eventHub) onRound(r *core.Round) {
 	h.handRound(r, nil)
 }
 
-// handRound hands r to the streams due (only to st when it is not nil),
-// h.mu held.
+// handRound hands r to the streams due (only to only when not nil; h.mu held).
 func (h *eventHub) handRound(r *core.Round, only *stream) {
 	var er *eventRound
 	for st := range h.streams {

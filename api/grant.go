@@ -23,8 +23,7 @@ func grantOf(g core.Grant) wire.Grant {
 		RemBefore: g.RemBefore, End: g.End}
 }
 
-// grant takes permits for a client pool: 200 with the grant, or 429 (as
-// acquire) when they would come later than max_wait.
+// grant takes permits for a client pool: 200, or 429 (as acquire).
 func (s *server) grant(c echo.Context) error {
 	var req wire.GrantRequest
 	if err := decodeBody(c, &req); err != nil {

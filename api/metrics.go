@@ -75,8 +75,7 @@ type httpSeries struct {
 	byStatus sync.Map // int → prometheus.Counter
 }
 
-// methodLabels are the method labels; made-up methods count as "other", so
-// that they add no series.
+// methodLabels are the method labels; made-up methods count as "other".
 var methodLabels = [...]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
 	http.MethodPatch, http.MethodDelete, http.MethodOptions, "other"}
 

@@ -66,8 +66,7 @@ func (c *templateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// read reads what Collect answers; with Redis down, nothing (errors and
-// /readyz say so).
+// read reads what Collect answers; with Redis down, nothing.
 func (c *templateCollector) read() []prometheus.Metric {
 	ctx, cancel := context.WithTimeout(context.Background(), templatesScrapeTimeout)
 	defer cancel()

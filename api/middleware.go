@@ -121,8 +121,7 @@ func (s *server) observe(c echo.Context, err error, latency time.Duration) {
 			attrs = append(attrs, slog.String("field", p.Field))
 		}
 	}
-	// The request's own context may be cancelled by now; the log line is
-	// still wanted.
+	// The request's own context may be cancelled by now.
 	s.log.LogAttrs(context.WithoutCancel(r.Context()), slog.LevelInfo, "http request", attrs...)
 }
 
@@ -148,8 +147,7 @@ func (s *server) limits(c echo.Context, next echo.HandlerFunc) error {
 	switch c.Path() {
 	case eventsPath: // a stream lasts as long as its client listens
 	case acquirePath:
-		// No timer on this context: an acquire ends by its deadline itself
-		// (core.AcquireRequest.Deadline), without one per request.
+		// No timer on this context: see acquirePath.
 	default:
 		ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 		defer cancel()
@@ -206,8 +204,7 @@ func (s *server) recovered(c echo.Context, next echo.HandlerFunc) (err error) {
 	return next(c)
 }
 
-// hasBody reports whether a request came with a body (a Content-Length
-// other than 0, or chunked).
+// hasBody reports whether a request came with a body (Content-Length ≠ 0, or chunked).
 func hasBody(r *http.Request) bool {
 	return r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
 }
@@ -288,8 +285,7 @@ func dropUnreadBody(c echo.Context) {
 	closeAfter(c)
 }
 
-// closeAfter ends the connection after this response, reading nothing more
-// from it.
+// closeAfter ends the connection after this response, reading nothing more.
 func closeAfter(c echo.Context) {
 	c.Response().Header().Set(echo.HeaderConnection, "close")
 	_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now())

@@ -40,8 +40,7 @@ func untokened(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// noTokenRule ends the details of untokened's problems: what would let the
-// request through.
+// noTokenRule ends the details of untokened's problems.
 const noTokenRule = "limitd without tokens (LIMITD_TOKEN, LIMITD_ADMIN_TOKEN) takes such requests only from its own pages and from clients that are not browsers"
 
 // misdirected is the 421 of a request that reached a loopback address under
@@ -110,8 +109,7 @@ func jsonMediaType(ct string) bool {
 	return err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
 }
 
-// notJSON is the 415 of a body whose Content-Type (ct, "" when it has none)
-// is not JSON.
+// notJSON is the 415 of a body whose Content-Type (ct, maybe "") is not JSON.
 func notJSON(ct string) *problem {
 	what := "Content-Type " + quote(ct) + " is not JSON"
 	if ct == "" {

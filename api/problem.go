@@ -170,8 +170,7 @@ func quote(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-// echoProblem turns echo's own errors (no route, wrong method, ...) into
-// problems.
+// echoProblem turns echo's own errors (no route, wrong method, ...) into problems.
 func (s *server) echoProblem(he *echo.HTTPError, c echo.Context) *problem {
 	r := c.Request()
 	switch he.Code {
@@ -197,8 +196,7 @@ func tooLarge(limit int64) *problem {
 	return newProblem(http.StatusRequestEntityTooLarge, wire.ProblemTooLarge, fmt.Sprintf("the request body is over the limit of %d bytes", limit))
 }
 
-// ctxProblem is the echo context key under which handleError leaves the
-// problem it answered, for the access log.
+// ctxProblem is the echo context key of the problem answered, for the access log.
 const ctxProblem = "limitd.problem"
 
 // handleError is echo's HTTPErrorHandler: every error, echo's own 404 and 405

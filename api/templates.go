@@ -13,8 +13,7 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// templateID returns the {id} path parameter, checked before the body is
-// read.
+// templateID returns the {id} path parameter, checked before the body is read.
 func templateID(c echo.Context) (string, error) {
 	v := c.Param("id")
 	return v, limitd.CheckNameAs("id", v)
@@ -153,8 +152,7 @@ func (s *server) topInstances(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// intParam reads the query parameter name, an integer from 1 to most, or
-// def when it is absent.
+// intParam reads the query parameter name, from 1 to most; def when absent.
 func intParam(c echo.Context, name string, def, most int) (int, error) {
 	v := c.QueryParam(name)
 	if v == "" {

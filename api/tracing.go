@@ -26,8 +26,7 @@ func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) *tr
 	return &tracing{tracer: tp.Tracer("github.com/limitd/limitd/api"), prop: prop}
 }
 
-// start starts the request's span, named by its method and route
-// ("POST /v1/limiters/{name}/acquire"), and gives it the request's context.
+// start starts the request's span, named by method and route, in its context.
 func (t *tracing) start(c echo.Context, route string) trace.Span {
 	r := c.Request()
 	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))

@@ -33,14 +33,12 @@ func (c *Client) Acquire(ctx context.Context, name string, n int64, maxWait time
 	return d, err
 }
 
-// acquirer is a Transport that also decides one acquire (Client.Acquire):
-// the Redis and HTTP transports are.
+// acquirer is a Transport that also decides one acquire (Client.Acquire).
 type acquirer interface {
 	Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error)
 }
 
-// Acquire is POST .../acquire. A window's answer carries limit, remaining
-// and reset_ns, which the Decision holds as the Redis transport's does.
+// Acquire is POST .../acquire.
 func (t *httpTransport) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error) {
 	req := wire.AcquireRequest{Permits: &n, MaxWait: maxWaitField(maxWait)}
 	status, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "acquire"), req)
