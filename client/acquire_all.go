@@ -27,8 +27,7 @@ type AllResult struct {
 	Decisions []limitd.Decision
 }
 
-// Delay is how long to wait before starting: the longest delay of the
-// granted decisions.
+// Delay is how long to wait before starting: the granted decisions' longest.
 func (r AllResult) Delay() time.Duration {
 	var d int64
 	for _, x := range r.Decisions {
@@ -39,8 +38,7 @@ func (r AllResult) Delay() time.Duration {
 	return time.Duration(d)
 }
 
-// allAcquirer is a Transport that takes several limiters in one call. Both
-// transports of this package are; a Transport of its own may be too.
+// allAcquirer is a Transport that takes several limiters in one call.
 type allAcquirer interface {
 	AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error)
 }

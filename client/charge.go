@@ -44,8 +44,7 @@ func (l *Limiter) Charge(ctx context.Context, n int64) (limitd.Decision, error) 
 	return ch.Charge(ctx, l.name, n)
 }
 
-// charger is a Transport that also charges (Limiter.Charge, and the excess
-// of Reservation.Settle): the Redis and HTTP transports are.
+// charger is a Transport that also charges (Limiter.Charge, Reservation.Settle).
 type charger interface {
 	Charge(ctx context.Context, name string, n int64) (limitd.Decision, error)
 }
@@ -55,8 +54,7 @@ func (t *httpTransport) Charge(ctx context.Context, name string, n int64) (limit
 	return t.charge(ctx, name, wire.ChargeRequest{Permits: &n})
 }
 
-// charge sends a charge (or a settle) and reads its answer, a Charged or a
-// WindowCharged, as a Decision.
+// charge sends a charge (or a settle) and reads its answer as a Decision.
 func (t *httpTransport) charge(ctx context.Context, name string, req wire.ChargeRequest) (limitd.Decision, error) {
 	_, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "charge"), req)
 	if err != nil {
@@ -86,8 +84,7 @@ type settler interface {
 	settle(ctx context.Context, g limitd.Grant, id string, actual int64) error
 }
 
-// settle is POST .../charge with the grant: the server hands back what the
-// work did not use, or charges the excess.
+// settle is POST .../charge with the grant.
 func (t *httpTransport) settle(ctx context.Context, g limitd.Grant, id string, actual int64) error {
 	j := t.wireGrant(g, id)
 	_, err := t.charge(ctx, g.Name, wire.ChargeRequest{Permits: &actual, Grant: &j})

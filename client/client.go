@@ -186,8 +186,7 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
-// track registers a Share or Semaphore to be closed with the client;
-// ErrClosed once the client is closed.
+// track registers a Share or Semaphore to be closed with the client.
 func (c *Client) track(x io.Closer) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

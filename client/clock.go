@@ -24,13 +24,11 @@ type Clock interface {
 // Timer is a one-shot timer of a Clock.
 type Timer interface {
 	C() <-chan time.Time
-	// Stop prevents the timer from firing; false if it already fired or
-	// was stopped.
+	// Stop prevents the timer from firing; false if it already fired or stopped.
 	Stop() bool
 }
 
-// WithClock sets the client's local clock (default: the system's). It is for
-// tests that drive time; see Clock.
+// WithClock sets the client's local clock (default: the system's); see Clock.
 func WithClock(c Clock) ClientOption { return clientOption(func(o *options) { o.clock = c }) }
 
 type systemClock struct{}

@@ -9,9 +9,6 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// Local dispensing: a handle's pool holds grants as blocks and hands their
-// permits out one by one at their scheduled times on the local clock.
-
 // block is one grant being dispensed: permit i is due at sched + cost(i) on
 // the local clock and may start at max(that, start + pace(cost(i))).
 type block struct {
@@ -35,8 +32,7 @@ type block struct {
 
 func (b *block) left() int64 { return b.g.Permits - b.i }
 
-// lastStart is when the block's last permit may start (local ns), paced
-// late permits aside.
+// lastStart is when the block's last permit may start (local ns), unpaced.
 func (b *block) lastStart() int64 {
 	c, _ := b.p.Slice.Cost(b.left()-1, b.rem)
 	return max(b.sched+b.cost+c, b.start+b.p.PaceOf(b.cost+c))

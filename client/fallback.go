@@ -229,8 +229,7 @@ func (p pass) valid(g *guard, now int64) bool {
 	return p.g != nil && p.g == g && now-p.slot <= max(g.slice, int64(time.Millisecond))
 }
 
-// passGate takes the guard's next slot for a Wait and sleeps until it
-// (called with l.mu held; releases it).
+// passGate takes the guard's next slot for a Wait and sleeps until it (l.mu held; unlocks).
 func (l *Limiter) passGate(ctx context.Context, now int64) (pass, error) {
 	g := l.guard
 	if dl, has := ctx.Deadline(); has && l.c.o.clock.Now().Add(time.Duration(max(now, g.next)-now)).After(dl) {

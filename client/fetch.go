@@ -13,9 +13,6 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// Grant fetching: a handle sizes its next grant from its own demand and
-// fetches it in the background before the current one runs out.
-
 // maybePrefetch starts fetching the next grant once less than half of the
 // current one is left, so a steady caller never waits on Redis.
 func (l *Limiter) maybePrefetch(now int64) {
@@ -75,8 +72,7 @@ func (l *Limiter) startFetch(now int64) {
 	})
 }
 
-// goBg runs f as the handle's background work, which Close waits for. Call
-// it with l.mu held on an open handle.
+// goBg runs f as background work Close waits for (l.mu held, handle open).
 func (l *Limiter) goBg(f func()) {
 	l.bg.Add(1)
 	go func() {

@@ -260,8 +260,7 @@ func (t *httpTransport) wireGrant(g limitd.Grant, id string) wire.Grant {
 		RemBefore: g.RemBefore, End: g.End}
 }
 
-// Changes: the HTTP API has no change events; a config change is picked up
-// at the next grant.
+// Changes: the HTTP API has no change events.
 func (t *httpTransport) Changes(context.Context) <-chan string { return nil }
 
 func (t *httpTransport) Capacity(ctx context.Context, name string, r limitd.CapacityRequest) (limitd.CapacityLease, error) {

@@ -21,8 +21,7 @@ type (
 	HTTPOption interface{ applyHTTP(*options) }
 )
 
-// handleOption is an Option; clientOption a ClientOption; httpOption an
-// HTTPOption.
+// handleOption is an Option; clientOption a ClientOption; httpOption an HTTPOption.
 type (
 	handleOption func(*options)
 	clientOption func(*options)

@@ -37,8 +37,7 @@ type Limiter struct {
 	closed        bool
 	down          bool // in the fallback while Redis is unreachable
 
-	// For Stats: permits handed to callers from the fallback, and calls to
-	// Redis (or the limitd server).
+	// For Stats: permits from the fallback, and calls to Redis (or limitd).
 	fallbackPermits, remoteCalls atomic.Int64
 
 	err      error           // the last fetch's error, for callers waiting on it
@@ -198,8 +197,7 @@ func (l *Limiter) lock() {
 	l.mu.Lock()
 }
 
-// Rate is the limiter's shared rate in permits per second as of the last
-// grant; 0 before the first.
+// Rate is the shared rate in permits per second as of the last grant; 0 before.
 func (l *Limiter) Rate() float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()

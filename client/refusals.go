@@ -185,8 +185,7 @@ func (r *refusals) flush(ctx context.Context) error {
 	return r.tally.Flush(ctx)
 }
 
-// runRefusals flushes every second on the client's clock until the client closes
-// (Close flushes the rest).
+// runRefusals flushes every second until the client closes (Close flushes the rest).
 func (c *Client) runRefusals() {
 	defer c.wg.Done()
 	r := c.refusals

@@ -51,8 +51,7 @@ type Reservation struct {
 // The error says when the same request could be granted.
 var ErrRefused = errors.New("client: the limiter refused the permits")
 
-// ErrSettled is returned by Settle of a reservation already settled or
-// cancelled.
+// ErrSettled is returned by Settle of a reservation already settled or cancelled.
 var ErrSettled = errors.New("client: the reservation is settled already")
 
 // Reserve takes n permits from the shared limiter in one round trip, however

@@ -142,8 +142,7 @@ func checkWants(w float64) error {
 	return nil
 }
 
-// defaultClientID is hostname-pid-random, with the characters a client id
-// may not hold replaced.
+// defaultClientID is hostname-pid-random, made a valid client id.
 func defaultClientID() string {
 	host, _ := os.Hostname()
 	host = strings.Map(func(r rune) rune {

@@ -57,8 +57,7 @@ func (s *Share) releaseGauge() {
 	s.mu.Unlock()
 }
 
-// InFlight is the number of operations holding the share's capacity through
-// Acquire.
+// InFlight is the number of operations holding the share's capacity (Acquire).
 func (s *Share) InFlight() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -114,8 +114,7 @@ func (s *Share) requestLocked(now int64) limitd.CapacityRequest {
 	return r
 }
 
-// estimateLocked is the wants a share's own use over the window since the
-// last request calls for.
+// estimateLocked is the wants the share's use since the last request calls for.
 func (s *Share) estimateLocked(now int64) float64 {
 	var rate float64
 	if secs := float64(now-s.usedFrom) / 1e9; secs > 0.001 {
