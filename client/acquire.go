@@ -41,12 +41,9 @@ type acquirer interface {
 // Acquire is POST .../acquire.
 func (t *httpTransport) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error) {
 	req := wire.AcquireRequest{Permits: &n, MaxWait: maxWaitField(maxWait)}
-	status, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "acquire"), req)
-	if err != nil {
-		return limitd.Decision{}, err
-	}
 	var a wire.Answer // a 429's body is a Denied, a 200's a Granted or a Shadowed
-	if err := decode(b, &a); err != nil {
+	status, _, err := t.do(ctx, http.MethodPost, limiterPath(name, "acquire"), req, &a)
+	if err != nil {
 		return limitd.Decision{}, err
 	}
 	if status != http.StatusTooManyRequests && !a.Shadowed.Granted.Granted {

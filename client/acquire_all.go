@@ -69,15 +69,11 @@ func (t *httpTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait 
 	for i := range reqs {
 		body.Requests[i] = wire.LimiterPermits{Name: reqs[i].Name, Permits: &reqs[i].Permits}
 	}
-	_, b, err := t.do(ctx, http.MethodPost, "/v1/acquire", body)
-	if err != nil {
-		return AllResult{}, err
-	}
 	var v struct {
 		Granted bool          `json:"granted"`
 		Results []wire.Answer `json:"results"`
 	}
-	if err := decode(b, &v); err != nil {
+	if _, _, err := t.do(ctx, http.MethodPost, "/v1/acquire", body, &v); err != nil {
 		return AllResult{}, err
 	}
 	if len(v.Results) != len(reqs) {

@@ -56,17 +56,13 @@ func (t *httpTransport) Charge(ctx context.Context, name string, n int64) (limit
 
 // charge sends a charge (or a settle) and reads its answer as a Decision.
 func (t *httpTransport) charge(ctx context.Context, name string, req wire.ChargeRequest) (limitd.Decision, error) {
-	_, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "charge"), req)
-	if err != nil {
-		return limitd.Decision{}, err
-	}
 	var a struct {
 		wire.Charged
 		Limit     *int64 `json:"limit"` // a window's (0 for one that refuses every request)
 		Remaining int64  `json:"remaining"`
 		Reset     int64  `json:"reset_ns"`
 	}
-	if err := decode(b, &a); err != nil {
+	if _, _, err := t.do(ctx, http.MethodPost, limiterPath(name, "charge"), req, &a); err != nil {
 		return limitd.Decision{}, err
 	}
 	d := limitd.Decision{Charged: true, Granted: a.Within, Permits: a.Permits, Delay: a.Delay, Wait: a.Wait,
