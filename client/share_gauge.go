@@ -18,13 +18,7 @@ func (s *Share) Acquire(ctx context.Context) (release func(), err error) {
 	s.waiting++
 	defer func() { s.waiting-- }()
 	for {
-		if s.closed {
-			return nil, ErrClosed
-		}
-		if s.refuse != nil {
-			return nil, s.refuse
-		}
-		if err := ctx.Err(); err != nil {
+		if err := s.stopped(ctx); err != nil {
 			return nil, err
 		}
 		s.peak = max(s.peak, s.inFlight+s.waiting)

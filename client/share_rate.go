@@ -53,16 +53,7 @@ func (s *Share) Wait(ctx context.Context) error {
 	defer stop()
 	for {
 		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			return ErrClosed
-		}
-		if s.refuse != nil {
-			err := s.refuse
-			s.mu.Unlock()
-			return err
-		}
-		if err := ctx.Err(); err != nil {
+		if err := s.stopped(ctx); err != nil {
 			s.mu.Unlock()
 			return err
 		}
@@ -130,6 +121,18 @@ func (s *Share) sleep(ctx context.Context, r *limiter.Reservation, d time.Durati
 			}
 		}
 	}
+}
+
+// stopped is why a caller may not go on (s.mu held): ErrClosed, the
+// fallback's refusal, or ctx's error.
+func (s *Share) stopped(ctx context.Context) error {
+	switch {
+	case s.closed:
+		return ErrClosed
+	case s.refuse != nil:
+		return s.refuse
+	}
+	return ctx.Err()
 }
 
 // waitErr is ErrClosed for a wait that Close ended.
