@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -139,10 +140,7 @@ func (c *Client) Limiter(name string, opts ...Option) (*Limiter, error) {
 // package clientmetrics for them as Prometheus metrics).
 func (c *Client) Stats() []LimiterStats {
 	c.mu.Lock()
-	hs := make([]*Limiter, 0, len(c.handles))
-	for _, l := range c.handles {
-		hs = append(hs, l)
-	}
+	hs := slices.Collect(maps.Values(c.handles))
 	c.mu.Unlock()
 	out := make([]LimiterStats, len(hs))
 	for i, l := range hs {
@@ -162,14 +160,8 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	hs := make([]*Limiter, 0, len(c.handles))
-	for _, l := range c.handles {
-		hs = append(hs, l)
-	}
-	ls := make([]io.Closer, 0, len(c.leases))
-	for x := range c.leases {
-		ls = append(ls, x)
-	}
+	hs := slices.Collect(maps.Values(c.handles))
+	ls := slices.Collect(maps.Keys(c.leases))
 	c.mu.Unlock()
 	var errs []error
 	for _, l := range hs {

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -166,10 +168,7 @@ func (r *refusals) direct(ctx context.Context, name string, permits int64, insta
 // flush gathers every count in use and adds the tally to Redis.
 func (r *refusals) flush(ctx context.Context) error {
 	r.mu.Lock()
-	cs := make([]*refusalCount, 0, len(r.counts))
-	for _, c := range r.counts {
-		cs = append(cs, c)
-	}
+	cs := slices.Collect(maps.Values(r.counts))
 	r.mu.Unlock()
 	for _, c := range cs {
 		r.gather(ctx, c)

@@ -3,7 +3,9 @@ package client
 import (
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -186,10 +188,7 @@ func (s *Semaphore) Close() error {
 		return nil
 	}
 	s.closed = true
-	hs := make([]*heldSlot, 0, len(s.held))
-	for h := range s.held {
-		hs = append(hs, h)
-	}
+	hs := slices.Collect(maps.Keys(s.held))
 	s.mu.Unlock()
 	s.cancel()
 	for _, h := range hs {
