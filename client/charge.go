@@ -74,8 +74,7 @@ func (t *httpTransport) charge(ctx context.Context, name string, req wire.Charge
 	return d, nil
 }
 
-// settler is a Transport that settles a grant in one call (over HTTP: a
-// charge with the grant); id is the grant's id there.
+// settler is a Transport that settles a grant, whose id is id, in one call.
 type settler interface {
 	settle(ctx context.Context, g limitd.Grant, id string, actual int64) error
 }

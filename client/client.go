@@ -136,8 +136,7 @@ func (c *Client) Limiter(name string, opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
-// Stats reports what each of the client's handles did, in name order (see
-// package clientmetrics for them as Prometheus metrics).
+// Stats reports what each of the client's handles did, in name order.
 func (c *Client) Stats() []LimiterStats {
 	c.mu.Lock()
 	hs := slices.Collect(maps.Values(c.handles))

@@ -179,8 +179,7 @@ func (s *Semaphore) InUse() int {
 	return len(s.held)
 }
 
-// Close releases every slot still held, stops their renewal and ends waiting
-// Acquires with ErrClosed.
+// Close releases every slot still held and ends waiting Acquires with ErrClosed.
 func (s *Semaphore) Close() error {
 	s.mu.Lock()
 	if s.closed {

@@ -226,8 +226,7 @@ func (s *Share) SetWants(w float64) error {
 	return nil
 }
 
-// Refresh asks for capacity now, as the share's refresher does every refresh
-// interval, and returns the request's error.
+// Refresh asks for capacity now, as the refresher does, and returns its error.
 func (s *Share) Refresh(ctx context.Context) error {
 	s.mu.Lock()
 	closed := s.closed
@@ -240,8 +239,7 @@ func (s *Share) Refresh(ctx context.Context) error {
 	return s.requestCtx(ctx)
 }
 
-// Close stops the refresher, ends every wait with ErrClosed and returns the
-// capacity to the limiter.
+// Close stops the refresher, ends every wait with ErrClosed and returns the capacity.
 func (s *Share) Close() error {
 	s.mu.Lock()
 	if s.closed {

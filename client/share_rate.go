@@ -8,8 +8,7 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// Allow reports whether one operation may start now at the rate of the
-// share's capacity; if so it is counted.
+// Allow reports whether one operation may start now at the share's rate.
 func (s *Share) Allow() bool {
 	s.mu.Lock()
 	if s.closed {
@@ -33,8 +32,7 @@ func (s *Share) Allow() bool {
 	return true
 }
 
-// rateLimiterLocked is the local limiter at gets, nil while gets is below
-// the least rate (nothing may pass).
+// rateLimiterLocked is the local limiter at gets, nil while nothing may pass.
 func (s *Share) rateLimiterLocked() *limiter.Limiter {
 	if s.gets < limiter.MinRate {
 		return nil

@@ -46,8 +46,7 @@ func Middleware(c *client.Client, opts ...Option) func(http.Handler) http.Handle
 	}
 }
 
-// EchoMiddleware is Middleware for echo. The key functions see the
-// *http.Request of the echo.Context.
+// EchoMiddleware is Middleware for echo.
 func EchoMiddleware(c *client.Client, opts ...Option) echo.MiddlewareFunc {
 	m := newKeyedLimits(c, opts)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {

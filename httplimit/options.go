@@ -49,8 +49,7 @@ func WithPolicy(name string, quota int64, window time.Duration) Option {
 	}
 }
 
-// WithMaxKeys bounds how many keys' handles the middleware keeps (default
-// 10000, at least 1).
+// WithMaxKeys bounds how many keys' handles the middleware keeps (default 10000).
 func WithMaxKeys(n int) Option {
 	return func(c *middlewareConfig) { c.maxKeys = max(n, 1) }
 }

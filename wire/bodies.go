@@ -148,8 +148,7 @@ type WindowCharged struct {
 	Window
 }
 
-// CapacityRequest is the body of POST .../capacity; client_id and wants are
-// required.
+// CapacityRequest is the body of POST .../capacity; client_id and wants are required.
 type CapacityRequest struct {
 	ClientID *string  `json:"client_id"`
 	Wants    *float64 `json:"wants"`
@@ -264,8 +263,7 @@ type Holder struct {
 	Expires  int64    `json:"expires_ns"`
 }
 
-// LimiterList is one page of GET /v1/limiters; Next is the cursor of the
-// next page, "" after the last.
+// LimiterList is one page of GET /v1/limiters; Next is "" after the last.
 type LimiterList struct {
 	Limiters []Limiter `json:"limiters"`
 	Next     string    `json:"next"`
@@ -280,8 +278,7 @@ type WaitState struct {
 	Now       int64 `json:"now_ns"`       // Redis time, Unix ns
 	Version   int64 `json:"version"`
 	Permits   int64 `json:"permits"` // total permits granted
-	// LatenessTotal is the sum of the lateness of every granted request
-	// (each grant's own is the lateness_ns of its answer).
+	// LatenessTotal is the sum of the lateness of every granted request.
 	LatenessTotal int64 `json:"lateness_total_ns"`
 	Started       bool  `json:"started"` // false until the first permit
 	*Window             // a window limiter's (wait_ns is then 0)
@@ -317,8 +314,7 @@ type TemplateView struct {
 	InstancesExact bool  `json:"instances_exact"`
 }
 
-// TemplateListed is a template in GET /v1/templates; with ?instances=true
-// it adds how many instances live (counted at most a few seconds ago).
+// TemplateListed is a template in GET /v1/templates (Instances: ?instances=true).
 type TemplateListed struct {
 	Template
 	Instances *int64 `json:"instances,omitempty"`
@@ -368,8 +364,7 @@ type TemplateRequest struct {
 	FixedWindows   *bool  `json:"fixed_windows,omitempty"`
 }
 
-// AcquireAllRequest is the body of POST /v1/acquire: several limiters, all
-// or nothing, each named once.
+// AcquireAllRequest is the body of POST /v1/acquire: several limiters, each once.
 type AcquireAllRequest struct {
 	Requests []LimiterPermits  `json:"requests"`           // required, 1 to 64
 	MaxWait  *limiter.Duration `json:"max_wait,omitempty"` // for each limiter; default unlimited; negative is 0

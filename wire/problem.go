@@ -38,8 +38,7 @@ const (
 	ProblemRedisUnauthorized = "redis-unauthorized"
 	// ProblemRedisLoading is the 503 of a Redis loading its dataset.
 	ProblemRedisLoading = "redis-loading"
-	// ProblemRedisReadOnly is the 503 of a Redis that is a read-only
-	// replica.
+	// ProblemRedisReadOnly is the 503 of a Redis that is a read-only replica.
 	ProblemRedisReadOnly = "redis-read-only"
 	ProblemTimeout       = "timeout"
 	ProblemBodyTimeout   = "body-timeout"
@@ -50,11 +49,9 @@ const (
 	// loopback address under a name that is not a loopback one (DNS
 	// rebinding), on a route that needs no token.
 	ProblemMisdirected = "misdirected"
-	// ProblemTooManyStreams is the 503 of an event stream past the cap of
-	// open streams.
+	// ProblemTooManyStreams is the 503 of an event stream past the cap.
 	ProblemTooManyStreams = "too-many-streams"
-	// ProblemShuttingDown is the 503 of an event stream opened while the
-	// server shuts down.
+	// ProblemShuttingDown is the 503 of an event stream opened at shutdown.
 	ProblemShuttingDown = "shutting-down"
 	// ProblemRateLimited is the 429 of limitd's HTTP middleware, which
 	// refuses a request over its limit.
