@@ -38,7 +38,6 @@ const (
 // Close) stops it for good and ends every stream. A stream that falls
 // streamBuffer items behind is dropped (hand).
 type eventHub struct {
-	svc     *core.Service
 	sig     *signals // the process's one sampler: its rounds are the samples
 	m       *metrics
 	max     int
@@ -63,7 +62,7 @@ func newEventHub(s *server, max int) *eventHub {
 		max = DefaultMaxEventStreams
 	}
 	h := &eventHub{
-		svc: s.core, sig: s.sig, m: s.m, max: max,
+		sig: s.sig, m: s.m, max: max,
 		problem: func(err error) *problem { return s.problemOf(err, nil) },
 		streams: map[*stream]struct{}{},
 		wake:    make(chan struct{}, 1),
