@@ -20,9 +20,8 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// readBody returns the request body (nil when there is none). A body must be
-// JSON: a Content-Type, if given, must be application/json or
-// application/*+json (a route that needs no token requires one, untokened).
+// readBody returns the request body (nil when there is none). A Content-Type,
+// if given, must be JSON (a route that needs no token requires one, untokened).
 func readBody(c echo.Context) ([]byte, error) {
 	r := c.Request()
 	lb := bodyOf(r)
@@ -146,9 +145,8 @@ func jsonProblem(err error, prefix string) *problem {
 
 // walkKeys walks the next JSON value of dec beside the Go type t it is
 // decoded into, and refuses a key that appears twice in one object, or that
-// names no field of a struct (an unknown field, or one in other letter case
-// than the field's own), naming it by its path. err is a syntax error, which
-// ends the walk without a problem: the decoder says where it breaks.
+// names no field of a struct (in any letter case but the field's own). err is
+// a syntax error, which ends the walk without a problem (the decoder names it).
 func walkKeys(dec *json.Decoder, t reflect.Type, path string) (*problem, error) {
 	tok, err := dec.Token()
 	if err != nil {
@@ -212,9 +210,8 @@ func walkKeys(dec *json.Decoder, t reflect.Type, path string) (*problem, error) 
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
 
-// opaque returns t without pointers, or nil when its keys are not known
-// from its fields: a type that decodes itself (json.RawMessage, a Duration)
-// or an interface. Its keys are still checked for duplicates.
+// opaque returns t without pointers, or nil when its keys are not known from
+// its fields (a json.Unmarshaler, an interface); duplicates are still checked.
 func opaque(t reflect.Type) reflect.Type {
 	for t != nil && t.Kind() == reflect.Pointer {
 		if t.Implements(unmarshalerType) {
@@ -320,13 +317,10 @@ func jsonKind(t reflect.Type) string {
 	return "another type"
 }
 
-// mergePatch applies an RFC 7386 JSON merge patch to a canonical config:
-// null removes a field, any other value replaces it. Config fields are
-// scalars, so the merge is one level deep; an object given for one fails to
-// decode, as it would after a deep merge. A field that excludes others (spec
-// excludes rate and burst; warmup excludes max_burst_seconds and the other
-// way round) removes them from the current config first, so that
-// {"spec":"200,1.5"} or {"warmup":"4s"} alone is a valid patch.
+// mergePatch applies an RFC 7386 JSON merge patch to a canonical config,
+// one level deep (config fields are scalars). A field that excludes others
+// removes them from the current config first, so that {"spec":"200,1.5"} or
+// {"warmup":"4s"} alone is a valid patch.
 func mergePatch(cur limiter.Config, patch map[string]json.RawMessage) (limiter.Config, error) {
 	b, err := json.Marshal(cur)
 	if err != nil {

@@ -70,8 +70,7 @@ func tokenLike(s string) bool {
 }
 
 // requestIDs makes request ids: 16 hex digits drawn at random once, then 16
-// of a counter. Unique in a process, and across processes but for a chance
-// of 2⁻⁶⁴ per pair, without reading crypto/rand on every request.
+// of a counter, so that no request reads crypto/rand.
 type requestIDs struct {
 	prefix [16]byte
 	n      atomic.Uint64
@@ -134,11 +133,9 @@ func (s *server) routeOf(c echo.Context, err error) *route {
 	return rt
 }
 
-// limits gives the request its deadline and caps its body: a declared
-// Content-Length over the limit is refused before reading, any other body
-// fails with http.MaxBytesError when it grows past it. It classifies every
-// error while the deadline's context is still live, and turns a panic into
-// a logged error.
+// limits gives the request its deadline and caps its body (a declared
+// Content-Length over the limit is refused before reading), and classifies
+// every error while the deadline's context is still live.
 func (s *server) limits(c echo.Context, next echo.HandlerFunc) error {
 	r := c.Request()
 	if r.ContentLength > s.bodyLimit {
@@ -146,8 +143,7 @@ func (s *server) limits(c echo.Context, next echo.HandlerFunc) error {
 	}
 	switch c.Path() {
 	case eventsPath: // a stream lasts as long as its client listens
-	case acquirePath:
-		// No timer on this context: see acquirePath.
+	case acquirePath: // no timer on this context: see acquirePath
 	default:
 		ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 		defer cancel()
@@ -161,10 +157,8 @@ func (s *server) limits(c echo.Context, next echo.HandlerFunc) error {
 			// tightly: no deadline of our own.
 			b.timeout = t
 		} else {
-			// Only while the body is read: readBody lifts it, because once
-			// a request is read net/http watches the connection, and a read
-			// deadline passing then would cancel a request still running.
-			// Servers that cannot set deadlines (a test recorder) skip it.
+			// Only while the body is read: readBody lifts it, as net/http
+			// would cancel a request still running once it passed.
 			b.ctl = http.NewResponseController(c.Response())
 			_ = b.ctl.SetReadDeadline(time.Now().Add(s.bodyTimeout))
 		}
@@ -173,9 +167,7 @@ func (s *server) limits(c echo.Context, next echo.HandlerFunc) error {
 	}
 	c.SetRequest(r)
 	if err := s.recovered(c, next); err != nil {
-		// Classify now: once cancel runs, every error would look like a
-		// client that went away.
-		return s.problemOf(err, c)
+		return s.problemOf(err, c) // now: once cancel runs, every error looks like a client gone
 	}
 	return nil
 }
@@ -218,9 +210,8 @@ func serverReadTimeout(r *http.Request) time.Duration {
 	return 0
 }
 
-// limitedBody is a request body capped at the API's limit, as
-// http.MaxBytesReader caps it, that also knows whether a handler read it and
-// how long the handler has for that.
+// limitedBody is a request body capped as http.MaxBytesReader caps it, that
+// also knows whether a handler read it and how long it has for that.
 type limitedBody struct {
 	rc      io.ReadCloser
 	ctl     *http.ResponseController // sets the body's read deadline; nil: none
