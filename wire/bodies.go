@@ -30,9 +30,7 @@ type Granted struct {
 	Now       int64 `json:"now_ns"`
 }
 
-// Denied is an acquire or grant of permits not granted within max_wait
-// (429): besides retry_after_ns what the decision knew, the delay the
-// request would have had, the backlog, version and time.
+// Denied is an acquire or grant of permits not granted within max_wait (429).
 type Denied struct {
 	Granted    bool  `json:"granted"`
 	RetryAfter int64 `json:"retry_after_ns"`
@@ -43,9 +41,8 @@ type Denied struct {
 }
 
 // Window is what the answers of a window limiter add: its permits per
-// window, those left, the time until its window resets (ns; never 0 for a
-// fresh window: the time to the end of the window now) and that end (Unix
-// ns, Redis clock). Its wait_ns is then 0: a window has no backlog.
+// window, those left, the time until its window resets (never 0) and that
+// end. Its wait_ns is then 0: a window has no backlog.
 type Window struct {
 	Limit     int64 `json:"limit"`
 	Remaining int64 `json:"remaining"`
@@ -117,10 +114,9 @@ type Handback struct {
 }
 
 // ChargeRequest is the body of POST .../charge: permits the work used, taken
-// whatever is left (0: a check that takes nothing). With grant (as POST
-// .../grant answered it) it settles that grant instead: permits is what its
-// work used, fewer than granted hands the rest back (as POST .../handback),
-// more charges the excess.
+// whatever is left (0: a check). With grant (as POST .../grant answered it)
+// it settles that grant instead: fewer than granted hands the rest back, more
+// charges the excess.
 type ChargeRequest struct {
 	Permits *int64 `json:"permits"` // required, ≥ 0
 	Grant   *Grant `json:"grant,omitempty"`
@@ -184,8 +180,7 @@ type SlotDenied struct {
 }
 
 // SlotShadowed answers a concurrency acquire that a limiter in shadow mode
-// refused and let through (200): no slot was taken, there is no lease to
-// renew or release.
+// refused and let through (200): no slot was taken, no lease made.
 type SlotShadowed struct {
 	Granted    bool  `json:"granted"` // true
 	Shadow     bool  `json:"shadow"`  // true
@@ -326,9 +321,8 @@ type TemplateList struct {
 }
 
 // Top is GET /v1/templates/{id}/top: the template's busiest instances by
-// refused or granted permits (By) since Since (Unix ns, Redis clock: the
-// start of the oldest minute counted), largest first, across every limitd
-// on the Redis.
+// refused or granted permits (By) since the oldest minute counted, largest
+// first, across every limitd on the Redis.
 type Top struct {
 	By        string        `json:"by"`
 	Since     int64         `json:"since_ns"`
@@ -387,8 +381,7 @@ type AcquireAll struct {
 }
 
 // Shadowed answers an acquire a limiter in shadow mode refused and let
-// through (200): a grant that starts now and took nothing, with the
-// retry_after_ns the refusal had.
+// through (200): a grant that took nothing, with the refusal's retry_after_ns.
 type Shadowed struct {
 	Granted
 	Shadow     bool  `json:"shadow"` // true
