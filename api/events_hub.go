@@ -396,12 +396,7 @@ func (h *eventHub) encode(name string, e core.Entry) sampled {
 // encodeEvent is one Server-Sent Event: its name and v as JSON.
 func encodeEvent(name string, v any) []byte {
 	b, _ := json.Marshal(v) // wire bodies always encode
-	out := make([]byte, 0, len(name)+len(b)+16)
-	out = append(out, "event: "...)
-	out = append(out, name...)
-	out = append(out, "\ndata: "...)
-	out = append(out, b...)
-	return append(out, "\n\n"...)
+	return append(append([]byte("event: "+name+"\ndata: "), b...), "\n\n"...)
 }
 
 // appendRound appends r's events for st: each of its limiters' in the
