@@ -1,11 +1,6 @@
-// Package redisclient is the Go client's transport over Redis: a
-// client.Client whose handles take their grants, leases and slots from Redis
-// directly, through a store.Store, and which adds what it refuses to the
-// totals a limitd server's ledger writes.
-//
-// It lives apart from package client so that a program that reaches limitd
-// over HTTP (client.NewHTTP, httplimit) compiles neither go-redis nor the
-// Lua scripts.
+// Package redisclient is the Go client's transport over Redis, through a
+// store.Store. It lives apart from package client so that a program that
+// reaches limitd over HTTP compiles neither go-redis nor the Lua scripts.
 //
 // New takes any redis.UniversalClient. Build it with store.NewClient, which
 // reads every topology from one URL (the forms of LIMITD_REDIS_URL), sets
@@ -55,9 +50,8 @@ func NewWithStore(st *store.Store, opts ...client.ClientOption) *client.Client {
 }
 
 // NewTransport returns the client.Transport New uses, over a store the
-// caller made and keeps. It is for wrapping the Redis transport, in tests
-// for instance: a client made over it with client.NewWithTransport counts
-// no refusals.
+// caller keeps, for wrapping; a client.NewWithTransport over it counts no
+// refusals.
 func NewTransport(st *store.Store) client.Transport { return transport{st} }
 
 // transport talks to Redis through a store, whose methods are the
