@@ -26,8 +26,7 @@ type Options struct {
 	// decision and store call, the API its requests and problems.
 	Service *core.Service
 	// Watcher is the process's one sampler of live signals, when its owner
-	// shares it with something else (limitd ratelimit's metrics); nil: the
-	// handler makes its own. Handler.Run runs it.
+	// shares it; nil: the handler makes its own. Handler.Run runs it.
 	Watcher    *core.Watcher
 	AdminToken string       // LIMITD_ADMIN_TOKEN: needed for PUT, PATCH, DELETE, reset
 	Token      string       // LIMITD_TOKEN: needed for every other /v1 request
@@ -40,9 +39,8 @@ type Options struct {
 	MetricsToken   string               // LIMITD_METRICS_TOKEN: needed for /metrics when set
 	BodyLimit      int64                // bytes, 0: 64 KiB
 	RequestTimeout time.Duration        // 0: 10s
-	// MaxEventStreams bounds the event streams (GET /v1/events) open at
-	// once (LIMITD_EVENTS_MAX_STREAMS); past it a stream is a 503. 0:
-	// DefaultMaxEventStreams.
+	// MaxEventStreams bounds the event streams open at once; past it a
+	// stream is a 503. 0: DefaultMaxEventStreams.
 	MaxEventStreams int
 	// BodyTimeout bounds reading a request's body, from when the handler
 	// starts (0: 5s). Under an http.Server whose ReadTimeout is no longer,
@@ -145,9 +143,9 @@ func ParseAccessLog(s string) (AccessLog, error) {
 	return 0, fmt.Errorf("must be one of %s (got %q)", strings.Join(accessLogNames[:], ", "), s)
 }
 
-// New returns the HTTP handler of the API. It panics only if o.Service is nil or
-// o.Registry already holds a collector of the same name with other labels.
-// It starts nothing: the event streams' loop runs while a stream is open.
+// New returns the HTTP handler of the API. It panics only if o.Service is nil
+// or o.Registry holds a collector of the same name with other labels. It
+// starts nothing.
 func New(o Options) *Handler {
 	if o.Service == nil {
 		panic("api: Options.Service is nil")
