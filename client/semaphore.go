@@ -101,6 +101,8 @@ func (c *Client) Semaphore(name string, opts ...SemaphoreOption) (*Semaphore, er
 // limiter.ErrUnavailable, or ctx's.
 func (s *Semaphore) Acquire(ctx context.Context) (release func(), err error) {
 	backoff := semFirstBackoff
+	pause, stop := mergeDone(ctx, s.ctx) // Close ends a pause too
+	defer stop()
 	for {
 		if err := s.check(ctx); err != nil {
 			return nil, err
@@ -132,14 +134,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (release func(), err error) {
 			d = min(d, time.Duration(l.RetryAfter))
 		}
 		backoff = min(backoff*2, s.o.maxBackoff)
-		t := s.c.o.clock.NewTimer(d)
-		select {
-		case <-t.C():
-		case <-ctx.Done():
-			t.Stop()
-		case <-s.ctx.Done():
-			t.Stop()
-		}
+		_ = s.c.sleep(pause, d) // ended early: check says why
 	}
 }
 
