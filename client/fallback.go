@@ -38,12 +38,15 @@ func (g *guard) take(at int64) int64 {
 	return s
 }
 
-// ungive takes back the slot at s of a cancelled wait, if no slot was
-// placed after it (else its time stays taken).
-func (g *guard) ungive(s int64) {
-	if g.next == s+g.slice {
+// ungive takes back the slot at s of a wait on g that was cancelled, if g
+// is still in force and no slot was placed after it (else its time stays
+// taken).
+func (l *Limiter) ungive(g *guard, s int64) {
+	l.mu.Lock()
+	if l.guard == g && g.next == s+g.slice {
 		g.next = s
 	}
+	l.mu.Unlock()
 }
 
 // coolFor is how long a handle that came back keeps pacing at its safe
@@ -240,11 +243,7 @@ func (l *Limiter) passGate(ctx context.Context, now int64) (pass, error) {
 	g.passed = slot
 	l.mu.Unlock()
 	if err := l.c.sleep(ctx, time.Duration(slot-now)); err != nil {
-		l.mu.Lock()
-		if l.guard == g {
-			g.ungive(slot)
-		}
-		l.mu.Unlock()
+		l.ungive(g, slot)
 		return pass{}, err
 	}
 	return pass{g: g, slot: slot}, nil
@@ -342,11 +341,7 @@ func (l *Limiter) fallbackWait(ctx context.Context, now int64, gated bool) (p Pe
 			return Permit{}, true, nil
 		case <-ctx.Done():
 			t.Stop()
-			l.mu.Lock()
-			if l.guard == g {
-				g.ungive(slot)
-			}
-			l.mu.Unlock()
+			l.ungive(g, slot)
 			return Permit{}, false, ctx.Err()
 		}
 		got = max(l.c.mono(), slot)
