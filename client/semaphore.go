@@ -19,18 +19,12 @@ import (
 //
 // Acquire takes a slot, waiting for one to free up, and returns the function
 // that releases it. While a slot is held, a goroutine renews its lease at
-// about a third of the lease time, so that the slot lasts as long as the
-// holder while a crashed holder loses it when the lease ends. A slot whose
-// lease was lost anyway (Redis reclaimed it: the process stalled past the
-// lease, or Redis was unreachable until it ended) is reported to the
-// WithOnLost callback; the holder should stop what the slot guards.
-//
-// When Redis loses the slots while they are held, each holder takes its slot
-// again at its next renewal if the limit leaves room, else is told its lease
-// is lost (WithOnLost): the limit can be exceeded for at most one renewal
-// interval after the loss (see docs/reliability.md).
-//
-// Close releases the slots still held and ends the waits with ErrClosed.
+// about a third of the lease time, so that a crashed holder loses it when
+// the lease ends. A slot whose lease was lost anyway (a stall past the lease,
+// Redis unreachable until it ended) is reported to the WithOnLost callback;
+// the holder should stop what the slot guards. When Redis loses the slots
+// while they are held, each holder takes its slot again at its next renewal
+// if the limit leaves room, else is told it is lost (see docs/reliability.md).
 type Semaphore struct {
 	c      *Client
 	name   string

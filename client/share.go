@@ -17,9 +17,8 @@ import (
 )
 
 // Share is one client's lease on a share limiter (a Doorman client): a part
-// of a capacity that the limiter divides among the clients asking for it, by
-// its algorithm (fair_share, proportional_share, static, none). It is safe for
-// concurrent use.
+// of a capacity that the limiter divides among the clients asking for it. It
+// is safe for concurrent use.
 //
 // The share asks for capacity again every refresh interval the lease names,
 // in a goroutine of its own that Close stops. What it wants is set with
@@ -41,8 +40,6 @@ import (
 // without one refuses), FallbackOptimistic is unlimited, FallbackPessimistic
 // refuses: Allow is false, Wait and Acquire return limiter.ErrUnavailable.
 // Once Redis answers it returns to leases by itself.
-//
-// Close returns the capacity to the limiter at once.
 type Share struct {
 	c    *Client
 	name string
