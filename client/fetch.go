@@ -218,8 +218,9 @@ const missingFor = time.Second
 // called with l.mu held, and releases it.
 func (l *Limiter) awaitGrant(ctx context.Context, now int64) error {
 	if now < l.missingUntil {
+		err := l.err
 		l.mu.Unlock()
-		return l.err
+		return err
 	}
 	l.starved = true
 	if l.fetching == nil {
