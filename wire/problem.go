@@ -45,9 +45,8 @@ const (
 	// ProblemCrossOrigin is the 403 of a write a browser sent from a page
 	// of another origin to a route that needs no token.
 	ProblemCrossOrigin = "cross-origin"
-	// ProblemMisdirected is the 421 of a request that reached limitd on a
-	// loopback address under a name that is not a loopback one (DNS
-	// rebinding), on a route that needs no token.
+	// ProblemMisdirected is the 421 of a request to a route that needs no
+	// token, on a loopback address under a non-loopback name (DNS rebinding).
 	ProblemMisdirected = "misdirected"
 	// ProblemTooManyStreams is the 503 of an event stream past the cap.
 	ProblemTooManyStreams = "too-many-streams"
