@@ -45,9 +45,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/limitd/limitd/envoyrules"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/internal/testkit/rounds"
 	"github.com/limitd/limitd/store"
 )
+
+// prog starts redis-server and the servers, and stops them at the end or
+// on a failure.
+var prog = redistest.NewProgram("envoyvs")
 
 // The rules both servers are given: one domain, one descriptor key whose
 // every value has its own counter, a limit no round comes near (so that
@@ -88,18 +93,11 @@ func main() {
 	nKeys := flag.Int("keys", 10_000, "the values of the round-robin rows")
 	flag.Parse()
 	if *limitdBin == "" || *refBin == "" {
-		fail(errors.New("usage: envoyvs -limitd BIN -ref BIN [flags]"))
+		prog.Fatal(errors.New("usage: envoyvs -limitd BIN -ref BIN [flags]"))
 	}
 	ctx := context.Background()
-	tmp, err := os.MkdirTemp("", "envoyvs-")
-	if err != nil {
-		fail(err)
-	}
-	atExit(func() { _ = os.RemoveAll(tmp) })
-
-	rdbProc := startRedis(tmp)
-	rdb := redis.NewClient(&redis.Options{Addr: rdbProc.addr})
-	atExit(func() { _ = rdb.Close() })
+	tmp := prog.TempDir()
+	rdb := redistest.Server(prog).Client()
 	redisVersion := infoField(must(rdb.Info(ctx, "server").Result()), "redis_version")
 
 	limitd := startLimitd(ctx, *limitdBin, tmp, rdb)
@@ -130,7 +128,7 @@ func main() {
 	for _, s := range sides {
 		ok = s.printProblems(results) && ok
 	}
-	runExits()
+	prog.Close()
 	if !ok {
 		os.Exit(1)
 	}
@@ -370,7 +368,7 @@ func runRound(ctx context.Context, rdb *redis.Client, s *side, reqs []*rlsv3.Rat
 	}
 	before, _, err := s.counts(ctx, values, w)
 	if err != nil {
-		fail(fmt.Errorf("%s: reading its counters: %w", s.name, err))
+		prog.Fatalf("%s: reading its counters: %v", s.name, err)
 	}
 	first := cursor.Load()
 	info0, cpu0 := must(rdb.Info(ctx, "cpu", "commandstats").Result()), procTime(s.pid)
@@ -380,7 +378,7 @@ func runRound(ctx context.Context, rdb *redis.Client, s *side, reqs []*rlsv3.Rat
 	out.procCPU = cpu1 - cpu0
 	out.cmds = commandDeltas(info0, info1)
 	if out.calls == 0 {
-		fail(fmt.Errorf("%s answered no call OK in a round of %v: %v", s.name, d, s.problems))
+		prog.Fatalf("%s answered no call OK in a round of %v: %v", s.name, d, s.problems)
 	}
 
 	// The values this round asked (the cursor moved from first to last,
@@ -397,22 +395,22 @@ func runRound(ctx context.Context, rdb *redis.Client, s *side, reqs []*rlsv3.Rat
 	}
 	after, _, err := s.counts(ctx, values, w)
 	if err != nil {
-		fail(fmt.Errorf("%s: reading its counters: %w", s.name, err))
+		prog.Fatalf("%s: reading its counters: %v", s.name, err)
 	}
 	_, missing, err := s.counts(ctx, asked, w)
 	if err != nil {
-		fail(fmt.Errorf("%s: reading its counters: %w", s.name, err))
+		prog.Fatalf("%s: reading its counters: %v", s.name, err)
 	}
 	if now := windowOf(time.Now()); now != w {
-		fail(fmt.Errorf("%s: a round of %v and its reads took more than %v, past the end of the rule's window: the counts cannot be checked",
+		prog.Fatal(fmt.Errorf("%s: a round of %v and its reads took more than %v, past the end of the rule's window: the counts cannot be checked",
 			s.name, d, d+windowMargin))
 	}
 	if len(missing) > 0 {
-		fail(fmt.Errorf("%s: %d of the %d values asked in a round of %d callers have no counter in Redis after it (%s=%s …)",
+		prog.Fatal(fmt.Errorf("%s: %d of the %d values asked in a round of %d callers have no counter in Redis after it (%s=%s …)",
 			s.name, len(missing), len(asked), callers, descKey, missing[0]))
 	}
 	if moved := after - before; moved < out.calls || moved > out.calls+out.errs {
-		fail(fmt.Errorf("%s: its counters in Redis moved by %d in a round in which it answered %d calls OK (%d errors)",
+		prog.Fatal(fmt.Errorf("%s: its counters in Redis moved by %d in a round in which it answered %d calls OK (%d errors)",
 			s.name, moved, out.calls, out.errs))
 	}
 	return out
@@ -512,7 +510,7 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 	// of the rule's template, docs/envoy.md's window counters): the count
 	// of the window holding Redis' time now.
 	st := store.New(rdb, store.WithPrefix(limitdPrefix))
-	atExit(func() { _ = st.Close() })
+	prog.Cleanup(func() { _ = st.Close() })
 	var pattern string
 	for _, t := range must(st.Templates(ctx)) {
 		if strings.HasPrefix(t.ID, envoyrules.TemplatePrefix+domain+".") {
@@ -521,7 +519,7 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 	}
 	prefix, ok := strings.CutSuffix(pattern, "*")
 	if !ok {
-		fail(fmt.Errorf("limitd: no template of the rule in Redis (want %s%s.…, its pattern ending in *)", envoyrules.TemplatePrefix, domain))
+		prog.Fatalf("limitd: no template of the rule in Redis (want %s%s.…, its pattern ending in *)", envoyrules.TemplatePrefix, domain)
 	}
 	s.counts = func(ctx context.Context, values []string, _ int64) (int64, []string, error) {
 		names := make([]string, len(values))
@@ -550,7 +548,7 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 func startRef(ctx context.Context, bin, tmp string, rdb *redis.Client, extra []string) *side {
 	root := filepath.Join(tmp, "runtime")
 	if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
-		fail(err)
+		prog.Fatal(err)
 	}
 	writeFile(filepath.Join(root, "ratelimit", "config", domain+".yaml"), domainYAML)
 	grpcAddr, httpAddr, debugAddr := freeAddr(), freeAddr(), freeAddr()
@@ -608,9 +606,9 @@ func startRef(ctx context.Context, bin, tmp string, rdb *redis.Client, extra []s
 func newSide(name, grpcAddr string, p *proc) *side {
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		fail(err)
+		prog.Fatal(err)
 	}
-	atExit(func() { _ = conn.Close() })
+	prog.Cleanup(func() { _ = conn.Close() })
 	return &side{name: name, rl: rlsv3.NewRateLimitServiceClient(conn), pid: p.cmd.Process.Pid, problems: map[string]int{}}
 }
 
@@ -627,7 +625,7 @@ func waitCall(ctx context.Context, s *side, p *proc) {
 			}
 		}
 	}
-	fail(fmt.Errorf("%s did not answer a call OK within 15 s (%s); its log:\n%s", s.name, last, p.logTail()))
+	prog.Fatalf("%s did not answer a call OK within 15 s (%s); its log:\n%s", s.name, last, p.logTail())
 }
 
 // proc is a server process this program started; its output goes to a
@@ -644,14 +642,14 @@ func startProc(name, bin, tmp string, env []string, args ...string) *proc {
 	logPath := filepath.Join(tmp, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
-		fail(err)
+		prog.Fatal(err)
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		fail(fmt.Errorf("%s: %w", name, err))
+		prog.Fatalf("%s: %v", name, err)
 	}
 	p := &proc{name: name, log: logPath, cmd: cmd, exited: make(chan struct{})}
 	go func() {
@@ -659,7 +657,7 @@ func startProc(name, bin, tmp string, env []string, args ...string) *proc {
 		_ = f.Close()
 		close(p.exited)
 	}()
-	atExit(p.stop)
+	prog.Cleanup(p.stop)
 	return p
 }
 
@@ -688,7 +686,7 @@ func waitHTTP(p *proc, url string) {
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		select {
 		case <-p.exited:
-			fail(fmt.Errorf("%s exited during start-up; its log:\n%s", p.name, p.logTail()))
+			prog.Fatalf("%s exited during start-up; its log:\n%s", p.name, p.logTail())
 		default:
 		}
 		if resp, err := c.Get(url); err == nil {
@@ -698,48 +696,11 @@ func waitHTTP(p *proc, url string) {
 			}
 		}
 	}
-	fail(fmt.Errorf("%s: %s did not answer 200 within 15 s; its log:\n%s", p.name, url, p.logTail()))
-}
-
-// redisProc is the private redis-server: never the one on :6379.
-type redisProc struct {
-	addr string
-	p    *proc
-}
-
-func startRedis(tmp string) redisProc {
-	addr := freeAddr()
-	dir := filepath.Join(tmp, "redis")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		fail(err)
-	}
-	p := startProc("redis-server", "redis-server", tmp, nil, "--port", port(addr), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			_ = c.Close()
-			return redisProc{addr: addr, p: p}
-		}
-		if time.Now().After(deadline) {
-			fail(fmt.Errorf("redis-server on %s did not listen within 10 s; its log:\n%s", addr, p.logTail()))
-		}
-	}
+	prog.Fatalf("%s: %s did not answer 200 within 15 s; its log:\n%s", p.name, url, p.logTail())
 }
 
 // freeAddr is a loopback address nobody listens on (never port 6379).
-func freeAddr() string {
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			fail(err)
-		}
-		addr := l.Addr().String()
-		_ = l.Close()
-		if port(addr) != "6379" {
-			return addr
-		}
-	}
-}
+func freeAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(prog))) }
 
 func port(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
@@ -763,7 +724,7 @@ func redisCPUSecs(info string) float64 {
 	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
 		v, err := strconv.ParseFloat(infoField(info, f), 64)
 		if err != nil {
-			fail(fmt.Errorf("INFO cpu: %s: %w", f, err))
+			prog.Fatalf("INFO cpu: %s: %v", f, err)
 		}
 		total += v
 	}
@@ -811,26 +772,10 @@ func commandStats(info string) map[string]cmdStat {
 	return out
 }
 
-// procTime is a process's CPU time so far (user and system), from /proc.
+// procTime is a process's CPU time so far (user and system), in seconds.
 func procTime(pid int) float64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		fail(err)
-	}
-	// The fields after the command's name, which is in parentheses and may
-	// hold spaces: state is field 3, utime and stime 14 and 15.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	utime, err1 := strconv.ParseFloat(f[11], 64)
-	stime, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		fail(fmt.Errorf("/proc/%d/stat: %q", pid, b))
-	}
-	return (utime + stime) / clockTicks
+	return must(redistest.ProcessCPU(pid)).Seconds()
 }
-
-// clockTicks is USER_HZ, the unit of /proc's times: 100 on every Linux
-// architecture Go supports.
-const clockTicks = 100
 
 // keyCounts counts the keys in Redis by prefix: limitd's, the reference's,
 // and any other (there should be none).
@@ -847,7 +792,7 @@ func keyCounts(ctx context.Context, rdb *redis.Client) (l, r, other int64) {
 		}
 	}
 	if err := iter.Err(); err != nil {
-		fail(err)
+		prog.Fatal(err)
 	}
 	return l, r, other
 }
@@ -904,42 +849,13 @@ func indent(first, rest, s string) string {
 
 func writeFile(path, text string) {
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		fail(err)
+		prog.Fatal(err)
 	}
 }
 
 func must[T any](v T, err error) T {
 	if err != nil {
-		fail(err)
+		prog.Fatal(err)
 	}
 	return v
-}
-
-// exits are what the program undoes before it ends (servers stopped,
-// connections closed, files removed), the latest first.
-var (
-	exitsMu sync.Mutex
-	exits   []func()
-)
-
-func atExit(f func()) {
-	exitsMu.Lock()
-	exits = append(exits, f)
-	exitsMu.Unlock()
-}
-
-func runExits() {
-	exitsMu.Lock()
-	fs := exits
-	exits = nil
-	exitsMu.Unlock()
-	for i := len(fs) - 1; i >= 0; i-- {
-		fs[i]()
-	}
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "envoyvs:", strings.TrimSpace(err.Error()))
-	runExits()
-	os.Exit(1)
 }

@@ -16,9 +16,6 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"net"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,12 +26,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/internal/testkit/rounds"
 	thislim "github.com/limitd/limitd/limiter"
 	thisstore "github.com/limitd/limitd/store"
 	otherlim "github.com/limitd/other/limiter"
 	otherstore "github.com/limitd/other/store"
 )
+
+// prog starts the redis-servers and stops them at the end or on a failure.
+var prog = redistest.NewProgram("storevs")
 
 // acquire takes one permit of name and reports whether it was granted.
 type acquire func(ctx context.Context, name string) (bool, error)
@@ -57,12 +58,12 @@ func main() {
 	// different servers, the one going first and the server each gets
 	// both alternating, so that neither the order nor a server favours a
 	// side.
+	defer prog.Close()
 	var rdbs [2]*redis.Client
 	for i := range rdbs {
-		srv := startRedis()
-		defer srv.stop()
-		redisPIDs = append(redisPIDs, srv.cmd.Process.Pid)
-		rdbs[i] = redis.NewClient(&redis.Options{Addr: srv.addr})
+		srv := redistest.Server(prog)
+		redisPIDs = append(redisPIDs, srv.Pid())
+		rdbs[i] = srv.Client()
 	}
 	this, that := side{label: "this tree"}, side{label: *other}
 
@@ -90,7 +91,7 @@ func main() {
 		var closers []func()
 		for i, rdb := range rdbs {
 			if err := rdb.FlushAll(ctx).Err(); err != nil {
-				fail(err)
+				prog.Fatal(err)
 			}
 			this.get[i], closers = newThis(ctx, rdb, names, row.batched, closers)
 			that.get[i], closers = newOther(ctx, rdb, names, row.batched, closers)
@@ -176,10 +177,10 @@ func prepare(ctx context.Context, names []string, put func(string) error, get ac
 		wg.Go(func() {
 			for i := g; i < len(names); i += goroutines {
 				if err := put(names[i]); err != nil {
-					fail(err)
+					prog.Fatal(err)
 				}
 				if _, err := get(ctx, names[i]); err != nil {
-					fail(err)
+					prog.Fatal(err)
 				}
 			}
 		})
@@ -211,7 +212,7 @@ func run(s side, srv int, names []string, goroutines int, d time.Duration) sampl
 				for range 50 {
 					ok, err := s.get[srv](ctx, names[i%len(names)])
 					if err != nil || !ok {
-						fail(fmt.Errorf("%s: acquire of %s: granted %v, %v", s.label, names[i%len(names)], ok, err))
+						prog.Fatalf("%s: acquire of %s: granted %v, %v", s.label, names[i%len(names)], ok, err)
 					}
 					i += goroutines
 				}
@@ -229,73 +230,20 @@ func run(s side, srv int, names []string, goroutines int, d time.Duration) sampl
 func processCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		fail(err)
+		prog.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// redisCPU is the redis-servers' CPU time (user and system), from
-// /proc/PID/stat in ticks of 10 ms.
+// redisCPU is the redis-servers' CPU time (user and system).
 func redisCPU() time.Duration {
 	var t time.Duration
 	for _, pid := range redisPIDs {
-		raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		d, err := redistest.ProcessCPU(pid)
 		if err != nil {
-			fail(err)
+			prog.Fatal(err)
 		}
-		// The command name (field 2) may hold spaces: count from its ')'.
-		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-		utime, err1 := strconv.ParseInt(f[11], 10, 64)
-		stime, err2 := strconv.ParseInt(f[12], 10, 64)
-		if err1 != nil || err2 != nil {
-			fail(fmt.Errorf("/proc/%d/stat: %q", pid, raw))
-		}
-		t += time.Duration(utime+stime) * 10 * time.Millisecond
+		t += d
 	}
 	return t
-}
-
-// server is a private redis-server on a free loopback port.
-type server struct {
-	addr string
-	cmd  *exec.Cmd
-}
-
-func startRedis() *server {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fail(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	dir, err := os.MkdirTemp("", "storevs")
-	if err != nil {
-		fail(err)
-	}
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		fail(fmt.Errorf("redis-server: %w (apt-get install -y redis-server)", err))
-	}
-	s := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", s.addr); err == nil {
-			_ = c.Close()
-			return s
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			fail(fmt.Errorf("redis-server on %s did not listen within 10 s", s.addr))
-		}
-	}
-}
-
-func (s *server) stop() {
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "storevs:", strings.TrimSpace(err.Error()))
-	os.Exit(1)
 }
