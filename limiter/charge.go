@@ -61,8 +61,7 @@ func ChargeRule(max int64) string {
 }
 
 // Charge takes n permits (0 ≤ n ≤ MaxCharge) at time now whatever is left
-// (see the top of this file). The permits are taken either way; the Result
-// says what they found:
+// (see the top of this file); the Result says what they found:
 //
 //   - Granted: whether an acquire of them waiting at most maxWait (negative
 //     counts as 0) would have been granted: a window's count had room for

@@ -146,10 +146,7 @@ func (c *Config) normalizeSchedule() error {
 			return err
 		}
 	}
-	if err := c.checkMaxReserve(); err != nil {
-		return err
-	}
-	return nil
+	return c.checkMaxReserve()
 }
 
 // normalizeSmooth checks a smooth limiter's fields and fills in the defaults.

@@ -86,8 +86,8 @@ var (
 	prefixRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)
 )
 
-// loadConfig reads and checks the configuration from environ (the process
-// environment as a map). Every error starts with the variable's name.
+// loadConfig reads and checks the configuration from environ; every error
+// starts with the variable's name.
 func loadConfig(environ map[string]string) (config, error) {
 	c, err := envvar.Parse[config](environ)
 	if err != nil {
@@ -189,8 +189,7 @@ func (c *config) exposed() bool {
 }
 
 // isLoopback reports whether a listen host is only reachable from this
-// machine. An empty host or 0.0.0.0 means every interface; a host name other
-// than localhost may resolve anywhere, so it counts as exposed.
+// machine (a host name other than localhost may resolve anywhere).
 func isLoopback(host string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
@@ -212,13 +211,11 @@ func (c *config) accessLog() api.AccessLog {
 	return a
 }
 
-// logger builds the process's logger from LIMITD_LOG_FORMAT and LIMITD_LOG_LEVEL.
 func (c *config) logger(w io.Writer) *slog.Logger {
 	return c.loggerAt(w, logLevels[c.LogLevel])
 }
 
-// announcer is the logger of the lines every level shows (the startup
-// line): at info, or below where LIMITD_LOG_LEVEL is lower.
+// announcer is the logger of the lines every level shows (the startup line).
 func (c *config) announcer(w io.Writer) *slog.Logger {
 	return c.loggerAt(w, min(logLevels[c.LogLevel], slog.LevelInfo))
 }
@@ -231,7 +228,6 @@ func (c *config) loggerAt(w io.Writer, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// environ returns the process environment as a map.
 func environ() map[string]string {
 	m := map[string]string{}
 	for _, kv := range os.Environ() {
@@ -251,7 +247,6 @@ func envHelp() string {
 		if d := f.Tag.Get("envDefault"); d != "" {
 			text += " (default " + d + ")"
 		}
-		// Wrap at 80 columns, continuation lines under the text.
 		line := fmt.Sprintf("  %-19s", f.Tag.Get("env"))
 		if len(line) > 21 { // a long name has its own line
 			b.WriteString(line + "\n")
@@ -281,9 +276,7 @@ func configFields() []reflect.StructField {
 }
 
 // tracingConfig is the tracing c and the OTEL_* variables of environ ask:
-// LIMITD_TRACING when set, else OTLP when OTEL_TRACES_EXPORTER=otlp, over
-// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL (grpc,
-// or http/protobuf: the standard's default); off with OTEL_SDK_DISABLED.
+// LIMITD_TRACING when set, else the OTEL_* variables' standard meaning.
 func (c config) tracingConfig(environ map[string]string) (tracing.Config, error) {
 	tc := tracing.Config{Exporter: c.Tracing, SamplingRate: c.TracingSampling, ServiceName: c.TracingService,
 		ServiceNamespace: c.TracingNamespace, ServiceInstanceID: c.TracingInstance, ServiceVersion: version}

@@ -111,8 +111,8 @@ func newCtl(env map[string]string, out io.Writer) (*ctl, error) {
 	return c, nil
 }
 
-// ctlVerbs are the verbs, how many names or values each takes after it
-// (-1: any number) and its flags.
+// ctlVerbs are the verbs, how many arguments each takes (-1: any) and its
+// flags.
 var ctlVerbs = map[string]struct {
 	args  int
 	use   string
@@ -136,9 +136,7 @@ type ctlCommand struct {
 	limit int      // top --limit: 1..100, default 10
 }
 
-// checkCtl checks ctl's arguments before anything is sent: the verb, its
-// flags, how many arguments it takes, the names, put's CONFIG and patch's
-// PATCH.
+// checkCtl checks ctl's arguments before anything is sent.
 func checkCtl(args []string) (ctlCommand, error) {
 	if len(args) == 0 {
 		return ctlCommand{}, usageErrorf("a verb is required: %s", ctlVerbList)
@@ -306,11 +304,7 @@ func (c *ctl) ls(ctx context.Context) error {
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tKIND\tCONFIG\tVERSION")
 	err := c.eachLimiter(ctx, func(l wire.Limiter) {
-		cfg := l.Config
-		kind := cfg.Kind
-		cfg.Kind = ""
-		b, _ := json.Marshal(cfg)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", l.Name, kind, b, l.Version)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", l.Name, l.Config.Kind, configJSON(l.Config), l.Version)
 	})
 	if err != nil {
 		return err
@@ -345,10 +339,9 @@ func (c *ctl) templates(ctx context.Context) error {
 	return nil
 }
 
-// formatTemplates lays templates out as a table, in the order given (the
-// order they match in). Where a template has a description (an Envoy
-// rule's descriptors, "mongo_cps.database_users"), a NAME column comes
-// first: the description, else the id.
+// formatTemplates lays templates out as a table, in the order they match
+// in; where one has a description (an Envoy rule's descriptors), a NAME
+// column comes first: the description, else the id.
 func formatTemplates(ts []wire.TemplateListed) string {
 	named := slices.ContainsFunc(ts, func(t wire.TemplateListed) bool { return t.Description != "" })
 	rows := [][]string{{"ID", "PATTERN", "ORDER", "INSTANCES", "KIND", "CONFIG", "VERSION"}}
@@ -356,21 +349,25 @@ func formatTemplates(ts []wire.TemplateListed) string {
 		rows[0] = append([]string{"NAME"}, rows[0]...)
 	}
 	for _, t := range ts {
-		cfg := t.Limiter
-		kind := cfg.Kind
-		cfg.Kind = ""
-		b, _ := json.Marshal(cfg)
 		n := "-"
 		if t.Instances != nil {
 			n = strconv.FormatInt(*t.Instances, 10)
 		}
-		row := []string{t.ID, t.Pattern, strconv.Itoa(t.Order), n, string(kind), string(b), strconv.FormatInt(t.Version, 10)}
+		row := []string{t.ID, t.Pattern, strconv.Itoa(t.Order), n, string(t.Limiter.Kind), configJSON(t.Limiter),
+			strconv.FormatInt(t.Version, 10)}
 		if named {
 			row = append([]string{cmp.Or(t.Description, t.ID)}, row...)
 		}
 		rows = append(rows, row)
 	}
 	return alignColumns(rows, len(rows[0])) // every column flush left
+}
+
+// configJSON is a config as JSON without its kind, shown beside it.
+func configJSON(c limiter.Config) string {
+	c.Kind = ""
+	b, _ := json.Marshal(c)
+	return string(b)
 }
 
 // ctlTop is the answer of GET /v1/templates/{id}/top.
@@ -395,8 +392,8 @@ func (c *ctl) top(ctx context.Context, template, by string, limit int) error {
 	return nil
 }
 
-// formatTop lays a top answer out: a line saying what it counts, then a
-// row per instance, busiest first, permits refused and granted.
+// formatTop lays a top answer out: what it counts, then a row per
+// instance, busiest first.
 func formatTop(template string, t ctlTop) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "template %s: instances by permits %s", template, t.By)

@@ -43,9 +43,8 @@ type watchTable struct {
 	Rows   []watchRow
 }
 
-// formatWatch lays t out as an aligned table: a header line, the column
-// names, then a row per limiter in name order; names and kinds flush left,
-// numbers flush right.
+// formatWatch lays t out as a table: a header line, then a row per
+// limiter in name order.
 func formatWatch(t watchTable) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "limitd %s  %s", t.Server, t.At.Format("15:04:05"))
@@ -88,9 +87,8 @@ func formatWatch(t watchTable) string {
 	return b.String()
 }
 
-// alignColumns lays out rows of cells in columns two spaces apart: the
-// first left columns flush left, the others flush right; no trailing
-// spaces.
+// alignColumns lays out rows of cells in columns two spaces apart, the
+// first left columns flush left, the others flush right.
 func alignColumns(rows [][]string, left int) string {
 	var width []int
 	for _, r := range rows {
@@ -137,9 +135,8 @@ func fmtDuration(d time.Duration) string {
 	default:
 		d = d.Round(time.Minute)
 	}
-	// "1m0s", "2h5m0s": the zero seconds say nothing.
 	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
+	if strings.HasSuffix(s, "m0s") { // "1m0s", "2h5m0s"
 		s = strings.TrimSuffix(s, "0s")
 	}
 	return s
@@ -183,9 +180,8 @@ func trimZeros(s string) string {
 	return s
 }
 
-// rowOf is the row of a state event: the server's signals as they are (it
-// derives every number once, for every reader); without them yet, only the
-// name and kind.
+// rowOf is the row of a state event: the server's signals as they are;
+// without them yet, only the name and kind.
 func rowOf(e wire.LimiterEvent) watchRow {
 	n := watchRow{Name: e.Name, Kind: string(e.Config.Kind), Shadow: e.Config.Shadow,
 		Granted: math.NaN(), Refused: math.NaN(), Util: math.NaN()}
@@ -214,8 +210,7 @@ func rowOf(e wire.LimiterEvent) watchRow {
 	return n
 }
 
-// isTerminal reports whether w is a terminal, where watch redraws its table
-// in place.
+// isTerminal reports whether w is a terminal.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
@@ -228,10 +223,10 @@ func isTerminal(w io.Writer) bool {
 // clearScreen moves the cursor home and clears the screen (ANSI).
 const clearScreen = "\x1b[H\x1b[2J"
 
-// watch follows GET /v1/events and shows every limiter (those named, or
-// every one) as a table, redrawn each tick when something changed: in
-// place on a terminal, else one table after the other. With once it prints
-// the first table, when every limiter has been seen once, and returns.
+// watch follows GET /v1/events and shows the limiters named (or every one)
+// as a table, redrawn each tick when something changed: in place on a
+// terminal. With once it prints the first table, when every limiter has
+// been seen, and returns.
 func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -248,9 +243,7 @@ func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 	events := make(chan sseEvent)
 	readErr := make(chan error, 1)
 	go func() { readErr <- readSSE(ctx, resp.Body, events) }()
-	// The reader ends when the stream does: cancel ends the request, and
-	// the reader's send gives way to ctx.
-	defer func() {
+	defer func() { // cancel ends the request, and with it the reader
 		cancel()
 		resp.Body.Close()
 		<-readErr
@@ -286,8 +279,7 @@ func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 	}
 }
 
-// expected is the set of limiters watch waits for: those named, or every
-// one the server has.
+// expected is the set of limiters watch waits for.
 func (c *ctl) expected(ctx context.Context, names []string) (map[string]bool, error) {
 	expect := map[string]bool{}
 	if len(names) == 0 {
@@ -302,8 +294,7 @@ func (c *ctl) expected(ctx context.Context, names []string) (map[string]bool, er
 }
 
 // openEvents opens the event stream of the limiters named (every one when
-// none is). A nil response with a nil error: ctx ended, or the server
-// refused and its problem has been told.
+// none is); nil and no error when ctx ended.
 func (c *ctl) openEvents(ctx context.Context, names []string) (*http.Response, error) {
 	path := "/v1/events"
 	if len(names) > 0 {
@@ -317,8 +308,7 @@ func (c *ctl) openEvents(ctx context.Context, names []string) (*http.Response, e
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	req.Header.Set("Accept", "text/event-stream")
-	// The stream lasts as long as watch: no client timeout.
-	hc := &http.Client{Transport: c.hc.Transport}
+	hc := &http.Client{Transport: c.hc.Transport} // no timeout: the stream lasts
 	resp, err := hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -346,7 +336,7 @@ type watchView struct {
 	drawn   int
 }
 
-// draw prints the table: in place on a terminal.
+// draw prints the table.
 func (v *watchView) draw() {
 	v.t.At, v.t.Rows = time.Now(), v.t.Rows[:0]
 	for _, r := range v.rows {
@@ -376,8 +366,7 @@ func (v *watchView) tick() bool {
 	return false
 }
 
-// event applies one event to the table; done: watch has drawn its one
-// table.
+// event applies one event to the table; done: once's table is drawn.
 func (v *watchView) event(ev sseEvent) (done bool, err error) {
 	switch ev.name {
 	case "state":

@@ -24,16 +24,12 @@ import (
 type command struct {
 	name    string
 	summary string // one line in the command list of limitd --help
-	// usage is the full help, printed by "limitd help NAME" and "limitd NAME -h";
-	// it ends with a newline.
-	usage string
-	// run does the work. args are the arguments after the command's name. An
-	// error is printed as one line "limitd: <error>" and the process exits 1
-	// (2 for a usageError).
+	usage   string // limitd help NAME, limitd NAME -h; ends with a newline
+	// run does the work with the arguments after the command's name. An
+	// error is printed as one line and the process exits 1 (2 for a usageError).
 	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
-// commands is the command table, filled by register from init functions.
 var commands = map[string]*command{}
 
 // register adds a subcommand; files of this package call it from init.
@@ -118,14 +114,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// oneLine keeps an error on one line, so that a log collector or a person
-// reading a crash loop sees the whole reason in one place.
+// oneLine keeps an error on one line, for log collectors and crash loops.
 func oneLine(s string) string {
 	return strings.NewReplacer("\r\n", "; ", "\n", "; ", "\r", "; ").Replace(strings.TrimSpace(s))
 }
 
-// mainUsage is the text of limitd --help: the commands, then serve's
-// environment, since serve is what runs by default.
+// mainUsage is the text of limitd --help: the commands, then serve's environment.
 func mainUsage() string {
 	var b strings.Builder
 	b.WriteString("limitd — a shared rate-limiter service: many processes share one schedule in Redis.\n\n")

@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"runtime/debug"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,11 +50,7 @@ limitd's own HTTP API listens on LIMITD_ADDR as well (a port other than PORT).
 			if len(args) > 0 {
 				return usageErrorf("ratelimit takes no arguments, only environment variables (got %q)", args[0])
 			}
-			environ := environ()
-			if _, set := environ["GOGC"]; !set {
-				debug.SetGCPercent(serveGCPercent)
-			}
-			return serveRatelimit(ctx, environ, stderr, nil)
+			return serveRatelimit(ctx, serveEnviron(), stderr, nil)
 		},
 	})
 }

@@ -54,8 +54,7 @@ type refRun struct {
 	loadOK, loadBad prometheus.Counter
 }
 
-// listen opens the reference's ports before anything touches Redis, so
-// that a busy port fails at once.
+// listen opens the reference's ports (see server.listen).
 func (rm *refMode) listen() (*refRun, error) {
 	r := &refRun{rm: rm, errs: make(chan error, 3)}
 	var err error
@@ -76,8 +75,7 @@ func (rm *refMode) listen() (*refRun, error) {
 }
 
 // redisSettings names the variables that give limitd its Redis, for the
-// fixes of a Redis that cannot serve: the reference's in limitd ratelimit
-// (zero, LIMITD_REDIS_URL, for limitd serve).
+// fixes of a Redis that cannot serve (zero: LIMITD_REDIS_URL).
 func (rm *refMode) redisSettings() core.RedisSettings {
 	if rm == nil || rm.Origin("LIMITD_REDIS_URL") == "" {
 		return core.RedisSettings{}
@@ -85,8 +83,7 @@ func (rm *refMode) redisSettings() core.RedisSettings {
 	return core.RedisSettings{Address: "REDIS_URL", Credentials: "REDIS_AUTH"}
 }
 
-// redisTLSConfig is what REDIS_TLS_* add to a rediss:// URL (nil: nothing,
-// or limitd serve).
+// redisTLSConfig is what REDIS_TLS_* add to a rediss:// URL (nil: nothing).
 func (rm *refMode) redisTLSConfig() *tls.Config {
 	if rm == nil {
 		return nil
@@ -94,9 +91,8 @@ func (rm *refMode) redisTLSConfig() *tls.Config {
 	return rm.RedisTLS
 }
 
-// start reads the first rules and sets the gRPC front end's options: the
-// reference's metric names and headers, and no answer but UNAVAILABLE
-// until rules are loaded.
+// start reads the first rules and sets the gRPC front end's options to
+// the reference's.
 func (r *refRun) start(o *grpcapi.Options, log *slog.Logger, reg *prometheus.Registry) error {
 	r.log, r.reg = log, reg
 	o.ReferenceMetrics, o.Headers, o.WaitForRules = true, r.rm.Headers, true
@@ -106,9 +102,7 @@ func (r *refRun) start(o *grpcapi.Options, log *slog.Logger, reg *prometheus.Reg
 		Help: "The reference server's config_load_error: rules refused (a runtime directory that does not parse, an xDS update NACKed)."})
 	reg.MustRegister(r.rm.certs.reloads)
 	r.rm.certs.log.Store(log)
-	// The reference serves Prometheus' default registry, which has the Go
-	// and process collectors; so does limitd's, with or without its API
-	// (whose metrics add them too: a second registration changes nothing).
+	// As the reference's default registry (the API may have added them).
 	_ = reg.Register(collectors.NewGoCollector())
 	_ = reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if r.rm.XDS {
@@ -197,10 +191,7 @@ func (r *refRun) loaded(f *boot.File) {
 }
 
 // updateHealth sets gRPC health and /healthcheck as the reference's
-// variables say: not while stopping; not before the first rules unless
-// FORCE_START_WITHOUT_INITIAL_CONFIG; not without a domain with
-// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED; not while Redis fails with
-// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION.
+// variables say (docs/envoy.md).
 func (r *refRun) updateHealth() {
 	r.healthMu.Lock()
 	defer r.healthMu.Unlock()
@@ -244,11 +235,8 @@ func (r *refRun) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	_, _ = io.WriteString(w, "OK")
 }
 
-// rlconfig shows the rules answering as the reference does: one line per
-// rule, "mongo_cps.database_users: unit=SECOND requests_per_unit=500,
-// shadow_mode: false, quota_mode: false", nothing before the first rules.
-// With ?format=json: where they came from, their domains, and each rule's
-// name, template and limiter.
+// rlconfig shows the rules answering as the reference does (a line per
+// rule); ?format=json adds their source and each rule's template and limiter.
 func (r *refRun) rlconfig(w http.ResponseWriter, req *http.Request) {
 	f := r.rules.Load()
 	if req.URL.Query().Get("format") != "json" {
@@ -319,8 +307,7 @@ func (r *refRun) stop(ctx context.Context) {
 	}
 }
 
-// close releases what listen and serve took (the servers closed their
-// listeners already; closing again is harmless).
+// close releases what listen and serve took.
 func (r *refRun) close() {
 	for _, ln := range []net.Listener{r.http, r.debug, r.prom} {
 		if ln != nil {

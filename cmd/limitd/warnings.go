@@ -9,9 +9,8 @@ import (
 	"github.com/limitd/limitd/internal/refenv"
 )
 
-// otherVars are LIMITD_ variables limitd reads outside serve's config:
-// limitd ctl's address, and the switch that makes tests needing a real
-// redis-server fail rather than skip.
+// otherVars are LIMITD_ variables limitd reads outside serve's config
+// (ctl's, and the tests' redistest.RequireEnv).
 var otherVars = []string{"LIMITD_URL", "LIMITD_REQUIRE_REDIS"}
 
 // knownVars are every LIMITD_ variable limitd reads.
@@ -23,14 +22,12 @@ func knownVars() []string {
 	return append(names, otherVars...)
 }
 
-// maxSuggestDistance is how far (in edits) a variable may be from a known
-// one for the warning to suggest it.
+// maxSuggestDistance is how many edits from a known variable one is suggested.
 const maxSuggestDistance = 4
 
 // warnUnknownVars warns once about each LIMITD_ variable of environ that
-// limitd does not read, in name order, with the known one closest to it:
-// a misspelt variable is otherwise silently ignored (LIMITD_ADMIN_TOKN
-// leaves limiters open to change).
+// limitd does not read, with the known one closest to it: a misspelt
+// LIMITD_ADMIN_TOKN would otherwise leave limiters open to change.
 func warnUnknownVars(log *slog.Logger, environ map[string]string) {
 	known := knownVars()
 	var unknown []string
@@ -50,8 +47,7 @@ func warnUnknownVars(log *slog.Logger, environ map[string]string) {
 	}
 }
 
-// closest is the name of names nearest to s in edit distance, and that
-// distance (the first of equals).
+// closest is the first of names nearest to s in edit distance, and that distance.
 func closest(s string, names []string) (string, int) {
 	best, dist := "", -1
 	for _, n := range names {
@@ -62,9 +58,7 @@ func closest(s string, names []string) (string, int) {
 	return best, dist
 }
 
-// editDistance is the Levenshtein distance of a and b: the fewest
-// insertions, deletions and substitutions of a byte that turn one into the
-// other.
+// editDistance is the Levenshtein distance of a and b, in bytes.
 func editDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
@@ -86,10 +80,8 @@ func editDistance(a, b string) int {
 }
 
 // embeddedRefused is why serve must not start on its embedded Redis although
-// LIMITD_REDIS_URL is empty (nil: nothing says Redis was meant): a variable
-// that names a Redis, which limitd would otherwise ignore. Each process would
-// then run on a Redis of its own and N replicas allow N times every limit,
-// so the start stops with one line naming the fix.
+// LIMITD_REDIS_URL is empty (nil: nothing says Redis was meant): N replicas
+// would each run on a Redis of its own and allow N times every limit.
 func embeddedRefused(environ map[string]string) error {
 	var names []string
 	for k, v := range environ {

@@ -14,8 +14,6 @@
 //
 // An open connection keeps the certificate of its handshake: a new one is
 // served on the next connection.
-//
-// Layer: cmd → certfiles; it imports nothing of limitd's.
 package certfiles
 
 import (

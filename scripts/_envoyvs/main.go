@@ -1,18 +1,11 @@
 //go:build ignore
 
 // envoyvs measures `limitd serve`'s gRPC front end against the Envoy
-// reference rate limit server (github.com/envoyproxy/ratelimit), both
-// serving envoy.service.ratelimit.v3.RateLimitService over one private
-// redis-server with the same rules, under different key prefixes. One
-// process drives both, each over its own gRPC connection, in rounds in which
-// the side going first alternates, and prints the medians as Markdown.
-// scripts/envoy-vs.sh builds both servers and this program (it lives in a
-// folder the go tool skips) and runs it.
-//
-// Every call must be answered OK within the limit, and every call must be
-// counted: after each side's round the program reads the counters of the
-// row's values in Redis, and their sum must have grown by the round's calls
-// (a server that answered without writing would fail here).
+// reference rate limit server; scripts/envoy-vs.sh says how, builds both
+// servers and this program, and runs it. One process drives both, each over
+// its own gRPC connection. Every call must be answered OK within the limit
+// and counted: after each side's round the sum of the counters of the row's
+// values in Redis must have grown by the round's calls.
 package main
 
 import (
@@ -55,15 +48,12 @@ import (
 var prog = redistest.NewProgram("envoyvs")
 
 // The rules both servers are given: one domain, one descriptor key whose
-// every value has its own counter, a limit no round comes near (so that
-// every call is within it and is counted).
+// every value has its own counter, a limit no round comes near. A minute's
+// window holds a round and its reads (see runRound).
 const (
-	domain  = "envoyvs"
-	descKey = "k"
-	limit   = 1_000_000_000
-	// unit is the rule's window, a minute: a round of a few seconds and
-	// its reads fit in one (see runRound), and both servers still start
-	// new counters every minute, as they would in use.
+	domain   = "envoyvs"
+	descKey  = "k"
+	limit    = 1_000_000_000
 	unit     = "minute"
 	unitSecs = 60
 )
@@ -158,9 +148,9 @@ func printTables(rows []row, results []rowResult) {
 	fmt.Println()
 }
 
-// printProblems prints how many calls s answered OK in the rounds, and every
-// error or wrong answer it gave (warm-ups included), the ten most frequent
-// texts of them; it reports whether there were none.
+// printProblems prints how many calls s answered OK, and the ten most
+// frequent texts of its errors and wrong answers (warm-ups included); it
+// reports whether there were none.
 func (s *side) printProblems(results []rowResult) bool {
 	var calls, errs, wrong int64
 	for _, res := range results {
@@ -183,8 +173,8 @@ func (s *side) printProblems(results []rowResult) bool {
 	return len(texts) == 0
 }
 
-// row is one line of the table: how many calls in flight, over how many
-// values of the descriptor (1: one hot counter; else round-robin).
+// row is one line of the table: calls in flight, over how many values of
+// the descriptor (1: one hot counter; else round-robin).
 type row struct{ callers, keys int }
 
 func (r row) String() string {
@@ -200,8 +190,8 @@ type side struct {
 	name string
 	rl   rlsv3.RateLimitServiceClient
 	pid  int
-	// counts reads the sum of the counters of values in Redis in the
-	// window that starts at window (Unix s), and which of them have none.
+	// counts reads the sum of values' counters in the window starting at
+	// window (Unix s), and which values have none.
 	counts   func(ctx context.Context, values []string, window int64) (sum int64, missing []string, err error)
 	problems map[string]int // error and wrong answer texts, counted
 	mu       sync.Mutex
@@ -245,12 +235,10 @@ func (s sideResult) median(m metric) float64 {
 	return rounds.Median(xs)
 }
 
-// commands lists the Redis commands a call costs, most frequent first
-// ("expire 1.00, incrby 1.00"), over every round of the row; the
-// program's own INFO is left out. A side that runs scripts (runsScripts)
-// is taken to send only them: the other commands are those its scripts run ("fcall 0.09;
-// inside: mget 0.09, …"), which commandstats counts on their own as well as
-// in the script's µs.
+// commands lists the Redis commands a call costs over the row's rounds,
+// most frequent first ("expire 1.00, incrby 1.00"). A side that runs
+// scripts (runsScripts) sends only them: the other commands are run inside
+// them ("fcall 0.09; inside: mget 0.09, …").
 func (s sideResult) commands() string {
 	var sent, inside []string
 	for _, n := range slices.SortedFunc(maps.Keys(s.cmds), func(a, b string) int {
@@ -277,8 +265,8 @@ func (s sideResult) commands() string {
 	return out
 }
 
-// usecPerCall is the µs Redis spent in the commands a call costs, each
-// counted once: a side that runs scripts, in its scripts.
+// usecPerCall is the µs Redis spent per call, a script's commands counted
+// in the script's.
 func (s sideResult) usecPerCall() float64 {
 	var usec int64
 	for n, c := range s.cmds {
@@ -304,8 +292,8 @@ func (s sideResult) runsScripts() bool {
 // scriptCommands run Lua, whose own commands commandstats counts as well.
 var scriptCommands = map[string]bool{"eval": true, "eval_ro": true, "evalsha": true, "evalsha_ro": true, "fcall": true, "fcall_ro": true}
 
-// rowResult is a row's figures: each side's, and the per-round ratios of
-// limitd's to the reference's.
+// rowResult is a row's figures: each side's, and the per-round ratios
+// limitd / reference.
 type rowResult struct {
 	sides      []sideResult
 	speed, cpu []float64
@@ -325,8 +313,7 @@ func runRow(ctx context.Context, rdb *redis.Client, sides []*side, r row, nRound
 	cursors := make([]atomic.Int64, len(sides))
 	for i, s := range sides {
 		res.sides[i] = sideResult{side: s, cmds: map[string]cmdStat{}}
-		// Every value once (its counter made), then the row's load for a
-		// moment: what a round measures is the steady state.
+		// Every value once, then the row's load: a round measures the steady state.
 		var c atomic.Int64
 		load(ctx, s, reqs, min(64, r.keys), 0, int64(r.keys), &c)
 		load(ctx, s, reqs, r.callers, 300*time.Millisecond, 0, &cursors[i])
@@ -350,17 +337,13 @@ func runRow(ctx context.Context, rdb *redis.Client, sides []*side, r row, nRound
 	return res
 }
 
-// runRound runs one side for d and measures it: the calls it answered,
-// Redis's CPU and commands (INFO, just before and after), the server
-// process's CPU; then checks that its counters in Redis moved by as many
-// calls as it answered OK.
+// runRound runs one side for d and measures its calls, Redis's CPU and
+// commands and the server's CPU; then checks that its counters in Redis
+// moved by as many calls as it answered OK.
 func runRound(ctx context.Context, rdb *redis.Client, s *side, reqs []*rlsv3.RateLimitRequest, values []string,
 	callers int, d time.Duration, cursor *atomic.Int64) roundResult {
-	// A round and its reads stay within one window of the rule: at a
-	// window's end the reference starts new keys and limitd's counters
-	// start their new window's count (or expire), so only one window's
-	// counts add up. A round that could reach the end waits for the next
-	// window.
+	// Only one window's counts add up: a round that could reach the
+	// window's end waits for the next window.
 	w := windowOf(time.Now())
 	if end := time.Unix(w+unitSecs, 0); time.Until(end) < d+windowMargin {
 		time.Sleep(time.Until(end) + 100*time.Millisecond)
@@ -381,10 +364,8 @@ func runRound(ctx context.Context, rdb *redis.Client, s *side, reqs []*rlsv3.Rat
 		prog.Fatalf("%s answered no call OK in a round of %v: %v", s.name, d, s.problems)
 	}
 
-	// The values this round asked (the cursor moved from first to last,
-	// every call finished): each must have its counter, and the counters
-	// together must have grown by the calls answered OK (an error may or
-	// may not have counted).
+	// Each value asked must have its counter, and the counters together
+	// must have grown by the calls answered OK (an error may have counted).
 	last := cursor.Load()
 	asked := values
 	if n := last - first; n < int64(len(values)) {
@@ -424,8 +405,7 @@ func windowOf(t time.Time) int64 { return t.Unix() / unitSecs * unitSecs }
 
 // load drives s from callers goroutines, each taking the next request from
 // cursor (round-robin over reqs), for d, or until cursor reaches upto
-// (d 0). Every answer must be OK within the limit: anything else is
-// counted as an error or a wrong answer, and recorded.
+// (d 0). Any answer but OK within the limit is counted and recorded.
 func load(ctx context.Context, s *side, reqs []*rlsv3.RateLimitRequest, callers int, d time.Duration, upto int64,
 	cursor *atomic.Int64) roundResult {
 	// A hung call ends with the round's context, not with a timer per call.
@@ -468,8 +448,7 @@ func load(ctx context.Context, s *side, reqs []*rlsv3.RateLimitRequest, callers 
 }
 
 // answerProblem says what is wrong with an answer to one descriptor within
-// the limit ("" if nothing): it must be OK and carry the rule's limit and
-// what remains of it, below the limit (the call was counted).
+// the limit ("" if nothing): OK, the rule's limit, and a remainder below it.
 func answerProblem(r *rlsv3.RateLimitResponse) string {
 	if r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 		return "overall_code " + r.GetOverallCode().String()
@@ -506,9 +485,8 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 	s := newSide("limitd", grpcAddr, p)
 	waitCall(ctx, s, p)
 
-	// limitd counts each value of the rule in a key per window (a counter
-	// of the rule's template, docs/envoy.md's window counters): the count
-	// of the window holding Redis' time now.
+	// limitd counts each value in a window counter of the rule's template
+	// (docs/envoy.md): the count of the window holding Redis' time now.
 	st := store.New(rdb, store.WithPrefix(limitdPrefix))
 	prog.Cleanup(func() { _ = st.Close() })
 	var pattern string
@@ -628,8 +606,7 @@ func waitCall(ctx context.Context, s *side, p *proc) {
 	prog.Fatalf("%s did not answer a call OK within 15 s (%s); its log:\n%s", s.name, last, p.logTail())
 }
 
-// proc is a server process this program started; its output goes to a
-// file in the temporary directory.
+// proc is a server process this program started, logging to a file.
 type proc struct {
 	name, log string
 	cmd       *exec.Cmd
@@ -777,8 +754,7 @@ func procTime(pid int) float64 {
 	return must(redistest.ProcessCPU(pid)).Seconds()
 }
 
-// keyCounts counts the keys in Redis by prefix: limitd's, the reference's,
-// and any other (there should be none).
+// keyCounts counts the keys in Redis: limitd's, the reference's, others.
 func keyCounts(ctx context.Context, rdb *redis.Client) (l, r, other int64) {
 	iter := rdb.Scan(ctx, 0, "*", 1000).Iterator()
 	for iter.Next(ctx) {

@@ -19,17 +19,13 @@ import (
 )
 
 const (
-	// RequireEnv names the environment variable that turns a missing Redis
-	// installation, or any tool a test needs (Missing), from a skip into a
-	// failure. CI sets it so that a runner without Redis cannot silently
-	// pass the Redis-backed tests.
+	// RequireEnv names the environment variable that turns a missing Redis,
+	// or any tool a test needs (Missing), from a skip into a failure (CI).
 	RequireEnv = "LIMITD_REQUIRE_REDIS"
 
 	missingMsg = "%s not installed: install redis-server and redis-tools (apt-get install -y redis-server redis-tools) to run this test"
 
-	// startTimeout is generous: on a busy 2-core machine a redis-server can take
-	// seconds to answer its first PING.
-	startTimeout = 20 * time.Second
+	startTimeout = 20 * time.Second // a busy machine's redis-server may take seconds
 	// Picking a port and binding it are not atomic, so another process can
 	// grab the port in between; a few fresh picks make that race harmless.
 	startAttempts = 5
@@ -114,10 +110,9 @@ func ServerUnder(t testing.TB, wrap []string, args ...string) *Instance {
 	return launch(t, func(i *Instance) { i.wrap = wrap }, func(string, int) ([]string, error) { return args, nil })
 }
 
-// launch starts redis-server with flags from extra, which receives the
-// instance directory and the candidate port because cluster flags embed them.
-// setup, if not nil, prepares the instance (a config file) before its first
-// start.
+// launch starts redis-server with flags from extra, given the instance
+// directory and the candidate port (cluster flags embed them); setup, if
+// not nil, prepares the instance before its first start.
 func launch(t testing.TB, setup func(*Instance), extra func(dir string, port int) ([]string, error)) *Instance {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
@@ -409,9 +404,6 @@ func probe(addr string) (pid int, err error) {
 	return 0, errors.New("INFO server has no process_id")
 }
 
-// freePort asks the kernel for an unused loopback port. Ephemeral ports never
-// include the default Redis port 6379 on common configurations; the explicit
-// check keeps "never touch 6379" a guarantee rather than an assumption.
 // FreePort is a loopback port nobody listens on now, never 6379 (where a
 // Redis the tests must not touch may listen).
 func FreePort(t testing.TB) int {
