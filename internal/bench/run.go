@@ -119,20 +119,12 @@ func (b *bench) run(ctx context.Context, src benchSource) Result {
 	start := b.mono()
 	var wg sync.WaitGroup
 	for _, w := range b.workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.loop(runCtx, src)
-		}()
+		wg.Go(func() { w.loop(runCtx, src) })
 	}
 	done := make(chan struct{})
 	var pwg sync.WaitGroup
 	if !b.o.JSON {
-		pwg.Add(1)
-		go func() {
-			defer pwg.Done()
-			b.progress(done, start)
-		}()
+		pwg.Go(func() { b.progress(done, start) })
 	}
 	wg.Wait()
 	end := b.mono()

@@ -472,7 +472,7 @@ func answerProblem(r *rlsv3.RateLimitResponse) string {
 // file, and returns it as a side once a call is answered.
 func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side {
 	boot := filepath.Join(tmp, "limitd.yaml")
-	writeFile(boot, "domains:\n"+indent("  - ", "    ", domainYAML))
+	writeFile(boot, "domains:\n  - "+strings.TrimSuffix(strings.ReplaceAll(domainYAML, "\n", "\n    "), "    "))
 	grpcAddr, httpAddr := freeAddr(), freeAddr()
 	p := startProc("limitd", bin, tmp, []string{
 		"LIMITD_REDIS_URL=redis://" + rdb.Options().Addr,
@@ -808,19 +808,6 @@ func loadavg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
-}
-
-// indent puts first before the first line of s and rest before the others.
-func indent(first, rest, s string) string {
-	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
-	for i := range lines {
-		if i == 0 {
-			lines[i] = first + lines[i]
-		} else {
-			lines[i] = rest + lines[i]
-		}
-	}
-	return strings.Join(lines, "\n") + "\n"
 }
 
 func writeFile(path, text string) {

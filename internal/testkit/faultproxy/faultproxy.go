@@ -48,8 +48,7 @@ func Start(t testing.TB, upstream string) *Proxy {
 	}
 	p := &Proxy{l: l, upstream: upstream, resumed: make(chan struct{}), conns: map[net.Conn]struct{}{}, quit: make(chan struct{})}
 	close(p.resumed)
-	p.wg.Add(1)
-	go p.accept()
+	p.wg.Go(p.accept)
 	t.Cleanup(p.Close)
 	return p
 }
@@ -135,7 +134,6 @@ func (p *Proxy) Close() {
 }
 
 func (p *Proxy) accept() {
-	defer p.wg.Done()
 	for {
 		c, err := p.l.Accept()
 		if err != nil {
@@ -156,9 +154,8 @@ func (p *Proxy) accept() {
 		if !p.track(c, u) {
 			return
 		}
-		p.wg.Add(2)
-		go p.pipe(u, c)
-		go p.pipe(c, u)
+		p.wg.Go(func() { p.pipe(u, c) })
+		p.wg.Go(func() { p.pipe(c, u) })
 	}
 }
 
@@ -184,7 +181,6 @@ type chunk struct {
 // pipe copies src to dst as the faults allow, until either ends; then it
 // closes both.
 func (p *Proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
 	chunks := make(chan chunk, 256) // then the reader waits: TCP's own backpressure
 	done := make(chan struct{})
 	go func() { // the reader, ended by closing src

@@ -190,12 +190,8 @@ func (i *Instance) Stop() {
 // to clients. Like t.Fatal it must be called from the test goroutine.
 func (i *Instance) Restart() {
 	i.t.Helper()
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	i.stopLocked()
-	if err := i.startLocked(i.port, i.args); err != nil {
-		i.t.Fatalf("redistest: restart on port %d: %v", i.port, err)
-	}
+	i.Stop()
+	i.Start()
 }
 
 // Start starts a stopped server again, on the same port with the flags it
