@@ -107,17 +107,21 @@ var (
 		{"cap", func(p *Params) float64 { return float64(p.Cap) }, func(p *Params, v float64) { p.Cap = int64(v) }},
 		{"initial", func(p *Params) float64 { return float64(p.Initial) },
 			func(p *Params, v float64) { p.Initial = int64(v) }},
-		{"warm", func(p *Params) float64 {
-			if p.Warm {
-				return 1
-			}
-			return 0
-		}, func(p *Params, v float64) { p.Warm = v == 1 }},
+		{"warm", func(p *Params) float64 { return boolParam(p.Warm) },
+			func(p *Params, v float64) { p.Warm = v == 1 }},
 		{"cooldown", func(p *Params) float64 { return p.Cooldown }, func(p *Params, v float64) { p.Cooldown = v }},
 		{"threshold", func(p *Params) float64 { return p.Threshold }, func(p *Params, v float64) { p.Threshold = v }},
 		{"slope", func(p *Params) float64 { return p.Slope }, func(p *Params, v float64) { p.Slope = v }},
 	}
 )
+
+// boolParam is a bool as a Param's Value: 0 or 1.
+func boolParam(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // The config fields of each kind (KindInfo.Fields); rate kinds all take
 // rate and max_reserve, every kind shadow.
@@ -186,6 +190,11 @@ func RateKinds() string {
 			names = append(names, string(k.Name))
 		}
 	}
+	return orList(names)
+}
+
+// orList words names as "a, b or c".
+func orList(names []string) string {
 	last := len(names) - 1
 	return strings.Join(names[:last], ", ") + " or " + names[last]
 }
@@ -203,8 +212,7 @@ func kindRule() string {
 	for i, k := range kinds {
 		names[i] = string(k.Name)
 	}
-	last := len(names) - 1
-	return "must be " + strings.Join(names[:last], ", ") + " or " + names[last]
+	return "must be " + orList(names)
 }
 
 func unknownKind(k Kind) error { return fieldErr("kind", kindRule(), strconv.Quote(string(k))) }

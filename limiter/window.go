@@ -2,18 +2,11 @@ package limiter
 
 // The window engine: at most Limit permits per period, counted in windows.
 //
-// A duration period (window.period "1m", "1h", "24h", a whole number of µs up
-// to 366 days) cuts time into fixed windows aligned to the Unix epoch: the
-// window containing t starts at t − t mod period. That is how the reference
-// Envoy rate limit server counts ("1s", "1m", "1h", "24h" are its units
-// second, minute, hour and day; its week, month and year are "168h", "720h"
-// and "8760h"), so a limiter that replaces it allows the same requests.
-//
-// A calendar period ("day", "week", "month", "year") is a local day, ISO week
-// (from Monday 00:00), month or year in Zone (an IANA name, default UTC): its
-// windows start at local midnight, so they are 23 or 25 hours long across a
-// daylight-saving change, and a month or a year is as long as it is (see
-// CalendarWindow).
+// A duration period (a whole number of µs up to 366 days) cuts time into
+// fixed windows aligned to the Unix epoch, as the reference Envoy rate limit
+// server counts (its week, month and year are "168h", "720h" and "8760h").
+// A calendar period ("day", "week", "month", "year") is a local day, ISO week,
+// month or year in Zone (default UTC): see CalendarWindow.
 //
 // A sliding window (sliding: true, duration periods only) counts a request
 // at t against the permits granted in the current fixed window plus those of
@@ -38,23 +31,17 @@ package limiter
 // but for a Limit of 0: a deny-all rule, which refuses one permit until its
 // window's end, and again in every window after.
 //
-// A charge (charge.go) counts its permits whatever the limit: the count may
-// pass it (up to MaxWindowCount), and the window refuses every request until
-// it ends. A sliding window carries at most Limit of an ended window's
-// count into the next (a window's worth: what it would have granted).
+// A charge (charge.go) may take the count past the limit. A sliding window
+// carries at most Limit of an ended window's count into the next.
 //
 // The window fits the rate kinds' state: Next is the end of the current
-// window (the instant its count resets, which every answer carries as the
-// limiter's position), Stored the permits granted in it, Rem those of the
-// previous window (sliding only). A fresh state (Next = now) starts the window
-// containing now at its first use. The limiter's "wait" (View.Wait,
-// Result.Wait) is the number of permits left, Remaining.
+// window (the instant its count resets, the limiter's position), Stored the
+// permits granted in it, Rem those of the previous window (sliding only). A
+// fresh state (Next = now) starts the window containing now at its first use.
+// The limiter's "wait" (View.Wait, Result.Wait) is the number of permits left.
 //
 // Floors: a floor ahead of Next means the state lost grants of the window the
-// caller was told about, so that window counts as full until the floor
-// (never granting again what was granted; at worst refusing until then):
-// its count is MaxWindowLimit, which no limit exceeds, and to which later
-// charges add exactly.
+// caller was told about, so that window counts as full (windowFull).
 
 import (
 	"fmt"
@@ -99,12 +86,8 @@ var windowFields = []string{"limit", "period", "sliding", "zone"}
 var windowParams = []Param{
 	{"limit", func(p *Params) float64 { return float64(p.Limit) }, func(p *Params, v float64) { p.Limit = int64(v) }},
 	{"period", func(p *Params) float64 { return float64(p.Period) }, func(p *Params, v float64) { p.Period = int64(v) }},
-	{"sliding", func(p *Params) float64 {
-		if p.Sliding {
-			return 1
-		}
-		return 0
-	}, func(p *Params, v float64) { p.Sliding = v == 1 }},
+	{"sliding", func(p *Params) float64 { return boolParam(p.Sliding) },
+		func(p *Params, v float64) { p.Sliding = v == 1 }},
 	{"calendar", func(p *Params) float64 { return float64(p.Calendar) },
 		func(p *Params, v float64) { p.Calendar = Calendar(v) }},
 	{"zone", func(p *Params) float64 { return float64(p.ZoneID) }, func(p *Params, v float64) { p.ZoneID = uint32(v) }},

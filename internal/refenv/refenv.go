@@ -98,7 +98,7 @@ type Settings struct {
 }
 
 // overLimitEntryBytes is what one entry of the over-limit cache costs, its
-// name included, as LOCAL_CACHE_SIZE_IN_BYTES is reckoned in entries.
+// name included (LOCAL_CACHE_SIZE_IN_BYTES is in bytes, the cache in entries).
 const overLimitEntryBytes = 256
 
 // Env is what the reference's variables ask beyond the LIMITD_* ones they
@@ -133,9 +133,8 @@ func Parse(environ map[string]string, certs certfiles.Options) (map[string]strin
 	for k, v := range environ {
 		out[k] = v
 	}
-	// limitd's image sets LIMITD_ADDR for limitd serve; limitd ratelimit
-	// runs the API only when asked with an admin token, so that the image
-	// started as /bin/ratelimit serves the reference's ports alone.
+	// The image sets LIMITD_ADDR for limitd serve; ratelimit runs the API
+	// only when asked with an admin token.
 	e.API = environ["LIMITD_ADMIN_TOKEN"] != ""
 	if !e.API {
 		delete(out, "LIMITD_ADDR") // not listened on: not checked
@@ -191,8 +190,6 @@ func (e *Env) mapVars(environ, out map[string]string) error {
 		add(set("LIMITD_GRPC_COUNTING", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "strict"))
 	}
 	if v, ok := environ["LOCAL_CACHE_SIZE_IN_BYTES"]; ok && v != "" && v != "0" {
-		// The reference sizes its cache in bytes; limitd's holds counters,
-		// about 256 bytes each with its name.
 		b, err := strconv.ParseUint(v, 10, 63)
 		if err != nil {
 			return envvar.Errorf("LOCAL_CACHE_SIZE_IN_BYTES", "must be a whole number of bytes (got %q)", v)
@@ -264,9 +261,7 @@ func (e *Env) loadTLS(certs certfiles.Options) error {
 }
 
 // tracingEnv sets the LIMITD_TRACING* variables of TRACING_ENABLED=true
-// and the other TRACING_* variables, with the reference's defaults: OTLP
-// over HTTP, service RateLimit, every trace sampled, a random instance id.
-// The exporter reads OTEL_EXPORTER_OTLP_* itself, as the reference's does.
+// and the other TRACING_* variables, with the reference's defaults.
 func tracingEnv(environ map[string]string, set func(limitd, ref, value string) error) error {
 	exporter := tracing.OTLPHTTP
 	switch p := strings.ToLower(environ["TRACING_EXPORTER_PROTOCOL"]); p {
@@ -385,10 +380,8 @@ func redisURL(s Settings) (string, error) {
 }
 
 // serverTLS is the gRPC port's TLS (GRPC_SERVER_USE_TLS), with mutual TLS
-// when GRPC_CLIENT_TLS_CACERT is set. The certificate and the client CA are
-// read again when their files change (certfiles: looked at on handshakes,
-// at most every certfiles.DefaultEvery), a Secret's `..data` swapped by the kubelet
-// included.
+// when GRPC_CLIENT_TLS_CACERT is set; the files are read again when they
+// change (certfiles).
 func serverTLS(s Settings, o certfiles.Options) (*tls.Config, error) {
 	if !s.GRPCServerUseTLS {
 		return nil, nil
@@ -419,11 +412,9 @@ func serverTLS(s Settings, o certfiles.Options) (*tls.Config, error) {
 	return certfiles.Server(c, cert, clientCAs), nil
 }
 
-// xdsClientTLS is the xDS connection's TLS (CONFIG_GRPC_XDS_SERVER_USE_TLS):
-// the client certificate and the management server's CA, read again when
-// their files change, as serverTLS's. The server's certificate must name
-// CONFIG_GRPC_XDS_SERVER_TLS_SAN, or else the host of
-// CONFIG_GRPC_XDS_SERVER_URL.
+// xdsClientTLS is the xDS connection's TLS (CONFIG_GRPC_XDS_SERVER_USE_TLS),
+// its files read again when they change; the server's certificate must name
+// CONFIG_GRPC_XDS_SERVER_TLS_SAN, or else the host of the server's URL.
 func xdsClientTLS(s Settings, o certfiles.Options) (*tls.Config, error) {
 	var cert *certfiles.KeyPair
 	var roots *certfiles.Pool

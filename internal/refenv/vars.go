@@ -22,13 +22,9 @@ const (
 type refVar struct {
 	name   string
 	status refStatus
-	// what: for a honoured variable, what it does in limitd (the LIMITD_*
-	// variable it sets, where there is one); for an ignored or refused
-	// one, why.
-	what string
-	// refuse, for a refused variable, is the value it is refused with
-	// (any value but these is accepted, with the reference's meaning);
-	// nil: any value that asks for something (not empty, false or 0).
+	what   string // honoured: what it does in limitd; ignored or refused: why
+	// allowed, for a refused variable, are the values accepted; nil: those
+	// that ask for nothing (asks).
 	allowed []string
 }
 

@@ -68,23 +68,16 @@ type Instance struct {
 	dir     string
 	logPath string
 	port    int
-	// args are the extra flags of the first successful start, kept so that
-	// Restart brings the server back with an identical configuration.
-	args []string
+	args    []string // the extra flags of the first start, for Restart
 	// conf, when set, is a config file given as the first argument (a
-	// Sentinel needs one it can rewrite), and ready the log line that says
-	// this kind of server listens.
+	// Sentinel's), and ready the log line that says this kind of server listens.
 	conf, ready string
 	// wrap, when set, is the command that runs redis-server (ServerUnder).
 	wrap []string
 
-	// mu serialises Stop and Restart so a concurrent Stop cannot observe a
-	// half-started process or return before the process is gone.
-	mu   sync.Mutex
-	proc *process
-	// adminPassword is the default user's, once AddUser gave it one
-	// (requirepass).
-	adminPassword string
+	mu            sync.Mutex // a concurrent Stop sees no half-started process
+	proc          *process
+	adminPassword string // the default user's, once AddUser gave it one
 }
 
 type process struct {
@@ -124,8 +117,7 @@ func launch(t testing.TB, setup func(*Instance), extra func(dir string, port int
 	if setup != nil {
 		setup(inst)
 	}
-	// Registered after t.TempDir so it runs before the directory is removed.
-	t.Cleanup(inst.Stop)
+	t.Cleanup(inst.Stop) // after t.TempDir: runs before the directory is removed
 
 	inst.mu.Lock()
 	defer inst.mu.Unlock()
@@ -230,8 +222,7 @@ func (i *Instance) stopLocked() {
 var errPortTaken = errors.New("port already in use")
 
 func (i *Instance) startLocked(port int, extra []string) error {
-	// A fresh data directory per start guarantees an empty dataset even if
-	// the test forced a dump with SAVE before restarting.
+	// A fresh data directory per start: an empty dataset even after a SAVE.
 	dataDir, err := os.MkdirTemp(i.dir, "data-")
 	if err != nil {
 		return err
@@ -254,8 +245,7 @@ func (i *Instance) startLocked(port int, extra []string) error {
 	if err != nil {
 		return err
 	}
-	// Failure diagnostics must only look at this start's output, not at an
-	// earlier attempt's "Address already in use".
+	// Diagnostics look at this start's output only.
 	logStart, _ := logFile.Seek(0, io.SeekEnd)
 
 	cmd := exec.Command(i.bin, args...)
@@ -267,8 +257,7 @@ func (i *Instance) startLocked(port int, extra []string) error {
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = sysProcAttr()
 	err = cmd.Start()
-	// The child holds its own descriptor; keeping ours would leak one per start.
-	logFile.Close()
+	logFile.Close() // the child holds its own
 	if err != nil {
 		return fmt.Errorf("start %s: %w", i.bin, err)
 	}

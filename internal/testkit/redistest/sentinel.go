@@ -31,8 +31,7 @@ func Replica(t testing.TB, master *Instance, args ...string) *Instance {
 	t.Helper()
 	Require(t, "redis-server")
 	host, port, _ := net.SplitHostPort(master.Addr())
-	// A master waits 5 s (repl-diskless-sync-delay) for more replicas
-	// before the first sync; tests have no more coming.
+	// Else a master waits 5 s for more replicas before the first sync.
 	if err := master.Client().ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err(); err != nil {
 		t.Fatalf("redistest: %s: CONFIG SET repl-diskless-sync-delay: %v", master.Addr(), err)
 	}
@@ -59,18 +58,14 @@ type SentinelInstance struct {
 
 // Sentinel starts one redis-server --sentinel on a free 127.0.0.1 port that
 // monitors master as SentinelMaster with quorum 1 and the short timings
-// above. Its config file lives in the test's temporary directory (Sentinel
-// rewrites it). It waits until the Sentinel has seen the master and, when
-// replicas is non-zero, that many of its replicas.
+// above, and waits until it has seen the master and that many replicas.
 func Sentinel(t testing.TB, master *Instance, replicas int) *SentinelInstance {
 	t.Helper()
 	Require(t, "redis-server")
 	host, port, _ := net.SplitHostPort(master.Addr())
 	setup := func(i *Instance) {
 		i.conf = filepath.Join(i.dir, "sentinel.conf")
-		// "Sentinel ID is" follows the binding of the listening socket;
-		// Sentinel never logs readyLine.
-		i.ready = "Sentinel ID is"
+		i.ready = "Sentinel ID is" // logged once it listens; readyLine never is
 		conf := fmt.Sprintf("sentinel monitor %s %s %s 1\n"+
 			"sentinel down-after-milliseconds %s %d\n"+
 			"sentinel failover-timeout %s %d\n"+
