@@ -63,16 +63,20 @@ func static(capacity float64, others Holdings, r ShareRequest) float64 {
 
 func weight(w float64) float64 { return max(w, 1) }
 
-// sumWeights, sumWants and Request's sum of what others have add in client
-// id order, as each visits them, so that they are reproducible to the last bit
-// (and equal to lua/share.lua's).
-func sumWeights(h Holdings) float64 {
+// sumOf adds f of every holding in client id order, as each visits them, so
+// that sums are reproducible to the last bit (and equal to lua/share.lua's).
+func sumOf(h Holdings, f func(Holding) float64) float64 {
 	var s float64
 	for _, id := range sortedIDs(h) {
-		s += weight(h[id].Weight)
+		s += f(h[id])
 	}
 	return s
 }
+
+func sumWeights(h Holdings) float64 {
+	return sumOf(h, func(c Holding) float64 { return weight(c.Weight) })
+}
+func sumWants(h Holdings) float64 { return sumOf(h, func(c Holding) float64 { return c.Wants }) }
 
 // ProportionalShare gives each client what it wants, except when the clients
 // together want more than the capacity: then each gets its equal share (if it
@@ -136,14 +140,6 @@ func FairShare(capacity float64, others Holdings, r ShareRequest) float64 {
 		claims = next
 	}
 	return mine.gets
-}
-
-func sumWants(h Holdings) float64 {
-	var s float64
-	for _, id := range sortedIDs(h) {
-		s += h[id].Wants
-	}
-	return s
 }
 
 func sortedIDs(h Holdings) []string {
@@ -214,11 +210,7 @@ func (p *ShareParams) Request(s *ShareState, now int64, r ShareRequest, has floa
 			others[id] = c
 		}
 	}
-	var assigned float64
-	for _, id := range sortedIDs(others) {
-		assigned += others[id].Has
-	}
-	unassigned := max(0, p.Capacity-assigned)
+	unassigned := max(0, p.Capacity-sumOf(others, func(c Holding) float64 { return c.Has }))
 	learning := now < s.LearningUntil
 	var gets float64
 	switch {
