@@ -299,15 +299,19 @@ type rowResult struct {
 	speed, cpu []float64
 }
 
+// request is a call for one hit of the rule's value.
+func request(value string) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: 1, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: descKey, Value: value}}}}}
+}
+
 // runRow warms both sides up on the row's values, then runs the rounds.
 func runRow(ctx context.Context, rdb *redis.Client, sides []*side, r row, nRounds int, d time.Duration) rowResult {
 	values := make([]string, r.keys)
 	reqs := make([]*rlsv3.RateLimitRequest, r.keys)
 	for i := range values {
 		values[i] = "v" + strconv.Itoa(i)
-		reqs[i] = &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: 1,
-			Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: descKey, Value: values[i]}}}}}
+		reqs[i] = request(values[i])
 	}
 	res := rowResult{sides: make([]sideResult, len(sides))}
 	cursors := make([]atomic.Int64, len(sides))
@@ -592,8 +596,7 @@ func newSide(name, grpcAddr string, p *proc) *side {
 
 // waitCall waits until s answers a call OK (its rules loaded).
 func waitCall(ctx context.Context, s *side, p *proc) {
-	req := &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: 1, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: descKey, Value: "ready"}}}}}
+	req := request("ready")
 	var last string
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		resp, err := s.rl.ShouldRateLimit(ctx, req)
