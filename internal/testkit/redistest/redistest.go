@@ -1,7 +1,7 @@
 package redistest
 
 import (
-	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -343,45 +343,18 @@ func hidesNotices(args []string) bool {
 	return hidden
 }
 
-// probe speaks raw RESP instead of using go-redis because go-redis throttles
-// redials after a refused connection, which would add about a second to every
-// start while the server is still binding.
+// probe asks the server at addr for its process_id, with a client of its
+// own: a client's pool slows its dials after a refused one, which would add
+// about a second to every start while the server is still binding.
 func probe(addr string) (pid int, err error) {
-	conn, err := net.DialTimeout("tcp", addr, 250*time.Millisecond)
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 250 * time.Millisecond, ReadTimeout: time.Second,
+		WriteTimeout: time.Second, MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "server").Result()
 	if err != nil {
 		return 0, err
 	}
-	defer conn.Close()
-	if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
-		return 0, err
-	}
-	if _, err := io.WriteString(conn, "*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n"); err != nil {
-		return 0, err
-	}
-	r := bufio.NewReader(conn)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return 0, err
-	}
-	if line != "+PONG\r\n" {
-		return 0, fmt.Errorf("PING replied %q", strings.TrimSpace(line))
-	}
-	line, err = r.ReadString('\n')
-	if err != nil {
-		return 0, err
-	}
-	if !strings.HasPrefix(line, "$") {
-		return 0, fmt.Errorf("INFO replied %q", strings.TrimSpace(line))
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("INFO replied %q", strings.TrimSpace(line))
-	}
-	body := make([]byte, n+2)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(string(body), "\r\n") {
+	for _, l := range strings.Split(info, "\r\n") {
 		if v, ok := strings.CutPrefix(l, "process_id:"); ok {
 			return strconv.Atoi(v)
 		}
