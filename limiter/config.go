@@ -129,8 +129,6 @@ func (c Config) Normalize() (Config, Verb, error) {
 	return c, verb, nil
 }
 
-// normalizeSchedule checks a schedule limiter's fields and fills in the
-// defaults.
 func (c *Config) normalizeSchedule() error {
 	if err := checkRate(c.Rate); err != nil {
 		return err
@@ -149,7 +147,6 @@ func (c *Config) normalizeSchedule() error {
 	return c.checkMaxReserve()
 }
 
-// normalizeSmooth checks a smooth limiter's fields and fills in the defaults.
 func (c *Config) normalizeSmooth() error {
 	if err := checkRate(c.Rate); err != nil {
 		return err
@@ -200,7 +197,6 @@ func (c *Config) normalizeSmooth() error {
 	return nil
 }
 
-// normalizeShare checks a share limiter's fields and fills in the defaults.
 func (c *Config) normalizeShare() error {
 	if c.Capacity == nil {
 		return fieldErr("capacity", "is required for kind share: a number > 0", nil)
@@ -245,8 +241,6 @@ func (c *Config) normalizeShare() error {
 	return checkDuration("learning", *c.Learning, 0)
 }
 
-// normalizeConcurrency checks a concurrency limiter's fields and fills in the
-// defaults.
 func (c *Config) normalizeConcurrency() error {
 	if c.Limit == nil {
 		return fieldErr("limit", "is required for kind concurrency: a whole number ≥ 1", nil)

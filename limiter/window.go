@@ -150,7 +150,6 @@ func parsePeriod(s string) (Calendar, time.Duration, error) {
 	return 0, d, nil
 }
 
-// compileWindow fills in a window limiter's parameters.
 func compileWindow(c Config, p *Params) {
 	// A limit of 0 still takes a request for one permit, which it refuses
 	// (a deny-all rule answers when its window resets, not that the

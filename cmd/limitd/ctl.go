@@ -299,7 +299,6 @@ func (c *ctl) show(ctx context.Context, method, path, token string, body []byte)
 	return err
 }
 
-// ls prints every limiter.
 func (c *ctl) ls(ctx context.Context) error {
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tKIND\tCONFIG\tVERSION")
@@ -329,7 +328,6 @@ func (c *ctl) eachLimiter(ctx context.Context, f func(wire.Limiter)) error {
 	}
 }
 
-// templates prints every template with its live instances.
 func (c *ctl) templates(ctx context.Context) error {
 	var list wire.TemplateList
 	if err := c.call(ctx, http.MethodGet, "/v1/templates?instances=true", c.token, nil, &list); err != nil {
@@ -381,7 +379,6 @@ type ctlTop struct {
 	} `json:"instances"`
 }
 
-// top prints a template's busiest instances.
 func (c *ctl) top(ctx context.Context, template, by string, limit int) error {
 	var t ctlTop
 	path := fmt.Sprintf("/v1/templates/%s/top?by=%s&limit=%d", url.PathEscape(template), by, limit)

@@ -210,7 +210,6 @@ func rowOf(e wire.LimiterEvent) watchRow {
 	return n
 }
 
-// isTerminal reports whether w is a terminal.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
@@ -336,7 +335,6 @@ type watchView struct {
 	drawn   int
 }
 
-// draw prints the table.
 func (v *watchView) draw() {
 	v.t.At, v.t.Rows = time.Now(), v.t.Rows[:0]
 	for _, r := range v.rows {

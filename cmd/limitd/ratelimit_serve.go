@@ -170,7 +170,6 @@ func (r *refRun) serve(ctx context.Context, wg *sync.WaitGroup, rls *grpcapi.Ser
 	}
 }
 
-// run serves ln with h until stop.
 func (r *refRun) run(wg *sync.WaitGroup, ln net.Listener, h http.Handler) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout, IdleTimeout: idleTimeout,
 		ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelWarn)}
@@ -298,7 +297,6 @@ func (r *refRun) shutdown() {
 	r.updateHealth()
 }
 
-// stop stops the ports' servers.
 func (r *refRun) stop(ctx context.Context) {
 	for _, s := range r.servers {
 		if err := s.Shutdown(ctx); err != nil {

@@ -182,7 +182,6 @@ type server struct {
 // onClose has close run f, before what was added earlier.
 func (s *server) onClose(f func()) { s.closers = append(s.closers, f) }
 
-// close undoes the phases, last first.
 func (s *server) close() {
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		s.closers[i]()
@@ -429,7 +428,6 @@ func (s *server) startKeeper(ctx context.Context) {
 	s.wg.Go(func() { k.Run(s.bgCtx) })
 }
 
-// buildAPI makes limitd's HTTP API.
 func (s *server) buildAPI() {
 	cfg := s.cfg
 	o := api.Options{

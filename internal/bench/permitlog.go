@@ -70,7 +70,6 @@ func (l *permitLog) write() {
 	}
 }
 
-// close writes what is left and closes the file.
 func (l *permitLog) close() error {
 	close(l.ch)
 	<-l.done

@@ -71,7 +71,6 @@ func newWatched[T any](o Options, parse func([][]byte) (T, error), files ...stri
 	return w, nil
 }
 
-// read stats and reads the files.
 func (w *watched[T]) read() ([]os.FileInfo, [][]byte, error) {
 	seen := make([]os.FileInfo, len(w.files))
 	pem := make([][]byte, len(w.files))

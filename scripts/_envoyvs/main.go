@@ -124,7 +124,6 @@ func main() {
 	}
 }
 
-// printTables prints the rows' figures as two Markdown tables.
 func printTables(rows []row, results []rowResult) {
 	fmt.Println("| callers, keys | limitd calls/s | reference calls/s | **limitd / reference, calls/s** | limitd Redis CPU per call | reference Redis CPU per call | **limitd / reference, Redis CPU per call** |")
 	fmt.Println("|---|---|---|---|---|---|---|")
