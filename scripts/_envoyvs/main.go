@@ -475,7 +475,8 @@ func answerProblem(r *rlsv3.RateLimitResponse) string {
 // file, and returns it as a side once a call is answered.
 func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side {
 	boot := filepath.Join(tmp, "limitd.yaml")
-	writeFile(boot, "domains:\n  - "+strings.TrimSuffix(strings.ReplaceAll(domainYAML, "\n", "\n    "), "    "))
+	item := strings.TrimSuffix(strings.ReplaceAll(domainYAML, "\n", "\n    "), "    ") // indented as a list item
+	writeFile(boot, "domains:\n  - "+item)
 	grpcAddr, httpAddr := freeAddr(), freeAddr()
 	p := startProc("limitd", bin, tmp, []string{
 		"LIMITD_REDIS_URL=redis://" + rdb.Options().Addr,
