@@ -357,11 +357,11 @@ func runRound(ctx context.Context, rdb *redis.Client, s *side, reqs []*rlsv3.Rat
 		prog.Fatalf("%s: reading its counters: %v", s.name, err)
 	}
 	first := cursor.Load()
-	info0, cpu0 := must(rdb.Info(ctx, "cpu", "commandstats").Result()), procTime(s.pid)
+	info0, cpu0 := must(rdb.Info(ctx, "cpu", "commandstats").Result()), redistest.ProcessCPU(prog, s.pid)
 	out := load(ctx, s, reqs, callers, d, 0, cursor)
-	info1, cpu1 := must(rdb.Info(ctx, "cpu", "commandstats").Result()), procTime(s.pid)
+	info1, cpu1 := must(rdb.Info(ctx, "cpu", "commandstats").Result()), redistest.ProcessCPU(prog, s.pid)
 	out.redisCPU = redisCPUSecs(info1) - redisCPUSecs(info0)
-	out.procCPU = cpu1 - cpu0
+	out.procCPU = (cpu1 - cpu0).Seconds()
 	out.cmds = commandDeltas(info0, info1)
 	if out.calls == 0 {
 		prog.Fatalf("%s answered no call OK in a round of %v: %v", s.name, d, s.problems)
@@ -750,11 +750,6 @@ func commandStats(info string) map[string]cmdStat {
 		out[name] = s
 	}
 	return out
-}
-
-// procTime is a process's CPU time so far (user and system), in seconds.
-func procTime(pid int) float64 {
-	return must(redistest.ProcessCPU(pid)).Seconds()
 }
 
 // keyCounts counts the keys in Redis: limitd's, the reference's, others.

@@ -67,10 +67,11 @@ func (p *Program) Close() {
 
 // ProcessCPU is a process's CPU time so far, user and system, from
 // /proc/PID/stat (Linux).
-func ProcessCPU(pid int) (time.Duration, error) {
+func ProcessCPU(t testing.TB, pid int) time.Duration {
+	t.Helper()
 	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, err
+		t.Fatal(err)
 	}
 	// The command name (field 2) may hold spaces: count from its ')';
 	// utime and stime are fields 14 and 15.
@@ -78,8 +79,8 @@ func ProcessCPU(pid int) (time.Duration, error) {
 	utime, err1 := strconv.ParseInt(f[11], 10, 64)
 	stime, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, raw)
+		t.Fatalf("/proc/%d/stat: %q", pid, raw)
 	}
 	// In ticks of USER_HZ, 100 on every Linux architecture Go supports.
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
