@@ -41,12 +41,9 @@ type Floor struct {
 	Ahead int64
 }
 
-// Observe brings s to time now: a now earlier than the latest one s has seen
-// (Last) is a clock step back, by which the state is moved back (see the top
-// of this file). Every operation observes its now (Peek on a copy). Last is
-// the time of the latest grant, reset, reconfiguration or step, not of every
-// call: a step back smaller than the time since then is not seen as one, and
-// costs a caller at most the wait that grant already gave it.
+// Observe brings s to time now: a now earlier than Last is a clock step back,
+// by which the state is moved back (the package doc, "Clocks and floors").
+// Every operation observes its now (Peek on a copy).
 func (s *State) Observe(now int64) {
 	if !s.Started || now >= s.Last {
 		return
