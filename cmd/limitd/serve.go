@@ -102,12 +102,9 @@ func serveEnviron() map[string]string {
 	return env
 }
 
-// serve runs limitd serve until ctx ends, then shuts down gracefully:
-// environ is the environment, logs go to logOut, and ready (if not nil) is
-// told the address once the server accepts connections. With rm it is
-// limitd ratelimit (ratelimit.go): the reference server's ports, rules,
-// health and metrics beside the gRPC front end, and limitd's own HTTP API
-// only with LIMITD_ADMIN_TOKEN.
+// serve runs limitd serve until ctx ends, then shuts down gracefully; ready
+// (if not nil) is told the address once the server accepts connections.
+// With rm it is limitd ratelimit (ratelimit.go).
 func serve(ctx context.Context, environ map[string]string, logOut io.Writer, ready func(net.Addr), rm *refMode) error {
 	s := &server{environ: environ, logOut: logOut, ready: ready, mode: modeOf(rm)}
 	defer s.close()

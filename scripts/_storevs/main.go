@@ -1,14 +1,11 @@
 //go:build ignore
 
 // storevs runs this tree's store and another build's side by side in one
-// process, each side's store on both of two private redis-servers, in
-// rounds in which the side going first and each side's server alternate,
-// and prints the medians: of the speed, and of the CPU time per acquire of
-// this process and of redis-server, which a busy machine moves far less
-// than the wall time (a side's round has the process and the servers to
-// itself, so their CPU time in it is its own). scripts/store-vs.sh builds it (it lives in a
-// folder the go tool skips) against the other tree, imported as
-// github.com/limitd/other, and runs it.
+// process, in rounds in which the side going first and each side's server
+// alternate, and prints the medians of the speed and of the CPU time per
+// acquire (a side's round has the process and the servers to itself, so
+// their CPU time in it is its own). scripts/store-vs.sh says more, builds it
+// against the other tree, imported as github.com/limitd/other, and runs it.
 package main
 
 import (
@@ -54,10 +51,8 @@ func main() {
 	flag.Parse()
 	ctx := context.Background()
 
-	// Two servers, each side's store on both: a round runs the sides on
-	// different servers, the one going first and the server each gets
-	// both alternating, so that neither the order nor a server favours a
-	// side.
+	// Two servers, each side's store on both, so that neither the order nor
+	// a server favours a side.
 	defer prog.Close()
 	var rdbs [2]*redis.Client
 	for i := range rdbs {
@@ -167,9 +162,8 @@ func newOther(ctx context.Context, rdb *redis.Client, names []string, batched bo
 }
 
 // prepare makes each of names with put (rate 1e6/s, burst inf: every call
-// granted) and starts its schedule with one acquire, from 32 goroutines
-// (10,000 keys are 20,000 round trips, four times over in a row: each side
-// on each server), then lets the schedules run for started.
+// granted) and starts its schedule with one acquire, from 32 goroutines,
+// then lets the schedules run for started.
 func prepare(ctx context.Context, names []string, put func(string) error, get acquire) {
 	const goroutines = 32
 	var wg sync.WaitGroup
