@@ -53,11 +53,8 @@ func vcsRevision() string {
 			}
 		}
 	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
 	if rev == "" {
 		return ""
 	}
-	return rev + dirty
+	return rev[:min(12, len(rev))] + dirty
 }
