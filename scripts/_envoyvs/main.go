@@ -12,7 +12,6 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -83,7 +82,7 @@ func main() {
 	nKeys := flag.Int("keys", 10_000, "the values of the round-robin rows")
 	flag.Parse()
 	if *limitdBin == "" || *refBin == "" {
-		prog.Fatal(errors.New("usage: envoyvs -limitd BIN -ref BIN [flags]"))
+		prog.Fatal("usage: envoyvs -limitd BIN -ref BIN [flags]")
 	}
 	ctx := context.Background()
 	tmp := prog.TempDir()
@@ -190,8 +189,9 @@ type side struct {
 	rl   rlsv3.RateLimitServiceClient
 	pid  int
 	// counts reads the sum of values' counters in the window starting at
-	// window (Unix s), and which values have none.
-	counts   func(ctx context.Context, values []string, window int64) (sum int64, missing []string, err error)
+	// window (Unix s), and which values have none; it fails the program if
+	// it cannot.
+	counts   func(ctx context.Context, values []string, window int64) (sum int64, missing []string)
 	problems map[string]int // error and wrong answer texts, counted
 	mu       sync.Mutex
 }
@@ -352,10 +352,7 @@ func runRound(ctx context.Context, rdb *redis.Client, s *side, reqs []*rlsv3.Rat
 		time.Sleep(time.Until(end) + 100*time.Millisecond)
 		w = windowOf(time.Now())
 	}
-	before, _, err := s.counts(ctx, values, w)
-	if err != nil {
-		prog.Fatalf("%s: reading its counters: %v", s.name, err)
-	}
+	before, _ := s.counts(ctx, values, w)
 	first := cursor.Load()
 	info0, cpu0 := must(rdb.Info(ctx, "cpu", "commandstats").Result()), redistest.ProcessCPU(prog, s.pid)
 	out := load(ctx, s, reqs, callers, d, 0, cursor)
@@ -377,25 +374,19 @@ func runRound(ctx context.Context, rdb *redis.Client, s *side, reqs []*rlsv3.Rat
 			asked = append(asked, values[i%int64(len(values))])
 		}
 	}
-	after, _, err := s.counts(ctx, values, w)
-	if err != nil {
-		prog.Fatalf("%s: reading its counters: %v", s.name, err)
-	}
-	_, missing, err := s.counts(ctx, asked, w)
-	if err != nil {
-		prog.Fatalf("%s: reading its counters: %v", s.name, err)
-	}
+	after, _ := s.counts(ctx, values, w)
+	_, missing := s.counts(ctx, asked, w)
 	if now := windowOf(time.Now()); now != w {
-		prog.Fatal(fmt.Errorf("%s: a round of %v and its reads took more than %v, past the end of the rule's window: the counts cannot be checked",
-			s.name, d, d+windowMargin))
+		prog.Fatalf("%s: a round of %v and its reads took more than %v, past the end of the rule's window: the counts cannot be checked",
+			s.name, d, d+windowMargin)
 	}
 	if len(missing) > 0 {
-		prog.Fatal(fmt.Errorf("%s: %d of the %d values asked in a round of %d callers have no counter in Redis after it (%s=%s …)",
-			s.name, len(missing), len(asked), callers, descKey, missing[0]))
+		prog.Fatalf("%s: %d of the %d values asked in a round of %d callers have no counter in Redis after it (%s=%s …)",
+			s.name, len(missing), len(asked), callers, descKey, missing[0])
 	}
 	if moved := after - before; moved < out.calls || moved > out.calls+out.errs {
-		prog.Fatal(fmt.Errorf("%s: its counters in Redis moved by %d in a round in which it answered %d calls OK (%d errors)",
-			s.name, moved, out.calls, out.errs))
+		prog.Fatalf("%s: its counters in Redis moved by %d in a round in which it answered %d calls OK (%d errors)",
+			s.name, moved, out.calls, out.errs)
 	}
 	return out
 }
@@ -503,14 +494,14 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 	if !ok {
 		prog.Fatalf("limitd: no template of the rule in Redis (want %s%s.…, its pattern ending in *)", envoyrules.TemplatePrefix, domain)
 	}
-	s.counts = func(ctx context.Context, values []string, _ int64) (int64, []string, error) {
+	s.counts = func(ctx context.Context, values []string, _ int64) (int64, []string) {
 		names := make([]string, len(values))
 		for i, v := range values {
 			names[i] = prefix + v
 		}
 		counts, err := st.FixedCounts(ctx, names, unitSecs*time.Second)
 		if err != nil {
-			return 0, nil, err
+			prog.Fatalf("limitd: reading its counters: %v", err)
 		}
 		var sum int64
 		var missing []string
@@ -520,7 +511,7 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 			}
 			sum += n
 		}
-		return sum, missing, nil
+		return sum, missing
 	}
 	return s
 }
@@ -555,7 +546,7 @@ func startRef(ctx context.Context, bin, tmp string, rdb *redis.Client, extra []s
 
 	// The reference counts a value in one key per window, named by the
 	// prefix, domain, key, value and the window's start (Unix s).
-	s.counts = func(ctx context.Context, values []string, window int64) (int64, []string, error) {
+	s.counts = func(ctx context.Context, values []string, window int64) (int64, []string) {
 		suffix := "_" + strconv.FormatInt(window, 10)
 		var sum int64
 		var missing []string
@@ -566,7 +557,7 @@ func startRef(ctx context.Context, bin, tmp string, rdb *redis.Client, extra []s
 			}
 			got, err := rdb.MGet(ctx, keys...).Result()
 			if err != nil {
-				return 0, nil, err
+				prog.Fatalf("reference: reading its counters: %v", err)
 			}
 			for i, x := range got {
 				if x == nil {
@@ -575,12 +566,12 @@ func startRef(ctx context.Context, bin, tmp string, rdb *redis.Client, extra []s
 				}
 				n, err := strconv.ParseInt(x.(string), 10, 64)
 				if err != nil {
-					return 0, nil, fmt.Errorf("counter %s: %w", keys[i], err)
+					prog.Fatalf("reference: counter %s: %v", keys[i], err)
 				}
 				sum += n
 			}
 		}
-		return sum, missing, nil
+		return sum, missing
 	}
 	return s
 }
