@@ -22,10 +22,8 @@ type Result struct {
 		P99 int64 `json:"p99"`
 		Max int64 `json:"max"`
 	} `json:"lateness_ns"`
-	// The limiter's permits granted during the run to every process that
-	// shares it (from its total in Redis; a client pool's count includes
-	// what its grants held unused), and their rate: 0 when unknown. The
-	// summary shows them; the --json object keeps its documented fields.
+	// The permits granted during the run to every process sharing the
+	// limiter (its total in Redis), and their rate; 0 when unknown. Not in --json.
 	AllPermits int64   `json:"-"`
 	AllRate    float64 `json:"-"`
 }

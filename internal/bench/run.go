@@ -11,11 +11,9 @@ import (
 	"time"
 )
 
-// Run makes one run of limitd bench: it creates the limiter if asked,
-// estimates the clock offset, drives permits from the workers until the
-// duration or the permits are done (or ctx ends: the summary is still
-// printed), and prints the summary, or with JSON the Result, on stdout, and
-// progress and warnings on stderr. It does not close cfg.Redis.
+// Run makes one run of limitd bench until the duration or the permits are
+// done, or ctx ends, and prints the summary (or with JSON the Result) on
+// stdout, progress and warnings on stderr. It does not close cfg.Redis.
 func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	o := &cfg
 	b := &bench{o: o, base: time.Now(), stderr: stderr}
