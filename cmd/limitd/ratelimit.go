@@ -77,7 +77,7 @@ func serveRatelimit(ctx context.Context, environ map[string]string, logOut io.Wr
 // LIMITD_* variables they set, and the rest of what they ask.
 func ratelimitEnv(environ map[string]string) (map[string]string, *refMode, error) {
 	certs := newCertEvents()
-	out, e, err := refenv.Parse(environ, certs.options())
+	out, e, err := refenv.Parse(environ, certfiles.Options{Loaded: certs.loaded})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -120,10 +120,4 @@ func (c *certEvents) loaded(file string, err error) {
 	default:
 		log.Info("tls: certificate files changed: reloaded", "file", file)
 	}
-}
-
-// options are the certfiles options of limitd ratelimit: the files looked
-// at every certfiles.DefaultEvery at most.
-func (c *certEvents) options() certfiles.Options {
-	return certfiles.Options{Loaded: c.loaded}
 }
