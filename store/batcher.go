@@ -27,44 +27,33 @@ func WithBatching(maxBatch int) Option {
 	}
 }
 
-// How the batcher sends. A caller that finds no round trip under way and
-// no batch open goes straight to Redis: batching only pays when calls
-// overlap, and a lone caller must not pay the hand-offs. Any other joins
-// the open batch, which leaves, on a connection of its own, at the first of
-// these:
+// How the batcher sends. A caller that finds no round trip under way and no
+// batch open goes straight to Redis: a lone caller pays no hand-off. Any
+// other joins the open batch, which leaves, on a connection of its own, at
+// the first of these:
 //
 //   - it holds maxBatch requests;
-//   - it holds the calls it waits for. A round trip that comes back, having
-//     answered k calls, makes the open batch (opening one if none is) wait
-//     for k more calls than it holds: the callers just answered, which on a
-//     Redis near and busy come back, together with those that arrived
-//     during the round trip. So the callers in flight go out in one large
-//     batch, one round trip under way, rather than in cohorts that take
-//     turns (16 callers in two batches of 8, each its own round trip): a
-//     round trip's read, write and wake-up are most of what Redis spends
-//     per acquire (docs/performance.md). Without a round trip under way,
-//     nothing else would send them;
+//   - it holds the calls it waits for: a round trip that comes back having
+//     answered k calls makes the open batch (opening one) wait for k more
+//     calls than it holds, as on a near, busy Redis those callers come back
+//     at once. So the callers in flight go out in one large batch rather
+//     than in cohorts that take turns: a round trip's read, write and
+//     wake-up are most of what Redis spends per acquire (docs/performance.md);
 //   - it has been open maxLinger, or, while it waits for no calls, as long
-//     as a round trip has lasted lately if that is shorter. On a Redis far
-//     away (round trips longer than maxLinger) a call is sent within
-//     maxLinger of its arrival whatever is in flight, and costs one round
-//     trip, not the rest of another's and then its own; and a batch opened
-//     for callers that do not come back (they were answered and left) is
-//     dropped, or leaves with whoever came.
+//     as a round trip has lasted lately if that is shorter: on a far Redis a
+//     call is sent within maxLinger of its arrival, and a batch opened for
+//     callers that do not come back is dropped, or leaves with whoever came.
 //
 // At most limit round trips are under way, the client's pool size, since
-// each holds a connection until its answer; past it, the open batch keeps
-// gathering, full ones queue, and a round trip that ends takes the oldest.
-// A connection the pool does not have yet costs its handshake (with
-// go-redis, two round trips) the first time; it stays in the pool after.
+// each holds a connection; past it, the open batch keeps gathering, full ones
+// queue, and a round trip that ends takes the oldest.
 //
-// Every call carries its bound (AcquireWithin's within as an instant, or its
-// context's deadline if earlier). A batch's round trip ends by the earliest
-// bound of its calls; a batch's timer answers each of its calls at its bound
-// if nothing did before (one timer a batch, not a call), whether it waits
-// to leave or is in flight; and a worker drops a call whose bound has passed
-// rather than send it. So no caller waits past its bound, however many
-// there are, and a caller that has given up takes no permits.
+// Every call carries its bound (AcquireWithin's within, or its context's
+// deadline if earlier). A batch's round trip ends by the earliest bound of
+// its calls, a batch's timer (one a batch, not a call) answers each of its
+// calls at its bound, and a worker drops a call whose bound has passed
+// rather than send it: no caller waits past its bound, however many there
+// are, and a caller that has given up takes no permits.
 const maxLinger = time.Millisecond
 
 // batchTimeout bounds a batch whose calls have no bound.
@@ -157,6 +146,27 @@ type waiting struct {
 
 func (w waiting) pending() bool { return w.c.state.Load() == w.gen<<1 }
 func (w waiting) claim() bool   { return w.c.state.CompareAndSwap(w.gen<<1, w.gen<<1|1) }
+
+// live reports whether w still waits for an answer at now, answering it if
+// its caller gave up or its bound has passed; earliest moves to its bound.
+func (w waiting) live(now time.Time, earliest *time.Time) bool {
+	if !w.pending() {
+		return false
+	}
+	err := w.c.ctx.Err()
+	if u := w.c.until; err == nil && !u.IsZero() {
+		if !now.Before(u) {
+			err = context.DeadlineExceeded
+		} else if earliest.IsZero() || u.Before(*earliest) {
+			*earliest = u
+		}
+	}
+	if err != nil {
+		w.fail(wrapErr(err))
+		return false
+	}
+	return true
+}
 
 // fail answers w with err, unless it has its answer.
 func (w waiting) fail(err error) {
@@ -301,7 +311,9 @@ func (b *batcher) openBatch() *batch {
 func (b *batcher) seal() {
 	bt := b.open
 	b.open = nil
-	b.lingerDone()
+	// A linger left to fire after its batch has gone wakes an idle
+	// processor for nothing, which costs more per acquire than the stop.
+	b.linger.Stop()
 	if b.inflight < b.limit {
 		b.start(bt)
 		return
@@ -338,13 +350,6 @@ func (b *batcher) lingered() {
 		b.seal()
 	}
 }
-
-// lingerDone stops the linger of an open batch that leaves. A linger left
-// to fire after its batch has gone wakes an idle processor for nothing (on
-// a near Redis most batches leave as a round trip comes back, before their
-// linger), and that wake-up cost more CPU per acquire than the stop.
-// Called with b.mu.
-func (b *batcher) lingerDone() { b.linger.Stop() }
 
 // directDone ends a direct call's round trip, which took took, and starts
 // what may start.
@@ -436,19 +441,7 @@ func (b *batcher) run(bt *batch, m *workerMem) *batch {
 	m.calls, m.reqs = m.calls[:0], m.reqs[:0]
 	var earliest time.Time
 	for _, w := range bt.calls {
-		if !w.pending() {
-			continue
-		}
-		err := w.c.ctx.Err()
-		if u := w.c.until; err == nil && !u.IsZero() {
-			if !now.Before(u) {
-				err = context.DeadlineExceeded
-			} else if earliest.IsZero() || u.Before(earliest) {
-				earliest = u
-			}
-		}
-		if err != nil {
-			w.fail(wrapErr(err))
+		if !w.live(now, &earliest) {
 			continue
 		}
 		m.calls = append(m.calls, w)
@@ -512,7 +505,7 @@ func (b *batcher) run(bt *batch, m *workerMem) *batch {
 		b.queue = b.queue[1:]
 	case b.open != nil && len(b.open.calls) > 0 && (b.open.want == 0 || !time.Now().Before(b.lingerAt)):
 		next, b.open = b.open, nil // waiting for nobody, or no longer
-		b.lingerDone()
+		b.linger.Stop()
 	}
 	if next == nil {
 		b.running--
@@ -543,20 +536,10 @@ func (b *batcher) expire(bt *batch) {
 	live, n := bt.calls[:0], 0
 	var next time.Time
 	for _, w := range bt.calls {
-		if !w.pending() {
-			continue
+		if w.live(now, &next) {
+			live = append(live, w)
+			n += w.n
 		}
-		if u := w.c.until; !u.IsZero() {
-			if !now.Before(u) {
-				w.fail(wrapErr(context.DeadlineExceeded))
-				continue
-			}
-			if next.IsZero() || u.Before(next) {
-				next = u
-			}
-		}
-		live = append(live, w)
-		n += w.n
 	}
 	clear(bt.calls[len(live):])
 	bt.calls, bt.n, bt.earliest = live, n, next
@@ -608,10 +591,7 @@ func (b *batcher) stop() {
 		}
 		b.open, b.queue = nil, nil
 		for _, bt := range waiting {
-			for _, w := range bt.calls {
-				w.fail(ErrClosed)
-			}
-			b.recycle(bt)
+			b.closeBatch(bt)
 		}
 		close(b.done)
 	}
@@ -622,14 +602,19 @@ func (b *batcher) stop() {
 	for { // a batch handed to a worker that saw done first
 		select {
 		case bt := <-b.ready:
-			for _, w := range bt.calls {
-				w.fail(ErrClosed)
-			}
-			b.recycle(bt)
+			b.closeBatch(bt)
 		default:
 			return
 		}
 	}
+}
+
+// closeBatch answers bt's calls with ErrClosed and frees it. Called with b.mu.
+func (b *batcher) closeBatch(bt *batch) {
+	for _, w := range bt.calls {
+		w.fail(ErrClosed)
+	}
+	b.recycle(bt)
 }
 
 // failAll is n outcomes of err.
