@@ -265,10 +265,7 @@ func (s *Store) acquireCallOnce(ctx context.Context, groups []multiGroup, maxWai
 	if !ok || len(rep) == 0 {
 		return false, nil, fmt.Errorf("store: acquire_all: %w", badReply("reply %v (%T), want an array", v, v))
 	}
-	u := answerUnpacker(rep[0])
-	if !u.isText && u.err == nil {
-		s.floors.useBinary()
-	}
+	u := s.answerUnpacker(rep[0])
 	granted, sent := true, false
 	for _, g := range groups {
 		o := Outcome{}

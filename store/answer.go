@@ -134,11 +134,16 @@ func (o Outcome) withPermits(n int64) Outcome {
 	return o
 }
 
-// answerUnpacker reads acquire.lua's reply, v.
-func answerUnpacker(v any) unpacker {
-	s, ok := v.(string)
+// answerUnpacker reads acquire.lua's reply, v; a binary one switches the
+// floors to binary.
+func (s *Store) answerUnpacker(v any) unpacker {
+	str, ok := v.(string)
 	if !ok {
 		return unpacker{err: badReply("answer %v (%T), want a string", v, v)}
 	}
-	return newUnpacker(s)
+	u := newUnpacker(str)
+	if !u.isText {
+		s.floors.useBinary()
+	}
+	return u
 }

@@ -130,10 +130,7 @@ retry:
 			sc.fail(c, out, wrapErr(err))
 			continue
 		}
-		u := answerUnpacker(v)
-		if !u.isText && u.err == nil {
-			s.floors.useBinary()
-		}
+		u := s.answerUnpacker(v)
 		for _, g := range sc.groups[c.from:c.to] {
 			r := g.first
 			decodeAnswer(g.name, &u, g.m, func(_ int, o Outcome) {

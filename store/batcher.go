@@ -217,7 +217,7 @@ func (b *batcher) acquire(ctx context.Context, req Request, until time.Time) (li
 		b.inflight++
 		b.mu.Unlock()
 		start := time.Now()
-		d, err := b.s.acquireDirectUntil(ctx, req, until)
+		d, err := b.s.acquireDirect(ctx, req, until)
 		b.directDone(time.Since(start))
 		return d, err
 	}

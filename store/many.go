@@ -77,11 +77,8 @@ func (s *Store) askWithBounds(ctx context.Context, reqs []Request, out []Outcome
 // allows) as at a context deadline, without asking again for calendar
 // bounds.
 func (s *Store) acquireManyDirectUntil(ctx context.Context, reqs []Request, until time.Time) []Outcome {
-	if !until.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, until)
-		defer cancel()
-	}
+	ctx, cancel := withUntil(ctx, until)
+	defer cancel()
 	out := make([]Outcome, len(reqs))
 	s.acquireMany(ctx, reqs, out, new(batchScratch))
 	return out
