@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -17,8 +18,7 @@ import (
 
 // Client defaults of NewClient. A rate limiter must answer quickly or not at
 // all: when Redis is gone, callers should learn it (ErrUnavailable) in well
-// under a second, not after go-redis' defaults of 5 s timeouts, three retries
-// and five dial attempts 100 ms apart for each of them.
+// under a second, not after go-redis' 5 s timeouts and retries.
 const (
 	DialTimeout  = 500 * time.Millisecond
 	ReadTimeout  = 500 * time.Millisecond
@@ -47,15 +47,9 @@ const (
 //     credentials or TLS.
 //   - a lone host:port: a single node.
 //
-// Timeouts the URL does not set are short (DialTimeout, ReadTimeout,
-// WriteTimeout, MaxRetries), and context deadlines are honoured. A cluster
-// client reloads its slot map as soon as a node fails or refuses a command
-// (a failover), and a Sentinel client drops its connections to a master that
-// answers READONLY (demoted), see failover.go.
-//
-// Bad input is a *URLError, which matches ErrInvalid, naming the part at
-// fault; no password appears in it (RedactURL). The caller owns the client and closes
-// it.
+// Timeouts the URL does not set are short (DialTimeout, ...), context
+// deadlines are honoured, and the client follows failovers (failover.go).
+// Bad input is a *URLError. The caller owns the client and closes it.
 func NewClient(rawURL string) (redis.UniversalClient, error) {
 	return NewClientTLS(rawURL, nil)
 }
@@ -111,13 +105,13 @@ func newClient(s string, tlsConfig *tls.Config) (redis.UniversalClient, error) {
 	switch {
 	case q.Has("master_name"):
 		opt, err := redis.ParseFailoverURL(s)
+		if err == nil && opt.MasterName == "" {
+			err = errors.New("master_name is empty: name the master the Sentinels monitor")
+		}
+		if err == nil {
+			err = checkAddrs(opt.SentinelAddrs)
+		}
 		if err != nil {
-			return nil, bad(err)
-		}
-		if opt.MasterName == "" {
-			return nil, bad(errors.New("master_name is empty: name the master the Sentinels monitor"))
-		}
-		if err := checkAddrs(opt.SentinelAddrs); err != nil {
 			return nil, bad(err)
 		}
 		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
@@ -129,10 +123,10 @@ func newClient(s string, tlsConfig *tls.Config) (redis.UniversalClient, error) {
 			return nil, bad(fmt.Errorf("database %q: a cluster has only database 0", db))
 		}
 		opt, err := redis.ParseClusterURL(s)
-		if err != nil {
-			return nil, bad(err)
+		if err == nil {
+			err = checkAddrs(opt.Addrs)
 		}
-		if err := checkAddrs(opt.Addrs); err != nil {
+		if err != nil {
 			return nil, bad(err)
 		}
 		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
@@ -141,10 +135,10 @@ func newClient(s string, tlsConfig *tls.Config) (redis.UniversalClient, error) {
 		return followCluster(redis.NewClusterClient(opt)), nil
 	default:
 		opt, err := redis.ParseURL(s)
-		if err != nil {
-			return nil, bad(err)
+		if err == nil {
+			err = checkAddrs([]string{opt.Addr})
 		}
-		if _, err := checkAddr(opt.Addr); err != nil {
+		if err != nil {
 			return nil, bad(err)
 		}
 		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
@@ -198,8 +192,7 @@ func parseErr(err error) error {
 	return err
 }
 
-// checkAddrs checks every host:port of a URL's nodes (its Sentinels, or its
-// cluster's seeds).
+// checkAddrs checks every host:port of a URL's nodes.
 func checkAddrs(addrs []string) error {
 	for _, a := range addrs {
 		if _, err := checkAddr(a); err != nil {
@@ -234,26 +227,14 @@ func checkAddr(a string) (string, error) {
 // left them unset; the three option types of go-redis share the fields but no
 // type.
 func shortTimeouts(dial, read, write *time.Duration, retries, dialerRetries *int) {
-	*dial = orDefault(*dial, DialTimeout)
-	*read = orDefault(*read, ReadTimeout)
-	*write = orDefault(*write, WriteTimeout)
-	if *retries == 0 {
-		*retries = MaxRetries
-	}
-	if *dialerRetries == 0 {
-		*dialerRetries = 1
-	}
+	*dial = cmp.Or(*dial, DialTimeout)
+	*read = cmp.Or(*read, ReadTimeout)
+	*write = cmp.Or(*write, WriteTimeout)
+	*retries = cmp.Or(*retries, MaxRetries)
+	*dialerRetries = cmp.Or(*dialerRetries, 1)
 }
 
-func orDefault(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
-}
-
-// redacted stands in for a hidden secret.
-const redacted = "xxxxx"
+const redacted = "xxxxx" // stands in for a hidden secret
 
 // secretParam matches a query parameter that carries a secret (password=,
 // sentinel_password=, …) up to the end of its value.

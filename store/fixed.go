@@ -15,31 +15,22 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// Fixed windows counted in plain Redis integers, without a script: a rate
-// limit service's rate_limit rules under the reference's counting
-// (Request.Fixed). A counter's window is chosen from Redis' clock as the
-// store estimates it (the local monotonic clock plus an offset sampled from
-// a TIME sent in every pipeline, wrong by at most the round trip that
-// sampled it); its hits in a batch are added by one INCRBY, and its expiry
-// is set by one PEXPIRE per window, when the INCRBY created the key.
-//
-// Layout: a window's count is the integer at
+// Fixed windows counted in plain Redis integers, without a script
+// (Request.Fixed). A window's count is the integer at
 //
 //	<prefix>:{<name>}:n:<the window's start, Unix ms>
 //
-// which lives one period and fixedSlack after its first hit, and is never
-// touched once its window has ended. A window whose count went past its
-// limit goes on counting (the reference's counting).
-//
-// Bounds: a hit is counted in the window that holds the estimate when it is
-// sent; Redis counts it between the send and the answer, so a hit sent
-// within one round trip of a window's end may land in either window. When
-// the estimate cannot be bounded (no sample yet, the last one older than
-// fixedMaxAge, or from a round trip longer than fixedMaxRTT) the call goes
-// to fixedScript, which reads Redis' TIME itself and counts in the same
-// keys; and a call whose pipeline's TIME shows that the estimate was off by
-// more than that round trip (the local clock jumped) takes its hits back
-// from the window it chose and counts them by the script.
+// which lives one period and fixedSlack after its first hit (one PEXPIRE,
+// when the INCRBY created it) and goes on counting past its limit, as the
+// reference counts. The window is chosen from Redis' clock as the store
+// estimates it: the local monotonic clock plus an offset sampled from a TIME
+// sent in every pipeline, wrong by at most the round trip that sampled it,
+// so a hit sent within one round trip of a window's end may land in either
+// window. Without a bounded estimate (no sample, an old one, or from a round
+// trip longer than fixedMaxRTT) a call goes to fixedScript, which counts in
+// the same keys at Redis' TIME; and a call whose pipeline's TIME shows the
+// estimate off by more than its bound (the local clock jumped) takes its
+// hits back and counts them by the script.
 
 // Fixed is a fixed window: Limit hits per Period (a whole number of ms),
 // the windows aligned to the Unix epoch.
@@ -49,23 +40,19 @@ type Fixed struct {
 }
 
 const (
-	// fixedMaxRTT is the longest round trip an estimate is trusted from.
-	fixedMaxRTT = 50 * time.Millisecond
-	// fixedMaxAge is how long an estimate is trusted without a new sample.
-	fixedMaxAge = 10 * time.Second
+	fixedMaxRTT = 50 * time.Millisecond // the longest round trip an estimate is trusted from
+	fixedMaxAge = 10 * time.Second      // how long an estimate is trusted without a new sample
 	// fixedSlack is how much longer than its period a count lives: past
 	// its window's end in Redis' clock, whatever the estimate's error.
 	fixedSlack = time.Second
 	// fixedExpireDelay is how long a new count's PEXPIRE waits for a
 	// pipeline to go with before it goes alone.
 	fixedExpireDelay = 100 * time.Millisecond
-	// fixedMaxPending bounds the PEXPIREs kept while Redis does not answer.
-	fixedMaxPending = 1 << 16
+	fixedMaxPending  = 1 << 16 // PEXPIREs kept while Redis does not answer
 )
 
-// fixedKey is the count of name's window starting at start (Unix ns):
-// fixedBase and the start in ms, made in one allocation (every counter of
-// every batch makes one).
+// fixedKey is the count of name's window starting at start (Unix ns): made
+// in one allocation (every counter of every batch makes one).
 func (s *Store) fixedKey(name string, start int64) string {
 	var ms [20]byte
 	return s.prefix + ":{" + name + "}:n:" + string(strconv.AppendInt(ms[:0], start/1e6, 10))
@@ -107,12 +94,11 @@ func (c *fixedClock) init() {
 }
 
 // estimate is Redis' time at local time t, the bound of its error, and
-// whether it is bounded.
+// whether it is bounded. (A sample a concurrent pipeline took after t may be
+// a little later than t; much later, the local clock went back.)
 func (c *fixedClock) estimate(t int64) (now, bound int64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// (a sample a concurrent pipeline took after t may be a little
-	// later than t; much later, the local clock went back)
 	ok = c.sampled && c.rtt <= c.maxRTT && t-c.at <= c.maxAge && c.at-t <= c.maxRTT
 	return t + c.off, c.rtt, ok
 }
@@ -187,9 +173,8 @@ func (c *fixedClock) flush(s *Store) {
 	}
 }
 
-// close stops the timer and queueing, then sends what is queued, once:
-// flush waits for a flush the timer started first, and one the timer
-// started too late to be stopped finds nothing left to send.
+// close stops the timer and queueing, then sends what is queued, once (a
+// flush the timer started waits, or finds nothing left).
 func (c *fixedClock) close(s *Store) {
 	c.mu.Lock()
 	c.closed = true
@@ -274,8 +259,7 @@ func (s *Store) countFixed(ctx context.Context, fc *fixedCount, reqs []Request, 
 	s.finishFixed(ctx, fc, reqs, out)
 }
 
-// finishFixed counts by the script what fc's pipeline could not count (all
-// of it when its commands were not queued; else they have been read), and
+// finishFixed counts by the script what fc's pipeline could not count, and
 // writes the outcomes of fc's requests into out.
 func (s *Store) finishFixed(ctx context.Context, fc *fixedCount, reqs []Request, out []Outcome) {
 	gs := fc.gs
@@ -333,10 +317,9 @@ func fixedDecision(limit, count, n, now, end int64) limitd.Decision {
 		Now: now, Scheduled: now, Start: now, Position: end, Window: true, Limit: limit, Instance: true}
 }
 
-// queueFixed queues on p the commands that count fc's groups by INCRBY
-// (GET for a check) in windows chosen from the estimate now, with a TIME
-// and the queued PEXPIREs. It returns false, having queued nothing, when
-// the estimate is not bounded.
+// queueFixed queues on p an INCRBY (GET for a check) per group of fc in
+// the window of the estimate now, a TIME and the queued PEXPIREs; false,
+// having queued nothing, when the estimate is not bounded.
 func (s *Store) queueFixed(ctx context.Context, p redis.Pipeliner, fc *fixedCount) bool {
 	fc.t0 = s.fixed.now()
 	est, bound, ok := s.fixed.estimate(fc.t0)
@@ -364,9 +347,8 @@ func (s *Store) queueFixed(ctx context.Context, p redis.Pipeliner, fc *fixedCoun
 }
 
 // readFixed reads the answers of queueFixed's commands, just after their
-// pipeline came back. A group whose window the pipeline's TIME shows
-// wrong, the estimate having been off by more than its bound, is marked
-// againScript.
+// pipeline came back, marking againScript a group whose window the
+// pipeline's TIME shows wrong.
 func (s *Store) readFixed(fc *fixedCount) {
 	t1 := s.fixed.now()
 	est, bound, rtt := fc.est, fc.bound, t1-fc.t0
@@ -442,10 +424,8 @@ func (s *Store) fixedAgain(ctx context.Context, gs []*fixedGroup) {
 	}
 }
 
-// fixedScript counts gs by lua/fixed.lua, in the keys queueFixed counts
-// in but from Redis' own TIME: one call on a single server, one per
-// counter elsewhere (keys of different slots). It samples the clock from
-// that TIME.
+// fixedScript counts gs by lua/fixed.lua at Redis' own TIME, which it
+// samples: one call on a single server, one per counter elsewhere.
 func (s *Store) fixedScript(ctx context.Context, gs []fixedGroup) {
 	type call struct {
 		gs     []fixedGroup
