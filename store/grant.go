@@ -12,9 +12,6 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// Grants: k permits for a client pool, taken from the shared schedule in one
-// call, and their hand-back (Release).
-
 // grantCall runs grant.lua (see grant_main in lua/lib.lua).
 func (s *Store) grantCall(ctx context.Context, name string, n int64, maxWait time.Duration) ([]any, error) {
 	keys, tpl, err := s.target(ctx, name)
@@ -52,7 +49,7 @@ func (s *Store) Grant(ctx context.Context, name string, k int64, maxWait time.Du
 // decodeGrant reads grant.lua's reply to a grant on name: {code, granted,
 // permits, ep, sched, start, delay, lateness, wait, retry_after, version,
 // now_us, instance, rem_before, next_after, whole, frac, den, burst, kind,
-// max_permits} (grant_main in lua/lib.lua).
+// max_permits[, limit]}.
 func decodeGrant(name string, v []any) (limitd.Grant, error) {
 	r := &reply{v: v}
 	g := limitd.Grant{Decision: decodeDecision(r), Name: name}
@@ -79,19 +76,14 @@ func decodeGrant(name string, v []any) (limitd.Grant, error) {
 		if r.has(21) { // its limit (max_permits is 1 for a limit of 0)
 			g.Limit = r.int(21)
 		}
-		if err := r.check("grant", name); err != nil {
-			return limitd.Grant{}, err
-		}
 	}
-	return g, nil
+	return g, r.check("grant", name)
 }
 
-// Release hands back the last m permits of a grant that the pool will not use.
-// If nothing was taken from the schedule since the grant, the schedule is
-// rewound and the next caller gets them; otherwise their time is counted as
-// idle. It reports whether the schedule was rewound. A grant is handed back
-// once: a second Release of the same grant (within an hour of its end)
-// changes nothing and reports false.
+// Release hands back the last m permits of a grant that the pool will not
+// use, and reports whether the schedule was rewound (nothing was taken from
+// it since the grant) rather than their time counted as idle. A second
+// Release of the same grant (within an hour of its end) changes nothing.
 func (s *Store) Release(ctx context.Context, g limitd.Grant, m int64) (bool, error) {
 	if !g.Granted || m <= 0 {
 		return false, nil
@@ -113,8 +105,7 @@ func (s *Store) Release(ctx context.Context, g limitd.Grant, m int64) (bool, err
 	if err := replyErr("release", g.Name, v); err != nil {
 		return false, err
 	}
-	// {1, rewound, now_us, position, again}, or {1, 0} if not started
-	rep := &reply{v: v}
+	rep := &reply{v: v} // {1, rewound, now_us, position, again}, or {1, 0} if not started
 	rewound := rep.flag(1)
 	if rep.has(2) {
 		now := rep.int(2) * 1000
@@ -128,10 +119,9 @@ func (s *Store) Release(ctx context.Context, g limitd.Grant, m int64) (bool, err
 	return rewound, rep.check("release", g.Name)
 }
 
-// handbackKey is where release.lua records that a grant was handed back, so
-// that it is handed back once: a key in the limiter's hash tag named after
-// the grant's nonce, drawn when Grant took it (a Grant value made by hand has
-// none: it is named after its decision time, schedule, end and size).
+// handbackKey is where release.lua records that a grant was handed back: a
+// key named after the grant's nonce (one made by hand has none: after its
+// decision time, schedule, end and size).
 func (s *Store) handbackKey(g limitd.Grant) string {
 	nonce := g.Origin().Nonce
 	id := strconv.FormatUint(nonce, 36)

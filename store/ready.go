@@ -169,19 +169,13 @@ const probeTTL = 2 * time.Second // a probe key outlives no check
 func (s *Store) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
-	probe := func(ctx context.Context, c redis.Cmdable, key string) error {
-		return c.Set(ctx, key, "1", probeTTL).Err()
-	}
 	var err error
-	switch c := s.rdb.(type) {
-	case *redis.ClusterClient:
+	if c, ok := s.rdb.(*redis.ClusterClient); ok {
 		err = s.readyCluster(ctx, c)
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
-			return probe(ctx, shard, s.prefix+":ready")
+	} else {
+		err = s.eachNode(ctx, func(ctx context.Context, c redis.Cmdable) error {
+			return c.Set(ctx, s.prefix+":ready", "1", probeTTL).Err()
 		})
-	default:
-		err = probe(ctx, s.rdb, s.prefix+":ready")
 	}
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err()

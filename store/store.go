@@ -119,6 +119,19 @@ func (s *Store) limiterKeys(name string) []string {
 // "<name> <version>" (version 0: deleted; name "*template*": templates changed).
 func (s *Store) Channel() string { return s.prefix + ":changes" }
 
+// eachNode runs f on every master of a cluster, every shard of a ring, or
+// the one server.
+func (s *Store) eachNode(ctx context.Context, f func(context.Context, redis.Cmdable) error) error {
+	node := func(ctx context.Context, c *redis.Client) error { return f(ctx, c) }
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, node)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, node)
+	}
+	return f(ctx, s.rdb)
+}
+
 // run runs op: as a Redis Function where it is one and Redis has them (see
 // functions.go), else as a script.
 func (s *Store) run(ctx context.Context, op string, keys []string, args ...any) ([]any, error) {
