@@ -8,10 +8,8 @@ import (
 
 // AcquireMany decides many acquires, on any limiters, in one round trip per
 // Redis node. The requests of one limiter are decided by one call, in order,
-// at one Redis time, reading and writing the limiter once; on a single Redis
-// server (not a cluster or ring) one call decides up to batchCallSize
-// requests of any limiters, and more calls go out in the same pipeline.
-// Outcomes are in request order.
+// at one Redis time; on a single Redis server one call decides up to
+// batchCallSize requests of any limiters. Outcomes are in request order.
 func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
 	out := s.acquireManyDirectUntil(ctx, reqs, time.Time{})
 	s.askWithBounds(ctx, reqs, out, time.Time{})
@@ -19,11 +17,9 @@ func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
 }
 
 // AcquireManyWithin is AcquireMany whose caller waits at most within (> 0;
-// 0: as long as ctx allows) for Redis to answer, as AcquireWithin (the
-// bound covers every round trip it makes): with batching on, the requests go
-// out together in one batch with those of concurrent callers (one round trip
-// for all of them), else in one AcquireMany of their own. Outcomes are in
-// request order; a request that could not be decided has its Err.
+// 0: as long as ctx allows) for Redis to answer, as AcquireWithin: with
+// batching on, the requests go out in one batch with those of concurrent
+// callers. A request that could not be decided has its Err.
 func (s *Store) AcquireManyWithin(ctx context.Context, reqs []Request, within time.Duration) []Outcome {
 	if len(reqs) == 0 {
 		return nil
@@ -39,10 +35,8 @@ func (s *Store) AcquireManyWithin(ctx context.Context, reqs []Request, within ti
 	return out
 }
 
-// askWithBounds asks again the requests of out that a calendar window
-// could not decide without its bounds, once the bounds are sent
-// (bounds.go), each limiter's bounds once, all by until (zero: as ctx
-// allows).
+// askWithBounds asks again, by until, the requests of out that a calendar
+// window could not decide without its bounds, once they are sent.
 func (s *Store) askWithBounds(ctx context.Context, reqs []Request, out []Outcome, until time.Time) {
 	var again []int
 	sent := map[string]bool{} // name → bounds sent
@@ -73,9 +67,8 @@ func (s *Store) askWithBounds(ctx context.Context, reqs []Request, out []Outcome
 	}
 }
 
-// acquireManyDirectUntil is AcquireMany ending by until (zero: as ctx
-// allows) as at a context deadline, without asking again for calendar
-// bounds.
+// acquireManyDirectUntil is AcquireMany ending by until, without asking
+// again for calendar bounds.
 func (s *Store) acquireManyDirectUntil(ctx context.Context, reqs []Request, until time.Time) []Outcome {
 	ctx, cancel := withUntil(ctx, until)
 	defer cancel()
