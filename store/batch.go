@@ -18,13 +18,11 @@ type Request struct {
 	Name    string
 	Permits int64
 	MaxWait time.Duration // Forever: no bound
-	// Charge takes Permits (≥ 0; 0 is a check) whatever is left, and
-	// Decision.Granted then says whether they fitted within MaxWait (see
+	// Charge takes Permits (≥ 0; 0 is a check) whatever is left (see
 	// Store.Charge).
 	Charge bool
 	// Fixed, with Charge, counts the permits in a fixed window of a plain
-	// Redis integer, Fixed's limit per period, without a script (fixed.go);
-	// not in a limiter's state, nor in a template's.
+	// Redis integer (fixed.go), not in a limiter's state.
 	Fixed *Fixed
 }
 
@@ -37,8 +35,7 @@ type Outcome struct {
 // acquireMany is AcquireMany writing to out, with sc's memory (the batcher
 // keeps one for all its batches).
 func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, sc *batchScratch) {
-	// Fixed windows go in the pipeline of the limiters' calls, the first
-	// time it is sent: a batch that mixes them is one round trip.
+	// Fixed windows go in the first pipeline of the limiters' calls.
 	var fc *fixedCount
 	if slices.ContainsFunc(reqs, func(r Request) bool { return r.Fixed != nil }) {
 		fc = s.fixedCountOf(reqs, out)
@@ -54,7 +51,7 @@ func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, 
 	script := s.scripts[lua.Acquire]
 	fn, gen := s.fn.function(lua.Acquire), s.fn.gen.Load()
 	// exec runs call i if again(i): as a function while fn is set, else as
-	// a script; the fixed windows' commands go with the first.
+	// a script.
 	first := fc != nil
 	exec := func(again func(i int) bool) {
 		fixed := first
@@ -93,9 +90,8 @@ func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, 
 		s.finishFixed(ctx, fc, reqs, out)
 	}
 	// Recover what a node could not run, then run it again: a node without
-	// the library (load it everywhere), a server without functions (scripts
-	// from now on), a node without the script (restart, SCRIPT FLUSH: load it
-	// everywhere). A few rounds cover one of each.
+	// the library or the script (load it), a server without functions
+	// (scripts from now on). A few rounds cover one of each.
 	fnFailed := func(err error) bool { return fnUnsupported(err) || fnMissing(err) }
 retry:
 	for range 4 {
@@ -148,8 +144,8 @@ retry:
 	}
 }
 
-// batchCallSize bounds the requests one call of a batch decides on a single
-// Redis server, so that no call holds Redis for long.
+// batchCallSize bounds the requests one call of a batch decides, so that no
+// call holds Redis for long.
 const batchCallSize = 128
 
 // batchGroup is the requests of one batch for one limiter: m of them, the
@@ -162,16 +158,14 @@ type batchGroup struct {
 }
 
 // batchCall is one call of acquire.lua: the requests of groups[from:to].
-// argv is the command: its name and the function or script (set when it
-// runs), the count of keys, the keys, then the arguments.
+// argv is the command (its first two set when it runs).
 type batchCall struct {
 	from, to int
 	argv     []any
 	cmd      *redis.Cmd
 }
 
-// batchScratch is the memory of a batch: its groups, its calls and their
-// commands, kept from one batch to the next.
+// batchScratch is the memory of a batch, kept from one batch to the next.
 type batchScratch struct {
 	groups []batchGroup
 	byName map[string]int // a group's place in groups
@@ -237,8 +231,7 @@ func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome, s
 		sc.groups[k].m++
 	}
 	// Only a single server takes keys of different slots in one call; a
-	// cluster or ring node gets a call per limiter. A call's argv holds its
-	// keys, then its arguments: a head per limiter and a pair per request.
+	// cluster or ring node gets a call per limiter.
 	_, single := s.rdb.(*redis.Client)
 	argv := sc.argv[:0]
 	for k := 0; k < len(sc.groups); {

@@ -59,8 +59,7 @@ const maxLinger = time.Millisecond
 // batchTimeout bounds a batch whose calls have no bound.
 const batchTimeout = 2 * time.Second
 
-// newBatcher returns s's batcher, or nil without WithBatching. Its workers
-// start as batches need them; stop ends them.
+// newBatcher returns s's batcher, or nil without WithBatching.
 func newBatcher(s *Store) *batcher {
 	if s.batchMax == 0 {
 		return nil
@@ -100,9 +99,7 @@ type batcher struct {
 	running  int           // batches handed to workers and not finished
 	workers  int           // workers started
 	rtt      time.Duration // round trips lately (a moving average): the linger
-	// maxLinger is how long a batch stays open at most (the constant;
-	// tests change it).
-	maxLinger time.Duration
+	maxLinger time.Duration // the constant; tests change it
 
 	linger *time.Timer // lingered, at lingerAt
 	ready  chan *batch // batches for the workers
@@ -351,8 +348,7 @@ func (b *batcher) lingered() {
 	}
 }
 
-// directDone ends a direct call's round trip, which took took, and starts
-// what may start.
+// directDone ends a direct call's round trip and starts what may start.
 func (b *batcher) directDone(took time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -367,9 +363,7 @@ func (b *batcher) directDone(took time.Duration) {
 		b.queue = b.queue[1:]
 		b.start(bt)
 	}
-	// A lone caller's round trip leaves nothing open: it goes straight
-	// to Redis again.
-	if b.open != nil {
+	if b.open != nil { // (a lone caller goes straight to Redis again)
 		b.expect(1)
 	}
 }
@@ -433,9 +427,8 @@ func (b *batcher) work() {
 // run decides bt in one round trip and returns the batch to run next, if
 // one is waiting.
 func (b *batcher) run(bt *batch, m *workerMem) *batch {
-	// The calls to send, read while none can be answered by another: a
-	// caller that gave up, or whose bound passed, must not take permits
-	// that nobody will use.
+	// The calls to send: a caller that gave up, or whose bound passed, must
+	// not take permits that nobody will use.
 	b.mu.Lock()
 	now := time.Now()
 	m.calls, m.reqs = m.calls[:0], m.reqs[:0]
@@ -459,10 +452,7 @@ func (b *batcher) run(bt *batch, m *workerMem) *batch {
 	var took time.Duration
 	if len(m.reqs) > 0 {
 		// The batch runs on its own deadline, the earliest bound of its
-		// calls: one caller giving up must not fail the others, and none
-		// waits past its bound (a client that honours context deadlines
-		// ends the round trip then; bt's timer answers the callers then
-		// whatever the client does).
+		// calls: one caller giving up must not fail the others.
 		end := now.Add(batchTimeout)
 		if !earliest.IsZero() && earliest.Before(end) {
 			end = earliest
@@ -518,8 +508,7 @@ func (b *batcher) run(bt *batch, m *workerMem) *batch {
 
 // expire answers, at a batch's earliest bound, the calls whose bound has
 // passed: all of a running batch (its round trip ends then too), those of
-// a waiting one, which is left with the others, or dropped when none is
-// left.
+// a waiting one, which is dropped when none is left.
 func (b *batcher) expire(bt *batch) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
