@@ -89,16 +89,16 @@ type batcher struct {
 	max   int // requests a batch gathers at most
 	limit int // round trips under way at most
 
-	mu       sync.Mutex
-	closed   bool
-	inflight int       // round trips under way: direct calls and running batches
-	open     *batch    // gathering calls; nil: none
-	lingerAt time.Time // when open has lingered long enough
-	queue    []*batch  // full, waiting for a round trip to end
-	free     []*batch
-	running  int           // batches handed to workers and not finished
-	workers  int           // workers started
-	rtt      time.Duration // round trips lately (a moving average): the linger
+	mu        sync.Mutex
+	closed    bool
+	inflight  int       // round trips under way: direct calls and running batches
+	open      *batch    // gathering calls; nil: none
+	lingerAt  time.Time // when open has lingered long enough
+	queue     []*batch  // full, waiting for a round trip to end
+	free      []*batch
+	running   int           // batches handed to workers and not finished
+	workers   int           // workers started
+	rtt       time.Duration // round trips lately (a moving average): the linger
 	maxLinger time.Duration // the constant; tests change it
 
 	linger *time.Timer // lingered, at lingerAt
