@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"regexp"
@@ -161,7 +162,6 @@ func addTLS(dst, extra *tls.Config) {
 	dst.InsecureSkipVerify = dst.InsecureSkipVerify || extra.InsecureSkipVerify
 }
 
-// newFromList reads host:port[,host:port…].
 func newFromList(s string) (redis.UniversalClient, error) {
 	parts := strings.Split(s, ",")
 	addrs := make([]string, 0, len(parts))
@@ -184,7 +184,7 @@ func newFromList(s string) (redis.UniversalClient, error) {
 	})), nil
 }
 
-// parseErr drops the URL from url.Parse's errors: it may hold a password.
+// parseErr drops the URL, which may hold a password, from url.Parse's errors.
 func parseErr(err error) error {
 	if uerr, ok := errors.AsType[*url.Error](err); ok {
 		return uerr.Err
@@ -224,8 +224,7 @@ func checkAddr(a string) (string, error) {
 }
 
 // shortTimeouts fills in NewClient's short timeouts and retries where a URL
-// left them unset; the three option types of go-redis share the fields but no
-// type.
+// left them unset (go-redis' option types share the fields but no type).
 func shortTimeouts(dial, read, write *time.Duration, retries, dialerRetries *int) {
 	*dial = cmp.Or(*dial, DialTimeout)
 	*read = cmp.Or(*read, ReadTimeout)
@@ -265,7 +264,7 @@ func RedactURL(s string) string {
 }
 
 // scrub removes from msg every secret that raw (a URL) holds, wherever a
-// parser may have echoed it, and then anything RedactURL would hide.
+// parser may have echoed it.
 func scrub(msg, raw string) string {
 	for _, sec := range secrets(raw) {
 		msg = strings.ReplaceAll(msg, sec, redacted)
@@ -274,14 +273,12 @@ func scrub(msg, raw string) string {
 }
 
 // secrets are the strings of raw that may be passwords, longest first: what
-// lies between a ':' or a delimiter and an '@' (user info, wherever a parser
-// may have cut it), and the values of password parameters, as written and
-// decoded.
+// lies between a delimiter and an '@' (user info, wherever a parser may have
+// cut it), and the values of password parameters, as written and decoded.
 func secrets(raw string) []string {
 	seen := map[string]bool{}
 	add := func(v string) {
-		// A secret of a few characters would blot out every such letter
-		// of the message, and hides nothing worth hiding.
+		// (a secret of a few characters would blot out the message)
 		if len(v) < 4 || v == redacted || strings.Contains(v, "://") {
 			return
 		}
@@ -314,10 +311,7 @@ func secrets(raw string) []string {
 	for _, m := range secretParam.FindAllStringSubmatchIndex(raw, -1) {
 		add(raw[m[3]:m[1]])
 	}
-	out := make([]string, 0, len(seen))
-	for v := range seen {
-		out = append(out, v)
-	}
+	out := slices.Collect(maps.Keys(seen))
 	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
 	return out
 }

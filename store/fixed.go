@@ -60,8 +60,8 @@ func (s *Store) fixedKey(name string, start int64) string {
 
 func (s *Store) fixedBase(name string) string { return s.prefix + ":{" + name + "}:n:" }
 
-// fixedClock is the store's estimate of Redis' clock, and the PEXPIREs of
-// the counts it created that have not gone yet.
+// fixedClock is the store's estimate of Redis' clock, and the PEXPIREs not
+// sent yet.
 type fixedClock struct {
 	now            func() int64 // the local monotonic clock, ns (WithLocalClock)
 	maxRTT, maxAge int64        // fixedMaxRTT, fixedMaxAge (tests change them)
@@ -200,8 +200,8 @@ type fixedGroup struct {
 	againScript bool
 }
 
-// fixedCount is the fixed windows of a batch: their groups, and the
-// commands of the pipeline that counts them (queueFixed's).
+// fixedCount is the fixed windows of a batch and the commands that count
+// them (queueFixed's).
 type fixedCount struct {
 	gs         []fixedGroup
 	t0         int64 // when the pipeline was made (the local clock)
@@ -212,8 +212,8 @@ type fixedCount struct {
 	ecs        []*redis.BoolCmd
 }
 
-// fixedCountOf groups the requests of reqs that have Fixed by counter,
-// recording in out those that fail their checks; nil when there is none.
+// fixedCountOf groups the requests of reqs that have Fixed by counter
+// (errors in out); nil when there is none.
 func (s *Store) fixedCountOf(reqs []Request, out []Outcome) *fixedCount {
 	var gs []fixedGroup
 	var by map[string]int
@@ -248,8 +248,7 @@ func (s *Store) fixedCountOf(reqs []Request, out []Outcome) *fixedCount {
 	return &fixedCount{gs: gs}
 }
 
-// countFixed decides fc's requests of reqs into out, in a pipeline of
-// their own.
+// countFixed decides fc's requests into out, in a pipeline of their own.
 func (s *Store) countFixed(ctx context.Context, fc *fixedCount, reqs []Request, out []Outcome) {
 	p := s.rdb.Pipeline()
 	if s.queueFixed(ctx, p, fc) {
@@ -306,8 +305,7 @@ func checkFixed(r *Request) error {
 }
 
 // fixedDecision is a charge of n that brought a window to count, as
-// window.lua's window_rec answers it: within the limit or not, what is
-// left, and when a new hit fits (the window's end, once nothing is left).
+// window.lua's window_rec answers it.
 func fixedDecision(limit, count, n, now, end int64) limitd.Decision {
 	left, delay := limit-count, int64(0)
 	if left < 1 {
@@ -382,10 +380,9 @@ func (s *Store) readFixed(fc *fixedCount) {
 			g.err = wrapErr(err)
 			continue
 		}
-		// Redis read TIME between the send and the answer: an estimate
-		// within its bound puts it in [est − bound, est + rtt + bound].
-		// Beyond, the local clock jumped: the decision is at TIME, and a
-		// count in another window than TIME's is counted again.
+		// An estimate within its bound puts TIME in [est − bound, est + rtt
+		// + bound]; beyond, the local clock jumped: the decision is at TIME,
+		// and a count in another window than TIME's is counted again.
 		if r := tm.UnixNano(); terr == nil && (r < est-bound || r > est+rtt+bound) {
 			if g.start <= r && r < g.start+int64(g.f.Period) {
 				g.now = r
@@ -397,8 +394,7 @@ func (s *Store) readFixed(fc *fixedCount) {
 	s.fixed.expireLater(s, later)
 }
 
-// fixedAgain takes back the hits of groups counted in the wrong window and
-// counts them by the script.
+// fixedAgain takes back gs' hits and counts them by the script.
 func (s *Store) fixedAgain(ctx context.Context, gs []*fixedGroup) {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, g := range gs {
@@ -500,13 +496,11 @@ func mod(a, m int64) int64 {
 	return r
 }
 
-// FixedWait reads name's fixed window of f (see Fixed) that holds Redis'
-// time now, counting nothing, as Wait reads a window limiter's state and as
-// the next charge of name would see it: Wait is the hits left (0 once the
-// count reached f.Limit, however far past it), Delay the time until one is
-// (the window's end once none is), Position that end, Limit f.Limit, Now
-// Redis' time, and Started once the window has counted a hit. A fixed
-// window keeps no totals: Allocated, Idle, Permits and Lateness are 0.
+// FixedWait reads name's fixed window of f that holds Redis' time now,
+// counting nothing, as Wait reads a window limiter's state: Wait is the hits
+// left, Delay the time until one is, Position the window's end, Limit
+// f.Limit, and Started once the window has counted a hit. A fixed window
+// keeps no totals.
 func (s *Store) FixedWait(ctx context.Context, name string, f Fixed) (limitd.WaitInfo, error) {
 	gs, err := s.fixedRead(ctx, []string{name}, f)
 	if err != nil {
@@ -518,8 +512,8 @@ func (s *Store) FixedWait(ctx context.Context, name string, f Fixed) (limitd.Wai
 		Position: d.Position, Window: true, Limit: f.Limit}, nil
 }
 
-// FixedCounts reads the counts of names' fixed windows of period (see
-// Fixed) that hold Redis' time now, counting nothing.
+// FixedCounts reads the counts of names' fixed windows of period that hold
+// Redis' time now, counting nothing.
 func (s *Store) FixedCounts(ctx context.Context, names []string, period time.Duration) ([]int64, error) {
 	gs, err := s.fixedRead(ctx, names, Fixed{Period: period})
 	if err != nil {
@@ -532,8 +526,7 @@ func (s *Store) FixedCounts(ctx context.Context, names []string, period time.Dur
 	return out, nil
 }
 
-// fixedRead reads names' windows of f that hold Redis' time now by the
-// script (hits 0: it counts nothing).
+// fixedRead reads names' windows of f now by the script, counting nothing.
 func (s *Store) fixedRead(ctx context.Context, names []string, f Fixed) ([]fixedGroup, error) {
 	gs := make([]fixedGroup, len(names))
 	for i, n := range names {
@@ -551,12 +544,9 @@ func (s *Store) fixedRead(ctx context.Context, names []string, f Fixed) ([]fixed
 	return gs, nil
 }
 
-// FixedReset starts name's fixed windows of f (see Fixed) afresh: the
-// count of the window now, as Redis' clock has it, and those of the
-// windows before and after it (those a store whose estimate of Redis'
-// clock is off by up to its bound may count in now), are deleted by
-// lua/fixed_reset.lua, so that the next charge counts from nothing. It is
-// idempotent.
+// FixedReset starts name's fixed windows of f afresh: the counts of the
+// window now and of those before and after it (where a store's estimate of
+// Redis' clock may count now) are deleted. It is idempotent.
 func (s *Store) FixedReset(ctx context.Context, name string, f Fixed) error {
 	if err := checkFixed(&Request{Name: name, Charge: true, Fixed: &f}); err != nil {
 		return err
