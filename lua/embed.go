@@ -50,7 +50,6 @@ func Ops() []string { return slices.Clone(ops[:]) }
 var ops = [...]string{Acquire, Grant, Peek, Release, Reset, Configure, Delete, Bounds, Share, Concurrency, ConfigureLease,
 	AcquireAll, Restore, Fixed, FixedReset}
 
-// standalone reports whether op's script is its file alone, without lib.lua.
 func standalone(op string) bool {
 	switch op {
 	case Share, Concurrency, ConfigureLease, Restore, Fixed, FixedReset:

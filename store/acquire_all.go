@@ -170,7 +170,6 @@ func (s *Store) takeGroup(ctx context.Context, groups []multiGroup, maxWait time
 	return granted, ws, r.check("acquire_all", groups[0].req.Name)
 }
 
-// checkRequestName checks the name of the request at index i.
 func checkRequestName(i int, name string) error {
 	if fe, ok := errors.AsType[*limiter.FieldError](limitd.CheckNameAs("name", name)); ok {
 		return limiter.RequestFieldError(i, "name", fe.Rule, fe.Value)

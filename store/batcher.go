@@ -606,7 +606,6 @@ func (b *batcher) closeBatch(bt *batch) {
 	b.recycle(bt)
 }
 
-// failAll is n outcomes of err.
 func failAll(n int, err error) []Outcome {
 	out := make([]Outcome, n)
 	for i := range out {

@@ -192,7 +192,6 @@ func parseErr(err error) error {
 	return err
 }
 
-// checkAddrs checks every host:port of a URL's nodes.
 func checkAddrs(addrs []string) error {
 	for _, a := range addrs {
 		if _, err := checkAddr(a); err != nil {

@@ -50,7 +50,6 @@ func (s *Store) ReleaseSlot(ctx context.Context, name, id string) error {
 	return err
 }
 
-// slotCall runs concurrency.lua's op for lease id.
 func (s *Store) slotCall(ctx context.Context, name, op, id string) (limitd.SlotLease, error) {
 	if err := limitd.CheckName(name); err != nil {
 		return limitd.SlotLease{}, err

@@ -114,7 +114,6 @@ func (c *fixedClock) sample(redisNow, t0, t1 int64) {
 	c.rtt, c.at, c.sampled = t1-t0, t1, true
 }
 
-// forget drops the estimate until the next sample.
 func (c *fixedClock) forget() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -248,7 +247,6 @@ func (s *Store) fixedCountOf(reqs []Request, out []Outcome) *fixedCount {
 	return &fixedCount{gs: gs}
 }
 
-// countFixed decides fc's requests into out, in a pipeline of their own.
 func (s *Store) countFixed(ctx context.Context, fc *fixedCount, reqs []Request, out []Outcome) {
 	p := s.rdb.Pipeline()
 	if s.queueFixed(ctx, p, fc) {
@@ -291,7 +289,6 @@ func (s *Store) finishFixed(ctx context.Context, fc *fixedCount, reqs []Request,
 	}
 }
 
-// checkFixed checks a fixed request's window.
 func checkFixed(r *Request) error {
 	switch f := r.Fixed; {
 	case !r.Charge:
@@ -526,7 +523,6 @@ func (s *Store) FixedCounts(ctx context.Context, names []string, period time.Dur
 	return out, nil
 }
 
-// fixedRead reads names' windows of f now by the script, counting nothing.
 func (s *Store) fixedRead(ctx context.Context, names []string, f Fixed) ([]fixedGroup, error) {
 	gs := make([]fixedGroup, len(names))
 	for i, n := range names {

@@ -41,7 +41,6 @@ func (f *floorSet) shard(name string) *floorShard {
 	return &f.shards[maphash.String(f.seed, name)%floorShards]
 }
 
-// get returns name's floor (ok false: none).
 func (f *floorSet) get(name string) (limiter.Floor, bool) {
 	if f.perCap == 0 {
 		return limiter.Floor{}, false

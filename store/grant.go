@@ -12,7 +12,6 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// grantCall runs grant.lua (see grant_main in lua/lib.lua).
 func (s *Store) grantCall(ctx context.Context, name string, n int64, maxWait time.Duration) ([]any, error) {
 	keys, tpl, err := s.target(ctx, name)
 	if err != nil {

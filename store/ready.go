@@ -135,7 +135,6 @@ func redisCondition(err error) string {
 	return ""
 }
 
-// transportCondition names a failure that is not a Redis reply.
 func transportCondition(err error) string {
 	var ne net.Error
 	switch {

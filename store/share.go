@@ -88,22 +88,13 @@ func leaseFields(c limiter.Config) ([]any, error) {
 // ceilUS is ns rounded up to µs (see lua/share.lua for why that is exact).
 func ceilUS(ns int64) int64 { return (ns + 999) / 1000 }
 
-// leaseReplyErr maps the errors of share.lua and concurrency.lua.
+// leaseReplyErr maps the errors of share.lua and concurrency.lua, whose -2
+// is replyNotHeld (the caller's to read), not replyPermitsRange.
 func leaseReplyErr(name string, want limiter.Kind, v []any) error {
-	r := &reply{v: v}
-	switch r.int(0) {
-	case replyOK, replyNotHeld: // the latter: the caller's, see there
+	if r := (reply{v: v}); r.int(0) == replyNotHeld && r.err == nil {
 		return nil
-	case replyNotFound:
-		return fmt.Errorf("limiter %q: %w", name, ErrNotFound)
-	case replyOtherKind:
-		if kind := r.str(1); r.err == nil {
-			return kindConflict(name, limiter.Kind(kind))
-		}
-	default:
-		r.fail(0, "not a reply code")
 	}
-	return r.check(string(want), name)
+	return replyErr(string(want), name, v)
 }
 
 // kindConflict is the error of a call a limiter of kind k does not take: it

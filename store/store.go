@@ -142,7 +142,6 @@ func (s *Store) run(ctx context.Context, op string, keys []string, args ...any) 
 	return a, nil
 }
 
-// runAny is run for a reply of any type.
 func (s *Store) runAny(ctx context.Context, op string, keys []string, args ...any) (any, error) {
 	v, ok, err := s.fcall(ctx, op, keys, args)
 	if !ok {

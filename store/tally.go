@@ -99,7 +99,6 @@ func newInterval() interval {
 	return interval{limiters: map[string]int32{}, instances: map[string]int32{}, templates: map[string]*limitd.Counts{}}
 }
 
-// reset empties t for another interval, keeping its room.
 func (t *interval) reset() {
 	clear(t.limiters)
 	clear(t.instances)
@@ -313,7 +312,6 @@ func (a topEntry) before(b topEntry) bool {
 	return a.n > b.n || a.n == b.n && a.name < b.name
 }
 
-// offer adds name's count n (nothing when n is 0).
 func (t *top) offer(name string, n int64) {
 	if n == 0 || t.k <= 0 {
 		return
