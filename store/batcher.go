@@ -15,9 +15,8 @@ import (
 
 // WithBatching makes Acquire batch concurrent callers automatically: calls
 // that overlap go out together, up to maxBatch requests a batch (< 1: 64),
-// decided by one call of the script. It pays when many goroutines share one
-// store; a lone caller sees no extra delay. The option only configures: New
-// starts the batcher (once, whatever the options) and Close stops it.
+// decided by one call of the script; a lone caller sees no extra delay. New
+// starts the batcher and Close stops it.
 func WithBatching(maxBatch int) Option {
 	return func(s *Store) {
 		if maxBatch < 1 {
@@ -109,15 +108,13 @@ type batcher struct {
 
 // call is one caller's requests, decided in one batch.
 type call struct {
-	ctx  context.Context
-	reqs []Request
-	res  []Outcome // the outcomes, in order, once done is signalled
-	// until is when the caller stops waiting (zero: when ctx ends).
-	until time.Time
-	// state is the call's generation times 2, plus 1 once answered. A call
-	// is answered once (claim), by a worker or a batch's timer, and a call
-	// that got its answer is reused under the next generation, which no
-	// batch that held it before can claim.
+	ctx   context.Context
+	reqs  []Request
+	res   []Outcome // the outcomes, in order, once done is signalled
+	until time.Time // when the caller stops waiting (zero: when ctx ends)
+	// state is the call's generation times 2, plus 1 once answered (claim,
+	// by a worker or a batch's timer): a call reused under the next
+	// generation cannot be claimed by a batch that held it before.
 	state atomic.Uint64
 	done  chan struct{}
 	one   [1]Request
@@ -134,7 +131,7 @@ func (c *call) reuse() {
 }
 
 // waiting is a call as a batch holds it: the generation it joined under, and
-// its number of requests (read while c could not be reused).
+// its number of requests.
 type waiting struct {
 	c   *call
 	gen uint64
@@ -179,8 +176,7 @@ type batchState uint8
 
 const (
 	batchFree    batchState = iota // in the free list
-	batchOpen                      // gathering calls
-	batchQueued                    // full, waiting for a round trip to end
+	batchWaiting                   // gathering calls, or queued
 	batchRunning                   // with a worker
 )
 
@@ -202,8 +198,7 @@ func callBound(ctx context.Context, until time.Time) time.Time {
 	return until
 }
 
-// acquire decides req, waiting until until at most (zero: as long as ctx
-// allows).
+// acquire decides req, waiting until until at most (zero: as ctx allows).
 func (b *batcher) acquire(ctx context.Context, req Request, until time.Time) (limitd.Decision, error) {
 	b.mu.Lock()
 	if b.closed {
@@ -231,8 +226,7 @@ func (b *batcher) acquire(ctx context.Context, req Request, until time.Time) (li
 	return o.Decision, o.Err
 }
 
-// acquireMany decides reqs in one batch and returns their outcomes, in
-// order, waiting until until at most (zero: as long as ctx allows).
+// acquireMany decides reqs in one batch, waiting until until at most.
 func (b *batcher) acquireMany(ctx context.Context, reqs []Request, until time.Time) []Outcome {
 	b.mu.Lock()
 	if b.closed {
@@ -257,8 +251,7 @@ func (b *batcher) acquireMany(ctx context.Context, reqs []Request, until time.Ti
 	return c.res
 }
 
-// wait waits for c's answer (nil: c.res holds it) or the end of ctx. Every
-// call a batch holds is answered: by a worker, at its bound, or by stop.
+// wait waits for c's answer (nil: c.res holds it) or the end of ctx.
 func (b *batcher) wait(ctx context.Context, c *call) error {
 	select {
 	case <-c.done:
@@ -290,11 +283,11 @@ func (b *batcher) add(c *call) {
 	}
 }
 
-// openBatch opens a batch that lingers as long as a round trip has lasted
-// lately, at most maxLinger. Called with b.mu, no batch open.
+// openBatch opens a batch that lingers as long as a round trip lately, at
+// most maxLinger. Called with b.mu, no batch open.
 func (b *batcher) openBatch() *batch {
 	bt := b.newBatch()
-	bt.state = batchOpen
+	bt.state = batchWaiting
 	bt.opened = time.Now()
 	b.open = bt
 	d := min(b.rtt, b.maxLinger)
@@ -315,7 +308,7 @@ func (b *batcher) seal() {
 		b.start(bt)
 		return
 	}
-	bt.state = batchQueued
+	bt.state = batchWaiting
 	b.queue = append(b.queue, bt)
 }
 
@@ -334,7 +327,7 @@ func (b *batcher) start(bt *batch) {
 }
 
 // lingered sends the open batch once it has lingered, if fewer than limit
-// round trips are under way; if not, it goes on gathering until one ends.
+// round trips are under way.
 func (b *batcher) lingered() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -368,9 +361,9 @@ func (b *batcher) directDone(took time.Duration) {
 	}
 }
 
-// expect makes the open batch wait for answered more calls (opening one if
-// none is), the callers of a round trip that came back, until maxLinger
-// after it opened. Called with b.mu, before those callers are answered.
+// expect makes the open batch (opening one) wait for answered more calls,
+// the callers of a round trip that came back, until maxLinger after it
+// opened. Called with b.mu, before those callers are answered.
 func (b *batcher) expect(answered int) {
 	if answered == 0 {
 		return
@@ -424,8 +417,7 @@ func (b *batcher) work() {
 	}
 }
 
-// run decides bt in one round trip and returns the batch to run next, if
-// one is waiting.
+// run decides bt in one round trip and returns the batch to run next.
 func (b *batcher) run(bt *batch, m *workerMem) *batch {
 	// The calls to send: a caller that gave up, or whose bound passed, must
 	// not take permits that nobody will use.
@@ -464,8 +456,7 @@ func (b *batcher) run(bt *batch, m *workerMem) *batch {
 		b.s.acquireMany(ctx, m.reqs, m.outs, &m.sc)
 		took = time.Since(start)
 		cancel()
-		// The open batch waits for these callers, told before they are
-		// answered, so that none of them can have joined it yet.
+		// Told before they are answered: none can have joined it yet.
 		b.mu.Lock()
 		b.sample(took)
 		if !b.closed {
@@ -567,8 +558,8 @@ func (b *batcher) recycle(bt *batch) {
 	b.free = append(b.free, bt)
 }
 
-// stop answers every call still waiting to leave with ErrClosed and waits
-// for the round trips under way.
+// stop answers every call waiting to leave with ErrClosed and waits for the
+// round trips under way.
 func (b *batcher) stop() {
 	b.mu.Lock()
 	if !b.closed {
