@@ -88,9 +88,6 @@ func (s *Store) Close() error {
 // Client returns the Redis client the store uses.
 func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
-// Prefix returns the key prefix.
-func (s *Store) Prefix() string { return s.prefix }
-
 // limiterKey is a named limiter's hash (kind, version, config), stateKey its
 // packed state (x in lua/lib.lua), instanceKey a template instance's;
 // clientsKey a share limiter's leases by client, slotsKey a concurrency
@@ -220,9 +217,6 @@ func pipelineErr(cmds []redis.Cmder, err error) {
 		c.SetErr(err)
 	}
 }
-
-// Ping reports whether Redis answers. Ready tells more: whether it can serve.
-func (s *Store) Ping(ctx context.Context) error { return wrapErr(s.rdb.Ping(ctx).Err()) }
 
 // paramArgs encodes engine parameters as the scripts take them (see Layouts
 // in lua/lib.lua): the kind, the slice, max_permits, the kind's own

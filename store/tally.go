@@ -210,10 +210,6 @@ func (t *interval) addNamed(m map[string]int32, name, template string, c limitd.
 // because the interval had MaxNames names already.
 func (t *Tally) Overflow() int64 { return t.overflow.Load() }
 
-// Failed is how many flushes Redis did not take (their counts were kept
-// for the next, as far as MaxNames allows).
-func (t *Tally) Failed() int64 { return t.failed.Load() }
-
 // Flush adds what was counted since the last flush to Redis and starts a
 // new interval. When Redis does not take it, the counts go back into the
 // new interval (as far as MaxNames allows) and the error is returned.
