@@ -145,19 +145,14 @@ func (s *Store) readCounts(ctx context.Context, keys []string) ([]limitd.Counts,
 			return nil, badReply("totals: HMGET answered %d values", len(v))
 		}
 		var n [4]int64
+		r := &reply{v: v}
 		for j, x := range v {
-			if x == nil {
-				continue
+			if x != nil { // a count never added
+				n[j] = r.int(j)
 			}
-			str, ok := x.(string)
-			if !ok {
-				return nil, badReply("totals %s: %v", countFields[j], x)
-			}
-			y, err := strconv.ParseInt(str, 10, 64)
-			if err != nil {
-				return nil, badReply("totals %s: %q", countFields[j], str)
-			}
-			n[j] = y
+		}
+		if err := r.check("totals", keys[i]); err != nil {
+			return nil, err
 		}
 		out[i] = limitd.Counts{GrantedCalls: n[0], GrantedPermits: n[1], RefusedCalls: n[2], RefusedPermits: n[3]}
 	}
