@@ -130,11 +130,11 @@ type WaitInfo struct {
 	Allocated int64 // total time granted, ns
 	Permits   int64 // total permits granted
 	Lateness  int64 // total lateness of granted requests, ns
-	Now       int64 // Redis time, Unix ns
+	Now       int64 // Redis time
 	Version   int64
 	Started   bool
 	Instance  bool  // a template instance answered (see Decision.Instance)
-	Position  int64 // a started limiter's position (see Decision.Position), Unix ns
+	Position  int64 // a started limiter's position (see Decision.Position)
 	// Window and Limit as in Decision: for a window, Wait is the permits
 	// left, Delay the time until one is, Position the end of the window.
 	Window bool
@@ -145,16 +145,14 @@ type WaitInfo struct {
 type SlotLease struct {
 	Granted    bool
 	ID         string // lease id (16 random bytes in hex), set when granted
-	Expires    int64  // Unix ns, Redis clock
-	RetryAfter int64  // ns; when not granted: until the earliest lease expires
+	Expires    int64
+	RetryAfter int64 // when not granted: until the earliest lease expires
 	InUse      int64
 	Limit      int64
 	// Readded: a renewal found the lease gone (expired, or lost by Redis)
 	// and registered it again, a slot being free.
 	Readded bool
-	// Shadow marks a refusal by a limiter in shadow mode that core reports
-	// as granted: no slot was taken and there is no lease (ID ""); the
-	// store never sets it.
+	// Shadow as in Decision: no slot was taken and there is no lease (ID "").
 	Shadow bool
 }
 
@@ -193,8 +191,8 @@ func (r CapacityRequest) Check() error {
 // should ask again after Refresh, and use SafeCapacity when it cannot ask.
 type CapacityLease struct {
 	Gets         float64
-	Expires      int64 // Unix ns on the Redis clock
-	Refresh      int64 // ns
+	Expires      int64
+	Refresh      int64
 	SafeCapacity float64
 	Learning     bool
 	Version      int64
@@ -222,13 +220,13 @@ type ShareHolder struct {
 	Has      float64 // what the limiter granted it
 	Wants    float64
 	Priority float64
-	Expires  int64 // Unix ns
+	Expires  int64
 }
 
 // SlotHolder is one leased slot of a concurrency limiter.
 type SlotHolder struct {
 	LeaseID string
-	Expires int64 // Unix ns
+	Expires int64
 }
 
 // Subject is what a decision counts under: a named limiter, or a template

@@ -51,10 +51,10 @@ func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, 
 	}
 	script := s.scripts[lua.Acquire]
 	fn, gen := s.fn.function(lua.Acquire), s.fn.gen.Load()
-	// exec runs call i if again(i): as a function while fn is set, else as
-	// a script.
+	// exec runs the calls whose error again is (nil: all of them): as a
+	// function while fn is set, else as a script.
 	first := fc != nil
-	exec := func(again func(i int) bool) {
+	exec := func(again func(error) bool) {
 		fixed := first
 		first = false
 		pipelineErr(s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -63,7 +63,7 @@ func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, 
 			}
 			for i := range calls {
 				c := &calls[i]
-				if !again(i) {
+				if again != nil && !again(c.cmd.Err()) {
 					continue
 				}
 				if fn != "" {
@@ -80,13 +80,10 @@ func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, 
 			s.readFixed(fc)
 		}
 	}
-	failed := func(is func(error) bool) func(i int) bool {
-		return func(i int) bool { return is(calls[i].cmd.Err()) }
-	}
 	anyFailed := func(is func(error) bool) bool {
 		return slices.ContainsFunc(calls, func(c batchCall) bool { return is(c.cmd.Err()) })
 	}
-	exec(func(int) bool { return true })
+	exec(nil)
 	if fc != nil {
 		s.finishFixed(ctx, fc, reqs, out)
 	}
@@ -100,7 +97,7 @@ retry:
 		case fn != "" && anyFailed(fnUnsupported):
 			s.fn.off.Store(true)
 			fn = ""
-			exec(failed(fnFailed))
+			exec(fnFailed)
 		case fn != "" && anyFailed(fnMissing):
 			err := s.loadFunctions(ctx, gen)
 			gen = s.fn.gen.Load()
@@ -110,12 +107,12 @@ retry:
 			} else if err != nil {
 				break retry
 			}
-			exec(failed(fnMissing))
+			exec(fnMissing)
 		case fn == "" && anyFailed(isNoScript):
 			if err := script.Load(ctx, s.rdb).Err(); err != nil {
 				break retry
 			}
-			exec(failed(isNoScript))
+			exec(isNoScript)
 		default:
 			break retry
 		}
