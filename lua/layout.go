@@ -82,15 +82,13 @@ var fieldGroups = sync.OnceValue(func() groups {
 	body = body[:strings.Index(body, "\nend\n")]
 	g := map[string][]Field{}
 	for _, m := range groupDecl.FindAllStringSubmatch(body, -1) {
-		g[m[1]] = fields(m[2])
+		g[m[1]] = fieldsBy(fieldPair, m[2])
 	}
 	if len(g) != 5 {
 		panic(fmt.Sprintf("lua: lib.lua: field_groups: %d groups, want 5", len(g)))
 	}
 	return groups{head: g["HEAD"], slice: g["SLICE"], state: g["STATE"], run: g["RUN"], rest: g["REST"]}
 })
-
-func fields(s string) []Field { return fieldsBy(fieldPair, s) }
 
 func fieldsBy(re *regexp.Regexp, s string) []Field {
 	var fs []Field
