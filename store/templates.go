@@ -121,10 +121,9 @@ func (s *Store) Resolve(ctx context.Context, name string) (limitd.Template, erro
 
 type compiledTemplate struct {
 	limitd.Template
-	params limiter.Params
-	argv   []any  // the parameters as the scripts take them, built once
-	head   string // acquire.lua's head after the count: version, idle TTL and argv as text
-	head1  any    // the head of one request ("1 " + head), built once: most calls are one acquire
+	argv  []any  // the parameters as the scripts take them, built once
+	head  string // acquire.lua's head after the count: version, idle TTL and argv as text
+	head1 any    // the head of one request ("1 " + head), built once: most calls are one acquire
 }
 
 func (t *compiledTemplate) args() []any {
@@ -213,7 +212,7 @@ func (c *templateCache) load(ctx context.Context, s *Store) (*templateSet, error
 		if err != nil {
 			continue // written by a newer limitd with rules this one lacks
 		}
-		ct := &compiledTemplate{Template: t, params: p, argv: paramArgs(&p, t.Version)}
+		ct := &compiledTemplate{Template: t, argv: paramArgs(&p, t.Version)}
 		words := []string{strconv.FormatInt(t.Version, 10), strconv.FormatInt(ct.idleTTLms(), 10)}
 		for _, a := range ct.argv {
 			words = append(words, fmt.Sprint(a))
