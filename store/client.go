@@ -173,15 +173,13 @@ func newFromList(s string) (redis.UniversalClient, error) {
 		addrs = append(addrs, a)
 	}
 	if len(addrs) == 1 {
-		return redis.NewClient(&redis.Options{
-			Addr: addrs[0], DialTimeout: DialTimeout, ReadTimeout: ReadTimeout,
-			WriteTimeout: WriteTimeout, MaxRetries: MaxRetries, DialerRetries: 1, ContextTimeoutEnabled: true,
-		}), nil
+		opt := &redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true}
+		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
+		return redis.NewClient(opt), nil
 	}
-	return followCluster(redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: addrs, DialTimeout: DialTimeout, ReadTimeout: ReadTimeout,
-		WriteTimeout: WriteTimeout, MaxRetries: MaxRetries, DialerRetries: 1, ContextTimeoutEnabled: true,
-	})), nil
+	opt := &redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}
+	shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
+	return followCluster(redis.NewClusterClient(opt)), nil
 }
 
 // parseErr drops the URL, which may hold a password, from url.Parse's errors.
