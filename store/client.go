@@ -27,30 +27,15 @@ const (
 	MaxRetries   = 1 // one retry of a failed command, with one dial attempt each (never of a script or function call: see once)
 )
 
-// NewClient returns a Redis client for a LIMITD_REDIS_URL. The topology
-// follows from the form, and every URL is read by go-redis' own parsers
-// (ParseURL, ParseClusterURL, ParseFailoverURL), so every option they know
-// may be given as a query parameter (dial_timeout=2s, pool_size=50, …):
-//
-//   - redis://[user:password@]host:port[/db] or rediss://… (TLS): a single
-//     node (redis.ParseURL).
-//   - redis[s]://[user:password@]sentinel:26379?master_name=NAME[&addr=sentinel2:26379…]:
-//     the master NAME as the Sentinels report it, following every failover
-//     (redis.ParseFailoverURL, redis.NewFailoverClient). As go-redis reads
-//     it, user:password@ authenticates to the Sentinels, and the master's
-//     own ACL user and password are the query parameters username= and
-//     password=; rediss:// speaks TLS to both.
-//   - redis[s]://[user:password@]node:7000?addr=node2:7001[&addr=…]: the
-//     seed nodes of a Redis Cluster, with its ACL user, password and TLS
-//     (redis.ParseClusterURL). A cluster has only database 0. With a single
-//     seed, repeat it: redis://node:7000?addr=node:7000.
-//   - host:port,host:port,…: the seed nodes of a Redis Cluster, without
-//     credentials or TLS.
-//   - a lone host:port: a single node.
-//
-// Timeouts the URL does not set are short (DialTimeout, ...), context
-// deadlines are honoured, and the client follows failovers (failover.go).
-// Bad input is a *URLError. The caller owns the client and closes it.
+// NewClient returns a Redis client for a LIMITD_REDIS_URL, whose form gives
+// the topology (docs/configuration.md, "Redis URLs"): redis[s]://host:port
+// (or a lone host:port) for one node, ?master_name=NAME for the master the
+// Sentinels name, ?addr=host:port… or host:port,host:port… for a cluster
+// (database 0; a single seed is repeated: redis://node:7000?addr=node:7000).
+// go-redis' own parsers read it, so any of their options may be a query
+// parameter. Timeouts the URL does not set are short (DialTimeout, ...),
+// context deadlines are honoured, and the client follows failovers
+// (failover.go). Bad input is a *URLError. The caller owns the client.
 func NewClient(rawURL string) (redis.UniversalClient, error) {
 	return NewClientTLS(rawURL, nil)
 }
