@@ -16,21 +16,8 @@ import (
 )
 
 // Fixed windows counted in plain Redis integers, without a script
-// (Request.Fixed). A window's count is the integer at
-//
-//	<prefix>:{<name>}:n:<the window's start, Unix ms>
-//
-// which lives one period and fixedSlack after its first hit (one PEXPIRE,
-// when the INCRBY created it) and goes on counting past its limit, as the
-// reference counts. The window is chosen from Redis' clock as the store
-// estimates it: the local monotonic clock plus an offset sampled from a TIME
-// sent in every pipeline, wrong by at most the round trip that sampled it,
-// so a hit sent within one round trip of a window's end may land in either
-// window. Without a bounded estimate (no sample, an old one, or from a round
-// trip longer than fixedMaxRTT) a call goes to fixedScript, which counts in
-// the same keys at Redis' TIME; and a call whose pipeline's TIME shows the
-// estimate off by more than its bound (the local clock jumped) takes its
-// hits back and counts them by the script.
+// (Request.Fixed): their keys, the estimate of Redis' clock that picks a
+// window and its bounds are told in docs/envoy.md, "Window counters in Redis".
 
 // Fixed is a fixed window: Limit hits per Period (a whole number of ms),
 // the windows aligned to the Unix epoch.
