@@ -34,23 +34,6 @@ func replyErr(op, name string, v []any) error {
 	return r.check(op, name)
 }
 
-func abs(ep, rel int64) int64 { return ep*1000 + rel }
-
-// decodeDecision reads grant.lua's reply (grant_main in lua/lib.lua) as far
-// as a Decision goes; r.err tells whether it could.
-func decodeDecision(r *reply) limitd.Decision {
-	ep := r.int(3)
-	d := limitd.Decision{
-		Granted: r.flag(1), Permits: r.int(2), Delay: r.int(6), Lateness: r.int(7),
-		Wait: r.int(8), RetryAfter: r.int(9), Version: r.int(10), Now: r.int(11) * 1000,
-		Instance: r.flag(12),
-	}
-	if d.Granted {
-		d.Scheduled, d.Start = abs(ep, r.int(4)), abs(ep, r.int(5))
-	}
-	return d
-}
-
 // decodeAnswer reads one limiter's answer from u, the reply of acquire.lua
 // (acquire_many in lua/lib.lua): its head (code, now_us, version, instance,
 // position) and one record per request (code, sched, start, wait,

@@ -51,11 +51,18 @@ func (s *Store) Grant(ctx context.Context, name string, k int64, maxWait time.Du
 // max_permits[, limit]}.
 func decodeGrant(name string, v []any) (limitd.Grant, error) {
 	r := &reply{v: v}
-	g := limitd.Grant{Decision: decodeDecision(r), Name: name}
-	epoch := r.int(3)
-	g.SetOrigin(limitd.GrantOrigin{Epoch: epoch, Nonce: rand.Uint64() | 1})
+	base := r.int(3) * 1000 // the epoch, µs
+	g := limitd.Grant{Name: name, Decision: limitd.Decision{
+		Granted: r.flag(1), Permits: r.int(2), Delay: r.int(6), Lateness: r.int(7),
+		Wait: r.int(8), RetryAfter: r.int(9), Version: r.int(10), Now: r.int(11) * 1000,
+		Instance: r.flag(12),
+	}}
+	if g.Granted {
+		g.Scheduled, g.Start = base+r.int(4), base+r.int(5)
+	}
+	g.SetOrigin(limitd.GrantOrigin{Epoch: base / 1000, Nonce: rand.Uint64() | 1})
 	g.RemBefore = r.int(13)
-	g.End = abs(epoch, r.int(14))
+	g.End = base + r.int(14)
 	g.Slice = limiter.Slice{Whole: r.int(15), Frac: r.int(16), Den: r.int(17)}
 	g.Burst = r.float(18)
 	if g.Burst == 0 { // "inf" travels as 0
