@@ -43,10 +43,9 @@ func (s *Store) Holders(ctx context.Context, name string) (limitd.Holders, error
 	if h[0] == nil {
 		return limitd.Holders{}, fmt.Errorf("limiter %q: %w", name, ErrNotFound)
 	}
-	kind, _ := h[0].(string)
 	r := &reply{v: h}
 	t := now.Val()
-	l := limitd.Holders{Kind: limiter.Kind(kind), Version: r.int(2), Now: t.UnixNano()}
+	l := limitd.Holders{Kind: limiter.Kind(r.str(0)), Version: r.int(2), Now: t.UnixNano()}
 	if err := r.check("holders", name); err != nil {
 		return limitd.Holders{}, err
 	}
