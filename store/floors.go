@@ -60,12 +60,9 @@ const (
 	// 14 for the µs it was seen, 14 for its ahead plus floorAheadOffset.
 	floorWidth = 28
 	noFloors   = "0" // the argument of a call whose limiters have none
-	// Binary floors: where Redis's Lua has the struct library (the answers
-	// come in binary, see isPackedText), a call's floors are floorBinary and
-	// floorBinWidth bytes per limiter, the µs seen and the ahead plus
-	// floorAheadOffset as little-endian int64s, which one struct.unpack reads:
-	// several times cheaper than the hexadecimal form, which serves until the
-	// first binary answer (always in miniredis).
+	// Binary floors, once an answer came in binary (docs/kinds.md): a call's
+	// floors are floorBinary and floorBinWidth bytes per limiter, the µs seen
+	// and the ahead plus floorAheadOffset as little-endian int64s.
 	floorBinary   = 'B'
 	floorBinWidth = 16
 )
@@ -86,8 +83,7 @@ func (f *floorSet) startFloors(b []byte) []byte {
 
 // appendFloor appends name's floor as the scripts read it: its µs seen and
 // its ahead (clamped, plus floorAheadOffset), or zeros where there is none;
-// ok reports whether there was one. The floors of a call's limiters travel
-// as one argument, in hexadecimal (Lua's strtoul is cheaper than strtod).
+// ok reports whether there was one.
 func (f *floorSet) appendFloor(b []byte, name string) (_ []byte, ok bool) {
 	bin := len(b) > 0 && b[0] == floorBinary // startFloors chose the form
 	fl, ok := f.get(name)

@@ -75,11 +75,9 @@ type TallyOptions struct {
 	Clock    func() time.Time // picks a flush's minute bucket; default time.Now
 }
 
-// interval is one interval's counts (of a shard). The counts of limiters
-// and instances are values in one slice, which the maps index, and two
-// intervals take turns (tallyShard.spare): counting a name new to the
-// interval allocates nothing once an earlier interval held as many, and the
-// collector has no object per name to scan.
+// interval is one interval's counts (of a shard): values in one slice, which
+// the maps index, two intervals taking turns (tallyShard.spare), so that a
+// new name allocates nothing (docs/performance.md, "What the ledger costs").
 type interval struct {
 	limiters  map[string]int32 // name → index in names
 	instances map[string]int32 // name → index in names
