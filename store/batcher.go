@@ -48,11 +48,9 @@ func WithBatching(maxBatch int) Option {
 // queue, and a round trip that ends takes the oldest.
 //
 // Every call carries its bound (AcquireWithin's within, or its context's
-// deadline if earlier). A batch's round trip ends by the earliest bound of
-// its calls, a batch's timer (one a batch, not a call) answers each of its
-// calls at its bound, and a worker drops a call whose bound has passed
-// rather than send it: no caller waits past its bound, however many there
-// are, and a caller that has given up takes no permits.
+// deadline if earlier), which its batch keeps (docs/reliability.md, "Every
+// acquire within its bound"): no caller waits past it, and a caller that has
+// given up takes no permits.
 const maxLinger = time.Millisecond
 
 // batchTimeout bounds a batch whose calls have no bound.
