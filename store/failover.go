@@ -13,18 +13,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Following a failover. go-redis' cluster client reloads its slot map on
-// MOVED, ASK and READONLY, and otherwise only every 60 s: when a master dies
-// nothing answers MOVED, and the limiters of its slots would stay unavailable
-// for up to a minute after its replica took over. followCluster reloads the
-// map as soon as a command fails in a way a failover explains, at most once
-// per reloadEvery.
-//
-// The Sentinel client drops the connections to the old master when a
-// Sentinel announces +switch-master. If that announcement is missed, a
-// demoted master keeps answering READONLY on the connections already open;
-// followSentinel closes them then (at most once per dropEvery), so the next
-// command dials the master the Sentinels name.
+// Following a failover (docs/reliability.md, "Failover in seconds"):
+// followCluster reloads a cluster's slot map as soon as a command fails in a
+// way a failover explains, at most once per reloadEvery, rather than after
+// go-redis' 60 s; followSentinel closes a Sentinel client's connections to a
+// master that answers READONLY (a missed +switch-master), at most once per
+// dropEvery, so that the next command dials the master the Sentinels name.
 const (
 	reloadEvery = 200 * time.Millisecond
 	dropEvery   = time.Second
