@@ -14,25 +14,11 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// Several limits in one call (AcquireAll): a request passes only if every
-// limiter it names grants, and a refusal leaves every limiter as it was. A
-// call of one limiter taking permits is that limiter's own acquire.
-//
-// On one Redis server (a *redis.Client) the call is one script
-// (lua/acquire_all.lua) that decides every limiter at one Redis time and
-// writes only when all grant: atomic, and a refused call leaves every key
-// exactly as it was, bytes and TTL.
-//
-// On a Redis Cluster (or a ring) every limiter has its own slot, so the
-// call first decides each without writing (a dry run), then takes them one
-// after the other. Should one now refuse (another caller took its permits
-// since), those already taken are undone by lua/restore.lua: a key that
-// still holds what this call wrote gets back exactly what it held (its x,
-// its TTL less the time since; an instance it created is deleted). A key
-// another caller wrote in between is left as that caller left it (its
-// decision counted the permits this call took) and counts in
-// MultiDecision.Unrestored. Other callers may see the permits taken between
-// the take and the undo.
+// Several limits in one call (AcquireAll), all or nothing: how atomic that
+// is on one server (one script, acquire_all.lua) and on a cluster (a dry
+// run, the takes, and restore.lua's undo of those a later refusal voids) is
+// told in docs/concepts.md, "Several limits in one call". A call of one
+// limiter taking permits is that limiter's own acquire.
 
 // restoreTimeout bounds the undo of a cluster AcquireAll that another
 // limiter refused, which runs whether or not the caller's context ended.

@@ -17,7 +17,7 @@
 // WithBatching does this for concurrent callers of Acquire (batcher.go).
 // AcquireWithin bounds a caller's wait for Redis without a timer of its own.
 // AcquireAll takes permits from several limiters all or nothing
-// (acquire_all.go says how atomic that is on one server and on a cluster).
+// (acquire_all.go).
 //
 // Configs live in Redis: Put creates, replaces or reconfigures a limiter in one
 // script (never half-written), bumping its version and publishing the change on
