@@ -9,12 +9,8 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// Calendar windows. Redis's Lua knows no time zones, so a window limiter of
-// a calendar period (day, week, month, year in a zone) keeps the end of its
-// window and of the one after, and a call past both answers needBounds with
-// its Redis time. The store then computes the window around that time and
-// the one after it in Go, sends them (bounds.lua), and makes the call again:
-// about once per window and limiter.
+// Calendar windows get their bounds from the store, computed in Go, when a
+// call finds its window ended (docs/kinds.md, "Calendar windows").
 
 // needBounds is a call on a calendar window that decided nothing: the
 // window's bounds around now are needed first.
