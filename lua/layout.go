@@ -182,15 +182,10 @@ const restMark = "\n-- [rest]"
 var fastEntries = map[string]string{Acquire: "acquire_fast"}
 
 // scriptText is an operation's script (Source): the same code as the
-// library's, arranged so that a call a fast path answers runs little of it.
-// A script runs its whole top level on every call (EVAL), and most of its
-// cost is making lib.lua's closures, of which the fast paths need a few. So
-// the script is lib.lua's hot part (up to restMark), the files of the kinds
-// with a fast path and FAST; then a function, called only when the fast
-// entry does not answer, holding the rest of lib.lua, the other kinds'
-// files, the layouts and the operation's file. A kind file's part marked
-// "-- [library only]" is left out of a script, with its fast path: its
-// closures would cost every call more than the path saves.
+// library's, arranged so that a call a fast path answers runs little of it
+// (docs/kinds.md tells how). A kind file's part marked "-- [library only]"
+// is left out of a script, with its fast path: its closures would cost every
+// call more than the path saves.
 func scriptText(op string) string {
 	lib := mustRead("lib.lua")
 	i := strings.Index(lib, restMark)
@@ -218,10 +213,10 @@ func scriptText(op string) string {
 }
 
 // derived is the Lua that follows the kind files: for each kind its code,
-// name, parameters and layout (see Layouts in lib.lua), with a load and a
-// pack written out field by field, computed once because a script runs its
-// top level on every call. For the same reason its functions take dec and
-// enc as arguments rather than close over them.
+// name, parameters and layout, with a load and a pack written out field by
+// field (see Layouts in lib.lua). Its functions take dec and enc as
+// arguments rather than close over them: a script runs its top level on
+// every call.
 func derived() string {
 	var b strings.Builder
 	b.WriteString("-- Derived from field_groups and the kinds' rows by lua/layout.go (see\n-- Layouts in lib.lua).\n")
