@@ -49,12 +49,13 @@ func followDemotion(c *redis.Client, every time.Duration) *connSet {
 // topologyChanged reports whether err may mean that a cluster's slots moved
 // or its node failed.
 func topologyChanged(err error) bool {
-	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) || errors.Is(err, redis.ErrClosed) {
+	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, redis.ErrClosed) {
 		return false
 	}
 	// (a hung node, DeadlineExceeded, is as good a reason as any to look again)
-	if _, ok := errors.AsType[net.Error](err); ok || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, context.DeadlineExceeded) {
+	if _, ok := errors.AsType[net.Error](err); ok || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
 	msg := err.Error()

@@ -43,7 +43,8 @@ func fnMissing(err error) bool {
 
 // fnUnsupported: the server has no functions, or this user may not use them.
 func fnUnsupported(err error) bool {
-	return err != nil && (strings.HasPrefix(err.Error(), "ERR unknown command") || strings.HasPrefix(err.Error(), "NOPERM"))
+	return err != nil &&
+		(strings.HasPrefix(err.Error(), "ERR unknown command") || strings.HasPrefix(err.Error(), "NOPERM"))
 }
 
 // fcall runs op's function; ok false: op is to run as a script.
