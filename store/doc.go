@@ -30,13 +30,10 @@
 // calendar window gets its boundaries from the store, computed in Go
 // (bounds.go).
 //
-// Reliability. A Store remembers the furthest schedule position it has seen
-// per name and sends it as a floor with its next call (floors.go), so that a
-// state that comes back older after a failover or empty after a restart
-// without persistence does not grant again what it granted. Redis time
-// stepping back moves the limiter's epoch rather than stalling it
-// (lua/lib.lua, "Clock steps"). A grant is handed back once (Release). One
-// request takes at most the limiter's max_reserve of schedule (default 1m).
+// Reliability (docs/reliability.md): a Store sends the furthest schedule
+// position it has seen per name as a floor with its next call (floors.go),
+// so that a state that comes back older after a failover, or empty, does not
+// grant again what it granted. A grant is handed back once (Release).
 //
 // Errors are values to test with errors.Is: limiter.ErrNotFound,
 // limiter.ErrInvalid (with a *limiter.FieldError naming the field),
