@@ -14,13 +14,11 @@ import (
 )
 
 // Acquire is the API's hot path: a client may call it once per operation it
-// paces. It stays decode → core → encode, with the decoding and encoding of
-// its small bodies done by hand (same strictness, same answers) rather than
-// by reflection.
+// paces, so its small bodies are decoded and encoded by hand (same
+// strictness, same answers) rather than by reflection.
 
 // acquirePath is the acquire's route. Its requests' contexts carry no
-// deadline timer; the handler gives the deadline to the core instead
-// (core.AcquireRequest.Deadline), which ends every step by then.
+// deadline timer: the core gets the deadline (core.AcquireRequest.Deadline).
 const acquirePath = "/v1/limiters/:name/acquire"
 
 // acquire takes permits, or a concurrency limiter's slot (core.Acquire
@@ -77,9 +75,7 @@ func answer(c echo.Context, d limitd.Decision) error {
 }
 
 // answerOf is a rate decision's answer body: its value, and the encoding
-// that writes it without reflection (nil: none). A window's answer adds its
-// limit, remaining permits and reset (its wait is those permits, not a
-// backlog).
+// that writes it without reflection (nil: none).
 func answerOf(d limitd.Decision) (any, func([]byte) []byte) {
 	switch {
 	case d.Shadow: // a refusal in shadow mode, let through
@@ -108,8 +104,7 @@ func windowOf(d limitd.Decision) wire.Window {
 	return wire.Window{Limit: d.Limit, Remaining: d.Wait, Reset: max(0, d.Position-d.Now), ResetAt: d.Position}
 }
 
-// setRetryAfter sets the Retry-After header: ns in whole seconds, rounded
-// up.
+// setRetryAfter sets the Retry-After header: ns in whole seconds, rounded up.
 func setRetryAfter(c echo.Context, ns int64) {
 	c.Response().Header().Set("Retry-After", strconv.FormatInt((max(ns, 0)+1e9-1)/1e9, 10))
 }
@@ -123,8 +118,7 @@ func pretty(c echo.Context) bool {
 // jsonBuffers hold answers while they are written.
 var jsonBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// writeJSON answers the JSON appendJSON writes, with a newline, as c.JSON
-// would.
+// writeJSON answers the JSON appendJSON writes, with a newline, as c.JSON would.
 func writeJSON(c echo.Context, status int, appendJSON func([]byte) []byte) error {
 	bp := jsonBuffers.Get().(*[]byte)
 	b := append(appendJSON((*bp)[:0]), '\n')
@@ -147,19 +141,17 @@ func (a acquireBody) given() core.Given {
 	return core.Given{Permits: a.hasPermits, MaxWait: a.hasMaxWait, Block: a.hasBlock}
 }
 
-// decodeAcquire reads a non-empty acquire body. The bodies clients send —
-// an object of permits (an integer), max_wait (a duration string) and block
-// (true or false), each at most once, keys in their own letter case — are
-// read by scanAcquire; any other body goes to decodeStrict, which reads
-// those the same way and names the fault of every other.
-func decodeAcquire(b []byte) (acquireBody, error) { return decodeAcquireWith(b, scanAcquire) }
-
-// decodeAcquireWith is decodeAcquire with scan for scanAcquire (tests
-// compare the two ways).
-func decodeAcquireWith(b []byte, scan func([]byte) (acquireBody, bool)) (acquireBody, error) {
-	if a, ok := scan(b); ok {
+// decodeAcquire reads a non-empty acquire body: the common ones by
+// scanAcquire, any other by decodeAcquireStrict.
+func decodeAcquire(b []byte) (acquireBody, error) {
+	if a, ok := scanAcquire(b); ok {
 		return a, nil
 	}
+	return decodeAcquireStrict(b)
+}
+
+// decodeAcquireStrict reads an acquire body through decodeStrict.
+func decodeAcquireStrict(b []byte) (acquireBody, error) {
 	var req wire.AcquireRequest
 	if err := decodeStrict(b, &req, ""); err != nil {
 		return acquireBody{}, err
@@ -251,8 +243,7 @@ func scanAcquire(b []byte) (a acquireBody, ok bool) {
 	}
 }
 
-// skipSpace returns the index of the first byte at or after i that is not
-// JSON white space.
+// skipSpace returns the index of the first byte at or after i that is not JSON space.
 func skipSpace(b []byte, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 		i++

@@ -55,11 +55,6 @@ func TestScanAcquireReadsCommonBodies(t *testing.T) {
 	}
 }
 
-// decodeAcquireStrict is decodeAcquire with no hand-written path.
-func decodeAcquireStrict(b []byte) (acquireBody, error) {
-	return decodeAcquireWith(b, func([]byte) (acquireBody, bool) { return acquireBody{}, false })
-}
-
 func sameProblem(a, b error) bool {
 	var pa, pb *problem
 	if !errors.As(a, &pa) || !errors.As(b, &pb) {

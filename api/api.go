@@ -22,14 +22,11 @@ import (
 
 // Options configure the handler New returns.
 type Options struct {
-	// Service is what the API serves: its operations over one store
-	// (core.New). Its observer (limitd serve's: internal/coremetrics, in
-	// Registry) counts every decision and store call; the API counts its
-	// requests and problems.
+	// Service is what the API serves (core.New); its observer counts every
+	// decision and store call, the API its requests and problems.
 	Service *core.Service
 	// Watcher is the process's one sampler of live signals, when its owner
-	// shares it with something else (limitd ratelimit's metrics); nil: the
-	// handler makes its own. Handler.Run runs it.
+	// shares it; nil: the handler makes its own. Handler.Run runs it.
 	Watcher    *core.Watcher
 	AdminToken string       // LIMITD_ADMIN_TOKEN: needed for PUT, PATCH, DELETE, reset
 	Token      string       // LIMITD_TOKEN: needed for every other /v1 request
@@ -42,23 +39,18 @@ type Options struct {
 	MetricsToken   string               // LIMITD_METRICS_TOKEN: needed for /metrics when set
 	BodyLimit      int64                // bytes, 0: 64 KiB
 	RequestTimeout time.Duration        // 0: 10s
-	// MaxEventStreams bounds the event streams (GET /v1/events) open at
-	// once (LIMITD_EVENTS_MAX_STREAMS); past it a stream is a 503. 0:
-	// DefaultMaxEventStreams.
+	// MaxEventStreams bounds the event streams open at once; past it a
+	// stream is a 503. 0: DefaultMaxEventStreams.
 	MaxEventStreams int
 	// BodyTimeout bounds reading a request's body, from when the handler
-	// starts (0: 5s): a client that sends its body slowly, or never, holds
-	// a goroutine and a socket no longer than that. Under an http.Server
-	// whose ReadTimeout is no longer, the server's bound applies and the
-	// API sets no read deadline of its own.
+	// starts (0: 5s). Under an http.Server whose ReadTimeout is no longer,
+	// the server's bound applies and the API sets no read deadline of its own.
 	BodyTimeout time.Duration
 	// EmbeddedRedis says that Service's Redis is limitd serve's embedded
-	// in-memory one, which no other process shares: /readyz, the event
-	// status and the dashboard say so ("redis": "embedded").
+	// in-memory one: /readyz and the event status say "redis": "embedded".
 	EmbeddedRedis bool
-	// TracerProvider, when not nil, traces every request (tracing.go),
-	// continuing the caller's trace as Propagator reads it from the
-	// request's headers (nil: W3C trace context). nil: no tracing.
+	// TracerProvider, when not nil, traces every request, continuing the
+	// caller's trace as Propagator reads it (nil: W3C trace context).
 	TracerProvider trace.TracerProvider
 	Propagator     propagation.TextMapPropagator
 }
@@ -97,8 +89,7 @@ type server struct {
 }
 
 // Handler is the HTTP API: an http.Handler that owns what its event streams
-// share (one subscription to config changes, one sampling loop). Close
-// stops them. Run samples every named limiter's signals while it runs.
+// share (Close, Run).
 type Handler struct {
 	e *echo.Echo
 	s *server
@@ -107,21 +98,17 @@ type Handler struct {
 // ServeHTTP serves one request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.e.ServeHTTP(w, r) }
 
-// Close ends every event stream and stops their sampling loop; streams
-// opened later are refused (503). Every other route is served as before.
-// A server calls it as it shuts down (http.Server.RegisterOnShutdown), so
-// that streams, which never end on their own, do not hold the shutdown.
-// Safe to call more than once.
+// Close ends every event stream and refuses later ones (503); every other
+// route is served as before. A server calls it as it shuts down
+// (http.Server.RegisterOnShutdown): streams never end on their own. Safe to
+// call more than once.
 func (h *Handler) Close() { h.s.hub.close() }
 
 // Run runs the process's one sampler (core.Watcher; Options.Watcher, or
 // the handler's own) until ctx ends: once a second it reads every named
 // limiter (the first 1,000 in name order) and the names event streams ask
-// for, and derives each one's signals once, for the event streams, GET
-// /v1/history (the last 15 minutes), the state gauges of /metrics and the
-// streams' status events. Each second costs Redis one pipelined read of
-// each sampled limiter, however many streams, pages and scrapes read them.
-// The owner runs it in one goroutine and ends ctx as it shuts down; without
+// for, for the event streams, GET /v1/history, the state gauges of /metrics
+// and the streams' status events. The owner runs it in one goroutine; without
 // it, event streams get no state and the history is empty.
 func (h *Handler) Run(ctx context.Context) { h.s.sig.run(ctx) }
 
@@ -146,8 +133,7 @@ func (a AccessLog) String() string {
 	return accessLogNames[a]
 }
 
-// ParseAccessLog reads an access log's name (off, errors, all; any letter
-// case).
+// ParseAccessLog reads an access log's name (off, errors, all; any letter case).
 func ParseAccessLog(s string) (AccessLog, error) {
 	for i, n := range accessLogNames {
 		if strings.EqualFold(s, n) {
@@ -157,9 +143,9 @@ func ParseAccessLog(s string) (AccessLog, error) {
 	return 0, fmt.Errorf("must be one of %s (got %q)", strings.Join(accessLogNames[:], ", "), s)
 }
 
-// New returns the HTTP handler of the API. It panics only if o.Service is nil or
-// o.Registry already holds a collector of the same name with other labels.
-// It starts nothing: the event streams' loop runs while a stream is open.
+// New returns the HTTP handler of the API. It panics only if o.Service is nil
+// or o.Registry holds a collector of the same name with other labels. It
+// starts nothing.
 func New(o Options) *Handler {
 	if o.Service == nil {
 		panic("api: Options.Service is nil")
@@ -237,8 +223,7 @@ func New(o Options) *Handler {
 	e.POST("/v1/limiters/:name/charge", s.charge, read)
 	get("/v1/limiters/:name/wait", s.wait, read)
 	e.POST("/v1/limiters/:name/reset", s.reset, admin)
-	// A client's own lease calls need only the read token, returning
-	// capacity included: they change no config.
+	// A client's own lease calls need only the read token: they change no config.
 	e.POST("/v1/limiters/:name/capacity", s.capacity, read)
 	e.DELETE("/v1/limiters/:name/capacity/:client_id", s.returnCapacity, read)
 	e.POST("/v1/limiters/:name/release", s.release, read)

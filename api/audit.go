@@ -8,11 +8,9 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// audit logs a config change (PUT, PATCH, DELETE of a limiter or template,
-// reset) at info: what changed, its version before and after when known
-// (versions: before, after; 0 before a creation), who asked (the kind of
-// token that authorized it, and the client's address). A PUT equal to the
-// current config changes nothing and is not logged.
+// audit logs a config change at info: what changed, its versions before and
+// after when known (0 before a creation), and who asked (the kind of token
+// that authorized it, and the client's address).
 func (s *server) audit(c echo.Context, op, kind, name string, versions ...int64) {
 	attrs := []slog.Attr{slog.String("op", op), slog.String(kind, name)}
 	if len(versions) == 2 {

@@ -10,10 +10,6 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// Charges: usage recorded after the fact (core/charge.go). POST .../charge
-// takes the permits a caller's work used whatever is left, and answers the
-// limiter's state after them; with a grant it settles that grant.
-
 // charge takes permits whatever is left, or settles a grant: 200 with the
 // limiter after it (a charge is never refused for lack of permits), 400
 // naming permits, 404, 409 for a share or concurrency limiter.
@@ -44,14 +40,12 @@ func (s *server) charge(c echo.Context) error {
 	return c.JSON(http.StatusOK, windowed(chargedOf(d), d))
 }
 
-// chargedOf is a charge's answer body (a window's wait is its remaining, in
-// windowed).
+// chargedOf is a charge's answer body (a window's: see windowed).
 func chargedOf(d limitd.Decision) wire.Charged {
 	return wire.Charged{Permits: d.Permits, Within: d.Granted, Delay: d.Delay, Wait: d.Wait, Version: d.Version, Now: d.Now}
 }
 
-// windowed is v, or for a window limiter v with its limit, remaining permits
-// and reset (and no backlog).
+// windowed is v, or for a window limiter v with its Window (and no backlog).
 func windowed(v wire.Charged, d limitd.Decision) any {
 	if !d.Window {
 		return v

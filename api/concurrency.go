@@ -8,10 +8,6 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// Concurrency limiters: a distributed semaphore. POST .../acquire takes a
-// slot (see acquire) and answers its lease, which the holder renews before
-// it expires and releases when done; an expired lease's slot is reclaimed.
-
 // release frees a lease's slot: 204, or 404 naming lease_id when the
 // limiter does not hold it (released already, or expired and reclaimed).
 func (s *server) release(c echo.Context) error {

@@ -20,9 +20,8 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// readBody returns the request body (nil when there is none). A body must be
-// JSON: a Content-Type, if given, must be application/json or
-// application/*+json (a route that needs no token requires one, untokened).
+// readBody returns the request body (nil when there is none). A Content-Type,
+// if given, must be JSON (a route that needs no token requires one, untokened).
 func readBody(c echo.Context) ([]byte, error) {
 	r := c.Request()
 	lb := bodyOf(r)
@@ -65,8 +64,7 @@ func readAll(r *http.Request) ([]byte, error) {
 	if r.ContentLength <= 0 {
 		return io.ReadAll(r.Body)
 	}
-	// One byte more, to see the end (or a body longer than declared, which
-	// net/http cuts anyway).
+	// One byte more, to see the end.
 	b := make([]byte, 0, r.ContentLength+1)
 	for {
 		n, err := r.Body.Read(b[len(b):cap(b)])
@@ -83,8 +81,7 @@ func readAll(r *http.Request) ([]byte, error) {
 	}
 }
 
-// decodeBody reads the request's body (readBody) and decodes it strictly
-// into v (decodeStrict): every handler's first step.
+// decodeBody reads the request's body (readBody) and decodes it into v (decodeStrict).
 func decodeBody(c echo.Context, v any) error {
 	b, err := readBody(c)
 	if err != nil {
@@ -93,15 +90,13 @@ func decodeBody(c echo.Context, v any) error {
 	return decodeStrict(b, v, "")
 }
 
-// required is the problem of a required field left out: "field: is
-// required: why".
+// required is the problem of a required field left out.
 func required(field, why string) error {
 	return invalid(field, field+": is required: "+why)
 }
 
-// decodeStrict decodes one JSON value from b into v: unknown fields are
-// errors (walkKeys names them), as is anything after the value. prefix is the path of v inside the
-// request ("limiter" for a template's config), for the problem's field.
+// decodeStrict decodes one JSON value from b into v: unknown fields (walkKeys)
+// and anything after the value are errors. prefix is v's path in the request.
 func decodeStrict(b []byte, v any, prefix string) error {
 	if len(b) == 0 {
 		return invalid(prefix, join(prefix, "a JSON object is required"))
@@ -150,9 +145,8 @@ func jsonProblem(err error, prefix string) *problem {
 
 // walkKeys walks the next JSON value of dec beside the Go type t it is
 // decoded into, and refuses a key that appears twice in one object, or that
-// names no field of a struct (an unknown field, or one in other letter case
-// than the field's own), naming it by its path. err is a syntax error, which
-// ends the walk without a problem: the decoder says where it breaks.
+// names no field of a struct (in any letter case but the field's own). err is
+// a syntax error, which ends the walk without a problem (the decoder names it).
 func walkKeys(dec *json.Decoder, t reflect.Type, path string) (*problem, error) {
 	tok, err := dec.Token()
 	if err != nil {
@@ -216,9 +210,8 @@ func walkKeys(dec *json.Decoder, t reflect.Type, path string) (*problem, error) 
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
 
-// opaque returns t without pointers, or nil when its keys are not known
-// from its fields: a type that decodes itself (json.RawMessage, a Duration)
-// or an interface. Its keys are still checked for duplicates.
+// opaque returns t without pointers, or nil when its keys are not known from
+// its fields (a json.Unmarshaler, an interface); duplicates are still checked.
 func opaque(t reflect.Type) reflect.Type {
 	for t != nil && t.Kind() == reflect.Pointer {
 		if t.Implements(unmarshalerType) {
@@ -235,9 +228,7 @@ func opaque(t reflect.Type) reflect.Type {
 // fieldCache holds jsonFields by type: the request types are few and fixed.
 var fieldCache sync.Map // reflect.Type → map[string]reflect.Type
 
-// jsonFields are a struct's JSON keys and their types, as encoding/json
-// names them (the tag's name, else the Go name; embedded structs' fields
-// promoted).
+// jsonFields are a struct's JSON keys and their types, as encoding/json names them.
 func jsonFields(t reflect.Type) map[string]reflect.Type {
 	m, ok := fieldCache.Load(t)
 	if !ok {
@@ -326,13 +317,10 @@ func jsonKind(t reflect.Type) string {
 	return "another type"
 }
 
-// mergePatch applies an RFC 7386 JSON merge patch to a canonical config:
-// null removes a field, any other value replaces it. Config fields are
-// scalars, so the merge is one level deep; an object given for one fails to
-// decode, as it would after a deep merge. A field that excludes others (spec
-// excludes rate and burst; warmup excludes max_burst_seconds and the other
-// way round) removes them from the current config first, so that
-// {"spec":"200,1.5"} or {"warmup":"4s"} alone is a valid patch.
+// mergePatch applies an RFC 7386 JSON merge patch to a canonical config,
+// one level deep (config fields are scalars). A field that excludes others
+// removes them from the current config first, so that {"spec":"200,1.5"} or
+// {"warmup":"4s"} alone is a valid patch.
 func mergePatch(cur limiter.Config, patch map[string]json.RawMessage) (limiter.Config, error) {
 	b, err := json.Marshal(cur)
 	if err != nil {

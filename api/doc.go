@@ -4,9 +4,8 @@
 // the limiters and templates under /v1 (create, read, acquire, grant,
 // charge, reset, leases and capacity), the event stream and history behind
 // the dashboard (/ui/), and /healthz, /readyz, /metrics and /openapi.yaml.
-// api/openapi.yaml describes every route, body and status; it is served at
-// /openapi.yaml and the tests validate every request and response they make
-// against it, so the description cannot drift from the code. Every GET route
+// api/openapi.yaml describes every route, body and status; the tests
+// validate every request and response they make against it. Every GET route
 // answers HEAD as well.
 //
 // Every error is an RFC 9457 application/problem+json body (problem.go):
@@ -15,12 +14,10 @@
 // condition; a panic is recovered into a logged 500. A problem repeats at
 // most 64 characters of any input.
 //
-// The event streams of one Handler share one subscription to config changes
-// and the rounds of one sampler (events_hub.go), which Handler.Run runs, so a
-// stream costs Redis nothing of its own. Routes that need no token are kept
-// from pages of other sites (untokened, origin.go). Metrics never carry the
-// name of a template instance, so per-key limiters cannot blow up the number
-// of series.
+// The event streams of one Handler share one sampler (eventHub). Routes that
+// need no token are kept from pages of other sites (untokened). Metrics never
+// carry the name of a template instance, so per-key limiters cannot blow up
+// the number of series.
 //
 // Layer: api is a front end over core (cmd → api → core → store → limiter).
 // A handler decodes the request (wire bodies, strict JSON), calls one

@@ -14,8 +14,7 @@ import (
 	"github.com/limitd/limitd"
 )
 
-// eventsPath is the route of the event stream (the request timeout does not
-// apply to it).
+// eventsPath is the route of the event stream (no request timeout).
 const eventsPath = "/v1/events"
 
 const (
@@ -25,16 +24,13 @@ const (
 	// maxEventLimiters bounds the limiters a stream that watches every
 	// limiter is sent (the first in name order).
 	maxEventLimiters = 200
-	// keepAlive is how often a quiet stream sends a comment, so that proxies
-	// keep it open.
+	// keepAlive is how often a quiet stream sends a comment, for proxies.
 	keepAlive = 15 * time.Second
 )
 
-// events streams Server-Sent Events, as openapi.yaml's /v1/events says: a
-// "status" event at once and on every change, a "state" event per watched
-// limiter every interval, a "config" event per change. It reads the
-// handler's eventHub, whose one subscription and sampler every stream
-// shares; past Options.MaxEventStreams open streams it is a 503.
+// events streams Server-Sent Events, as openapi.yaml's /v1/events says,
+// from the handler's eventHub; past Options.MaxEventStreams open streams it
+// is a 503.
 func (s *server) events(c echo.Context) error {
 	q := c.QueryParams()
 	interval := defaultEventInterval
@@ -62,14 +58,11 @@ func (s *server) events(c echo.Context) error {
 
 	w := c.Response()
 	rc := http.NewResponseController(w)
-	// The server's read timeout, counted from the request's start, would
-	// end the stream (net/http cancels a request whose connection's read
-	// deadline passes): a stream reads nothing more, and lasts as long as
-	// its client listens. Servers that cannot set deadlines skip it.
+	// The server's read timeout would end the stream (net/http cancels a
+	// request whose connection's read deadline passes).
 	_ = rc.SetReadDeadline(time.Time{})
-	// Each write sets its own deadline, and the hub may end one it drops
-	// the stream during; neither outlasts the request, since the
-	// connection may serve another after it.
+	// Each write sets its own deadline; none outlasts the request, since
+	// the connection may serve another after it.
 	defer func() {
 		st.writing(nil)
 		_ = rc.SetWriteDeadline(time.Time{})
@@ -88,8 +81,7 @@ func (s *server) events(c echo.Context) error {
 			s.log.Info("event stream dropped: its client does not read", "request_id", requestID(c))
 		}
 	}()
-	// write sends b whole within streamWriteTimeout, and reports whether it
-	// did.
+	// write sends b whole within streamWriteTimeout, and reports whether it did.
 	stop := func() { _ = rc.SetWriteDeadline(time.Now()) }
 	write := func(b []byte) bool {
 		_ = rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
@@ -114,9 +106,8 @@ func (s *server) events(c echo.Context) error {
 			buf = append(buf, it.change...)
 		}
 	}
-	// The headers go out at once, also when there is no limiter to sample
-	// or Redis is slow, then the status: the last one the signals sampler
-	// told, or, before it told one, one worked out now.
+	// The headers go out at once, then the status: the sampler's last, or
+	// one worked out now.
 	if !write(nil) {
 		return nil
 	}

@@ -14,19 +14,14 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// Settings of the event hub. They are fixed on purpose, as the server's
-// other timeouts: one clear default beats a knob nobody measured.
+// Settings of the event hub, fixed on purpose as the server's other timeouts.
 const (
-	// DefaultMaxEventStreams is how many event streams one handler keeps
-	// open at most when Options.MaxEventStreams is 0.
+	// DefaultMaxEventStreams is Options.MaxEventStreams's default.
 	DefaultMaxEventStreams = 256
 	// streamBuffer is how many items (a sample, a config change) a stream
-	// may fall behind the hub before the hub drops it: its client does not
-	// read, or reads slower than the samples come.
+	// may fall behind the hub before the hub drops it.
 	streamBuffer = 64
-	// streamWriteTimeout bounds one write to a stream's client: a client
-	// that stops reading is dropped once the socket's buffers are full and
-	// this has passed.
+	// streamWriteTimeout bounds one write to a stream's client.
 	streamWriteTimeout = 10 * time.Second
 	// streamsFullRetry is the Retry-After of a stream refused at the cap.
 	streamsFullRetry = 10 * time.Second
@@ -34,22 +29,15 @@ const (
 
 // eventHub is what every event stream of one handler shares: one
 // subscription to config changes, and the rounds of the process's one
-// sampler (core.Watcher, run by Handler.Run). A stream is a reader of those
-// rounds: it says which limiters it watches (or every limiter) and how
-// often (a whole number of the sampler's rounds, one a second); the
-// sampler reads what every stream watches once a round, the hub encodes
-// each limiter's event once and hands every due stream the same encoded
-// round. So the Redis cost of N streams watching the same limiters, and of
-// the pages, scrapes and histories beside them, is that of one.
+// sampler (core.Watcher, run by Handler.Run). A stream watches some
+// limiters (or all) every whole number of rounds; the hub encodes each
+// limiter's event once a round and hands every due stream the same encoded
+// round, so N streams cost Redis what one does.
 //
-// The config subscription runs while a stream is open: the first stream
-// starts it, and it stops when the last one leaves. close (the handler's
+// The config subscription runs while a stream is open; close (the handler's
 // Close) stops it for good and ends every stream. A stream that falls
-// streamBuffer items behind is dropped: its channel is closed, a write
-// blocked on its client ended, and its handler counts it in
-// limitd_event_streams_dropped_total.
+// streamBuffer items behind is dropped (hand).
 type eventHub struct {
-	svc     *core.Service
 	sig     *signals // the process's one sampler: its rounds are the samples
 	m       *metrics
 	max     int
@@ -74,7 +62,7 @@ func newEventHub(s *server, max int) *eventHub {
 		max = DefaultMaxEventStreams
 	}
 	h := &eventHub{
-		svc: s.core, sig: s.sig, m: s.m, max: max,
+		sig: s.sig, m: s.m, max: max,
 		problem: func(err error) *problem { return s.problemOf(err, nil) },
 		streams: map[*stream]struct{}{},
 		wake:    make(chan struct{}, 1),
@@ -91,8 +79,7 @@ type stream struct {
 	// unwatch takes back the names it asked the sampler for.
 	unwatch func()
 	out     chan streamItem // the hub's items; closed when the hub ends the stream
-	// dropped is set before out is closed when the stream fell
-	// streamBuffer items behind.
+	// dropped is set before out is closed when the stream fell behind.
 	dropped bool
 
 	// writer is how the hub ends a write its client does not read (set by
@@ -114,8 +101,7 @@ type streamItem struct {
 	err    error
 }
 
-// eventRound is one round's sample, shared by every stream it was handed to
-// and never changed after.
+// eventRound is one round's sample, shared by streams and never changed.
 type eventRound struct {
 	all    []string // every limiter (the first maxEventLimiters in name order), for streams that watch them all
 	events map[string]sampled
@@ -151,11 +137,9 @@ func newStream(names []string, interval time.Duration) *stream {
 }
 
 // join adds st to the hub, starting the loop if none runs, and asks the
-// sampler for the limiters st names; its first sample is the sampler's last
-// round when that read them, else the next (a limiter not sampled yet is
-// read at once), after the last status when there was one (status: false
-// when none was handed). Past the cap, or once the hub is closed, it is a
-// 503.
+// sampler for the limiters st names; st first gets the last status (status:
+// whether there was one), then the sampler's last round if it read them,
+// else the next. Past the cap, or once the hub is closed, it is a 503.
 func (h *eventHub) join(st *stream) (status bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -188,8 +172,7 @@ func (h *eventHub) join(st *stream) (status bool, err error) {
 	return status, nil
 }
 
-// setStatus hands the status st to every stream, and to each that joins
-// later first.
+// setStatus hands st to every stream, and first to each that joins later.
 func (h *eventHub) setStatus(st wire.StreamStatus) {
 	ev := encodeEvent("status", st)
 	h.mu.Lock()
@@ -208,27 +191,17 @@ func (h *eventHub) leave(st *stream) {
 	if _, ok := h.streams[st]; !ok {
 		return
 	}
-	delete(h.streams, st)
-	h.m.eventStreams.Dec()
-	if st.unwatch != nil {
-		st.unwatch()
-	}
+	h.remove(st)
 	if len(h.streams) == 0 {
-		h.poke()
+		select { // wake the loop
+		case h.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// poke wakes the loop (h.mu held).
-func (h *eventHub) poke() {
-	select {
-	case h.wake <- struct{}{}:
-	default:
-	}
-}
-
-// close ends every stream and stops the loop for good: the handler's owner
-// calls it as the server shuts down. Later streams are refused.
-// A second call returns once the first has.
+// close ends every stream and stops the loop for good; later streams are
+// refused. A second call returns once the first has.
 func (h *eventHub) close() {
 	h.closing.Do(func() {
 		h.mu.Lock()
@@ -246,16 +219,22 @@ func (h *eventHub) close() {
 
 // end removes st and closes its channel (h.mu held).
 func (h *eventHub) end(st *stream) {
+	h.remove(st)
+	close(st.out)
+}
+
+// remove takes st out of the hub and the sampler (h.mu held).
+func (h *eventHub) remove(st *stream) {
 	delete(h.streams, st)
 	h.m.eventStreams.Dec()
 	if st.unwatch != nil {
 		st.unwatch()
 	}
-	close(st.out)
 }
 
 // hand gives st an item, dropping st when it is streamBuffer items behind
-// (h.mu held).
+// (h.mu held): its channel is closed and a write blocked on its client
+// ended; its handler counts it in limitd_event_streams_dropped_total.
 func (h *eventHub) hand(st *stream, it streamItem) {
 	select {
 	case st.out <- it:
@@ -288,7 +267,6 @@ func (st *stream) writing(stop func()) bool {
 
 // loop is the hub's subscription to config changes, which it tells the
 // streams as they come. It ends when no stream is left or the hub closes.
-// The samples come from the process's one sampler (onRound).
 func (h *eventHub) loop() {
 	defer h.wg.Done()
 	ctx, cancel := context.WithCancel(h.ctx)
@@ -334,8 +312,7 @@ func (h *eventHub) changed(ch core.Change) {
 
 // onRound hands a round of the sampler to the streams due: those whose
 // interval a full round completes, and those that have had no sample yet
-// and whose limiters it has read. Each limiter's event is encoded once,
-// for every stream.
+// and whose limiters it has read.
 func (h *eventHub) onRound(r *core.Round) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -343,8 +320,7 @@ func (h *eventHub) onRound(r *core.Round) {
 	h.handRound(r, nil)
 }
 
-// handRound hands r to the streams due (only to st when it is not nil),
-// h.mu held.
+// handRound hands r to the streams due (only to only when not nil; h.mu held).
 func (h *eventHub) handRound(r *core.Round, only *stream) {
 	var er *eventRound
 	for st := range h.streams {
@@ -420,12 +396,7 @@ func (h *eventHub) encode(name string, e core.Entry) sampled {
 // encodeEvent is one Server-Sent Event: its name and v as JSON.
 func encodeEvent(name string, v any) []byte {
 	b, _ := json.Marshal(v) // wire bodies always encode
-	out := make([]byte, 0, len(name)+len(b)+16)
-	out = append(out, "event: "...)
-	out = append(out, name...)
-	out = append(out, "\ndata: "...)
-	out = append(out, b...)
-	return append(out, "\n\n"...)
+	return append(append([]byte("event: "+name+"\ndata: "), b...), "\n\n"...)
 }
 
 // appendRound appends r's events for st: each of its limiters' in the

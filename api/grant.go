@@ -13,10 +13,8 @@ import (
 )
 
 // Grants: what a client pool over HTTP (client.NewHTTP) takes from a
-// schedule in one call and dispenses locally. POST .../grant answers the
-// grant a pool needs, its id a token that carries what the handback needs
-// (core.Grant); POST .../handback gives a grant's last permits back, to any
-// replica.
+// schedule in one call, its id a token that carries what the handback needs
+// (core.Grant), so that any replica takes the handback.
 
 func grantOf(g core.Grant) wire.Grant {
 	return wire.Grant{ID: g.Token, Granted: true, Permits: g.Permits, Scheduled: g.Scheduled, Start: g.Start,
@@ -25,8 +23,7 @@ func grantOf(g core.Grant) wire.Grant {
 		RemBefore: g.RemBefore, End: g.End}
 }
 
-// grant takes permits for a client pool: 200 with the grant, or 429 (as
-// acquire) when they would come later than max_wait.
+// grant takes permits for a client pool: 200, or 429 (as acquire).
 func (s *server) grant(c echo.Context) error {
 	var req wire.GrantRequest
 	if err := decodeBody(c, &req); err != nil {

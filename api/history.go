@@ -8,11 +8,9 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// history answers GET /v1/history?limiters=a,b: each limiter's signals over
-// the last 15 minutes, oldest first, one a second, as Handler.Run sampled
-// them. They are read from this limitd's memory: no Redis call. A limiter
-// not sampled (unknown, past the first 1,000, a template instance, or
-// created since the last round) has an empty list.
+// history answers GET /v1/history?limiters=a,b: each limiter's signals,
+// oldest first, as Handler.Run sampled them, from this limitd's memory (no
+// Redis call). A limiter not sampled has an empty list.
 func (s *server) history(c echo.Context) error {
 	names, err := limiterNames(c.QueryParam("limiters"))
 	if err != nil {

@@ -15,16 +15,13 @@ import (
 	"github.com/limitd/limitd/internal/promreg"
 )
 
-// metrics are the HTTP API's own series on /metrics: requests and problems,
-// counted by the handler's middleware, and the event streams. Decisions and
-// store calls are counted by the service's observer (internal/coremetrics,
-// which limitd serve hands to core.New), in the same registry.
+// metrics are the HTTP API's own series on /metrics: requests, problems
+// and event streams. Decisions and store calls are counted by the service's
+// observer (internal/coremetrics), in the same registry.
 type metrics struct {
-	requests *prometheus.CounterVec   // by method, route template, status
-	duration *prometheus.HistogramVec // by method, route template
-	errors   *prometheus.CounterVec   // by problem type
-	// eventStreams are the event streams open; eventStreamsDropped those
-	// closed because their client did not read.
+	requests            *prometheus.CounterVec   // by method, route template, status
+	duration            *prometheus.HistogramVec // by method, route template
+	errors              *prometheus.CounterVec   // by problem type
 	eventStreams        prometheus.Gauge
 	eventStreamsDropped prometheus.Counter
 }
@@ -78,8 +75,7 @@ type httpSeries struct {
 	byStatus sync.Map // int → prometheus.Counter
 }
 
-// methodLabels are the method labels; made-up methods count as "other", so
-// that they add no series.
+// methodLabels are the method labels; made-up methods count as "other".
 var methodLabels = [...]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
 	http.MethodPatch, http.MethodDelete, http.MethodOptions, "other"}
 

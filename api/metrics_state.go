@@ -9,11 +9,8 @@ import (
 )
 
 // signalCollector exposes the sampler's last round (no Redis call at the
-// scrape): each sampled limiter's utilization, the wait of a new caller,
-// and its kind's reading (a scheduled limiter's backlog, a window's
-// remaining, a concurrency limiter's slots in use and limit, a share's
-// capacity held, wanted and total), whichever process took the permits;
-// and the data losses this limitd found.
+// scrape), as the help of each series says, and the data losses this limitd
+// found.
 type signalCollector struct {
 	watcher                             func() *core.Watcher
 	core                                *core.Service

@@ -12,8 +12,7 @@ import (
 
 const (
 	// templatesFor is how long a scrape reuses what an earlier one read of
-	// templates (their instances, their busiest): it costs a key scan and
-	// two ZUNIONSTOREs per template.
+	// templates: a key scan and two ZUNIONSTOREs per template.
 	templatesFor = 10 * time.Second
 	// maxTemplatesScraped bounds the templates one scrape reads, in
 	// matching order; topScraped the instances per template and ranking.
@@ -24,9 +23,9 @@ const (
 )
 
 // templateCollector answers, at a scrape, the ledger's overflow (see
-// core.Ledger), and each template's live instances and busiest instances:
-// at most 100 templates × 10 instance series, read again from Redis at most
-// every 10 s. An instance that leaves the top has no series at the next read.
+// core.Ledger), and each template's live and busiest instances, read again
+// from Redis at most every templatesFor. An instance that leaves the top has
+// no series at the next read.
 type templateCollector struct {
 	core                     *core.Service
 	instances, top, overflow *prometheus.Desc
@@ -67,8 +66,7 @@ func (c *templateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// read reads what Collect answers; with Redis down, nothing (errors and
-// /readyz say so).
+// read reads what Collect answers; with Redis down, nothing.
 func (c *templateCollector) read() []prometheus.Metric {
 	ctx, cancel := context.WithTimeout(context.Background(), templatesScrapeTimeout)
 	defer cancel()

@@ -23,11 +23,10 @@ import (
 )
 
 // front is the one middleware every request passes, no-route answers
-// included: it keeps or makes the request id, gives the request its deadline
-// and body limit, recovers a panic, writes every error as a problem at once
-// (so the status is known here), then counts, times and logs the request.
-// One middleware, not a chain: echo wraps its middleware around the handler
-// on every request.
+// included: request id, deadline and body limit, panic recovery, every error
+// written as a problem at once (so the status is known here), then metrics
+// and the access log. One middleware, not a chain: echo wraps its middleware
+// around the handler on every request.
 func (s *server) front(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
@@ -49,8 +48,7 @@ func (s *server) front(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // setRequestID keeps an incoming X-Request-Id that is a short token and
-// makes one otherwise, so that a client cannot forge or bloat log lines with
-// it; the answer carries it.
+// makes one otherwise, so that a client cannot bloat log lines with it.
 func (s *server) setRequestID(c echo.Context) {
 	id := c.Request().Header.Get(echo.HeaderXRequestID)
 	if id == "" || !tokenLike(id) {
@@ -72,8 +70,7 @@ func tokenLike(s string) bool {
 }
 
 // requestIDs makes request ids: 16 hex digits drawn at random once, then 16
-// of a counter. Unique in a process, and across processes but for a chance
-// of 2⁻⁶⁴ per pair, without reading crypto/rand on every request.
+// of a counter, so that no request reads crypto/rand.
 type requestIDs struct {
 	prefix [16]byte
 	n      atomic.Uint64
@@ -123,8 +120,7 @@ func (s *server) observe(c echo.Context, err error, latency time.Duration) {
 			attrs = append(attrs, slog.String("field", p.Field))
 		}
 	}
-	// The request's own context may be cancelled by now; the log line is
-	// still wanted.
+	// The request's own context may be cancelled by now.
 	s.log.LogAttrs(context.WithoutCancel(r.Context()), slog.LevelInfo, "http request", attrs...)
 }
 
@@ -137,11 +133,9 @@ func (s *server) routeOf(c echo.Context, err error) *route {
 	return rt
 }
 
-// limits gives the request its deadline and caps its body: a declared
-// Content-Length over the limit is refused before reading, any other body
-// fails with http.MaxBytesError when it grows past it. It classifies every
-// error while the deadline's context is still live, and turns a panic into
-// a logged error.
+// limits gives the request its deadline and caps its body (a declared
+// Content-Length over the limit is refused before reading), and classifies
+// every error while the deadline's context is still live.
 func (s *server) limits(c echo.Context, next echo.HandlerFunc) error {
 	r := c.Request()
 	if r.ContentLength > s.bodyLimit {
@@ -149,9 +143,7 @@ func (s *server) limits(c echo.Context, next echo.HandlerFunc) error {
 	}
 	switch c.Path() {
 	case eventsPath: // a stream lasts as long as its client listens
-	case acquirePath:
-		// No timer on this context: an acquire ends by its deadline itself
-		// (core.AcquireRequest.Deadline), without one per request.
+	case acquirePath: // no timer on this context: see acquirePath
 	default:
 		ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
 		defer cancel()
@@ -162,14 +154,11 @@ func (s *server) limits(c echo.Context, next echo.HandlerFunc) error {
 		r.Body = b
 		if t := serverReadTimeout(r); t > 0 && t <= s.bodyTimeout {
 			// The server bounds reading the whole request at least as
-			// tightly (limitd serve): no deadline of our own, two fewer
-			// timer changes per request.
+			// tightly: no deadline of our own.
 			b.timeout = t
 		} else {
-			// Only while the body is read: readBody lifts it, because once
-			// a request is read net/http watches the connection, and a read
-			// deadline passing then would cancel a request still running.
-			// Servers that cannot set deadlines (a test recorder) skip it.
+			// Only while the body is read: readBody lifts it, as net/http
+			// would cancel a request still running once it passed.
 			b.ctl = http.NewResponseController(c.Response())
 			_ = b.ctl.SetReadDeadline(time.Now().Add(s.bodyTimeout))
 		}
@@ -178,9 +167,7 @@ func (s *server) limits(c echo.Context, next echo.HandlerFunc) error {
 	}
 	c.SetRequest(r)
 	if err := s.recovered(c, next); err != nil {
-		// Classify now: once cancel runs, every error would look like a
-		// client that went away.
-		return s.problemOf(err, c)
+		return s.problemOf(err, c) // now: once cancel runs, every error looks like a client gone
 	}
 	return nil
 }
@@ -209,16 +196,13 @@ func (s *server) recovered(c echo.Context, next echo.HandlerFunc) (err error) {
 	return next(c)
 }
 
-// hasBody reports whether a request came with a body (a Content-Length
-// other than 0, or chunked).
+// hasBody reports whether a request came with a body (Content-Length ≠ 0, or chunked).
 func hasBody(r *http.Request) bool {
 	return r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
 }
 
 // serverReadTimeout is the ReadTimeout of the http.Server serving r (0: none,
-// or no http.Server). net/http sets it as the read deadline of each request
-// as a whole, and lifts it once the body is read, when it starts watching the
-// connection: a request that runs longer after that is not cancelled.
+// or no http.Server), which net/http lifts once the body is read.
 func serverReadTimeout(r *http.Request) time.Duration {
 	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok {
 		return srv.ReadTimeout
@@ -226,9 +210,8 @@ func serverReadTimeout(r *http.Request) time.Duration {
 	return 0
 }
 
-// limitedBody is a request body capped at the API's limit, as
-// http.MaxBytesReader caps it, that also knows whether a handler read it and
-// how long the handler has for that.
+// limitedBody is a request body capped as http.MaxBytesReader caps it, that
+// also knows whether a handler read it and how long it has for that.
 type limitedBody struct {
 	rc      io.ReadCloser
 	ctl     *http.ResponseController // sets the body's read deadline; nil: none
@@ -280,9 +263,8 @@ func bodyOf(r *http.Request) *limitedBody {
 }
 
 // dropUnreadBody is called before an error response: if the request's body
-// was never read (a refused token, a body over the limit, no route), the
-// connection is closed after the answer instead of net/http reading up to
-// 256 KiB of a body nobody wants first, at whatever pace the client sends it.
+// was never read, the connection is closed after the answer instead of
+// net/http reading up to 256 KiB of a body nobody wants first.
 func dropUnreadBody(c echo.Context) {
 	r := c.Request()
 	if !hasBody(r) {
@@ -294,8 +276,7 @@ func dropUnreadBody(c echo.Context) {
 	closeAfter(c)
 }
 
-// closeAfter ends the connection after this response, reading nothing more
-// from it.
+// closeAfter ends the connection after this response, reading nothing more.
 func closeAfter(c echo.Context) {
 	c.Response().Header().Set(echo.HeaderConnection, "close")
 	_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now())

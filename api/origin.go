@@ -12,16 +12,13 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// untokened is the middleware of every route that needs no token (all of
-// /v1 when LIMITD_ADMIN_TOKEN and LIMITD_TOKEN are empty, the loopback
-// default). A token keeps browsers out on its own; without one, any page the
-// user opens could send requests through the user's browser, so such a
-// request is refused (docs/http.md, "Browsers") when it reached a loopback
-// address under a Host that is not a loopback name (421: DNS rebinding), or
-// when it is a write a page of another origin sent (403) or whose body is not
-// declared JSON (415: the bodies a page may send without asking the server
-// first are never JSON). Reads are not refused otherwise: a page on another
-// origin cannot read the answers (limitd sends no CORS headers).
+// untokened is the middleware of every route that needs no token. Without a
+// token any page the user opens could send requests through the browser, so
+// such a request is refused as docs/http.md ("Browsers") tells: on a
+// loopback address under a non-loopback Host (421: DNS rebinding), a write
+// from another origin (403), or a body not declared JSON (415: a page may
+// send no JSON without asking first). Reads pass: limitd sends no CORS
+// headers, so another origin cannot read the answers.
 func untokened(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
@@ -43,8 +40,7 @@ func untokened(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// noTokenRule ends the details of untokened's problems: what would let the
-// request through.
+// noTokenRule ends the details of untokened's problems.
 const noTokenRule = "limitd without tokens (LIMITD_TOKEN, LIMITD_ADMIN_TOKEN) takes such requests only from its own pages and from clients that are not browsers"
 
 // misdirected is the 421 of a request that reached a loopback address under
@@ -113,8 +109,7 @@ func jsonMediaType(ct string) bool {
 	return err == nil && (mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))
 }
 
-// notJSON is the 415 of a body whose Content-Type (ct, "" when it has none)
-// is not JSON.
+// notJSON is the 415 of a body whose Content-Type (ct, maybe "") is not JSON.
 func notJSON(ct string) *problem {
 	what := "Content-Type " + quote(ct) + " is not JSON"
 	if ct == "" {

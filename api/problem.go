@@ -55,8 +55,7 @@ func (e *panicError) Error() string { return "panic: " + e.err.Error() }
 func (e *panicError) Unwrap() error { return e.err }
 
 // problemOf classifies any error a handler, a middleware or echo itself
-// returned. c is nil for an error of no request (an event stream's shared
-// sample).
+// returned; c is nil for an error of no request.
 func (s *server) problemOf(err error, c echo.Context) *problem {
 	var (
 		p   *problem
@@ -171,8 +170,7 @@ func quote(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-// echoProblem turns echo's own errors (no route, wrong method, ...) into
-// problems.
+// echoProblem turns echo's own errors (no route, wrong method, ...) into problems.
 func (s *server) echoProblem(he *echo.HTTPError, c echo.Context) *problem {
 	r := c.Request()
 	switch he.Code {
@@ -198,8 +196,7 @@ func tooLarge(limit int64) *problem {
 	return newProblem(http.StatusRequestEntityTooLarge, wire.ProblemTooLarge, fmt.Sprintf("the request body is over the limit of %d bytes", limit))
 }
 
-// ctxProblem is the echo context key under which handleError leaves the
-// problem it answered, for the access log.
+// ctxProblem is the echo context key of the problem answered, for the access log.
 const ctxProblem = "limitd.problem"
 
 // handleError is echo's HTTPErrorHandler: every error, echo's own 404 and 405
@@ -212,9 +209,7 @@ func (s *server) handleError(err error, c echo.Context) {
 	switch {
 	case p.Status == http.StatusInternalServerError && !errors.As(p.cause, &pe): // Recover logged a panic with its stack
 		s.log.Error("request failed", "err", p.cause, "request_id", requestID(c))
-	case p.Status == http.StatusServiceUnavailable:
-		// An outage fails every request alike: its first is logged, then a
-		// line per failureWindow with how many more there were.
+	case p.Status == http.StatusServiceUnavailable: // an outage: see failureWindow
 		if ok, leftOut := s.failures.log(p.slug, time.Now()); ok {
 			s.log.Warn("request failed", "problem", p.slug, "err", p.cause, "request_id", requestID(c),
 				"more_since_last_logged", leftOut)
@@ -233,10 +228,8 @@ func (s *server) handleError(err error, c echo.Context) {
 	}
 	p.Detail = clipN(p.Detail, maxDetail)
 	b, _ := json.Marshal(p.Problem) // a problem always encodes
-	// HEAD too: net/http sends the headers (Content-Length included) and
-	// drops the body.
-	err = c.Blob(p.Status, wire.ProblemMediaType, b)
-	if err != nil {
+	// HEAD too: net/http drops the body.
+	if err := c.Blob(p.Status, wire.ProblemMediaType, b); err != nil {
 		s.log.Debug("writing a problem response", "err", err, "request_id", requestID(c))
 	}
 }

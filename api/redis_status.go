@@ -9,9 +9,8 @@ import (
 )
 
 // redisCauses words each cause of unavailability core knows (core.RedisCause)
-// on the wire: the problem type of its 503s, and the "redis" of the event
-// status, of /readyz and of those problems. Every reader of a Redis failure
-// goes through it, so the three never say different things.
+// on the wire, once for every reader: the problem type of its 503s, and the
+// "redis" of the event status, of /readyz and of those problems.
 var redisCauses = map[core.RedisCause]struct{ slug, redis string }{
 	core.RedisCauseOther:        {wire.ProblemUnavailable, wire.RedisUnavailable},
 	core.RedisCauseUnauthorized: {wire.ProblemRedisUnauthorized, wire.RedisUnauthorized},

@@ -10,11 +10,6 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// Share limiters (Doorman): a capacity divided among clients by lease. A
-// client asks with what it wants and what it has, uses what it gets until
-// the lease expires, asks again every refresh_ns, and gives its capacity
-// back when it leaves.
-
 // capacity asks a share limiter for capacity on behalf of one client.
 func (s *server) capacity(c echo.Context) error {
 	var req wire.CapacityRequest

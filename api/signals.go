@@ -10,15 +10,13 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// signalStep is how often the process's one sampler (core.Watcher) reads
-// every watched limiter.
+// signalStep is how often the process's one sampler reads every watched limiter.
 const signalStep = time.Second
 
 // signals is the API's side of the process's one sampler (core.Watcher):
 // while Run runs it hands every round to the event hub and works out the
-// status the event streams send. Every signal (rates, utilization, a new
-// caller's wait, a window's remaining, slots in use, capacity held and
-// wanted, health) is the watcher's: the API only writes it out.
+// status the event streams send. Every signal is the watcher's: the API only
+// writes it out.
 type signals struct {
 	w        *core.Watcher
 	svc      *core.Service
@@ -35,8 +33,7 @@ type signals struct {
 	rounds uint64 // rounds handed on
 }
 
-// history is each of names' samples, oldest first (empty for a limiter not
-// sampled).
+// history is each of names' samples, oldest first.
 func (g *signals) history(names []string) map[string][]wire.Signals {
 	h := g.w.History(names)
 	out := make(map[string][]wire.Signals, len(h))
@@ -160,8 +157,7 @@ func signalsOf(s core.Signals) wire.Signals {
 	return w
 }
 
-// historyOf is a sample as GET /v1/history answers it: its rates,
-// utilization, wait and whether it was saturated.
+// historyOf is a sample as GET /v1/history answers it.
 func historyOf(s core.Signals) wire.Signals {
 	return wire.Signals{T: s.At, GrantedPerS: s.GrantedPerS, GrantedCallsPerS: s.GrantedCallsPerS,
 		RefusedPerS: s.RefusedPerS, RefusedCallsPerS: s.RefusedCallsPerS, ShadowRefusedPerS: s.ShadowRefusedPerS,

@@ -13,8 +13,7 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// templateID returns the {id} path parameter, checked before the body is
-// read.
+// templateID returns the {id} path parameter, checked before the body is read.
 func templateID(c echo.Context) (string, error) {
 	v := c.Param("id")
 	return v, limitd.CheckNameAs("id", v)
@@ -94,8 +93,7 @@ func (s *server) deleteTemplate(c echo.Context) error {
 }
 
 // listTemplates answers every template in matching order; with
-// ?instances=true each with its count of live instances (a bounded scan,
-// cached a few seconds).
+// ?instances=true each with its count of live instances.
 func (s *server) listTemplates(c echo.Context) error {
 	counted := false
 	if v := c.QueryParam("instances"); v != "" {
@@ -154,8 +152,7 @@ func (s *server) topInstances(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// intParam reads the query parameter name, an integer from 1 to most, or
-// def when it is absent.
+// intParam reads the query parameter name, from 1 to most; def when absent.
 func intParam(c echo.Context, name string, def, most int) (int, error) {
 	v := c.QueryParam(name)
 	if v == "" {

@@ -8,10 +8,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// tracing is the API's span of each request (Options.TracerProvider): its
-// route's, continuing the caller's trace from its headers; what the request
-// asks of Redis is traced under it by the Redis client's own hooks. nil:
-// no tracing, and nothing done per request.
+// tracing is the API's span of each request (Options.TracerProvider),
+// continuing the caller's trace; Redis calls are traced under it by the
+// Redis client's own hooks. nil: no tracing.
 type tracing struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
@@ -27,8 +26,7 @@ func newTracing(tp trace.TracerProvider, prop propagation.TextMapPropagator) *tr
 	return &tracing{tracer: tp.Tracer("github.com/limitd/limitd/api"), prop: prop}
 }
 
-// start starts the request's span, named by its method and route
-// ("POST /v1/limiters/{name}/acquire"), and gives it the request's context.
+// start starts the request's span, named by method and route, in its context.
 func (t *tracing) start(c echo.Context, route string) trace.Span {
 	r := c.Request()
 	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))

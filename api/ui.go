@@ -7,10 +7,9 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// uiPage is the dashboard: one page, its script and style inline, no build
-// step and no third-party code. It reads GET /v1/events with the token the
-// user types in (kept in the browser's localStorage), and changes limiters
-// through the API with it.
+// uiPage is the dashboard: one page, its script and style inline, no
+// third-party code; it reads and changes limiters through the API with the
+// token the user types in.
 //
 //go:embed ui/index.html
 var uiPage []byte

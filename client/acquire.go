@@ -12,13 +12,12 @@ import (
 )
 
 // Acquire asks the named limiter (or the template matching name) for n
-// permits in one round trip, without a pool: the decision is the limiter's
-// own, taken now on the Redis clock, waiting at most maxWait (limitd.Forever:
-// no bound) for a schedule or smooth limiter. It is the way to use a window
-// limiter, whose permits a Limiter handle does not pool: a grant is a
-// Decision with Granted, and for a window Limit, Wait (the permits left) and
-// Position (when its window resets); a refusal says when to retry
-// (RetryAfter). A caller of a schedule limiter should start at Start.
+// permits in one round trip, without a pool, waiting at most maxWait
+// (limitd.Forever: no bound) for a schedule or smooth limiter. It is the way
+// to use a window limiter, whose permits a Limiter handle does not pool: its
+// Decision holds Limit, Wait (the permits left) and Position (when its
+// window resets). A refusal says when to retry (RetryAfter); a caller of a
+// schedule limiter should start at Start.
 func (c *Client) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error) {
 	if err := limitd.CheckName(name); err != nil {
 		return limitd.Decision{}, err
@@ -34,22 +33,17 @@ func (c *Client) Acquire(ctx context.Context, name string, n int64, maxWait time
 	return d, err
 }
 
-// acquirer is a Transport that also decides one acquire (Client.Acquire):
-// the Redis and HTTP transports are.
+// acquirer is a Transport that also decides one acquire (Client.Acquire).
 type acquirer interface {
 	Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error)
 }
 
-// Acquire is POST .../acquire. A window's answer carries limit, remaining
-// and reset_ns, which the Decision holds as the Redis transport's does.
+// Acquire is POST .../acquire.
 func (t *httpTransport) Acquire(ctx context.Context, name string, n int64, maxWait time.Duration) (limitd.Decision, error) {
 	req := wire.AcquireRequest{Permits: &n, MaxWait: maxWaitField(maxWait)}
-	status, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "acquire"), req)
-	if err != nil {
-		return limitd.Decision{}, err
-	}
 	var a wire.Answer // a 429's body is a Denied, a 200's a Granted or a Shadowed
-	if err := decode(b, &a); err != nil {
+	status, _, err := t.do(ctx, http.MethodPost, limiterPath(name, "acquire"), req, &a)
+	if err != nil {
 		return limitd.Decision{}, err
 	}
 	if status != http.StatusTooManyRequests && !a.Shadowed.Granted.Granted {

@@ -27,8 +27,7 @@ type AllResult struct {
 	Decisions []limitd.Decision
 }
 
-// Delay is how long to wait before starting: the longest delay of the
-// granted decisions.
+// Delay is how long to wait before starting: the granted decisions' longest.
 func (r AllResult) Delay() time.Duration {
 	var d int64
 	for _, x := range r.Decisions {
@@ -39,19 +38,16 @@ func (r AllResult) Delay() time.Duration {
 	return time.Duration(d)
 }
 
-// allAcquirer is a Transport that takes several limiters in one call. Both
-// transports of this package are; a Transport of its own may be too.
+// allAcquirer is a Transport that takes several limiters in one call.
 type allAcquirer interface {
 	AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error)
 }
 
 // AcquireAll takes permits from several limiters in one call, all or
-// nothing, each within maxWait (limitd.Forever: no bound); it does not wait
-// out the delay (see AllResult.Delay). It goes to Redis (redisclient: one script on
-// one server, store.Store.AcquireAll on a cluster) or to the limitd server
-// (NewHTTP: POST /v1/acquire, where shadow mode applies; over Redis it does
-// not, being the server's). Local pools are not used: the permits come from
-// the shared schedules. A transport that cannot is errors.ErrUnsupported.
+// nothing, each within maxWait (limitd.Forever: no bound), straight from the
+// shared schedules; it does not wait out the delay (see AllResult.Delay).
+// Shadow mode applies over HTTP only, being the server's. A transport that
+// cannot is errors.ErrUnsupported.
 func (c *Client) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error) {
 	a, ok := c.t.(allAcquirer)
 	if !ok {
@@ -73,15 +69,11 @@ func (t *httpTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait 
 	for i := range reqs {
 		body.Requests[i] = wire.LimiterPermits{Name: reqs[i].Name, Permits: &reqs[i].Permits}
 	}
-	_, b, err := t.do(ctx, http.MethodPost, "/v1/acquire", body)
-	if err != nil {
-		return AllResult{}, err
-	}
 	var v struct {
 		Granted bool          `json:"granted"`
 		Results []wire.Answer `json:"results"`
 	}
-	if err := decode(b, &v); err != nil {
+	if _, _, err := t.do(ctx, http.MethodPost, "/v1/acquire", body, &v); err != nil {
 		return AllResult{}, err
 	}
 	if len(v.Results) != len(reqs) {

@@ -10,26 +10,19 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// Charges: usage recorded after the fact. Some costs are known only once
-// the work is done (an LLM answer's tokens, bytes sent, rows scanned):
-// Charge takes them then, whatever is left, and a Reservation taken before
-// the work is settled with what it used (Settle).
-
 // Charge takes n permits (≥ 0) of the shared limiter whatever is left, in
-// one round trip and without the local pool: a schedule or smooth limiter
-// goes into debt, which the next callers (this process's pool included,
-// from its next grant) wait for until it is paid; a window counts past its
-// limit and refuses every request until it resets. It is never refused for
-// lack of permits, and is bounded by the horizon (2^50 ns of the limiter's
-// schedule; a window: 2^50 permits), not by max_reserve.
+// one round trip and without the local pool, for work whose cost is known
+// only once it is done (an LLM answer's tokens): a schedule or smooth
+// limiter goes into debt, which the next callers wait for until it is paid;
+// a window counts past its limit and refuses every request until it resets.
+// It is never refused for lack of permits, and is bounded by the horizon
+// (2^50 ns of the limiter's schedule; a window: 2^50 permits), not by
+// max_reserve.
 //
 // The Decision is Charged. Granted says whether the permits were there to
-// take now (an acquire of them waiting for nothing would have been
-// granted; a window: its count had room for them), Delay how long a new
-// caller would wait after the charge, and for a window Limit, Wait (the
-// permits left) and Position (when its window resets). A charge of 0 takes
-// nothing: it is a check, whose Granted says whether a request would be
-// granted now. Over HTTP (NewHTTP) the Decision holds what the answer says:
+// take now, Delay how long a new caller would wait after the charge, and for
+// a window Limit, Wait (the permits left) and Position (when its window
+// resets). A charge of 0 takes nothing: it is a check. Over HTTP (NewHTTP)
 // Scheduled, Start and Lateness are 0.
 //
 // A share or concurrency limiter has nothing to charge: limiter.ErrConflict.
@@ -51,8 +44,7 @@ func (l *Limiter) Charge(ctx context.Context, n int64) (limitd.Decision, error) 
 	return ch.Charge(ctx, l.name, n)
 }
 
-// charger is a Transport that also charges (Limiter.Charge, and the excess
-// of Reservation.Settle): the Redis and HTTP transports are.
+// charger is a Transport that also charges (Limiter.Charge, Reservation.Settle).
 type charger interface {
 	Charge(ctx context.Context, name string, n int64) (limitd.Decision, error)
 }
@@ -62,20 +54,15 @@ func (t *httpTransport) Charge(ctx context.Context, name string, n int64) (limit
 	return t.charge(ctx, name, wire.ChargeRequest{Permits: &n})
 }
 
-// charge sends a charge (or a settle) and reads its answer, a Charged or a
-// WindowCharged, as a Decision.
+// charge sends a charge (or a settle) and reads its answer as a Decision.
 func (t *httpTransport) charge(ctx context.Context, name string, req wire.ChargeRequest) (limitd.Decision, error) {
-	_, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "charge"), req)
-	if err != nil {
-		return limitd.Decision{}, err
-	}
 	var a struct {
 		wire.Charged
 		Limit     *int64 `json:"limit"` // a window's (0 for one that refuses every request)
 		Remaining int64  `json:"remaining"`
 		Reset     int64  `json:"reset_ns"`
 	}
-	if err := decode(b, &a); err != nil {
+	if _, _, err := t.do(ctx, http.MethodPost, limiterPath(name, "charge"), req, &a); err != nil {
 		return limitd.Decision{}, err
 	}
 	d := limitd.Decision{Charged: true, Granted: a.Within, Permits: a.Permits, Delay: a.Delay, Wait: a.Wait,
@@ -87,14 +74,12 @@ func (t *httpTransport) charge(ctx context.Context, name string, req wire.Charge
 	return d, nil
 }
 
-// settler is a Transport that settles a grant in one call (over HTTP: a
-// charge with the grant); id is the grant's id there.
+// settler is a Transport that settles a grant, whose id is id, in one call.
 type settler interface {
 	settle(ctx context.Context, g limitd.Grant, id string, actual int64) error
 }
 
-// settle is POST .../charge with the grant: the server hands back what the
-// work did not use, or charges the excess.
+// settle is POST .../charge with the grant.
 func (t *httpTransport) settle(ctx context.Context, g limitd.Grant, id string, actual int64) error {
 	j := t.wireGrant(g, id)
 	_, err := t.charge(ctx, g.Name, wire.ChargeRequest{Permits: &actual, Grant: &j})

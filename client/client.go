@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,34 +27,21 @@ var ErrClosed = errors.New("client: closed")
 type Fallback int
 
 const (
-	// FallbackSafe limits locally to the configured safe rate (WithSafeRate),
-	// or to 95 % of this process's measured part of the shared rate (smoothed
-	// over the last few seconds of its grants), and counts what it lets
-	// through against the schedule: its first permit comes after everything
-	// the schedule had handed out as far as the handle saw (a queue ahead of
-	// the clock runs to its end first); when the schedule answers again, the
-	// permits it placed ahead of the clock are withdrawn (their callers queue
-	// on the schedule) and those already started are charged to a schedule
-	// that would hand them out again at once as backlog (burst inf; one
-	// with a finite burst ratio catches them up at that ratio); and for a
-	// cool-down after (two retry intervals, at least 1 s)
-	// the handle still paces what it takes from the schedule at that rate,
-	// while the other processes come back. So its shared and fallback permits
-	// together keep to the safe rate while it is down or cooling down, and
-	// processes whose parts add up to the rate keep to it together. What no
-	// handle can see is a process that still reaches the schedule while this
-	// one does not: it may take the whole rate beside this fallback until this
-	// handle is back. A handle that never learned a rate and has no safe rate
-	// refuses, as FallbackPessimistic does.
+	// FallbackSafe limits locally to the safe rate (WithSafeRate), or to 95 %
+	// of this process's measured part of the shared rate, and counts what it
+	// lets through against the schedule: it starts after what the schedule
+	// had handed out, withdraws what it placed ahead of the clock when the
+	// schedule answers again, and paces the handle for a cool-down after (two
+	// retry intervals, at least 1 s). So processes whose parts add up to the
+	// rate keep to it together; a process that still reaches the schedule
+	// while this one does not may take the whole rate meanwhile (see
+	// docs/reliability.md). A handle that never learned a rate and has no
+	// safe rate refuses, as FallbackPessimistic does.
 	FallbackSafe Fallback = iota
 	// FallbackOptimistic lets every caller through at once while the shared
-	// schedule is unreachable, and promises nothing about the rate then:
-	// what it lets through is counted nowhere, neither against this
-	// process's part nor against the schedule when it answers again
-	// (charging an outage's worth of unlimited permits would stop every
-	// caller of the limiter for as long). It only promises that no caller
-	// waits for, or is refused because of, an outage. The pool's permits are
-	// still dispensed first, and shared permits resume with the first grant.
+	// schedule is unreachable, counted nowhere (charging an outage's worth of
+	// unlimited permits would stop every caller for as long): it only
+	// promises that no caller waits for, or is refused because of, an outage.
 	FallbackOptimistic
 	// FallbackPessimistic lets nothing through beyond the pool's permits:
 	// Allow refuses, Wait returns limiter.ErrUnavailable.
@@ -115,9 +103,8 @@ func newClient(t Transport, o options) *Client {
 	return c
 }
 
-// mono is the local monotonic clock in ns. The system clock is read with
-// time.Since, which reads only the monotonic clock; Now reads the wall clock
-// too.
+// mono is the local monotonic clock in ns (time.Since reads only the
+// monotonic clock; Now reads the wall clock too).
 func (c *Client) mono() int64 {
 	if c.sys {
 		return int64(time.Since(c.base))
@@ -149,14 +136,10 @@ func (c *Client) Limiter(name string, opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
-// Stats reports what each of the client's handles did, in name order (see
-// package clientmetrics for them as Prometheus metrics).
+// Stats reports what each of the client's handles did, in name order.
 func (c *Client) Stats() []LimiterStats {
 	c.mu.Lock()
-	hs := make([]*Limiter, 0, len(c.handles))
-	for _, l := range c.handles {
-		hs = append(hs, l)
-	}
+	hs := slices.Collect(maps.Values(c.handles))
 	c.mu.Unlock()
 	out := make([]LimiterStats, len(hs))
 	for i, l := range hs {
@@ -176,14 +159,8 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	hs := make([]*Limiter, 0, len(c.handles))
-	for _, l := range c.handles {
-		hs = append(hs, l)
-	}
-	ls := make([]io.Closer, 0, len(c.leases))
-	for x := range c.leases {
-		ls = append(ls, x)
-	}
+	hs := slices.Collect(maps.Values(c.handles))
+	ls := slices.Collect(maps.Keys(c.leases))
 	c.mu.Unlock()
 	var errs []error
 	for _, l := range hs {
@@ -200,8 +177,7 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
-// track registers a Share or Semaphore to be closed with the client;
-// ErrClosed once the client is closed.
+// track registers a Share or Semaphore to be closed with the client.
 func (c *Client) track(x io.Closer) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

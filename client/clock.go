@@ -8,12 +8,9 @@ import (
 )
 
 // Clock is a client's local time source. Pools place permits on it, leases
-// are judged on it, and every wait of the client (a permit's start, a
-// share's refresh and pacing, a slot's renewal, an Acquire's backoff, the
-// fallback's local limit) sleeps on its timers. The default is the system's
-// monotonic clock; tests inject a clock they drive (WithClock), and keep
-// Redis's clock in step with it (miniredis SetTime) so that no decision
-// depends on how fast the machine runs.
+// are judged on it, and every wait of the client sleeps on its timers. The
+// default is the system's monotonic clock; tests inject a clock they drive
+// (WithClock), and keep Redis's clock in step with it (miniredis SetTime).
 //
 // Context deadlines are compared with Now: a clock far from the wall clock
 // makes deadlines meaningless.
@@ -27,13 +24,11 @@ type Clock interface {
 // Timer is a one-shot timer of a Clock.
 type Timer interface {
 	C() <-chan time.Time
-	// Stop prevents the timer from firing; false if it already fired or
-	// was stopped.
+	// Stop prevents the timer from firing; false if it already fired or stopped.
 	Stop() bool
 }
 
-// WithClock sets the client's local clock (default: the system's). It is for
-// tests that drive time; see Clock.
+// WithClock sets the client's local clock (default: the system's); see Clock.
 func WithClock(c Clock) ClientOption { return clientOption(func(o *options) { o.clock = c }) }
 
 type systemClock struct{}

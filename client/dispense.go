@@ -9,14 +9,11 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// Local dispensing: a handle's pool holds grants as blocks and hands their
-// permits out one by one at their scheduled times on the local clock.
-
 // block is one grant being dispensed: permit i is due at sched + cost(i) on
 // the local clock and may start at max(that, start + pace(cost(i))).
 type block struct {
-	// What a permit changes, then what it reads, on as few cache lines as
-	// may be: callers on every core take permits from the same block.
+	// What a permit changes, then what it reads: callers on every core take
+	// permits from the same block.
 	i      int64 // next permit
 	cost   int64 // ns from the grant's first scheduled time to permit i
 	rem    int64 // the carry after i permits
@@ -35,8 +32,7 @@ type block struct {
 
 func (b *block) left() int64 { return b.g.Permits - b.i }
 
-// lastStart is when the block's last permit may start (local ns), paced
-// late permits aside.
+// lastStart is when the block's last permit may start (local ns), unpaced.
 func (b *block) lastStart() int64 {
 	c, _ := b.p.Slice.Cost(b.left()-1, b.rem)
 	return max(b.sched+b.cost+c, b.start+b.p.PaceOf(b.cost+c))
@@ -73,14 +69,10 @@ func (l *Limiter) next(now int64) (s slot, ok bool) {
 		sched := b.sched + b.cost
 		start := max(sched, b.start+b.p.PaceOf(b.cost))
 		// Held too long (a stall): using these now would burst. Measured from
-		// when the grant let the permit start, not from when it was due: on a
-		// schedule with a backlog (an idle spell, or burst 1 after any delay)
-		// every permit is due in the past, and measuring from that handed
-		// every fresh grant back, rewinding the schedule, forever. Nor from
-		// before the grant arrived: placed at the round trip's midpoint, a
-		// grant that took longer than twice the bound to arrive (a loaded
-		// machine, a far Redis) was stale on arrival, handed back, fetched
-		// again, and so on.
+		// when the grant let the permit start, not when it was due (with a
+		// backlog every permit is due in the past: every fresh grant would go
+		// back), nor from before the grant arrived (a slow round trip would
+		// make it stale on arrival).
 		if now-max(start, b.got) > l.staleAfter(b) {
 			l.blocks = l.blocks[1:]
 			if l.down { // Redis would not take them: they are lost
@@ -109,18 +101,15 @@ func (l *Limiter) orBack(s slot, ok bool) (slot, bool) {
 }
 
 // staleAfter is how late a held permit may start before it is handed back
-// instead: the stale option, but never less than the bulking bound, the
-// lateness the design lets a permit have. With less, a caller slower than a
-// low rate (2/s, every 700ms) found each prefetched permit stale, and was
-// refused although it kept below the rate.
+// instead: the stale option, but never less than the bulking bound, or a
+// caller slower than a low rate would find each prefetched permit stale.
 func (l *Limiter) staleAfter(b *block) int64 {
 	return max(int64(l.o.stale), l.bulkBound(b))
 }
 
 // bulkBound is how late a permit may start without slowing the next ones:
-// one active pool, which here is one grant window (at least 1ms and 2
-// slices), so that a goroutine waking a millisecond late on a busy machine
-// does not lose its slot.
+// one grant window (at least 1ms and 2 slices), so that a goroutine waking a
+// millisecond late does not lose its slot.
 func (l *Limiter) bulkBound(b *block) int64 {
 	return max(int64(l.o.window), int64(time.Millisecond), 2*b.p.Slice.Whole)
 }
@@ -140,10 +129,8 @@ func (l *Limiter) take(s slot, now int64) {
 	b.cost, b.rem, b.i = b.cost+c, r, b.i+1
 	// Late permits are paced at the burst ratio from the permit's start, but
 	// from no earlier than one bulking bound before now: a worker that comes
-	// late takes up to that much at once. Pacing from now instead made every
-	// late permit wait a fraction of a slice, a sleep that at high rates
-	// costs far more than the slice, so a pool that once fell behind (a
-	// busy machine) stayed behind for good at a few permits per wake-up.
+	// late takes up to that much at once. (Pacing from now made each late
+	// permit sleep a fraction of a slice, and a pool once behind stayed so.)
 	b.pace = max(s.start, now-l.bulkBound(b)) + b.p.PaceOf(c)
 	l.maybePrefetch(now)
 }

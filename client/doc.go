@@ -7,67 +7,29 @@
 // the caller's own recent demand (about 20 ms of it), and the next grant is
 // fetched before the current one runs out, so a steady caller never waits on
 // Redis. Unused permits are handed back on Close, and a config change
-// published by limitd drops permits taken at the old rate at once.
+// published by limitd drops permits taken at the old rate at once. When Redis
+// does not answer, a handle follows its fallback mode (Fallback).
 //
-// When Redis does not answer, a handle follows its fallback mode: FallbackSafe
-// (a local limit at this process's recent part of the rate, counted against
-// the shared schedule: it starts after what the schedule had handed out,
-// withdraws what it placed ahead when the schedule returns, and paces the
-// handle for a cool-down after), FallbackOptimistic (unlimited, counted
-// nowhere) or FallbackPessimistic (nothing), and returns to the shared
-// schedule by itself once Redis answers again.
-//
-// Share is a Doorman client of a share limiter: it leases a part of a
-// capacity divided among its clients, refreshes the lease in the background,
-// and uses it as a local rate (Wait, Allow) or a gauge of operations in flight
-// (Acquire); when the lease has expired and Redis is unreachable it follows
-// the fallback mode. Semaphore takes slots of a concurrency limiter, a
-// distributed semaphore, renewing their leases while they are held.
-//
-// AcquireAll takes permits from several limiters in one call, all or
-// nothing, over either transport (no local pool: straight from the shared
-// schedules).
-//
-// Charges record usage after the fact, for work whose cost is known only
-// once it is done (an LLM answer's tokens): Limiter.Charge takes permits
-// whatever is left (a schedule goes into debt, a window counts past its
-// limit; a charge of 0 is a check), and a Reservation taken before the work
-// (Limiter.Reserve) is settled with what it used (Reservation.Settle: the
-// unused part handed back, the excess charged).
+// Share leases a part of a share limiter's capacity (Doorman); Semaphore
+// takes slots of a concurrency limiter; AcquireAll takes permits from several
+// limiters at once, all or nothing; Limiter.Charge and Reservation.Settle
+// record usage after the fact, for work whose cost is known only once done.
 //
 // Two transports reach the shared schedules: a limitd server over HTTP
-// (NewHTTP), or Redis directly (package client/redisclient, whose New takes
-// any redis.UniversalClient: store.NewClient builds one from every form of
-// LIMITD_REDIS_URL). Redis lives in that package alone, so that a program
-// over HTTP compiles neither go-redis nor the Lua scripts. Every answer is
-// in the vocabulary of package limitd (Decision, SlotLease, ...), as the
-// server's own.
-//
-// A client over Redis counts what it refuses (Allow answering false, a
-// Wait past its deadline, a refused Reserve or Acquire, a semaphore poll
-// that found no slot) and adds the counts once a second, and on Close, to
-// the Redis totals a limitd server's ledger writes, at the same bounded
-// cost (RefusalTally), so that limitd's dashboard and metrics show the
-// refusals no server saw. WithoutRefusalCounts turns it off.
-//
-// The HTTP middleware that limits requests per key through limiter templates
-// is in package httplimit, so that a user of the client alone does not compile
-// echo.
-//
-// Options are typed by where they apply (Option, ClientOption, HTTPOption):
-// an option a constructor would not honour does not compile.
+// (NewHTTP), or Redis directly (package client/redisclient), which alone
+// imports go-redis and the Lua scripts. Every answer is in the vocabulary of
+// package limitd (Decision, SlotLease, ...), as the server's own. A client
+// over Redis adds what it refuses to the Redis totals limitd's dashboard
+// and metrics read (RefusalTally). The HTTP middleware is in package
+// httplimit, so that a user of the client alone does not compile echo.
 //
 // Layer: client → limitd → limiter (and internal/clockoffset, the
 // Redis-clock offset estimator it shares with limitd bench); client/redisclient
-// → client, store. TestClientCompilesNoRedis keeps it so. It uses net/http only as an
-// HTTP client, for NewHTTP; it imports no server front end (api, echo), and
-// httplimit imports it, never the reverse.
+// → client, store. TestClientCompilesNoRedis keeps it so. It uses net/http only
+// as an HTTP client, for NewHTTP, and imports no server front end.
 //
 // Errors are values to test with errors.Is: limiter.ErrNotFound,
 // limiter.ErrInvalid, limiter.ErrUnavailable, ErrClosed, and the context's
-// errors. A handle on a limiter that does not exist answers
-// limiter.ErrNotFound from AllowNext and Wait (Allow: false) and remembers
-// it: it asks Redis again a second later, or at once when a change event
-// says the limiter was created, so a missing limiter costs no round trip per
-// call.
+// errors. A handle remembers a limiter that does not exist for a second
+// (missingFor), so a missing limiter costs no round trip per call.
 package client

@@ -9,56 +9,13 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// Fallback: what a handle does while the shared schedule is unreachable,
-// and how that counts against the schedule once it answers again.
-//
-// What a fallback lets through must count against what the shared schedule
-// hands out when it returns, or the two stack: a process falling back at its
-// share while the permits granted before still run, or beside a process that
-// came back first and takes the whole rate. So, in FallbackSafe, a guard
-// paces the handle at its safe rate (its part of the schedule, schedPart)
-// from the moment it goes down until a cool-down after it comes back:
-//
-//   - The pool's permits were granted: they are still dispensed, at their
-//     scheduled times, before anything else.
-//   - The fallback's own permits come after everything the schedule had
-//     handed out, to this process or any other, as far as the handle can
-//     tell: no earlier than the end of the schedule its last grant showed,
-//     advanced by how far that end stood ahead of the clock then (other
-//     processes went on queueing until the fault), nor than the latest
-//     permit it handed out or holds (its reach). A schedule queued seconds
-//     ahead is honoured to its end, not doubled; and its end, not this
-//     process's part of it, because the processes' parts of a queue come
-//     in runs (each process's waiting callers ask again together), so one
-//     process's part may end a second before another's.
-//   - When the schedule answers again, the fallback's permits that have not
-//     started yet are withdrawn: their callers wake and queue on the
-//     schedule, so that nothing the fallback placed ahead of the clock
-//     overlaps what the schedule hands out next.
-//   - The fallback's permits that have started lie in the past, which a
-//     strict schedule (burst 1) never hands out again. One that catches up
-//     without pace (burst inf) would hand that time out again at once as
-//     backlog, so they are charged to it (charger), which takes them out of
-//     the backlog. One that catches up at a finite burst ratio is left to
-//     do so: a charge is an acquire that waits as long as it takes, paced
-//     at that ratio from now, and would hold every caller for the outage's
-//     length over the ratio; its catch-up keeps to the ratio, within
-//     max_backlog.
-//   - For the cool-down (coolFor), callers still pass the guard before they
-//     take from the pool: the other processes come back each on its own
-//     retry, and one that came back first must not take the whole rate
-//     beside their fallbacks.
-//
-// So while a handle is down or cooling down, what it hands out from the
-// schedule and from its fallback together keeps to its safe rate, and the
-// processes together to the shared rate, as their parts add up to 1. What
-// no handle can see is a process that still reaches the schedule while
-// another does not (a partition, or a blip one of them missed): it may
-// take the whole rate beside the other's fallback until that one is back,
-// which the first retries, soon after the fault (firstRetry), keep short.
-// FallbackPessimistic dispenses the pool's permits and nothing else;
-// FallbackOptimistic lets everything through and counts nothing (see
-// Fallback).
+// Fallback: what a handle does while the shared schedule is unreachable, and
+// how that counts against the schedule once it answers again; the promise is
+// FallbackSafe's, told in full in docs/reliability.md. The fallback's own
+// permits start after the end of the schedule its last grant showed, not
+// after this process's part of it: the processes' parts of a queue come in
+// runs (each process's waiting callers ask again together), so one process's
+// part may end a second before another's.
 
 // guard paces a handle at its safe rate while it falls back and cools down.
 type guard struct {
@@ -81,17 +38,19 @@ func (g *guard) take(at int64) int64 {
 	return s
 }
 
-// ungive takes back the slot at s of a cancelled wait, if no slot was
-// placed after it (else its time stays taken).
-func (g *guard) ungive(s int64) {
-	if g.next == s+g.slice {
+// ungive takes back the slot at s of a wait on g that was cancelled, if g
+// is still in force and no slot was placed after it (else its time stays
+// taken).
+func (l *Limiter) ungive(g *guard, s int64) {
+	l.mu.Lock()
+	if l.guard == g && g.next == s+g.slice {
 		g.next = s
 	}
+	l.mu.Unlock()
 }
 
 // coolFor is how long a handle that came back keeps pacing at its safe
-// rate: two retry intervals, so that the other processes, which retry each
-// on its own interval, are back too; at least a second.
+// rate: two retry intervals, so that the other processes are back too.
 func (l *Limiter) coolFor() int64 {
 	return int64(max(2*l.o.retry, time.Second))
 }
@@ -110,11 +69,8 @@ func (l *Limiter) safeRate() float64 {
 }
 
 // partMargin is what a fallback leaves of its process's measured part of
-// the rate. Each process measures its part on its own, over its own grants,
-// while the parts move (who came back first from a fault takes more of a
-// queue for a while): in TestFallbackNeverStacks, with a fault every five
-// seconds, the parts added up to 1.02–1.06. A fallback that takes 5 % less
-// keeps their sum within the rate.
+// the rate: each process measures its part alone while the parts move, and
+// their sum came to 1.02–1.06 (TestFallbackNeverStacks).
 const partMargin = 0.05
 
 // reach is the latest start of a permit that the handle has handed out or
@@ -202,10 +158,8 @@ func (l *Limiter) quitting() chan struct{} {
 }
 
 // firstRetry is how soon a handle that fell back first tries the schedule
-// again; each failed try doubles the delay, up to the retry interval. A
-// blip (a restart, a dropped connection) then ends its fallback within
-// milliseconds: meanwhile, another process that still reaches the schedule
-// may take the whole rate beside it.
+// again; each failed try doubles the delay, up to the retry interval, so
+// that a blip ends its fallback within milliseconds.
 const firstRetry = 50 * time.Millisecond
 
 // comeBack ends the fallback: g was just granted, at local time now. The
@@ -249,8 +203,7 @@ func (l *Limiter) comeBack(now int64, g limitd.Grant, p limiter.Params) {
 
 // gate is when the guard lets the next permit of the pool start (l.mu
 // held): 0 when there is no guard; the guard is dropped once its cool-down
-// is over. A caller passes the gate before it takes from the pool, so that
-// what the pool takes from the schedule is used when it is taken: permits
+// is over. A caller passes the gate before it takes from the pool: permits
 // taken early and started late would overlap the schedule's later ones once
 // the guard is gone.
 func (l *Limiter) gate(now int64) int64 {
@@ -273,15 +226,13 @@ type pass struct {
 
 // valid reports whether the pass still lets its caller take a permit at
 // now: of the guard g in force, and within one of its slices after the
-// slot. One that waited longer (for a grant, say) passes again: else the
-// callers that passed while a grant was on its way would all start at once
-// when it came, or when it failed and the fallback took them.
+// slot. One that waited longer (for a grant, say) passes again, or callers
+// that passed meanwhile would all start at once.
 func (p pass) valid(g *guard, now int64) bool {
 	return p.g != nil && p.g == g && now-p.slot <= max(g.slice, int64(time.Millisecond))
 }
 
-// passGate takes the guard's next slot for a Wait and sleeps until it
-// (called with l.mu held; releases it).
+// passGate takes the guard's next slot for a Wait and sleeps until it (l.mu held; unlocks).
 func (l *Limiter) passGate(ctx context.Context, now int64) (pass, error) {
 	g := l.guard
 	if dl, has := ctx.Deadline(); has && l.c.o.clock.Now().Add(time.Duration(max(now, g.next)-now)).After(dl) {
@@ -292,11 +243,7 @@ func (l *Limiter) passGate(ctx context.Context, now int64) (pass, error) {
 	g.passed = slot
 	l.mu.Unlock()
 	if err := l.c.sleep(ctx, time.Duration(slot-now)); err != nil {
-		l.mu.Lock()
-		if l.guard == g {
-			g.ungive(slot)
-		}
-		l.mu.Unlock()
+		l.ungive(g, slot)
 		return pass{}, err
 	}
 	return pass{g: g, slot: slot}, nil
@@ -345,12 +292,11 @@ func (l *Limiter) fallbackAllow(now int64) bool {
 	return ok
 }
 
-// fallbackWait is Wait while falling back with an empty pool. It is called
-// with l.mu held, and releases it. A caller that has just passed the
-// guard's gate (for a permit of the pool, gone meanwhile) has its slot: it
-// starts now, if the fallback may start yet.
-// again is true when the handle came back before the permit started: the
-// caller queues on the schedule instead.
+// fallbackWait is Wait while falling back with an empty pool (l.mu held;
+// releases it). A caller that has just passed the guard's gate has its slot:
+// it starts now, if the fallback may start yet. again is true when the
+// handle came back before the permit started: the caller queues on the
+// schedule instead.
 func (l *Limiter) fallbackWait(ctx context.Context, now int64, gated bool) (p Permit, again bool, err error) {
 	switch l.o.fallback {
 	case FallbackOptimistic:
@@ -395,11 +341,7 @@ func (l *Limiter) fallbackWait(ctx context.Context, now int64, gated bool) (p Pe
 			return Permit{}, true, nil
 		case <-ctx.Done():
 			t.Stop()
-			l.mu.Lock()
-			if l.guard == g {
-				g.ungive(slot)
-			}
-			l.mu.Unlock()
+			l.ungive(g, slot)
 			return Permit{}, false, ctx.Err()
 		}
 		got = max(l.c.mono(), slot)

@@ -13,9 +13,6 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// Grant fetching: a handle sizes its next grant from its own demand and
-// fetches it in the background before the current one runs out.
-
 // maybePrefetch starts fetching the next grant once less than half of the
 // current one is left, so a steady caller never waits on Redis.
 func (l *Limiter) maybePrefetch(now int64) {
@@ -75,8 +72,7 @@ func (l *Limiter) startFetch(now int64) {
 	})
 }
 
-// goBg runs f as the handle's background work, which Close waits for. Call
-// it with l.mu held on an open handle.
+// goBg runs f as background work Close waits for (l.mu held, handle open).
 func (l *Limiter) goBg(f func()) {
 	l.bg.Add(1)
 	go func() {
@@ -89,23 +85,27 @@ func (l *Limiter) goBg(f func()) {
 func (l *Limiter) fetch(k int64) {
 	ctx, cancel := context.WithTimeout(l.c.ctx, 2*time.Second)
 	defer cancel()
-	t0 := l.c.mono()
-	sent := t0
-	l.remoteCalls.Add(1)
-	g, err := l.c.t.Grant(ctx, l.name, k, limitd.Forever)
-	if timedOut(err) && l.c.ctx.Err() == nil {
-		// One more try before falling back: a process that was stalled (GC,
-		// SIGSTOP, a VM paused) across the call sees a timeout though Redis
-		// is fine. With time of its own: a stall as long as the call's
-		// timeout used up the first call's. A refused connection is not
-		// retried: go-redis stops dialing for a while after repeated dial
-		// errors.
-		cancel()
-		ctx, cancel = context.WithTimeout(l.c.ctx, 2*time.Second)
-		defer cancel()
+	var (
+		t0  int64
+		g   limitd.Grant
+		err error
+	)
+	grant := func(k int64) {
 		t0 = l.c.mono()
 		l.remoteCalls.Add(1)
 		g, err = l.c.t.Grant(ctx, l.name, k, limitd.Forever)
+	}
+	grant(k)
+	sent := t0
+	if timedOut(err) && l.c.ctx.Err() == nil {
+		// One more try, with time of its own, before falling back: a process
+		// stalled (GC, SIGSTOP) across the call sees a timeout though Redis is
+		// fine. A refused connection is not retried: go-redis stops dialing
+		// for a while after repeated dial errors.
+		cancel()
+		ctx, cancel = context.WithTimeout(l.c.ctx, 2*time.Second)
+		defer cancel()
+		grant(k)
 	}
 	window := err == nil && limiter.Counts(g.Kind)
 	if window {
@@ -118,9 +118,7 @@ func (l *Limiter) fetch(k int64) {
 	if k > 1 && errors.As(err, &fe) && fe.Field == "permits" {
 		// More than the limiter's max_reserve allows one grant (the first
 		// grant, sized before the pool knows it): one permit always fits.
-		t0 = l.c.mono()
-		l.remoteCalls.Add(1)
-		g, err = l.c.t.Grant(ctx, l.name, 1, limitd.Forever)
+		grant(1)
 	}
 	t1 := l.c.mono()
 	l.mu.Lock()
@@ -185,14 +183,11 @@ func (l *Limiter) fetch(k int64) {
 	l.blocks = append(l.blocks, b)
 }
 
-// estimateShare records this process's part of the shared schedule, the
-// fallback's safe rate (see schedPart), from a grant that arrived at local
-// time now. Not while the handle falls back, nor for a retry interval after
-// it came back: other processes may not reach the schedule yet, and what
-// it takes then is more than its part when all is well. (Later in the
-// cool-down, each process held to its part by its guard, what it measures
-// is its part of their sum: the parts, measured at different times, come
-// back to adding up to 1.)
+// estimateShare records this process's part of the shared schedule (see
+// schedPart) from a grant that arrived at local time now. Not while the
+// handle falls back, nor for a retry interval after it came back: other
+// processes may not reach the schedule yet, and what it takes then is more
+// than its part when all is well.
 func (l *Limiter) estimateShare(g limitd.Grant, p limiter.Params, now int64) {
 	if gd := l.guard; gd != nil && (l.down || now-gd.back < int64(l.o.retry)) {
 		l.part.pause()
@@ -211,31 +206,28 @@ func unreachable(err error) bool {
 	return errors.Is(err, limiter.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// await returns the channel of the fetch in flight, starting one if needed.
-func (l *Limiter) await(now int64) chan struct{} {
-	l.starved = true
-	if l.fetching == nil {
-		l.startFetch(now)
-	}
-	return l.fetching
-}
-
 // missingFor is how long a handle whose limiter does not exist answers
 // limiter.ErrNotFound (Allow: false) from memory before it asks Redis again:
 // a missing limiter costs no round trip per call. A change event that
 // creates the limiter ends it at once.
 const missingFor = time.Second
 
-// knownMissing is the error of the last fetch while it says the limiter does
-// not exist and is younger than missingFor (l.mu held).
-func (l *Limiter) knownMissing(now int64) error {
+// awaitGrant waits for the fetch in flight, starting one if needed, and
+// returns the error a caller must know (not found, invalid): the last
+// fetch's at once while it says the limiter is missing (missingFor). It is
+// called with l.mu held, and releases it.
+func (l *Limiter) awaitGrant(ctx context.Context, now int64) error {
 	if now < l.missingUntil {
-		return l.err
+		err := l.err
+		l.mu.Unlock()
+		return err
 	}
-	return nil
-}
-
-func (l *Limiter) waitFetch(ctx context.Context, done chan struct{}) error {
+	l.starved = true
+	if l.fetching == nil {
+		l.startFetch(now)
+	}
+	done := l.fetching
+	l.mu.Unlock()
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -244,8 +236,8 @@ func (l *Limiter) waitFetch(ctx context.Context, done chan struct{}) error {
 	l.mu.Lock()
 	err := l.err
 	l.mu.Unlock()
-	if err != nil && !errors.Is(err, limiter.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
-		return err // not found, invalid: the caller must know
+	if err != nil && !unreachable(err) {
+		return err
 	}
 	return nil
 }

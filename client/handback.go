@@ -8,9 +8,7 @@ import (
 	"github.com/limitd/limitd"
 )
 
-// Hand-back and change watching: permits a handle will not use go back to
-// the shared schedule, and a published config change drops those taken at
-// the old rate.
+// Hand-back: permits a handle will not use go back to the shared schedule.
 
 // changed reacts to a published config change: permits granted under older
 // versions are handed back at once, so no permit at the old rate is used.
@@ -101,10 +99,8 @@ func (l *Limiter) release(g limitd.Grant, m int64) error {
 }
 
 // releaseOne hands back one permit from the middle of a grant (put back by a
-// cancelled wait, never reused). Release rewinds the schedule by a grant's
-// last permits when nothing was granted since, which for a permit from the
-// middle would free a start that another permit used; so the grant is
-// presented as of no current version, and the permit's time becomes idle.
+// cancelled wait, never reused) as of no current version, so that its time
+// becomes idle: a rewind would free a start that another permit used.
 func (l *Limiter) releaseOne(g limitd.Grant) error {
 	g.Version = -1
 	return l.release(g, 1)

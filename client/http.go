@@ -40,14 +40,11 @@ func WithHTTPClient(c *http.Client) HTTPOption {
 // NewHTTP returns a client that reaches the shared schedules through a limitd
 // server at baseURL ("http://limitd:8080") instead of Redis.
 //
-// The server decides every grant, so pools work as over Redis, with two
-// differences. There are no change events over HTTP: a config change is
-// picked up at a handle's next grant, not at once. And the server clock
-// (Time, which leases of Share and Semaphore expire on) is the Redis time of
-// the latest grant answered, advanced by the local clock since; until a
-// grant has answered one, the local clock stands in. Unused permits are
-// handed back with the grant's id, which carries what the handback needs, so
-// any replica behind a load balancer takes it.
+// Pools work as over Redis, but with no change events: a config change is
+// picked up at a handle's next grant, not at once. The server clock, which
+// leases expire on, is the Redis time of the latest grant answered,
+// advanced by the local clock since. Unused permits are handed back with the
+// grant's id, which any replica behind a load balancer takes.
 func NewHTTP(baseURL string, opts ...HTTPOption) *Client {
 	o := defaults()
 	for _, f := range opts {
@@ -105,8 +102,9 @@ func limiterPath(name, op string) string {
 }
 
 // do sends one request: body (nil: none) as JSON. It returns the status and
-// body of a 2xx or 429 answer, and every other answer as a typed error.
-func (t *httpTransport) do(ctx context.Context, method, path string, body any) (int, []byte, error) {
+// body of a 2xx or 429 answer, decoded into out unless out is nil, and every
+// other answer as a typed error.
+func (t *httpTransport) do(ctx context.Context, method, path string, body, out any) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -135,10 +133,15 @@ func (t *httpTransport) do(ctx context.Context, method, path string, body any) (
 	if err != nil {
 		return 0, nil, fmt.Errorf("%w: reading the answer to %s %s: %w", limiter.ErrUnavailable, method, path, err)
 	}
-	if res.StatusCode/100 == 2 || res.StatusCode == http.StatusTooManyRequests {
-		return res.StatusCode, b, nil
+	if res.StatusCode/100 != 2 && res.StatusCode != http.StatusTooManyRequests {
+		return res.StatusCode, nil, problemErr(method, path, res.StatusCode, b)
 	}
-	return res.StatusCode, nil, problemErr(method, path, res.StatusCode, b)
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return 0, nil, fmt.Errorf("client: undecodable answer from the limitd server: %w", err)
+		}
+	}
+	return res.StatusCode, b, nil
 }
 
 // problemErr maps an error answer to the errors the Redis transport returns.
@@ -166,13 +169,6 @@ func problemErr(method, path string, status int, b []byte) error {
 	return fmt.Errorf("client: %s %s: %d: %s", method, path, status, detail)
 }
 
-func decode(b []byte, v any) error {
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("client: undecodable answer from the limitd server: %w", err)
-	}
-	return nil
-}
-
 // maxWaitField is a request's max_wait: left out for limitd.Forever (the
 // server's default), else at least 0.
 func maxWaitField(maxWait time.Duration) *limiter.Duration {
@@ -195,22 +191,18 @@ func (t *httpTransport) sawNow(now int64) {
 
 func (t *httpTransport) Grant(ctx context.Context, name string, k int64, maxWait time.Duration) (limitd.Grant, error) {
 	req := wire.GrantRequest{Permits: &k, MaxWait: maxWaitField(maxWait)}
-	status, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "grant"), req)
+	var j struct { // a wire.Grant, or a 429's wire.Denied
+		wire.Grant
+		RetryAfter int64 `json:"retry_after_ns"`
+	}
+	status, _, err := t.do(ctx, http.MethodPost, limiterPath(name, "grant"), req, &j)
 	if err != nil {
 		return limitd.Grant{}, err
 	}
+	t.sawNow(j.Now)
 	if status == http.StatusTooManyRequests {
-		var d wire.Denied
-		if err := decode(b, &d); err != nil {
-			return limitd.Grant{}, err
-		}
-		t.sawNow(d.Now)
-		return limitd.Grant{Name: name, Decision: limitd.Decision{RetryAfter: d.RetryAfter, Delay: d.Delay,
-			Wait: d.Wait, Version: d.Version, Now: d.Now}}, nil
-	}
-	var j wire.Grant
-	if err := decode(b, &j); err != nil {
-		return limitd.Grant{}, err
+		return limitd.Grant{Name: name, Decision: limitd.Decision{RetryAfter: j.RetryAfter, Delay: j.Delay,
+			Wait: j.Wait, Version: j.Version, Now: j.Now}}, nil
 	}
 	g := limitd.Grant{
 		Decision: limitd.Decision{Granted: j.Granted, Permits: j.Permits, Scheduled: j.Scheduled, Start: j.Start,
@@ -218,7 +210,6 @@ func (t *httpTransport) Grant(ctx context.Context, name string, k int64, maxWait
 		Name: name, Kind: j.Kind, Slice: limiter.Slice{Whole: j.Slice.Whole, Frac: j.Slice.Frac, Den: j.Slice.Den},
 		Burst: float64(j.Burst), RemBefore: j.RemBefore, End: j.End,
 	}
-	t.sawNow(j.Now)
 	t.remember(g, j.ID)
 	return g, nil
 }
@@ -251,7 +242,8 @@ func (t *httpTransport) Release(ctx context.Context, g limitd.Grant, m int64) er
 		return nil // forgotten: the server has forgotten it too
 	}
 	j := t.wireGrant(g, ref.id)
-	_, _, err := t.do(ctx, http.MethodPost, limiterPath(g.Name, "handback"), wire.HandbackRequest{Grant: &j, Permits: &m})
+	req := wire.HandbackRequest{Grant: &j, Permits: &m}
+	_, _, err := t.do(ctx, http.MethodPost, limiterPath(g.Name, "handback"), req, nil)
 	return err
 }
 
@@ -263,18 +255,14 @@ func (t *httpTransport) wireGrant(g limitd.Grant, id string) wire.Grant {
 		RemBefore: g.RemBefore, End: g.End}
 }
 
-// Changes: the HTTP API has no change events; a config change is picked up
-// at the next grant.
+// Changes: the HTTP API has no change events.
 func (t *httpTransport) Changes(context.Context) <-chan string { return nil }
 
 func (t *httpTransport) Capacity(ctx context.Context, name string, r limitd.CapacityRequest) (limitd.CapacityLease, error) {
-	_, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "capacity"),
-		wire.CapacityRequest{ClientID: &r.ClientID, Wants: &r.Wants, Has: &r.Has, Priority: &r.Priority})
-	if err != nil {
-		return limitd.CapacityLease{}, err
-	}
 	var l wire.CapacityLease
-	if err := decode(b, &l); err != nil {
+	_, _, err := t.do(ctx, http.MethodPost, limiterPath(name, "capacity"),
+		wire.CapacityRequest{ClientID: &r.ClientID, Wants: &r.Wants, Has: &r.Has, Priority: &r.Priority}, &l)
+	if err != nil {
 		return limitd.CapacityLease{}, err
 	}
 	return limitd.CapacityLease{Gets: l.Gets, Expires: l.Expires, Refresh: l.Refresh, SafeCapacity: l.SafeCapacity,
@@ -282,7 +270,7 @@ func (t *httpTransport) Capacity(ctx context.Context, name string, r limitd.Capa
 }
 
 func (t *httpTransport) ReturnCapacity(ctx context.Context, name, clientID string) error {
-	_, _, err := t.do(ctx, http.MethodDelete, limiterPath(name, "capacity/"+url.PathEscape(clientID)), nil)
+	_, _, err := t.do(ctx, http.MethodDelete, limiterPath(name, "capacity/"+url.PathEscape(clientID)), nil, nil)
 	return err
 }
 
@@ -290,12 +278,9 @@ func (t *httpTransport) ReturnCapacity(ctx context.Context, name, clientID strin
 // limiter's kind. Asked of a schedule limiter it takes a permit, answered as
 // ErrConflict (as the store does, though the store takes nothing).
 func (t *httpTransport) AcquireSlot(ctx context.Context, name string) (limitd.SlotLease, error) {
-	status, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "acquire"), nil)
-	if err != nil {
-		return limitd.SlotLease{}, err
-	}
 	var l wire.SlotAnswer
-	if err := decode(b, &l); err != nil {
+	status, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "acquire"), nil, &l)
+	if err != nil {
 		return limitd.SlotLease{}, err
 	}
 	if l.InUse == nil { // a schedule's answer
@@ -314,19 +299,16 @@ func (t *httpTransport) AcquireSlot(ctx context.Context, name string) (limitd.Sl
 }
 
 func (t *httpTransport) RenewSlot(ctx context.Context, name, id string) (limitd.SlotLease, error) {
-	_, b, err := t.do(ctx, http.MethodPost, limiterPath(name, "renew"), wire.LeaseRequest{LeaseID: &id})
-	if err != nil {
-		return limitd.SlotLease{}, err
-	}
 	var l wire.Renewed
-	if err := decode(b, &l); err != nil {
+	_, _, err := t.do(ctx, http.MethodPost, limiterPath(name, "renew"), wire.LeaseRequest{LeaseID: &id}, &l)
+	if err != nil {
 		return limitd.SlotLease{}, err
 	}
 	return limitd.SlotLease{Granted: true, ID: l.LeaseID, Expires: l.Expires}, nil
 }
 
 func (t *httpTransport) ReleaseSlot(ctx context.Context, name, id string) error {
-	_, _, err := t.do(ctx, http.MethodPost, limiterPath(name, "release"), wire.LeaseRequest{LeaseID: &id})
+	_, _, err := t.do(ctx, http.MethodPost, limiterPath(name, "release"), wire.LeaseRequest{LeaseID: &id}, nil)
 	return err
 }
 

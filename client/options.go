@@ -3,15 +3,8 @@ package client
 import "time"
 
 // The options are typed by where they apply, so that an option a
-// constructor does not honour is a compile error rather than silently
-// ignored:
-//
-//	Option        a handle's behaviour (fallback, window, ...): Limiter, and every
-//	              constructor, where it sets the default of the client's handles
-//	ClientOption  the whole client (WithClock): every constructor
-//	HTTPOption    NewHTTP only (WithToken, WithHTTPClient)
-//
-// An Option is a ClientOption, and a ClientOption an HTTPOption.
+// constructor does not honour is a compile error. An Option is a
+// ClientOption, and a ClientOption an HTTPOption.
 type (
 	// Option configures one handle (Client.Limiter), or the defaults of a
 	// client's handles (NewHTTP, NewWithTransport, redisclient.New).
@@ -28,8 +21,7 @@ type (
 	HTTPOption interface{ applyHTTP(*options) }
 )
 
-// handleOption is an Option; clientOption a ClientOption; httpOption an
-// HTTPOption.
+// handleOption is an Option; clientOption a ClientOption; httpOption an HTTPOption.
 type (
 	handleOption func(*options)
 	clientOption func(*options)
@@ -62,10 +54,8 @@ func defaults() options {
 
 // WithoutRefusalCounts stops a client over Redis from adding its
 // refusals to the Redis totals that limitd's dashboard, metrics and
-// ctl watch read (see redisclient.New): its refusals then show nowhere but
-// in the caller's own code. Counting costs an atomic add per refusal and,
-// once a second, one pipeline into Redis. Over HTTP there is nothing to
-// turn off: the limitd server counts what it decides.
+// ctl watch read (see redisclient.New). Over HTTP there is nothing to turn
+// off: the limitd server counts what it decides.
 func WithoutRefusalCounts() ClientOption {
 	return clientOption(func(o *options) { o.refusals = nil })
 }
@@ -95,20 +85,16 @@ func WithWindow(d time.Duration) Option {
 }
 
 // WithStaleAfter sets how late a held permit may be before it is handed back
-// instead of used (default 100ms; never less than the lateness op bulking
-// allows, one grant window or two slices). It bounds the burst a process that
-// stalled (GC, SIGSTOP) could add on waking. The grant that replaces stale
-// permits is asked for once they are handed back, so that it starts where
-// the schedule has room now, not after permits nobody will use.
+// instead of used (default 100ms; never less than one grant window or two
+// slices). It bounds the burst a process that stalled (GC, SIGSTOP) could
+// add on waking.
 func WithStaleAfter(d time.Duration) Option {
 	return handleOption(func(o *options) { o.stale = max(d, time.Millisecond) })
 }
 
-// WithRetryInterval sets how often a handle that is falling back tries Redis
-// again (default 1s; at least 1ms). The first retry comes 50 ms after the
-// fault (or after the interval if shorter), each later one at twice the
-// delay, up to the interval; the cool-down after an outage lasts two
-// intervals, at least a second.
+// WithRetryInterval sets how often at most a handle that is falling back
+// tries Redis again (default 1s; at least 1ms; see Fallback); the cool-down
+// after an outage lasts two intervals, at least a second.
 func WithRetryInterval(d time.Duration) Option {
 	return handleOption(func(o *options) { o.retry = max(d, time.Millisecond) })
 }

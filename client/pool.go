@@ -16,15 +16,12 @@ import (
 // from its schedule. It is safe for concurrent use.
 type Limiter struct {
 	// The permit path touches the first fields, kept together: what every
-	// caller reads before the lock (changed only by a refusal, so kept off
-	// the lines a permit writes), then the lock and what a permit changes.
+	// caller reads before the lock, then the lock and what a permit changes.
 	c *Client
 	// refuseUntil is when, on the local clock, the pool's next permit may
 	// start, as the last refusal found it: Allow refuses before then without
-	// the lock, which callers refused in a loop would otherwise fight over.
-	// Every change that may bring a permit earlier or empty the pool (a
-	// grant, a put-back, a config change, the fallback, Close) clears it
-	// (mayChange), so it never refuses what the pool would give.
+	// the lock. Every change that may bring a permit earlier or empty the
+	// pool clears it (mayChange).
 	refuseUntil atomic.Int64
 	name        string
 	o           options
@@ -40,8 +37,7 @@ type Limiter struct {
 	closed        bool
 	down          bool // in the fallback while Redis is unreachable
 
-	// For Stats: permits handed to callers from the fallback, and calls to
-	// Redis (or the limitd server).
+	// For Stats: permits from the fallback, and calls to Redis (or limitd).
 	fallbackPermits, remoteCalls atomic.Int64
 
 	err      error           // the last fetch's error, for callers waiting on it
@@ -58,10 +54,9 @@ type Limiter struct {
 	lastK   int64     // the last grant's size
 	maxK    int64     // the most permits one grant may take (max_reserve), 0: unknown
 	starved bool      // a caller found the pool empty since the last fetch
-	// missingUntil: a fetch found no such limiter, or a window limiter,
-	// which a pool does not serve (l.err says so); until then (local
-	// clock; for a window, for good) callers are told so without asking
-	// Redis again, unless a change event announces the limiter first.
+	// missingUntil: a fetch found no such limiter, or a window limiter
+	// (l.err says so); until then callers are told so without asking Redis
+	// again, unless a change event announces the limiter first.
 	missingUntil int64
 
 	// fallback while Redis is unreachable (down, above), see fallback.go
@@ -99,9 +94,8 @@ func (l *Limiter) Allow() bool {
 // LimiterStats is what a handle did since it was made (see Client.Stats).
 type LimiterStats struct {
 	Name string
-	// SharedPermits were taken from the shared schedule (Allow, Wait, and
-	// Reserve's n); FallbackPermits came from the local fallback while
-	// Redis was unreachable.
+	// SharedPermits were taken from the shared schedule; FallbackPermits
+	// came from the local fallback while Redis was unreachable.
 	SharedPermits, FallbackPermits int64
 	// RemoteCalls are the grants, reservations and hand-backs the handle
 	// sent to Redis (or the limitd server), failed ones included.
@@ -122,11 +116,10 @@ func (l *Limiter) Stats() LimiterStats {
 // mayChange clears refuseUntil: the pool is about to change (l.mu held).
 func (l *Limiter) mayChange() { l.refuseUntil.Store(0) }
 
-// AllowNext is Allow for callers that advertise the limit, as the HTTP
-// middleware of package httplimit does: it tells besides how long from now
-// until the next permit may start (0: one may start now), and the errors Allow
-// hides: ErrClosed, a limiter that does not exist, ctx's error while the pool
-// waits for a grant.
+// AllowNext is Allow for callers that advertise the limit (httplimit): it
+// tells besides how long until the next permit may start (0: now), and the
+// errors Allow hides: ErrClosed, a limiter that does not exist, ctx's error
+// while the pool waits for a grant.
 func (l *Limiter) AllowNext(ctx context.Context) (ok bool, next time.Duration, err error) {
 	ok, next, err = l.allow(ctx, true)
 	if !ok && err == nil {
@@ -148,13 +141,11 @@ func (l *Limiter) allow(ctx context.Context, withNext bool) (ok bool, next time.
 			l.mu.Unlock()
 			return false, 0, ErrClosed
 		}
-		// Overtaken on the way to the lock: another caller read the clock
-		// after this one and took a permit first, pacing the next from its
-		// reading; deciding at the older reading would refuse a permit this
-		// caller, who came later, may take. So decide at the later reading,
-		// and refuse only at a reading taken under the lock, which orders it
-		// after every permit taken and every grant arrived (a reading costs
-		// as much as the rest of a permit: only a refusal takes a second).
+		// Overtaken on the way to the lock, another caller may have taken a
+		// permit at a later reading: decide at the later one, and refuse only
+		// at a reading taken under the lock, which orders it after every
+		// permit taken and grant arrived (only a refusal reads twice: a
+		// reading costs as much as the rest of a permit).
 		now = max(now, l.lastTake)
 		if l.down {
 			l.retryInBackground(now)
@@ -186,24 +177,16 @@ func (l *Limiter) allow(ctx context.Context, withNext bool) (ok bool, next time.
 			l.mu.Unlock()
 			return ok, next, nil
 		}
-		if err := l.knownMissing(now); err != nil {
-			l.mu.Unlock()
-			return false, 0, err
-		}
-		wait := l.await(now)
-		l.mu.Unlock()
-		if err := l.waitFetch(ctx, wait); err != nil {
+		if err := l.awaitGrant(ctx, now); err != nil { // unlocks
 			return false, 0, err
 		}
 	}
 }
 
 // lock takes l.mu for a permit, yielding to other goroutines a few times
-// before it waits on the lock: with many callers (8 per core) a waiter parked
-// on a mutex costs a wake-up far longer than the section it waits for, and
-// once the callers that waited for a grant all wake at once, parked waiters
-// kept the lock slow for good (BenchmarkPermitVs/p8: 157–177 ns per Allow,
-// 120–135 with this).
+// before it waits on the lock: with many callers a waiter parked on a mutex
+// costs a wake-up far longer than the section it waits for
+// (BenchmarkPermitVs/p8).
 func (l *Limiter) lock() {
 	for range 16 {
 		if l.mu.TryLock() {
@@ -214,8 +197,7 @@ func (l *Limiter) lock() {
 	l.mu.Lock()
 }
 
-// Rate is the limiter's shared rate in permits per second as of the last
-// grant; 0 before the first.
+// Rate is the shared rate in permits per second as of the last grant; 0 before.
 func (l *Limiter) Rate() float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -257,13 +239,7 @@ func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 			continue
 		}
 		if !ok {
-			if err := l.knownMissing(now); err != nil {
-				l.mu.Unlock()
-				return Permit{}, err
-			}
-			wait := l.await(now)
-			l.mu.Unlock()
-			if err := l.waitFetch(ctx, wait); err != nil {
+			if err := l.awaitGrant(ctx, now); err != nil { // unlocks
 				return Permit{}, err
 			}
 			continue
@@ -296,9 +272,7 @@ func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 // arrives) and makes further calls fail with ErrClosed.
 func (l *Limiter) Close() error {
 	// Forgotten before it is marked closed: a caller that saw ErrClosed and
-	// asks Client.Limiter again gets a new handle, not this one. (The other
-	// way round, the HTTP middleware, whose evictions close shared handles,
-	// could be given the closed one on every retry.)
+	// asks Client.Limiter again gets a new handle, not this one.
 	l.c.forget(l)
 	l.mu.Lock()
 	if l.closed {
@@ -319,10 +293,9 @@ func (l *Limiter) Close() error {
 	}
 	l.mu.Unlock()
 
-	// Newest grant first: each tail handed back rewinds the schedule to the
-	// grant before when nothing was granted since, so the whole pool goes
-	// back to the next caller. A permit put back by a cancelled wait joins
-	// its grant's tail if it borders it, else its time becomes idle.
+	// Newest grant first, so that each tail handed back rewinds the schedule
+	// to the grant before. A permit put back by a cancelled wait joins its
+	// grant's tail if it borders it, else its time becomes idle.
 	var errs []error
 	for i := len(blocks) - 1; i >= 0; i-- {
 		b := blocks[i]

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,34 +12,13 @@ import (
 )
 
 // Refusal counts. A client over Redis decides most calls itself, from the
-// permits its pools hold, so a limitd server never sees them; what Redis
-// granted it records in each limiter's state, but what the client refused
-// it would never learn. So the client counts its refusals (on the hot path
-// an atomic add, no lock, no allocation) and adds them once a second to
-// the same Redis totals a limitd server's ledger writes, through the same
-// tally (a RefusalTally: redisclient's is a store.Tally): the same subjects
-// (a limiter, or a template and its busiest instances), the same bound on
-// names per interval and on commands per flush. WithoutRefusalCounts turns it off; over HTTP the server counts.
-//
-// What counts as a refusal, one call and the permits it asked for:
-//
-//   - Limiter.Allow and AllowNext answering false (no error): 1 permit,
-//     whether the pool's next permit was not due yet or the fallback
-//     refused it while Redis was unreachable;
-//   - Limiter.Wait and WaitN returning limiter.ErrDeadline (the permits
-//     would start after ctx's deadline): 1 permit, or n;
-//   - Limiter.Reserve (and WaitN) returning ErrRefused: n permits;
-//   - Client.Acquire answering a Decision that is not Granted: n permits;
-//   - Client.AcquireAll refused: each limiter that refused, its permits
-//     (the limiters that granted in a refused call count nothing: their
-//     permits were not taken);
-//   - Semaphore.Acquire, each time a poll finds every slot taken: 1 permit.
-//
-// Errors (a missing limiter, Redis unreachable with no fallback permit, a
-// cancelled context, ErrClosed) are not refusals: nothing was decided.
-// Share's local decisions do not count, as a server's ledger counts no
-// share capacity. Granted permits are not written here: Redis recorded them
-// when it granted them.
+// permits its pools hold, so a limitd server never sees them. So the client
+// counts its refusals (on the hot path an atomic add, no lock, no
+// allocation) and adds them once a second to the same Redis totals a limitd
+// server's ledger writes, through the same tally (RefusalTally), under the
+// same bounds. What counts as a refusal is listed in docs/go-client.md
+// ("Refusals the client counts"); errors are not refusals, and granted
+// permits Redis recorded as it granted them.
 
 // refusalCount is what one limiter's handles and semaphores of this
 // client refused since the last flush.
@@ -106,19 +87,14 @@ func (r *refusalCount) giveBack(c limitd.Counts) {
 // handles and semaphores use, and the tally they are flushed through.
 type refusals struct {
 	tally RefusalTally
-	every time.Duration
 
 	mu     sync.Mutex
 	counts map[string]*refusalCount
 	users  map[*refusalCount]int // open handles and semaphores using each count
 }
 
-// How often the client adds its refusals to Redis.
-const refusalFlushEvery = time.Second
-
 func newRefusals(tally RefusalTally) *refusals {
-	return &refusals{tally: tally, every: refusalFlushEvery,
-		counts: map[string]*refusalCount{}, users: map[*refusalCount]int{}}
+	return &refusals{tally: tally, counts: map[string]*refusalCount{}, users: map[*refusalCount]int{}}
 }
 
 // of returns the count of name for a new handle or semaphore, which calls
@@ -192,10 +168,7 @@ func (r *refusals) direct(ctx context.Context, name string, permits int64, insta
 // flush gathers every count in use and adds the tally to Redis.
 func (r *refusals) flush(ctx context.Context) error {
 	r.mu.Lock()
-	cs := make([]*refusalCount, 0, len(r.counts))
-	for _, c := range r.counts {
-		cs = append(cs, c)
-	}
+	cs := slices.Collect(maps.Values(r.counts))
 	r.mu.Unlock()
 	for _, c := range cs {
 		r.gather(ctx, c)
@@ -211,13 +184,12 @@ func (r *refusals) flush(ctx context.Context) error {
 	return r.tally.Flush(ctx)
 }
 
-// runRefusals flushes every second on the client's clock until the client closes
-// (Close flushes the rest).
+// runRefusals flushes every second until the client closes (Close flushes the rest).
 func (c *Client) runRefusals() {
 	defer c.wg.Done()
 	r := c.refusals
 	for {
-		t := c.o.clock.NewTimer(r.every)
+		t := c.o.clock.NewTimer(time.Second)
 		select {
 		case <-t.C():
 			_ = r.flush(c.ctx)

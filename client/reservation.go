@@ -51,8 +51,7 @@ type Reservation struct {
 // The error says when the same request could be granted.
 var ErrRefused = errors.New("client: the limiter refused the permits")
 
-// ErrSettled is returned by Settle of a reservation already settled or
-// cancelled.
+// ErrSettled is returned by Settle of a reservation already settled or cancelled.
 var ErrSettled = errors.New("client: the reservation is settled already")
 
 // Reserve takes n permits from the shared limiter in one round trip, however
@@ -116,22 +115,17 @@ func (r *Reservation) Cancel() error {
 // permits of the n reserved. It guarantees that the limiter counts actual
 // permits for the work, no more and no less, whatever happened in between:
 //
-//   - actual < n: the n − actual unused permits are handed back, as a pool
-//     hands back: a schedule is rewound when nothing was taken from it since
-//     the reservation (the next caller gets them at once), else their time
-//     counts as idle (nobody gets them, but nobody waits for them either); a
-//     window gives them back to its count while its window is the
-//     reservation's, never below 0, and keeps its count once that window
-//     has ended (the reservation's window is over).
-//   - actual > n: the excess is charged (Charge): taken whatever is left,
-//     into debt (a window: past its limit).
+//   - actual < n: the unused permits are handed back, as a pool hands back:
+//     a schedule is rewound when nothing was taken from it since, else their
+//     time counts as idle; a window gives them back to its count while its
+//     window is the reservation's, never below 0.
+//   - actual > n: the excess is charged (Charge).
 //   - actual = n: nothing to do, and no round trip.
 //
 // A reservation settles once: a second Settle, or one after Cancel, is
 // ErrSettled. When Settle fails, the unused permits may not have been
 // handed back, or the excess not charged (the error says which); they are
-// not tried again. Over HTTP the settle is one request (POST .../charge
-// with the grant), over Redis one script call.
+// not tried again.
 func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 	if actual < 0 {
 		return &limiter.FieldError{Field: "permits", Rule: "must be ≥ 0: the permits the work used", Value: actual}

@@ -29,8 +29,7 @@ type schedPart struct {
 // partTau is the time constant of schedPart's smoothing, in schedule time.
 const partTau = float64(2 * time.Second)
 
-// add records a grant that took cost ns of the schedule and left its end at
-// end.
+// add records a grant that took cost ns of the schedule and left its end at end.
 func (s *schedPart) add(end, cost int64) {
 	if s.end == 0 {
 		s.end = end // where the measure starts: nothing is known of the others yet

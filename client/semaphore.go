@@ -3,7 +3,9 @@ package client
 import (
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,22 +19,12 @@ import (
 //
 // Acquire takes a slot, waiting for one to free up, and returns the function
 // that releases it. While a slot is held, a goroutine renews its lease at
-// about a third of the lease time, so that the slot lasts as long as the
-// holder while a crashed holder loses it when the lease ends. A slot whose
-// lease was lost anyway (Redis reclaimed it: the process stalled past the
-// lease, or Redis was unreachable until it ended) is reported to the
-// WithOnLost callback; the holder should stop what the slot guards.
-//
-// When Redis loses the slots while they are held (a restart without
-// persistence, a failover that lost writes), each holder registers its lease
-// again at its next renewal, while the limit leaves room. Until the holders
-// have renewed, new acquirers may take the slots they hold, so the limit
-// can be exceeded for at most one renewal interval (a third of the lease
-// time) after the loss; a holder that then finds no room is told its lease is
-// lost (WithOnLost), and from then on the slots in use never exceed the
-// limit. A shorter lease narrows the window, at the price of more renewals.
-//
-// Close releases the slots still held and ends the waits with ErrClosed.
+// about a third of the lease time, so that a crashed holder loses it when
+// the lease ends. A slot whose lease was lost anyway (a stall past the lease,
+// Redis unreachable until it ended) is reported to the WithOnLost callback;
+// the holder should stop what the slot guards. When Redis loses the slots
+// while they are held, each holder takes its slot again at its next renewal
+// if the limit leaves room, else is told it is lost (see docs/reliability.md).
 type Semaphore struct {
 	c      *Client
 	name   string
@@ -103,6 +95,8 @@ func (c *Client) Semaphore(name string, opts ...SemaphoreOption) (*Semaphore, er
 // limiter.ErrUnavailable, or ctx's.
 func (s *Semaphore) Acquire(ctx context.Context) (release func(), err error) {
 	backoff := semFirstBackoff
+	pause, stop := mergeDone(ctx, s.ctx) // Close ends a pause too
+	defer stop()
 	for {
 		if err := s.check(ctx); err != nil {
 			return nil, err
@@ -134,14 +128,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (release func(), err error) {
 			d = min(d, time.Duration(l.RetryAfter))
 		}
 		backoff = min(backoff*2, s.o.maxBackoff)
-		t := s.c.o.clock.NewTimer(d)
-		select {
-		case <-t.C():
-		case <-ctx.Done():
-			t.Stop()
-		case <-s.ctx.Done():
-			t.Stop()
-		}
+		_ = s.c.sleep(pause, d) // ended early: check says why
 	}
 }
 
@@ -181,8 +168,7 @@ func (s *Semaphore) InUse() int {
 	return len(s.held)
 }
 
-// Close releases every slot still held, stops their renewal and ends waiting
-// Acquires with ErrClosed.
+// Close releases every slot still held and ends waiting Acquires with ErrClosed.
 func (s *Semaphore) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -190,10 +176,7 @@ func (s *Semaphore) Close() error {
 		return nil
 	}
 	s.closed = true
-	hs := make([]*heldSlot, 0, len(s.held))
-	for h := range s.held {
-		hs = append(hs, h)
-	}
+	hs := slices.Collect(maps.Keys(s.held))
 	s.mu.Unlock()
 	s.cancel()
 	for _, h := range hs {

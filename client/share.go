@@ -17,36 +17,29 @@ import (
 )
 
 // Share is one client's lease on a share limiter (a Doorman client): a part
-// of a capacity that the limiter divides among the clients asking for it, by
-// its algorithm (fair_share, proportional_share, static, none). It is safe for
-// concurrent use.
+// of a capacity that the limiter divides among the clients asking for it. It
+// is safe for concurrent use.
 //
-// The share asks for capacity with what it wants and what it holds, and asks
-// again every refresh interval the lease names, in a goroutine of its own
-// that Close stops. What it wants is set with WithWants or SetWants, or else
-// estimated from its own use over the last interval: the permits per second
-// asked for through Allow (every call, allowed or not: call it once per
-// operation, not in a spin loop) and Wait, or the most operations in flight
-// and waiting through Acquire, with 10% headroom, and at least 1 (so that
-// an idle share can start using capacity at once). Waiters that take all
-// the share gets, mostly after waiting their turn, do not show how much
-// more they want: the share then asks for twice what it gets, and grows in
-// a few refreshes rather than 10% a refresh.
+// The share asks for capacity again every refresh interval the lease names,
+// in a goroutine of its own that Close stops. What it wants is set with
+// WithWants or SetWants, or else estimated from its own use over the last
+// interval: the permits per second asked for through Allow (every call,
+// allowed or not: call it once per operation) and Wait, or the most
+// operations in flight and waiting through Acquire, with 10% headroom, and
+// at least 1. Waiters that took all it got, mostly after waiting their turn,
+// make it ask for twice what it gets.
 //
 // What it gets is used either as a rate, Wait and Allow (a local strict
 // limiter at Gets permits per second), or as a gauge, Acquire (at most
 // floor(Gets) operations in flight). Use one or the other.
 //
-// While Redis is unreachable, the share keeps using its lease until the lease
-// expires, then follows its fallback mode (the client's WithFallback, or
-// WithShareFallback): FallbackSafe uses the lease's safe capacity (before any
-// lease: the client's WithSafeRate, and without one refuses),
-// FallbackOptimistic is unlimited, FallbackPessimistic refuses: Allow is
-// false, Wait and Acquire return limiter.ErrUnavailable. Once Redis answers it
-// returns to leases by itself. Lease expiry is judged on the local clock,
-// converted from Redis's with an offset measured by round trips.
-//
-// Close returns the capacity to the limiter at once.
+// While Redis is unreachable, the share keeps using its lease until it
+// expires (judged on the local clock), then follows its fallback mode (the
+// client's WithFallback, or WithShareFallback): FallbackSafe uses the
+// lease's safe capacity (before any lease: the client's WithSafeRate, and
+// without one refuses), FallbackOptimistic is unlimited, FallbackPessimistic
+// refuses: Allow is false, Wait and Acquire return limiter.ErrUnavailable.
+// Once Redis answers it returns to leases by itself.
 type Share struct {
 	c    *Client
 	name string
@@ -146,8 +139,7 @@ func checkWants(w float64) error {
 	return nil
 }
 
-// defaultClientID is hostname-pid-random, with the characters a client id
-// may not hold replaced.
+// defaultClientID is hostname-pid-random, made a valid client id.
 func defaultClientID() string {
 	host, _ := os.Hostname()
 	host = strings.Map(func(r rune) rune {
@@ -231,8 +223,7 @@ func (s *Share) SetWants(w float64) error {
 	return nil
 }
 
-// Refresh asks for capacity now, as the share's refresher does every refresh
-// interval, and returns the request's error.
+// Refresh asks for capacity now, as the refresher does, and returns its error.
 func (s *Share) Refresh(ctx context.Context) error {
 	s.mu.Lock()
 	closed := s.closed
@@ -245,8 +236,7 @@ func (s *Share) Refresh(ctx context.Context) error {
 	return s.requestCtx(ctx)
 }
 
-// Close stops the refresher, ends every wait with ErrClosed and returns the
-// capacity to the limiter.
+// Close stops the refresher, ends every wait with ErrClosed and returns the capacity.
 func (s *Share) Close() error {
 	s.mu.Lock()
 	if s.closed {

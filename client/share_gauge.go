@@ -6,9 +6,6 @@ import (
 	"sync"
 )
 
-// A share used as a gauge: Acquire keeps at most what the lease gets of
-// the share's operations in flight.
-
 // Acquire blocks until fewer than floor(Gets()) operations of this share are
 // in flight, or ctx is done, and takes a place among them; release gives the
 // place back (it is idempotent). In the pessimistic fallback it returns
@@ -21,13 +18,7 @@ func (s *Share) Acquire(ctx context.Context) (release func(), err error) {
 	s.waiting++
 	defer func() { s.waiting-- }()
 	for {
-		if s.closed {
-			return nil, ErrClosed
-		}
-		if s.refuse != nil {
-			return nil, s.refuse
-		}
-		if err := ctx.Err(); err != nil {
+		if err := s.stopped(ctx); err != nil {
 			return nil, err
 		}
 		s.peak = max(s.peak, s.inFlight+s.waiting)
@@ -60,8 +51,7 @@ func (s *Share) releaseGauge() {
 	s.mu.Unlock()
 }
 
-// InFlight is the number of operations holding the share's capacity through
-// Acquire.
+// InFlight is the number of operations holding the share's capacity (Acquire).
 func (s *Share) InFlight() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -10,18 +10,13 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// The lease of a share: the refresher asks for capacity, estimates what to
-// want from use, and applies the answer, or the fallback once the lease has
-// expired unrenewed.
-
 func (s *Share) notifyLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
 
 // run is the refresher: it asks for capacity when the lease says to (sooner
-// while Redis does not answer) and applies the fallback when the lease
-// expires unrenewed.
+// while Redis does not answer), and applies the fallback at expiry.
 func (s *Share) run() {
 	defer close(s.done)
 	for {
@@ -119,8 +114,7 @@ func (s *Share) requestLocked(now int64) limitd.CapacityRequest {
 	return r
 }
 
-// estimateLocked is the wants a share's own use over the window since the
-// last request calls for.
+// estimateLocked is the wants the share's use since the last request calls for.
 func (s *Share) estimateLocked(now int64) float64 {
 	var rate float64
 	if secs := float64(now-s.usedFrom) / 1e9; secs > 0.001 {

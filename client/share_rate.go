@@ -8,11 +8,7 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// A share used as a rate: Allow and Wait pace operations locally at what
-// the lease gets.
-
-// Allow reports whether one operation may start now at the rate of the
-// share's capacity; if so it is counted.
+// Allow reports whether one operation may start now at the share's rate.
 func (s *Share) Allow() bool {
 	s.mu.Lock()
 	if s.closed {
@@ -36,8 +32,7 @@ func (s *Share) Allow() bool {
 	return true
 }
 
-// rateLimiterLocked is the local limiter at gets, nil while gets is below
-// the least rate (nothing may pass).
+// rateLimiterLocked is the local limiter at gets, nil while nothing may pass.
 func (s *Share) rateLimiterLocked() *limiter.Limiter {
 	if s.gets < limiter.MinRate {
 		return nil
@@ -56,16 +51,7 @@ func (s *Share) Wait(ctx context.Context) error {
 	defer stop()
 	for {
 		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			return ErrClosed
-		}
-		if s.refuse != nil {
-			err := s.refuse
-			s.mu.Unlock()
-			return err
-		}
-		if err := ctx.Err(); err != nil {
+		if err := s.stopped(ctx); err != nil {
 			s.mu.Unlock()
 			return err
 		}
@@ -133,6 +119,18 @@ func (s *Share) sleep(ctx context.Context, r *limiter.Reservation, d time.Durati
 			}
 		}
 	}
+}
+
+// stopped is why a caller may not go on (s.mu held): ErrClosed, the
+// fallback's refusal, or ctx's error.
+func (s *Share) stopped(ctx context.Context) error {
+	switch {
+	case s.closed:
+		return ErrClosed
+	case s.refuse != nil:
+		return s.refuse
+	}
+	return ctx.Err()
 }
 
 // waitErr is ErrClosed for a wait that Close ended.

@@ -38,9 +38,8 @@ type Transport interface {
 	Time(ctx context.Context) (int64, error)
 }
 
-// RefusalTally is where a client adds what it refused (refusals.go): the
-// Redis totals a limitd server's ledger writes (package redisclient's). A
-// client over HTTP has none: the server counts what it decides.
+// RefusalTally is where a client adds what it refused: the Redis totals a
+// limitd server's ledger writes (package redisclient's).
 type RefusalTally interface {
 	// Subject names what name's refusals count under: the limiter, or the
 	// template whose instance it is (instance: a decision said name is

@@ -4,10 +4,8 @@
 // 9457 problem body; every answer carries the RateLimit-Policy and RateLimit
 // fields of the IETF draft.
 //
-// Layer: a front end over package client (httplimit → client). It imports
-// client and what client's API returns (store's errors and name rule), echo
-// and net/http; nothing in limitd imports it, and client imports neither it
-// nor echo.
+// Layer: a front end over package client (httplimit → client), echo and
+// net/http; nothing in limitd imports it.
 //
 //	c := redisclient.New(rdb)
 //	h := httplimit.Middleware(c, httplimit.KeyByHeader("X-API-Key"), httplimit.WithLimiterPrefix("key:"))(mux)

@@ -7,8 +7,7 @@ import (
 	"github.com/limitd/limitd/client"
 )
 
-// keyedLimits is the middleware's state: the handles of recent keys, most
-// recently used first.
+// keyedLimits is the middleware's state: the handles of recent keys.
 type keyedLimits struct {
 	c   *client.Client
 	cfg middlewareConfig
@@ -34,8 +33,7 @@ func newKeyedLimits(c *client.Client, opts []Option) *keyedLimits {
 	return &keyedLimits{c: c, cfg: cfg, byKey: map[string]*list.Element{}, draining: map[string]*keyedHandle{}}
 }
 
-// acquire returns the key's handle for one request, making room for it if
-// needed; release gives it back.
+// acquire returns the key's handle for one request; release gives it back.
 func (m *keyedLimits) acquire(name string) (*keyedHandle, error) {
 	m.mu.Lock()
 	kh, idle := m.lookup(name)

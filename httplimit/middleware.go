@@ -23,26 +23,18 @@ import (
 // Retry-After header and an RFC 9457 application/problem+json body.
 //
 // Every answer carries the RateLimit-Policy and RateLimit fields of
-// draft-ietf-httpapi-ratelimit-headers-09, for example
-//
-//	RateLimit-Policy: "default";q=10;w=1
-//	RateLimit: "default";r=0;t=1
-//
-// limitd paces permits rather than counting them in windows, so the fields
-// describe the pace: q permits per w seconds is the limiter's rate (or what
-// WithPolicy advertises); r is how many more requests would be allowed right
-// now (0 or 1: permits are spaced), and t the seconds, rounded up, until the
-// next one would be. A client that waits t seconds whenever r is 0 is not
-// refused (unless other clients share its key).
+// draft-ietf-httpapi-ratelimit-headers-09 ("default";q=10;w=1 and
+// "default";r=0;t=1). limitd paces permits, so they describe the pace: q
+// permits per w seconds is the limiter's rate (or what WithPolicy
+// advertises); r is how many more requests would be allowed now (0 or 1),
+// and t the seconds, rounded up, until the next one would be.
 //
 // A limiter that does not exist (no template matches the key) answers 500,
-// an unreachable Redis or a closed client 503, both as problem+json: a
-// misconfigured limit is not the caller's fault, and it is never "allow
-// everything" (Redis outages follow the client's fallback mode instead).
+// an unreachable Redis or a closed client 503, both as problem+json: never
+// "allow everything" (Redis outages follow the client's fallback mode).
 //
-// The middleware keeps one handle per recent key, at most WithMaxKeys (10000
-// by default); the least recently used is closed, handing its unused permits
-// back, when a new key needs room.
+// The middleware keeps one handle per recent key, at most WithMaxKeys; the
+// least recently used is closed, handing its unused permits back.
 func Middleware(c *client.Client, opts ...Option) func(http.Handler) http.Handler {
 	m := newKeyedLimits(c, opts)
 	return func(next http.Handler) http.Handler {
@@ -54,8 +46,7 @@ func Middleware(c *client.Client, opts ...Option) func(http.Handler) http.Handle
 	}
 }
 
-// EchoMiddleware is Middleware for echo. The key functions see the
-// *http.Request of the echo.Context.
+// EchoMiddleware is Middleware for echo.
 func EchoMiddleware(c *client.Client, opts ...Option) echo.MiddlewareFunc {
 	m := newKeyedLimits(c, opts)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {

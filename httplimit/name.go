@@ -11,11 +11,8 @@ import (
 // maxName is the longest limiter name (limitd.CheckName).
 const maxName = 128
 
-// limiterName makes a valid limiter name of prefix+key: a valid one is kept
-// as it is; otherwise characters outside [A-Za-z0-9._:-] become '-', a name
-// not starting with a letter or digit gets a leading 'k', and a hash of the
-// original follows, so that two keys differing only in replaced characters
-// do not share a limiter. Names too long keep their start before the hash.
+// limiterName makes a valid limiter name of prefix+key, as WithLimiterPrefix
+// tells; a name not starting with a letter or digit gets a leading 'k'.
 func limiterName(prefix, key string) string {
 	name := prefix + key
 	if limitd.CheckName(name) == nil {

@@ -30,11 +30,10 @@ func KeyFunc(f func(*http.Request) string) Option {
 }
 
 // WithLimiterPrefix puts a prefix before each key to make the limiter's name:
-// with "ip:", the key 192.0.2.7 is limited by the limiter (or the instance of
-// a template such as "ip:*") named "ip:192.0.2.7". A key that is no valid name
-// as it stands (see limitd.CheckName) has its other characters replaced by '-'
-// and a hash of the key appended, so distinct keys keep distinct limiters;
-// a name that would be too long keeps its start and the hash.
+// with "ip:", the key 192.0.2.7 is limited by "ip:192.0.2.7" (an instance of a
+// template such as "ip:*"). A key that is no valid name (limitd.CheckName) has
+// its other characters replaced by '-' and a hash of the key appended, so
+// distinct keys keep distinct limiters; a name too long keeps its start.
 func WithLimiterPrefix(p string) Option {
 	return func(c *middlewareConfig) { c.prefix = p }
 }
@@ -49,8 +48,7 @@ func WithPolicy(name string, quota int64, window time.Duration) Option {
 	}
 }
 
-// WithMaxKeys bounds how many keys' handles the middleware keeps (default
-// 10000, at least 1).
+// WithMaxKeys bounds how many keys' handles the middleware keeps (default 10000).
 func WithMaxKeys(n int) Option {
 	return func(c *middlewareConfig) { c.maxKeys = max(n, 1) }
 }

@@ -30,9 +30,7 @@ type Granted struct {
 	Now       int64 `json:"now_ns"`
 }
 
-// Denied is an acquire or grant of permits not granted within max_wait
-// (429): besides retry_after_ns what the decision knew, the delay the
-// request would have had, the backlog, version and time.
+// Denied is an acquire or grant of permits not granted within max_wait (429).
 type Denied struct {
 	Granted    bool  `json:"granted"`
 	RetryAfter int64 `json:"retry_after_ns"`
@@ -43,9 +41,8 @@ type Denied struct {
 }
 
 // Window is what the answers of a window limiter add: its permits per
-// window, those left, the time until its window resets (ns; never 0 for a
-// fresh window: the time to the end of the window now) and that end (Unix
-// ns, Redis clock). Its wait_ns is then 0: a window has no backlog.
+// window, those left, the time until its window resets (never 0) and that
+// end. Its wait_ns is then 0: a window has no backlog.
 type Window struct {
 	Limit     int64 `json:"limit"`
 	Remaining int64 `json:"remaining"`
@@ -117,21 +114,18 @@ type Handback struct {
 }
 
 // ChargeRequest is the body of POST .../charge: permits the work used, taken
-// whatever is left (0: a check that takes nothing). With grant (as POST
-// .../grant answered it) it settles that grant instead: permits is what its
-// work used, fewer than granted hands the rest back (as POST .../handback),
-// more charges the excess.
+// whatever is left (0: a check). With grant (as POST .../grant answered it)
+// it settles that grant instead: fewer than granted hands the rest back, more
+// charges the excess.
 type ChargeRequest struct {
 	Permits *int64 `json:"permits"` // required, ≥ 0
 	Grant   *Grant `json:"grant,omitempty"`
 }
 
 // Charged answers a charge (200): the permits it took (a settle: the excess
-// it charged), whether they fitted (an acquire of them waiting for nothing
-// would have been granted; a window: its count had room for them), and the
-// limiter after them: how long a new caller would wait now (delay_ns) and
-// its backlog (wait_ns; 0 for a window). A settle adds the permits it handed
-// back and whether that rewound the schedule.
+// it charged), whether they fitted, and the limiter after them (delay_ns,
+// and wait_ns, 0 for a window). A settle adds the permits it handed back and
+// whether that rewound the schedule.
 type Charged struct {
 	Permits    int64  `json:"permits"`
 	Within     bool   `json:"within"`
@@ -150,8 +144,7 @@ type WindowCharged struct {
 	Window
 }
 
-// CapacityRequest is the body of POST .../capacity; client_id and wants are
-// required.
+// CapacityRequest is the body of POST .../capacity; client_id and wants are required.
 type CapacityRequest struct {
 	ClientID *string  `json:"client_id"`
 	Wants    *float64 `json:"wants"`
@@ -187,8 +180,7 @@ type SlotDenied struct {
 }
 
 // SlotShadowed answers a concurrency acquire that a limiter in shadow mode
-// refused and let through (200): no slot was taken, there is no lease to
-// renew or release.
+// refused and let through (200): no slot was taken, no lease made.
 type SlotShadowed struct {
 	Granted    bool  `json:"granted"` // true
 	Shadow     bool  `json:"shadow"`  // true
@@ -266,8 +258,7 @@ type Holder struct {
 	Expires  int64    `json:"expires_ns"`
 }
 
-// LimiterList is one page of GET /v1/limiters; Next is the cursor of the
-// next page, "" after the last.
+// LimiterList is one page of GET /v1/limiters; Next is "" after the last.
 type LimiterList struct {
 	Limiters []Limiter `json:"limiters"`
 	Next     string    `json:"next"`
@@ -282,8 +273,7 @@ type WaitState struct {
 	Now       int64 `json:"now_ns"`       // Redis time, Unix ns
 	Version   int64 `json:"version"`
 	Permits   int64 `json:"permits"` // total permits granted
-	// LatenessTotal is the sum of the lateness of every granted request
-	// (each grant's own is the lateness_ns of its answer).
+	// LatenessTotal is the sum of the lateness of every granted request.
 	LatenessTotal int64 `json:"lateness_total_ns"`
 	Started       bool  `json:"started"` // false until the first permit
 	*Window             // a window limiter's (wait_ns is then 0)
@@ -303,12 +293,10 @@ type Template struct {
 	Limiter limiter.Config    `json:"limiter"`
 	Version int64             `json:"version"`
 	// Description is what displays call the template instead of its id
-	// (an Envoy rule's descriptors, as the reference server names the
-	// rule: "mongo_cps.database_users"); empty: none, the id is its name.
+	// (an Envoy rule's descriptors: "mongo_cps.database_users").
 	Description string `json:"description,omitempty"`
 	// FixedWindows: the instances count in a plain counter per window, as
-	// the Envoy reference does (an Envoy rate_limit rule's template under
-	// the reference's counting); set by those rules, not by PUT.
+	// the Envoy reference does; set by Envoy rules, not by PUT.
 	FixedWindows bool `json:"fixed_windows,omitempty"`
 }
 
@@ -321,8 +309,7 @@ type TemplateView struct {
 	InstancesExact bool  `json:"instances_exact"`
 }
 
-// TemplateListed is a template in GET /v1/templates; with ?instances=true
-// it adds how many instances live (counted at most a few seconds ago).
+// TemplateListed is a template in GET /v1/templates (Instances: ?instances=true).
 type TemplateListed struct {
 	Template
 	Instances *int64 `json:"instances,omitempty"`
@@ -334,9 +321,8 @@ type TemplateList struct {
 }
 
 // Top is GET /v1/templates/{id}/top: the template's busiest instances by
-// refused or granted permits (By) since Since (Unix ns, Redis clock: the
-// start of the oldest minute counted), largest first, across every limitd
-// on the Redis.
+// refused or granted permits (By) since the oldest minute counted, largest
+// first, across every limitd on the Redis.
 type Top struct {
 	By        string        `json:"by"`
 	Since     int64         `json:"since_ns"`
@@ -364,16 +350,15 @@ type TemplateRequest struct {
 	// Description: see Template.
 	Description string `json:"description,omitempty"`
 	// Read-only: what GET answers besides the template, ignored, so that a
-	// template read can be put back as it is (fixed_windows too: only the
-	// Envoy rules, which put their templates again at every start, set it).
+	// template read can be put back as it is (only Envoy rules set
+	// fixed_windows).
 	Version        *int64 `json:"version,omitempty"`
 	Instances      *int64 `json:"instances,omitempty"`
 	InstancesExact *bool  `json:"instances_exact,omitempty"`
 	FixedWindows   *bool  `json:"fixed_windows,omitempty"`
 }
 
-// AcquireAllRequest is the body of POST /v1/acquire: several limiters, all
-// or nothing, each named once.
+// AcquireAllRequest is the body of POST /v1/acquire: several limiters, each once.
 type AcquireAllRequest struct {
 	Requests []LimiterPermits  `json:"requests"`           // required, 1 to 64
 	MaxWait  *limiter.Duration `json:"max_wait,omitempty"` // for each limiter; default unlimited; negative is 0
@@ -386,19 +371,17 @@ type LimiterPermits struct {
 	Permits *int64 `json:"permits,omitempty"` // default 1; 0 checks without taking
 }
 
-// AcquireAll answers POST /v1/acquire: 200 when every limiter granted (and
-// took its permits), 429 when one refused (nothing was taken). Results are
-// each limiter's answer in request order, the body its own acquire would
-// answer: a Granted, a Denied or a Shadowed. In a 429, a limiter that would
-// have granted answers granted although it took nothing.
+// AcquireAll answers POST /v1/acquire: 200 when every limiter granted,
+// 429 when one refused (nothing was taken). Results are each limiter's
+// answer in request order, as its own acquire would answer (in a 429, one
+// that would have granted answers granted although it took nothing).
 type AcquireAll struct {
 	Granted bool              `json:"granted"`
 	Results []json.RawMessage `json:"results"`
 }
 
 // Shadowed answers an acquire a limiter in shadow mode refused and let
-// through (200): a grant that starts now and took nothing, with the
-// retry_after_ns the refusal had.
+// through (200): a grant that took nothing, with the refusal's retry_after_ns.
 type Shadowed struct {
 	Granted
 	Shadow     bool  `json:"shadow"` // true

@@ -6,8 +6,7 @@
 //
 // The server (api/), the client's HTTP transport (client.NewHTTP) and
 // limitd bench all read and write these types, so a key cannot be spelled
-// two ways. api/openapi.yaml describes the same bodies; the api tests check
-// every request and answer against it.
+// two ways; the api tests check them against api/openapi.yaml.
 //
 // Layer: wire sits beside store, under api/ and client/. It imports only
 // limiter and the standard library: no Redis, no HTTP server.

@@ -38,23 +38,19 @@ const (
 	ProblemRedisUnauthorized = "redis-unauthorized"
 	// ProblemRedisLoading is the 503 of a Redis loading its dataset.
 	ProblemRedisLoading = "redis-loading"
-	// ProblemRedisReadOnly is the 503 of a Redis that is a read-only
-	// replica.
+	// ProblemRedisReadOnly is the 503 of a Redis that is a read-only replica.
 	ProblemRedisReadOnly = "redis-read-only"
 	ProblemTimeout       = "timeout"
 	ProblemBodyTimeout   = "body-timeout"
 	// ProblemCrossOrigin is the 403 of a write a browser sent from a page
 	// of another origin to a route that needs no token.
 	ProblemCrossOrigin = "cross-origin"
-	// ProblemMisdirected is the 421 of a request that reached limitd on a
-	// loopback address under a name that is not a loopback one (DNS
-	// rebinding), on a route that needs no token.
+	// ProblemMisdirected is the 421 of a request to a route that needs no
+	// token, on a loopback address under a non-loopback name (DNS rebinding).
 	ProblemMisdirected = "misdirected"
-	// ProblemTooManyStreams is the 503 of an event stream past the cap of
-	// open streams.
+	// ProblemTooManyStreams is the 503 of an event stream past the cap.
 	ProblemTooManyStreams = "too-many-streams"
-	// ProblemShuttingDown is the 503 of an event stream opened while the
-	// server shuts down.
+	// ProblemShuttingDown is the 503 of an event stream opened at shutdown.
 	ProblemShuttingDown = "shutting-down"
 	// ProblemRateLimited is the 429 of limitd's HTTP middleware, which
 	// refuses a request over its limit.

@@ -1,16 +1,13 @@
 package wire
 
 // Signals are what one limiter did over its last samples and where it
-// stands, as the process's one sampler reads every watched limiter once a
-// second: the "signals" of an event stream's "state" event, and the items
-// of GET /v1/history. Rates are counts over the Redis time between two
-// reads at least a few seconds apart (span_ns), never an assumed second:
-// granted permits of a rate kind as its state in Redis counts them (every
-// path that took permits: servers, Go clients' pools, gRPC), refusals and
-// calls as the decision totals every front end adds to Redis. The fields
-// after "health" are the limiter's kind's reading, each present only for
-// the kinds it applies to (and only in the newest signals, not in the
-// history).
+// stands: the "signals" of an event stream's "state" event, and the items of
+// GET /v1/history. Rates are counts over the Redis time between two reads at
+// least a few seconds apart (span_ns), never an assumed second: granted
+// permits of a rate kind as its state in Redis counts them (every path),
+// refusals and calls as the totals every front end adds. The fields after
+// "health" are the kind's reading, present for the kinds they apply to, and
+// only in the newest signals.
 type Signals struct {
 	T                int64   `json:"t_ns"` // when it was sampled, Redis time, Unix ns
 	Span             int64   `json:"span_ns,omitempty"`

@@ -3,14 +3,9 @@
 //
 //	reg.MustRegister(clientmetrics.New(c))
 //
-// Every series is labelled by the handle's limiter:
-//   - limitd_client_permits_total{limiter, source}: permits callers took,
-//     source "shared" (from the shared schedule) or "fallback" (from the
-//     local fallback while Redis was unreachable);
-//   - limitd_client_remote_calls_total{limiter}: grants, reservations and
-//     hand-backs sent to Redis (or the limitd server), failed ones included;
-//   - limitd_client_fallback{limiter}: 1 while the handle is in its fallback
-//     mode, else 0.
+// Every series is labelled by the handle's limiter: limitd_client_permits_total
+// (by source, shared or fallback), limitd_client_remote_calls_total and
+// limitd_client_fallback, as their help (New) says.
 //
 // Layer: it imports client only.
 package clientmetrics

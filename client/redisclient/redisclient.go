@@ -1,17 +1,10 @@
-// Package redisclient is the Go client's transport over Redis: a
-// client.Client whose handles take their grants, leases and slots from Redis
-// directly, through a store.Store, and which adds what it refuses to the
-// totals a limitd server's ledger writes.
-//
-// It lives apart from package client so that a program that reaches limitd
-// over HTTP (client.NewHTTP, httplimit) compiles neither go-redis nor the
-// Lua scripts.
+// Package redisclient is the Go client's transport over Redis, through a
+// store.Store. It lives apart from package client so that a program that
+// reaches limitd over HTTP compiles neither go-redis nor the Lua scripts.
 //
 // New takes any redis.UniversalClient. Build it with store.NewClient, which
-// reads every topology (a single node, the master Sentinels name, a Redis
-// Cluster) from one URL, the forms of LIMITD_REDIS_URL it lists, sets short
-// timeouts so that an outage is noticed in well under a second, and follows
-// failovers within a second of a promotion. For example:
+// reads every topology from one URL (the forms of LIMITD_REDIS_URL), sets
+// short timeouts and follows failovers within a second. For example:
 //
 //	rdb, err := store.NewClient(os.Getenv("LIMITD_REDIS_URL"))
 //	if err != nil {
@@ -21,8 +14,7 @@
 //	c := redisclient.New(rdb)
 //
 // A client built by hand works too, but keeps go-redis' defaults: 5 s
-// timeouts, and on a cluster a slot map reloaded only every minute, so the
-// limiters of a failed master's slots stay unavailable that long.
+// timeouts, and on a cluster a slot map reloaded only every minute.
 package redisclient
 
 import (
@@ -39,15 +31,10 @@ import (
 )
 
 // New returns a client that reaches the shared schedules through Redis,
-// under limitd's default key prefix. The caller keeps ownership of rdb;
-// store.NewClient builds one for every LIMITD_REDIS_URL form.
-//
-// The client counts what it refuses (Allow answering false, a Wait past
-// its deadline, a refused Reserve or Acquire: see package client) and adds
-// the counts once a second to the Redis totals a limitd server's ledger
-// writes, so that the dashboard, /metrics and ctl watch show them beside
-// every server's, and Close adds the rest; a goroutine of the client does
-// it, stopped by Close. client.WithoutRefusalCounts turns it off.
+// under limitd's default key prefix. The caller keeps ownership of rdb.
+// The client adds what it refuses to the Redis totals a limitd server's
+// ledger writes (see package client); client.WithoutRefusalCounts turns it
+// off.
 func New(rdb redis.UniversalClient, opts ...client.ClientOption) *client.Client {
 	return NewWithStore(store.New(rdb), opts...)
 }
@@ -63,9 +50,8 @@ func NewWithStore(st *store.Store, opts ...client.ClientOption) *client.Client {
 }
 
 // NewTransport returns the client.Transport New uses, over a store the
-// caller made and keeps. It is for wrapping the Redis transport, in tests
-// for instance: a client made over it with client.NewWithTransport counts
-// no refusals.
+// caller keeps, for wrapping; a client.NewWithTransport over it counts no
+// refusals.
 func NewTransport(st *store.Store) client.Transport { return transport{st} }
 
 // transport talks to Redis through a store, whose methods are the
@@ -102,18 +88,16 @@ func (t transport) AcquireAll(ctx context.Context, reqs []client.Permits, maxWai
 }
 
 // refusalTally adds a client's refusals to Redis through the same
-// store.Tally a server's ledger writes with: the same subjects, the same
-// bound on names per interval and on commands per flush.
+// store.Tally a server's ledger writes with, under the same bounds.
 type refusalTally struct {
 	st *store.Store
 	*store.Tally
 }
 
 // Subject names what name's refusals count under (see core's ledger): the
-// limiter, or the template whose instance it is. What the pool's last
-// grant said is enough but for the template's id, which the store's cache
-// of templates gives without a round trip; a name no decision told about
-// yet (the fallback refused before any grant) costs a lookup.
+// limiter, or the template whose instance it is. The template's id comes
+// from the store's cache of templates; a name no decision told about yet
+// costs a lookup.
 func (t refusalTally) Subject(ctx context.Context, name string, instance bool) (limitd.Subject, bool) {
 	tpl, err := t.st.Resolve(ctx, name)
 	switch {

@@ -64,8 +64,7 @@ func Do(ctx context.Context, hc *http.Client, method, url, token string, body []
 	return resp.StatusCode, nil
 }
 
-// Drain reads what is left of a body, so that its connection is reused, and
-// closes it.
+// Drain reads what is left of a body, so that its connection is reused, and closes it.
 func Drain(rc io.ReadCloser) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(rc, 64<<10))
 	rc.Close()
