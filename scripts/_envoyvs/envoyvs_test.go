@@ -1,5 +1,3 @@
-//go:build ignore
-
 // envoyvs measures `limitd serve`'s gRPC front end against the Envoy
 // reference rate limit server; scripts/envoy-vs.sh says how, builds both
 // servers and this program, and runs it. One process drives both, each over
@@ -27,6 +25,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -71,7 +70,9 @@ const (
 	refPrefix    = "vs-ref:" // the reference appends the domain with no separator
 )
 
-func main() {
+// TestMain is the program: its script builds it with go test -c and runs it
+// with the flags below, not as a test.
+func TestMain(*testing.M) {
 	limitdBin := flag.String("limitd", "", "the limitd binary")
 	refBin := flag.String("ref", "", "the reference server's binary (src/service_cmd)")
 	limitdVersion := flag.String("limitd-version", "this tree", "limitd's version, for the output")

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,7 +44,9 @@ type side struct {
 	get   [2]acquire
 }
 
-func main() {
+// TestMain is the program: its script builds it with go test -c and runs it
+// with the flags below, not as a test.
+func TestMain(*testing.M) {
 	nRounds := flag.Int("rounds", 20, "alternating rounds per row")
 	dur := flag.Duration("round", time.Second, "length of a round")
 	other := flag.String("other", "other", "the other tree's name, for the output")
