@@ -56,12 +56,7 @@ func (s *server) putTemplate(c echo.Context) error {
 	if created || t.Version != before {
 		s.audit(c, "put", "template", tid, before, t.Version)
 	}
-	return c.JSON(status, templateOf(t))
-}
-
-// templateOf is a template as the API answers it.
-func templateOf(t limitd.Template) wire.Template {
-	return wire.Template{ID: t.ID, Pattern: t.Pattern, Order: t.Order, IdleTTL: t.IdleTTL, Limiter: t.Limiter, Version: t.Version, Description: t.Description, FixedWindows: t.FixedWindows}
+	return c.JSON(status, wire.Template(t))
 }
 
 func (s *server) getTemplate(c echo.Context) error {
@@ -77,7 +72,7 @@ func (s *server) getTemplate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, wire.TemplateView{Template: templateOf(t), Instances: n, InstancesExact: exact})
+	return c.JSON(http.StatusOK, wire.TemplateView{Template: wire.Template(t), Instances: n, InstancesExact: exact})
 }
 
 func (s *server) deleteTemplate(c echo.Context) error {
@@ -110,7 +105,7 @@ func (s *server) listTemplates(c echo.Context) error {
 	}
 	out := wire.TemplateList{Templates: make([]wire.TemplateListed, len(ts))}
 	for i, t := range ts {
-		out.Templates[i] = wire.TemplateListed{Template: templateOf(t)}
+		out.Templates[i] = wire.TemplateListed{Template: wire.Template(t)}
 		if counted {
 			n, _, err := s.core.CachedInstances(ctx, t)
 			if err != nil {
