@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -336,10 +337,7 @@ type watchView struct {
 }
 
 func (v *watchView) draw() {
-	v.t.At, v.t.Rows = time.Now(), v.t.Rows[:0]
-	for _, r := range v.rows {
-		v.t.Rows = append(v.t.Rows, r)
-	}
+	v.t.At, v.t.Rows = time.Now(), slices.AppendSeq(v.t.Rows[:0], maps.Values(v.rows))
 	s := formatWatch(v.t)
 	if v.term {
 		s = clearScreen + s

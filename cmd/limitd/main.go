@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -124,12 +125,7 @@ func mainUsage() string {
 	var b strings.Builder
 	b.WriteString("limitd — a shared rate-limiter service: many processes share one schedule in Redis.\n\n")
 	b.WriteString("Usage:\n  limitd [command] [arguments]\n\nCommands:\n")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(commands)) {
 		s := commands[n].summary
 		if n == defaultCommand {
 			s += " (the default)"

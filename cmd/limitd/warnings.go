@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 
@@ -30,14 +31,10 @@ const maxSuggestDistance = 4
 // LIMITD_ADMIN_TOKN would otherwise leave limiters open to change.
 func warnUnknownVars(log *slog.Logger, environ map[string]string) {
 	known := knownVars()
-	var unknown []string
-	for k := range environ {
-		if strings.HasPrefix(k, "LIMITD_") && !slices.Contains(known, k) {
-			unknown = append(unknown, k)
+	for _, k := range slices.Sorted(maps.Keys(environ)) {
+		if !strings.HasPrefix(k, "LIMITD_") || slices.Contains(known, k) {
+			continue
 		}
-	}
-	slices.Sort(unknown)
-	for _, k := range unknown {
 		best, dist := closest(k, known)
 		if dist <= maxSuggestDistance {
 			log.Warn(k+" is not a variable limitd reads; did you mean "+best+"?", "variable", k, "did_you_mean", best)
@@ -83,16 +80,10 @@ func editDistance(a, b string) int {
 // LIMITD_REDIS_URL is empty (nil: nothing says Redis was meant): N replicas
 // would each run on a Redis of its own and allow N times every limit.
 func embeddedRefused(environ map[string]string) error {
-	var names []string
-	for k, v := range environ {
-		if v != "" {
-			names = append(names, k)
-		}
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(environ))
 	known := knownVars()
 	for _, k := range names {
-		if !strings.HasPrefix(k, "LIMITD_") || slices.Contains(known, k) {
+		if environ[k] == "" || !strings.HasPrefix(k, "LIMITD_") || slices.Contains(known, k) {
 			continue
 		}
 		if best, d := closest(k, known); strings.Contains(k, "REDIS") || best == "LIMITD_REDIS_URL" && d <= maxSuggestDistance {
@@ -100,7 +91,7 @@ func embeddedRefused(environ map[string]string) error {
 		}
 	}
 	for _, k := range names {
-		if refRedisVar(k) {
+		if environ[k] != "" && refRedisVar(k) {
 			return fmt.Errorf("%s: the reference server's variable, which limitd serve does not read, and LIMITD_REDIS_URL is empty: limitd would run on an embedded Redis no other process shares; set LIMITD_REDIS_URL=redis://host:port, or run limitd ratelimit, which reads %s", k, k)
 		}
 	}
