@@ -211,16 +211,8 @@ func (c *config) accessLog() api.AccessLog {
 	return a
 }
 
-func (c *config) logger(w io.Writer) *slog.Logger {
-	return c.loggerAt(w, logLevels[c.LogLevel])
-}
-
-// announcer is the logger of the lines every level shows (the startup line).
-func (c *config) announcer(w io.Writer) *slog.Logger {
-	return c.loggerAt(w, min(logLevels[c.LogLevel], slog.LevelInfo))
-}
-
-func (c *config) loggerAt(w io.Writer, level slog.Level) *slog.Logger {
+// logger logs at level in LIMITD_LOG_FORMAT.
+func (c *config) logger(w io.Writer, level slog.Level) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if c.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))

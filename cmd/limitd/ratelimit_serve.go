@@ -171,8 +171,7 @@ func (r *refRun) serve(ctx context.Context, wg *sync.WaitGroup, rls *grpcapi.Ser
 }
 
 func (r *refRun) run(wg *sync.WaitGroup, ln net.Listener, h http.Handler) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout, IdleTimeout: idleTimeout,
-		ErrorLog: slog.NewLogLogger(r.log.Handler(), slog.LevelWarn)}
+	srv := httpServer(h, r.log)
 	r.servers = append(r.servers, srv)
 	wg.Go(func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

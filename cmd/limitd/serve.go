@@ -202,7 +202,7 @@ func (s *server) configure(ctx context.Context) error {
 	if cfg.RedisURL == "" && !s.mode.embedded { // as the reference stops
 		return errors.New("REDIS_URL: not set: limitd ratelimit counts in a Redis every replica shares (the reference would dial /var/run/nutcracker/ratelimit.sock and stop); set REDIS_URL=host:port")
 	}
-	s.logger = cfg.logger(s.logOut)
+	s.logger = cfg.logger(s.logOut, logLevels[cfg.LogLevel])
 	if rm != nil {
 		for _, n := range rm.Notices { // each once, at the start
 			s.logger.Warn("ignored: " + n)
@@ -449,13 +449,7 @@ func (s *server) buildAPI() {
 // start serves every port built, runs the signals sampler, writes the
 // start line and tells ready.
 func (s *server) start(context.Context) error {
-	s.srv = &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		IdleTimeout:       idleTimeout,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
-	}
+	s.srv = httpServer(s.handler, s.logger)
 	if s.ln != nil {
 		// The event streams would not end on their own: end them as the
 		// shutdown starts.
@@ -479,6 +473,12 @@ func (s *server) start(context.Context) error {
 	}
 	s.announce()
 	return nil
+}
+
+// httpServer serves h within the fixed timeouts, its errors logged as warnings.
+func httpServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
+		IdleTimeout: idleTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 }
 
 // startGRPC serves the gRPC front end within the LIMITD_GRPC_* limits.
@@ -520,7 +520,8 @@ func (s *server) announce() {
 		attrs = append(attrs, s.ref.attrs()...)
 		readyAddr = s.ref.http.Addr()
 	}
-	cfg.announcer(s.logOut).Info("limitd serving", attrs...)
+	// The start line shows at every level.
+	cfg.logger(s.logOut, min(logLevels[cfg.LogLevel], slog.LevelInfo)).Info("limitd serving", attrs...)
 	if s.ready != nil {
 		s.ready(readyAddr)
 	}
