@@ -79,7 +79,7 @@ func answer(c echo.Context, d limitd.Decision) error {
 func answerOf(d limitd.Decision) (any, func([]byte) []byte) {
 	switch {
 	case d.Shadow: // a refusal in shadow mode, let through
-		return shadowedOf(d), nil
+		return wire.Shadowed{Granted: grantedOf(d), Shadow: true, RetryAfter: d.RetryAfter}, nil
 	case d.Granted && d.Window:
 		g := grantedOf(d)
 		g.Wait = 0

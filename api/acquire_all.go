@@ -94,7 +94,3 @@ func grantedOf(d limitd.Decision) wire.Granted {
 func deniedOf(d limitd.Decision) wire.Denied {
 	return wire.Denied{RetryAfter: d.RetryAfter, Delay: d.Delay, Wait: d.Wait, Version: d.Version, Now: d.Now}
 }
-
-func shadowedOf(d limitd.Decision) wire.Shadowed {
-	return wire.Shadowed{Granted: grantedOf(d), Shadow: true, RetryAfter: d.RetryAfter}
-}

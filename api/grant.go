@@ -16,13 +16,6 @@ import (
 // schedule in one call, its id a token that carries what the handback needs
 // (core.Grant), so that any replica takes the handback.
 
-func grantOf(g core.Grant) wire.Grant {
-	return wire.Grant{ID: g.Token, Granted: true, Permits: g.Permits, Scheduled: g.Scheduled, Start: g.Start,
-		Delay: g.Delay, Lateness: g.Lateness, Wait: g.Wait, Version: g.Version, Now: g.Now, Kind: g.Kind,
-		Slice: wire.Slice{Whole: g.Slice.Whole, Frac: g.Slice.Frac, Den: g.Slice.Den}, Burst: limiter.Burst(g.Burst),
-		RemBefore: g.RemBefore, End: g.End}
-}
-
 // grant takes permits for a client pool: 200, or 429 (as acquire).
 func (s *server) grant(c echo.Context) error {
 	var req wire.GrantRequest
@@ -43,7 +36,10 @@ func (s *server) grant(c echo.Context) error {
 	if !g.Granted {
 		return answer(c, g.Decision)
 	}
-	return c.JSON(http.StatusOK, grantOf(g))
+	return c.JSON(http.StatusOK, wire.Grant{ID: g.Token, Granted: true, Permits: g.Permits, Scheduled: g.Scheduled,
+		Start: g.Start, Delay: g.Delay, Lateness: g.Lateness, Wait: g.Wait, Version: g.Version, Now: g.Now, Kind: g.Kind,
+		Slice: wire.Slice{Whole: g.Slice.Whole, Frac: g.Slice.Frac, Den: g.Slice.Den}, Burst: limiter.Burst(g.Burst),
+		RemBefore: g.RemBefore, End: g.End})
 }
 
 // handback gives a grant's last permits back: the schedule is rewound when

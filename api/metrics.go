@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -79,18 +80,12 @@ type httpSeries struct {
 var methodLabels = [...]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
 	http.MethodPatch, http.MethodDelete, http.MethodOptions, "other"}
 
-func methodIndex(m string) int {
-	for i, l := range methodLabels[:len(methodLabels)-1] {
-		if m == l {
-			return i
-		}
-	}
-	return len(methodLabels) - 1
-}
-
 // request counts and times one answered request.
 func (m *metrics) request(rt *route, method string, status int, took time.Duration) {
-	mi := methodIndex(method)
+	mi := slices.Index(methodLabels[:len(methodLabels)-1], method)
+	if mi < 0 {
+		mi = len(methodLabels) - 1
+	}
 	hs := rt.methods[mi].Load()
 	if hs == nil {
 		hs = &httpSeries{duration: m.duration.WithLabelValues(methodLabels[mi], rt.label)}

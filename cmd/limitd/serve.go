@@ -106,7 +106,11 @@ func serveEnviron() map[string]string {
 // (if not nil) is told the address once the server accepts connections.
 // With rm it is limitd ratelimit (ratelimit.go).
 func serve(ctx context.Context, environ map[string]string, logOut io.Writer, ready func(net.Addr), rm *refMode) error {
-	s := &server{environ: environ, logOut: logOut, ready: ready, mode: modeOf(rm)}
+	mode := serveMode{api: true, embedded: true, keepMarker: true, warnGRPCExposed: true}
+	if rm != nil {
+		mode = serveMode{ref: rm, api: rm.API}
+	}
+	s := &server{environ: environ, logOut: logOut, ready: ready, mode: mode}
 	defer s.close()
 	for _, phase := range []func(context.Context) error{s.configure, s.listen, s.connect, s.build, s.start} {
 		if err := phase(ctx); err != nil {
@@ -132,13 +136,6 @@ type serveMode struct {
 	// warnGRPCExposed: warn of a gRPC port beyond loopback without a token
 	// (the reference's port is exposed by design).
 	warnGRPCExposed bool
-}
-
-func modeOf(rm *refMode) serveMode {
-	if rm == nil {
-		return serveMode{api: true, embedded: true, keepMarker: true, warnGRPCExposed: true}
-	}
-	return serveMode{ref: rm, api: rm.API}
 }
 
 // server is limitd serve (or limitd ratelimit) through its phases:
