@@ -157,10 +157,12 @@ func (s *server) limits(c echo.Context, next echo.HandlerFunc) error {
 	if hasBody(r) {
 		b := &limitedBody{rc: r.Body, left: s.bodyLimit, limit: s.bodyLimit, timeout: s.bodyTimeout}
 		r.Body = b
-		if t := serverReadTimeout(r); t > 0 && t <= s.bodyTimeout {
+		// net/http lifts its server's ReadTimeout once the body is read.
+		srv, _ := r.Context().Value(http.ServerContextKey).(*http.Server)
+		if srv != nil && srv.ReadTimeout > 0 && srv.ReadTimeout <= s.bodyTimeout {
 			// The server bounds reading the whole request at least as
 			// tightly: no deadline of our own.
-			b.timeout = t
+			b.timeout = srv.ReadTimeout
 		} else {
 			// Only while the body is read: readBody lifts it, as net/http
 			// would cancel a request still running once it passed.
@@ -204,15 +206,6 @@ func (s *server) recovered(c echo.Context, next echo.HandlerFunc) (err error) {
 // hasBody reports whether a request came with a body (Content-Length ≠ 0, or chunked).
 func hasBody(r *http.Request) bool {
 	return r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
-}
-
-// serverReadTimeout is the ReadTimeout of the http.Server serving r (0: none,
-// or no http.Server), which net/http lifts once the body is read.
-func serverReadTimeout(r *http.Request) time.Duration {
-	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok {
-		return srv.ReadTimeout
-	}
-	return 0
 }
 
 // limitedBody is a request body capped as http.MaxBytesReader caps it, that

@@ -79,7 +79,9 @@ func (g *signals) run(ctx context.Context) {
 // not write (NOPERM), or a replica (READONLY), is never told "ok".
 func (g *signals) tell(ctx context.Context, failed error, listed int) {
 	if failed == nil || !errors.Is(failed, core.ErrUnavailable) && !errors.Is(failed, context.DeadlineExceeded) {
-		failed = g.ready(ctx)
+		rctx, cancel := context.WithTimeout(ctx, g.timeout)
+		failed = g.svc.Ready(rctx)
+		cancel()
 	}
 	st := g.statusAfter(failed)
 	st.Limiters = listed
@@ -90,13 +92,6 @@ func (g *signals) tell(ctx context.Context, failed error, listed int) {
 	if changed && g.status != nil {
 		g.status(st)
 	}
-}
-
-// ready is core.Service.Ready within the API's timeout.
-func (g *signals) ready(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	return g.svc.Ready(ctx)
 }
 
 // statusAfter is the status after a readiness check that returned err:

@@ -385,15 +385,9 @@ func embeddedRefused(environ map[string]string) error {
 		}
 	}
 	for _, k := range names {
-		if environ[k] != "" && refRedisVar(k) {
+		if environ[k] != "" && strings.HasPrefix(k, "REDIS_") && refenv.Known(k) { // REDIS_URL, REDIS_AUTH, ...
 			return fmt.Errorf("%s: the reference server's variable, which limitd serve does not read, and LIMITD_REDIS_URL is empty: limitd would run on an embedded Redis no other process shares; set LIMITD_REDIS_URL=redis://host:port, or run limitd ratelimit, which reads %s", k, k)
 		}
 	}
 	return nil
-}
-
-// refRedisVar reports whether name is one of the reference server's Redis
-// variables (REDIS_URL, REDIS_AUTH, REDIS_SOCKET_TYPE, ...).
-func refRedisVar(name string) bool {
-	return strings.HasPrefix(name, "REDIS_") && refenv.Known(name)
 }
