@@ -82,7 +82,10 @@ func (s *server) problemOf(err error, c echo.Context) *problem {
 		p = newProblem(http.StatusNotFound, wire.ProblemNotFound, nh.Detail)
 		p.Field = nh.Field
 	case errors.As(err, &fe):
-		p = invalid(fe.Field, fieldDetail(fe))
+		p = invalid(fe.Field, fe.Error())
+		if fe.Value != nil { // the offending value clipped
+			p.Detail = fmt.Sprintf("%s: %s (got %s)", fe.Field, fe.Rule, clip(fmt.Sprint(fe.Value)))
+		}
 	case errors.Is(err, limiter.ErrInvalid):
 		p = invalid("", err.Error())
 	case errors.Is(err, core.ErrNotFound):
@@ -122,14 +125,6 @@ func (s *server) timedOut(err error, deadline time.Time) error {
 	p := s.timeoutProblem()
 	p.cause = err
 	return p
-}
-
-// fieldDetail is fe.Error() with the offending value clipped.
-func fieldDetail(fe *limiter.FieldError) string {
-	if fe.Value == nil {
-		return fe.Error()
-	}
-	return fmt.Sprintf("%s: %s (got %s)", fe.Field, fe.Rule, clip(fmt.Sprint(fe.Value)))
 }
 
 // unknownLayout reports whether err is one limiter's state in a layout this

@@ -626,9 +626,14 @@ const clearScreen = "\x1b[H\x1b[2J"
 func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	expect, err := c.expected(ctx, names)
-	if err != nil {
-		return err
+	expect := map[string]bool{} // the limiters watch waits for
+	for _, n := range names {
+		expect[n] = true
+	}
+	if len(names) == 0 {
+		if err := c.eachLimiter(ctx, func(l wire.Limiter) { expect[l.Name] = true }); err != nil {
+			return err
+		}
 	}
 	resp, err := c.openEvents(ctx, names)
 	if err != nil || resp == nil {
@@ -673,20 +678,6 @@ func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 			}
 		}
 	}
-}
-
-// expected is the set of limiters watch waits for.
-func (c *ctl) expected(ctx context.Context, names []string) (map[string]bool, error) {
-	expect := map[string]bool{}
-	if len(names) == 0 {
-		if err := c.eachLimiter(ctx, func(l wire.Limiter) { expect[l.Name] = true }); err != nil {
-			return nil, err
-		}
-	}
-	for _, n := range names {
-		expect[n] = true
-	}
-	return expect, nil
 }
 
 // openEvents opens the event stream of the limiters named (every one when
