@@ -254,12 +254,6 @@ func (b *limitedBody) timeoutOrZero() time.Duration {
 	return b.timeout
 }
 
-// bodyOf is the request's limitedBody, nil when it came without one.
-func bodyOf(r *http.Request) *limitedBody {
-	b, _ := r.Body.(*limitedBody)
-	return b
-}
-
 // dropUnreadBody is called before an error response: if the request's body
 // was never read, the connection is closed after the answer instead of
 // net/http reading up to 256 KiB of a body nobody wants first.
@@ -268,7 +262,7 @@ func dropUnreadBody(c echo.Context) {
 	if !hasBody(r) {
 		return
 	}
-	if b := bodyOf(r); b != nil && b.read {
+	if b, ok := r.Body.(*limitedBody); ok && b.read {
 		return
 	}
 	closeAfter(c)
