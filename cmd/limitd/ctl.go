@@ -607,15 +607,6 @@ func rowOf(e wire.LimiterEvent) watchRow {
 	return n
 }
 
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
 // clearScreen moves the cursor home and clears the screen (ANSI).
 const clearScreen = "\x1b[H\x1b[2J"
 
@@ -651,7 +642,11 @@ func (c *ctl) watch(ctx context.Context, names []string, once bool) error {
 	}()
 
 	v := &watchView{c: c, once: once, expect: expect, again: map[string]int{}, rows: map[string]watchRow{},
-		t: watchTable{Server: c.base}, term: isTerminal(c.out)}
+		t: watchTable{Server: c.base}}
+	if f, ok := c.out.(*os.File); ok { // a terminal: redrawn in place
+		fi, err := f.Stat()
+		v.term = err == nil && fi.Mode()&os.ModeCharDevice != 0
+	}
 	v.changed = len(expect) == 0 // with no limiter, the first tick draws an empty table
 	tick := time.NewTicker(c.tick)
 	defer tick.Stop()
