@@ -37,7 +37,8 @@ func (s *server) acquire(c echo.Context) error {
 			return err
 		}
 	}
-	r := core.AcquireRequest{Name: c.Param("name"), Permits: 1, MaxWait: limitd.Forever, Block: req.block, Given: req.given(), Deadline: deadline}
+	r := core.AcquireRequest{Name: c.Param("name"), Permits: 1, MaxWait: limitd.Forever, Block: req.block, Deadline: deadline,
+		Given: core.Given{Permits: req.hasPermits, MaxWait: req.hasMaxWait, Block: req.hasBlock}}
 	if req.hasPermits {
 		r.Permits = req.permits
 	}
@@ -136,11 +137,6 @@ type acquireBody struct {
 	maxWait                          time.Duration // negative is 0 (core)
 	block                            bool
 	hasPermits, hasMaxWait, hasBlock bool
-}
-
-// given says which settings the body gives.
-func (a acquireBody) given() core.Given {
-	return core.Given{Permits: a.hasPermits, MaxWait: a.hasMaxWait, Block: a.hasBlock}
 }
 
 // decodeAcquire reads a non-empty acquire body: the common ones by
