@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"fmt"
@@ -77,7 +78,7 @@ type server struct {
 	timeout     time.Duration
 	bodyTimeout time.Duration
 	auth        auth
-	changer     string     // who may change configs, for the audit line (changerOf)
+	changer     string     // who may change configs, for the audit line
 	failures    failureLog // which 503s are logged
 	accessLog   AccessLog
 	ids         *requestIDs
@@ -153,12 +154,12 @@ func New(o Options) *Handler {
 	}
 	s := &server{
 		core:        o.Service,
-		log:         o.Logger,
+		log:         cmp.Or(o.Logger, slog.New(slog.DiscardHandler)),
 		bodyLimit:   positiveOr(o.BodyLimit, defaultBodyLimit),
 		timeout:     positiveOr(o.RequestTimeout, defaultRequestTimeout),
 		bodyTimeout: positiveOr(o.BodyTimeout, defaultBodyTimeout),
 		auth:        newAuth(o.AdminToken, o.Token),
-		changer:     changerOf(o),
+		changer:     "anyone",
 		accessLog:   o.AccessLog,
 		ids:         newRequestIDs(),
 		routes:      map[string]*route{},
@@ -166,13 +167,13 @@ func New(o Options) *Handler {
 		embedded:    o.EmbeddedRedis,
 		tracing:     newTracing(o.TracerProvider, o.Propagator),
 	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
+	switch {
+	case o.AdminToken != "":
+		s.changer = "admin-token"
+	case o.Token != "":
+		s.changer = "token"
 	}
-	reg := o.Registry
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
+	reg := cmp.Or(o.Registry, prometheus.NewRegistry())
 	s.m = newMetrics(reg, o.Version)
 	promreg.Register("api", reg, newTemplateCollector(s.core))
 	w := o.Watcher
@@ -303,18 +304,6 @@ func (s *server) audit(c echo.Context, op, kind, name string, versions ...int64)
 	attrs = append(attrs, slog.String("by", s.changer), slog.String("addr", c.RealIP()),
 		slog.String("request_id", requestID(c)))
 	s.log.LogAttrs(c.Request().Context(), slog.LevelInfo, "config change", attrs...)
-}
-
-// changerOf names who may change configs: the admin token's holder, the
-// token's (no admin token), or anyone (neither).
-func changerOf(o Options) string {
-	switch {
-	case o.AdminToken != "":
-		return "admin-token"
-	case o.Token != "":
-		return "token"
-	}
-	return "anyone"
 }
 
 // failureWindow is how often at most a run of the same failure (a Redis
