@@ -195,5 +195,13 @@ func (s *server) history(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, wire.History{Step: int64(signalStep), Limiters: s.sig.history(names)})
+	h := s.sig.w.History(names)
+	out := make(map[string][]wire.Signals, len(h))
+	for n, ss := range h {
+		out[n] = make([]wire.Signals, len(ss))
+		for i, x := range ss {
+			out[n][i] = historyOf(x)
+		}
+	}
+	return c.JSON(http.StatusOK, wire.History{Step: int64(signalStep), Limiters: out})
 }

@@ -33,19 +33,6 @@ type signals struct {
 	rounds uint64 // rounds handed on
 }
 
-// history is each of names' samples, oldest first.
-func (g *signals) history(names []string) map[string][]wire.Signals {
-	h := g.w.History(names)
-	out := make(map[string][]wire.Signals, len(h))
-	for n, ss := range h {
-		out[n] = make([]wire.Signals, len(ss))
-		for i, s := range ss {
-			out[n][i] = historyOf(s)
-		}
-	}
-	return out
-}
-
 // run runs the watcher until ctx ends, handing on each round.
 func (g *signals) run(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
