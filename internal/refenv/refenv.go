@@ -13,6 +13,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -130,9 +131,7 @@ func Parse(environ map[string]string, certs certfiles.Options) (map[string]strin
 	}
 	e := &Env{Settings: s, Notices: notices, origin: map[string]string{}}
 	out := make(map[string]string, len(environ)+8)
-	for k, v := range environ {
-		out[k] = v
-	}
+	maps.Copy(out, environ)
 	// The image sets LIMITD_ADDR for limitd serve; ratelimit runs the API
 	// only when asked with an admin token.
 	e.API = environ["LIMITD_ADMIN_TOKEN"] != ""
@@ -271,19 +270,12 @@ func tracingEnv(environ map[string]string, set func(limitd, ref, value string) e
 	default:
 		return envvar.Errorf("TRACING_EXPORTER_PROTOCOL", "must be http or grpc (got %q)", p)
 	}
-	id := environ["TRACING_SERVICE_INSTANCE_ID"]
-	if id == "" {
-		id = rand.Text()
-	}
-	rate := environ["TRACING_SAMPLING_RATE"]
-	if rate == "" {
-		rate = "1"
-	}
 	return errors.Join(set("LIMITD_TRACING", "TRACING_ENABLED", exporter),
 		set("LIMITD_TRACING_SERVICE_NAME", "TRACING_SERVICE_NAME", cmp.Or(environ["TRACING_SERVICE_NAME"], "RateLimit")),
 		set("LIMITD_TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_NAMESPACE", environ["TRACING_SERVICE_NAMESPACE"]),
-		set("LIMITD_TRACING_SERVICE_INSTANCE_ID", "TRACING_SERVICE_INSTANCE_ID", id),
-		set("LIMITD_TRACING_SAMPLING_RATE", "TRACING_SAMPLING_RATE", rate))
+		set("LIMITD_TRACING_SERVICE_INSTANCE_ID", "TRACING_SERVICE_INSTANCE_ID",
+			cmp.Or(environ["TRACING_SERVICE_INSTANCE_ID"], rand.Text())),
+		set("LIMITD_TRACING_SAMPLING_RATE", "TRACING_SAMPLING_RATE", cmp.Or(environ["TRACING_SAMPLING_RATE"], "1")))
 }
 
 // logLevelOf words one of logrus' levels as LIMITD_LOG_LEVEL does; another
@@ -450,17 +442,9 @@ func hostOf(target string) string {
 // hasSAN reports whether a certificate names san among its DNS names, URIs,
 // IP addresses or e-mail addresses.
 func hasSAN(c *x509.Certificate, san string) bool {
-	for _, u := range c.URIs {
-		if u.String() == san {
-			return true
-		}
-	}
-	for _, ip := range c.IPAddresses {
-		if ip.String() == san {
-			return true
-		}
-	}
-	return slices.Contains(c.DNSNames, san) || slices.Contains(c.EmailAddresses, san)
+	return slices.Contains(c.DNSNames, san) || slices.Contains(c.EmailAddresses, san) ||
+		slices.ContainsFunc(c.URIs, func(u *url.URL) bool { return u.String() == san }) ||
+		slices.ContainsFunc(c.IPAddresses, func(ip net.IP) bool { return ip.String() == san })
 }
 
 // clientTLS is a client's TLS: its certificate (optional) and the CA it
