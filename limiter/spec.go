@@ -65,16 +65,9 @@ func ParseSpec(s string) (Spec, error) {
 // splitSpec splits at ',', ';' and ':' keeping empty parts (so "5,,1.2" is an
 // error, not burst 1.2); one trailing separator is allowed, as in nosqlbench.
 func splitSpec(s string) []string {
-	var parts []string
-	start := 0
-	for i, r := range s {
-		if r == ',' || r == ';' || r == ':' {
-			parts = append(parts, s[start:i])
-			start = i + 1
-		}
-	}
-	if tail := s[start:]; tail != "" || len(parts) == 0 {
-		parts = append(parts, tail)
+	parts := strings.Split(strings.NewReplacer(";", ",", ":", ",").Replace(s), ",")
+	if len(parts) > 1 && parts[len(parts)-1] == "" {
+		parts = parts[:len(parts)-1]
 	}
 	return parts
 }
@@ -142,11 +135,8 @@ func ParseRate(s string) (float64, error) {
 // parseNumber accepts plain decimal numbers only (no "inf", "nan" or hex).
 func parseNumber(s string) (float64, error) {
 	s = strings.TrimSpace(s)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c == '.' || c == 'e' || c == 'E' || c == '-' || c == '+') {
-			return 0, strconv.ErrSyntax
-		}
+	if strings.Trim(s, "0123456789.eE+-") != "" {
+		return 0, strconv.ErrSyntax
 	}
 	return strconv.ParseFloat(s, 64)
 }
