@@ -63,7 +63,7 @@ func (b *bench) connectRedis(ctx context.Context, rdb redis.UniversalClient) (be
 	}
 	switch b.o.Mode {
 	case ModeDirect:
-		return &directSource{b: b, st: st}, nil
+		return &directSource{storeTotal{b, st}}, nil
 	default:
 		c := client.NewWithTransport(&countingTransport{Transport: redisclient.NewTransport(st), calls: &b.remote})
 		l, err := c.Limiter(name)
@@ -71,13 +71,18 @@ func (b *bench) connectRedis(ctx context.Context, rdb redis.UniversalClient) (be
 			c.Close()
 			return nil, err
 		}
-		return &poolSource{b: b, c: c, l: l, st: st}, nil
+		return &poolSource{storeTotal: storeTotal{b, st}, c: c, l: l}, nil
 	}
 }
 
-// grantedIn is the total of permits st's limiter name has granted.
-func grantedIn(ctx context.Context, st *store.Store, name string) (int64, error) {
-	w, err := st.Wait(ctx, name)
+// storeTotal is the granted of the sources that reach the store directly.
+type storeTotal struct {
+	b  *bench
+	st *store.Store
+}
+
+func (s storeTotal) granted(ctx context.Context) (int64, error) {
+	w, err := s.st.Wait(ctx, s.b.o.Limiter)
 	return w.Permits, err
 }
 
