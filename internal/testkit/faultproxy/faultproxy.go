@@ -16,7 +16,9 @@
 package faultproxy
 
 import (
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -92,10 +94,7 @@ func (p *Proxy) Resume() {
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	p.cut = true
-	conns := make([]net.Conn, 0, len(p.conns))
-	for c := range p.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Collect(maps.Keys(p.conns))
 	p.mu.Unlock()
 	for _, c := range conns {
 		reset(c)
