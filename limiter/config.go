@@ -284,12 +284,6 @@ func (c Config) Concurrency() (limit int64, lease int64, err error) {
 	return *n.Limit, int64(*n.Lease), nil
 }
 
-// Validate reports whether c is a valid config; the error names the field.
-func (c Config) Validate() error {
-	_, _, err := c.Normalize()
-	return err
-}
-
 // configFields are the config fields besides kind, by JSON name, in the
 // order onlyFor checks them, each with whether it is set.
 var configFields = []struct {

@@ -74,7 +74,7 @@ func splitSpec(s string) []string {
 
 // String formats the spec so that ParseSpec gives it back.
 func (s Spec) String() string {
-	return FormatRate(s.Rate) + "," + formatBurst(s.Burst) + "," + string(s.Verb)
+	return strconv.FormatFloat(s.Rate, 'g', -1, 64) + "," + formatBurst(s.Burst) + "," + string(s.Verb)
 }
 
 var rateUnits = map[string]float64{
@@ -163,9 +163,6 @@ func ParseBurst(s string) (float64, error) {
 
 // MaxBurst is the largest finite burst ratio; use "inf" for unlimited catch-up.
 const MaxBurst = 1e6
-
-// FormatRate formats a rate so that ParseRate gives the same float64 back.
-func FormatRate(r float64) string { return strconv.FormatFloat(r, 'g', -1, 64) }
 
 func formatBurst(b float64) string {
 	if math.IsInf(b, 1) {
