@@ -183,18 +183,16 @@ func Counts(k Kind) bool {
 
 // RateKinds names the rate kinds in words, "schedule, smooth or window",
 // for an error that asks for one.
-func RateKinds() string {
+func RateKinds() string { return kindNames(ClassRate) }
+
+// kindNames words the kinds of class (0: every kind) as "a, b or c".
+func kindNames(class Class) string {
 	var names []string
 	for _, k := range kinds {
-		if k.Class == ClassRate {
+		if class == 0 || k.Class == class {
 			names = append(names, string(k.Name))
 		}
 	}
-	return orList(names)
-}
-
-// orList words names as "a, b or c".
-func orList(names []string) string {
 	last := len(names) - 1
 	return strings.Join(names[:last], ", ") + " or " + names[last]
 }
@@ -207,12 +205,6 @@ func IsLease(k Kind) bool {
 
 // kindRule is the rule a kind must follow: "must be schedule, smooth, share
 // or concurrency".
-func kindRule() string {
-	names := make([]string, len(kinds))
-	for i, k := range kinds {
-		names[i] = string(k.Name)
-	}
-	return "must be " + orList(names)
-}
+func kindRule() string { return "must be " + kindNames(0) }
 
 func unknownKind(k Kind) error { return fieldErr("kind", kindRule(), strconv.Quote(string(k))) }
