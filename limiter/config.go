@@ -139,19 +139,17 @@ func (c *Config) normalizeSchedule() error {
 	if b := float64(*c.Burst); math.IsNaN(b) || b < 1 || (b > MaxBurst && !math.IsInf(b, 1)) {
 		return fieldErr("burst", "must be ≥ 1 and ≤ 1e6, or \"inf\"", b)
 	}
-	if c.MaxBacklog != nil {
-		if err := checkDuration("max_backlog", *c.MaxBacklog, 0); err != nil {
-			return err
-		}
+	if err := checkDuration("max_backlog", c.MaxBacklog, 0); err != nil {
+		return err
 	}
-	return c.checkMaxReserve()
+	return checkDuration("max_reserve", c.MaxReserve, 1)
 }
 
 func (c *Config) normalizeSmooth() error {
 	if err := checkRate(c.Rate); err != nil {
 		return err
 	}
-	if err := c.checkMaxReserve(); err != nil {
+	if err := checkDuration("max_reserve", c.MaxReserve, 1); err != nil {
 		return err
 	}
 	if c.Warmup != nil && c.MaxBurstSeconds != nil {
@@ -176,7 +174,7 @@ func (c *Config) normalizeSmooth() error {
 			c.InitialPermits = new(0.0)
 		}
 	} else {
-		if err := checkDuration("warmup", *c.Warmup, 1); err != nil {
+		if err := checkDuration("warmup", c.Warmup, 1); err != nil {
 			return err
 		}
 		if time.Duration(*c.Warmup).Seconds() > MaxStoredSeconds {
@@ -214,13 +212,13 @@ func (c *Config) normalizeShare() error {
 	if c.Lease == nil {
 		c.Lease = D(DefaultShareLease)
 	}
-	if err := checkDuration("lease", *c.Lease, 1); err != nil {
+	if err := checkDuration("lease", c.Lease, 1); err != nil {
 		return err
 	}
 	if c.RefreshInterval == nil {
 		c.RefreshInterval = D(min(DefaultRefreshInterval, time.Duration(*c.Lease)))
 	}
-	if err := checkDuration("refresh_interval", *c.RefreshInterval, 1); err != nil {
+	if err := checkDuration("refresh_interval", c.RefreshInterval, 1); err != nil {
 		return err
 	}
 	if *c.RefreshInterval > *c.Lease {
@@ -238,7 +236,7 @@ func (c *Config) normalizeShare() error {
 	if c.Learning == nil {
 		c.Learning = D(time.Duration(*c.Lease))
 	}
-	return checkDuration("learning", *c.Learning, 0)
+	return checkDuration("learning", c.Learning, 0)
 }
 
 func (c *Config) normalizeConcurrency() error {
@@ -251,7 +249,7 @@ func (c *Config) normalizeConcurrency() error {
 	if c.Lease == nil {
 		c.Lease = D(DefaultConcurrencyLease)
 	}
-	return checkDuration("lease", *c.Lease, 1)
+	return checkDuration("lease", c.Lease, 1)
 }
 
 // Share returns the parameters of a share limiter.
@@ -322,17 +320,10 @@ func (c Config) onlyFor(k Kind, fields []string) error {
 	return nil
 }
 
-// checkMaxReserve checks max_reserve: > 0 and within the horizon. A value
-// below one permit's cost is allowed and means one permit (see Compile).
-func (c Config) checkMaxReserve() error {
-	if c.MaxReserve == nil {
-		return nil
-	}
-	return checkDuration("max_reserve", *c.MaxReserve, 1)
-}
-
-func checkDuration(field string, d Duration, min Duration) error {
-	if d < min || int64(d) > Horizon {
+// checkDuration checks an optional duration field (nil: not set) against
+// min and the horizon.
+func checkDuration(field string, d *Duration, min Duration) error {
+	if d != nil && (*d < min || int64(*d) > Horizon) {
 		rule := "must be ≥ 0 and at most 2^50 ns (~13 days)"
 		if min > 0 {
 			rule = "must be > 0 and at most 2^50 ns (~13 days)"
