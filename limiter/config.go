@@ -116,12 +116,15 @@ func (c Config) Normalize() (Config, Verb, error) {
 	}
 	k, ok := Lookup(c.Kind)
 	if !ok {
-		return Config{}, "", unknownKind(c.Kind)
+		return Config{}, "", fieldErr("kind", kindRule(), strconv.Quote(string(c.Kind)))
 	}
 	// The row's fields are the kind's: any other field set is refused
-	// before the kind checks its own.
-	if err := c.onlyFor(k.Name, k.Fields); err != nil {
-		return Config{}, "", err
+	// before the kind checks its own, so that a typo in the kind cannot
+	// silently drop a setting.
+	for _, f := range configFields {
+		if f.set(&c) && !slices.Contains(k.Fields, f.name) {
+			return Config{}, "", fieldErr(f.name, "is not a setting of kind "+string(k.Name), nil)
+		}
 	}
 	if err := k.normalize(&c); err != nil {
 		return Config{}, "", err
@@ -283,7 +286,7 @@ func (c Config) Concurrency() (limit int64, lease int64, err error) {
 }
 
 // configFields are the config fields besides kind, by JSON name, in the
-// order onlyFor checks them, each with whether it is set.
+// order Normalize checks them, each with whether it is set.
 var configFields = []struct {
 	name string
 	set  func(c *Config) bool
@@ -307,17 +310,6 @@ var configFields = []struct {
 	{"period", func(c *Config) bool { return c.Period != "" }},
 	{"sliding", func(c *Config) bool { return c.Sliding }},
 	{"zone", func(c *Config) bool { return c.Zone != "" }},
-}
-
-// onlyFor rejects fields that do not belong to kind k (fields: its
-// KindInfo.Fields), so a typo in the kind cannot silently drop a setting.
-func (c Config) onlyFor(k Kind, fields []string) error {
-	for _, f := range configFields {
-		if f.set(&c) && !slices.Contains(fields, f.name) {
-			return fieldErr(f.name, "is not a setting of kind "+string(k), nil)
-		}
-	}
-	return nil
 }
 
 // checkDuration checks an optional duration field (nil: not set) against

@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -29,7 +28,7 @@ type KindInfo struct {
 	// (code in lua/<kind>.lua, which must agree). 0 for lease kinds.
 	Code int
 	// Fields are the config fields (JSON names) that belong to the kind,
-	// besides kind itself; any other field set is refused (onlyFor).
+	// besides kind itself; any other field set is refused (Normalize).
 	Fields []string
 	// Params are a rate kind's own engine parameters in the order its
 	// state keeps them, after the slice and MaxPermits, which every rate
@@ -206,5 +205,3 @@ func IsLease(k Kind) bool {
 // kindRule is the rule a kind must follow: "must be schedule, smooth, share
 // or concurrency".
 func kindRule() string { return "must be " + kindNames(0) }
-
-func unknownKind(k Kind) error { return fieldErr("kind", kindRule(), strconv.Quote(string(k))) }

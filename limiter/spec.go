@@ -29,7 +29,13 @@ type Spec struct {
 // verb, separated by ',', ';' or ':'. Examples: "523", "12000,1.1,restart",
 // "1.5K;inf", "100/s", "5000/min", "2^20". Errors name the part at fault.
 func ParseSpec(s string) (Spec, error) {
-	parts := splitSpec(s)
+	// Split at ',', ';' and ':' keeping empty parts (so "5,,1.2" is an
+	// error, not burst 1.2); one trailing separator is allowed, as in
+	// nosqlbench.
+	parts := strings.Split(strings.NewReplacer(";", ",", ":", ",").Replace(s), ",")
+	if len(parts) > 1 && parts[len(parts)-1] == "" {
+		parts = parts[:len(parts)-1]
+	}
 	if strings.Trim(s, ",;: \t") == "" {
 		return Spec{}, fieldErr("spec", "must be <rate>[,<burst>[,<verb>]]", strconv.Quote(s))
 	}
@@ -60,16 +66,6 @@ func ParseSpec(s string) (Spec, error) {
 		}
 	}
 	return sp, nil
-}
-
-// splitSpec splits at ',', ';' and ':' keeping empty parts (so "5,,1.2" is an
-// error, not burst 1.2); one trailing separator is allowed, as in nosqlbench.
-func splitSpec(s string) []string {
-	parts := strings.Split(strings.NewReplacer(";", ",", ":", ",").Replace(s), ",")
-	if len(parts) > 1 && parts[len(parts)-1] == "" {
-		parts = parts[:len(parts)-1]
-	}
-	return parts
 }
 
 // String formats the spec so that ParseSpec gives it back.
