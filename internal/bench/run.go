@@ -40,8 +40,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		}
 	}
 	if o.JSON {
-		enc := json.NewEncoder(stdout)
-		if err := enc.Encode(res); err != nil {
+		if err := json.NewEncoder(stdout).Encode(res); err != nil {
 			return err
 		}
 	} else {

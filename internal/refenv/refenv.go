@@ -295,11 +295,10 @@ func logLevelOf(l string) string {
 // redisURL is LIMITD_REDIS_URL for REDIS_URL, REDIS_TYPE, REDIS_AUTH,
 // REDIS_SENTINEL_AUTH, REDIS_TLS, REDIS_POOL_SIZE and REDIS_TIMEOUT.
 func redisURL(s Settings) (string, error) {
-	scheme := "redis"
+	u := url.URL{Scheme: "redis"}
 	if s.RedisTLS {
-		scheme = "rediss"
+		u.Scheme = "rediss"
 	}
-	u := url.URL{Scheme: scheme}
 	q := url.Values{}
 	auth := func(a string) *url.Userinfo {
 		if a == "" {
@@ -489,21 +488,16 @@ func (e *Env) Rename(err error) error {
 // limitd (empty: none did).
 func (e *Env) Origin(limitd string) string { return e.origin[limitd] }
 
-// xdsNodeMetadata reads CONFIG_GRPC_XDS_NODE_METADATA, key=value pairs.
-func xdsNodeMetadata(s string) map[string]string {
-	m := map[string]string{}
-	for kv := range strings.SplitSeq(s, ",") {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			m[strings.TrimSpace(k)] = strings.TrimSpace(v)
-		}
-	}
-	return m
-}
-
 // XDSOptions are the xDS client's options but Log, Apply and Rejected.
 func (e *Env) XDSOptions() xds.Options {
 	s := e.Settings
-	return xds.Options{Server: s.XDSServerURL, NodeID: s.XDSNodeID, NodeMetadata: xdsNodeMetadata(s.XDSNodeMetadata),
+	meta := map[string]string{} // CONFIG_GRPC_XDS_NODE_METADATA: key=value pairs
+	for kv := range strings.SplitSeq(s.XDSNodeMetadata, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			meta[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return xds.Options{Server: s.XDSServerURL, NodeID: s.XDSNodeID, NodeMetadata: meta,
 		Headers: s.XDSHeaders, TLS: e.XDSTLS, MaxRecvMsgSize: int(s.XDSMaxMsgSize), ConnectRetry: s.XDSConnectRetry,
 		Backoff: xds.Backoff{Initial: s.XDSBackoffInitial, Max: s.XDSBackoffMax, RandomFactor: s.XDSBackoffRandom, Jitter: s.XDSBackoffJitter}}
 }

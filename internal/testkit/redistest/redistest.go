@@ -174,7 +174,12 @@ func (i *Instance) Client() *redis.Client {
 func (i *Instance) Stop() {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	i.stopLocked()
+	if i.proc == nil {
+		return
+	}
+	_ = i.proc.cmd.Process.Kill()
+	<-i.proc.done
+	i.proc = nil
 }
 
 // Restart kills the server and starts a new one on the same port with an
@@ -208,15 +213,6 @@ func (i *Instance) Running() bool {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return i.proc != nil
-}
-
-func (i *Instance) stopLocked() {
-	if i.proc == nil {
-		return
-	}
-	_ = i.proc.cmd.Process.Kill()
-	<-i.proc.done
-	i.proc = nil
 }
 
 var errPortTaken = errors.New("port already in use")
