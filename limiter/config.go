@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"cmp"
 	"encoding/json"
 	"math"
 	"reflect"
@@ -98,9 +99,7 @@ const (
 // equal. The verb of a spec string is returned beside it (VerbStart without one).
 func (c Config) Normalize() (Config, Verb, error) {
 	verb := VerbStart
-	if c.Kind == "" {
-		c.Kind = DefaultKind
-	}
+	c.Kind = cmp.Or(c.Kind, DefaultKind)
 	if c.Spec != "" {
 		if k, ok := Lookup(c.Kind); ok && !slices.Contains(k.Fields, "spec") {
 			return Config{}, "", fieldErr("spec", "is only for kind schedule", c.Kind)
@@ -136,9 +135,7 @@ func (c *Config) normalizeSchedule() error {
 	if err := checkRate(c.Rate); err != nil {
 		return err
 	}
-	if c.Burst == nil {
-		c.Burst = new(Burst(DefaultBurst))
-	}
+	c.Burst = cmp.Or(c.Burst, new(Burst(DefaultBurst)))
 	if b := float64(*c.Burst); math.IsNaN(b) || b < 1 || (b > MaxBurst && !math.IsInf(b, 1)) {
 		return fieldErr("burst", "must be ≥ 1 and ≤ 1e6, or \"inf\"", b)
 	}
@@ -167,15 +164,11 @@ func (c *Config) normalizeSmooth() error {
 		if c.ColdFactor != nil {
 			return fieldErr("cold_factor", "needs a warmup", nil)
 		}
-		if c.MaxBurstSeconds == nil {
-			c.MaxBurstSeconds = new(1.0)
-		}
+		c.MaxBurstSeconds = cmp.Or(c.MaxBurstSeconds, new(1.0))
 		if v := *c.MaxBurstSeconds; math.IsNaN(v) || v < 0 || v > MaxStoredSeconds {
 			return fieldErr("max_burst_seconds", "must be ≥ 0 and ≤ 1e6", v)
 		}
-		if c.InitialPermits == nil {
-			c.InitialPermits = new(0.0)
-		}
+		c.InitialPermits = cmp.Or(c.InitialPermits, new(0.0))
 	} else {
 		if err := checkDuration("warmup", c.Warmup, 1); err != nil {
 			return err
@@ -183,9 +176,7 @@ func (c *Config) normalizeSmooth() error {
 		if time.Duration(*c.Warmup).Seconds() > MaxStoredSeconds {
 			return fieldErr("warmup", "must be at most 1e6 s", c.Warmup.String())
 		}
-		if c.ColdFactor == nil {
-			c.ColdFactor = new(3.0)
-		}
+		c.ColdFactor = cmp.Or(c.ColdFactor, new(3.0))
 		if v := *c.ColdFactor; math.IsNaN(v) || v < 1 || v > MaxColdFactor {
 			return fieldErr("cold_factor", "must be ≥ 1 and ≤ 1e6", v)
 		}
@@ -206,21 +197,15 @@ func (c *Config) normalizeShare() error {
 	if math.IsNaN(capacity) || math.IsInf(capacity, 0) || capacity <= 0 {
 		return fieldErr("capacity", "must be > 0 and finite", capacity)
 	}
-	if c.Algorithm == "" {
-		c.Algorithm = AlgorithmFair
-	}
+	c.Algorithm = cmp.Or(c.Algorithm, AlgorithmFair)
 	if _, ok := algorithms[c.Algorithm]; !ok {
 		return fieldErr("algorithm", "must be none, static, proportional_share or fair_share", strconv.Quote(string(c.Algorithm)))
 	}
-	if c.Lease == nil {
-		c.Lease = D(DefaultShareLease)
-	}
+	c.Lease = cmp.Or(c.Lease, D(DefaultShareLease))
 	if err := checkDuration("lease", c.Lease, 1); err != nil {
 		return err
 	}
-	if c.RefreshInterval == nil {
-		c.RefreshInterval = D(min(DefaultRefreshInterval, time.Duration(*c.Lease)))
-	}
+	c.RefreshInterval = cmp.Or(c.RefreshInterval, D(min(DefaultRefreshInterval, time.Duration(*c.Lease))))
 	if err := checkDuration("refresh_interval", c.RefreshInterval, 1); err != nil {
 		return err
 	}
@@ -236,9 +221,7 @@ func (c *Config) normalizeShare() error {
 			c.SafeCapacity = nil
 		}
 	}
-	if c.Learning == nil {
-		c.Learning = D(time.Duration(*c.Lease))
-	}
+	c.Learning = cmp.Or(c.Learning, D(time.Duration(*c.Lease)))
 	return checkDuration("learning", c.Learning, 0)
 }
 
@@ -249,9 +232,7 @@ func (c *Config) normalizeConcurrency() error {
 	if v := *c.Limit; v < 1 || v > MaxLimit {
 		return fieldErr("limit", "must be ≥ 1 and ≤ 1e6", v)
 	}
-	if c.Lease == nil {
-		c.Lease = D(DefaultConcurrencyLease)
-	}
+	c.Lease = cmp.Or(c.Lease, D(DefaultConcurrencyLease))
 	return checkDuration("lease", c.Lease, 1)
 }
 

@@ -44,6 +44,7 @@ package limiter
 // caller was told about, so that window counts as full (windowFull).
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"math/bits"
@@ -121,13 +122,9 @@ func (c *Config) normalizeWindow() error {
 	if c.Sliding {
 		return fieldErr("sliding", "is only for a duration period, not a calendar one ("+c.Period+")", true)
 	}
-	if c.Zone == "" {
-		c.Zone = "UTC"
-	}
-	if _, err := location(c.Zone); err != nil {
-		return err
-	}
-	return nil
+	c.Zone = cmp.Or(c.Zone, "UTC")
+	_, err = location(c.Zone)
+	return err
 }
 
 // windowLimitRule is the rule a window's limit follows.
