@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 )
@@ -208,10 +209,7 @@ func (p *ShareParams) Request(s *ShareState, now int64, r ShareRequest, has floa
 	}
 	gets = max(gets, 0)
 	lease := Lease{Gets: gets, Expires: now + p.Lease, Refresh: p.Refresh, Learning: learning,
-		SafeCapacity: p.SafeCapacity}
-	if lease.SafeCapacity == 0 {
-		lease.SafeCapacity = p.Capacity / float64(len(others)+1)
-	}
+		SafeCapacity: cmp.Or(p.SafeCapacity, p.Capacity/float64(len(others)+1))}
 	s.Holdings[r.Client] = Holding{Wants: r.Wants, Has: gets, Weight: weight(r.Weight), Expires: lease.Expires}
 	return lease
 }
