@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -264,10 +265,7 @@ func (i *Instance) startLocked(port int, extra []string) error {
 	}()
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	ready := readyLine
-	if i.ready != "" {
-		ready = i.ready
-	}
+	ready := cmp.Or(i.ready, readyLine)
 	bound := func() bool { return i.logSays(logStart, ready) }
 	if hidesNotices(extra) {
 		// The ready line is a notice; without it the process_id check in
