@@ -245,12 +245,9 @@ func (c Config) Share() (ShareParams, error) {
 	if n.Kind != KindShare {
 		return ShareParams{}, fieldErr("kind", "is not share", strconv.Quote(string(n.Kind)))
 	}
-	p := ShareParams{Capacity: *n.Capacity, Algorithm: n.Algorithm, Lease: int64(*n.Lease),
-		Refresh: int64(*n.RefreshInterval), Learning: int64(*n.Learning)}
-	if n.SafeCapacity != nil {
-		p.SafeCapacity = *n.SafeCapacity
-	}
-	return p, nil
+	return ShareParams{Capacity: *n.Capacity, Algorithm: n.Algorithm, Lease: int64(*n.Lease),
+		Refresh: int64(*n.RefreshInterval), Learning: int64(*n.Learning),
+		SafeCapacity: *cmp.Or(n.SafeCapacity, new(0.0))}, nil
 }
 
 // Concurrency returns the parameters of a concurrency limiter: its slots and

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -245,10 +246,8 @@ func (i *Instance) startLocked(port int, extra []string) error {
 	// Diagnostics look at this start's output only.
 	logStart, _ := logFile.Seek(0, io.SeekEnd)
 
-	cmd := exec.Command(i.bin, args...)
-	if len(i.wrap) > 0 {
-		cmd = exec.Command(i.wrap[0], append(append(i.wrap[1:len(i.wrap):len(i.wrap)], i.bin), args...)...)
-	}
+	argv := append(slices.Clone(i.wrap), i.bin) // under ServerUnder, the tool runs redis-server
+	cmd := exec.Command(argv[0], append(argv[1:], args...)...)
 	cmd.Dir = i.dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
