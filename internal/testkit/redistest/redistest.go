@@ -265,7 +265,10 @@ func (i *Instance) startLocked(port int, extra []string) error {
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	ready := cmp.Or(i.ready, readyLine)
-	bound := func() bool { return i.logSays(logStart, ready) }
+	bound := func() bool { // this start's log says it
+		data, err := os.ReadFile(i.logPath)
+		return err == nil && logStart <= int64(len(data)) && strings.Contains(string(data[logStart:]), ready)
+	}
 	if hidesNotices(extra) {
 		// The ready line is a notice; without it the process_id check in
 		// waitReady is the only guard against talking to someone else.
@@ -378,14 +381,6 @@ func freePort() (int, error) {
 		return freePort()
 	}
 	return port, l.Close()
-}
-
-func (i *Instance) logSays(from int64, text string) bool {
-	data, err := os.ReadFile(i.logPath)
-	if err != nil || from > int64(len(data)) {
-		return false
-	}
-	return strings.Contains(string(data[from:]), text)
 }
 
 func (i *Instance) logTail(from int64) string {
