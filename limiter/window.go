@@ -80,9 +80,6 @@ const (
 	MaxSlidingPeriod = 2400 * time.Hour
 )
 
-// windowFields are the config fields of kind window.
-var windowFields = []string{"limit", "period", "sliding", "zone"}
-
 // windowParams are window's engine parameters (lua/window.lua's params).
 var windowParams = []Param{
 	{"limit", func(p *Params) float64 { return float64(p.Limit) }, func(p *Params, v float64) { p.Limit = int64(v) }},
