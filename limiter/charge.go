@@ -39,7 +39,7 @@ const MaxWindowCount int64 = 1 << 52
 
 // MaxCharge is the most permits one charge may take: those whose cost is at
 // most Horizon of schedule (a window: Horizon permits).
-func (p *Params) MaxCharge() int64 { return p.Slice.MaxPermits() }
+func (p *Params) MaxCharge() int64 { return p.Slice.permitsWithin(Horizon) }
 
 // CheckCharge reports whether n permits may be charged in one request.
 func (p *Params) CheckCharge(n int64) error {

@@ -1,6 +1,9 @@
 package limiter
 
-import "math"
+import (
+	"cmp"
+	"math"
+)
 
 // The schedule engine (the package doc says what it does): the schedule
 // pointer Next advances one slice per permit; backlog beyond MaxBacklog is
@@ -82,10 +85,7 @@ func (p *Params) forfeit(s *State, now, maxBacklog int64) {
 
 func compileSchedule(c Config, p *Params) {
 	p.Burst = float64(*c.Burst)
-	p.MaxBacklog = Horizon
-	if c.MaxBacklog != nil {
-		p.MaxBacklog = int64(*c.MaxBacklog)
-	}
+	p.MaxBacklog = int64(*cmp.Or(c.MaxBacklog, new(Duration(Horizon))))
 }
 
 var scheduleEngine = engine{

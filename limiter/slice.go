@@ -120,10 +120,6 @@ func (s Slice) Cost(n, rem int64) (cost, newRem int64) {
 	return n*s.Whole + a*s.Frac + t/s.Den, t % s.Den
 }
 
-// MaxPermits is the largest n with Cost(n, Den-1) ≤ Horizon: the most permits
-// one request may ask for.
-func (s Slice) MaxPermits() int64 { return s.permitsWithin(Horizon) }
-
 // PermitsWithin is the most permits one request may ask for when it may take
 // at most reserve ns of schedule: the largest n with Cost(n, Den-1) ≤ reserve,
 // at least 1 (one permit may always be asked for), at most MaxPermits.

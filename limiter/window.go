@@ -44,6 +44,7 @@ package limiter
 // caller was told about, so that window counts as full (windowFull).
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"math/bits"
@@ -78,9 +79,6 @@ const (
 	// reach into the next window, and stay below 2^53 ns.
 	MaxSlidingPeriod = 2400 * time.Hour
 )
-
-// windowFields are the config fields of kind window.
-var windowFields = []string{"limit", "period", "sliding", "zone"}
 
 // windowParams are window's engine parameters (lua/window.lua's params).
 var windowParams = []Param{
@@ -121,13 +119,9 @@ func (c *Config) normalizeWindow() error {
 	if c.Sliding {
 		return fieldErr("sliding", "is only for a duration period, not a calendar one ("+c.Period+")", true)
 	}
-	if c.Zone == "" {
-		c.Zone = "UTC"
-	}
-	if _, err := location(c.Zone); err != nil {
-		return err
-	}
-	return nil
+	c.Zone = cmp.Or(c.Zone, "UTC")
+	_, err = location(c.Zone)
+	return err
 }
 
 // windowLimitRule is the rule a window's limit follows.
@@ -435,13 +429,7 @@ func mulDivCeil(a, b, c int64) int64 {
 // as any config: its errors are *FieldError naming limit or period.
 func WindowConfig(limit int64, period time.Duration) (Config, error) {
 	c, _, err := Config{Kind: KindWindow, Limit: &limit, Period: shortDuration(period)}.Normalize()
-	if err == nil {
-		_, err = Compile(c)
-	}
-	if err != nil {
-		return Config{}, err
-	}
-	return c, nil
+	return c, err // Config{} with an error
 }
 
 // shortDuration writes a whole number of hours, minutes or seconds as people

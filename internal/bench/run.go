@@ -40,8 +40,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		}
 	}
 	if o.JSON {
-		enc := json.NewEncoder(stdout)
-		if err := enc.Encode(res); err != nil {
+		if err := json.NewEncoder(stdout).Encode(res); err != nil {
 			return err
 		}
 	} else {
@@ -72,8 +71,7 @@ type bench struct {
 	remote  atomic.Int64 // grant/acquire round trips
 	errs    atomic.Int64
 	claimed atomic.Int64 // permits claimed by workers, with --permits
-	errMu   sync.Mutex
-	lastErr error
+	lastErr atomic.Pointer[error]
 
 	workers []*benchWorker
 	log     *permitLog
@@ -83,18 +81,14 @@ func (b *bench) mono() int64 { return int64(time.Since(b.base)) }
 
 func (b *bench) fail(err error) {
 	b.errs.Add(1)
-	b.errMu.Lock()
-	b.lastErr = err
-	b.errMu.Unlock()
+	b.lastErr.Store(&err)
 }
 
 func (b *bench) lastError() string {
-	b.errMu.Lock()
-	defer b.errMu.Unlock()
-	if b.lastErr == nil {
-		return ""
+	if err := b.lastErr.Load(); err != nil {
+		return (*err).Error()
 	}
-	return b.lastErr.Error()
+	return ""
 }
 
 // run starts the workers and the progress line and waits for the end.

@@ -1,6 +1,7 @@
 package refenv
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -181,15 +182,10 @@ func Check(environ map[string]string) (notices []string, err error) {
 			}
 		}
 	}
-	names := make([]string, 0, len(strayVars))
-	for n := range strayVars {
+	for _, n := range slices.Sorted(maps.Keys(strayVars)) {
 		if _, set := environ[n]; set {
-			names = append(names, n)
+			notices = append(notices, n+": "+strayVars[n])
 		}
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		notices = append(notices, n+": "+strayVars[n])
 	}
 	return notices, nil
 }

@@ -16,7 +16,9 @@
 package faultproxy
 
 import (
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -92,10 +94,7 @@ func (p *Proxy) Resume() {
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	p.cut = true
-	conns := make([]net.Conn, 0, len(p.conns))
-	for c := range p.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Collect(maps.Keys(p.conns))
 	p.mu.Unlock()
 	for _, c := range conns {
 		reset(c)
@@ -151,25 +150,18 @@ func (p *Proxy) accept() {
 			_ = c.Close()
 			continue
 		}
-		if !p.track(c, u) {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = c.Close()
+			_ = u.Close()
 			return
 		}
+		p.conns[c], p.conns[u] = struct{}{}, struct{}{} // for Close
+		p.mu.Unlock()
 		p.wg.Go(func() { p.pipe(u, c) })
 		p.wg.Go(func() { p.pipe(c, u) })
 	}
-}
-
-// track records c and u for Close; false if the proxy is closed.
-func (p *Proxy) track(c, u net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		_ = c.Close()
-		_ = u.Close()
-		return false
-	}
-	p.conns[c], p.conns[u] = struct{}{}, struct{}{}
-	return true
 }
 
 // chunk is bytes read, due at a time.

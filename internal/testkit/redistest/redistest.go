@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -174,7 +176,12 @@ func (i *Instance) Client() *redis.Client {
 func (i *Instance) Stop() {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	i.stopLocked()
+	if i.proc == nil {
+		return
+	}
+	_ = i.proc.cmd.Process.Kill()
+	<-i.proc.done
+	i.proc = nil
 }
 
 // Restart kills the server and starts a new one on the same port with an
@@ -210,15 +217,6 @@ func (i *Instance) Running() bool {
 	return i.proc != nil
 }
 
-func (i *Instance) stopLocked() {
-	if i.proc == nil {
-		return
-	}
-	_ = i.proc.cmd.Process.Kill()
-	<-i.proc.done
-	i.proc = nil
-}
-
 var errPortTaken = errors.New("port already in use")
 
 func (i *Instance) startLocked(port int, extra []string) error {
@@ -248,10 +246,8 @@ func (i *Instance) startLocked(port int, extra []string) error {
 	// Diagnostics look at this start's output only.
 	logStart, _ := logFile.Seek(0, io.SeekEnd)
 
-	cmd := exec.Command(i.bin, args...)
-	if len(i.wrap) > 0 {
-		cmd = exec.Command(i.wrap[0], append(append(i.wrap[1:len(i.wrap):len(i.wrap)], i.bin), args...)...)
-	}
+	argv := append(slices.Clone(i.wrap), i.bin) // under ServerUnder, the tool runs redis-server
+	cmd := exec.Command(argv[0], append(argv[1:], args...)...)
 	cmd.Dir = i.dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
@@ -268,11 +264,11 @@ func (i *Instance) startLocked(port int, extra []string) error {
 	}()
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	ready := readyLine
-	if i.ready != "" {
-		ready = i.ready
+	ready := cmp.Or(i.ready, readyLine)
+	bound := func() bool { // this start's log says it
+		data, err := os.ReadFile(i.logPath)
+		return err == nil && logStart <= int64(len(data)) && strings.Contains(string(data[logStart:]), ready)
 	}
-	bound := func() bool { return i.logSays(logStart, ready) }
 	if hidesNotices(extra) {
 		// The ready line is a notice; without it the process_id check in
 		// waitReady is the only guard against talking to someone else.
@@ -385,14 +381,6 @@ func freePort() (int, error) {
 		return freePort()
 	}
 	return port, l.Close()
-}
-
-func (i *Instance) logSays(from int64, text string) bool {
-	data, err := os.ReadFile(i.logPath)
-	if err != nil || from > int64(len(data)) {
-		return false
-	}
-	return strings.Contains(string(data[from:]), text)
 }
 
 func (i *Instance) logTail(from int64) string {

@@ -47,7 +47,16 @@ func Replica(t testing.TB, master *Instance, args ...string) *Instance {
 // sync done).
 func (i *Instance) WaitSynced(within time.Duration) {
 	i.t.Helper()
-	waitInfo(i.t, i, "replication", within, "master_link_status:up")
+	c := redis.NewClient(&redis.Options{Addr: i.Addr()})
+	defer c.Close()
+	var last string
+	poll(i.t, within, 20*time.Millisecond, func(ctx context.Context) bool {
+		info, err := c.Info(ctx, "replication").Result()
+		last = fmt.Sprint(info, err)
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, func() string {
+		return fmt.Sprintf("%s: INFO replication lacks [master_link_status:up] after %v:\n%s", i.Addr(), within, last)
+	})
 }
 
 // SentinelInstance is a Redis Sentinel monitoring one master, owned by a test.
@@ -153,25 +162,6 @@ func (i *Instance) Role(ctx context.Context) string {
 		}
 	}
 	return ""
-}
-
-// waitInfo waits until INFO section of i holds every want line.
-func waitInfo(t testing.TB, i *Instance, section string, within time.Duration, want ...string) {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: i.Addr()})
-	defer c.Close()
-	var last string
-	poll(t, within, 20*time.Millisecond, func(ctx context.Context) bool {
-		info, err := c.Info(ctx, section).Result()
-		last = fmt.Sprint(info, err)
-		ok := err == nil
-		for _, w := range want {
-			ok = ok && strings.Contains(info, w)
-		}
-		return ok
-	}, func() string {
-		return fmt.Sprintf("%s: INFO %s lacks %v after %v:\n%s", i.Addr(), section, want, within, last)
-	})
 }
 
 // poll calls ok every interval (with a context that ends within from now)
