@@ -10,8 +10,7 @@ import (
 // Forever is the max wait of a caller that waits as long as it takes.
 const Forever = time.Duration(math.MaxInt64)
 
-// Decision is the outcome of an acquire, a grant or a charge. Time points
-// are Unix ns on the Redis clock; durations are ns.
+// Decision is the outcome of an acquire, a grant or a charge.
 type Decision struct {
 	Granted    bool
 	Permits    int64
@@ -23,31 +22,25 @@ type Decision struct {
 	RetryAfter int64 // denied: how much later the same request could be granted
 	Version    int64 // the limiter's config version
 	Now        int64 // Redis time of the decision
-	// Instance is true when a template instance answered: name is no
-	// limiter but matches a template (the one the store resolves it to,
-	// give or take a template change in between), whose instance for name
-	// decided. It costs nothing to ask, so callers can label by template
-	// without a round trip of their own.
+	// Instance: a template instance decided (name is no limiter but matches
+	// a template), so callers can label by template without a round trip.
 	Instance bool
-	// Position is where the limiter's schedule stands after the call (Unix
-	// ns, Redis clock): the next permit's scheduled start (smooth: its next
-	// free time). The store remembers the furthest it has seen per name and
-	// sends it as a floor with its next call.
+	// Position is where the schedule stands after the call: the next
+	// permit's scheduled start (smooth: its next free time). The store sends
+	// the furthest it has seen per name as a floor with its next call.
 	Position int64
-	// Window is true when a window limiter answered, and Limit is then its
-	// permits per window (0 for other kinds, and for a window that refuses
-	// every request). For a window, Wait is the permits left in it
-	// (limiter.Result), Position the end of its window (the instant its
-	// count resets), and a grant starts now.
+	// Window: a window limiter answered, with Limit permits per window (0
+	// for other kinds, and for a window that refuses every request). For a
+	// window, Wait is the permits left (limiter.Result), Position the end of
+	// its window, and a grant starts now.
 	Window bool
 	Limit  int64
-	// Charged is true for the answer to a charge: the permits were taken
-	// whatever Granted says, which tells whether they fitted (within
-	// MaxWait: for a window, in its count), and Delay is how long a new
-	// caller would wait now, after them (see limiter.Params.Charge).
+	// Charged: the answer to a charge, whose permits were taken whatever
+	// Granted (whether they fitted within MaxWait; a window: in its count)
+	// says; Delay is how long a new caller would wait now (see
+	// limiter.Params.Charge).
 	Charged bool
-	// Count is a window's count after a charge: what its limit is
-	// measured against, past it when the permits did not fit (0 otherwise).
+	// Count is a window's count after a charge (0 otherwise).
 	Count int64
 	// Shadow marks a refusal by a limiter in shadow mode that core reports
 	// as granted: it took nothing (the store never sets it).
@@ -59,19 +52,18 @@ type MultiRequest struct {
 	Name    string
 	Permits int64 // ≥ 0; 0 checks the limiter (as if for 0 permits) and takes nothing
 	// Optional marks a request whose refusal does not refuse the call (a
-	// limiter in shadow mode): refused, it takes nothing, and the others
-	// are decided as if it had granted.
+	// shadow limiter): refused, it takes nothing, and the others are
+	// decided as if it had granted.
 	Optional bool
 }
 
 // MultiDecision is the outcome of AcquireAll.
 type MultiDecision struct {
-	// Granted is true when every request granted (or was Optional): the
-	// permits of each granted request were taken. False: nothing was taken.
+	// Granted: every request granted (or was Optional), and each granted
+	// request's permits were taken. False: nothing was taken.
 	Granted bool
-	// Decisions are each limiter's own decision, in request order. In a
-	// refused call a limiter that granted reports its decision as it would
-	// have been (Granted true) although nothing was taken.
+	// Decisions are each limiter's own, in request order; in a refused call
+	// a limiter that granted reports what it would have done.
 	Decisions []Decision
 	// Unrestored counts, on a cluster, the limiters of a refused call that
 	// another caller used between the call's take and its undo, which kept
@@ -80,8 +72,8 @@ type MultiDecision struct {
 }
 
 // Grant is k permits taken from the shared schedule in one call, for a client
-// pool to dispense locally. Besides the decision it carries what the pool
-// needs to place each permit and to hand unused ones back.
+// pool to dispense locally, with what the pool needs to place each permit and
+// to hand unused ones back.
 type Grant struct {
 	Decision
 	Name      string
@@ -90,17 +82,15 @@ type Grant struct {
 	Burst     float64 // +Inf for "inf"
 	RemBefore int64   // the carry before the grant
 	End       int64   // the schedule pointer after the grant (Unix ns): the Position
-	// MaxPermits is the most permits one grant of this limiter may take
-	// (its max_reserve of schedule), for the pool to size the next one.
+	// MaxPermits is the most permits one grant may take (its max_reserve).
 	MaxPermits int64
 	origin     GrantOrigin
 }
 
 // GrantOrigin is what of a grant only the store makes: the epoch (µs) its
-// times are exact in, and the nonce that tells it from every other grant.
-// A front end that hands grants out over a wire carries it with the grant
-// and restores it (SetOrigin) before the grant is handed back, so that no
-// process has to keep the grants it issued.
+// times are exact in, and the nonce that tells it from every other grant. A
+// front end that sends grants over a wire restores it (SetOrigin) before the
+// grant is handed back, so that no process keeps the grants it issued.
 type GrantOrigin struct {
 	Epoch int64
 	Nonce uint64
@@ -110,10 +100,9 @@ type GrantOrigin struct {
 func (g *Grant) Origin() GrantOrigin { return g.origin }
 
 // SetOrigin sets the origin of a grant the store made, or restores that of
-// a grant rebuilt from its wire form. With the wrong epoch, the grant's end
-// is misplaced and a hand-back rewinds nothing (it counts the permits as
-// idle); with the wrong nonce, the grant can be handed back once more, which
-// rewinds only if nothing moved since.
+// a grant rebuilt from its wire form. With the wrong epoch, a hand-back
+// rewinds nothing (it counts the permits as idle); with the wrong nonce, the
+// grant can be handed back once more, which rewinds only if nothing moved.
 func (g *Grant) SetOrigin(o GrantOrigin) { g.origin = o }
 
 // Params returns engine parameters able to compute costs and pace for the
@@ -124,15 +113,12 @@ func (g *Grant) Params() limiter.Params {
 
 // Info is a limiter as stored: its canonical config and version.
 type Info struct {
-	Name    string
-	Config  limiter.Config
-	Version int64
-	// Template is the id of the template a template instance follows; empty
-	// for a named limiter.
-	Template string
-	// Changed is set by a put or a patch: the call changed the limiter,
-	// whose version went up by one (from 0 when it was created); false for
-	// a config equal to the current one.
+	Name     string
+	Config   limiter.Config
+	Version  int64
+	Template string // the template a template instance follows; "" for a named limiter
+	// Changed: a put or a patch changed the limiter, whose version went up
+	// by one (from 0 when created); false for a config equal to the current.
 	Changed bool
 }
 
@@ -144,15 +130,13 @@ type WaitInfo struct {
 	Allocated int64 // total time granted, ns
 	Permits   int64 // total permits granted
 	Lateness  int64 // total lateness of granted requests, ns
-	Now       int64 // Redis time, Unix ns
+	Now       int64 // Redis time
 	Version   int64
 	Started   bool
 	Instance  bool  // a template instance answered (see Decision.Instance)
-	Position  int64 // a started limiter's position (see Decision.Position), Unix ns
-	// Window is true for a window limiter, and Limit is then its permits
-	// per window (0 for other kinds, and for a window that refuses every
-	// request): Wait is then the permits left, Delay the time until one
-	// is, and Position the end of the current window.
+	Position  int64 // a started limiter's position (see Decision.Position)
+	// Window and Limit as in Decision: for a window, Wait is the permits
+	// left, Delay the time until one is, Position the end of the window.
 	Window bool
 	Limit  int64
 }
@@ -161,17 +145,14 @@ type WaitInfo struct {
 type SlotLease struct {
 	Granted    bool
 	ID         string // lease id (16 random bytes in hex), set when granted
-	Expires    int64  // Unix ns, Redis clock
-	RetryAfter int64  // ns; when not granted: until the earliest lease expires
+	Expires    int64
+	RetryAfter int64 // when not granted: until the earliest lease expires
 	InUse      int64
 	Limit      int64
-	// Readded: a renewal found the lease gone (it expired, or Redis lost the
-	// slots: a restart without persistence, a failover that lost writes) and
-	// registered it again, a slot being free.
+	// Readded: a renewal found the lease gone (expired, or lost by Redis)
+	// and registered it again, a slot being free.
 	Readded bool
-	// Shadow marks a refusal by a limiter in shadow mode that core reports
-	// as granted: no slot was taken and there is no lease (ID ""); the
-	// store never sets it.
+	// Shadow as in Decision: no slot was taken and there is no lease (ID "").
 	Shadow bool
 }
 
@@ -210,23 +191,22 @@ func (r CapacityRequest) Check() error {
 // should ask again after Refresh, and use SafeCapacity when it cannot ask.
 type CapacityLease struct {
 	Gets         float64
-	Expires      int64 // Unix ns on the Redis clock
-	Refresh      int64 // ns
+	Expires      int64
+	Refresh      int64
 	SafeCapacity float64
 	Learning     bool
 	Version      int64
 }
 
 // Holders is what the holders of a lease limiter (share or concurrency) hold
-// now, read in one transaction with Redis's time: the leases that have not
-// expired at Now, as lua/share.lua and lua/concurrency.lua count them.
+// now: the leases that have not expired at Now (Redis time, read in the same
+// transaction), as lua/share.lua and lua/concurrency.lua count them.
 type Holders struct {
 	Kind    limiter.Kind
 	Version int64 // the limiter's config version
-	Now     int64 // Redis time, Unix ns
-	// Share: every client's lease, in client id order; Held is the sum of
-	// what they have; Learning is true while the limiter is in learning mode
-	// (it grants what clients say they have, see limiter.ShareParams).
+	Now     int64
+	// Share: every client's lease, in client id order; Held is their sum;
+	// Learning: in learning mode (see limiter.ShareParams).
 	Share    []ShareHolder
 	Held     float64
 	Learning bool
@@ -240,26 +220,25 @@ type ShareHolder struct {
 	Has      float64 // what the limiter granted it
 	Wants    float64
 	Priority float64
-	Expires  int64 // Unix ns
+	Expires  int64
 }
 
 // SlotHolder is one leased slot of a concurrency limiter.
 type SlotHolder struct {
 	LeaseID string
-	Expires int64 // Unix ns
+	Expires int64
 }
 
 // Subject is what a decision counts under: a named limiter, or a template
-// and the instance of it that decided (Instance may be empty when it is not
-// known; the decision then counts in the template's totals only).
+// and the instance that decided (Instance "" when not known: the decision
+// counts in the template's totals only).
 type Subject struct {
 	Limiter  string
 	Template string
 	Instance string
 }
 
-// Counts are decisions counted: calls and the permits they asked for,
-// granted and refused.
+// Counts are decisions counted: calls and their permits, granted and refused.
 type Counts struct {
 	GrantedCalls   int64
 	GrantedPermits int64

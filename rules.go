@@ -17,8 +17,8 @@ import (
 // shares their alphabet (template ids, share client ids, list cursors).
 const NameRule = "must match ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 
-// CheckName reports whether name is a valid limiter name (NameRule). It is on
-// every call's path, so it is a byte loop rather than a regexp.
+// CheckName reports whether name is a valid limiter name (NameRule); a byte
+// loop, not a regexp: it is on every call's path.
 func CheckName(name string) error { return CheckNameAs("name", name) }
 
 // CheckNameAs is CheckName for an input that follows the same rule under
@@ -62,12 +62,8 @@ func CheckLeaseID(id string) error {
 // Template makes limiters on demand: a name that is not a limiter but matches
 // Pattern (path.Match globs: * and ?) gets its own state with the template's
 // config on first use. Templates are tried by ascending Order (then ID).
-//
-// An instance's state is a key with a TTL, so that idle names cost nothing:
-// never shorter than the instance's debt (the time until its schedule is
-// free: while it owes, a fresh instance would grant again what it granted),
-// then IdleTTL from its last use when set, else DefaultIdleTTL (10m), or less
-// once its state is no different from a fresh one.
+// An instance's state is a key with a TTL (see DefaultIdleTTL), so that idle
+// names cost nothing.
 type Template struct {
 	ID      string            `json:"id"`
 	Pattern string            `json:"pattern"`
@@ -76,26 +72,23 @@ type Template struct {
 	Limiter limiter.Config    `json:"limiter"`
 	Version int64             `json:"version"`
 	// Description is what displays call the template instead of its id
-	// (an Envoy rule's descriptors: "mongo_cps.database_users"); "": the
-	// id.
+	// (an Envoy rule's descriptors: "mongo_cps.database_users").
 	Description string `json:"description,omitempty"`
 	// FixedWindows: the instances count their hits as the Envoy reference
-	// does, in a plain counter per window of the limiter's limit and
-	// period aligned to the Unix epoch, not in their state (a rate limit
-	// service's rate_limit rules under its default counting). Every
-	// process reads their counts there, whichever front end counts them.
-	// Set by those rules only; a window kind's.
+	// does, in a plain counter per window of the limiter's limit and period
+	// aligned to the Unix epoch (FixedWindow), not in their state, whichever
+	// front end counts them. Set by rate limit service rules only.
 	FixedWindows bool `json:"fixed_windows,omitempty"`
 }
 
 // DefaultIdleTTL is how long a template instance is kept once its debt is
-// paid when its template sets no idle_ttl (less if its state is by then no
-// different from a fresh one). An instance is never dropped while it owes:
-// its TTL covers its debt first, whatever the idle TTL.
+// paid when its template sets no idle_ttl (an idle_ttl counts from its last
+// use), less once its state is no different from a fresh one. An instance is
+// never dropped while it owes (a fresh one would grant again what it
+// granted): its TTL covers its debt first, whatever the idle TTL.
 const DefaultIdleTTL = 10 * time.Minute
 
-// maxDescription bounds a template's description, in characters.
-const maxDescription = 200
+const maxDescription = 200 // characters
 
 var patternRE = regexp.MustCompile(`^[A-Za-z0-9*?][A-Za-z0-9._:*?-]{0,127}$`)
 
@@ -126,8 +119,6 @@ func (t Template) Normalize() (Template, error) {
 		return Template{}, err
 	}
 	if !limiter.IsRate(norm.Kind) {
-		// Instances are rate limiters (schedule, smooth); a share or
-		// concurrency limiter is created by name.
 		return Template{}, &limiter.FieldError{Field: "limiter.kind", Rule: "must be a rate kind (" + limiter.RateKinds() + "): templates make rate limiters", Value: fmt.Sprintf("%q", norm.Kind)}
 	}
 	t.Limiter = norm

@@ -1,12 +1,14 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -76,7 +78,7 @@ type server struct {
 	timeout     time.Duration
 	bodyTimeout time.Duration
 	auth        auth
-	changer     string     // who may change configs, for the audit line (changerOf)
+	changer     string     // who may change configs, for the audit line
 	failures    failureLog // which 503s are logged
 	accessLog   AccessLog
 	ids         *requestIDs
@@ -152,12 +154,12 @@ func New(o Options) *Handler {
 	}
 	s := &server{
 		core:        o.Service,
-		log:         o.Logger,
+		log:         cmp.Or(o.Logger, slog.New(slog.DiscardHandler)),
 		bodyLimit:   positiveOr(o.BodyLimit, defaultBodyLimit),
 		timeout:     positiveOr(o.RequestTimeout, defaultRequestTimeout),
 		bodyTimeout: positiveOr(o.BodyTimeout, defaultBodyTimeout),
 		auth:        newAuth(o.AdminToken, o.Token),
-		changer:     changerOf(o),
+		changer:     "anyone",
 		accessLog:   o.AccessLog,
 		ids:         newRequestIDs(),
 		routes:      map[string]*route{},
@@ -165,13 +167,13 @@ func New(o Options) *Handler {
 		embedded:    o.EmbeddedRedis,
 		tracing:     newTracing(o.TracerProvider, o.Propagator),
 	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
+	switch {
+	case o.AdminToken != "":
+		s.changer = "admin-token"
+	case o.Token != "":
+		s.changer = "token"
 	}
-	reg := o.Registry
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
+	reg := cmp.Or(o.Registry, prometheus.NewRegistry())
 	s.m = newMetrics(reg, o.Version)
 	promreg.Register("api", reg, newTemplateCollector(s.core))
 	w := o.Watcher
@@ -273,4 +275,62 @@ func (s *server) readyz(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, wire.Ready{Status: "ready", Redis: redisUp(s.embedded)})
+}
+
+// uiPage is the dashboard: one page, its script and style inline, no
+// third-party code; it reads and changes limiters through the API with the
+// token the user types in.
+//
+//go:embed ui/index.html
+var uiPage []byte
+
+// ui serves the dashboard. The page holds no data and no secret: what it
+// shows, it reads through the API with the user's token.
+func (s *server) ui(c echo.Context) error {
+	h := c.Response().Header()
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src 'self' data:")
+	return c.Blob(http.StatusOK, "text/html; charset=utf-8", uiPage)
+}
+
+// audit logs a config change at info: what changed, its versions before and
+// after when known (0 before a creation), and who asked (the kind of token
+// that authorized it, and the client's address).
+func (s *server) audit(c echo.Context, op, kind, name string, versions ...int64) {
+	attrs := []slog.Attr{slog.String("op", op), slog.String(kind, name)}
+	if len(versions) == 2 {
+		attrs = append(attrs, slog.Int64("version_before", versions[0]), slog.Int64("version_after", versions[1]))
+	}
+	attrs = append(attrs, slog.String("by", s.changer), slog.String("addr", c.RealIP()),
+		slog.String("request_id", requestID(c)))
+	s.log.LogAttrs(c.Request().Context(), slog.LevelInfo, "config change", attrs...)
+}
+
+// failureWindow is how often at most a run of the same failure (a Redis
+// outage answering 503 to every request) is logged: its first request, then
+// a line per window saying how many more there were.
+const failureWindow = 10 * time.Second
+
+// failureLog decides which of a run of failures is logged.
+type failureLog struct {
+	mu   sync.Mutex
+	last map[string]time.Time // when a failure of this problem was last logged
+	more map[string]int       // failures of it since, not logged
+}
+
+// log reports whether a failure of problem at now is logged, and how many
+// of it were left out since the last one that was.
+func (f *failureLog) log(problem string, now time.Time) (ok bool, leftOut int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.last == nil {
+		f.last, f.more = map[string]time.Time{}, map[string]int{}
+	}
+	if t, seen := f.last[problem]; seen && now.Sub(t) < failureWindow {
+		f.more[problem]++
+		return false, 0
+	}
+	leftOut = f.more[problem]
+	f.last[problem], f.more[problem] = now, 0
+	return true, leftOut
 }

@@ -24,7 +24,7 @@ import (
 // if given, must be JSON (a route that needs no token requires one, untokened).
 func readBody(c echo.Context) ([]byte, error) {
 	r := c.Request()
-	lb := bodyOf(r)
+	lb, _ := r.Body.(*limitedBody) // nil: the request came without a body
 	if lb != nil {
 		lb.read = true
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/limitd/limitd"
+	"github.com/limitd/limitd/wire"
 )
 
 // eventsPath is the route of the event stream (no request timeout).
@@ -184,4 +185,23 @@ func limiterNames(v string) ([]string, error) {
 		return nil, invalid("limiters", fmt.Sprintf("limiters: must name from 1 to %d limiters, comma-separated (got %d)", maxEventLimiters, len(names)))
 	}
 	return names, nil
+}
+
+// history answers GET /v1/history?limiters=a,b: each limiter's signals,
+// oldest first, as Handler.Run sampled them, from this limitd's memory (no
+// Redis call). A limiter not sampled has an empty list.
+func (s *server) history(c echo.Context) error {
+	names, err := limiterNames(c.QueryParam("limiters"))
+	if err != nil {
+		return err
+	}
+	h := s.sig.w.History(names)
+	out := make(map[string][]wire.Signals, len(h))
+	for n, ss := range h {
+		out[n] = make([]wire.Signals, len(ss))
+		for i, x := range ss {
+			out[n][i] = historyOf(x)
+		}
+	}
+	return c.JSON(http.StatusOK, wire.History{Step: int64(signalStep), Limiters: out})
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -73,9 +74,8 @@ func newEventHub(s *server, max int) *eventHub {
 
 // stream is one client's view of the hub.
 type stream struct {
-	names []string            // the limiters watched, in the order asked; nil: every limiter
-	watch map[string]struct{} // names as a set; nil: every limiter
-	every uint64              // rounds between samples: its interval over the sampler's step
+	names []string // the limiters watched (at most maxEventLimiters), in the order asked; nil: every limiter
+	every uint64   // rounds between samples: its interval over the sampler's step
 	// unwatch takes back the names it asked the sampler for.
 	unwatch func()
 	out     chan streamItem // the hub's items; closed when the hub ends the stream
@@ -125,15 +125,8 @@ const (
 // newStream is a stream of names (nil: every limiter) every interval,
 // rounded up to whole rounds.
 func newStream(names []string, interval time.Duration) *stream {
-	st := &stream{names: names, out: make(chan streamItem, streamBuffer)}
-	st.every = max(1, uint64((interval+signalStep-1)/signalStep))
-	if names != nil {
-		st.watch = make(map[string]struct{}, len(names))
-		for _, n := range names {
-			st.watch[n] = struct{}{}
-		}
-	}
-	return st
+	return &stream{names: names, out: make(chan streamItem, streamBuffer),
+		every: max(1, uint64((interval+signalStep-1)/signalStep))}
 }
 
 // join adds st to the hub, starting the loop if none runs, and asks the
@@ -303,7 +296,7 @@ func (h *eventHub) changed(ch core.Change) {
 		if !st.started {
 			continue // its first sample comes after the change
 		}
-		if _, watched := st.watch[ch.Limiter]; st.watch != nil && !ch.Templates && !watched {
+		if st.names != nil && !ch.Templates && !slices.Contains(st.names, ch.Limiter) {
 			continue
 		}
 		h.hand(st, streamItem{change: ev})

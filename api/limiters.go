@@ -2,7 +2,9 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v4"
 
@@ -147,4 +149,151 @@ func (s *server) reset(c echo.Context) error {
 	}
 	s.audit(c, "reset", "limiter", c.Param("name"), w.Version, w.Version)
 	return c.JSON(http.StatusOK, stateOf(w))
+}
+
+// templateID returns the {id} path parameter, checked before the body is read.
+func templateID(c echo.Context) (string, error) {
+	v := c.Param("id")
+	return v, limitd.CheckNameAs("id", v)
+}
+
+// putTemplate creates (201) or replaces (200) a template.
+func (s *server) putTemplate(c echo.Context) error {
+	tid, err := templateID(c)
+	if err != nil {
+		return err
+	}
+	var req wire.TemplateRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	if req.ID != nil && *req.ID != tid {
+		return invalid("id", fmt.Sprintf("id: must be left out or equal the id in the path, %q (got %s)", tid, quote(*req.ID)))
+	}
+	if len(req.Limiter) == 0 || isNull(req.Limiter) {
+		return required("limiter", "the config of the limiters the template makes")
+	}
+	var cfg limiter.Config
+	if err := decodeStrict(req.Limiter, &cfg, "limiter"); err != nil {
+		return err
+	}
+	var before int64 // for the audit line
+	if old, err := s.core.GetTemplate(c.Request().Context(), tid); err == nil {
+		before = old.Version
+	}
+	t, created, err := s.core.PutTemplate(c.Request().Context(),
+		limitd.Template{ID: tid, Pattern: req.Pattern, Order: req.Order, IdleTTL: req.IdleTTL, Limiter: cfg, Description: req.Description})
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		c.Response().Header().Set(echo.HeaderLocation, "/v1/templates/"+tid)
+	}
+	if created || t.Version != before {
+		s.audit(c, "put", "template", tid, before, t.Version)
+	}
+	return c.JSON(status, wire.Template(t))
+}
+
+func (s *server) getTemplate(c echo.Context) error {
+	tid, err := templateID(c)
+	if err != nil {
+		return err
+	}
+	t, err := s.core.GetTemplate(c.Request().Context(), tid)
+	if err != nil {
+		return err
+	}
+	n, exact, err := s.core.Instances(c.Request().Context(), tid)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, wire.TemplateView{Template: wire.Template(t), Instances: n, InstancesExact: exact})
+}
+
+func (s *server) deleteTemplate(c echo.Context) error {
+	tid, err := templateID(c)
+	if err != nil {
+		return err
+	}
+	if err := s.core.DeleteTemplate(c.Request().Context(), tid); err != nil {
+		return err
+	}
+	s.audit(c, "delete", "template", tid)
+	return c.NoContent(http.StatusNoContent)
+}
+
+// listTemplates answers every template in matching order; with
+// ?instances=true each with its count of live instances.
+func (s *server) listTemplates(c echo.Context) error {
+	counted := false
+	if v := c.QueryParam("instances"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return invalid("instances", fmt.Sprintf("instances: must be true or false (got %s)", quote(v)))
+		}
+		counted = b
+	}
+	ctx := c.Request().Context()
+	ts, err := s.core.Templates(ctx)
+	if err != nil {
+		return err
+	}
+	out := wire.TemplateList{Templates: make([]wire.TemplateListed, len(ts))}
+	for i, t := range ts {
+		out.Templates[i] = wire.TemplateListed{Template: wire.Template(t)}
+		if counted {
+			n, _, err := s.core.CachedInstances(ctx, t)
+			if err != nil {
+				return err
+			}
+			out.Templates[i].Instances = &n
+		}
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// topInstances answers a template's busiest instances:
+// ?by=refused|granted&limit=N&minutes=M.
+func (s *server) topInstances(c echo.Context) error {
+	tid, err := templateID(c)
+	if err != nil {
+		return err
+	}
+	by := c.QueryParam("by")
+	if by == "" {
+		by = "refused"
+	}
+	limit, err := intParam(c, "limit", core.DefaultTopLimit, core.MaxTopLimit)
+	if err != nil {
+		return err
+	}
+	minutes, err := intParam(c, "minutes", core.DefaultTopMinutes, core.MaxTopMinutes)
+	if err != nil {
+		return err
+	}
+	top, err := s.core.Top(c.Request().Context(), tid, by, limit, minutes)
+	if err != nil {
+		return err
+	}
+	out := wire.Top{By: by, Since: top.Since, Instances: make([]wire.TopInstance, len(top.Instances))}
+	for i, t := range top.Instances {
+		out.Instances[i] = wire.TopInstance(t)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// intParam reads the query parameter name, from 1 to most; def when absent.
+func intParam(c echo.Context, name string, def, most int) (int, error) {
+	v := c.QueryParam(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most {
+		return 0, invalid(name, fmt.Sprintf("%s: must be an integer ≥ 1 and ≤ %d (got %s)", name, most, quote(v)))
+	}
+	return n, nil
 }

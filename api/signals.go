@@ -33,19 +33,6 @@ type signals struct {
 	rounds uint64 // rounds handed on
 }
 
-// history is each of names' samples, oldest first.
-func (g *signals) history(names []string) map[string][]wire.Signals {
-	h := g.w.History(names)
-	out := make(map[string][]wire.Signals, len(h))
-	for n, ss := range h {
-		out[n] = make([]wire.Signals, len(ss))
-		for i, s := range ss {
-			out[n][i] = historyOf(s)
-		}
-	}
-	return out
-}
-
 // run runs the watcher until ctx ends, handing on each round.
 func (g *signals) run(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -79,7 +66,9 @@ func (g *signals) run(ctx context.Context) {
 // not write (NOPERM), or a replica (READONLY), is never told "ok".
 func (g *signals) tell(ctx context.Context, failed error, listed int) {
 	if failed == nil || !errors.Is(failed, core.ErrUnavailable) && !errors.Is(failed, context.DeadlineExceeded) {
-		failed = g.ready(ctx)
+		rctx, cancel := context.WithTimeout(ctx, g.timeout)
+		failed = g.svc.Ready(rctx)
+		cancel()
 	}
 	st := g.statusAfter(failed)
 	st.Limiters = listed
@@ -90,13 +79,6 @@ func (g *signals) tell(ctx context.Context, failed error, listed int) {
 	if changed && g.status != nil {
 		g.status(st)
 	}
-}
-
-// ready is core.Service.Ready within the API's timeout.
-func (g *signals) ready(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	return g.svc.Ready(ctx)
 }
 
 // statusAfter is the status after a readiness check that returned err:

@@ -17,19 +17,14 @@ import "math"
 //     limit: at the window's end (a sliding window's count weighs on the next
 //     one as a full window's would).
 //
-// max_reserve bounds what one acquire may ask for, not a charge, which
-// records what was already used: a charge may take up to MaxCharge permits
-// (Horizon of schedule). What bounds the debt is MaxAhead: no schedule runs
-// further ahead of now, and a charge that would push it further takes its
+// A charge is bounded by MaxCharge, not max_reserve (it records what was
+// already used). A charge that would push a schedule beyond MaxAhead takes its
 // permits (they are counted) but leaves the schedule there, as does a window
-// count at MaxWindowCount. Neither is reached by a limiter in use: MaxAhead
-// is 26 days of debt, MaxWindowCount 4.5e15 permits in one window.
+// count at MaxWindowCount; neither is reached by a limiter in use.
 //
-// A charge of 0 permits takes nothing: it is a check, whose answer says
-// whether a request would be granted now (within max_wait). Time passes on
-// the limiter as for any call (it starts, a schedule forfeits backlog
-// beyond max_backlog, a smooth limiter stores idle time, a window moves to
-// the window of now), and the check is decided on a copy.
+// A charge of 0 permits is a check, whose answer says whether a request would
+// be granted now (within max_wait): time passes on the limiter as for any
+// call, and the check is decided on a copy.
 
 // MaxAhead is the furthest a limiter's schedule runs ahead of now: what one
 // acquire may leave it at (a delay of at most Horizon, then a cost of at
@@ -44,7 +39,7 @@ const MaxWindowCount int64 = 1 << 52
 
 // MaxCharge is the most permits one charge may take: those whose cost is at
 // most Horizon of schedule (a window: Horizon permits).
-func (p *Params) MaxCharge() int64 { return p.Slice.MaxPermits() }
+func (p *Params) MaxCharge() int64 { return p.Slice.permitsWithin(Horizon) }
 
 // CheckCharge reports whether n permits may be charged in one request.
 func (p *Params) CheckCharge(n int64) error {
@@ -61,8 +56,7 @@ func ChargeRule(max int64) string {
 }
 
 // Charge takes n permits (0 ≤ n ≤ MaxCharge) at time now whatever is left
-// (see the top of this file). The permits are taken either way; the Result
-// says what they found:
+// (see the top of this file); the Result says what they found:
 //
 //   - Granted: whether an acquire of them waiting at most maxWait (negative
 //     counts as 0) would have been granted: a window's count had room for

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"cmp"
 	"encoding/json"
 	"math"
 	"reflect"
@@ -98,9 +99,7 @@ const (
 // equal. The verb of a spec string is returned beside it (VerbStart without one).
 func (c Config) Normalize() (Config, Verb, error) {
 	verb := VerbStart
-	if c.Kind == "" {
-		c.Kind = DefaultKind
-	}
+	c.Kind = cmp.Or(c.Kind, DefaultKind)
 	if c.Spec != "" {
 		if k, ok := Lookup(c.Kind); ok && !slices.Contains(k.Fields, "spec") {
 			return Config{}, "", fieldErr("spec", "is only for kind schedule", c.Kind)
@@ -116,12 +115,15 @@ func (c Config) Normalize() (Config, Verb, error) {
 	}
 	k, ok := Lookup(c.Kind)
 	if !ok {
-		return Config{}, "", unknownKind(c.Kind)
+		return Config{}, "", fieldErr("kind", kindRule(), strconv.Quote(string(c.Kind)))
 	}
 	// The row's fields are the kind's: any other field set is refused
-	// before the kind checks its own.
-	if err := c.onlyFor(k.Name, k.Fields); err != nil {
-		return Config{}, "", err
+	// before the kind checks its own, so that a typo in the kind cannot
+	// silently drop a setting.
+	for _, f := range configFields {
+		if f.set(&c) && !slices.Contains(k.Fields, f.name) {
+			return Config{}, "", fieldErr(f.name, "is not a setting of kind "+string(k.Name), nil)
+		}
 	}
 	if err := k.normalize(&c); err != nil {
 		return Config{}, "", err
@@ -129,35 +131,25 @@ func (c Config) Normalize() (Config, Verb, error) {
 	return c, verb, nil
 }
 
-// normalizeSchedule checks a schedule limiter's fields and fills in the
-// defaults.
 func (c *Config) normalizeSchedule() error {
 	if err := checkRate(c.Rate); err != nil {
 		return err
 	}
-	if c.Burst == nil {
-		c.Burst = new(Burst(DefaultBurst))
-	}
+	c.Burst = cmp.Or(c.Burst, new(Burst(DefaultBurst)))
 	if b := float64(*c.Burst); math.IsNaN(b) || b < 1 || (b > MaxBurst && !math.IsInf(b, 1)) {
 		return fieldErr("burst", "must be ≥ 1 and ≤ 1e6, or \"inf\"", b)
 	}
-	if c.MaxBacklog != nil {
-		if err := checkDuration("max_backlog", *c.MaxBacklog, 0); err != nil {
-			return err
-		}
-	}
-	if err := c.checkMaxReserve(); err != nil {
+	if err := checkDuration("max_backlog", c.MaxBacklog, 0); err != nil {
 		return err
 	}
-	return nil
+	return checkDuration("max_reserve", c.MaxReserve, 1)
 }
 
-// normalizeSmooth checks a smooth limiter's fields and fills in the defaults.
 func (c *Config) normalizeSmooth() error {
 	if err := checkRate(c.Rate); err != nil {
 		return err
 	}
-	if err := c.checkMaxReserve(); err != nil {
+	if err := checkDuration("max_reserve", c.MaxReserve, 1); err != nil {
 		return err
 	}
 	if c.Warmup != nil && c.MaxBurstSeconds != nil {
@@ -172,25 +164,19 @@ func (c *Config) normalizeSmooth() error {
 		if c.ColdFactor != nil {
 			return fieldErr("cold_factor", "needs a warmup", nil)
 		}
-		if c.MaxBurstSeconds == nil {
-			c.MaxBurstSeconds = new(1.0)
-		}
+		c.MaxBurstSeconds = cmp.Or(c.MaxBurstSeconds, new(1.0))
 		if v := *c.MaxBurstSeconds; math.IsNaN(v) || v < 0 || v > MaxStoredSeconds {
 			return fieldErr("max_burst_seconds", "must be ≥ 0 and ≤ 1e6", v)
 		}
-		if c.InitialPermits == nil {
-			c.InitialPermits = new(0.0)
-		}
+		c.InitialPermits = cmp.Or(c.InitialPermits, new(0.0))
 	} else {
-		if err := checkDuration("warmup", *c.Warmup, 1); err != nil {
+		if err := checkDuration("warmup", c.Warmup, 1); err != nil {
 			return err
 		}
 		if time.Duration(*c.Warmup).Seconds() > MaxStoredSeconds {
 			return fieldErr("warmup", "must be at most 1e6 s", c.Warmup.String())
 		}
-		if c.ColdFactor == nil {
-			c.ColdFactor = new(3.0)
-		}
+		c.ColdFactor = cmp.Or(c.ColdFactor, new(3.0))
 		if v := *c.ColdFactor; math.IsNaN(v) || v < 1 || v > MaxColdFactor {
 			return fieldErr("cold_factor", "must be ≥ 1 and ≤ 1e6", v)
 		}
@@ -203,7 +189,6 @@ func (c *Config) normalizeSmooth() error {
 	return nil
 }
 
-// normalizeShare checks a share limiter's fields and fills in the defaults.
 func (c *Config) normalizeShare() error {
 	if c.Capacity == nil {
 		return fieldErr("capacity", "is required for kind share: a number > 0", nil)
@@ -212,22 +197,16 @@ func (c *Config) normalizeShare() error {
 	if math.IsNaN(capacity) || math.IsInf(capacity, 0) || capacity <= 0 {
 		return fieldErr("capacity", "must be > 0 and finite", capacity)
 	}
-	if c.Algorithm == "" {
-		c.Algorithm = AlgorithmFair
-	}
+	c.Algorithm = cmp.Or(c.Algorithm, AlgorithmFair)
 	if _, ok := algorithms[c.Algorithm]; !ok {
 		return fieldErr("algorithm", "must be none, static, proportional_share or fair_share", strconv.Quote(string(c.Algorithm)))
 	}
-	if c.Lease == nil {
-		c.Lease = D(DefaultShareLease)
-	}
-	if err := checkDuration("lease", *c.Lease, 1); err != nil {
+	c.Lease = cmp.Or(c.Lease, D(DefaultShareLease))
+	if err := checkDuration("lease", c.Lease, 1); err != nil {
 		return err
 	}
-	if c.RefreshInterval == nil {
-		c.RefreshInterval = D(min(DefaultRefreshInterval, time.Duration(*c.Lease)))
-	}
-	if err := checkDuration("refresh_interval", *c.RefreshInterval, 1); err != nil {
+	c.RefreshInterval = cmp.Or(c.RefreshInterval, D(min(DefaultRefreshInterval, time.Duration(*c.Lease))))
+	if err := checkDuration("refresh_interval", c.RefreshInterval, 1); err != nil {
 		return err
 	}
 	if *c.RefreshInterval > *c.Lease {
@@ -242,14 +221,10 @@ func (c *Config) normalizeShare() error {
 			c.SafeCapacity = nil
 		}
 	}
-	if c.Learning == nil {
-		c.Learning = D(time.Duration(*c.Lease))
-	}
-	return checkDuration("learning", *c.Learning, 0)
+	c.Learning = cmp.Or(c.Learning, D(time.Duration(*c.Lease)))
+	return checkDuration("learning", c.Learning, 0)
 }
 
-// normalizeConcurrency checks a concurrency limiter's fields and fills in the
-// defaults.
 func (c *Config) normalizeConcurrency() error {
 	if c.Limit == nil {
 		return fieldErr("limit", "is required for kind concurrency: a whole number ≥ 1", nil)
@@ -257,10 +232,8 @@ func (c *Config) normalizeConcurrency() error {
 	if v := *c.Limit; v < 1 || v > MaxLimit {
 		return fieldErr("limit", "must be ≥ 1 and ≤ 1e6", v)
 	}
-	if c.Lease == nil {
-		c.Lease = D(DefaultConcurrencyLease)
-	}
-	return checkDuration("lease", *c.Lease, 1)
+	c.Lease = cmp.Or(c.Lease, D(DefaultConcurrencyLease))
+	return checkDuration("lease", c.Lease, 1)
 }
 
 // Share returns the parameters of a share limiter.
@@ -272,12 +245,9 @@ func (c Config) Share() (ShareParams, error) {
 	if n.Kind != KindShare {
 		return ShareParams{}, fieldErr("kind", "is not share", strconv.Quote(string(n.Kind)))
 	}
-	p := ShareParams{Capacity: *n.Capacity, Algorithm: n.Algorithm, Lease: int64(*n.Lease),
-		Refresh: int64(*n.RefreshInterval), Learning: int64(*n.Learning)}
-	if n.SafeCapacity != nil {
-		p.SafeCapacity = *n.SafeCapacity
-	}
-	return p, nil
+	return ShareParams{Capacity: *n.Capacity, Algorithm: n.Algorithm, Lease: int64(*n.Lease),
+		Refresh: int64(*n.RefreshInterval), Learning: int64(*n.Learning),
+		SafeCapacity: *cmp.Or(n.SafeCapacity, new(0.0))}, nil
 }
 
 // Concurrency returns the parameters of a concurrency limiter: its slots and
@@ -293,14 +263,8 @@ func (c Config) Concurrency() (limit int64, lease int64, err error) {
 	return *n.Limit, int64(*n.Lease), nil
 }
 
-// Validate reports whether c is a valid config; the error names the field.
-func (c Config) Validate() error {
-	_, _, err := c.Normalize()
-	return err
-}
-
 // configFields are the config fields besides kind, by JSON name, in the
-// order onlyFor checks them, each with whether it is set.
+// order Normalize checks them, each with whether it is set.
 var configFields = []struct {
 	name string
 	set  func(c *Config) bool
@@ -326,28 +290,10 @@ var configFields = []struct {
 	{"zone", func(c *Config) bool { return c.Zone != "" }},
 }
 
-// onlyFor rejects fields that do not belong to kind k (fields: its
-// KindInfo.Fields), so a typo in the kind cannot silently drop a setting.
-func (c Config) onlyFor(k Kind, fields []string) error {
-	for _, f := range configFields {
-		if f.set(&c) && !slices.Contains(fields, f.name) {
-			return fieldErr(f.name, "is not a setting of kind "+string(k), nil)
-		}
-	}
-	return nil
-}
-
-// checkMaxReserve checks max_reserve: > 0 and within the horizon. A value
-// below one permit's cost is allowed and means one permit (see Compile).
-func (c Config) checkMaxReserve() error {
-	if c.MaxReserve == nil {
-		return nil
-	}
-	return checkDuration("max_reserve", *c.MaxReserve, 1)
-}
-
-func checkDuration(field string, d Duration, min Duration) error {
-	if d < min || int64(d) > Horizon {
+// checkDuration checks an optional duration field (nil: not set) against
+// min and the horizon.
+func checkDuration(field string, d *Duration, min Duration) error {
+	if d != nil && (*d < min || int64(*d) > Horizon) {
 		rule := "must be ≥ 0 and at most 2^50 ns (~13 days)"
 		if min > 0 {
 			rule = "must be > 0 and at most 2^50 ns (~13 days)"

@@ -23,12 +23,8 @@
 //   - smooth: Guava's SmoothBursty and SmoothWarmingUp, in nanoseconds. Unused time
 //     is stored as permits (up to max_burst_seconds of them, or a warm-up
 //     trapezoid) that later callers may spend at once.
-//   - window: at most Limit permits per period, granted now or not at all:
-//     fixed windows aligned to the Unix epoch (the Envoy rate limit server's
-//     count), sliding windows (the previous window weighted, in exact integer
-//     arithmetic), or calendar windows (day, ISO week, month, year) in an IANA
-//     zone, across daylight-saving changes ([CalendarWindow]). It fits the
-//     rate kinds' state: Next is the window's end (window.go).
+//   - window: at most Limit permits per period, granted now or not at all, in
+//     fixed, sliding or calendar windows (window.go).
 //
 // Precision. A slice is an exact rational (see [Slice]) and every cost carries its
 // sub-nanosecond remainder, so scheduled times do not drift however many permits
@@ -40,11 +36,7 @@
 // [DefaultMaxReserve], 1m; never less than one permit): Params.MaxPermits.
 //
 // Charges (charge.go, [Params.Charge]): usage recorded after the fact, taken
-// whatever is left and never refused for lack of permits. A schedule or
-// smooth limiter goes into debt (later callers wait until it is paid), a
-// window counts past its limit (and refuses until it resets). A charge is
-// bounded by the horizon, not by max_reserve, and no schedule runs more than
-// [MaxAhead] ahead of now.
+// whatever is left and never refused for lack of permits.
 //
 // Clocks and floors (floor.go). The engines take now as an argument, and a
 // shared limiter's now is Redis TIME, which can jump:

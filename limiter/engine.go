@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"cmp"
 	"math"
 	"strconv"
 )
@@ -49,10 +50,7 @@ func Compile(c Config) (Params, error) {
 	if c.Rate > 0 {
 		sl = SliceOf(c.Rate)
 	}
-	reserve := int64(DefaultMaxReserve)
-	if c.MaxReserve != nil {
-		reserve = int64(*c.MaxReserve)
-	}
+	reserve := int64(*cmp.Or(c.MaxReserve, D(DefaultMaxReserve)))
 	p := Params{Kind: c.Kind, Slice: sl, MaxPermits: sl.PermitsWithin(reserve), Stable: sl.Float()}
 	k.compile(c, &p)
 	return p, nil

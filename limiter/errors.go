@@ -46,9 +46,7 @@ func fieldErr(field, rule string, value any) error {
 // RequestError is bad input in one request of a call over several limiters
 // (an AcquireAll): Index is the request's place in the call, Field the
 // field within it ("name", "permits"). It unwraps to the *FieldError that
-// names the field in full ("requests[1].permits"), so callers that only
-// report the error read it as any other, and callers that must know which
-// request failed read Index, not the text.
+// names the field in full ("requests[1].permits").
 type RequestError struct {
 	Index int
 	Field string

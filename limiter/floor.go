@@ -1,10 +1,7 @@
 package limiter
 
-// Clock steps and floors: what keeps a shared schedule from rewinding when
-// the store under it does (the package doc, "Clocks and floors", says how).
-// A step back (a failover to a host whose clock is behind, an NTP step)
-// moves Next and Pace back by the step, Origin staying as it was; answers
-// then come out on the new clock.
+// Clock steps and floors: see the package doc, "Clocks and floors". A step
+// back moves Next and Pace back by the step, Origin staying as it was.
 
 // A state born after its floor. The position a floor carries is where the
 // schedule stood when its caller last heard of it: a process whose callers
@@ -44,12 +41,9 @@ type Floor struct {
 	Ahead int64
 }
 
-// Observe brings s to time now: a now earlier than the latest one s has seen
-// (Last) is a clock step back, by which the state is moved back (see the top
-// of this file). Every operation observes its now (Peek on a copy). Last is
-// the time of the latest grant, reset, reconfiguration or step, not of every
-// call: a step back smaller than the time since then is not seen as one, and
-// costs a caller at most the wait that grant already gave it.
+// Observe brings s to time now: a now earlier than Last is a clock step back,
+// by which the state is moved back (the package doc, "Clocks and floors").
+// Every operation observes its now (Peek on a copy).
 func (s *State) Observe(now int64) {
 	if !s.Started || now >= s.Last {
 		return
@@ -76,8 +70,8 @@ func (p *Params) bornAfter(s *State, now int64, f Floor, ahead int64) bool {
 // position, or to now + f.Ahead if that is later (the time in between counts
 // as idle; what the state forgot granting is gone for everyone), a
 // schedule's pace with it, and a smooth limiter's stored permits are dropped
-// (the state that lost the grants may also have lost their spending). A floor older than FloorAge, or more than 2^52 ns behind
-// now, changes nothing.
+// (the state that lost the grants may also have lost their spending). A
+// floor older than FloorAge, or more than 2^52 ns behind now, changes nothing.
 func (p *Params) ApplyFloor(s *State, now int64, f Floor) {
 	s.Observe(now)
 	p.Start(s, now)

@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -29,7 +28,8 @@ type KindInfo struct {
 	// (code in lua/<kind>.lua, which must agree). 0 for lease kinds.
 	Code int
 	// Fields are the config fields (JSON names) that belong to the kind,
-	// besides kind itself; any other field set is refused (onlyFor).
+	// besides kind itself; any other field set is refused (Normalize).
+	// Schedule and smooth take rate and max_reserve.
 	Fields []string
 	// Params are a rate kind's own engine parameters in the order its
 	// state keeps them, after the slice and MaxPermits, which every rate
@@ -107,43 +107,43 @@ var (
 		{"cap", func(p *Params) float64 { return float64(p.Cap) }, func(p *Params, v float64) { p.Cap = int64(v) }},
 		{"initial", func(p *Params) float64 { return float64(p.Initial) },
 			func(p *Params, v float64) { p.Initial = int64(v) }},
-		{"warm", func(p *Params) float64 {
-			if p.Warm {
-				return 1
-			}
-			return 0
-		}, func(p *Params, v float64) { p.Warm = v == 1 }},
+		{"warm", func(p *Params) float64 { return boolParam(p.Warm) },
+			func(p *Params, v float64) { p.Warm = v == 1 }},
 		{"cooldown", func(p *Params) float64 { return p.Cooldown }, func(p *Params, v float64) { p.Cooldown = v }},
 		{"threshold", func(p *Params) float64 { return p.Threshold }, func(p *Params, v float64) { p.Threshold = v }},
 		{"slope", func(p *Params) float64 { return p.Slope }, func(p *Params, v float64) { p.Slope = v }},
 	}
 )
 
-// The config fields of each kind (KindInfo.Fields); rate kinds all take
-// rate and max_reserve, every kind shadow.
-var (
-	scheduleFields    = []string{"rate", "max_reserve", "spec", "burst", "max_backlog", "shadow"}
-	smoothFields      = []string{"rate", "max_reserve", "max_burst_seconds", "initial_permits", "warmup", "cold_factor", "shadow"}
-	shareFields       = []string{"capacity", "algorithm", "lease", "refresh_interval", "safe_capacity", "learning", "shadow"}
-	concurrencyFields = []string{"limit", "lease", "shadow"}
-)
+// boolParam is a bool as a Param's Value: 0 or 1.
+func boolParam(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 var kinds = []KindInfo{
 	{Name: KindSchedule, Class: ClassRate, Code: 1,
-		Fields: scheduleFields, Params: scheduleParams,
+		Fields:    []string{"rate", "max_reserve", "spec", "burst", "max_backlog", "shadow"},
+		Params:    scheduleParams,
 		normalize: (*Config).normalizeSchedule, compile: compileSchedule, engine: &scheduleEngine},
 	{Name: KindSmooth, Class: ClassRate, Code: 2,
-		Fields: smoothFields, Params: smoothParams,
+		Fields: []string{"rate", "max_reserve", "max_burst_seconds", "initial_permits", "warmup", "cold_factor",
+			"shadow"},
+		Params:    smoothParams,
 		normalize: (*Config).normalizeSmooth, compile: compileSmooth, engine: &smoothEngine},
 	{Name: KindWindow, Class: ClassRate, Code: 3,
-		Fields: windowFields, Params: windowParams,
+		Fields:    []string{"limit", "period", "sliding", "zone"},
+		Params:    windowParams,
 		normalize: (*Config).normalizeWindow, compile: compileWindow, engine: &windowEngine},
 	{Name: KindShare, Class: ClassLease,
-		Fields:     shareFields,
+		Fields: []string{"capacity", "algorithm", "lease", "refresh_interval", "safe_capacity", "learning",
+			"shadow"},
 		normalize:  (*Config).normalizeShare,
 		noSchedule: "use Config.Share (a share limiter is asked for capacity, not permits)"},
 	{Name: KindConcurrency, Class: ClassLease,
-		Fields:     concurrencyFields,
+		Fields:     []string{"limit", "lease", "shadow"},
 		normalize:  (*Config).normalizeConcurrency,
 		noSchedule: "use Config.Concurrency (a concurrency limiter leases slots, not permits)"},
 }
@@ -179,10 +179,13 @@ func Counts(k Kind) bool {
 
 // RateKinds names the rate kinds in words, "schedule, smooth or window",
 // for an error that asks for one.
-func RateKinds() string {
+func RateKinds() string { return kindNames(ClassRate) }
+
+// kindNames words the kinds of class (0: every kind) as "a, b or c".
+func kindNames(class Class) string {
 	var names []string
 	for _, k := range kinds {
-		if k.Class == ClassRate {
+		if class == 0 || k.Class == class {
 			names = append(names, string(k.Name))
 		}
 	}
@@ -198,13 +201,4 @@ func IsLease(k Kind) bool {
 
 // kindRule is the rule a kind must follow: "must be schedule, smooth, share
 // or concurrency".
-func kindRule() string {
-	names := make([]string, len(kinds))
-	for i, k := range kinds {
-		names[i] = string(k.Name)
-	}
-	last := len(names) - 1
-	return "must be " + strings.Join(names[:last], ", ") + " or " + names[last]
-}
-
-func unknownKind(k Kind) error { return fieldErr("kind", kindRule(), strconv.Quote(string(k))) }
+func kindRule() string { return "must be " + kindNames(0) }

@@ -106,16 +106,6 @@ func (l *Limiter) now() int64 {
 	return int64(l.clock.Now().Sub(l.base))
 }
 
-func (l *Limiter) permit(r Result) Permit {
-	return Permit{
-		Permits:   int(r.Permits),
-		Scheduled: l.base.Add(time.Duration(r.Scheduled)),
-		Start:     l.base.Add(time.Duration(r.Start)),
-		Lateness:  time.Duration(r.Lateness),
-		Backlog:   time.Duration(r.Wait),
-	}
-}
-
 // Allow reports whether one permit may start now.
 func (l *Limiter) Allow() bool { return l.AllowN(1) }
 
@@ -238,7 +228,14 @@ func (r *Reservation) Permit() Permit {
 	if !r.OK() {
 		return Permit{}
 	}
-	return r.lim.permit(r.result)
+	base, res := r.lim.base, r.result
+	return Permit{
+		Permits:   int(res.Permits),
+		Scheduled: base.Add(time.Duration(res.Scheduled)),
+		Start:     base.Add(time.Duration(res.Start)),
+		Lateness:  time.Duration(res.Lateness),
+		Backlog:   time.Duration(res.Wait),
+	}
 }
 
 // Cancel hands the permits back: the schedule is rewound if nothing was taken

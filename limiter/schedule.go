@@ -1,11 +1,13 @@
 package limiter
 
-import "math"
+import (
+	"cmp"
+	"math"
+)
 
-// The schedule engine (EngineBlock's strict limiter and nosqlbench's hybrid
-// limiter, shared): the schedule pointer Next advances one slice per permit;
-// time that passes without a caller becomes backlog, which callers may catch up
-// at Burst × rate, and backlog beyond MaxBacklog is forfeited as idle time.
+// The schedule engine (the package doc says what it does): the schedule
+// pointer Next advances one slice per permit; backlog beyond MaxBacklog is
+// forfeited as idle time.
 
 // AtOnce is how early a schedule of burst inf lets a call start: its
 // starts are at once while the schedule runs at most AtOnce (or its
@@ -81,13 +83,9 @@ func (p *Params) forfeit(s *State, now, maxBacklog int64) {
 	}
 }
 
-// compileSchedule fills in a schedule limiter's own parameters (see Compile).
 func compileSchedule(c Config, p *Params) {
 	p.Burst = float64(*c.Burst)
-	p.MaxBacklog = Horizon
-	if c.MaxBacklog != nil {
-		p.MaxBacklog = int64(*c.MaxBacklog)
-	}
+	p.MaxBacklog = int64(*cmp.Or(c.MaxBacklog, new(Duration(Horizon))))
 }
 
 var scheduleEngine = engine{

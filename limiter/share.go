@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 )
 
@@ -63,16 +64,20 @@ func static(capacity float64, others Holdings, r ShareRequest) float64 {
 
 func weight(w float64) float64 { return max(w, 1) }
 
-// sumWeights, sumWants and Request's sum of what others have add in client
-// id order, as each visits them, so that they are reproducible to the last bit
-// (and equal to lua/share.lua's).
-func sumWeights(h Holdings) float64 {
+// sumOf adds f of every holding in client id order, as each visits them, so
+// that sums are reproducible to the last bit (and equal to lua/share.lua's).
+func sumOf(h Holdings, f func(Holding) float64) float64 {
 	var s float64
-	for _, id := range sortedIDs(h) {
-		s += weight(h[id].Weight)
+	for _, id := range slices.Sorted(maps.Keys(h)) {
+		s += f(h[id])
 	}
 	return s
 }
+
+func sumWeights(h Holdings) float64 {
+	return sumOf(h, func(c Holding) float64 { return weight(c.Weight) })
+}
+func sumWants(h Holdings) float64 { return sumOf(h, func(c Holding) float64 { return c.Wants }) }
 
 // ProportionalShare gives each client what it wants, except when the clients
 // together want more than the capacity: then each gets its equal share (if it
@@ -107,9 +112,8 @@ func FairShare(capacity float64, others Holdings, r ShareRequest) float64 {
 	}
 	type claim struct{ wants, weight, gets float64 }
 	var claims []*claim
-	var mine *claim
 	each(others, r, func(wants, weight float64) { claims = append(claims, &claim{wants: wants, weight: weight}) })
-	mine = claims[len(claims)-1] // each visits the requester last
+	mine := claims[len(claims)-1] // each visits the requester last
 	const epsilon = 1e-9
 	left := capacity
 	for left > epsilon && len(claims) > 0 {
@@ -138,27 +142,10 @@ func FairShare(capacity float64, others Holdings, r ShareRequest) float64 {
 	return mine.gets
 }
 
-func sumWants(h Holdings) float64 {
-	var s float64
-	for _, id := range sortedIDs(h) {
-		s += h[id].Wants
-	}
-	return s
-}
-
-func sortedIDs(h Holdings) []string {
-	ids := make([]string, 0, len(h))
-	for id := range h {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, cmp.Compare)
-	return ids
-}
-
 // each calls f for every other client in id order (so float sums are
 // reproducible), then for the requester.
 func each(others Holdings, r ShareRequest, f func(wants, weight float64)) {
-	for _, id := range sortedIDs(others) {
+	for _, id := range slices.Sorted(maps.Keys(others)) {
 		f(others[id].Wants, weight(others[id].Weight))
 	}
 	f(r.Wants, weight(r.Weight))
@@ -203,22 +190,11 @@ func (p *ShareParams) Request(s *ShareState, now int64, r ShareRequest, has floa
 	if _, known := s.Holdings[r.Client]; has > 0 && !known && now < s.Started+p.Learning {
 		s.LearningUntil = s.Started + p.Learning
 	}
-	for id, c := range s.Holdings { // expired leases are free capacity
-		if c.Expires <= now {
-			delete(s.Holdings, id)
-		}
-	}
-	others := make(Holdings, len(s.Holdings))
-	for id, c := range s.Holdings {
-		if id != r.Client {
-			others[id] = c
-		}
-	}
-	var assigned float64
-	for _, id := range sortedIDs(others) {
-		assigned += others[id].Has
-	}
-	unassigned := max(0, p.Capacity-assigned)
+	// expired leases are free capacity
+	maps.DeleteFunc(s.Holdings, func(_ string, c Holding) bool { return c.Expires <= now })
+	others := maps.Clone(s.Holdings)
+	delete(others, r.Client)
+	unassigned := max(0, p.Capacity-sumOf(others, func(c Holding) float64 { return c.Has }))
 	learning := now < s.LearningUntil
 	var gets float64
 	switch {
@@ -233,10 +209,7 @@ func (p *ShareParams) Request(s *ShareState, now int64, r ShareRequest, has floa
 	}
 	gets = max(gets, 0)
 	lease := Lease{Gets: gets, Expires: now + p.Lease, Refresh: p.Refresh, Learning: learning,
-		SafeCapacity: p.SafeCapacity}
-	if lease.SafeCapacity == 0 {
-		lease.SafeCapacity = p.Capacity / float64(len(others)+1)
-	}
+		SafeCapacity: cmp.Or(p.SafeCapacity, p.Capacity/float64(len(others)+1))}
 	s.Holdings[r.Client] = Holding{Wants: r.Wants, Has: gets, Weight: weight(r.Weight), Expires: lease.Expires}
 	return lease
 }

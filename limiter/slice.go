@@ -120,26 +120,14 @@ func (s Slice) Cost(n, rem int64) (cost, newRem int64) {
 	return n*s.Whole + a*s.Frac + t/s.Den, t % s.Den
 }
 
-// MaxPermits is the largest n with Cost(n, Den-1) ≤ Horizon: the most permits
-// one request may ask for.
-func (s Slice) MaxPermits() int64 {
-	n := int64(float64(Horizon) / s.Float())
-	for n > 0 && s.costCeil(n) > Horizon {
-		n--
-	}
-	for s.costCeil(n+1) <= Horizon {
-		n++
-	}
-	return n
-}
-
 // PermitsWithin is the most permits one request may ask for when it may take
 // at most reserve ns of schedule: the largest n with Cost(n, Den-1) ≤ reserve,
 // at least 1 (one permit may always be asked for), at most MaxPermits.
 func (s Slice) PermitsWithin(reserve int64) int64 {
-	if reserve >= Horizon {
-		return s.MaxPermits()
-	}
+	return max(1, s.permitsWithin(min(reserve, Horizon)))
+}
+
+func (s Slice) permitsWithin(reserve int64) int64 {
 	n := int64(float64(reserve) / s.Float())
 	for n > 0 && s.costCeil(n) > reserve {
 		n--
@@ -147,7 +135,7 @@ func (s Slice) PermitsWithin(reserve int64) int64 {
 	for s.costCeil(n+1) <= reserve {
 		n++
 	}
-	return max(1, n)
+	return n
 }
 
 func (s Slice) costCeil(n int64) int64 {

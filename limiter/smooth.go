@@ -1,10 +1,9 @@
 package limiter
 
-// The smooth engine: Guava's SmoothBursty and SmoothWarmingUp in nanoseconds.
-// Time that passes while nobody asks is stored (up to Cap ns of cool-down time);
-// a request spends stored permits first and pushes next_free only for what it
-// could not take from the store. A request waits only for earlier requests:
-// the caller pays later (Guava's reserveEarliestAvailable).
+// The smooth engine (the package doc says what it does): a request spends
+// stored permits first and pushes next_free only for what it could not take
+// from the store; it waits only for earlier requests: the caller pays later
+// (Guava's reserveEarliestAvailable).
 
 import "math"
 
@@ -80,7 +79,6 @@ func (p *Params) storedTime(s *State) int64 {
 	return int64(float64(s.Stored) / p.Cooldown * p.Stable)
 }
 
-// compileSmooth fills in a smooth limiter's own parameters (see Compile).
 func compileSmooth(c Config, p *Params) {
 	if c.Warmup == nil {
 		p.Cap = int64(math.Round(*c.MaxBurstSeconds * 1e9))

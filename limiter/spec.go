@@ -29,7 +29,13 @@ type Spec struct {
 // verb, separated by ',', ';' or ':'. Examples: "523", "12000,1.1,restart",
 // "1.5K;inf", "100/s", "5000/min", "2^20". Errors name the part at fault.
 func ParseSpec(s string) (Spec, error) {
-	parts := splitSpec(s)
+	// Split at ',', ';' and ':' keeping empty parts (so "5,,1.2" is an
+	// error, not burst 1.2); one trailing separator is allowed, as in
+	// nosqlbench.
+	parts := strings.Split(strings.NewReplacer(";", ",", ":", ",").Replace(s), ",")
+	if len(parts) > 1 && parts[len(parts)-1] == "" {
+		parts = parts[:len(parts)-1]
+	}
 	if strings.Trim(s, ",;: \t") == "" {
 		return Spec{}, fieldErr("spec", "must be <rate>[,<burst>[,<verb>]]", strconv.Quote(s))
 	}
@@ -62,26 +68,9 @@ func ParseSpec(s string) (Spec, error) {
 	return sp, nil
 }
 
-// splitSpec splits at ',', ';' and ':' keeping empty parts (so "5,,1.2" is an
-// error, not burst 1.2); one trailing separator is allowed, as in nosqlbench.
-func splitSpec(s string) []string {
-	var parts []string
-	start := 0
-	for i, r := range s {
-		if r == ',' || r == ';' || r == ':' {
-			parts = append(parts, s[start:i])
-			start = i + 1
-		}
-	}
-	if tail := s[start:]; tail != "" || len(parts) == 0 {
-		parts = append(parts, tail)
-	}
-	return parts
-}
-
 // String formats the spec so that ParseSpec gives it back.
 func (s Spec) String() string {
-	return FormatRate(s.Rate) + "," + formatBurst(s.Burst) + "," + string(s.Verb)
+	return strconv.FormatFloat(s.Rate, 'g', -1, 64) + "," + formatBurst(s.Burst) + "," + string(s.Verb)
 }
 
 var rateUnits = map[string]float64{
@@ -142,11 +131,8 @@ func ParseRate(s string) (float64, error) {
 // parseNumber accepts plain decimal numbers only (no "inf", "nan" or hex).
 func parseNumber(s string) (float64, error) {
 	s = strings.TrimSpace(s)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c == '.' || c == 'e' || c == 'E' || c == '-' || c == '+') {
-			return 0, strconv.ErrSyntax
-		}
+	if strings.Trim(s, "0123456789.eE+-") != "" {
+		return 0, strconv.ErrSyntax
 	}
 	return strconv.ParseFloat(s, 64)
 }
@@ -173,9 +159,6 @@ func ParseBurst(s string) (float64, error) {
 
 // MaxBurst is the largest finite burst ratio; use "inf" for unlimited catch-up.
 const MaxBurst = 1e6
-
-// FormatRate formats a rate so that ParseRate gives the same float64 back.
-func FormatRate(r float64) string { return strconv.FormatFloat(r, 'g', -1, 64) }
 
 func formatBurst(b float64) string {
 	if math.IsInf(b, 1) {

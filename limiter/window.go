@@ -2,18 +2,11 @@ package limiter
 
 // The window engine: at most Limit permits per period, counted in windows.
 //
-// A duration period (window.period "1m", "1h", "24h", a whole number of µs up
-// to 366 days) cuts time into fixed windows aligned to the Unix epoch: the
-// window containing t starts at t − t mod period. That is how the reference
-// Envoy rate limit server counts ("1s", "1m", "1h", "24h" are its units
-// second, minute, hour and day; its week, month and year are "168h", "720h"
-// and "8760h"), so a limiter that replaces it allows the same requests.
-//
-// A calendar period ("day", "week", "month", "year") is a local day, ISO week
-// (from Monday 00:00), month or year in Zone (an IANA name, default UTC): its
-// windows start at local midnight, so they are 23 or 25 hours long across a
-// daylight-saving change, and a month or a year is as long as it is (see
-// CalendarWindow).
+// A duration period (a whole number of µs up to 366 days) cuts time into
+// fixed windows aligned to the Unix epoch, as the reference Envoy rate limit
+// server counts (its week, month and year are "168h", "720h" and "8760h").
+// A calendar period ("day", "week", "month", "year") is a local day, ISO week,
+// month or year in Zone (default UTC): see CalendarWindow.
 //
 // A sliding window (sliding: true, duration periods only) counts a request
 // at t against the permits granted in the current fixed window plus those of
@@ -38,25 +31,20 @@ package limiter
 // but for a Limit of 0: a deny-all rule, which refuses one permit until its
 // window's end, and again in every window after.
 //
-// A charge (charge.go) counts its permits whatever the limit: the count may
-// pass it (up to MaxWindowCount), and the window refuses every request until
-// it ends. A sliding window carries at most Limit of an ended window's
-// count into the next (a window's worth: what it would have granted).
+// A charge (charge.go) may take the count past the limit. A sliding window
+// carries at most Limit of an ended window's count into the next.
 //
 // The window fits the rate kinds' state: Next is the end of the current
-// window (the instant its count resets, which every answer carries as the
-// limiter's position), Stored the permits granted in it, Rem those of the
-// previous window (sliding only). A fresh state (Next = now) starts the window
-// containing now at its first use. The limiter's "wait" (View.Wait,
-// Result.Wait) is the number of permits left, Remaining.
+// window (the instant its count resets, the limiter's position), Stored the
+// permits granted in it, Rem those of the previous window (sliding only). A
+// fresh state (Next = now) starts the window containing now at its first use.
+// The limiter's "wait" (View.Wait, Result.Wait) is the number of permits left.
 //
 // Floors: a floor ahead of Next means the state lost grants of the window the
-// caller was told about, so that window counts as full until the floor
-// (never granting again what was granted; at worst refusing until then):
-// its count is MaxWindowLimit, which no limit exceeds, and to which later
-// charges add exactly.
+// caller was told about, so that window counts as full (windowFull).
 
 import (
+	"cmp"
 	"fmt"
 	"hash/fnv"
 	"math/bits"
@@ -92,19 +80,12 @@ const (
 	MaxSlidingPeriod = 2400 * time.Hour
 )
 
-// windowFields are the config fields of kind window.
-var windowFields = []string{"limit", "period", "sliding", "zone"}
-
 // windowParams are window's engine parameters (lua/window.lua's params).
 var windowParams = []Param{
 	{"limit", func(p *Params) float64 { return float64(p.Limit) }, func(p *Params, v float64) { p.Limit = int64(v) }},
 	{"period", func(p *Params) float64 { return float64(p.Period) }, func(p *Params, v float64) { p.Period = int64(v) }},
-	{"sliding", func(p *Params) float64 {
-		if p.Sliding {
-			return 1
-		}
-		return 0
-	}, func(p *Params, v float64) { p.Sliding = v == 1 }},
+	{"sliding", func(p *Params) float64 { return boolParam(p.Sliding) },
+		func(p *Params, v float64) { p.Sliding = v == 1 }},
 	{"calendar", func(p *Params) float64 { return float64(p.Calendar) },
 		func(p *Params, v float64) { p.Calendar = Calendar(v) }},
 	{"zone", func(p *Params) float64 { return float64(p.ZoneID) }, func(p *Params, v float64) { p.ZoneID = uint32(v) }},
@@ -138,13 +119,9 @@ func (c *Config) normalizeWindow() error {
 	if c.Sliding {
 		return fieldErr("sliding", "is only for a duration period, not a calendar one ("+c.Period+")", true)
 	}
-	if c.Zone == "" {
-		c.Zone = "UTC"
-	}
-	if _, err := location(c.Zone); err != nil {
-		return err
-	}
-	return nil
+	c.Zone = cmp.Or(c.Zone, "UTC")
+	_, err = location(c.Zone)
+	return err
 }
 
 // windowLimitRule is the rule a window's limit follows.
@@ -167,7 +144,6 @@ func parsePeriod(s string) (Calendar, time.Duration, error) {
 	return 0, d, nil
 }
 
-// compileWindow fills in a window limiter's parameters.
 func compileWindow(c Config, p *Params) {
 	// A limit of 0 still takes a request for one permit, which it refuses
 	// (a deny-all rule answers when its window resets, not that the
@@ -453,13 +429,7 @@ func mulDivCeil(a, b, c int64) int64 {
 // as any config: its errors are *FieldError naming limit or period.
 func WindowConfig(limit int64, period time.Duration) (Config, error) {
 	c, _, err := Config{Kind: KindWindow, Limit: &limit, Period: shortDuration(period)}.Normalize()
-	if err == nil {
-		_, err = Compile(c)
-	}
-	if err != nil {
-		return Config{}, err
-	}
-	return c, nil
+	return c, err // Config{} with an error
 }
 
 // shortDuration writes a whole number of hours, minutes or seconds as people

@@ -1,21 +1,14 @@
 // Package lua holds limitd's Redis scripts. Each operation is one file, and
-// each rate kind is one file (schedule.lua, smooth.lua, window.lua: its engine
-// and its parameters in the packed state, registered in lib.lua's table of
-// kinds). bounds.lua gives a calendar window the boundaries that only Go can
-// compute (store/bounds.go).
-// The script of a rate limiter's operation is the shared library lib.lua, the
-// kind files, what this package derives from them once (every kind's packed
-// layout, written out: see Layouts in lib.lua), and the
-// operation's file, so the engine is written once; as a script (EVAL) it is
-// arranged so that a call a fast path answers runs little of it (Source), as
-// a function library (FCALL) it is loaded once (Library). The share and concurrency
-// scripts (and their configure) stand alone (see Standalone), and so do
-// restore.lua, which undoes acquire_all.lua's write on one cluster slot when
-// another slot of the same call refused, and fixed.lua and fixed_reset.lua,
-// which count and reset fixed windows kept in plain integers (store/fixed.go)
-// at Redis' TIME. limiter/ is the
-// reference the scripts must agree with to the nanosecond; see lib.lua for how
-// they stay exact in doubles.
+// each rate kind is one file (schedule.lua, smooth.lua, window.lua: its
+// engine and its parameters in the packed state, registered in lib.lua's
+// table of kinds). The script of a rate limiter's operation is the shared
+// library lib.lua, the kind files, what this package derives from them
+// (every kind's packed layout, see Layouts in lib.lua) and the operation's
+// file, so the engine is written once: as a script (EVAL) arranged so that a
+// fast path runs little of it (Source), as a function library (FCALL)
+// loaded once (Library). The other scripts stand alone (see standalone).
+// limiter/ is the reference the scripts must agree with to the nanosecond;
+// see lib.lua for how they stay exact in doubles.
 package lua
 
 import (
@@ -54,11 +47,9 @@ const (
 // Ops returns the names of every operation, a copy of its own to the caller.
 func Ops() []string { return slices.Clone(ops[:]) }
 
-// ops are the names of every operation: an array, which no caller can change.
 var ops = [...]string{Acquire, Grant, Peek, Release, Reset, Configure, Delete, Bounds, Share, Concurrency, ConfigureLease,
 	AcquireAll, Restore, Fixed, FixedReset}
 
-// standalone reports whether op's script is its file alone, without lib.lua.
 func standalone(op string) bool {
 	switch op {
 	case Share, Concurrency, ConfigureLease, Restore, Fixed, FixedReset:
@@ -67,11 +58,9 @@ func standalone(op string) bool {
 	return false
 }
 
-// Source returns the full source of an operation's script: the code of
-// lib.lua, the kind files, what is derived from them and the operation,
-// arranged so that a fast path runs little of it (see scriptText); or the
-// operation alone for a standalone one. It panics on an unknown name, which
-// is a programming error.
+// Source returns the full source of an operation's script (see scriptText),
+// or the operation's file alone for a standalone one. It panics on an
+// unknown name, a programming error.
 func Source(op string) string {
 	if !slices.Contains(ops[:], op) {
 		panic("lua: no script for operation " + op)
@@ -79,7 +68,6 @@ func Source(op string) string {
 	return sources()[op]
 }
 
-// sources are every operation's script, made once.
 var sources = sync.OnceValue(func() map[string]string {
 	m := map[string]string{}
 	for _, op := range ops {

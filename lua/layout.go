@@ -12,7 +12,7 @@ import (
 )
 
 // Field is one field of a rate limiter's packed state x: its name in Lua
-// (L's field) and its struct format ('B', 'I4', 'i4', 'i7', 'd').
+// and its struct format ('B', 'I4', 'i4', 'i7', 'd').
 type Field struct {
 	Name, Format string
 }
@@ -27,9 +27,8 @@ type Kind struct {
 	// Params, STATE, RUN, REST.
 	Layout []Field
 	file   string
-	// fast: its row has a fast path (fast = ...), which a script's hot part
-	// needs (see scriptText), unless the file keeps it to the function
-	// library (libOnly: it is in a library-only part, see forScript).
+	// fast: its row has a fast path, which a script's hot part needs (see
+	// scriptText), unless the file keeps it to the library (libOnly).
 	fast, libOnly bool
 }
 
@@ -59,8 +58,7 @@ func (k Kind) ParamNames() []string {
 var formatWidth = map[string]int{"B": 1, "I4": 4, "i4": 4, "i7": 7, "d": 8}
 
 // Kinds returns the rate kinds of the scripts, by code: every embedded file
-// that registers a row in KINDS (see Kinds in lib.lua). A kind file is found,
-// not listed.
+// that registers a row in KINDS (see Kinds in lib.lua).
 func Kinds() []Kind {
 	ks := slices.Clone(kinds())
 	for i := range ks { // the caller's to change: kinds() stays as derived
@@ -76,7 +74,6 @@ var (
 	groupDecl = regexp.MustCompile(`(?s)local (HEAD|SLICE|STATE|RUN|REST) = \{(\{'.*?'\})\}\n`)
 )
 
-// groups are lib.lua's field groups (field_groups there).
 type groups struct{ head, slice, state, run, rest []Field }
 
 var fieldGroups = sync.OnceValue(func() groups {
@@ -85,15 +82,13 @@ var fieldGroups = sync.OnceValue(func() groups {
 	body = body[:strings.Index(body, "\nend\n")]
 	g := map[string][]Field{}
 	for _, m := range groupDecl.FindAllStringSubmatch(body, -1) {
-		g[m[1]] = fields(m[2])
+		g[m[1]] = fieldsBy(fieldPair, m[2])
 	}
 	if len(g) != 5 {
 		panic(fmt.Sprintf("lua: lib.lua: field_groups: %d groups, want 5", len(g)))
 	}
 	return groups{head: g["HEAD"], slice: g["SLICE"], state: g["STATE"], run: g["RUN"], rest: g["REST"]}
 })
-
-func fields(s string) []Field { return fieldsBy(fieldPair, s) }
 
 func fieldsBy(re *regexp.Regexp, s string) []Field {
 	var fs []Field
@@ -151,17 +146,12 @@ var libSource = sync.OnceValue(func() string {
 })
 
 // fastField is a kind row's fast path (see Kinds in lib.lua), in the row
-// or set on it later in the file; libOnly is a kind file's part that only
-// the function library gets (see scriptText), from its first line to its
-// last.
+// or set on it later; libOnlyPart is a kind file's part that only the
+// function library gets (see scriptText).
 var (
 	fastField   = regexp.MustCompile(`\n\s*(?:KINDS\.\w+\.)?fast = `)
 	libOnlyPart = regexp.MustCompile(`(?s)\n-- \[library only\].*\n-- \[end library only\]\n`)
 )
-
-// forScript is a kind file's source as a script has it: without its
-// library-only part.
-func forScript(src string) string { return libOnlyPart.ReplaceAllString(src, "\n") }
 
 // inScriptHot reports whether k's file belongs to a script's hot part: it
 // has a fast path that scripts take.
@@ -177,7 +167,7 @@ func writeKinds(b *strings.Builder, keep func(Kind) bool, script bool) {
 		}
 		src := mustRead(k.file)
 		if script {
-			src = forScript(src)
+			src = libOnlyPart.ReplaceAllString(src, "\n")
 		}
 		b.WriteString("\ndo\n")
 		b.WriteString(src)
@@ -185,8 +175,6 @@ func writeKinds(b *strings.Builder, keep func(Kind) bool, script bool) {
 	}
 }
 
-// restMark is the line of lib.lua after which comes what only the general
-// path needs (see scriptText).
 const restMark = "\n-- [rest]"
 
 // fastEntries are the operations whose script first tries a function of
@@ -194,20 +182,10 @@ const restMark = "\n-- [rest]"
 var fastEntries = map[string]string{Acquire: "acquire_fast"}
 
 // scriptText is an operation's script (Source): the same code as the
-// library's, arranged so that a call a fast path answers runs little of it.
-// A script runs its whole top level on every call (EVAL), and most of its
-// cost is making lib.lua's closures; the fast paths need a few. So the
-// script is lib.lua's hot part (up to restMark), the files of the kinds
-// with a fast path and FAST; then a function holding the rest of lib.lua,
-// the other kinds' files (each costs a script call its closures, a fast
-// path needs none of them), the layouts and the operation's file, which
-// the script calls only when its fast entry (if it has one) does not
-// answer. A kind file's part marked "-- [library only]" (to "-- [end
-// library only]") is left out of a script, with the fast path it holds: in
-// a script its closures would cost every call, the other kinds' too, more
-// than the path saves (each captures lib.lua's locals, and making a closure
-// walks Lua's list of the open ones), so a script decides that kind's
-// limiters on the general path.
+// library's, arranged so that a call a fast path answers runs little of it
+// (docs/kinds.md tells how). A kind file's part marked "-- [library only]"
+// is left out of a script, with its fast path: its closures would cost every
+// call more than the path saves.
 func scriptText(op string) string {
 	lib := mustRead("lib.lua")
 	i := strings.Index(lib, restMark)
@@ -235,17 +213,15 @@ func scriptText(op string) string {
 }
 
 // derived is the Lua that follows the kind files: for each kind its code,
-// name, parameters and layout (see Layouts in lib.lua), with a load and a
-// pack written out field by field. It is computed here, once, because a
-// script runs its top level on every call; for the same reason its
-// functions take dec and enc as arguments rather than close over them (a
-// closure that captures a local of a long chunk walks past every captured
-// local declared after it, each time the script runs).
+// name, parameters and layout, with a load and a pack written out field by
+// field (see Layouts in lib.lua). Its functions take dec and enc as
+// arguments rather than close over them: a script runs its top level on
+// every call.
 func derived() string {
 	var b strings.Builder
 	b.WriteString("-- Derived from field_groups and the kinds' rows by lua/layout.go (see\n-- Layouts in lib.lua).\n")
 	// Every parameter of every kind, so that L has each field whatever its
-	// kind (a template may change kinds: retune reads the old parameters).
+	// kind (retune reads a template's old kind's parameters).
 	var all []string
 	for _, k := range kinds() {
 		for _, f := range k.Params {
@@ -303,8 +279,7 @@ func derived() string {
 }
 
 // derivedFast is FAST (see lib.lua): a kind's fast path by its x's size,
-// where no other kind's x has that size (nil for a kind without one), for
-// the kinds for which keep is true.
+// where no other kind's x has that size, for the kinds keep keeps.
 func derivedFast(keep func(Kind) bool) string {
 	var b strings.Builder
 	sizes := map[int]int{}

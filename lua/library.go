@@ -8,9 +8,7 @@ import (
 	"sync"
 )
 
-// libraryOps are the operations Library serves: the rate limiter's calls,
-// every one of them libSource followed by the operation's file. An array,
-// which no caller can change.
+// libraryOps are the operations Library serves.
 var libraryOps = [...]string{Acquire, Grant, Peek, Release, Reset}
 
 // Lib is a Redis Function library (Redis ≥ 7: FUNCTION LOAD, FCALL) holding
@@ -21,15 +19,12 @@ type Lib struct {
 	Functions map[string]string // operation → function name
 }
 
-// Library returns the function library of those calls. A script's top level
-// runs on every call, defining lib.lua's few dozen closures each time; a
-// library's runs once at FUNCTION LOAD, so a call only runs the operation.
-//
-// The library is libSource followed by one function per operation, whose body is
-// the operation's file with KEYS and ARGV as the function's arguments: the
-// same code as the script, Lua scoping aside. Names carry a hash of the code,
-// so limitd versions with different scripts can share a server (each loads
-// its own library; old ones stay until FUNCTION DELETE).
+// Library returns the function library of those calls: libSource followed
+// by one function per operation, whose body is the operation's file with
+// KEYS and ARGV as its arguments. Its top level runs once at FUNCTION LOAD,
+// where a script's defines lib.lua's closures on every call. Names carry a
+// hash of the code, so limitd versions with different scripts can share a
+// server.
 func Library() Lib {
 	l := library()
 	l.Functions = maps.Clone(l.Functions)
@@ -54,9 +49,8 @@ var library = sync.OnceValue(func() Lib {
 	for i, op := range libraryOps {
 		fn := name + "_" + op
 		l.Functions[op] = fn
-		// lib.lua's init reads the globals on the first call (see Globals
-		// there), and check_layouts checks what was derived from the field
-		// groups (see Layouts); the library's top level may not call them.
+		// The library's top level may not call init (see Globals in lib.lua)
+		// nor check_layouts: the first call does.
 		body.WriteString("\nredis.register_function('" + fn + "', function(KEYS, ARGV)\nif not rcall then init(true) check_layouts() end\n")
 		body.WriteString(bodies[i])
 		body.WriteString("\nend)\n")

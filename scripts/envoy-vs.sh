@@ -3,8 +3,8 @@
 # service) against the Envoy reference rate limit server
 # (github.com/envoyproxy/ratelimit), both over one private redis-server with
 # the same rule under different key prefixes, driven from one program
-# (scripts/_envoyvs/main.go) at 1, 16 and 64 calls in flight, on one counter
-# and over 10,000, in rounds in which the side going first alternates. It
+# (scripts/_envoyvs, test code built with go test -c) at 1, 16 and 64 calls
+# in flight, on one counter and over 10,000, in rounds in which the side going first alternates. It
 # prints, as Markdown, each side's calls/s and redis-server CPU per call and
 # their ratios (medians), the Redis commands each issues per call, and each
 # server's own CPU per call; it fails if a call was refused, answered wrong
@@ -49,7 +49,7 @@ if [ ! -x "$cache/service_cmd" ]; then
 fi
 
 go build -o "$tmp/limitd" ./cmd/limitd
-go build -o "$tmp/envoyvs" ./scripts/_envoyvs/main.go
+go test -c -o "$tmp/envoyvs" ./scripts/_envoyvs
 rev="$(git -C "$root" log -1 --format=%h 2>/dev/null || echo '?')$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' with uncommitted changes')"
 "$tmp/envoyvs" -limitd "$tmp/limitd" -ref "$cache/service_cmd" -limitd-version "$rev" -ref-version "$refv" \
   -rounds "$rounds" -round "$round" -ref-env "${REF_ENV:-}"

@@ -2,7 +2,8 @@
 # store-vs.sh compares this tree's store with another build of it (a commit,
 # a tag, a branch) in one process: each store on both of two private
 # redis-servers, one goroutine and 32 batched, one key and 10,000, the order
-# and the servers alternating from round to round (scripts/_storevs/main.go).
+# and the servers alternating from round to round (scripts/_storevs, test
+# code built with go test -c).
 # Besides the speed it reports each side's CPU time per acquire, this
 # process's and redis-server's, which a busy machine moves far less.
 # Nothing is written to the repository: the
@@ -30,8 +31,8 @@ grep -rl 'github.com/limitd/limitd' --include='*.go' "$tmp/other" | xargs -r sed
 
 # The program, in a module of its own that takes both trees (under this
 # module's path, so that it may use its internal packages).
-cp scripts/_storevs/main.go "$tmp/vs/main.go"
-sed -i '/^\/\/go:build ignore$/d' "$tmp/vs/main.go"
+cp scripts/_storevs/storevs_test.go "$tmp/vs/storevs_test.go"
+sed -i '/^\/\/go:build ignore$/d' "$tmp/vs/storevs_test.go"
 goline=$(grep -m1 '^go ' go.mod)
 redisv=$(awk '$1 == "github.com/redis/go-redis/v9" {print $2; exit}' go.mod)
 cat >"$tmp/vs/go.mod" <<EOF
@@ -53,5 +54,5 @@ EOF
 cat go.sum "$tmp/other/go.sum" 2>/dev/null | sort -u >"$tmp/vs/go.sum"
 echo "Store against $rev ($(git log -1 --format=%h "$rev")), this tree at $(git log -1 --format=%h HEAD)$(git diff --quiet HEAD || echo ' with uncommitted changes'),"\
   "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)."
-(cd "$tmp/vs" && GOFLAGS=-mod=mod go build -o "$tmp/storevs" . 2>&1) || { echo "store-vs: could not build against $rev" >&2; exit 1; }
+(cd "$tmp/vs" && GOFLAGS=-mod=mod go test -c -o "$tmp/storevs" . 2>&1) || { echo "store-vs: could not build against $rev" >&2; exit 1; }
 "$tmp/storevs" -rounds "$rounds" -round "$round" -other "$(git log -1 --format=%h "$rev")" -only "${ONLY:-}"

@@ -21,13 +21,10 @@ func (s *Store) Acquire(ctx context.Context, name string, n int64, maxWait time.
 // AcquireWithin is Acquire whose caller waits at most within (> 0; 0: as
 // long as ctx allows) for Redis to answer, hung or not: then it returns an
 // *UnavailableError, as for a context that ended. It is the bound a server
-// puts on every decision, whatever the number of callers, and cheaper than a
-// context with that timeout: a call that WithBatching gathers into a batch
-// takes no timer of its own. The bound travels with the call: its batch's
-// round trip ends by the earliest bound of its calls, a call whose bound
-// passes while it waits to be sent is answered then, and a worker drops it
-// rather than send it. A direct call (and a batch's round trip) ends at the
-// bound as at a context deadline: with a client that honours those
+// puts on every decision, and cheaper than a context with that timeout: a
+// call that WithBatching gathers into a batch takes no timer of its own (see
+// batcher.go for how the bound travels with it). A direct call ends at the
+// bound as at a context deadline, with a client that honours those
 // (NewClient's do); a batched caller is answered at its bound in any case.
 func (s *Store) AcquireWithin(ctx context.Context, name string, n int64, maxWait, within time.Duration) (limitd.Decision, error) {
 	return s.decideWithin(ctx, Request{Name: name, Permits: n, MaxWait: maxWait}, within)
@@ -53,16 +50,21 @@ func untilOf(within time.Duration) time.Time {
 	return time.Time{}
 }
 
-// boundsSentUntil is boundsSent ending by until (zero: as ctx allows).
+// withUntil is ctx ending by until too (zero: as ctx allows).
+func withUntil(ctx context.Context, until time.Time) (context.Context, context.CancelFunc) {
+	if until.IsZero() {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, until)
+}
+
+// boundsSentUntil is boundsSent ending by until.
 func (s *Store) boundsSentUntil(ctx context.Context, name string, until time.Time, err *error) bool {
 	if *err == nil {
 		return false
 	}
-	if !until.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, until)
-		defer cancel()
-	}
+	ctx, cancel := withUntil(ctx, until)
+	defer cancel()
 	return s.boundsSent(ctx, name, err)
 }
 
@@ -70,22 +72,14 @@ func (s *Store) acquireOnce(ctx context.Context, req Request, until time.Time) (
 	if s.batcher != nil {
 		return s.batcher.acquire(ctx, req, until)
 	}
-	return s.acquireDirectUntil(ctx, req, until)
+	return s.acquireDirect(ctx, req, until)
 }
 
-// acquireDirectUntil is acquireDirect ending by until (zero: as ctx allows)
-// as at a context deadline: one round trip of its own, so a timer is cheap
-// beside it.
-func (s *Store) acquireDirectUntil(ctx context.Context, req Request, until time.Time) (limitd.Decision, error) {
-	if !until.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, until)
-		defer cancel()
-	}
-	return s.acquireDirect(ctx, req)
-}
-
-func (s *Store) acquireDirect(ctx context.Context, req Request) (limitd.Decision, error) {
+// acquireDirect decides req in a round trip of its own, ending by until as
+// at a context deadline (a timer is cheap beside the round trip).
+func (s *Store) acquireDirect(ctx context.Context, req Request, until time.Time) (limitd.Decision, error) {
+	ctx, cancel := withUntil(ctx, until)
+	defer cancel()
 	name, maxWait := req.Name, req.MaxWait
 	tpl, err := s.match(ctx, name)
 	if err != nil {
@@ -115,10 +109,7 @@ func (s *Store) acquireDirect(ctx context.Context, req Request) (limitd.Decision
 		return limitd.Decision{}, err
 	}
 	var o Outcome
-	u := answerUnpacker(v)
-	if !u.isText && u.err == nil {
-		s.floors.useBinary()
-	}
+	u := s.answerUnpacker(v)
 	decodeAnswer(name, &u, 1, func(_ int, x Outcome) { o = x.withPermits(req.Permits) })
 	if err := u.done("answer"); err != nil && o.Err == nil {
 		o.Err = fmt.Errorf("store: acquire of %q: %w", name, err)
@@ -170,4 +161,29 @@ func (s *Store) match(ctx context.Context, name string) (*compiledTemplate, erro
 		return nil, err
 	}
 	return s.templates.match(ctx, s, name)
+}
+
+// Reset starts a new schedule now: the backlog (smooth: stored permits) is
+// forfeited, totals are kept.
+func (s *Store) Reset(ctx context.Context, name string) (version int64, err error) {
+	keys, tpl, err := s.target(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	v, err := s.run(ctx, lua.Reset, keys, tpl.args()...)
+	if err != nil {
+		return 0, err
+	}
+	if err := replyErr("reset", name, v); err != nil { // {-1} has no version
+		return 0, err
+	}
+	r := &reply{v: v}
+	version = r.int(1)
+	if r.has(2) { // a started limiter's position
+		now := r.int(2) * 1000
+		if pos := now + r.int(3); r.err == nil {
+			s.floors.see(name, now, pos)
+		}
+	}
+	return version, r.check("reset", name)
 }

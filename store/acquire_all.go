@@ -14,35 +14,11 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// Several limits in one call (AcquireAll): a request passes only if every
-// limiter it names grants, and a refusal leaves every limiter as it was.
-//
-// A call of one limiter taking permits is that limiter's own acquire
-// (acquireOne). Otherwise:
-//
-// On one Redis server (a *redis.Client: single node, or the master of a
-// Sentinel) the call is one script (lua/acquire_all.lua) that decides every
-// limiter in memory, at one Redis time, and writes only when all grant: a
-// refused call writes nothing, so every key is left exactly as it was,
-// bytes and TTL, and no instance is created. Atomic: no other call sees a
-// part of it.
-//
-// On a Redis Cluster (or a ring) keys of different slots cannot share a
-// script, and every limiter has its own hash tag, so each limiter is a
-// group of its own, decided by the same script. The call first decides
-// every group without writing (a dry run); if one refuses, nothing was
-// written anywhere. Otherwise it takes the groups one after the other;
-// should one now refuse (another caller took its permits since the dry
-// run), the groups already taken are undone by lua/restore.lua: a key that
-// still holds what this call wrote gets back, exactly, what it held (its x,
-// and its TTL less the time since; an instance this call created is
-// deleted). A key that another caller wrote in between is left as that
-// caller left it — its decision counted the permits this call took, which
-// cannot be taken back from under it — and MultiDecision.Unrestored counts
-// it. Across shards, then, the call is all or nothing in what it reports
-// and, unless another caller used one of its limiters during the call, in
-// what it leaves; other callers may see its permits taken for the moment
-// between the take and the undo.
+// Several limits in one call (AcquireAll), all or nothing: how atomic that
+// is on one server (one script, acquire_all.lua) and on a cluster (a dry
+// run, the takes, and restore.lua's undo of those a later refusal voids) is
+// told in docs/concepts.md, "Several limits in one call". A call of one
+// limiter taking permits is that limiter's own acquire.
 
 // restoreTimeout bounds the undo of a cluster AcquireAll that another
 // limiter refused, which runs whether or not the caller's context ended.
@@ -53,11 +29,10 @@ const MaxMultiRequests = 64
 
 // AcquireAll asks every limiter (or template instance) of reqs for its
 // permits, all or nothing, each waiting at most maxWait (Forever: no bound).
-// A limiter named twice, an empty call or one over MaxMultiRequests, and
-// permits out of range are a *limiter.FieldError naming requests[i].name or
-// requests[i].permits; a missing limiter is ErrNotFound, a share or
-// concurrency limiter ErrConflict, both naming the limiter. On an error
-// nothing is taken.
+// Bad requests (a limiter named twice, none or over MaxMultiRequests,
+// permits out of range) are a *limiter.FieldError naming requests[i]'s
+// field; a missing limiter is ErrNotFound, a lease limiter ErrConflict. On
+// an error nothing is taken.
 func (s *Store) AcquireAll(ctx context.Context, reqs []limitd.MultiRequest, maxWait time.Duration) (limitd.MultiDecision, error) {
 	if len(reqs) == 0 || len(reqs) > MaxMultiRequests {
 		return limitd.MultiDecision{}, &limiter.FieldError{Field: "requests", Rule: "must name 1 to " + strconv.Itoa(MaxMultiRequests) + " limiters", Value: len(reqs)}
@@ -137,9 +112,8 @@ func (s *Store) AcquireAll(ctx context.Context, reqs []limitd.MultiRequest, maxW
 	return out, nil
 }
 
-// seeAll records the positions of a granted call's limiters (floors.go). A
-// refused call's are not recorded: they are where its permits would have
-// put the schedules, which it did not write.
+// seeAll records the positions of a granted call's limiters (floors.go); a
+// refused call's are where its permits would have put them.
 func (s *Store) seeAll(groups []multiGroup, out limitd.MultiDecision) {
 	for _, g := range groups {
 		d := out.Decisions[g.index]
@@ -182,8 +156,6 @@ func (s *Store) takeGroup(ctx context.Context, groups []multiGroup, maxWait time
 	return granted, ws, r.check("acquire_all", groups[0].req.Name)
 }
 
-// checkRequestName checks the name of the request at index i: bad, it is
-// a *limiter.RequestError.
 func checkRequestName(i int, name string) error {
 	if fe, ok := errors.AsType[*limiter.FieldError](limitd.CheckNameAs("name", name)); ok {
 		return limiter.RequestFieldError(i, "name", fe.Rule, fe.Value)
@@ -192,10 +164,9 @@ func checkRequestName(i int, name string) error {
 }
 
 // acquireOne is AcquireAll of one limiter taking permits: its own acquire
-// (its fast path, batched with concurrent callers where the store batches),
-// as all or nothing over one limiter is. A refusal leaves it as a refused
-// acquire does: unchanged but for what any call does (a backlog past
-// max_backlog forfeited, an instance's idle TTL renewed).
+// (its fast path, batched where the store batches). A refusal leaves it as
+// a refused acquire does (a backlog past max_backlog forfeited, an
+// instance's idle TTL renewed).
 func (s *Store) acquireOne(ctx context.Context, r limitd.MultiRequest, maxWait time.Duration) (limitd.MultiDecision, error) {
 	if err := checkRequestName(0, r.Name); err != nil {
 		return limitd.MultiDecision{}, err
@@ -214,8 +185,7 @@ func (s *Store) acquireOne(ctx context.Context, r limitd.MultiRequest, maxWait t
 // writing if all grant, '2': and telling what it wrote), sets their
 // decisions in out, and returns whether all granted (or were optional) and
 // the reply's part after the answers. A calendar window that needs its
-// bounds makes the call write nothing: the store sends them (bounds.go) and
-// makes the call once more.
+// bounds makes it write nothing and go again once they are sent.
 func (s *Store) acquireCall(ctx context.Context, groups []multiGroup, maxWait time.Duration, mode string, out *limitd.MultiDecision) (bool, []any, error) {
 	granted, rest, err := s.acquireCallOnce(ctx, groups, maxWait, mode, out)
 	if errors.Is(err, errBoundsSent) {
@@ -265,10 +235,7 @@ func (s *Store) acquireCallOnce(ctx context.Context, groups []multiGroup, maxWai
 	if !ok || len(rep) == 0 {
 		return false, nil, fmt.Errorf("store: acquire_all: %w", badReply("reply %v (%T), want an array", v, v))
 	}
-	u := answerUnpacker(rep[0])
-	if !u.isText && u.err == nil {
-		s.floors.useBinary()
-	}
+	u := s.answerUnpacker(rep[0])
 	granted, sent := true, false
 	for _, g := range groups {
 		o := Outcome{}
@@ -297,9 +264,8 @@ func (s *Store) acquireCallOnce(ctx context.Context, groups []multiGroup, maxWai
 	return granted, rep[1:], nil
 }
 
-// restore undoes takes (restore.lua), one call per key (each its own slot),
-// and returns how many keys were written since by another caller and so
-// kept.
+// restore undoes takes (restore.lua), one call per key, and returns how
+// many keys another caller wrote since, and so kept.
 func (s *Store) restore(ctx context.Context, ws []written) (int, error) {
 	kept := 0
 	var first error

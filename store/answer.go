@@ -7,12 +7,8 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// Reading the scripts' answers: the records of acquire_many (decodeAnswer),
-// a decision's fields, and the error codes every rate operation answers.
-
-// replyErr maps the error codes a rate limiter's script answers (grant,
-// peek, release, reset) for op on name; a reply without a code it knows is
-// ErrBadReply.
+// replyErr maps the error codes a rate limiter's script answers for op on
+// name; a reply without a code it knows is ErrBadReply.
 func replyErr(op, name string, v []any) error {
 	r := reply{v: v}
 	switch r.int(0) {
@@ -38,29 +34,11 @@ func replyErr(op, name string, v []any) error {
 	return r.check(op, name)
 }
 
-func abs(ep, rel int64) int64 { return ep*1000 + rel }
-
-// decodeDecision reads grant.lua's reply (grant_main in lua/lib.lua) as far
-// as a Decision goes; r.err tells whether it could.
-func decodeDecision(r *reply) limitd.Decision {
-	ep := r.int(3)
-	d := limitd.Decision{
-		Granted: r.flag(1), Permits: r.int(2), Delay: r.int(6), Lateness: r.int(7),
-		Wait: r.int(8), RetryAfter: r.int(9), Version: r.int(10), Now: r.int(11) * 1000,
-		Instance: r.flag(12),
-	}
-	if d.Granted {
-		d.Scheduled, d.Start = abs(ep, r.int(4)), abs(ep, r.int(5))
-	}
-	return d
-}
-
 // decodeAnswer reads one limiter's answer from u, the reply of acquire.lua
-// (acquire_many in lua/lib.lua): its head (code 1, now_us, version,
-// instance, position) and one record per request (code, then sched, start, wait,
-// retry_after), or code 3 (not found), or code 4 and a kind's name. set gets
-// the Outcome of each of its m requests, once each, in order; a grant's
-// permits are not in the answer (Outcome.withPermits fills them in).
+// (acquire_many in lua/lib.lua): its head (code, now_us, version, instance,
+// position) and one record per request (code, sched, start, wait,
+// retry_after), or an error code. set gets the Outcome of each of its m
+// requests, in order, without a grant's permits (Outcome.withPermits).
 func decodeAnswer(name string, u *unpacker, m int, set func(r int, o Outcome)) {
 	code := u.uint(1)
 	var err error
@@ -125,8 +103,7 @@ func decodeAnswer(name string, u *unpacker, m int, set func(r int, o Outcome)) {
 	}
 }
 
-// withPermits is o with a grant's (or a charge's) permits, n (the answer
-// does not repeat them).
+// withPermits is o with a grant's (or a charge's) permits, n.
 func (o Outcome) withPermits(n int64) Outcome {
 	if o.Err == nil && (o.Granted || o.Charged) {
 		o.Permits = n
@@ -134,11 +111,16 @@ func (o Outcome) withPermits(n int64) Outcome {
 	return o
 }
 
-// answerUnpacker reads acquire.lua's reply, v.
-func answerUnpacker(v any) unpacker {
-	s, ok := v.(string)
+// answerUnpacker reads acquire.lua's reply, v; a binary one switches the
+// floors to binary.
+func (s *Store) answerUnpacker(v any) unpacker {
+	str, ok := v.(string)
 	if !ok {
 		return unpacker{err: badReply("answer %v (%T), want a string", v, v)}
 	}
-	return newUnpacker(s)
+	u := newUnpacker(str)
+	if !u.isText {
+		s.floors.useBinary()
+	}
+	return u
 }

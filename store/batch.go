@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -18,13 +19,11 @@ type Request struct {
 	Name    string
 	Permits int64
 	MaxWait time.Duration // Forever: no bound
-	// Charge takes Permits (≥ 0; 0 is a check) whatever is left, and
-	// Decision.Granted then says whether they fitted within MaxWait (see
+	// Charge takes Permits (≥ 0; 0 is a check) whatever is left (see
 	// Store.Charge).
 	Charge bool
 	// Fixed, with Charge, counts the permits in a fixed window of a plain
-	// Redis integer, Fixed's limit per period, without a script (fixed.go);
-	// not in a limiter's state, nor in a template's.
+	// Redis integer (fixed.go), not in a limiter's state.
 	Fixed *Fixed
 }
 
@@ -37,8 +36,7 @@ type Outcome struct {
 // acquireMany is AcquireMany writing to out, with sc's memory (the batcher
 // keeps one for all its batches).
 func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, sc *batchScratch) {
-	// Fixed windows go in the pipeline of the limiters' calls, the first
-	// time it is sent: a batch that mixes them is one round trip.
+	// Fixed windows go in the first pipeline of the limiters' calls.
 	var fc *fixedCount
 	if slices.ContainsFunc(reqs, func(r Request) bool { return r.Fixed != nil }) {
 		fc = s.fixedCountOf(reqs, out)
@@ -53,10 +51,10 @@ func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, 
 	}
 	script := s.scripts[lua.Acquire]
 	fn, gen := s.fn.function(lua.Acquire), s.fn.gen.Load()
-	// exec runs call i if again(i): as a function while fn is set, else as
-	// a script; the fixed windows' commands go with the first.
+	// exec runs the calls whose error again is (nil: all of them): as a
+	// function while fn is set, else as a script.
 	first := fc != nil
-	exec := func(again func(i int) bool) {
+	exec := func(again func(error) bool) {
 		fixed := first
 		first = false
 		pipelineErr(s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -65,7 +63,7 @@ func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, 
 			}
 			for i := range calls {
 				c := &calls[i]
-				if !again(i) {
+				if again != nil && !again(c.cmd.Err()) {
 					continue
 				}
 				if fn != "" {
@@ -82,20 +80,16 @@ func (s *Store) acquireMany(ctx context.Context, reqs []Request, out []Outcome, 
 			s.readFixed(fc)
 		}
 	}
-	failed := func(is func(error) bool) func(i int) bool {
-		return func(i int) bool { return is(calls[i].cmd.Err()) }
-	}
 	anyFailed := func(is func(error) bool) bool {
 		return slices.ContainsFunc(calls, func(c batchCall) bool { return is(c.cmd.Err()) })
 	}
-	exec(func(int) bool { return true })
+	exec(nil)
 	if fc != nil {
 		s.finishFixed(ctx, fc, reqs, out)
 	}
 	// Recover what a node could not run, then run it again: a node without
-	// the library (load it everywhere), a server without functions (scripts
-	// from now on), a node without the script (restart, SCRIPT FLUSH: load it
-	// everywhere). A few rounds cover one of each.
+	// the library or the script (load it), a server without functions
+	// (scripts from now on). A few rounds cover one of each.
 	fnFailed := func(err error) bool { return fnUnsupported(err) || fnMissing(err) }
 retry:
 	for range 4 {
@@ -103,7 +97,7 @@ retry:
 		case fn != "" && anyFailed(fnUnsupported):
 			s.fn.off.Store(true)
 			fn = ""
-			exec(failed(fnFailed))
+			exec(fnFailed)
 		case fn != "" && anyFailed(fnMissing):
 			err := s.loadFunctions(ctx, gen)
 			gen = s.fn.gen.Load()
@@ -113,12 +107,12 @@ retry:
 			} else if err != nil {
 				break retry
 			}
-			exec(failed(fnMissing))
+			exec(fnMissing)
 		case fn == "" && anyFailed(isNoScript):
 			if err := script.Load(ctx, s.rdb).Err(); err != nil {
 				break retry
 			}
-			exec(failed(isNoScript))
+			exec(isNoScript)
 		default:
 			break retry
 		}
@@ -130,10 +124,7 @@ retry:
 			sc.fail(c, out, wrapErr(err))
 			continue
 		}
-		u := answerUnpacker(v)
-		if !u.isText && u.err == nil {
-			s.floors.useBinary()
-		}
+		u := s.answerUnpacker(v)
 		for _, g := range sc.groups[c.from:c.to] {
 			r := g.first
 			decodeAnswer(g.name, &u, g.m, func(_ int, o Outcome) {
@@ -151,8 +142,8 @@ retry:
 	}
 }
 
-// batchCallSize bounds the requests one call of a batch decides on a single
-// Redis server, so that no call holds Redis for long.
+// batchCallSize bounds the requests one call of a batch decides, so that no
+// call holds Redis for long.
 const batchCallSize = 128
 
 // batchGroup is the requests of one batch for one limiter: m of them, the
@@ -165,16 +156,14 @@ type batchGroup struct {
 }
 
 // batchCall is one call of acquire.lua: the requests of groups[from:to].
-// argv is the command: its name and the function or script (set when it
-// runs), the count of keys, the keys, then the arguments.
+// argv is the command (its first two set when it runs).
 type batchCall struct {
 	from, to int
 	argv     []any
 	cmd      *redis.Cmd
 }
 
-// batchScratch is the memory of a batch: its groups, its calls and their
-// commands, kept from one batch to the next.
+// batchScratch is the memory of a batch, kept from one batch to the next.
 type batchScratch struct {
 	groups []batchGroup
 	byName map[string]int // a group's place in groups
@@ -240,8 +229,7 @@ func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome, s
 		sc.groups[k].m++
 	}
 	// Only a single server takes keys of different slots in one call; a
-	// cluster or ring node gets a call per limiter. A call's argv holds its
-	// keys, then its arguments: a head per limiter and a pair per request.
+	// cluster or ring node gets a call per limiter.
 	_, single := s.rdb.(*redis.Client)
 	argv := sc.argv[:0]
 	for k := 0; k < len(sc.groups); {
@@ -285,4 +273,75 @@ func (s *Store) batchCalls(ctx context.Context, reqs []Request, out []Outcome, s
 
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// AcquireMany decides many acquires, on any limiters, in one round trip per
+// Redis node. The requests of one limiter are decided by one call, in order,
+// at one Redis time; on a single Redis server one call decides up to
+// batchCallSize requests of any limiters. Outcomes are in request order.
+func (s *Store) AcquireMany(ctx context.Context, reqs []Request) []Outcome {
+	out := s.acquireManyDirectUntil(ctx, reqs, time.Time{})
+	s.askWithBounds(ctx, reqs, out, time.Time{})
+	return out
+}
+
+// AcquireManyWithin is AcquireMany whose caller waits at most within (> 0;
+// 0: as long as ctx allows) for Redis to answer, as AcquireWithin: with
+// batching on, the requests go out in one batch with those of concurrent
+// callers. A request that could not be decided has its Err.
+func (s *Store) AcquireManyWithin(ctx context.Context, reqs []Request, within time.Duration) []Outcome {
+	if len(reqs) == 0 {
+		return nil
+	}
+	until := untilOf(within)
+	var out []Outcome
+	if s.batcher != nil {
+		out = s.batcher.acquireMany(ctx, reqs, until)
+	} else {
+		out = s.acquireManyDirectUntil(ctx, reqs, until)
+	}
+	s.askWithBounds(ctx, reqs, out, until)
+	return out
+}
+
+// askWithBounds asks again, by until, the requests of out that a calendar
+// window could not decide without its bounds, once they are sent.
+func (s *Store) askWithBounds(ctx context.Context, reqs []Request, out []Outcome, until time.Time) {
+	var again []int
+	sent := map[string]bool{} // name → bounds sent
+	for i := range out {
+		if _, ok := errors.AsType[*needBounds](out[i].Err); !ok {
+			continue
+		}
+		name := reqs[i].Name
+		ok, seen := sent[name]
+		if !seen {
+			ok = s.boundsSentUntil(ctx, name, until, &out[i].Err)
+			sent[name] = ok
+		}
+		if ok {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	sub := make([]Request, len(again))
+	for j, i := range again {
+		sub[j] = reqs[i]
+	}
+	subOut := s.acquireManyDirectUntil(ctx, sub, until)
+	for j, i := range again {
+		out[i] = subOut[j]
+	}
+}
+
+// acquireManyDirectUntil is AcquireMany ending by until, without asking
+// again for calendar bounds.
+func (s *Store) acquireManyDirectUntil(ctx context.Context, reqs []Request, until time.Time) []Outcome {
+	ctx, cancel := withUntil(ctx, until)
+	defer cancel()
+	out := make([]Outcome, len(reqs))
+	s.acquireMany(ctx, reqs, out, new(batchScratch))
+	return out
 }

@@ -15,9 +15,8 @@ import (
 
 // WithBatching makes Acquire batch concurrent callers automatically: calls
 // that overlap go out together, up to maxBatch requests a batch (< 1: 64),
-// decided by one call of the script. It pays when many goroutines share one
-// store; a lone caller sees no extra delay. The option only configures: New
-// starts the batcher (once, whatever the options) and Close stops it.
+// decided by one call of the script; a lone caller sees no extra delay. New
+// starts the batcher and Close stops it.
 func WithBatching(maxBatch int) Option {
 	return func(s *Store) {
 		if maxBatch < 1 {
@@ -27,51 +26,37 @@ func WithBatching(maxBatch int) Option {
 	}
 }
 
-// How the batcher sends. A caller that finds no round trip under way and
-// no batch open goes straight to Redis: batching only pays when calls
-// overlap, and a lone caller must not pay the hand-offs. Any other joins
-// the open batch, which leaves, on a connection of its own, at the first of
-// these:
+// How the batcher sends. A caller that finds no round trip under way and no
+// batch open goes straight to Redis: a lone caller pays no hand-off. Any
+// other joins the open batch, which leaves, on a connection of its own, at
+// the first of these:
 //
 //   - it holds maxBatch requests;
-//   - it holds the calls it waits for. A round trip that comes back, having
-//     answered k calls, makes the open batch (opening one if none is) wait
-//     for k more calls than it holds: the callers just answered, which on a
-//     Redis near and busy come back, together with those that arrived
-//     during the round trip. So the callers in flight go out in one large
-//     batch, one round trip under way, rather than in cohorts that take
-//     turns (16 callers in two batches of 8, each its own round trip): a
-//     round trip's read, write and wake-up are most of what Redis spends
-//     per acquire (docs/performance.md). Without a round trip under way,
-//     nothing else would send them;
+//   - it holds the calls it waits for: a round trip that comes back having
+//     answered k calls makes the open batch (opening one) wait for k more
+//     calls than it holds, as on a near, busy Redis those callers come back
+//     at once. So the callers in flight go out in one large batch rather
+//     than in cohorts that take turns: a round trip's read, write and
+//     wake-up are most of what Redis spends per acquire (docs/performance.md);
 //   - it has been open maxLinger, or, while it waits for no calls, as long
-//     as a round trip has lasted lately if that is shorter. On a Redis far
-//     away (round trips longer than maxLinger) a call is sent within
-//     maxLinger of its arrival whatever is in flight, and costs one round
-//     trip, not the rest of another's and then its own; and a batch opened
-//     for callers that do not come back (they were answered and left) is
-//     dropped, or leaves with whoever came.
+//     as a round trip has lasted lately if that is shorter: on a far Redis a
+//     call is sent within maxLinger of its arrival, and a batch opened for
+//     callers that do not come back is dropped, or leaves with whoever came.
 //
 // At most limit round trips are under way, the client's pool size, since
-// each holds a connection until its answer; past it, the open batch keeps
-// gathering, full ones queue, and a round trip that ends takes the oldest.
-// A connection the pool does not have yet costs its handshake (with
-// go-redis, two round trips) the first time; it stays in the pool after.
+// each holds a connection; past it, the open batch keeps gathering, full ones
+// queue, and a round trip that ends takes the oldest.
 //
-// Every call carries its bound (AcquireWithin's within as an instant, or its
-// context's deadline if earlier). A batch's round trip ends by the earliest
-// bound of its calls; a batch's timer answers each of its calls at its bound
-// if nothing did before (one timer a batch, not a call), whether it waits
-// to leave or is in flight; and a worker drops a call whose bound has passed
-// rather than send it. So no caller waits past its bound, however many
-// there are, and a caller that has given up takes no permits.
+// Every call carries its bound (AcquireWithin's within, or its context's
+// deadline if earlier), which its batch keeps (docs/reliability.md, "Every
+// acquire within its bound"): no caller waits past it, and a caller that has
+// given up takes no permits.
 const maxLinger = time.Millisecond
 
 // batchTimeout bounds a batch whose calls have no bound.
 const batchTimeout = 2 * time.Second
 
-// newBatcher returns s's batcher, or nil without WithBatching. Its workers
-// start as batches need them; stop ends them.
+// newBatcher returns s's batcher, or nil without WithBatching.
 func newBatcher(s *Store) *batcher {
 	if s.batchMax == 0 {
 		return nil
@@ -101,19 +86,17 @@ type batcher struct {
 	max   int // requests a batch gathers at most
 	limit int // round trips under way at most
 
-	mu       sync.Mutex
-	closed   bool
-	inflight int       // round trips under way: direct calls and running batches
-	open     *batch    // gathering calls; nil: none
-	lingerAt time.Time // when open has lingered long enough
-	queue    []*batch  // full, waiting for a round trip to end
-	free     []*batch
-	running  int           // batches handed to workers and not finished
-	workers  int           // workers started
-	rtt      time.Duration // round trips lately (a moving average): the linger
-	// maxLinger is how long a batch stays open at most (the constant;
-	// tests change it).
-	maxLinger time.Duration
+	mu        sync.Mutex
+	closed    bool
+	inflight  int       // round trips under way: direct calls and running batches
+	open      *batch    // gathering calls; nil: none
+	lingerAt  time.Time // when open has lingered long enough
+	queue     []*batch  // full, waiting for a round trip to end
+	free      []*batch
+	running   int           // batches handed to workers and not finished
+	workers   int           // workers started
+	rtt       time.Duration // round trips lately (a moving average): the linger
+	maxLinger time.Duration // the constant; tests change it
 
 	linger *time.Timer // lingered, at lingerAt
 	ready  chan *batch // batches for the workers
@@ -123,15 +106,13 @@ type batcher struct {
 
 // call is one caller's requests, decided in one batch.
 type call struct {
-	ctx  context.Context
-	reqs []Request
-	res  []Outcome // the outcomes, in order, once done is signalled
-	// until is when the caller stops waiting (zero: when ctx ends).
-	until time.Time
-	// state is the call's generation times 2, plus 1 once answered. A call
-	// is answered once (claim), by a worker or a batch's timer, and a call
-	// that got its answer is reused under the next generation, which no
-	// batch that held it before can claim.
+	ctx   context.Context
+	reqs  []Request
+	res   []Outcome // the outcomes, in order, once done is signalled
+	until time.Time // when the caller stops waiting (zero: when ctx ends)
+	// state is the call's generation times 2, plus 1 once answered (claim,
+	// by a worker or a batch's timer): a call reused under the next
+	// generation cannot be claimed by a batch that held it before.
 	state atomic.Uint64
 	done  chan struct{}
 	one   [1]Request
@@ -148,7 +129,7 @@ func (c *call) reuse() {
 }
 
 // waiting is a call as a batch holds it: the generation it joined under, and
-// its number of requests (read while c could not be reused).
+// its number of requests.
 type waiting struct {
 	c   *call
 	gen uint64
@@ -157,6 +138,27 @@ type waiting struct {
 
 func (w waiting) pending() bool { return w.c.state.Load() == w.gen<<1 }
 func (w waiting) claim() bool   { return w.c.state.CompareAndSwap(w.gen<<1, w.gen<<1|1) }
+
+// live reports whether w still waits for an answer at now, answering it if
+// its caller gave up or its bound has passed; earliest moves to its bound.
+func (w waiting) live(now time.Time, earliest *time.Time) bool {
+	if !w.pending() {
+		return false
+	}
+	err := w.c.ctx.Err()
+	if u := w.c.until; err == nil && !u.IsZero() {
+		if !now.Before(u) {
+			err = context.DeadlineExceeded
+		} else if earliest.IsZero() || u.Before(*earliest) {
+			*earliest = u
+		}
+	}
+	if err != nil {
+		w.fail(wrapErr(err))
+		return false
+	}
+	return true
+}
 
 // fail answers w with err, unless it has its answer.
 func (w waiting) fail(err error) {
@@ -172,8 +174,7 @@ type batchState uint8
 
 const (
 	batchFree    batchState = iota // in the free list
-	batchOpen                      // gathering calls
-	batchQueued                    // full, waiting for a round trip to end
+	batchWaiting                   // gathering calls, or queued
 	batchRunning                   // with a worker
 )
 
@@ -195,8 +196,7 @@ func callBound(ctx context.Context, until time.Time) time.Time {
 	return until
 }
 
-// acquire decides req, waiting until until at most (zero: as long as ctx
-// allows).
+// acquire decides req, waiting until until at most (zero: as ctx allows).
 func (b *batcher) acquire(ctx context.Context, req Request, until time.Time) (limitd.Decision, error) {
 	b.mu.Lock()
 	if b.closed {
@@ -207,7 +207,7 @@ func (b *batcher) acquire(ctx context.Context, req Request, until time.Time) (li
 		b.inflight++
 		b.mu.Unlock()
 		start := time.Now()
-		d, err := b.s.acquireDirectUntil(ctx, req, until)
+		d, err := b.s.acquireDirect(ctx, req, until)
 		b.directDone(time.Since(start))
 		return d, err
 	}
@@ -224,8 +224,7 @@ func (b *batcher) acquire(ctx context.Context, req Request, until time.Time) (li
 	return o.Decision, o.Err
 }
 
-// acquireMany decides reqs in one batch and returns their outcomes, in
-// order, waiting until until at most (zero: as long as ctx allows).
+// acquireMany decides reqs in one batch, waiting until until at most.
 func (b *batcher) acquireMany(ctx context.Context, reqs []Request, until time.Time) []Outcome {
 	b.mu.Lock()
 	if b.closed {
@@ -250,8 +249,7 @@ func (b *batcher) acquireMany(ctx context.Context, reqs []Request, until time.Ti
 	return c.res
 }
 
-// wait waits for c's answer (nil: c.res holds it) or the end of ctx. Every
-// call a batch holds is answered: by a worker, at its bound, or by stop.
+// wait waits for c's answer (nil: c.res holds it) or the end of ctx.
 func (b *batcher) wait(ctx context.Context, c *call) error {
 	select {
 	case <-c.done:
@@ -283,11 +281,11 @@ func (b *batcher) add(c *call) {
 	}
 }
 
-// openBatch opens a batch that lingers as long as a round trip has lasted
-// lately, at most maxLinger. Called with b.mu, no batch open.
+// openBatch opens a batch that lingers as long as a round trip lately, at
+// most maxLinger. Called with b.mu, no batch open.
 func (b *batcher) openBatch() *batch {
 	bt := b.newBatch()
-	bt.state = batchOpen
+	bt.state = batchWaiting
 	bt.opened = time.Now()
 	b.open = bt
 	d := min(b.rtt, b.maxLinger)
@@ -301,12 +299,14 @@ func (b *batcher) openBatch() *batch {
 func (b *batcher) seal() {
 	bt := b.open
 	b.open = nil
-	b.lingerDone()
+	// A linger left to fire after its batch has gone wakes an idle
+	// processor for nothing, which costs more per acquire than the stop.
+	b.linger.Stop()
 	if b.inflight < b.limit {
 		b.start(bt)
 		return
 	}
-	bt.state = batchQueued
+	bt.state = batchWaiting
 	b.queue = append(b.queue, bt)
 }
 
@@ -325,7 +325,7 @@ func (b *batcher) start(bt *batch) {
 }
 
 // lingered sends the open batch once it has lingered, if fewer than limit
-// round trips are under way; if not, it goes on gathering until one ends.
+// round trips are under way.
 func (b *batcher) lingered() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -339,15 +339,7 @@ func (b *batcher) lingered() {
 	}
 }
 
-// lingerDone stops the linger of an open batch that leaves. A linger left
-// to fire after its batch has gone wakes an idle processor for nothing (on
-// a near Redis most batches leave as a round trip comes back, before their
-// linger), and that wake-up cost more CPU per acquire than the stop.
-// Called with b.mu.
-func (b *batcher) lingerDone() { b.linger.Stop() }
-
-// directDone ends a direct call's round trip, which took took, and starts
-// what may start.
+// directDone ends a direct call's round trip and starts what may start.
 func (b *batcher) directDone(took time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -362,16 +354,14 @@ func (b *batcher) directDone(took time.Duration) {
 		b.queue = b.queue[1:]
 		b.start(bt)
 	}
-	// A lone caller's round trip leaves nothing open: it goes straight
-	// to Redis again.
-	if b.open != nil {
+	if b.open != nil { // (a lone caller goes straight to Redis again)
 		b.expect(1)
 	}
 }
 
-// expect makes the open batch wait for answered more calls (opening one if
-// none is), the callers of a round trip that came back, until maxLinger
-// after it opened. Called with b.mu, before those callers are answered.
+// expect makes the open batch (opening one) wait for answered more calls,
+// the callers of a round trip that came back, until maxLinger after it
+// opened. Called with b.mu, before those callers are answered.
 func (b *batcher) expect(answered int) {
 	if answered == 0 {
 		return
@@ -425,30 +415,16 @@ func (b *batcher) work() {
 	}
 }
 
-// run decides bt in one round trip and returns the batch to run next, if
-// one is waiting.
+// run decides bt in one round trip and returns the batch to run next.
 func (b *batcher) run(bt *batch, m *workerMem) *batch {
-	// The calls to send, read while none can be answered by another: a
-	// caller that gave up, or whose bound passed, must not take permits
-	// that nobody will use.
+	// The calls to send: a caller that gave up, or whose bound passed, must
+	// not take permits that nobody will use.
 	b.mu.Lock()
 	now := time.Now()
 	m.calls, m.reqs = m.calls[:0], m.reqs[:0]
 	var earliest time.Time
 	for _, w := range bt.calls {
-		if !w.pending() {
-			continue
-		}
-		err := w.c.ctx.Err()
-		if u := w.c.until; err == nil && !u.IsZero() {
-			if !now.Before(u) {
-				err = context.DeadlineExceeded
-			} else if earliest.IsZero() || u.Before(earliest) {
-				earliest = u
-			}
-		}
-		if err != nil {
-			w.fail(wrapErr(err))
+		if !w.live(now, &earliest) {
 			continue
 		}
 		m.calls = append(m.calls, w)
@@ -466,10 +442,7 @@ func (b *batcher) run(bt *batch, m *workerMem) *batch {
 	var took time.Duration
 	if len(m.reqs) > 0 {
 		// The batch runs on its own deadline, the earliest bound of its
-		// calls: one caller giving up must not fail the others, and none
-		// waits past its bound (a client that honours context deadlines
-		// ends the round trip then; bt's timer answers the callers then
-		// whatever the client does).
+		// calls: one caller giving up must not fail the others.
 		end := now.Add(batchTimeout)
 		if !earliest.IsZero() && earliest.Before(end) {
 			end = earliest
@@ -481,8 +454,7 @@ func (b *batcher) run(bt *batch, m *workerMem) *batch {
 		b.s.acquireMany(ctx, m.reqs, m.outs, &m.sc)
 		took = time.Since(start)
 		cancel()
-		// The open batch waits for these callers, told before they are
-		// answered, so that none of them can have joined it yet.
+		// Told before they are answered: none can have joined it yet.
 		b.mu.Lock()
 		b.sample(took)
 		if !b.closed {
@@ -512,7 +484,7 @@ func (b *batcher) run(bt *batch, m *workerMem) *batch {
 		b.queue = b.queue[1:]
 	case b.open != nil && len(b.open.calls) > 0 && (b.open.want == 0 || !time.Now().Before(b.lingerAt)):
 		next, b.open = b.open, nil // waiting for nobody, or no longer
-		b.lingerDone()
+		b.linger.Stop()
 	}
 	if next == nil {
 		b.running--
@@ -525,8 +497,7 @@ func (b *batcher) run(bt *batch, m *workerMem) *batch {
 
 // expire answers, at a batch's earliest bound, the calls whose bound has
 // passed: all of a running batch (its round trip ends then too), those of
-// a waiting one, which is left with the others, or dropped when none is
-// left.
+// a waiting one, which is dropped when none is left.
 func (b *batcher) expire(bt *batch) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -543,20 +514,10 @@ func (b *batcher) expire(bt *batch) {
 	live, n := bt.calls[:0], 0
 	var next time.Time
 	for _, w := range bt.calls {
-		if !w.pending() {
-			continue
+		if w.live(now, &next) {
+			live = append(live, w)
+			n += w.n
 		}
-		if u := w.c.until; !u.IsZero() {
-			if !now.Before(u) {
-				w.fail(wrapErr(context.DeadlineExceeded))
-				continue
-			}
-			if next.IsZero() || u.Before(next) {
-				next = u
-			}
-		}
-		live = append(live, w)
-		n += w.n
 	}
 	clear(bt.calls[len(live):])
 	bt.calls, bt.n, bt.earliest = live, n, next
@@ -595,8 +556,8 @@ func (b *batcher) recycle(bt *batch) {
 	b.free = append(b.free, bt)
 }
 
-// stop answers every call still waiting to leave with ErrClosed and waits
-// for the round trips under way.
+// stop answers every call waiting to leave with ErrClosed and waits for the
+// round trips under way.
 func (b *batcher) stop() {
 	b.mu.Lock()
 	if !b.closed {
@@ -608,10 +569,7 @@ func (b *batcher) stop() {
 		}
 		b.open, b.queue = nil, nil
 		for _, bt := range waiting {
-			for _, w := range bt.calls {
-				w.fail(ErrClosed)
-			}
-			b.recycle(bt)
+			b.closeBatch(bt)
 		}
 		close(b.done)
 	}
@@ -622,17 +580,21 @@ func (b *batcher) stop() {
 	for { // a batch handed to a worker that saw done first
 		select {
 		case bt := <-b.ready:
-			for _, w := range bt.calls {
-				w.fail(ErrClosed)
-			}
-			b.recycle(bt)
+			b.closeBatch(bt)
 		default:
 			return
 		}
 	}
 }
 
-// failAll is n outcomes of err.
+// closeBatch answers bt's calls with ErrClosed and frees it. Called with b.mu.
+func (b *batcher) closeBatch(bt *batch) {
+	for _, w := range bt.calls {
+		w.fail(ErrClosed)
+	}
+	b.recycle(bt)
+}
+
 func failAll(n int, err error) []Outcome {
 	out := make([]Outcome, n)
 	for i := range out {

@@ -9,18 +9,11 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// Calendar windows. Redis's Lua knows no time zones, so a window limiter of
-// a calendar period (day, week, month, year in a zone) keeps the end of its
-// window and of the one after, and a call past both answers that it needs
-// them (needBounds, with the Redis time of that call). The store then
-// computes, in Go from the limiter's config, the window containing that time
-// and the one after it (limiter.CalendarWindow), sends them (bounds.lua,
-// which moves the limiter into them, on Redis's own clock), and makes the
-// call again. That happens about once per window and limiter; every other
-// call decides in one round trip, as for any kind.
+// Calendar windows get their bounds from the store, computed in Go, when a
+// call finds its window ended (docs/kinds.md, "Calendar windows").
 
 // needBounds is a call on a calendar window that decided nothing: the
-// window's bounds around now (Unix ns, Redis clock) are needed first.
+// window's bounds around now are needed first.
 type needBounds struct{ now int64 }
 
 func (e *needBounds) Error() string {
@@ -42,9 +35,9 @@ func (s *Store) boundsSent(ctx context.Context, name string, err *error) bool {
 	return true
 }
 
-// sendBounds computes the calendar window of name's limiter (or template
-// instance) around now and the one after it, and sends them: twice at most,
-// for a boundary that passes in between.
+// sendBounds sends the calendar windows of name's limiter (or template
+// instance) around now and after it: twice at most, for a boundary that
+// passes in between.
 func (s *Store) sendBounds(ctx context.Context, name string, now int64) error {
 	for range 2 {
 		keys, tpl, err := s.target(ctx, name)

@@ -8,22 +8,15 @@ import (
 	"github.com/limitd/limitd/limiter"
 )
 
-// Charges: usage recorded after the fact (limiter/charge.go says what a
-// charge does to each kind), at Redis time like any acquire. A charge goes
-// where an acquire goes (acquire.lua, the batcher, a template's instance,
-// the floors), as a request whose permits travel as -1 - n (acquire_many in
-// lua/lib.lua). A share or concurrency limiter has nothing to charge:
-// ErrConflict, as for an acquire.
-
 // Charge takes n permits (≥ 0) of the limiter, or of the template instance
-// for name, whatever is left. The Decision is Charged; Granted says whether
-// the permits were there to take now (an acquire of them waiting for
-// nothing would have been granted; a window: its count had room for them),
-// and Delay how long a new caller would wait after the charge. A charge of
-// 0 takes nothing: it is a check, which also starts a limiter not yet
-// started, as a refused acquire does. n is bounded by the horizon, not by
-// max_reserve: at most 2^50 ns of the limiter's schedule (a window: 2^50
-// permits); more is a *limiter.FieldError naming permits.
+// for name, whatever is left: usage recorded after the fact
+// (limiter/charge.go), going where an acquire goes. The Decision is Charged;
+// Granted says whether the permits were there to take now (a window: its
+// count had room for them), and Delay how long a new caller would wait
+// after the charge. A charge of 0 is a check, which also starts a limiter
+// not yet started. n is bounded by the horizon, not by max_reserve: at most
+// 2^50 ns of schedule (a window: 2^50 permits); more is a
+// *limiter.FieldError naming permits. A lease limiter is ErrConflict.
 func (s *Store) Charge(ctx context.Context, name string, n int64) (limitd.Decision, error) {
 	return s.ChargeWithin(ctx, name, n, 0)
 }
@@ -34,9 +27,8 @@ func (s *Store) ChargeWithin(ctx context.Context, name string, n int64, within t
 	return s.decideWithin(ctx, Request{Name: name, Permits: n, Charge: true}, within)
 }
 
-// check is the store's own check of a request's permits: an acquire takes at
-// least one, a charge at least none and at most the horizon (the scripts
-// check the limiter's own bounds).
+// check is the store's own check of a request's permits (the scripts check
+// the limiter's own bounds).
 func (r *Request) check() error {
 	switch {
 	case !r.Charge && r.Permits < 1:
@@ -57,10 +49,8 @@ func (r *Request) arg() int64 {
 }
 
 // chargedOf is the Decision a charge's record tells (decodeAnswer): its
-// code (recordChargedWithin or recordChargedOver), and the record's sched,
-// start, wait and retry_after slots, which hold the limiter's delay after
-// the charge in retry_after's place (a window's: in start's, and its count
-// after the charge in retry_after's).
+// retry_after holds the limiter's delay after the charge (a window's: its
+// start does, and its retry_after the count after the charge).
 func chargedOf(code int64, window bool, now, sched, start, wait, retry, ver int64, inst bool, pos, limit int64) limitd.Decision {
 	d := limitd.Decision{Charged: true, Granted: code == recordChargedWithin, Wait: wait, Version: ver, Now: now,
 		Instance: inst, Position: pos, Window: window, Limit: limit}

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"regexp"
@@ -17,8 +19,7 @@ import (
 
 // Client defaults of NewClient. A rate limiter must answer quickly or not at
 // all: when Redis is gone, callers should learn it (ErrUnavailable) in well
-// under a second, not after go-redis' defaults of 5 s timeouts, three retries
-// and five dial attempts 100 ms apart for each of them.
+// under a second, not after go-redis' 5 s timeouts and retries.
 const (
 	DialTimeout  = 500 * time.Millisecond
 	ReadTimeout  = 500 * time.Millisecond
@@ -26,36 +27,15 @@ const (
 	MaxRetries   = 1 // one retry of a failed command, with one dial attempt each (never of a script or function call: see once)
 )
 
-// NewClient returns a Redis client for a LIMITD_REDIS_URL. The topology
-// follows from the form, and every URL is read by go-redis' own parsers
-// (ParseURL, ParseClusterURL, ParseFailoverURL), so every option they know
-// may be given as a query parameter (dial_timeout=2s, pool_size=50, …):
-//
-//   - redis://[user:password@]host:port[/db] or rediss://… (TLS): a single
-//     node (redis.ParseURL).
-//   - redis[s]://[user:password@]sentinel:26379?master_name=NAME[&addr=sentinel2:26379…]:
-//     the master NAME as the Sentinels report it, following every failover
-//     (redis.ParseFailoverURL, redis.NewFailoverClient). As go-redis reads
-//     it, user:password@ authenticates to the Sentinels, and the master's
-//     own ACL user and password are the query parameters username= and
-//     password=; rediss:// speaks TLS to both.
-//   - redis[s]://[user:password@]node:7000?addr=node2:7001[&addr=…]: the
-//     seed nodes of a Redis Cluster, with its ACL user, password and TLS
-//     (redis.ParseClusterURL). A cluster has only database 0. With a single
-//     seed, repeat it: redis://node:7000?addr=node:7000.
-//   - host:port,host:port,…: the seed nodes of a Redis Cluster, without
-//     credentials or TLS.
-//   - a lone host:port: a single node.
-//
-// Timeouts the URL does not set are short (DialTimeout, ReadTimeout,
-// WriteTimeout, MaxRetries), and context deadlines are honoured. A cluster
-// client reloads its slot map as soon as a node fails or refuses a command
-// (a failover), and a Sentinel client drops its connections to a master that
-// answers READONLY (demoted), see failover.go.
-//
-// Bad input is a *URLError, which matches ErrInvalid, naming the part at
-// fault; no password appears in it (RedactURL). The caller owns the client and closes
-// it.
+// NewClient returns a Redis client for a LIMITD_REDIS_URL, whose form gives
+// the topology (docs/configuration.md, "Redis URLs"): redis[s]://host:port
+// (or a lone host:port) for one node, ?master_name=NAME for the master the
+// Sentinels name, ?addr=host:port… or host:port,host:port… for a cluster
+// (database 0; a single seed is repeated: redis://node:7000?addr=node:7000).
+// go-redis' own parsers read it, so any of their options may be a query
+// parameter. Timeouts the URL does not set are short (DialTimeout, ...),
+// context deadlines are honoured, and the client follows failovers
+// (failover.go). Bad input is a *URLError. The caller owns the client.
 func NewClient(rawURL string) (redis.UniversalClient, error) {
 	return NewClientTLS(rawURL, nil)
 }
@@ -111,13 +91,13 @@ func newClient(s string, tlsConfig *tls.Config) (redis.UniversalClient, error) {
 	switch {
 	case q.Has("master_name"):
 		opt, err := redis.ParseFailoverURL(s)
+		if err == nil && opt.MasterName == "" {
+			err = errors.New("master_name is empty: name the master the Sentinels monitor")
+		}
+		if err == nil {
+			err = checkAddrs(opt.SentinelAddrs)
+		}
 		if err != nil {
-			return nil, bad(err)
-		}
-		if opt.MasterName == "" {
-			return nil, bad(errors.New("master_name is empty: name the master the Sentinels monitor"))
-		}
-		if err := checkAddrs(opt.SentinelAddrs); err != nil {
 			return nil, bad(err)
 		}
 		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
@@ -129,10 +109,10 @@ func newClient(s string, tlsConfig *tls.Config) (redis.UniversalClient, error) {
 			return nil, bad(fmt.Errorf("database %q: a cluster has only database 0", db))
 		}
 		opt, err := redis.ParseClusterURL(s)
-		if err != nil {
-			return nil, bad(err)
+		if err == nil {
+			err = checkAddrs(opt.Addrs)
 		}
-		if err := checkAddrs(opt.Addrs); err != nil {
+		if err != nil {
 			return nil, bad(err)
 		}
 		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
@@ -141,10 +121,10 @@ func newClient(s string, tlsConfig *tls.Config) (redis.UniversalClient, error) {
 		return followCluster(redis.NewClusterClient(opt)), nil
 	default:
 		opt, err := redis.ParseURL(s)
-		if err != nil {
-			return nil, bad(err)
+		if err == nil {
+			err = checkAddrs([]string{opt.Addr})
 		}
-		if _, err := checkAddr(opt.Addr); err != nil {
+		if err != nil {
 			return nil, bad(err)
 		}
 		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
@@ -167,7 +147,6 @@ func addTLS(dst, extra *tls.Config) {
 	dst.InsecureSkipVerify = dst.InsecureSkipVerify || extra.InsecureSkipVerify
 }
 
-// newFromList reads host:port[,host:port…].
 func newFromList(s string) (redis.UniversalClient, error) {
 	parts := strings.Split(s, ",")
 	addrs := make([]string, 0, len(parts))
@@ -179,18 +158,16 @@ func newFromList(s string) (redis.UniversalClient, error) {
 		addrs = append(addrs, a)
 	}
 	if len(addrs) == 1 {
-		return redis.NewClient(&redis.Options{
-			Addr: addrs[0], DialTimeout: DialTimeout, ReadTimeout: ReadTimeout,
-			WriteTimeout: WriteTimeout, MaxRetries: MaxRetries, DialerRetries: 1, ContextTimeoutEnabled: true,
-		}), nil
+		opt := &redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true}
+		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
+		return redis.NewClient(opt), nil
 	}
-	return followCluster(redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: addrs, DialTimeout: DialTimeout, ReadTimeout: ReadTimeout,
-		WriteTimeout: WriteTimeout, MaxRetries: MaxRetries, DialerRetries: 1, ContextTimeoutEnabled: true,
-	})), nil
+	opt := &redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}
+	shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
+	return followCluster(redis.NewClusterClient(opt)), nil
 }
 
-// parseErr drops the URL from url.Parse's errors: it may hold a password.
+// parseErr drops the URL, which may hold a password, from url.Parse's errors.
 func parseErr(err error) error {
 	if uerr, ok := errors.AsType[*url.Error](err); ok {
 		return uerr.Err
@@ -198,8 +175,6 @@ func parseErr(err error) error {
 	return err
 }
 
-// checkAddrs checks every host:port of a URL's nodes (its Sentinels, or its
-// cluster's seeds).
 func checkAddrs(addrs []string) error {
 	for _, a := range addrs {
 		if _, err := checkAddr(a); err != nil {
@@ -231,29 +206,16 @@ func checkAddr(a string) (string, error) {
 }
 
 // shortTimeouts fills in NewClient's short timeouts and retries where a URL
-// left them unset; the three option types of go-redis share the fields but no
-// type.
+// left them unset (go-redis' option types share the fields but no type).
 func shortTimeouts(dial, read, write *time.Duration, retries, dialerRetries *int) {
-	*dial = orDefault(*dial, DialTimeout)
-	*read = orDefault(*read, ReadTimeout)
-	*write = orDefault(*write, WriteTimeout)
-	if *retries == 0 {
-		*retries = MaxRetries
-	}
-	if *dialerRetries == 0 {
-		*dialerRetries = 1
-	}
+	*dial = cmp.Or(*dial, DialTimeout)
+	*read = cmp.Or(*read, ReadTimeout)
+	*write = cmp.Or(*write, WriteTimeout)
+	*retries = cmp.Or(*retries, MaxRetries)
+	*dialerRetries = cmp.Or(*dialerRetries, 1)
 }
 
-func orDefault(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
-}
-
-// redacted stands in for a hidden secret.
-const redacted = "xxxxx"
+const redacted = "xxxxx" // stands in for a hidden secret
 
 // secretParam matches a query parameter that carries a secret (password=,
 // sentinel_password=, …) up to the end of its value.
@@ -284,7 +246,7 @@ func RedactURL(s string) string {
 }
 
 // scrub removes from msg every secret that raw (a URL) holds, wherever a
-// parser may have echoed it, and then anything RedactURL would hide.
+// parser may have echoed it.
 func scrub(msg, raw string) string {
 	for _, sec := range secrets(raw) {
 		msg = strings.ReplaceAll(msg, sec, redacted)
@@ -293,14 +255,12 @@ func scrub(msg, raw string) string {
 }
 
 // secrets are the strings of raw that may be passwords, longest first: what
-// lies between a ':' or a delimiter and an '@' (user info, wherever a parser
-// may have cut it), and the values of password parameters, as written and
-// decoded.
+// lies between a delimiter and an '@' (user info, wherever a parser may have
+// cut it), and the values of password parameters, as written and decoded.
 func secrets(raw string) []string {
 	seen := map[string]bool{}
 	add := func(v string) {
-		// A secret of a few characters would blot out every such letter
-		// of the message, and hides nothing worth hiding.
+		// (a secret of a few characters would blot out the message)
 		if len(v) < 4 || v == redacted || strings.Contains(v, "://") {
 			return
 		}
@@ -333,10 +293,7 @@ func secrets(raw string) []string {
 	for _, m := range secretParam.FindAllStringSubmatchIndex(raw, -1) {
 		add(raw[m[3]:m[1]])
 	}
-	out := make([]string, 0, len(seen))
-	for v := range seen {
-		out = append(out, v)
-	}
+	out := slices.Collect(maps.Keys(seen))
 	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
 	return out
 }

@@ -12,9 +12,8 @@ import (
 )
 
 // Concurrency limiters (a distributed semaphore): lua/concurrency.lua keeps
-// the leased slots in a sorted set, prefix:{name}:s, lease id → expiry, and
-// reclaims expired leases on every call, so that a crashed holder cannot keep
-// a slot for ever.
+// the leased slots in a sorted set, lease id → expiry, and reclaims expired
+// leases on every call.
 
 // ErrLeaseNotHeld is the error of RenewSlot and ReleaseSlot for a lease the
 // limiter does not hold; it matches ErrNotFound.
@@ -38,10 +37,8 @@ func (s *Store) AcquireSlot(ctx context.Context, name string) (limitd.SlotLease,
 }
 
 // RenewSlot extends a lease by the limiter's lease time from now. A lease
-// the limiter does not hold (it expired, or Redis lost the slots while the
-// holder ran) is registered again if a slot is free (Readded); else the
-// lease is lost: ErrLeaseNotHeld. A limiter that does not exist is
-// ErrNotFound.
+// the limiter does not hold (expired, or lost by Redis) is registered again
+// if a slot is free (Readded), else ErrLeaseNotHeld.
 func (s *Store) RenewSlot(ctx context.Context, name, id string) (limitd.SlotLease, error) {
 	return s.slotCall(ctx, name, "renew", id)
 }
@@ -53,8 +50,6 @@ func (s *Store) ReleaseSlot(ctx context.Context, name, id string) error {
 	return err
 }
 
-// slotCall runs concurrency.lua's op for lease id, after checking both
-// names.
 func (s *Store) slotCall(ctx context.Context, name, op, id string) (limitd.SlotLease, error) {
 	if err := limitd.CheckName(name); err != nil {
 		return limitd.SlotLease{}, err
@@ -69,8 +64,7 @@ func (s *Store) slotCall(ctx context.Context, name, op, id string) (limitd.SlotL
 	if err := leaseReplyErr(name, limiter.KindConcurrency, v); err != nil {
 		return limitd.SlotLease{}, err
 	}
-	// {code, granted, now_us, lease_ns, retry_after, in_use, limit[, readded]}
-	rep := &reply{v: v}
+	rep := &reply{v: v} // {code, granted, now_us, lease_ns, retry_after, in_use, limit[, readded]}
 	code, granted := rep.int(0), rep.flag(1)
 	now, lease, retry, inUse, limit := rep.int(2), rep.int(3), rep.int(4), rep.int(5), rep.int(6)
 	readded := rep.has(7) && rep.flag(7)

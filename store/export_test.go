@@ -107,3 +107,12 @@ func FixedKey(s *Store, name string, start int64) string { return s.fixedKey(nam
 func TrustFixedEstimate(s *Store, rtt, age time.Duration) {
 	s.fixed.maxRTT, s.fixed.maxAge = int64(rtt), int64(age)
 }
+
+// Prefix returns the key prefix.
+func (s *Store) Prefix() string { return s.prefix }
+
+// Ping reports whether Redis answers.
+func (s *Store) Ping(ctx context.Context) error { return wrapErr(s.rdb.Ping(ctx).Err()) }
+
+// Failed is how many flushes Redis did not take.
+func (t *Tally) Failed() int64 { return t.failed.Load() }

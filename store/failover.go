@@ -13,31 +13,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Following a failover. go-redis' cluster client reloads its slot map on
-// MOVED, ASK and READONLY, and otherwise only every 60 s: when a master dies
-// the dials to it are refused, nothing answers MOVED, and the limiters of its
-// slots would stay unavailable for up to a minute after its replica took over.
-// followCluster reloads the map as soon as a command fails in a way a
-// failover explains (a broken or refused connection, a timeout, CLUSTERDOWN,
-// TRYAGAIN, MASTERDOWN, LOADING, READONLY), at most once per reloadEvery, so
-// the limiters answer again within a reload of the promotion.
-//
-// The Sentinel client (redis.NewFailoverClient) asks the Sentinels for the
-// master on every new connection and drops the connections to the old master
-// when a Sentinel announces +switch-master. If that announcement is missed
-// (the Sentinel connection was down at the time), a demoted master keeps
-// answering READONLY on the connections already open; followSentinel closes
-// them then, so the next command dials the master the Sentinels name.
-
-// reloadEvery bounds how often a failing cluster reloads its slot map, and
-// dropEvery how often a Sentinel client drops its connections.
+// Following a failover (docs/reliability.md, "Failover in seconds"):
+// followCluster reloads a cluster's slot map as soon as a command fails in a
+// way a failover explains, at most once per reloadEvery, rather than after
+// go-redis' 60 s; followSentinel closes a Sentinel client's connections to a
+// master that answers READONLY (a missed +switch-master), at most once per
+// dropEvery, so that the next command dials the master the Sentinels name.
 const (
 	reloadEvery = 200 * time.Millisecond
 	dropEvery   = time.Second
 )
 
-// followCluster makes c reload its slot map when a command fails as a
-// failover would make it fail.
 func followCluster(c *redis.ClusterClient) *redis.ClusterClient {
 	h := &failoverHook{
 		every: reloadEvery,
@@ -48,8 +34,6 @@ func followCluster(c *redis.ClusterClient) *redis.ClusterClient {
 	return c
 }
 
-// followSentinel makes c close its connections when the node it talks to
-// answers READONLY: it is no longer the master.
 func followSentinel(c *redis.Client) *redis.Client {
 	followDemotion(c, dropEvery)
 	return c
@@ -65,20 +49,14 @@ func followDemotion(c *redis.Client, every time.Duration) *connSet {
 // topologyChanged reports whether err may mean that a cluster's slots moved
 // or its node failed.
 func topologyChanged(err error) bool {
-	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) {
+	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, redis.ErrClosed) {
 		return false
 	}
-	if errors.Is(err, redis.ErrClosed) {
-		return false // the client was closed: nothing to reload
-	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+	// (a hung node, DeadlineExceeded, is as good a reason as any to look again)
+	if _, ok := errors.AsType[net.Error](err); ok || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) {
 		return true
-	}
-	if _, ok := errors.AsType[net.Error](err); ok {
-		return true
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true // a hung node: as good a reason as any to look again
 	}
 	msg := err.Error()
 	for _, p := range []string{"CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING", "READONLY"} {
@@ -89,7 +67,6 @@ func topologyChanged(err error) bool {
 	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "connection reset")
 }
 
-// demoted reports whether err says the node is a replica now.
 func demoted(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "READONLY")
 }
@@ -168,8 +145,8 @@ func (s *connSet) add(cn net.Conn) net.Conn {
 	return t
 }
 
-// closeAll closes every connection: the client notices on its next use of
-// each and dials again, asking the Sentinels where the master is.
+// closeAll closes every connection: the client dials again on its next use
+// of each, asking the Sentinels where the master is.
 func (s *connSet) closeAll() {
 	s.mu.Lock()
 	all := make([]*trackedConn, 0, len(s.m))

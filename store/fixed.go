@@ -15,31 +15,9 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// Fixed windows counted in plain Redis integers, without a script: a rate
-// limit service's rate_limit rules under the reference's counting
-// (Request.Fixed). A counter's window is chosen from Redis' clock as the
-// store estimates it (the local monotonic clock plus an offset sampled from
-// a TIME sent in every pipeline, wrong by at most the round trip that
-// sampled it); its hits in a batch are added by one INCRBY, and its expiry
-// is set by one PEXPIRE per window, when the INCRBY created the key.
-//
-// Layout: a window's count is the integer at
-//
-//	<prefix>:{<name>}:n:<the window's start, Unix ms>
-//
-// which lives one period and fixedSlack after its first hit, and is never
-// touched once its window has ended. A window whose count went past its
-// limit goes on counting (the reference's counting).
-//
-// Bounds: a hit is counted in the window that holds the estimate when it is
-// sent; Redis counts it between the send and the answer, so a hit sent
-// within one round trip of a window's end may land in either window. When
-// the estimate cannot be bounded (no sample yet, the last one older than
-// fixedMaxAge, or from a round trip longer than fixedMaxRTT) the call goes
-// to fixedScript, which reads Redis' TIME itself and counts in the same
-// keys; and a call whose pipeline's TIME shows that the estimate was off by
-// more than that round trip (the local clock jumped) takes its hits back
-// from the window it chose and counts them by the script.
+// Fixed windows counted in plain Redis integers, without a script
+// (Request.Fixed): their keys, the estimate of Redis' clock that picks a
+// window and its bounds are told in docs/envoy.md, "Window counters in Redis".
 
 // Fixed is a fixed window: Limit hits per Period (a whole number of ms),
 // the windows aligned to the Unix epoch.
@@ -49,23 +27,19 @@ type Fixed struct {
 }
 
 const (
-	// fixedMaxRTT is the longest round trip an estimate is trusted from.
-	fixedMaxRTT = 50 * time.Millisecond
-	// fixedMaxAge is how long an estimate is trusted without a new sample.
-	fixedMaxAge = 10 * time.Second
+	fixedMaxRTT = 50 * time.Millisecond // the longest round trip an estimate is trusted from
+	fixedMaxAge = 10 * time.Second      // how long an estimate is trusted without a new sample
 	// fixedSlack is how much longer than its period a count lives: past
 	// its window's end in Redis' clock, whatever the estimate's error.
 	fixedSlack = time.Second
 	// fixedExpireDelay is how long a new count's PEXPIRE waits for a
 	// pipeline to go with before it goes alone.
 	fixedExpireDelay = 100 * time.Millisecond
-	// fixedMaxPending bounds the PEXPIREs kept while Redis does not answer.
-	fixedMaxPending = 1 << 16
+	fixedMaxPending  = 1 << 16 // PEXPIREs kept while Redis does not answer
 )
 
-// fixedKey is the count of name's window starting at start (Unix ns):
-// fixedBase and the start in ms, made in one allocation (every counter of
-// every batch makes one).
+// fixedKey is the count of name's window starting at start (Unix ns): made
+// in one allocation (every counter of every batch makes one).
 func (s *Store) fixedKey(name string, start int64) string {
 	var ms [20]byte
 	return s.prefix + ":{" + name + "}:n:" + string(strconv.AppendInt(ms[:0], start/1e6, 10))
@@ -73,8 +47,8 @@ func (s *Store) fixedKey(name string, start int64) string {
 
 func (s *Store) fixedBase(name string) string { return s.prefix + ":{" + name + "}:n:" }
 
-// fixedClock is the store's estimate of Redis' clock, and the PEXPIREs of
-// the counts it created that have not gone yet.
+// fixedClock is the store's estimate of Redis' clock, and the PEXPIREs not
+// sent yet.
 type fixedClock struct {
 	now            func() int64 // the local monotonic clock, ns (WithLocalClock)
 	maxRTT, maxAge int64        // fixedMaxRTT, fixedMaxAge (tests change them)
@@ -107,12 +81,11 @@ func (c *fixedClock) init() {
 }
 
 // estimate is Redis' time at local time t, the bound of its error, and
-// whether it is bounded.
+// whether it is bounded. (A sample a concurrent pipeline took after t may be
+// a little later than t; much later, the local clock went back.)
 func (c *fixedClock) estimate(t int64) (now, bound int64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// (a sample a concurrent pipeline took after t may be a little
-	// later than t; much later, the local clock went back)
 	ok = c.sampled && c.rtt <= c.maxRTT && t-c.at <= c.maxAge && c.at-t <= c.maxRTT
 	return t + c.off, c.rtt, ok
 }
@@ -128,7 +101,6 @@ func (c *fixedClock) sample(redisNow, t0, t1 int64) {
 	c.rtt, c.at, c.sampled = t1-t0, t1, true
 }
 
-// forget drops the estimate until the next sample.
 func (c *fixedClock) forget() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -187,9 +159,8 @@ func (c *fixedClock) flush(s *Store) {
 	}
 }
 
-// close stops the timer and queueing, then sends what is queued, once:
-// flush waits for a flush the timer started first, and one the timer
-// started too late to be stopped finds nothing left to send.
+// close stops the timer and queueing, then sends what is queued, once (a
+// flush the timer started waits, or finds nothing left).
 func (c *fixedClock) close(s *Store) {
 	c.mu.Lock()
 	c.closed = true
@@ -215,8 +186,8 @@ type fixedGroup struct {
 	againScript bool
 }
 
-// fixedCount is the fixed windows of a batch: their groups, and the
-// commands of the pipeline that counts them (queueFixed's).
+// fixedCount is the fixed windows of a batch and the commands that count
+// them (queueFixed's).
 type fixedCount struct {
 	gs         []fixedGroup
 	t0         int64 // when the pipeline was made (the local clock)
@@ -227,8 +198,8 @@ type fixedCount struct {
 	ecs        []*redis.BoolCmd
 }
 
-// fixedCountOf groups the requests of reqs that have Fixed by counter,
-// recording in out those that fail their checks; nil when there is none.
+// fixedCountOf groups the requests of reqs that have Fixed by counter
+// (errors in out); nil when there is none.
 func (s *Store) fixedCountOf(reqs []Request, out []Outcome) *fixedCount {
 	var gs []fixedGroup
 	var by map[string]int
@@ -263,8 +234,6 @@ func (s *Store) fixedCountOf(reqs []Request, out []Outcome) *fixedCount {
 	return &fixedCount{gs: gs}
 }
 
-// countFixed decides fc's requests of reqs into out, in a pipeline of
-// their own.
 func (s *Store) countFixed(ctx context.Context, fc *fixedCount, reqs []Request, out []Outcome) {
 	p := s.rdb.Pipeline()
 	if s.queueFixed(ctx, p, fc) {
@@ -274,8 +243,7 @@ func (s *Store) countFixed(ctx context.Context, fc *fixedCount, reqs []Request, 
 	s.finishFixed(ctx, fc, reqs, out)
 }
 
-// finishFixed counts by the script what fc's pipeline could not count (all
-// of it when its commands were not queued; else they have been read), and
+// finishFixed counts by the script what fc's pipeline could not count, and
 // writes the outcomes of fc's requests into out.
 func (s *Store) finishFixed(ctx context.Context, fc *fixedCount, reqs []Request, out []Outcome) {
 	gs := fc.gs
@@ -308,7 +276,6 @@ func (s *Store) finishFixed(ctx context.Context, fc *fixedCount, reqs []Request,
 	}
 }
 
-// checkFixed checks a fixed request's window.
 func checkFixed(r *Request) error {
 	switch f := r.Fixed; {
 	case !r.Charge:
@@ -322,8 +289,7 @@ func checkFixed(r *Request) error {
 }
 
 // fixedDecision is a charge of n that brought a window to count, as
-// window.lua's window_rec answers it: within the limit or not, what is
-// left, and when a new hit fits (the window's end, once nothing is left).
+// window.lua's window_rec answers it.
 func fixedDecision(limit, count, n, now, end int64) limitd.Decision {
 	left, delay := limit-count, int64(0)
 	if left < 1 {
@@ -333,10 +299,9 @@ func fixedDecision(limit, count, n, now, end int64) limitd.Decision {
 		Now: now, Scheduled: now, Start: now, Position: end, Window: true, Limit: limit, Instance: true}
 }
 
-// queueFixed queues on p the commands that count fc's groups by INCRBY
-// (GET for a check) in windows chosen from the estimate now, with a TIME
-// and the queued PEXPIREs. It returns false, having queued nothing, when
-// the estimate is not bounded.
+// queueFixed queues on p an INCRBY (GET for a check) per group of fc in
+// the window of the estimate now, a TIME and the queued PEXPIREs; false,
+// having queued nothing, when the estimate is not bounded.
 func (s *Store) queueFixed(ctx context.Context, p redis.Pipeliner, fc *fixedCount) bool {
 	fc.t0 = s.fixed.now()
 	est, bound, ok := s.fixed.estimate(fc.t0)
@@ -364,9 +329,8 @@ func (s *Store) queueFixed(ctx context.Context, p redis.Pipeliner, fc *fixedCoun
 }
 
 // readFixed reads the answers of queueFixed's commands, just after their
-// pipeline came back. A group whose window the pipeline's TIME shows
-// wrong, the estimate having been off by more than its bound, is marked
-// againScript.
+// pipeline came back, marking againScript a group whose window the
+// pipeline's TIME shows wrong.
 func (s *Store) readFixed(fc *fixedCount) {
 	t1 := s.fixed.now()
 	est, bound, rtt := fc.est, fc.bound, t1-fc.t0
@@ -400,10 +364,9 @@ func (s *Store) readFixed(fc *fixedCount) {
 			g.err = wrapErr(err)
 			continue
 		}
-		// Redis read TIME between the send and the answer: an estimate
-		// within its bound puts it in [est − bound, est + rtt + bound].
-		// Beyond, the local clock jumped: the decision is at TIME, and a
-		// count in another window than TIME's is counted again.
+		// An estimate within its bound puts TIME in [est − bound, est + rtt
+		// + bound]; beyond, the local clock jumped: the decision is at TIME,
+		// and a count in another window than TIME's is counted again.
 		if r := tm.UnixNano(); terr == nil && (r < est-bound || r > est+rtt+bound) {
 			if g.start <= r && r < g.start+int64(g.f.Period) {
 				g.now = r
@@ -415,8 +378,7 @@ func (s *Store) readFixed(fc *fixedCount) {
 	s.fixed.expireLater(s, later)
 }
 
-// fixedAgain takes back the hits of groups counted in the wrong window and
-// counts them by the script.
+// fixedAgain takes back gs' hits and counts them by the script.
 func (s *Store) fixedAgain(ctx context.Context, gs []*fixedGroup) {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, g := range gs {
@@ -442,10 +404,8 @@ func (s *Store) fixedAgain(ctx context.Context, gs []*fixedGroup) {
 	}
 }
 
-// fixedScript counts gs by lua/fixed.lua, in the keys queueFixed counts
-// in but from Redis' own TIME: one call on a single server, one per
-// counter elsewhere (keys of different slots). It samples the clock from
-// that TIME.
+// fixedScript counts gs by lua/fixed.lua at Redis' own TIME, which it
+// samples: one call on a single server, one per counter elsewhere.
 func (s *Store) fixedScript(ctx context.Context, gs []fixedGroup) {
 	type call struct {
 		gs     []fixedGroup
@@ -518,4 +478,62 @@ func mod(a, m int64) int64 {
 		r += m
 	}
 	return r
+}
+
+// FixedWait reads name's fixed window of f that holds Redis' time now,
+// counting nothing, as Wait reads a window limiter's state: Wait is the hits
+// left, Delay the time until one is, Position the window's end, Limit
+// f.Limit, and Started once the window has counted a hit. A fixed window
+// keeps no totals.
+func (s *Store) FixedWait(ctx context.Context, name string, f Fixed) (limitd.WaitInfo, error) {
+	gs, err := s.fixedRead(ctx, []string{name}, f)
+	if err != nil {
+		return limitd.WaitInfo{}, err
+	}
+	g := gs[0]
+	d := fixedDecision(f.Limit, g.count, 0, g.now, g.start+int64(f.Period))
+	return limitd.WaitInfo{Wait: d.Wait, Delay: d.Delay, Now: d.Now, Started: g.count > 0, Instance: true,
+		Position: d.Position, Window: true, Limit: f.Limit}, nil
+}
+
+// FixedCounts reads the counts of names' fixed windows of period that hold
+// Redis' time now, counting nothing.
+func (s *Store) FixedCounts(ctx context.Context, names []string, period time.Duration) ([]int64, error) {
+	gs, err := s.fixedRead(ctx, names, Fixed{Period: period})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(gs))
+	for i, g := range gs {
+		out[i] = g.count
+	}
+	return out, nil
+}
+
+func (s *Store) fixedRead(ctx context.Context, names []string, f Fixed) ([]fixedGroup, error) {
+	gs := make([]fixedGroup, len(names))
+	for i, n := range names {
+		gs[i] = fixedGroup{name: n, f: f}
+		if err := checkFixed(&Request{Name: n, Charge: true, Fixed: &f}); err != nil {
+			return nil, err
+		}
+	}
+	s.fixedScript(ctx, gs)
+	for _, g := range gs {
+		if g.err != nil {
+			return nil, g.err
+		}
+	}
+	return gs, nil
+}
+
+// FixedReset starts name's fixed windows of f afresh: the counts of the
+// window now and of those before and after it (where a store's estimate of
+// Redis' clock may count now) are deleted. It is idempotent.
+func (s *Store) FixedReset(ctx context.Context, name string, f Fixed) error {
+	if err := checkFixed(&Request{Name: name, Charge: true, Fixed: &f}); err != nil {
+		return err
+	}
+	_, err := s.runAny(ctx, lua.FixedReset, []string{s.fixedBase(name)}, int64(f.Period/time.Millisecond))
+	return err
 }

@@ -12,16 +12,11 @@ import (
 )
 
 // Floors: what keeps a failover or an empty restart from rewinding a
-// schedule (the package doc's "Reliability"; lua/lib.lua, "Floors";
-// limiter/floor.go). The store keeps one per name, named limiters and
-// template instances alike, and grants nothing again that it granted to
-// this process.
-//
-// Memory is bounded (DefaultFloorCap names): when full, the
-// names whose positions lie furthest back are forgotten first, as a floor
-// only matters while it is ahead of what a rewound state could hold.
+// schedule (lua/lib.lua, "Floors"; limiter/floor.go), one per name.
 
-// DefaultFloorCap is how many names' floors a store keeps by default.
+// DefaultFloorCap is how many names' floors a store keeps by default. When
+// full, the names whose positions lie furthest back are forgotten first: a
+// floor only matters while it is ahead of what a rewound state could hold.
 const DefaultFloorCap = 1 << 16
 
 const floorShards = 16
@@ -46,7 +41,6 @@ func (f *floorSet) shard(name string) *floorShard {
 	return &f.shards[maphash.String(f.seed, name)%floorShards]
 }
 
-// get returns name's floor (ok false: none).
 func (f *floorSet) get(name string) (limiter.Floor, bool) {
 	if f.perCap == 0 {
 		return limiter.Floor{}, false
@@ -58,38 +52,28 @@ func (f *floorSet) get(name string) (limiter.Floor, bool) {
 	return fl, ok
 }
 
-// floorAheadOffset is what appendFloor adds to a floor's ahead so that it is
-// never negative: lua/lib.lua's FAR, below which the scripts clamp it.
-const floorAheadOffset = 1 << 52
-
-// floorWidth is how many hexadecimal digits a floor takes in the scripts'
-// arguments (lua/lib.lua FLOOR_WIDTH): 14 for the µs it was seen, 14 for
-// its ahead plus floorAheadOffset.
-const floorWidth = 28
-
-// noFloors is the scripts' argument for a call whose limiters have none.
-const noFloors = "0"
-
-// Binary floors: where Redis's Lua has the struct library (the answers come
-// in binary, see isPackedText), a call's floors are floorBinary followed by
-// floorBinWidth bytes per limiter, the µs seen and the ahead plus
-// floorAheadOffset as little-endian int64s (zeros: none), which one
-// struct.unpack reads without making a string: several times cheaper than
-// the hexadecimal form's four calls. The hexadecimal form serves until the
-// first binary answer, and always where Lua has no struct (miniredis).
 const (
+	// floorAheadOffset is added to a floor's ahead so that it is never
+	// negative: lua/lib.lua's FAR, below which the scripts clamp it.
+	floorAheadOffset = 1 << 52
+	// floorWidth is a floor's hexadecimal digits (lua/lib.lua FLOOR_WIDTH):
+	// 14 for the µs it was seen, 14 for its ahead plus floorAheadOffset.
+	floorWidth = 28
+	noFloors   = "0" // the argument of a call whose limiters have none
+	// Binary floors, once an answer came in binary (docs/kinds.md): a call's
+	// floors are floorBinary and floorBinWidth bytes per limiter, the µs seen
+	// and the ahead plus floorAheadOffset as little-endian int64s.
 	floorBinary   = 'B'
 	floorBinWidth = 16
 )
 
-// useBinary switches the floors to the binary form: a binary answer came.
 func (f *floorSet) useBinary() {
 	if !f.binary.Load() {
 		f.binary.Store(true)
 	}
 }
 
-// startFloors starts a call's floors argument in the form the server reads.
+// startFloors starts a call's floors in the form the server reads.
 func (f *floorSet) startFloors(b []byte) []byte {
 	if f.binary.Load() {
 		return append(b, floorBinary)
@@ -97,12 +81,9 @@ func (f *floorSet) startFloors(b []byte) []byte {
 	return b
 }
 
-// appendFloor appends name's floor as the scripts read it (see Floors in
-// lua/lib.lua): its µs seen and its ahead (clamped to what the scripts take,
-// plus floorAheadOffset) in hexadecimal, floorWidth digits, or zeros where
-// there is none; ok reports whether there was one. The floors of a call's
-// limiters travel as one argument, and in hexadecimal, which Lua reads with
-// strtoul, several times cheaper than the strtod of decimal.
+// appendFloor appends name's floor as the scripts read it: its µs seen and
+// its ahead (clamped, plus floorAheadOffset), or zeros where there is none;
+// ok reports whether there was one.
 func (f *floorSet) appendFloor(b []byte, name string) (_ []byte, ok bool) {
 	bin := len(b) > 0 && b[0] == floorBinary // startFloors chose the form
 	fl, ok := f.get(name)
@@ -143,17 +124,15 @@ func (f *floorSet) floorArg(name string) string {
 }
 
 // stepSlack is how much earlier than the floor kept an answer's Redis time
-// must be to count as a clock step back. Less is the order in which
-// concurrent calls' answers arrive: many callers of one limiter in one
-// process see their answers out of order, and the earlier ones must not lower
-// the floor.
+// must be to count as a clock step back; less is concurrent answers arriving
+// out of order, and the earlier ones must not lower the floor.
 const stepSlack = int64(time.Second)
 
-// see records that name's schedule stood at pos (Unix ns) at Redis time now
-// (Unix ns, whole µs). The furthest position is kept; an answer from a clock
-// more than stepSlack earlier than the one kept (Redis time stepped back)
-// replaces it, as the script has re-anchored the old floor at its now (see
-// lua/lib.lua) and the new answer says where that left the schedule.
+// see records that name's schedule stood at pos at Redis time now (whole
+// µs). The furthest position is kept; an answer from a clock more than
+// stepSlack earlier (Redis time stepped back) replaces it, as the script has
+// re-anchored the old floor at its now and the answer says where that left
+// the schedule.
 func (f *floorSet) see(name string, now, pos int64) {
 	f.put(name, now, pos, false)
 }
@@ -187,7 +166,7 @@ func (f *floorSet) put(name string, now, pos int64, force bool) {
 }
 
 // forget drops name's floor (the limiter was deleted or replaced by one of
-// another kind: its schedule is no longer the one the floor was seen on).
+// another kind).
 func (f *floorSet) forget(name string) {
 	if f.perCap == 0 {
 		return

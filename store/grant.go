@@ -12,10 +12,6 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// Grants: k permits for a client pool, taken from the shared schedule in one
-// call, and their hand-back (Release).
-
-// grantCall runs grant.lua (see grant_main in lua/lib.lua).
 func (s *Store) grantCall(ctx context.Context, name string, n int64, maxWait time.Duration) ([]any, error) {
 	keys, tpl, err := s.target(ctx, name)
 	if err != nil {
@@ -52,14 +48,21 @@ func (s *Store) Grant(ctx context.Context, name string, k int64, maxWait time.Du
 // decodeGrant reads grant.lua's reply to a grant on name: {code, granted,
 // permits, ep, sched, start, delay, lateness, wait, retry_after, version,
 // now_us, instance, rem_before, next_after, whole, frac, den, burst, kind,
-// max_permits} (grant_main in lua/lib.lua).
+// max_permits[, limit]}.
 func decodeGrant(name string, v []any) (limitd.Grant, error) {
 	r := &reply{v: v}
-	g := limitd.Grant{Decision: decodeDecision(r), Name: name}
-	epoch := r.int(3)
-	g.SetOrigin(limitd.GrantOrigin{Epoch: epoch, Nonce: rand.Uint64() | 1})
+	base := r.int(3) * 1000 // the epoch, µs
+	g := limitd.Grant{Name: name, Decision: limitd.Decision{
+		Granted: r.flag(1), Permits: r.int(2), Delay: r.int(6), Lateness: r.int(7),
+		Wait: r.int(8), RetryAfter: r.int(9), Version: r.int(10), Now: r.int(11) * 1000,
+		Instance: r.flag(12),
+	}}
+	if g.Granted {
+		g.Scheduled, g.Start = base+r.int(4), base+r.int(5)
+	}
+	g.SetOrigin(limitd.GrantOrigin{Epoch: base / 1000, Nonce: rand.Uint64() | 1})
 	g.RemBefore = r.int(13)
-	g.End = abs(epoch, r.int(14))
+	g.End = base + r.int(14)
 	g.Slice = limiter.Slice{Whole: r.int(15), Frac: r.int(16), Den: r.int(17)}
 	g.Burst = r.float(18)
 	if g.Burst == 0 { // "inf" travels as 0
@@ -79,19 +82,14 @@ func decodeGrant(name string, v []any) (limitd.Grant, error) {
 		if r.has(21) { // its limit (max_permits is 1 for a limit of 0)
 			g.Limit = r.int(21)
 		}
-		if err := r.check("grant", name); err != nil {
-			return limitd.Grant{}, err
-		}
 	}
-	return g, nil
+	return g, r.check("grant", name)
 }
 
-// Release hands back the last m permits of a grant that the pool will not use.
-// If nothing was taken from the schedule since the grant, the schedule is
-// rewound and the next caller gets them; otherwise their time is counted as
-// idle. It reports whether the schedule was rewound. A grant is handed back
-// once: a second Release of the same grant (within an hour of its end)
-// changes nothing and reports false.
+// Release hands back the last m permits of a grant that the pool will not
+// use, and reports whether the schedule was rewound (nothing was taken from
+// it since the grant) rather than their time counted as idle. A second
+// Release of the same grant (within an hour of its end) changes nothing.
 func (s *Store) Release(ctx context.Context, g limitd.Grant, m int64) (bool, error) {
 	if !g.Granted || m <= 0 {
 		return false, nil
@@ -113,8 +111,7 @@ func (s *Store) Release(ctx context.Context, g limitd.Grant, m int64) (bool, err
 	if err := replyErr("release", g.Name, v); err != nil {
 		return false, err
 	}
-	// {1, rewound, now_us, position, again}, or {1, 0} if not started
-	rep := &reply{v: v}
+	rep := &reply{v: v} // {1, rewound, now_us, position, again}, or {1, 0} if not started
 	rewound := rep.flag(1)
 	if rep.has(2) {
 		now := rep.int(2) * 1000
@@ -128,10 +125,9 @@ func (s *Store) Release(ctx context.Context, g limitd.Grant, m int64) (bool, err
 	return rewound, rep.check("release", g.Name)
 }
 
-// handbackKey is where release.lua records that a grant was handed back, so
-// that it is handed back once: a key in the limiter's hash tag named after
-// the grant's nonce, drawn when Grant took it (a Grant value made by hand has
-// none: it is named after its decision time, schedule, end and size).
+// handbackKey is where release.lua records that a grant was handed back: a
+// key named after the grant's nonce (one made by hand has none: after its
+// decision time, schedule, end and size).
 func (s *Store) handbackKey(g limitd.Grant) string {
 	nonce := g.Origin().Nonce
 	id := strconv.FormatUint(nonce, 36)

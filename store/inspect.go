@@ -43,10 +43,9 @@ func (s *Store) Holders(ctx context.Context, name string) (limitd.Holders, error
 	if h[0] == nil {
 		return limitd.Holders{}, fmt.Errorf("limiter %q: %w", name, ErrNotFound)
 	}
-	kind, _ := h[0].(string)
 	r := &reply{v: h}
 	t := now.Val()
-	l := limitd.Holders{Kind: limiter.Kind(kind), Version: r.int(2), Now: t.UnixNano()}
+	l := limitd.Holders{Kind: limiter.Kind(r.str(0)), Version: r.int(2), Now: t.UnixNano()}
 	if err := r.check("holders", name); err != nil {
 		return limitd.Holders{}, err
 	}
@@ -102,8 +101,8 @@ func parseShareHolder(id, v string) (limitd.ShareHolder, error) {
 	return limitd.ShareHolder{ClientID: id, Wants: n[0], Has: n[1], Priority: n[2], Expires: int64(n[3]) * 1000}, nil
 }
 
-// InstanceTTL is the remaining time to live of the template instance name's
-// state, ns: 0 while it has none.
+// InstanceTTL is the time to live left of template instance name's state,
+// ns (0: none).
 func (s *Store) InstanceTTL(ctx context.Context, name string) (int64, error) {
 	if err := limitd.CheckName(name); err != nil {
 		return 0, err
@@ -115,14 +114,12 @@ func (s *Store) InstanceTTL(ctx context.Context, name string) (int64, error) {
 	return max(0, int64(d)), nil // no key (-2) or no TTL (-1): 0
 }
 
-// instanceScanBudget bounds the keys InstanceCount looks at per Redis node.
-const instanceScanBudget = 100_000
+const instanceScanBudget = 100_000 // keys InstanceCount scans per node
 
-// InstanceCount counts the live instances of the template whose pattern is
-// given: the instance keys whose names match it (an instance whose name an
-// earlier template also matches counts here too). It scans at most
-// instanceScanBudget keys per Redis node; when a node has more, the count is
-// extrapolated from the part scanned and exact is false.
+// InstanceCount counts the instance keys whose names match pattern (a name
+// an earlier template also matches counts too). Past instanceScanBudget keys
+// on a node, the count is extrapolated from the part scanned and exact is
+// false.
 func (s *Store) InstanceCount(ctx context.Context, pattern string) (n int64, exact bool, err error) {
 	match := s.prefix + ":{" + pattern + "}:i"
 	count := func(ctx context.Context, c redis.Cmdable) error {
@@ -152,28 +149,14 @@ func (s *Store) InstanceCount(ctx context.Context, pattern string) (n int64, exa
 		}
 	}
 	exact = true
-	switch c := s.rdb.(type) {
-	case *redis.ClusterClient:
-		err = forEachNode(ctx, c.ForEachMaster, count)
-	case *redis.Ring:
-		err = forEachNode(ctx, c.ForEachShard, count)
-	default:
-		err = count(ctx, s.rdb)
-	}
-	if err != nil {
-		return 0, false, wrapErr(err)
-	}
-	return n, exact, nil
-}
-
-// forEachNode runs count on every node of a cluster or ring, one at a time
-// (each runs nodes concurrently; count adds to shared totals).
-func forEachNode(ctx context.Context, each func(context.Context, func(context.Context, *redis.Client) error) error,
-	count func(context.Context, redis.Cmdable) error) error {
-	var mu sync.Mutex
-	return each(ctx, func(ctx context.Context, c *redis.Client) error {
+	var mu sync.Mutex // nodes run concurrently; count adds to shared totals
+	err = s.eachNode(ctx, func(ctx context.Context, c redis.Cmdable) error {
 		mu.Lock()
 		defer mu.Unlock()
 		return count(ctx, c)
 	})
+	if err != nil {
+		return 0, false, wrapErr(err)
+	}
+	return n, exact, nil
 }

@@ -15,8 +15,7 @@ import (
 
 // Put creates or replaces a limiter. A config equal to the current one changes
 // nothing; one of the same kind reconfigures the limiter in place keeping its
-// schedule; one of another kind replaces it with a fresh one. A spec with the
-// verb restart also resets the schedule. created is true for a new limiter.
+// schedule (unless its verb is restart); one of another kind replaces it.
 func (s *Store) Put(ctx context.Context, name string, c limiter.Config) (info limitd.Info, created bool, err error) {
 	return s.configure(ctx, "put", "", name, c)
 }
@@ -81,8 +80,7 @@ func (s *Store) configure(ctx context.Context, mode, expected, name string, c li
 	if err != nil {
 		return limitd.Info{}, false, err
 	}
-	// {code, version, changed[, replaced]}: see configure.lua
-	r := &reply{v: v}
+	r := &reply{v: v} // {code, version, changed[, replaced]}
 	switch code := r.int(0); code {
 	case replyUpdated, replyCreated:
 		version, changed := r.int(1), r.flag(2)
@@ -92,7 +90,6 @@ func (s *Store) configure(ctx context.Context, mode, expected, name string, c li
 		if err := r.check("configure", name); err != nil {
 			return limitd.Info{}, false, err
 		}
-		// The limiter exists now: index it (see syncIndex).
 		if err := s.syncIndex(ctx, name, true); err != nil {
 			return limitd.Info{}, false, err
 		}
@@ -170,8 +167,7 @@ func (s *Store) List(ctx context.Context, cursor string, limit int) ([]limitd.In
 	if cursor != "" {
 		min = "(" + cursor
 	}
-	// One name more than asked tells whether another page follows, so that
-	// the last page ends with an empty cursor even when it is full.
+	// One name more tells whether another page follows.
 	names, err := s.rdb.ZRangeByLex(ctx, s.indexKey(), &redis.ZRangeBy{Min: min, Max: "+", Count: int64(limit) + 1}).Result()
 	if err != nil {
 		return nil, "", wrapErr(err)
@@ -195,8 +191,7 @@ func (s *Store) List(ctx context.Context, cursor string, limit int) ([]limitd.In
 	for i, n := range names {
 		info, err := decodeInfo(n, cmds[i].Val())
 		if errors.Is(err, ErrNotFound) {
-			// A stale entry (an index write that failed): drop it, unless the
-			// limiter is created meanwhile, which syncIndex sees.
+			// A stale entry (an index write that failed): drop it.
 			_ = s.syncIndex(ctx, n, false)
 			continue
 		}
@@ -211,24 +206,19 @@ func (s *Store) List(ctx context.Context, cursor string, limit int) ([]limitd.In
 // syncIndex makes the index agree with whether limiter name exists, given
 // that it existed (exists) at some moment after the caller's own change.
 //
-// The index is one sorted set and a limiter's keys live in the limiter's own
-// cluster slot, so no script can change both atomically on a cluster. What
-// holds instead: every change of a limiter's existence (configure creating
-// it, Delete removing it) and every removal of a stale entry (List) is
-// followed by syncIndex, which writes the index from an existence it read,
-// then reads existence again and writes again until the two reads agree.
-// Once every operation has finished, the last index write for a name was
-// followed by a read that agreed with it; that read came after the last
-// change of existence (the syncIndex of the operation that made that change
-// started after it, and wrote after it), so the index holds the name exactly
-// when the limiter exists. A failed write (Redis down) leaves the error to the
-// caller: a Put answered 503 is retried, and List drops a stale entry on its
-// next pass. Writing the index before the limiter exists, as limitd once did,
-// let List remove a name whose configure had not yet run: it stayed out of
-// the index for good.
+// The index is one sorted set and a limiter's keys live in its own cluster
+// slot, so no script can change both atomically. Instead every change of a
+// limiter's existence (configure, Delete) and every removal of a stale entry
+// (List) is followed by syncIndex, which writes the index from an existence
+// it read, then reads again and writes again until two reads agree. Once
+// every operation has finished, the last index write for a name was followed
+// by an agreeing read that came after the last change of existence, so the
+// index holds the name exactly when the limiter exists. (Writing the index
+// before the limiter exists let List drop a name for good.) A failed write
+// is the caller's error: a Put answered 503 is retried, and List drops a
+// stale entry on its next pass. It loops only while others create and
+// delete the same name, and ctx ends it.
 func (s *Store) syncIndex(ctx context.Context, name string, exists bool) error {
-	// It loops only while others create and delete the same name; each of
-	// them runs syncIndex after its change too, and ctx ends it.
 	for {
 		var err error
 		if exists {
@@ -248,4 +238,35 @@ func (s *Store) syncIndex(ctx context.Context, name string, exists bool) error {
 		}
 		exists = now
 	}
+}
+
+// Changes delivers the change events published on Channel ("<name>
+// <version>": a limiter put or patched, version 0 when deleted; "*template*
+// 0": the templates changed) until ctx ends, and then closes. Events
+// published while the subscription is down are lost, so a watcher that must
+// not miss one also reads the state now and then.
+func (s *Store) Changes(ctx context.Context) <-chan string {
+	sub := s.rdb.Subscribe(ctx, s.Channel())
+	out := make(chan string, 16)
+	go func() {
+		defer close(out)
+		defer sub.Close()
+		ch := sub.Channel()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m, ok := <-ch:
+				if !ok {
+					return
+				}
+				select {
+				case out <- m.Payload:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
 }

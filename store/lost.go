@@ -9,12 +9,9 @@ import (
 
 // Lost reports which of the named limiters and templates Redis lost: a
 // limiter whose config is gone or that the index (List) does not name, a
-// template the template table lacks. A Redis Cluster shard restarted without
-// persistence loses only the limiters of its own slots, so every name is
-// checked, in one pipeline (one round trip per node).
-//
-// When some checks fail (a shard down) the others still count: the names
-// found lost are returned with an error wrapping ErrUnavailable.
+// template the template table lacks. Every name is checked (a cluster shard
+// loses only its own slots), in one pipeline. When some checks fail, the
+// names found lost are returned with an error wrapping ErrUnavailable.
 func (s *Store) Lost(ctx context.Context, limiters, templates []string) (lostLimiters, lostTemplates []string, err error) {
 	if len(limiters) == 0 && len(templates) == 0 {
 		return nil, nil, nil
@@ -60,7 +57,6 @@ func (s *Store) Lost(ctx context.Context, limiters, templates []string) (lostLim
 	return lostLimiters, lostTemplates, nil
 }
 
-// markerKey is where Mark writes limitd's marker.
 func (s *Store) markerKey() string { return s.prefix + ":boot" }
 
 // Mark writes limitd's marker, sum as its value (the applied

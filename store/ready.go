@@ -15,13 +15,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// UnavailableError is every error that means Redis cannot serve limitd now:
-// errors.Is(err, ErrUnavailable) holds for it. Condition names what is wrong
-// in Redis' own words where Redis said it (READONLY, OOM, LOADING, WRONGPASS,
-// ...) and in a few plain ones otherwise (timeout, connection refused, ...),
-// so that an operator reading a 503 knows what to fix. Where the operator
-// must act in a known way, it also matches one of the causes
-// (ErrUnauthorized, ErrLoading, ErrReadOnly).
+// UnavailableError is every error that means Redis cannot serve limitd now;
+// it matches ErrUnavailable. Condition names what is wrong in Redis' own
+// words where Redis said it (READONLY, OOM, ...) and in a few plain ones
+// otherwise (timeout, ...), so that an operator reading a 503 knows what to
+// fix; where the fix is known, it also matches one of the causes below.
 type UnavailableError struct {
 	Condition string
 	err       error
@@ -38,9 +36,7 @@ func (e *UnavailableError) Is(target error) bool {
 }
 
 // The causes of unavailability an operator fixes in a known way: an
-// *UnavailableError matches at most one of them besides ErrUnavailable
-// (errors.Is). Every other condition (a timeout, a refused connection, ...)
-// matches none.
+// *UnavailableError matches at most one of them besides ErrUnavailable.
 var (
 	// ErrUnauthorized: Redis refused limitd's credentials (WRONGPASS, NOAUTH)
 	// or its user may not run a command or touch a key (NOPERM).
@@ -53,7 +49,6 @@ var (
 	ErrReadOnly = errors.New("redis is read-only")
 )
 
-// conditionCause is the cause each condition means, where it means one.
 var conditionCause = map[string]error{
 	"WRONGPASS": ErrUnauthorized,
 	"NOAUTH":    ErrUnauthorized,
@@ -65,8 +60,7 @@ var conditionCause = map[string]error{
 func (e *UnavailableError) Unwrap() error { return e.err }
 
 // Describe says in one sentence what the condition means and what to look
-// at. It holds no part of the underlying error text, so it is safe to show
-// to any client (no address, no password).
+// at, without the underlying error's text: safe to show to any client.
 func (e *UnavailableError) Describe() string {
 	if d, ok := conditionText[e.Condition]; ok {
 		return e.Condition + ": " + d
@@ -79,7 +73,6 @@ func (e *UnavailableError) Describe() string {
 // the others, it is that limiter's alone, not Redis's.
 const ConditionUnknownLayout = "UNKNOWN LAYOUT"
 
-// conditionText explains each condition wrapErr may name.
 var conditionText = map[string]string{
 	"WRONGPASS":            "Redis refused limitd's user name or password",
 	"NOAUTH":               "Redis needs a password and limitd gave none",
@@ -106,10 +99,9 @@ var conditionText = map[string]string{
 }
 
 // redisCondition returns the condition a Redis error reply means, or "" when
-// the reply does not mean that Redis is unavailable. go-redis' own
-// classification decides the credentials, permissions, loading and
-// read-only replies, wherever Redis gave them: to a command, to a script's
-// call, or to the AUTH or HELLO that opens a connection.
+// it does not mean that Redis is unavailable. go-redis' classification
+// decides the credentials, permissions, loading and read-only replies,
+// wherever Redis gave them (a command, a script, the AUTH or HELLO).
 func redisCondition(err error) string {
 	msg := err.Error()
 	code, _, _ := strings.Cut(msg, " ")
@@ -135,19 +127,14 @@ func redisCondition(err error) string {
 		return code
 	}
 	if strings.Contains(msg, "limitd: ") && strings.Contains(msg, ": packed state of ") {
-		// lua/lib.lua's load: a layout newer than the scripts' (see
-		// Storage there), never read by guess.
-		return ConditionUnknownLayout
+		return ConditionUnknownLayout // lua/lib.lua's load (see Storage there)
 	}
-	if fnMissing(err) {
-		// The library is loaded again on "Function not found" (functions.go);
-		// one still missing after that is a node that cannot take it.
+	if fnMissing(err) { // still missing once loaded again (functions.go)
 		return "FUNCTION NOT FOUND"
 	}
 	return ""
 }
 
-// transportCondition names a failure that is not a Redis reply.
 func transportCondition(err error) string {
 	var ne net.Error
 	switch {
@@ -171,33 +158,23 @@ func transportCondition(err error) string {
 // it is not ready.
 const ReadyTimeout = time.Second
 
-// probeTTL keeps a probe key from outliving the check that wrote it.
-const probeTTL = 2 * time.Second
+const probeTTL = 2 * time.Second // a probe key outlives no check
 
 // Ready reports whether limitd can decide now: whether every master it
-// needs accepts a write. It writes a tiny key with a short TTL under the
-// store's prefix on every master (on a cluster: one key in a slot of every
-// slot range, so each master takes one), because only a write shows what a
-// PING cannot: a read-only replica (READONLY), maxmemory with noeviction
-// (OOM), too few replicas (NOREPLICAS), a server still loading (LOADING) or
-// a script that holds it (BUSY). It takes at most ReadyTimeout; an error
-// wraps ErrUnavailable (an *UnavailableError naming the condition).
+// needs accepts a write. It writes a tiny key with a short TTL on every
+// master (on a cluster: in a slot of every slot range), because only a
+// write shows what a PING cannot: READONLY, OOM, NOREPLICAS, LOADING, BUSY.
+// It takes at most ReadyTimeout; an error is an *UnavailableError.
 func (s *Store) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
-	probe := func(ctx context.Context, c redis.Cmdable, key string) error {
-		return c.Set(ctx, key, "1", probeTTL).Err()
-	}
 	var err error
-	switch c := s.rdb.(type) {
-	case *redis.ClusterClient:
+	if c, ok := s.rdb.(*redis.ClusterClient); ok {
 		err = s.readyCluster(ctx, c)
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error {
-			return probe(ctx, shard, s.prefix+":ready")
+	} else {
+		err = s.eachNode(ctx, func(ctx context.Context, c redis.Cmdable) error {
+			return c.Set(ctx, s.prefix+":ready", "1", probeTTL).Err()
 		})
-	default:
-		err = probe(ctx, s.rdb, s.prefix+":ready")
 	}
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err()
@@ -206,8 +183,7 @@ func (s *Store) Ready(ctx context.Context) error {
 }
 
 // readyCluster writes one probe key into the first slot of every slot range
-// the cluster reports, through the cluster client, so that each key goes to
-// the master that owns it (MOVED is followed as for any command).
+// the cluster reports, through the cluster client (which follows MOVED).
 func (s *Store) readyCluster(ctx context.Context, c *redis.ClusterClient) error {
 	shards, err := c.ClusterShards(ctx).Result()
 	if err != nil {
@@ -240,11 +216,10 @@ func (s *Store) readyCluster(ctx context.Context, c *redis.ClusterClient) error 
 	return err
 }
 
-// clusterSlots is the number of hash slots of a Redis Cluster.
 const clusterSlots = 16384
 
-// slotTags holds, for every cluster hash slot, a short hash tag whose key
-// lands in that slot: "ready-<n>" for the first n that does.
+// slotTags holds, for every cluster hash slot, the first hash tag
+// "ready-<n>" whose key lands in it.
 var slotTags = sync.OnceValue(func() []string {
 	tags := make([]string, clusterSlots)
 	for n, left := 0, clusterSlots; left > 0; n++ {
@@ -258,8 +233,7 @@ var slotTags = sync.OnceValue(func() []string {
 })
 
 // keySlot is the cluster hash slot of a key without braces: CRC-16/XMODEM
-// (polynomial 0x1021, initial value 0) modulo 16384, as the Redis Cluster
-// specification defines it.
+// modulo 16384, as the Redis Cluster specification defines it.
 func keySlot(key string) int {
 	var crc uint16
 	for i := 0; i < len(key); i++ {

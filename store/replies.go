@@ -6,10 +6,9 @@ import (
 	"strconv"
 )
 
-// ErrBadReply means a script answered what store cannot read: too few
-// elements, one of the wrong type, or a code it does not know. The scripts
-// and store are out of step (or the reply was garbled on its way): limitd's
-// fault, never the caller's, and never read as a zero.
+// ErrBadReply means a script answered what store cannot read (too few
+// elements, one of the wrong type, an unknown code): limitd's fault, never
+// the caller's, and never read as a zero.
 var ErrBadReply = errors.New("unreadable reply from redis")
 
 // The scripts' reply codes: the first element of a reply. lua/lib.lua names
@@ -48,14 +47,12 @@ const (
 	recordChargeRange   = 5
 )
 
-// badReply is an ErrBadReply saying what was wrong.
 func badReply(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrBadReply}, a...)...)
 }
 
 // reply reads a script's array reply by position, checking each element's
-// presence and type; the first problem sticks (err) and every later read
-// returns a zero that err tells not to use.
+// presence and type; the first problem sticks in err.
 type reply struct {
 	v   []any
 	err error
@@ -80,7 +77,6 @@ func (r *reply) int(i int) int64 {
 	return 0
 }
 
-// flag is element i, 0 or 1.
 func (r *reply) flag(i int) bool {
 	n := r.int(i)
 	if n != 0 && n != 1 {
@@ -89,7 +85,6 @@ func (r *reply) flag(i int) bool {
 	return n == 1
 }
 
-// str is element i, a string.
 func (r *reply) str(i int) string {
 	if !r.has(i) {
 		r.fail(i, "missing")
@@ -115,8 +110,7 @@ func (r *reply) float(i int) float64 {
 	return f
 }
 
-// has tells whether the reply has element i (for the optional ones at its
-// end) and nothing went wrong before.
+// has tells whether the reply has element i and nothing went wrong before.
 func (r *reply) has(i int) bool { return r.err == nil && i < len(r.v) }
 
 func (r *reply) fail(i int, what string) {
@@ -125,7 +119,6 @@ func (r *reply) fail(i int, what string) {
 	}
 }
 
-// check returns r's error, if any, for op on name.
 func (r *reply) check(op, name string) error {
 	if r.err != nil {
 		return fmt.Errorf("store: %s of %q: %w", op, name, r.err)

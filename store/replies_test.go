@@ -77,7 +77,7 @@ func TestAnswersGarbled(t *testing.T) {
 		"1 1700000000000000 3 0 5 1 0 0",     // text: a record cut short
 	} {
 		var outs [2]Outcome
-		u := answerUnpacker(v)
+		u := (&Store{}).answerUnpacker(v)
 		decodeAnswer("n", &u, 2, func(r int, o Outcome) { outs[r] = o.withPermits(1) })
 		for r, o := range outs {
 			if !errors.Is(o.Err, ErrBadReply) {

@@ -10,14 +10,10 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// Share limiters (Doorman capacity leases): lua/share.lua runs
-// limiter.ShareParams.Request in Redis for the requesting client alone, so
-// the sum of what clients hold never exceeds the capacity. Its state is the
-// limiter hash (parameters, the state's start and learning window) and a hash
-// of leases by client id, prefix:{name}:c.
-
-// Capacity asks a share limiter for capacity on behalf of one client. An
-// unknown limiter is ErrNotFound; a limiter of another kind ErrConflict.
+// Capacity asks a share limiter (Doorman capacity leases) for capacity on
+// behalf of one client: lua/share.lua runs limiter.ShareParams.Request for it
+// alone, so what clients hold never exceeds the capacity. An unknown limiter
+// is ErrNotFound; a limiter of another kind ErrConflict.
 func (s *Store) Capacity(ctx context.Context, name string, r limitd.CapacityRequest) (limitd.CapacityLease, error) {
 	if err := limitd.CheckName(name); err != nil {
 		return limitd.CapacityLease{}, err
@@ -33,8 +29,7 @@ func (s *Store) Capacity(ctx context.Context, name string, r limitd.CapacityRequ
 	if err := leaseReplyErr(name, limiter.KindShare, v); err != nil {
 		return limitd.CapacityLease{}, err
 	}
-	// {1, gets, now_us, lease_ns, refresh_ns, safe_capacity, learning, version}
-	rep := &reply{v: v}
+	rep := &reply{v: v} // {1, gets, now_us, lease_ns, refresh_ns, safe_capacity, learning, version}
 	l := limitd.CapacityLease{
 		Gets:         rep.float(1),
 		Expires:      rep.int(2)*1000 + rep.int(3),
@@ -93,23 +88,13 @@ func leaseFields(c limiter.Config) ([]any, error) {
 // ceilUS is ns rounded up to µs (see lua/share.lua for why that is exact).
 func ceilUS(ns int64) int64 { return (ns + 999) / 1000 }
 
-// leaseReplyErr maps the errors of share.lua and concurrency.lua: {-1} no such
-// limiter, {-5, kind} a limiter of another kind.
+// leaseReplyErr maps the errors of share.lua and concurrency.lua, whose -2
+// is replyNotHeld (the caller's to read), not replyPermitsRange.
 func leaseReplyErr(name string, want limiter.Kind, v []any) error {
-	r := &reply{v: v}
-	switch r.int(0) {
-	case replyOK, replyNotHeld: // the latter: the caller's, see there
+	if r := (reply{v: v}); r.int(0) == replyNotHeld && r.err == nil {
 		return nil
-	case replyNotFound:
-		return fmt.Errorf("limiter %q: %w", name, ErrNotFound)
-	case replyOtherKind:
-		if kind := r.str(1); r.err == nil {
-			return kindConflict(name, limiter.Kind(kind))
-		}
-	default:
-		r.fail(0, "not a reply code")
 	}
-	return r.check(string(want), name)
+	return replyErr(string(want), name, v)
 }
 
 // kindConflict is the error of a call a limiter of kind k does not take: it

@@ -23,14 +23,13 @@ var (
 	// ErrUnavailable means Redis did not answer (down, timed out, failing over).
 	ErrUnavailable = limiter.ErrUnavailable
 	// ErrConflict means the change contradicts the limiter as it is (a kind
-	// change through Patch), or the call is not one the limiter's kind takes
-	// (Acquire on a share limiter, Capacity on a schedule...).
+	// change through Patch), or its kind does not take the call.
 	ErrConflict = limiter.ErrConflict
-	// ErrClosed is returned by calls on a store after Close; it matches
-	// ErrUnavailable too.
-	ErrClosed   = fmt.Errorf("store closed: %w", ErrUnavailable)
 	ErrNotFound = limiter.ErrNotFound
 	ErrInvalid  = limiter.ErrInvalid
+	// ErrClosed is returned by calls on a store after Close; it matches
+	// ErrUnavailable too.
+	ErrClosed = fmt.Errorf("store closed: %w", ErrUnavailable)
 )
 
 // DefaultPrefix is the key prefix when none is configured.
@@ -77,8 +76,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 }
 
 // Close stops the store's background work (the batcher, and the expiries
-// of new fixed window counts, which it sends then). It does not close
-// the Redis client, which the caller owns.
+// of new fixed window counts, which it sends then), not the Redis client.
 func (s *Store) Close() error {
 	if s.batcher != nil {
 		s.batcher.stop()
@@ -90,27 +88,22 @@ func (s *Store) Close() error {
 // Client returns the Redis client the store uses.
 func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
-// Prefix returns the key prefix.
-func (s *Store) Prefix() string { return s.prefix }
-
 // limiterKey is a named limiter's hash (kind, version, config), stateKey its
-// packed state (x in lua/lib.lua), instanceKey a template instance's. All
-// carry the name as hash tag, so one script may touch them all.
+// packed state (x in lua/lib.lua), instanceKey a template instance's;
+// clientsKey a share limiter's leases by client, slotsKey a concurrency
+// limiter's leased slots. All carry the name as hash tag.
 func (s *Store) limiterKey(name string) string  { return s.prefix + ":{" + name + "}:l" }
 func (s *Store) stateKey(name string) string    { return s.prefix + ":{" + name + "}:x" }
 func (s *Store) instanceKey(name string) string { return s.prefix + ":{" + name + "}:i" }
 func (s *Store) indexKey() string               { return s.prefix + ":index" }
 func (s *Store) templatesKey() string           { return s.prefix + ":templates" }
 func (s *Store) templateVersionKey() string     { return s.prefix + ":templates:versions" }
-
-// clientsKey is a share limiter's leases by client, slotsKey a concurrency
-// limiter's leased slots; both beside the limiter's hash, in its slot.
-func (s *Store) clientsKey(name string) string { return s.prefix + ":{" + name + "}:c" }
-func (s *Store) slotsKey(name string) string   { return s.prefix + ":{" + name + "}:s" }
+func (s *Store) clientsKey(name string) string  { return s.prefix + ":{" + name + "}:c" }
+func (s *Store) slotsKey(name string) string    { return s.prefix + ":{" + name + "}:s" }
 
 // limiterKeys are every key a named limiter may have, its hash first, its
-// state key second; its decision totals (totals.go) last, so that a limiter
-// deleted, or replaced by one of another kind, starts its totals over.
+// state key second, its totals last (a limiter deleted or replaced by one of
+// another kind starts its totals over).
 func (s *Store) limiterKeys(name string) []string {
 	return []string{s.limiterKey(name), s.stateKey(name), s.clientsKey(name), s.slotsKey(name), s.totalsKey(name)}
 }
@@ -119,8 +112,21 @@ func (s *Store) limiterKeys(name string) []string {
 // "<name> <version>" (version 0: deleted; name "*template*": templates changed).
 func (s *Store) Channel() string { return s.prefix + ":changes" }
 
-// run runs op: as a Redis Function where it is one and Redis has them (see
-// functions.go), else as a script.
+// eachNode runs f on every master of a cluster, every shard of a ring, or
+// the one server.
+func (s *Store) eachNode(ctx context.Context, f func(context.Context, redis.Cmdable) error) error {
+	node := func(ctx context.Context, c *redis.Client) error { return f(ctx, c) }
+	switch c := s.rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, node)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, node)
+	}
+	return f(ctx, s.rdb)
+}
+
+// run runs op: as a Redis Function where it is one and Redis has them, else
+// as a script.
 func (s *Store) run(ctx context.Context, op string, keys []string, args ...any) ([]any, error) {
 	v, err := s.runAny(ctx, op, keys, args...)
 	if err != nil {
@@ -133,7 +139,6 @@ func (s *Store) run(ctx context.Context, op string, keys []string, args ...any) 
 	return a, nil
 }
 
-// runAny is run for a reply of any type.
 func (s *Store) runAny(ctx context.Context, op string, keys []string, args ...any) (any, error) {
 	v, ok, err := s.fcall(ctx, op, keys, args)
 	if !ok {
@@ -150,27 +155,23 @@ func (s *Store) runAny(ctx context.Context, op string, keys []string, args ...an
 }
 
 // once is a command go-redis sends at most once, whatever its retry
-// settings. A script or function call whose reply did not come in time may
-// have run: sent again, an acquire would take its permits twice and a slot
-// would be held twice. (A redirect, MOVED, ASK or READONLY, still goes to the
-// node that serves the key: Redis ran nothing then.) The cost is that a call
-// on a connection that broke before it was written fails rather than going
-// out again on another: go-redis checks a pooled connection before using it.
-// A pipeline that holds one is not sent again either: a fixed window's
-// INCRBY is sent as one, since sent twice it would count its hits twice.
+// settings: a call whose reply did not come in time may have run, and sent
+// again it would take its permits (or count its hits) twice. A pipeline that
+// holds one is not sent again either. (A redirect, MOVED, ASK or READONLY,
+// still goes to the node that serves the key: Redis ran nothing then.) The
+// cost is that a call on a connection that broke before it was written
+// fails; go-redis checks a pooled connection before using it.
 type once struct{ redis.Cmder }
 
 func (once) NoRetry() bool { return true }
 
-// callOnce sends verb (fcall, evalsha or eval) of fn over keys and args, at
-// most once.
+// callOnce sends verb (fcall, evalsha or eval) of fn, at most once.
 func (s *Store) callOnce(ctx context.Context, verb, fn string, keys []string, args []any) (any, error) {
 	cmd := onceCmd(ctx, verb, fn, keys, args)
 	_ = s.rdb.Process(ctx, once{cmd})
 	return cmd.Result()
 }
 
-// onceCmd is the command callOnce sends (to be wrapped in once).
 func onceCmd(ctx context.Context, verb, fn string, keys []string, args []any) *redis.Cmd {
 	argv := make([]any, 0, 3+len(keys)+len(args))
 	argv = append(argv, verb, fn, len(keys))
@@ -184,11 +185,10 @@ func onceCmd(ctx context.Context, verb, fn string, keys []string, args []any) *r
 	return cmd
 }
 
-// wrapErr turns every failure that means "Redis cannot serve now" into an
-// *UnavailableError (errors.Is(err, ErrUnavailable)) naming the condition:
-// transport failures (refused, timed out, lost connections) and the server's
-// own refusals (READONLY, OOM, LOADING, ...). Any other Redis error is kept
-// as it is: it is limitd's fault, not the operator's.
+// wrapErr turns every failure that means "Redis cannot serve now" (a
+// transport failure, or a refusal such as READONLY) into an
+// *UnavailableError naming the condition. Any other Redis error is limitd's
+// fault, not the operator's, and kept as it is.
 func wrapErr(err error) error {
 	if err == nil {
 		return nil
@@ -207,9 +207,8 @@ func wrapErr(err error) error {
 
 // pipelineErr sets err, a pipeline's error, on each of its commands cmds
 // when none of them holds an error: go-redis returns a failure to open the
-// pipeline's connection (a refused AUTH or HELLO: WRONGPASS, NOAUTH) from
-// the pipeline alone, and its commands would read as answered with nothing
-// (a zero, a nil reply). Callers read each command's own error.
+// pipeline's connection (a refused AUTH) from the pipeline alone, and its
+// commands would read as answered with nothing.
 func pipelineErr(cmds []redis.Cmder, err error) {
 	if err == nil || slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Err() != nil }) {
 		return
@@ -219,12 +218,9 @@ func pipelineErr(cmds []redis.Cmder, err error) {
 	}
 }
 
-// Ping reports whether Redis answers. Ready tells more: whether it can serve.
-func (s *Store) Ping(ctx context.Context) error { return wrapErr(s.rdb.Ping(ctx).Err()) }
-
 // paramArgs encodes engine parameters as the scripts take them (see Layouts
 // in lua/lib.lua): the kind, the slice, max_permits, the kind's own
-// parameters (limiter.KindInfo.Params) and the version.
+// parameters and the version.
 func paramArgs(p *limiter.Params, version int64) []any {
 	k, _ := limiter.Lookup(p.Kind)
 	args := make([]any, 0, 6+len(k.Params))
@@ -246,7 +242,8 @@ func paramArg(v float64) any {
 
 func ff(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
-// unpacker reads the numbers of one packed field in order.
+// unpacker reads the numbers of one packed field in order, in its binary or
+// text form.
 type unpacker struct {
 	b      string   // binary form
 	words  []string // text form
@@ -261,7 +258,6 @@ func newUnpacker(s string) unpacker {
 	return unpacker{b: s}
 }
 
-// next returns the next n bytes (binary) or the next word (text).
 func (u *unpacker) next(n int) string {
 	if u.err != nil {
 		return ""
@@ -284,7 +280,7 @@ func (u *unpacker) next(n int) string {
 	return b
 }
 
-// str is a name: a length byte and its bytes (text: a word).
+// str is a name: a length byte and its bytes.
 func (u *unpacker) str() string {
 	if u.isText {
 		return u.next(0)
@@ -305,8 +301,7 @@ func (u *unpacker) uint(n int) int64 {
 	return int64(x)
 }
 
-// int is a signed (two's complement) little-endian integer of n bytes ('i4',
-// 'i7').
+// int is a signed (two's complement) little-endian integer of n bytes.
 func (u *unpacker) int(n int) int64 {
 	if u.isText {
 		return u.textInt(u.next(n), -1<<(8*n-1), 1<<(8*n-1))
@@ -319,8 +314,7 @@ func (u *unpacker) int(n int) int64 {
 }
 
 // textInt reads an integer the text form wrote with '%.17g', which must lie
-// in [lo, hi): the text form holds any number, so this is where a value the
-// binary form could not hold (a fraction, or too large for its bytes) shows.
+// in [lo, hi), as the binary form's bytes would hold it.
 func (u *unpacker) textInt(w string, lo, hi int64) int64 {
 	if u.err != nil {
 		return 0
@@ -341,7 +335,6 @@ func (u *unpacker) textInt(w string, lo, hi int64) int64 {
 	return x
 }
 
-// done reports a field that was short, unreadable or too long.
 func (u *unpacker) done(name string) error {
 	if u.err == nil && (len(u.b) > 0 || len(u.words) > 0) {
 		u.err = badReply("too long")
@@ -353,7 +346,6 @@ func (u *unpacker) done(name string) error {
 }
 
 // isPackedText tells the text form from the binary one by the first byte: a
-// number's digit in text, a code in binary (x starts with 1 or 2, an answer
-// of acquire.lua with 1, 3 or 4); a share or concurrency limiter's x, its
-// kind's name, is neither.
+// digit in text, a code in binary (a lease limiter's x, its kind's name, is
+// neither).
 func isPackedText(s string) bool { return s != "" && s[0] >= '0' && s[0] <= '9' }

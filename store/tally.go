@@ -15,28 +15,19 @@ import (
 // Tally counts decisions in memory and adds them to the Redis totals
 // (AddTotals) when flushed, about once a second: the one way every process
 // that decides (a limitd server's ledger, a Go client over Redis) writes
-// them, so that each flush costs Redis the same bounded number of commands.
-// It is safe for concurrent use; the caller owns the loop that flushes it.
+// them. It is safe for concurrent use; the caller owns the loop that flushes
+// it.
 //
 // A flush is one pipeline whose size depends on the named limiters and
-// templates counted in the interval, not on how many decisions nor on how
-// many instances: per named limiter and template an HINCRBY per non-zero
-// count and a PEXPIRE, and per template at most TopK ZINCRBY by refused and
-// TopK by granted permits (its largest instances of the interval) with a
-// PEXPIRE per bucket. An instance has no totals of its own: a write a
-// second for every key decided on would cost a fleet's Redis more than its
-// decisions.
+// templates counted in the interval, not on the decisions nor the instances:
+// an instance has no totals of its own, only its template's and a place in
+// its template's top TopK instances by refused and by granted permits.
 //
-// Memory is bounded: at most MaxNames distinct limiters and instances are
-// counted per interval. Past that, a decision on a new name still counts in
-// its template's totals (templates are few) but not under its own name:
-// Overflow counts those decisions.
-//
-// The counts are held in shards, each under a mutex of its own, a name in
-// the shard its hash picks: decisions on different names from many
-// goroutines at once do not wait on one mutex. MaxNames bounds the names of
-// all shards together, the first names of the interval taking the places
-// as they would in one; a flush merges the shards.
+// At most MaxNames distinct limiters and instances are counted per interval
+// (the first to come, across all shards); past that, a decision on a new
+// name counts in its template's totals only, and in Overflow. The counts are
+// held in shards, a name in the one its hash picks, so that decisions on
+// different names do not wait on one mutex.
 type Tally struct {
 	st     *Store
 	topK   int
@@ -49,7 +40,6 @@ type Tally struct {
 	failed   atomic.Int64
 }
 
-// tallyShard is the counts of the names whose hash picks it.
 type tallyShard struct {
 	mu    sync.Mutex
 	cur   interval
@@ -57,17 +47,15 @@ type tallyShard struct {
 	_     [64]byte // another shard's mutex on another cache line
 }
 
-// room is the places for names in the current interval, across shards:
-// MaxNames. A name new to the interval takes the next one (its seq) or,
-// past the last, none; a new interval gives them all back.
+// room is the MaxNames places for names in the current interval, across
+// shards; a new interval gives them all back.
 type room struct {
 	max   int64
 	taken atomic.Int64
 }
 
 // take returns the next place (1 for the first), ok false when none is
-// left. A place is never given back within an interval, so the places
-// taken are exactly 1 to max, in the order they were taken.
+// left: the places taken are exactly 1 to max, in the order taken.
 func (r *room) take() (seq int64, ok bool) {
 	if r.taken.Load() >= r.max {
 		return 0, false // full: no write to the shared counter
@@ -76,9 +64,8 @@ func (r *room) take() (seq int64, ok bool) {
 	return seq, seq <= r.max
 }
 
-// tallyShards is how many shards a Tally counts in: enough that 16 or 64
-// goroutines deciding at once on two to a few dozen cores seldom meet on
-// one, few enough that a flush locks them all at no cost.
+// tallyShards: enough that 16 or 64 goroutines deciding at once seldom meet
+// on one, few enough that a flush locks them all at no cost.
 const tallyShards = 16
 
 // TallyOptions configure a Tally; zero values take the defaults.
@@ -88,12 +75,9 @@ type TallyOptions struct {
 	Clock    func() time.Time // picks a flush's minute bucket; default time.Now
 }
 
-// interval is one interval's counts (of a shard). The counts of limiters
-// and instances are values in one slice, which the maps index: counting a
-// name new to the interval allocates nothing once an earlier interval held
-// as many names, and the collector has no object per name to scan. Two
-// intervals take turns (tallyShard.spare), each keeping its maps' and
-// slice's room.
+// interval is one interval's counts (of a shard): values in one slice, which
+// the maps index, two intervals taking turns (tallyShard.spare), so that a
+// new name allocates nothing (docs/performance.md, "What the ledger costs").
 type interval struct {
 	limiters  map[string]int32 // name → index in names
 	instances map[string]int32 // name → index in names
@@ -102,7 +86,7 @@ type interval struct {
 }
 
 // named is the counts of a limiter (template "") or of an instance of
-// template; seq is its place in the interval (room.take).
+// template; seq is its place (room.take).
 type named struct {
 	name, template string
 	seq            int64
@@ -113,7 +97,6 @@ func newInterval() interval {
 	return interval{limiters: map[string]int32{}, instances: map[string]int32{}, templates: map[string]*limitd.Counts{}}
 }
 
-// reset empties t for another interval, keeping its room.
 func (t *interval) reset() {
 	clear(t.limiters)
 	clear(t.instances)
@@ -122,7 +105,6 @@ func (t *interval) reset() {
 	t.names = t.names[:0]
 }
 
-// empty reports whether t counted nothing.
 func (t *interval) empty() bool { return len(t.names) == 0 && len(t.templates) == 0 }
 
 // NewTally returns a tally that adds to s's Redis.
@@ -160,7 +142,6 @@ func (t *Tally) shard(s limitd.Subject) *tallyShard {
 	return &t.shards[maphash.String(t.seed, name)&uint64(len(t.shards)-1)]
 }
 
-// lockAll locks every shard, in order; unlockAll unlocks them.
 func (t *Tally) lockAll() {
 	for i := range t.shards {
 		t.shards[i].mu.Lock()
@@ -208,8 +189,7 @@ func (t *interval) add(s limitd.Subject, c limitd.Counts, r *room) (dropped int6
 	return 0
 }
 
-// addNamed counts c under name in m (t.limiters, or t.instances of
-// template), not in a template's totals.
+// addNamed counts c under name in m (t.limiters, or t.instances of template).
 func (t *interval) addNamed(m map[string]int32, name, template string, c limitd.Counts, r *room) (dropped int64) {
 	if i, ok := m[name]; ok {
 		t.names[i].Add(c)
@@ -227,10 +207,6 @@ func (t *interval) addNamed(m map[string]int32, name, template string, c limitd.
 // Overflow is how many decisions were not counted under their own name
 // because the interval had MaxNames names already.
 func (t *Tally) Overflow() int64 { return t.overflow.Load() }
-
-// Failed is how many flushes Redis did not take (their counts were kept
-// for the next, as far as MaxNames allows).
-func (t *Tally) Failed() int64 { return t.failed.Load() }
 
 // Flush adds what was counted since the last flush to Redis and starts a
 // new interval. When Redis does not take it, the counts go back into the
@@ -258,8 +234,8 @@ func (t *Tally) Flush(ctx context.Context) error {
 	return err
 }
 
-// swap starts a new interval in every shard at once, with all of MaxNames,
-// and returns the shards' last ones and whether they counted nothing.
+// swap starts a new interval in every shard at once and returns the last
+// ones and whether they counted nothing.
 func (t *Tally) swap() (ivs []interval, empty bool) {
 	ivs, empty = make([]interval, len(t.shards)), true
 	t.lockAll()
@@ -277,9 +253,7 @@ func (t *Tally) swap() (ivs []interval, empty bool) {
 	return ivs, empty
 }
 
-// batchOf is the intervals (of a tally's shards) as the store adds them:
-// every count, and per template its topK instances by refused and by
-// granted permits.
+// batchOf is a flush's intervals as the store adds them.
 func batchOf(ivs []interval, minute int64, topK int) TotalsBatch {
 	var nl, nt int
 	for _, iv := range ivs {
@@ -315,9 +289,9 @@ func batchOf(ivs []interval, minute int64, topK int) TotalsBatch {
 	return b
 }
 
-// top keeps the k largest of the counts offered, a larger count first and
-// then the name first in order: a heap whose root is the last of those
-// kept, so that a count that does not make it costs one comparison.
+// top keeps the k largest counts offered, a larger count first and then the
+// name first: a heap whose root is the last of those kept, so that a count
+// that does not make it costs one comparison.
 type top struct {
 	k  int
 	es []topEntry
@@ -328,12 +302,10 @@ type topEntry struct {
 	n    int64
 }
 
-// before reports whether a comes before b in the top's order.
 func (a topEntry) before(b topEntry) bool {
 	return a.n > b.n || a.n == b.n && a.name < b.name
 }
 
-// offer adds name's count n (nothing when n is 0).
 func (t *top) offer(name string, n int64) {
 	if n == 0 || t.k <= 0 {
 		return
@@ -371,7 +343,6 @@ func (t *top) offer(name string, n int64) {
 	}
 }
 
-// counts is the top kept, name → count.
 func (t *top) counts() map[string]int64 {
 	out := make(map[string]int64, len(t.es))
 	for _, e := range t.es {
@@ -381,8 +352,7 @@ func (t *top) counts() map[string]int64 {
 }
 
 // putBack adds the counts of ivs (a flush's shards) into the current
-// interval, the names in the order they came in the flushed interval, as
-// far as MaxNames allows.
+// interval, the names in the order they came, as far as MaxNames allows.
 func (t *Tally) putBack(ivs []interval) {
 	t.lockAll()
 	defer t.unlockAll()
@@ -405,11 +375,11 @@ func (t *Tally) putBack(ivs []interval) {
 			s = limitd.Subject{Template: x.template, Instance: x.name}
 		}
 		cur := &t.shard(s).cur
-		if x.template == "" {
-			dropped += cur.addNamed(cur.limiters, x.name, "", x.Counts, &t.room)
-		} else {
-			dropped += cur.addNamed(cur.instances, x.name, x.template, x.Counts, &t.room)
+		m := cur.limiters
+		if x.template != "" {
+			m = cur.instances
 		}
+		dropped += cur.addNamed(m, x.name, x.template, x.Counts, &t.room)
 	}
 	t.overflow.Add(dropped)
 }

@@ -20,10 +20,9 @@ import (
 )
 
 // PutTemplate creates or replaces a template. Every change gets a new,
-// higher version, counted per template id (1, 2, 3…; a hash of counters,
-// kept when a template is deleted so that one made again under the same id
-// never repeats a version its instances' states may carry); instances move
-// to it on their next use, keeping state.
+// higher version, counted per template id (a hash of counters, kept when a
+// template is deleted, so that a version its instances' states may carry is
+// never repeated); instances move to it on their next use, keeping state.
 func (s *Store) PutTemplate(ctx context.Context, t limitd.Template) (limitd.Template, error) {
 	t, err := t.Normalize()
 	if err != nil {
@@ -86,9 +85,8 @@ func (s *Store) DeleteTemplate(ctx context.Context, id string) error {
 	return nil
 }
 
-// Templates returns every template in matching order. The templates hash
-// is both where templates live and what is listed (no separate index), so a
-// listing holds exactly the templates that exist, under any concurrency.
+// Templates returns every template in matching order: the templates hash
+// itself, so a listing holds exactly the templates that exist.
 func (s *Store) Templates(ctx context.Context) ([]limitd.Template, error) {
 	m, err := s.rdb.HGetAll(ctx, s.templatesKey()).Result()
 	if err != nil {
@@ -123,13 +121,11 @@ func (s *Store) Resolve(ctx context.Context, name string) (limitd.Template, erro
 
 type compiledTemplate struct {
 	limitd.Template
-	params limiter.Params
-	argv   []any  // the parameters as the scripts take them, built once
-	head   string // acquire.lua's head after the count: version, idle TTL and argv as text
-	head1  any    // the head of one request ("1 " + head), built once: most calls are one acquire
+	argv  []any  // the parameters as the scripts take them, built once
+	head  string // acquire.lua's head after the count: version, idle TTL and argv as text
+	head1 any    // the head of one request ("1 " + head), built once: most calls are one acquire
 }
 
-// args are the template's engine parameters for the scripts (none: nil).
 func (t *compiledTemplate) args() []any {
 	if t == nil {
 		return nil
@@ -158,10 +154,8 @@ type templateCache struct {
 	ttl time.Duration
 	cur atomic.Pointer[templateSet]
 	gen atomic.Int64 // bumped by invalidate
-	// reload is held (a token in it) by the one caller reloading; a channel
-	// rather than a mutex, so that a caller waiting for a reload on a hung
-	// Redis gives up when its context ends instead of queueing behind every
-	// caller before it.
+	// reload holds a token while one caller reloads: a channel, so that a
+	// caller waiting on a hung Redis gives up when its context ends.
 	reload chan struct{}
 }
 
@@ -178,8 +172,7 @@ func (c *templateCache) match(ctx context.Context, s *Store, name string) (*comp
 	if set == nil || set.gen != c.gen.Load() || time.Since(set.loaded) > c.ttl {
 		// The first load, or a change made here, must be waited for; a stale
 		// snapshot is reloaded by whoever gets there first.
-		mustWait := set == nil || set.gen != c.gen.Load()
-		if mustWait {
+		if set == nil || set.gen != c.gen.Load() {
 			select {
 			case c.reload <- struct{}{}:
 			case <-ctx.Done():
@@ -219,7 +212,7 @@ func (c *templateCache) load(ctx context.Context, s *Store) (*templateSet, error
 		if err != nil {
 			continue // written by a newer limitd with rules this one lacks
 		}
-		ct := &compiledTemplate{Template: t, params: p, argv: paramArgs(&p, t.Version)}
+		ct := &compiledTemplate{Template: t, argv: paramArgs(&p, t.Version)}
 		words := []string{strconv.FormatInt(t.Version, 10), strconv.FormatInt(ct.idleTTLms(), 10)}
 		for _, a := range ct.argv {
 			words = append(words, fmt.Sprint(a))

@@ -14,28 +14,22 @@ import (
 )
 
 // Decision totals and the busiest instances of templates, as every limitd
-// sharing the Redis adds them (core's ledger counts decisions in memory and
-// calls AddTotals about once a second). Every command touches one key, so a
-// pipeline of them is split by slot on a cluster; the keys of one limiter,
-// instance or template share its hash tag.
+// sharing the Redis adds them (Tally). Every command touches one key:
 //
 //	{name}:t            hash gc gp rc rp: a limiter's or instance's totals
 //	{id}:tt             hash: a template's totals (all its instances)
 //	{id}:top:r:MINUTE   sorted set: instances by refused permits that minute
 //	{id}:top:g:MINUTE   the same by granted permits
 
-// The fields of a totals hash, in Counts' order.
 var countFields = [4]string{"gc", "gp", "rc", "rp"}
 
 func countValues(c limitd.Counts) [4]int64 {
 	return [4]int64{c.GrantedCalls, c.GrantedPermits, c.RefusedCalls, c.RefusedPermits}
 }
 
-// How long totals are kept after the last decision that added to them
-// (a limiter's or template's): long, but a limiter deleted and not made
-// again must not leave its key forever. Instances have none: their
-// decisions count under their template and in its top buckets.
 const (
+	// TotalsTTL is how long totals are kept after the last decision that
+	// added to them: long, but a deleted limiter leaves no key forever.
 	TotalsTTL = 30 * 24 * time.Hour
 	// TopMinutes is how many minutes of top-instance buckets a query may
 	// read; a bucket expires TopMinutes+1 minutes after its minute began.
@@ -112,8 +106,7 @@ func (s *Store) AddTotals(ctx context.Context, b TotalsBatch) error {
 }
 
 // Totals reads the totals of each of names (named limiters: instances have
-// none, their decisions count under their template), in one
-// pipeline; a name nothing was counted for has zero Counts.
+// none), in one pipeline; a name nothing was counted for has zero Counts.
 func (s *Store) Totals(ctx context.Context, names []string) ([]limitd.Counts, error) {
 	keys := make([]string, len(names))
 	for i, n := range names {
@@ -152,19 +145,14 @@ func (s *Store) readCounts(ctx context.Context, keys []string) ([]limitd.Counts,
 			return nil, badReply("totals: HMGET answered %d values", len(v))
 		}
 		var n [4]int64
+		r := &reply{v: v}
 		for j, x := range v {
-			if x == nil {
-				continue
+			if x != nil { // a count never added
+				n[j] = r.int(j)
 			}
-			str, ok := x.(string)
-			if !ok {
-				return nil, badReply("totals %s: %v", countFields[j], x)
-			}
-			y, err := strconv.ParseInt(str, 10, 64)
-			if err != nil {
-				return nil, badReply("totals %s: %q", countFields[j], str)
-			}
-			n[j] = y
+		}
+		if err := r.check("totals", keys[i]); err != nil {
+			return nil, err
 		}
 		out[i] = limitd.Counts{GrantedCalls: n[0], GrantedPermits: n[1], RefusedCalls: n[2], RefusedPermits: n[3]}
 	}
@@ -173,11 +161,10 @@ func (s *Store) readCounts(ctx context.Context, keys []string) ([]limitd.Counts,
 
 // Top reads template id's busiest instances over the last minutes (1 to
 // TopMinutes; the current minute counts as one) by refused or granted
-// permits, at most limit of them, largest first (equal sums in reverse name order, as ZREVRANGE answers them), each
-// with both numbers. Since is the start of the oldest minute read (Unix ns,
-// Redis clock). The sums are computed in Redis (ZUNIONSTORE into keys of
-// the template's slot that expire within seconds and are deleted after).
-// It does not check that the template exists.
+// permits, at most limit of them, largest first (equal sums in reverse name
+// order, as ZREVRANGE answers them), each with both numbers. Since is the
+// start of the oldest minute read. The sums are computed in Redis, in
+// short-lived keys. It does not check that the template exists.
 func (s *Store) Top(ctx context.Context, id string, refused bool, limit, minutes int) (since int64, out []limitd.TopInstance, err error) {
 	if minutes < 1 || minutes > TopMinutes || limit < 1 {
 		return 0, nil, fmt.Errorf("store: top of %q: %d minutes, limit %d", id, minutes, limit)

@@ -11,9 +11,6 @@ import (
 	"github.com/limitd/limitd/lua"
 )
 
-// A limiter's live state, read without changing it: Wait, and WaitMany for many
-// limiters in one pipeline.
-
 // Wait returns the live state of a limiter (or template instance) without
 // changing it.
 func (s *Store) Wait(ctx context.Context, name string) (limitd.WaitInfo, error) {
@@ -38,10 +35,9 @@ func (s *Store) Wait(ctx context.Context, name string) (limitd.WaitInfo, error) 
 	return s.decodeWait(name, v)
 }
 
-// WaitMany is Wait for each of names, in one pipeline: what a sampler of
-// many limiters reads at once. out[i] and errs[i] are Wait's for names[i].
-// A name the pipeline could not answer (the scripts not loaded, a calendar
-// window that needs its bounds first) is read again by Wait alone.
+// WaitMany is Wait for each of names, in one pipeline: out[i] and errs[i]
+// are Wait's for names[i]. A name the pipeline could not answer (the scripts
+// not loaded, a calendar window's bounds) is read again by Wait alone.
 func (s *Store) WaitMany(ctx context.Context, names []string) (out []limitd.WaitInfo, errs []error) {
 	out, errs = make([]limitd.WaitInfo, len(names)), make([]error, len(names))
 	cmds := make([]*redis.Cmd, len(names))
@@ -87,12 +83,10 @@ func (s *Store) WaitMany(ctx context.Context, names []string) (out []limitd.Wait
 	return out, errs
 }
 
-// decodeWait reads peek.lua's reply v for name, and sees its position as
-// name's floor.
+// decodeWait reads peek.lua's reply v for name: {1, wait, delay, version,
+// now_us, started, instance, the totals allocated, idle, permits, lateness
+// as lo, hi pairs, a started limiter's position relative to now[, limit]}.
 func (s *Store) decodeWait(name string, v []any) (limitd.WaitInfo, error) {
-	// {1, wait, delay, version, now_us, started, instance, then the totals
-	// allocated, idle, permits, lateness as int64 lo, hi pairs, then a
-	// started limiter's position relative to now}.
 	r := &reply{v: v}
 	w := limitd.WaitInfo{
 		Wait: r.int(1), Delay: r.int(2), Version: r.int(3), Now: r.int(4) * 1000,

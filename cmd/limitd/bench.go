@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"strings"
 	"time"
@@ -85,8 +86,7 @@ const (
 	maxBenchWorkers      = 10_000
 )
 
-// benchOptions are the parsed command line: the run's bench.Config, and
-// the Redis it dials.
+// benchOptions are the parsed command line.
 type benchOptions struct {
 	bench.Config
 	redisURL string
@@ -171,8 +171,7 @@ func parseBench(args []string) (*benchOptions, error) {
 	return o, nil
 }
 
-// checkMode sets the default --mode, pool over --redis and http over
-// --http, and checks that the one given fits the target.
+// checkMode sets the default --mode and checks that it fits the target.
 func (o *benchOptions) checkMode() error {
 	switch o.Mode {
 	case "":
@@ -194,8 +193,8 @@ func (o *benchOptions) checkMode() error {
 	return nil
 }
 
-// parseCreate reads --create: a JSON limiter config or a rate spec string. It
-// returns the config and the body that creates it over HTTP.
+// parseCreate reads --create: the config and the body that creates it
+// over HTTP.
 func parseCreate(s string) (limiter.Config, []byte, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -231,9 +230,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	// go-redis logs failed dials on its own; the bench counts them as errors
-	// and shows the last one, so its lines would only be noise.
-	redis.SetLogger(silentRedisLog{})
+	// The bench counts failed dials as errors: go-redis' lines are noise.
+	redis.SetLogger(redisLog{slog.New(slog.DiscardHandler)})
 	cfg := o.Config
 	if o.redisURL != "" {
 		rdb, err := store.NewClient(o.redisURL)
@@ -245,7 +243,3 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	return bench.Run(ctx, cfg, stdout, stderr)
 }
-
-type silentRedisLog struct{}
-
-func (silentRedisLog) Printf(context.Context, string, ...any) {}

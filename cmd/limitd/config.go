@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"reflect"
@@ -18,6 +19,7 @@ import (
 	"github.com/limitd/limitd/core"
 	"github.com/limitd/limitd/grpcapi"
 	"github.com/limitd/limitd/internal/envvar"
+	"github.com/limitd/limitd/internal/refenv"
 	"github.com/limitd/limitd/internal/tracing"
 	"github.com/limitd/limitd/limiter"
 )
@@ -86,8 +88,8 @@ var (
 	prefixRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)
 )
 
-// loadConfig reads and checks the configuration from environ (the process
-// environment as a map). Every error starts with the variable's name.
+// loadConfig reads and checks the configuration from environ; every error
+// starts with the variable's name.
 func loadConfig(environ map[string]string) (config, error) {
 	c, err := envvar.Parse[config](environ)
 	if err != nil {
@@ -189,8 +191,7 @@ func (c *config) exposed() bool {
 }
 
 // isLoopback reports whether a listen host is only reachable from this
-// machine. An empty host or 0.0.0.0 means every interface; a host name other
-// than localhost may resolve anywhere, so it counts as exposed.
+// machine (a host name other than localhost may resolve anywhere).
 func isLoopback(host string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
@@ -212,18 +213,8 @@ func (c *config) accessLog() api.AccessLog {
 	return a
 }
 
-// logger builds the process's logger from LIMITD_LOG_FORMAT and LIMITD_LOG_LEVEL.
-func (c *config) logger(w io.Writer) *slog.Logger {
-	return c.loggerAt(w, logLevels[c.LogLevel])
-}
-
-// announcer is the logger of the lines every level shows (the startup
-// line): at info, or below where LIMITD_LOG_LEVEL is lower.
-func (c *config) announcer(w io.Writer) *slog.Logger {
-	return c.loggerAt(w, min(logLevels[c.LogLevel], slog.LevelInfo))
-}
-
-func (c *config) loggerAt(w io.Writer, level slog.Level) *slog.Logger {
+// logger logs at level in LIMITD_LOG_FORMAT.
+func (c *config) logger(w io.Writer, level slog.Level) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if c.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
@@ -231,7 +222,6 @@ func (c *config) loggerAt(w io.Writer, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// environ returns the process environment as a map.
 func environ() map[string]string {
 	m := map[string]string{}
 	for _, kv := range os.Environ() {
@@ -251,7 +241,6 @@ func envHelp() string {
 		if d := f.Tag.Get("envDefault"); d != "" {
 			text += " (default " + d + ")"
 		}
-		// Wrap at 80 columns, continuation lines under the text.
 		line := fmt.Sprintf("  %-19s", f.Tag.Get("env"))
 		if len(line) > 21 { // a long name has its own line
 			b.WriteString(line + "\n")
@@ -281,9 +270,7 @@ func configFields() []reflect.StructField {
 }
 
 // tracingConfig is the tracing c and the OTEL_* variables of environ ask:
-// LIMITD_TRACING when set, else OTLP when OTEL_TRACES_EXPORTER=otlp, over
-// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL (grpc,
-// or http/protobuf: the standard's default); off with OTEL_SDK_DISABLED.
+// LIMITD_TRACING when set, else the OTEL_* variables' standard meaning.
 func (c config) tracingConfig(environ map[string]string) (tracing.Config, error) {
 	tc := tracing.Config{Exporter: c.Tracing, SamplingRate: c.TracingSampling, ServiceName: c.TracingService,
 		ServiceNamespace: c.TracingNamespace, ServiceInstanceID: c.TracingInstance, ServiceVersion: version}
@@ -315,4 +302,92 @@ func (c config) tracingConfig(environ map[string]string) (tracing.Config, error)
 		return tc, envvar.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL", "must be grpc or http/protobuf (got %q)", p)
 	}
 	return tc, nil
+}
+
+// otherVars are LIMITD_ variables limitd reads outside serve's config
+// (ctl's, and the tests' redistest.RequireEnv).
+var otherVars = []string{"LIMITD_URL", "LIMITD_REQUIRE_REDIS"}
+
+// knownVars are every LIMITD_ variable limitd reads.
+func knownVars() []string {
+	var names []string
+	for _, f := range configFields() {
+		names = append(names, f.Tag.Get("env"))
+	}
+	return append(names, otherVars...)
+}
+
+// maxSuggestDistance is how many edits from a known variable one is suggested.
+const maxSuggestDistance = 4
+
+// warnUnknownVars warns once about each LIMITD_ variable of environ that
+// limitd does not read, with the known one closest to it: a misspelt
+// LIMITD_ADMIN_TOKN would otherwise leave limiters open to change.
+func warnUnknownVars(log *slog.Logger, environ map[string]string) {
+	known := knownVars()
+	for _, k := range slices.Sorted(maps.Keys(environ)) {
+		if !strings.HasPrefix(k, "LIMITD_") || slices.Contains(known, k) {
+			continue
+		}
+		best, dist := closest(k, known)
+		if dist <= maxSuggestDistance {
+			log.Warn(k+" is not a variable limitd reads; did you mean "+best+"?", "variable", k, "did_you_mean", best)
+		} else {
+			log.Warn(k+" is not a variable limitd reads (see limitd help serve)", "variable", k)
+		}
+	}
+}
+
+// closest is the first of names nearest to s in edit distance, and that distance.
+func closest(s string, names []string) (string, int) {
+	best, dist := "", -1
+	for _, n := range names {
+		if d := editDistance(s, n); dist < 0 || d < dist {
+			best, dist = n, d
+		}
+	}
+	return best, dist
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// embeddedRefused is why serve must not start on its embedded Redis although
+// LIMITD_REDIS_URL is empty (nil: nothing says Redis was meant): N replicas
+// would each run on a Redis of its own and allow N times every limit.
+func embeddedRefused(environ map[string]string) error {
+	names := slices.Sorted(maps.Keys(environ))
+	known := knownVars()
+	for _, k := range names {
+		if environ[k] == "" || !strings.HasPrefix(k, "LIMITD_") || slices.Contains(known, k) {
+			continue
+		}
+		if best, d := closest(k, known); strings.Contains(k, "REDIS") || best == "LIMITD_REDIS_URL" && d <= maxSuggestDistance {
+			return fmt.Errorf("%s: not a variable limitd reads, and LIMITD_REDIS_URL is empty: limitd would run on an embedded Redis no other process shares; set LIMITD_REDIS_URL=redis://host:port instead", k)
+		}
+	}
+	for _, k := range names {
+		if environ[k] != "" && strings.HasPrefix(k, "REDIS_") && refenv.Known(k) { // REDIS_URL, REDIS_AUTH, ...
+			return fmt.Errorf("%s: the reference server's variable, which limitd serve does not read, and LIMITD_REDIS_URL is empty: limitd would run on an embedded Redis no other process shares; set LIMITD_REDIS_URL=redis://host:port, or run limitd ratelimit, which reads %s", k, k)
+		}
+	}
+	return nil
 }

@@ -34,10 +34,10 @@ func TestEnvoyVsProgram(t *testing.T) {
 	if out, err := exec.Command("bash", "-n", path).CombinedOutput(); err != nil {
 		t.Fatalf("bash -n %s: %v\n%s", path, err, out)
 	}
-	vet := exec.Command("go", "vet", "./scripts/_envoyvs/main.go")
+	vet := exec.Command("go", "vet", "./scripts/_envoyvs")
 	vet.Dir = root
 	if out, err := vet.CombinedOutput(); err != nil {
-		t.Fatalf("go vet ./scripts/_envoyvs/main.go: %v\n%s", err, out)
+		t.Fatalf("go vet ./scripts/_envoyvs: %v\n%s", err, out)
 	}
 }
 

@@ -12,9 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -24,16 +27,12 @@ import (
 type command struct {
 	name    string
 	summary string // one line in the command list of limitd --help
-	// usage is the full help, printed by "limitd help NAME" and "limitd NAME -h";
-	// it ends with a newline.
-	usage string
-	// run does the work. args are the arguments after the command's name. An
-	// error is printed as one line "limitd: <error>" and the process exits 1
-	// (2 for a usageError).
+	usage   string // limitd help NAME, limitd NAME -h; ends with a newline
+	// run does the work with the arguments after the command's name. An
+	// error is printed as one line and the process exits 1 (2 for a usageError).
 	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
-// commands is the command table, filled by register from init functions.
 var commands = map[string]*command{}
 
 // register adds a subcommand; files of this package call it from init.
@@ -118,24 +117,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// oneLine keeps an error on one line, so that a log collector or a person
-// reading a crash loop sees the whole reason in one place.
+// oneLine keeps an error on one line, for log collectors and crash loops.
 func oneLine(s string) string {
 	return strings.NewReplacer("\r\n", "; ", "\n", "; ", "\r", "; ").Replace(strings.TrimSpace(s))
 }
 
-// mainUsage is the text of limitd --help: the commands, then serve's
-// environment, since serve is what runs by default.
+// mainUsage is the text of limitd --help: the commands, then serve's environment.
 func mainUsage() string {
 	var b strings.Builder
 	b.WriteString("limitd — a shared rate-limiter service: many processes share one schedule in Redis.\n\n")
 	b.WriteString("Usage:\n  limitd [command] [arguments]\n\nCommands:\n")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(commands)) {
 		s := commands[n].summary
 		if n == defaultCommand {
 			s += " (the default)"
@@ -146,4 +138,55 @@ func mainUsage() string {
 	b.WriteString("\nRun 'limitd help <command>' or 'limitd <command> -h' for a command's details.\n\n")
 	b.WriteString(envHelp())
 	return b.String()
+}
+
+// version is set at build time: go build -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+func init() {
+	register(&command{
+		name:    "version",
+		summary: "print the version and the Go version it was built with",
+		usage:   "usage: limitd version\n\nPrints limitd's version (set with -ldflags \"-X main.version=...\"), its\nVCS revision when known, and the Go version and platform it was built for.\n",
+		run: func(_ context.Context, args []string, stdout, _ io.Writer) error {
+			if len(args) > 0 {
+				return usageErrorf("version takes no arguments (got %q)", args[0])
+			}
+			fmt.Fprintln(stdout, versionString())
+			return nil
+		},
+	})
+}
+
+// versionString is "limitd <version> [(<revision>)] <go version> <os>/<arch>".
+func versionString() string {
+	s := "limitd " + version
+	if rev := vcsRevision(); rev != "" {
+		s += " (" + rev + ")"
+	}
+	return fmt.Sprintf("%s %s %s/%s", s, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// vcsRevision is the commit the binary was built from, when the go command
+// recorded it (not with -trimpath builds outside a checkout, nor in tests).
+func vcsRevision() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "-dirty"
+			}
+		}
+	}
+	if rev == "" {
+		return ""
+	}
+	return rev[:min(12, len(rev))] + dirty
 }

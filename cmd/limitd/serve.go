@@ -30,16 +30,13 @@ import (
 	"github.com/limitd/limitd/store"
 )
 
-// Fixed settings of the HTTP server. They are not in the environment on
-// purpose: one clear default beats a knob nobody measured.
+// Fixed settings, not in the environment on purpose: one clear default
+// beats a knob nobody measured.
 const (
 	readHeaderTimeout = 5 * time.Second
-	// readTimeout bounds reading a whole request, headers and body: no more
-	// than the API's body timeout (api.Options.BodyTimeout, 5 s), so the
-	// API sets no read deadline of its own per request. net/http lifts it
-	// once the body is read, before the handler's work goes on (a blocking
-	// acquire outlasts it). Equal to readHeaderTimeout: one deadline set
-	// per request rather than two.
+	// readTimeout bounds reading a whole request, no more than the API's
+	// body timeout (api.Options.BodyTimeout), so the API sets no read
+	// deadline of its own; net/http lifts it once the body is read.
 	readTimeout       = 5 * time.Second
 	idleTimeout       = 2 * time.Minute
 	shutdownTimeout   = 10 * time.Second // for in-flight requests after SIGTERM
@@ -47,11 +44,9 @@ const (
 	grpcHealthEvery   = 2 * time.Second  // how often the gRPC health service asks Redis
 	startCheckTimeout = 10 * time.Second // for the look at Redis at the start
 	batchSize         = 64               // acquires per pipeline (store.WithBatching)
-	// serveGCPercent is limitd serve's GOGC unless the environment sets one.
-	// Its heap is a few MB, which at Go's default (100) the collector marks
-	// many times a second under load; at 400 it marks a quarter as often
-	// and the heap stays within tens of MB (README, Performance: CPU per
-	// request under HTTP load against GOGC 100).
+	// serveGCPercent is serve's GOGC unless the environment sets one: its
+	// heap of a few MB is marked a quarter as often as at 100, and stays
+	// within tens of MB (README, Performance).
 	serveGCPercent = 400
 )
 
@@ -92,23 +87,30 @@ reloaded when the file changes (read every 3 s, and on SIGHUP):
 			if len(args) > 0 {
 				return usageErrorf("serve takes no arguments, only environment variables (got %q)", args[0])
 			}
-			env := environ()
-			if _, set := env["GOGC"]; !set {
-				debug.SetGCPercent(serveGCPercent)
-			}
-			return serve(ctx, env, stderr, nil, nil)
+			return serve(ctx, serveEnviron(), stderr, nil, nil)
 		},
 	})
 }
 
-// serve runs limitd serve until ctx ends, then shuts down gracefully:
-// environ is the environment, logs go to logOut, and ready (if not nil) is
-// told the address once the server accepts connections. With rm it is
-// limitd ratelimit (ratelimit.go): the reference server's ports, rules,
-// health and metrics beside the gRPC front end, and limitd's own HTTP API
-// only with LIMITD_ADMIN_TOKEN.
+// serveEnviron is the environment of serve and ratelimit, whose GOGC
+// (serveGCPercent unless set) it sets.
+func serveEnviron() map[string]string {
+	env := environ()
+	if _, set := env["GOGC"]; !set {
+		debug.SetGCPercent(serveGCPercent)
+	}
+	return env
+}
+
+// serve runs limitd serve until ctx ends, then shuts down gracefully; ready
+// (if not nil) is told the address once the server accepts connections.
+// With rm it is limitd ratelimit (ratelimit.go).
 func serve(ctx context.Context, environ map[string]string, logOut io.Writer, ready func(net.Addr), rm *refMode) error {
-	s := &server{environ: environ, logOut: logOut, ready: ready, mode: modeOf(rm)}
+	mode := serveMode{api: true, embedded: true, keepMarker: true, warnGRPCExposed: true}
+	if rm != nil {
+		mode = serveMode{ref: rm, api: rm.API}
+	}
+	s := &server{environ: environ, logOut: logOut, ready: ready, mode: mode}
 	defer s.close()
 	for _, phase := range []func(context.Context) error{s.configure, s.listen, s.connect, s.build, s.start} {
 		if err := phase(ctx); err != nil {
@@ -119,29 +121,21 @@ func serve(ctx context.Context, environ map[string]string, logOut io.Writer, rea
 }
 
 // serveMode is what differs between limitd serve and limitd ratelimit,
-// read by the same phases.
+// read by the same phases; each bool is limitd serve's.
 type serveMode struct {
 	ref *refMode // limitd ratelimit's settings (nil: limitd serve)
 	// api: limitd's HTTP API listens on LIMITD_ADDR (limitd ratelimit:
 	// only with LIMITD_ADMIN_TOKEN).
 	api bool
-	// embedded: an empty LIMITD_REDIS_URL starts an in-memory Redis
-	// (limitd serve); limitd ratelimit refuses it.
+	// embedded: an empty LIMITD_REDIS_URL starts an in-memory Redis.
 	embedded bool
 	// keepMarker: without a boot file, say at start when Redis does not
-	// answer and keep limitd's marker in Redis (limitd serve; limitd
-	// ratelimit's rules and health do both their own way).
+	// answer and keep limitd's marker in Redis (ratelimit's rules and
+	// health do both their own way).
 	keepMarker bool
 	// warnGRPCExposed: warn of a gRPC port beyond loopback without a token
-	// (limitd serve; the reference's port is exposed by design).
+	// (the reference's port is exposed by design).
 	warnGRPCExposed bool
-}
-
-func modeOf(rm *refMode) serveMode {
-	if rm == nil {
-		return serveMode{api: true, embedded: true, keepMarker: true, warnGRPCExposed: true}
-	}
-	return serveMode{ref: rm, api: rm.API}
 }
 
 // server is limitd serve (or limitd ratelimit) through its phases:
@@ -182,7 +176,6 @@ type server struct {
 // onClose has close run f, before what was added earlier.
 func (s *server) onClose(f func()) { s.closers = append(s.closers, f) }
 
-// close undoes the phases, last first.
 func (s *server) close() {
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		s.closers[i]()
@@ -203,20 +196,17 @@ func (s *server) configure(ctx context.Context) error {
 			return err
 		}
 	}
-	if cfg.RedisURL == "" && !s.mode.embedded {
-		// As the reference: it dials its default, a unix socket, and stops
-		// when nothing answers there.
+	if cfg.RedisURL == "" && !s.mode.embedded { // as the reference stops
 		return errors.New("REDIS_URL: not set: limitd ratelimit counts in a Redis every replica shares (the reference would dial /var/run/nutcracker/ratelimit.sock and stop); set REDIS_URL=host:port")
 	}
-	s.logger = cfg.logger(s.logOut)
+	s.logger = cfg.logger(s.logOut, logLevels[cfg.LogLevel])
 	if rm != nil {
 		for _, n := range rm.Notices { // each once, at the start
 			s.logger.Warn("ignored: " + n)
 		}
 	}
-	// go-redis logs every failed dial on its own; during an outage that would
-	// be a line per attempt. serve reports outages itself, so keep these for
-	// debugging. The logger is process-wide, hence set once.
+	// go-redis logs every failed dial; serve reports outages itself, so
+	// these are for debugging. The logger is process-wide: set once.
 	setRedisLogger.Do(func() { redis.SetLogger(redisLog{s.logger}) })
 	if err := s.startTracing(ctx); err != nil {
 		return err
@@ -236,8 +226,7 @@ func (s *server) configure(ctx context.Context) error {
 	return nil
 }
 
-// startTracing starts the tracer provider; off (the default): no
-// provider, and no hook anywhere.
+// startTracing starts the tracer provider (none when off).
 func (s *server) startTracing(ctx context.Context) error {
 	tc, err := s.cfg.tracingConfig(s.environ)
 	if err != nil {
@@ -298,8 +287,7 @@ func (s *server) listen(context.Context) error {
 	return nil
 }
 
-// connect starts the embedded Redis when no URL names one, instruments
-// the client for tracing and opens the store.
+// connect opens the store, over the embedded Redis when no URL names one.
 func (s *server) connect(ctx context.Context) error {
 	if s.rdb == nil {
 		if err := s.startEmbedded(); err != nil {
@@ -317,8 +305,7 @@ func (s *server) connect(ctx context.Context) error {
 	return nil
 }
 
-// startEmbedded starts an in-memory Redis for this process alone, and
-// says so.
+// startEmbedded starts an in-memory Redis for this process alone.
 func (s *server) startEmbedded() error {
 	mini := miniredis.NewMiniRedis()
 	if err := mini.StartAddr("127.0.0.1:0"); err != nil {
@@ -352,29 +339,22 @@ func (s *server) warnSettings() {
 	}
 }
 
-// build makes the core and the front ends over the store, and starts the
-// background: the ledger, the keepers and the gRPC health watch.
+// build makes the core and the front ends, and starts the background.
 func (s *server) build(ctx context.Context) error {
 	s.bgCtx, s.stopBackground = context.WithCancel(context.Background())
-	// Closed last first: stop the background, wait for it, and only then
-	// close the store and Redis (added earlier).
+	// Stop the background and wait for it before the store and Redis close.
 	s.onClose(s.wg.Wait)
 	s.onClose(s.stopBackground)
 	if s.bootFile == nil && s.mode.keepMarker {
-		// Said once, at the start; requests then answer 503 (logged once per
-		// run of failures) until Redis answers. With a boot file, its keeper
-		// says it.
+		// Said once; with a boot file, its keeper says it.
 		pctx, cancel := context.WithTimeout(ctx, startCheckTimeout)
 		if err := s.st.Ready(pctx); err != nil {
 			s.logger.Warn("redis unavailable at start: requests answer 503 until it answers", "redis", redisTarget(s.cfg.RedisURL), "err", err)
 		}
 		cancel()
 	}
-	// One observer counts every front end's decisions, in the registry
-	// /metrics serves.
 	s.reg = prometheus.NewRegistry()
-	// The ledger adds this process's decision counts to the Redis totals
-	// every second, and a last time when the background stops.
+	// The ledger adds this process's decision counts to the Redis totals.
 	ledger := core.NewLedger(s.st, core.LedgerOptions{})
 	s.wg.Go(func() { ledger.Run(s.bgCtx) })
 	s.svc = core.New(s.st, core.Options{Shadow: s.cfg.ShadowMode, QuotaMode: s.cfg.GRPCQuota, OverLimitCache: s.cfg.GRPCOverLimitCache,
@@ -419,9 +399,8 @@ func (s *server) buildGRPC() error {
 	return nil
 }
 
-// startKeeper keeps the boot file applied (and reloaded on change or
-// SIGHUP) or, without one, limitd's marker in Redis: either tells when
-// Redis lost limitd's data.
+// startKeeper keeps the boot file (reloaded on change or SIGHUP) or,
+// without one, limitd's marker applied in Redis.
 func (s *server) startKeeper(ctx context.Context) {
 	var k *boot.Keeper
 	switch {
@@ -443,7 +422,6 @@ func (s *server) startKeeper(ctx context.Context) {
 	s.wg.Go(func() { k.Run(s.bgCtx) })
 }
 
-// buildAPI makes limitd's HTTP API.
 func (s *server) buildAPI() {
 	cfg := s.cfg
 	o := api.Options{
@@ -468,25 +446,17 @@ func (s *server) buildAPI() {
 // start serves every port built, runs the signals sampler, writes the
 // start line and tells ready.
 func (s *server) start(context.Context) error {
-	s.srv = &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		IdleTimeout:       idleTimeout,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
-	}
+	s.srv = httpServer(s.handler, s.logger)
 	if s.ln != nil {
-		// The event streams' loop stops with the server; their streams end as
-		// the shutdown starts, since they would not end on their own.
+		// The event streams would not end on their own: end them as the
+		// shutdown starts.
 		s.onClose(s.handler.Close)
 		s.srv.RegisterOnShutdown(s.handler.Close)
 		s.wg.Go(func() { s.handler.Run(s.bgCtx) }) // the signals sampler, stopped with the keeper
 		s.serveErr = make(chan error, 1)
 		s.wg.Go(func() { s.serveErr <- s.srv.Serve(s.ln) })
 	} else {
-		// No API (limitd ratelimit without LIMITD_ADDR): the same sampler
-		// feeds the limiters' gauges of the registry the reference's
-		// metrics are served from.
+		// No API: the same sampler feeds the limiters' gauges.
 		w := s.svc.NewWatcher(core.WatcherOptions{})
 		s.reg.MustRegister(api.SignalMetrics(w, s.svc))
 		s.wg.Go(func() { w.Run(s.bgCtx) })
@@ -500,6 +470,12 @@ func (s *server) start(context.Context) error {
 	}
 	s.announce()
 	return nil
+}
+
+// httpServer serves h within the fixed timeouts, its errors logged as warnings.
+func httpServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
+		IdleTimeout: idleTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 }
 
 // startGRPC serves the gRPC front end within the LIMITD_GRPC_* limits.
@@ -521,8 +497,7 @@ func (s *server) startGRPC() error {
 	return nil
 }
 
-// announce writes the start line, whatever LIMITD_LOG_LEVEL is, and tells
-// ready the address that answers.
+// announce writes the start line at every log level, and tells ready.
 func (s *server) announce() {
 	cfg := s.cfg
 	addr, readyAddr, dashboard, grpcAddr := "", net.Addr(nil), "", ""
@@ -542,14 +517,14 @@ func (s *server) announce() {
 		attrs = append(attrs, s.ref.attrs()...)
 		readyAddr = s.ref.http.Addr()
 	}
-	cfg.announcer(s.logOut).Info("limitd serving", attrs...)
+	// The start line shows at every level.
+	cfg.logger(s.logOut, min(logLevels[cfg.LogLevel], slog.LevelInfo)).Info("limitd serving", attrs...)
 	if s.ready != nil {
 		s.ready(readyAddr)
 	}
 }
 
-// run serves until ctx ends or a server fails; after ctx ends it shuts
-// down gracefully.
+// run serves until a server fails, or ctx ends and it shuts down.
 func (s *server) run(ctx context.Context) error {
 	var refErr <-chan error
 	if s.ref != nil {
@@ -575,8 +550,7 @@ func (s *server) run(ctx context.Context) error {
 	return s.shutdown()
 }
 
-// shutdown lets calls and requests in flight finish, for at most
-// shutdownTimeout.
+// shutdown lets calls in flight finish, for at most shutdownTimeout.
 func (s *server) shutdown() error {
 	if s.ref != nil {
 		s.ref.shutdown() // /healthcheck fails from now on, as gRPC health does

@@ -5,18 +5,10 @@ import (
 	"fmt"
 
 	"github.com/limitd/limitd"
-	"github.com/limitd/limitd/store"
 )
 
 // directSource makes one acquire script call per permit.
-type directSource struct {
-	b  *bench
-	st *store.Store
-}
-
-func (s *directSource) granted(ctx context.Context) (int64, error) {
-	return grantedIn(ctx, s.st, s.b.o.Limiter)
-}
+type directSource struct{ storeTotal }
 
 func (s *directSource) take(ctx context.Context, w *benchWorker) (int64, int64, error) {
 	t0 := s.b.mono()

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"os"
 	"strconv"
 )
@@ -13,7 +14,7 @@ type permitLog struct {
 	ch   chan []int64 // full batches, to write
 	free chan []int64 // written batches, to reuse
 	done chan struct{}
-	err  error
+	err  error // the first
 }
 
 const (
@@ -56,26 +57,20 @@ func (l *permitLog) write() {
 			line = append(line, ' ')
 			line = strconv.AppendInt(line, b[i+1], 10)
 			line = append(line, '\n')
-			if _, err := w.Write(line); err != nil && l.err == nil {
-				l.err = err
-			}
+			_, err := w.Write(line)
+			l.err = cmp.Or(l.err, err)
 		}
 		select {
 		case l.free <- b:
 		default:
 		}
 	}
-	if err := w.Flush(); err != nil && l.err == nil {
-		l.err = err
-	}
+	l.err = cmp.Or(l.err, w.Flush())
 }
 
-// close writes what is left and closes the file.
 func (l *permitLog) close() error {
 	close(l.ch)
 	<-l.done
-	if err := l.f.Close(); err != nil && l.err == nil {
-		l.err = err
-	}
+	l.err = cmp.Or(l.err, l.f.Close())
 	return l.err
 }

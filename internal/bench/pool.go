@@ -7,19 +7,13 @@ import (
 
 	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
-	"github.com/limitd/limitd/store"
 )
 
 // poolSource takes permits through the client's local pool.
 type poolSource struct {
-	b  *bench
-	c  *client.Client
-	l  *client.Limiter
-	st *store.Store
-}
-
-func (s *poolSource) granted(ctx context.Context) (int64, error) {
-	return grantedIn(ctx, s.st, s.b.o.Limiter)
+	storeTotal
+	c *client.Client
+	l *client.Limiter
 }
 
 func (s *poolSource) take(ctx context.Context, w *benchWorker) (int64, int64, error) {
@@ -39,9 +33,7 @@ func (s *poolSource) take(ctx context.Context, w *benchWorker) (int64, int64, er
 	return int64(p.Scheduled.Sub(s.b.base)) + w.off, now + w.off, nil
 }
 
-func (s *poolSource) close() error {
-	return s.c.Close()
-}
+func (s *poolSource) close() error { return s.c.Close() }
 
 // countingTransport is the client's Redis transport, counting grants.
 type countingTransport struct {

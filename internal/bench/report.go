@@ -22,10 +22,8 @@ type Result struct {
 		P99 int64 `json:"p99"`
 		Max int64 `json:"max"`
 	} `json:"lateness_ns"`
-	// The limiter's permits granted during the run to every process that
-	// shares it (from its total in Redis; a client pool's count includes
-	// what its grants held unused), and their rate: 0 when unknown. The
-	// summary shows them; the --json object keeps its documented fields.
+	// The permits granted during the run to every process sharing the
+	// limiter (its total in Redis), and their rate; 0 when unknown. Not in --json.
 	AllPermits int64   `json:"-"`
 	AllRate    float64 `json:"-"`
 }
@@ -87,20 +85,16 @@ func (b *bench) progress(done <-chan struct{}, start int64) {
 
 func (b *bench) printSummary(out io.Writer, r Result) {
 	target := "unknown"
-	pct := ""
+	ofTarget := func(rate float64) string { return "" }
 	if r.TargetRate > 0 {
 		target = strconv.FormatFloat(r.TargetRate, 'g', -1, 64) + "/s"
-		pct = fmt.Sprintf(" (%.2f%% of the target)", 100*r.Rate/r.TargetRate)
+		ofTarget = func(rate float64) string { return fmt.Sprintf(" (%.2f%% of the target)", 100*rate/r.TargetRate) }
 	}
 	fmt.Fprintf(out, "limitd bench: %s mode, %d workers, limiter %q, target %s\n", r.Mode, r.Workers, b.o.Limiter, target)
-	fmt.Fprintf(out, "  permits       %d in %.3fs: %.1f/s%s\n", r.Permits, r.Seconds, r.Rate, pct)
+	fmt.Fprintf(out, "  permits       %d in %.3fs: %.1f/s%s\n", r.Permits, r.Seconds, r.Rate, ofTarget(r.Rate))
 	if r.AllPermits > 0 && r.AllPermits > r.Permits {
-		allPct := ""
-		if r.TargetRate > 0 {
-			allPct = fmt.Sprintf(" (%.2f%% of the target)", 100*r.AllRate/r.TargetRate)
-		}
 		fmt.Fprintf(out, "  all processes %d granted on the limiter meanwhile: %.1f/s%s; this process took %.1f%% of them (shared)\n",
-			r.AllPermits, r.AllRate, allPct, 100*float64(r.Permits)/float64(r.AllPermits))
+			r.AllPermits, r.AllRate, ofTarget(r.AllRate), 100*float64(r.Permits)/float64(r.AllPermits))
 	}
 	fmt.Fprintf(out, "  lateness      p50 %v  p99 %v  max %v\n", fmtNs(r.Lateness.P50), fmtNs(r.Lateness.P99), fmtNs(r.Lateness.Max))
 	per := ""

@@ -11,11 +11,9 @@ import (
 	"time"
 )
 
-// Run makes one run of limitd bench: it creates the limiter if asked,
-// estimates the clock offset, drives permits from the workers until the
-// duration or the permits are done (or ctx ends: the summary is still
-// printed), and prints the summary, or with JSON the Result, on stdout, and
-// progress and warnings on stderr. It does not close cfg.Redis.
+// Run makes one run of limitd bench until the duration or the permits are
+// done, or ctx ends, and prints the summary (or with JSON the Result) on
+// stdout, progress and warnings on stderr. It does not close cfg.Redis.
 func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	o := &cfg
 	b := &bench{o: o, base: time.Now(), stderr: stderr}
@@ -42,8 +40,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		}
 	}
 	if o.JSON {
-		enc := json.NewEncoder(stdout)
-		if err := enc.Encode(res); err != nil {
+		if err := json.NewEncoder(stdout).Encode(res); err != nil {
 			return err
 		}
 	} else {
@@ -74,8 +71,7 @@ type bench struct {
 	remote  atomic.Int64 // grant/acquire round trips
 	errs    atomic.Int64
 	claimed atomic.Int64 // permits claimed by workers, with --permits
-	errMu   sync.Mutex
-	lastErr error
+	lastErr atomic.Pointer[error]
 
 	workers []*benchWorker
 	log     *permitLog
@@ -85,18 +81,14 @@ func (b *bench) mono() int64 { return int64(time.Since(b.base)) }
 
 func (b *bench) fail(err error) {
 	b.errs.Add(1)
-	b.errMu.Lock()
-	b.lastErr = err
-	b.errMu.Unlock()
+	b.lastErr.Store(&err)
 }
 
 func (b *bench) lastError() string {
-	b.errMu.Lock()
-	defer b.errMu.Unlock()
-	if b.lastErr == nil {
-		return ""
+	if err := b.lastErr.Load(); err != nil {
+		return (*err).Error()
 	}
-	return b.lastErr.Error()
+	return ""
 }
 
 // run starts the workers and the progress line and waits for the end.
@@ -119,20 +111,12 @@ func (b *bench) run(ctx context.Context, src benchSource) Result {
 	start := b.mono()
 	var wg sync.WaitGroup
 	for _, w := range b.workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.loop(runCtx, src)
-		}()
+		wg.Go(func() { w.loop(runCtx, src) })
 	}
 	done := make(chan struct{})
 	var pwg sync.WaitGroup
 	if !b.o.JSON {
-		pwg.Add(1)
-		go func() {
-			defer pwg.Done()
-			b.progress(done, start)
-		}()
+		pwg.Go(func() { b.progress(done, start) })
 	}
 	wg.Wait()
 	end := b.mono()

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/client/redisclient"
 	"github.com/limitd/limitd/internal/clockoffset"
@@ -32,11 +30,11 @@ func (b *bench) connect(ctx context.Context) (benchSource, error) {
 	if b.o.HTTPURL != "" {
 		return b.connectHTTP(sctx)
 	}
-	return b.connectRedis(sctx, b.o.Redis)
+	return b.connectRedis(sctx)
 }
 
-func (b *bench) connectRedis(ctx context.Context, rdb redis.UniversalClient) (benchSource, error) {
-	st := store.New(rdb)
+func (b *bench) connectRedis(ctx context.Context) (benchSource, error) {
+	st := store.New(b.o.Redis)
 	name := b.o.Limiter
 	if b.o.Create != nil {
 		if _, _, err := st.Put(ctx, name, *b.o.Create); err != nil {
@@ -61,23 +59,26 @@ func (b *bench) connectRedis(ctx context.Context, rdb redis.UniversalClient) (be
 	} else if tpl, err := st.Resolve(ctx, name); err == nil {
 		b.target = configRate(tpl.Limiter)
 	}
-	switch b.o.Mode {
-	case ModeDirect:
-		return &directSource{b: b, st: st}, nil
-	default:
-		c := client.NewWithTransport(&countingTransport{Transport: redisclient.NewTransport(st), calls: &b.remote})
-		l, err := c.Limiter(name)
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		return &poolSource{b: b, c: c, l: l, st: st}, nil
+	if b.o.Mode == ModeDirect {
+		return &directSource{storeTotal{b, st}}, nil
 	}
+	c := client.NewWithTransport(&countingTransport{Transport: redisclient.NewTransport(st), calls: &b.remote})
+	l, err := c.Limiter(name)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &poolSource{storeTotal: storeTotal{b, st}, c: c, l: l}, nil
 }
 
-// grantedIn is the total of permits st's limiter name has granted.
-func grantedIn(ctx context.Context, st *store.Store, name string) (int64, error) {
-	w, err := st.Wait(ctx, name)
+// storeTotal is the granted of the sources that reach the store directly.
+type storeTotal struct {
+	b  *bench
+	st *store.Store
+}
+
+func (s storeTotal) granted(ctx context.Context) (int64, error) {
+	w, err := s.st.Wait(ctx, s.b.o.Limiter)
 	return w.Permits, err
 }
 

@@ -14,8 +14,6 @@
 //
 // An open connection keeps the certificate of its handshake: a new one is
 // served on the next connection.
-//
-// Layer: cmd → certfiles; it imports nothing of limitd's.
 package certfiles
 
 import (
@@ -34,14 +32,11 @@ const DefaultEvery = time.Second
 
 // Options configure how files are watched.
 type Options struct {
-	// Every is the least time between two looks at the files (0:
-	// DefaultEvery).
-	Every time.Duration
-	// Now is the clock (nil: time.Now).
-	Now func() time.Time
-	// Loaded is told of each reload after the first load: the file (the
-	// certificate's, or the CA's) and nil, or why the files changed were
-	// not taken (the ones loaded before still serve). Once per change.
+	Every time.Duration    // the least time between two looks at the files (0: DefaultEvery)
+	Now   func() time.Time // the clock (nil: time.Now)
+	// Loaded is told of each reload after the first load, once per change:
+	// the file (the certificate's, or the CA's) and nil, or why the files
+	// were not taken (the ones loaded before still serve).
 	Loaded func(file string, err error)
 }
 
@@ -76,7 +71,6 @@ func newWatched[T any](o Options, parse func([][]byte) (T, error), files ...stri
 	return w, nil
 }
 
-// read stats and reads the files.
 func (w *watched[T]) read() ([]os.FileInfo, [][]byte, error) {
 	seen := make([]os.FileInfo, len(w.files))
 	pem := make([][]byte, len(w.files))
@@ -210,10 +204,8 @@ func (p *Pool) CertPool() *x509.CertPool { return p.w.get() }
 
 // Server makes base a server's config that serves cert and, when clientCAs
 // is not nil, checks client certificates against it: each handshake gets
-// base with the current ones (GetConfigForClient). base's other fields
-// (ClientAuth, VerifyPeerCertificate, MinVersion…) apply as they are; its
-// NextProtos must hold what the server speaks ("h2" for gRPC), as a config
-// given by GetConfigForClient is used whole.
+// base with the current ones (GetConfigForClient, whose config is used
+// whole: base's NextProtos must hold what the server speaks, "h2" for gRPC).
 func Server(base *tls.Config, cert *KeyPair, clientCAs *Pool) *tls.Config {
 	var mu sync.Mutex
 	var last *tls.Config // for lastCert and base.ClientCAs or the pool
@@ -238,10 +230,9 @@ func Server(base *tls.Config, cert *KeyPair, clientCAs *Pool) *tls.Config {
 
 // Client is a client's config: cert shown when the server asks for one
 // (nil: none), and the server's certificate checked against roots for
-// serverName (roots nil: the system's, by crypto/tls as usual). With roots,
-// the chain is checked by VerifyConnection against the CAs of the moment,
-// as crypto/tls would check it against RootCAs: crypto/tls's own check,
-// which reads a fixed RootCAs, is turned off for it.
+// serverName (nil: the system's). With roots, VerifyConnection checks the
+// chain against the CAs of the moment in place of crypto/tls's own check,
+// which reads a fixed RootCAs.
 func Client(serverName string, cert *KeyPair, roots *Pool) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
 	if cert != nil {

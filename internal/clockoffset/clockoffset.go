@@ -3,9 +3,6 @@
 // pools and leases and limitd bench use it to convert scheduled times (Redis
 // TIME) to local time, with an error of at most half the best round trip;
 // store, to choose a fixed window from Redis' clock without a script.
-//
-// Layer: a leaf under internal/, imported by client, store and
-// internal/bench; it imports nothing from this repository.
 package clockoffset
 
 import "sync"

@@ -1,7 +1,6 @@
 // Package promreg registers Prometheus collectors for the front ends (api,
 // grpcapi), which share one registry in `limitd serve`: a collector already
-// registered there is shared, not registered twice. It imports no package of
-// limitd.
+// registered there is shared, not registered twice.
 package promreg
 
 import (

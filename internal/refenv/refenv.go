@@ -13,6 +13,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -98,7 +99,7 @@ type Settings struct {
 }
 
 // overLimitEntryBytes is what one entry of the over-limit cache costs, its
-// name included, as LOCAL_CACHE_SIZE_IN_BYTES is reckoned in entries.
+// name included (LOCAL_CACHE_SIZE_IN_BYTES is in bytes, the cache in entries).
 const overLimitEntryBytes = 256
 
 // Env is what the reference's variables ask beyond the LIMITD_* ones they
@@ -130,12 +131,9 @@ func Parse(environ map[string]string, certs certfiles.Options) (map[string]strin
 	}
 	e := &Env{Settings: s, Notices: notices, origin: map[string]string{}}
 	out := make(map[string]string, len(environ)+8)
-	for k, v := range environ {
-		out[k] = v
-	}
-	// limitd's image sets LIMITD_ADDR for limitd serve; limitd ratelimit
-	// runs the API only when asked with an admin token, so that the image
-	// started as /bin/ratelimit serves the reference's ports alone.
+	maps.Copy(out, environ)
+	// The image sets LIMITD_ADDR for limitd serve; ratelimit runs the API
+	// only when asked with an admin token.
 	e.API = environ["LIMITD_ADMIN_TOKEN"] != ""
 	if !e.API {
 		delete(out, "LIMITD_ADDR") // not listened on: not checked
@@ -191,8 +189,6 @@ func (e *Env) mapVars(environ, out map[string]string) error {
 		add(set("LIMITD_GRPC_COUNTING", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "strict"))
 	}
 	if v, ok := environ["LOCAL_CACHE_SIZE_IN_BYTES"]; ok && v != "" && v != "0" {
-		// The reference sizes its cache in bytes; limitd's holds counters,
-		// about 256 bytes each with its name.
 		b, err := strconv.ParseUint(v, 10, 63)
 		if err != nil {
 			return envvar.Errorf("LOCAL_CACHE_SIZE_IN_BYTES", "must be a whole number of bytes (got %q)", v)
@@ -264,9 +260,7 @@ func (e *Env) loadTLS(certs certfiles.Options) error {
 }
 
 // tracingEnv sets the LIMITD_TRACING* variables of TRACING_ENABLED=true
-// and the other TRACING_* variables, with the reference's defaults: OTLP
-// over HTTP, service RateLimit, every trace sampled, a random instance id.
-// The exporter reads OTEL_EXPORTER_OTLP_* itself, as the reference's does.
+// and the other TRACING_* variables, with the reference's defaults.
 func tracingEnv(environ map[string]string, set func(limitd, ref, value string) error) error {
 	exporter := tracing.OTLPHTTP
 	switch p := strings.ToLower(environ["TRACING_EXPORTER_PROTOCOL"]); p {
@@ -276,19 +270,12 @@ func tracingEnv(environ map[string]string, set func(limitd, ref, value string) e
 	default:
 		return envvar.Errorf("TRACING_EXPORTER_PROTOCOL", "must be http or grpc (got %q)", p)
 	}
-	id := environ["TRACING_SERVICE_INSTANCE_ID"]
-	if id == "" {
-		id = rand.Text()
-	}
-	rate := environ["TRACING_SAMPLING_RATE"]
-	if rate == "" {
-		rate = "1"
-	}
 	return errors.Join(set("LIMITD_TRACING", "TRACING_ENABLED", exporter),
 		set("LIMITD_TRACING_SERVICE_NAME", "TRACING_SERVICE_NAME", cmp.Or(environ["TRACING_SERVICE_NAME"], "RateLimit")),
 		set("LIMITD_TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_NAMESPACE", environ["TRACING_SERVICE_NAMESPACE"]),
-		set("LIMITD_TRACING_SERVICE_INSTANCE_ID", "TRACING_SERVICE_INSTANCE_ID", id),
-		set("LIMITD_TRACING_SAMPLING_RATE", "TRACING_SAMPLING_RATE", rate))
+		set("LIMITD_TRACING_SERVICE_INSTANCE_ID", "TRACING_SERVICE_INSTANCE_ID",
+			cmp.Or(environ["TRACING_SERVICE_INSTANCE_ID"], rand.Text())),
+		set("LIMITD_TRACING_SAMPLING_RATE", "TRACING_SAMPLING_RATE", cmp.Or(environ["TRACING_SAMPLING_RATE"], "1")))
 }
 
 // logLevelOf words one of logrus' levels as LIMITD_LOG_LEVEL does; another
@@ -308,11 +295,10 @@ func logLevelOf(l string) string {
 // redisURL is LIMITD_REDIS_URL for REDIS_URL, REDIS_TYPE, REDIS_AUTH,
 // REDIS_SENTINEL_AUTH, REDIS_TLS, REDIS_POOL_SIZE and REDIS_TIMEOUT.
 func redisURL(s Settings) (string, error) {
-	scheme := "redis"
+	u := url.URL{Scheme: "redis"}
 	if s.RedisTLS {
-		scheme = "rediss"
+		u.Scheme = "rediss"
 	}
-	u := url.URL{Scheme: scheme}
 	q := url.Values{}
 	auth := func(a string) *url.Userinfo {
 		if a == "" {
@@ -385,10 +371,8 @@ func redisURL(s Settings) (string, error) {
 }
 
 // serverTLS is the gRPC port's TLS (GRPC_SERVER_USE_TLS), with mutual TLS
-// when GRPC_CLIENT_TLS_CACERT is set. The certificate and the client CA are
-// read again when their files change (certfiles: looked at on handshakes,
-// at most every certfiles.DefaultEvery), a Secret's `..data` swapped by the kubelet
-// included.
+// when GRPC_CLIENT_TLS_CACERT is set; the files are read again when they
+// change (certfiles).
 func serverTLS(s Settings, o certfiles.Options) (*tls.Config, error) {
 	if !s.GRPCServerUseTLS {
 		return nil, nil
@@ -419,11 +403,9 @@ func serverTLS(s Settings, o certfiles.Options) (*tls.Config, error) {
 	return certfiles.Server(c, cert, clientCAs), nil
 }
 
-// xdsClientTLS is the xDS connection's TLS (CONFIG_GRPC_XDS_SERVER_USE_TLS):
-// the client certificate and the management server's CA, read again when
-// their files change, as serverTLS's. The server's certificate must name
-// CONFIG_GRPC_XDS_SERVER_TLS_SAN, or else the host of
-// CONFIG_GRPC_XDS_SERVER_URL.
+// xdsClientTLS is the xDS connection's TLS (CONFIG_GRPC_XDS_SERVER_USE_TLS),
+// its files read again when they change; the server's certificate must name
+// CONFIG_GRPC_XDS_SERVER_TLS_SAN, or else the host of the server's URL.
 func xdsClientTLS(s Settings, o certfiles.Options) (*tls.Config, error) {
 	var cert *certfiles.KeyPair
 	var roots *certfiles.Pool
@@ -459,17 +441,9 @@ func hostOf(target string) string {
 // hasSAN reports whether a certificate names san among its DNS names, URIs,
 // IP addresses or e-mail addresses.
 func hasSAN(c *x509.Certificate, san string) bool {
-	for _, u := range c.URIs {
-		if u.String() == san {
-			return true
-		}
-	}
-	for _, ip := range c.IPAddresses {
-		if ip.String() == san {
-			return true
-		}
-	}
-	return slices.Contains(c.DNSNames, san) || slices.Contains(c.EmailAddresses, san)
+	return slices.Contains(c.DNSNames, san) || slices.Contains(c.EmailAddresses, san) ||
+		slices.ContainsFunc(c.URIs, func(u *url.URL) bool { return u.String() == san }) ||
+		slices.ContainsFunc(c.IPAddresses, func(ip net.IP) bool { return ip.String() == san })
 }
 
 // clientTLS is a client's TLS: its certificate (optional) and the CA it
@@ -514,21 +488,16 @@ func (e *Env) Rename(err error) error {
 // limitd (empty: none did).
 func (e *Env) Origin(limitd string) string { return e.origin[limitd] }
 
-// xdsNodeMetadata reads CONFIG_GRPC_XDS_NODE_METADATA, key=value pairs.
-func xdsNodeMetadata(s string) map[string]string {
-	m := map[string]string{}
-	for kv := range strings.SplitSeq(s, ",") {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			m[strings.TrimSpace(k)] = strings.TrimSpace(v)
-		}
-	}
-	return m
-}
-
 // XDSOptions are the xDS client's options but Log, Apply and Rejected.
 func (e *Env) XDSOptions() xds.Options {
 	s := e.Settings
-	return xds.Options{Server: s.XDSServerURL, NodeID: s.XDSNodeID, NodeMetadata: xdsNodeMetadata(s.XDSNodeMetadata),
+	meta := map[string]string{} // CONFIG_GRPC_XDS_NODE_METADATA: key=value pairs
+	for kv := range strings.SplitSeq(s.XDSNodeMetadata, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			meta[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return xds.Options{Server: s.XDSServerURL, NodeID: s.XDSNodeID, NodeMetadata: meta,
 		Headers: s.XDSHeaders, TLS: e.XDSTLS, MaxRecvMsgSize: int(s.XDSMaxMsgSize), ConnectRetry: s.XDSConnectRetry,
 		Backoff: xds.Backoff{Initial: s.XDSBackoffInitial, Max: s.XDSBackoffMax, RandomFactor: s.XDSBackoffRandom, Jitter: s.XDSBackoffJitter}}
 }

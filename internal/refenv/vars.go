@@ -1,6 +1,7 @@
 package refenv
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -22,13 +23,9 @@ const (
 type refVar struct {
 	name   string
 	status refStatus
-	// what: for a honoured variable, what it does in limitd (the LIMITD_*
-	// variable it sets, where there is one); for an ignored or refused
-	// one, why.
-	what string
-	// refuse, for a refused variable, is the value it is refused with
-	// (any value but these is accepted, with the reference's meaning);
-	// nil: any value that asks for something (not empty, false or 0).
+	what   string // honoured: what it does in limitd; ignored or refused: why
+	// allowed, for a refused variable, are the values accepted; nil: those
+	// that ask for nothing (asks).
 	allowed []string
 }
 
@@ -185,15 +182,10 @@ func Check(environ map[string]string) (notices []string, err error) {
 			}
 		}
 	}
-	names := make([]string, 0, len(strayVars))
-	for n := range strayVars {
+	for _, n := range slices.Sorted(maps.Keys(strayVars)) {
 		if _, set := environ[n]; set {
-			names = append(names, n)
+			notices = append(notices, n+": "+strayVars[n])
 		}
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		notices = append(notices, n+": "+strayVars[n])
 	}
 	return notices, nil
 }

@@ -46,10 +46,7 @@ type Config struct {
 	// Exporter is Off, OTLPGRPC or OTLPHTTP ("" is Off).
 	Exporter string
 	// Endpoint is the collector's URL (http://host:4317, https://…); empty:
-	// the exporter's own reading of OTEL_EXPORTER_OTLP_TRACES_ENDPOINT and
-	// OTEL_EXPORTER_OTLP_ENDPOINT, else localhost at the protocol's port.
-	// The other OTEL_EXPORTER_OTLP_* variables (headers, certificates,
-	// timeout, compression) are read by the exporter itself.
+	// the exporter's own reading of the OTEL_EXPORTER_OTLP_* variables.
 	Endpoint string
 	// ServiceName, ServiceNamespace, ServiceInstanceID and ServiceVersion
 	// are the resource's service.* attributes ("" leaves one out);
@@ -60,8 +57,7 @@ type Config struct {
 	SamplingRate float64
 }
 
-// Provider is a started tracer provider: Shutdown sends the spans still
-// waiting and stops its exporter.
+// Provider is a started tracer provider.
 type Provider struct {
 	tp *sdktrace.TracerProvider
 }

@@ -16,7 +16,9 @@
 package faultproxy
 
 import (
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -48,8 +50,7 @@ func Start(t testing.TB, upstream string) *Proxy {
 	}
 	p := &Proxy{l: l, upstream: upstream, resumed: make(chan struct{}), conns: map[net.Conn]struct{}{}, quit: make(chan struct{})}
 	close(p.resumed)
-	p.wg.Add(1)
-	go p.accept()
+	p.wg.Go(p.accept)
 	t.Cleanup(p.Close)
 	return p
 }
@@ -93,10 +94,7 @@ func (p *Proxy) Resume() {
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	p.cut = true
-	conns := make([]net.Conn, 0, len(p.conns))
-	for c := range p.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Collect(maps.Keys(p.conns))
 	p.mu.Unlock()
 	for _, c := range conns {
 		reset(c)
@@ -135,7 +133,6 @@ func (p *Proxy) Close() {
 }
 
 func (p *Proxy) accept() {
-	defer p.wg.Done()
 	for {
 		c, err := p.l.Accept()
 		if err != nil {
@@ -153,26 +150,18 @@ func (p *Proxy) accept() {
 			_ = c.Close()
 			continue
 		}
-		if !p.track(c, u) {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = c.Close()
+			_ = u.Close()
 			return
 		}
-		p.wg.Add(2)
-		go p.pipe(u, c)
-		go p.pipe(c, u)
+		p.conns[c], p.conns[u] = struct{}{}, struct{}{} // for Close
+		p.mu.Unlock()
+		p.wg.Go(func() { p.pipe(u, c) })
+		p.wg.Go(func() { p.pipe(c, u) })
 	}
-}
-
-// track records c and u for Close; false if the proxy is closed.
-func (p *Proxy) track(c, u net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		_ = c.Close()
-		_ = u.Close()
-		return false
-	}
-	p.conns[c], p.conns[u] = struct{}{}, struct{}{}
-	return true
 }
 
 // chunk is bytes read, due at a time.
@@ -184,7 +173,6 @@ type chunk struct {
 // pipe copies src to dst as the faults allow, until either ends; then it
 // closes both.
 func (p *Proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
 	chunks := make(chan chunk, 256) // then the reader waits: TCP's own backpressure
 	done := make(chan struct{})
 	go func() { // the reader, ended by closing src

@@ -15,11 +15,9 @@ import (
 )
 
 const (
-	clusterSize        = 3
-	clusterReadyWithin = 15 * time.Second
-	// redis-cli --cluster create normally takes a second or two; the bound
-	// only exists so that a wedged node cannot hang the test binary.
-	clusterCreateTimeout = 30 * time.Second
+	clusterSize          = 3
+	clusterReadyWithin   = 15 * time.Second
+	clusterCreateTimeout = 30 * time.Second // a wedged node must not hang the tests
 )
 
 // ClusterNodeTimeout is the --cluster-node-timeout of ClusterWithReplicas:
@@ -47,8 +45,7 @@ func Cluster(t testing.TB) *ClusterInstance {
 func ClusterWithReplicas(t testing.TB) *ClusterInstance {
 	t.Helper()
 	c := newCluster(t, 1, ClusterNodeTimeout)
-	// Replicas sync after the slots are assigned; a failover before the
-	// first sync would find no replica fit to take over.
+	// A failover before the first sync would find no replica fit to take over.
 	for _, n := range c.nodes {
 		if n.Role(context.Background()) == "slave" {
 			n.WaitSynced(20 * time.Second)
@@ -84,11 +81,9 @@ func newCluster(t testing.TB, replicas int, nodeTimeout time.Duration) *ClusterI
 }
 
 // clusterArgs pins the cluster bus to its own free port: the default,
-// port+10000, was never checked for availability and could even collide with
-// an unrelated service.
+// port+10000, may be taken. The client port was released before this pick,
+// so the kernel may hand it out again.
 func clusterArgs(dir string, port int, nodeTimeout time.Duration) ([]string, error) {
-	// The client port was released before this pick, so the kernel may hand
-	// it out again.
 	bus := port
 	for tries := 0; bus == port; tries++ {
 		if tries == 5 {
@@ -162,8 +157,7 @@ func (c *ClusterInstance) Client() *redis.ClusterClient {
 	return cc
 }
 
-// Nodes returns the individual servers, e.g. to inspect a single node with
-// Instance.Client or to take one down with Instance.Stop.
+// Nodes returns the individual servers.
 func (c *ClusterInstance) Nodes() []*Instance {
 	return append([]*Instance(nil), c.nodes...)
 }

@@ -1,7 +1,8 @@
 package redistest
 
 import (
-	"bufio"
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,17 +21,13 @@ import (
 )
 
 const (
-	// RequireEnv names the environment variable that turns a missing Redis
-	// installation, or any tool a test needs (Missing), from a skip into a
-	// failure. CI sets it so that a runner without Redis cannot silently
-	// pass the Redis-backed tests.
+	// RequireEnv names the environment variable that turns a missing Redis,
+	// or any tool a test needs (Missing), from a skip into a failure (CI).
 	RequireEnv = "LIMITD_REQUIRE_REDIS"
 
 	missingMsg = "%s not installed: install redis-server and redis-tools (apt-get install -y redis-server redis-tools) to run this test"
 
-	// startTimeout is generous: on a busy 2-core machine a redis-server can take
-	// seconds to answer its first PING.
-	startTimeout = 20 * time.Second
+	startTimeout = 20 * time.Second // a busy machine's redis-server may take seconds
 	// Picking a port and binding it are not atomic, so another process can
 	// grab the port in between; a few fresh picks make that race harmless.
 	startAttempts = 5
@@ -72,23 +70,16 @@ type Instance struct {
 	dir     string
 	logPath string
 	port    int
-	// args are the extra flags of the first successful start, kept so that
-	// Restart brings the server back with an identical configuration.
-	args []string
+	args    []string // the extra flags of the first start, for Restart
 	// conf, when set, is a config file given as the first argument (a
-	// Sentinel needs one it can rewrite), and ready the log line that says
-	// this kind of server listens.
+	// Sentinel's), and ready the log line that says this kind of server listens.
 	conf, ready string
 	// wrap, when set, is the command that runs redis-server (ServerUnder).
 	wrap []string
 
-	// mu serialises Stop and Restart so a concurrent Stop cannot observe a
-	// half-started process or return before the process is gone.
-	mu   sync.Mutex
-	proc *process
-	// adminPassword is the default user's, once AddUser gave it one
-	// (requirepass).
-	adminPassword string
+	mu            sync.Mutex // a concurrent Stop sees no half-started process
+	proc          *process
+	adminPassword string // the default user's, once AddUser gave it one
 }
 
 type process struct {
@@ -114,10 +105,9 @@ func ServerUnder(t testing.TB, wrap []string, args ...string) *Instance {
 	return launch(t, func(i *Instance) { i.wrap = wrap }, func(string, int) ([]string, error) { return args, nil })
 }
 
-// launch starts redis-server with flags from extra, which receives the
-// instance directory and the candidate port because cluster flags embed them.
-// setup, if not nil, prepares the instance (a config file) before its first
-// start.
+// launch starts redis-server with flags from extra, given the instance
+// directory and the candidate port (cluster flags embed them); setup, if
+// not nil, prepares the instance before its first start.
 func launch(t testing.TB, setup func(*Instance), extra func(dir string, port int) ([]string, error)) *Instance {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
@@ -129,8 +119,7 @@ func launch(t testing.TB, setup func(*Instance), extra func(dir string, port int
 	if setup != nil {
 		setup(inst)
 	}
-	// Registered after t.TempDir so it runs before the directory is removed.
-	t.Cleanup(inst.Stop)
+	t.Cleanup(inst.Stop) // after t.TempDir: runs before the directory is removed
 
 	inst.mu.Lock()
 	defer inst.mu.Unlock()
@@ -187,7 +176,12 @@ func (i *Instance) Client() *redis.Client {
 func (i *Instance) Stop() {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	i.stopLocked()
+	if i.proc == nil {
+		return
+	}
+	_ = i.proc.cmd.Process.Kill()
+	<-i.proc.done
+	i.proc = nil
 }
 
 // Restart kills the server and starts a new one on the same port with an
@@ -195,12 +189,8 @@ func (i *Instance) Stop() {
 // to clients. Like t.Fatal it must be called from the test goroutine.
 func (i *Instance) Restart() {
 	i.t.Helper()
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	i.stopLocked()
-	if err := i.startLocked(i.port, i.args); err != nil {
-		i.t.Fatalf("redistest: restart on port %d: %v", i.port, err)
-	}
+	i.Stop()
+	i.Start()
 }
 
 // Start starts a stopped server again, on the same port with the flags it
@@ -227,20 +217,10 @@ func (i *Instance) Running() bool {
 	return i.proc != nil
 }
 
-func (i *Instance) stopLocked() {
-	if i.proc == nil {
-		return
-	}
-	_ = i.proc.cmd.Process.Kill()
-	<-i.proc.done
-	i.proc = nil
-}
-
 var errPortTaken = errors.New("port already in use")
 
 func (i *Instance) startLocked(port int, extra []string) error {
-	// A fresh data directory per start guarantees an empty dataset even if
-	// the test forced a dump with SAVE before restarting.
+	// A fresh data directory per start: an empty dataset even after a SAVE.
 	dataDir, err := os.MkdirTemp(i.dir, "data-")
 	if err != nil {
 		return err
@@ -263,21 +243,17 @@ func (i *Instance) startLocked(port int, extra []string) error {
 	if err != nil {
 		return err
 	}
-	// Failure diagnostics must only look at this start's output, not at an
-	// earlier attempt's "Address already in use".
+	// Diagnostics look at this start's output only.
 	logStart, _ := logFile.Seek(0, io.SeekEnd)
 
-	cmd := exec.Command(i.bin, args...)
-	if len(i.wrap) > 0 {
-		cmd = exec.Command(i.wrap[0], append(append(i.wrap[1:len(i.wrap):len(i.wrap)], i.bin), args...)...)
-	}
+	argv := append(slices.Clone(i.wrap), i.bin) // under ServerUnder, the tool runs redis-server
+	cmd := exec.Command(argv[0], append(argv[1:], args...)...)
 	cmd.Dir = i.dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = sysProcAttr()
 	err = cmd.Start()
-	// The child holds its own descriptor; keeping ours would leak one per start.
-	logFile.Close()
+	logFile.Close() // the child holds its own
 	if err != nil {
 		return fmt.Errorf("start %s: %w", i.bin, err)
 	}
@@ -288,11 +264,11 @@ func (i *Instance) startLocked(port int, extra []string) error {
 	}()
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	ready := readyLine
-	if i.ready != "" {
-		ready = i.ready
+	ready := cmp.Or(i.ready, readyLine)
+	bound := func() bool { // this start's log says it
+		data, err := os.ReadFile(i.logPath)
+		return err == nil && logStart <= int64(len(data)) && strings.Contains(string(data[logStart:]), ready)
 	}
-	bound := func() bool { return i.logSays(logStart, ready) }
 	if hidesNotices(extra) {
 		// The ready line is a notice; without it the process_id check in
 		// waitReady is the only guard against talking to someone else.
@@ -363,45 +339,18 @@ func hidesNotices(args []string) bool {
 	return hidden
 }
 
-// probe speaks raw RESP instead of using go-redis because go-redis throttles
-// redials after a refused connection, which would add about a second to every
-// start while the server is still binding.
+// probe asks the server at addr for its process_id, with a client of its
+// own: a client's pool slows its dials after a refused one, which would add
+// about a second to every start while the server is still binding.
 func probe(addr string) (pid int, err error) {
-	conn, err := net.DialTimeout("tcp", addr, 250*time.Millisecond)
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 250 * time.Millisecond, ReadTimeout: time.Second,
+		WriteTimeout: time.Second, MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "server").Result()
 	if err != nil {
 		return 0, err
 	}
-	defer conn.Close()
-	if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
-		return 0, err
-	}
-	if _, err := io.WriteString(conn, "*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n"); err != nil {
-		return 0, err
-	}
-	r := bufio.NewReader(conn)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return 0, err
-	}
-	if line != "+PONG\r\n" {
-		return 0, fmt.Errorf("PING replied %q", strings.TrimSpace(line))
-	}
-	line, err = r.ReadString('\n')
-	if err != nil {
-		return 0, err
-	}
-	if !strings.HasPrefix(line, "$") {
-		return 0, fmt.Errorf("INFO replied %q", strings.TrimSpace(line))
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("INFO replied %q", strings.TrimSpace(line))
-	}
-	body := make([]byte, n+2)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(string(body), "\r\n") {
+	for _, l := range strings.Split(info, "\r\n") {
 		if v, ok := strings.CutPrefix(l, "process_id:"); ok {
 			return strconv.Atoi(v)
 		}
@@ -409,9 +358,6 @@ func probe(addr string) (pid int, err error) {
 	return 0, errors.New("INFO server has no process_id")
 }
 
-// freePort asks the kernel for an unused loopback port. Ephemeral ports never
-// include the default Redis port 6379 on common configurations; the explicit
-// check keeps "never touch 6379" a guarantee rather than an assumption.
 // FreePort is a loopback port nobody listens on now, never 6379 (where a
 // Redis the tests must not touch may listen).
 func FreePort(t testing.TB) int {
@@ -435,14 +381,6 @@ func freePort() (int, error) {
 		return freePort()
 	}
 	return port, l.Close()
-}
-
-func (i *Instance) logSays(from int64, text string) bool {
-	data, err := os.ReadFile(i.logPath)
-	if err != nil || from > int64(len(data)) {
-		return false
-	}
-	return strings.Contains(string(data[from:]), text)
 }
 
 func (i *Instance) logTail(from int64) string {

@@ -31,8 +31,7 @@ func Replica(t testing.TB, master *Instance, args ...string) *Instance {
 	t.Helper()
 	Require(t, "redis-server")
 	host, port, _ := net.SplitHostPort(master.Addr())
-	// A master waits 5 s (repl-diskless-sync-delay) for more replicas
-	// before the first sync; tests have no more coming.
+	// Else a master waits 5 s for more replicas before the first sync.
 	if err := master.Client().ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err(); err != nil {
 		t.Fatalf("redistest: %s: CONFIG SET repl-diskless-sync-delay: %v", master.Addr(), err)
 	}
@@ -48,7 +47,16 @@ func Replica(t testing.TB, master *Instance, args ...string) *Instance {
 // sync done).
 func (i *Instance) WaitSynced(within time.Duration) {
 	i.t.Helper()
-	waitInfo(i.t, i, "replication", within, "master_link_status:up")
+	c := redis.NewClient(&redis.Options{Addr: i.Addr()})
+	defer c.Close()
+	var last string
+	poll(i.t, within, 20*time.Millisecond, func(ctx context.Context) bool {
+		info, err := c.Info(ctx, "replication").Result()
+		last = fmt.Sprint(info, err)
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, func() string {
+		return fmt.Sprintf("%s: INFO replication lacks [master_link_status:up] after %v:\n%s", i.Addr(), within, last)
+	})
 }
 
 // SentinelInstance is a Redis Sentinel monitoring one master, owned by a test.
@@ -59,18 +67,14 @@ type SentinelInstance struct {
 
 // Sentinel starts one redis-server --sentinel on a free 127.0.0.1 port that
 // monitors master as SentinelMaster with quorum 1 and the short timings
-// above. Its config file lives in the test's temporary directory (Sentinel
-// rewrites it). It waits until the Sentinel has seen the master and, when
-// replicas is non-zero, that many of its replicas.
+// above, and waits until it has seen the master and that many replicas.
 func Sentinel(t testing.TB, master *Instance, replicas int) *SentinelInstance {
 	t.Helper()
 	Require(t, "redis-server")
 	host, port, _ := net.SplitHostPort(master.Addr())
 	setup := func(i *Instance) {
 		i.conf = filepath.Join(i.dir, "sentinel.conf")
-		// "Sentinel ID is" follows the binding of the listening socket;
-		// Sentinel never logs readyLine.
-		i.ready = "Sentinel ID is"
+		i.ready = "Sentinel ID is" // logged once it listens; readyLine never is
 		conf := fmt.Sprintf("sentinel monitor %s %s %s 1\n"+
 			"sentinel down-after-milliseconds %s %d\n"+
 			"sentinel failover-timeout %s %d\n"+
@@ -158,25 +162,6 @@ func (i *Instance) Role(ctx context.Context) string {
 		}
 	}
 	return ""
-}
-
-// waitInfo waits until INFO section of i holds every want line.
-func waitInfo(t testing.TB, i *Instance, section string, within time.Duration, want ...string) {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: i.Addr()})
-	defer c.Close()
-	var last string
-	poll(t, within, 20*time.Millisecond, func(ctx context.Context) bool {
-		info, err := c.Info(ctx, section).Result()
-		last = fmt.Sprint(info, err)
-		ok := err == nil
-		for _, w := range want {
-			ok = ok && strings.Contains(info, w)
-		}
-		return ok
-	}, func() string {
-		return fmt.Sprintf("%s: INFO %s lacks %v after %v:\n%s", i.Addr(), section, want, within, last)
-	})
 }
 
 // poll calls ok every interval (with a context that ends within from now)

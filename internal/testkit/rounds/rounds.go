@@ -4,8 +4,6 @@
 // time, the one going first rotating, and the figures are medians over the
 // rounds. Load that comes and goes hits every side of a round alike, so the
 // median ratio moves much less than the ratio of two separate runs.
-//
-// Tests and benchmarks use it (limiter/, client/); it imports only testing.
 package rounds
 
 import (

@@ -35,13 +35,9 @@ func NewCA(t testing.TB, name string) *CA {
 	tpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, IsCA: true,
 		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
 	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	check(t, err)
 	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
+	check(t, err)
 	return &CA{c, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
 }
 
@@ -55,23 +51,25 @@ func (ca *CA) Leaf(t testing.TB, cn string, serial int64) (certPEM, keyPEM []byt
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
 	der, err := x509.CreateCertificate(rand.Reader, tpl, ca.Cert, &key.PublicKey, ca.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	check(t, err)
 	k, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	check(t, err)
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: k})
 }
 
 func newKey(t testing.TB) *ecdsa.PrivateKey {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	check(t, err)
+	return key
+}
+
+// check fails t if err is not nil.
+func check(t testing.TB, err error) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return key
 }
 
 // Volume is a Secret's volume as the kubelet writes it: the files in a
@@ -89,9 +87,7 @@ func NewVolume(t testing.TB, files map[string][]byte) *Volume {
 	v := &Volume{t: t, Dir: t.TempDir()}
 	v.Put(files)
 	for name := range files {
-		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(v.Dir, name)); err != nil {
-			t.Fatal(err)
-		}
+		check(t, os.Symlink(filepath.Join("..data", name), filepath.Join(v.Dir, name)))
 	}
 	return v
 }
@@ -103,21 +99,15 @@ func (v *Volume) Put(files map[string][]byte) {
 	v.t.Helper()
 	v.n++
 	ts := fmt.Sprintf("..2026_11_29_04_00_%02d.%d", v.n, v.n)
-	check := func(err error) {
-		v.t.Helper()
-		if err != nil {
-			v.t.Fatal(err)
-		}
-	}
-	check(os.Mkdir(filepath.Join(v.Dir, ts), 0o755))
+	check(v.t, os.Mkdir(filepath.Join(v.Dir, ts), 0o755))
 	for name, b := range files {
-		check(os.WriteFile(filepath.Join(v.Dir, ts, name), b, 0o600))
+		check(v.t, os.WriteFile(filepath.Join(v.Dir, ts, name), b, 0o600))
 	}
 	old, _ := os.Readlink(filepath.Join(v.Dir, "..data"))
-	check(os.Symlink(ts, filepath.Join(v.Dir, "..data_tmp")))
-	check(os.Rename(filepath.Join(v.Dir, "..data_tmp"), filepath.Join(v.Dir, "..data")))
+	check(v.t, os.Symlink(ts, filepath.Join(v.Dir, "..data_tmp")))
+	check(v.t, os.Rename(filepath.Join(v.Dir, "..data_tmp"), filepath.Join(v.Dir, "..data")))
 	if old != "" {
-		check(os.RemoveAll(filepath.Join(v.Dir, old)))
+		check(v.t, os.RemoveAll(filepath.Join(v.Dir, old)))
 	}
 }
 

@@ -1,25 +1,15 @@
-//go:build ignore
-
 // envoyvs measures `limitd serve`'s gRPC front end against the Envoy
-// reference rate limit server (github.com/envoyproxy/ratelimit), both
-// serving envoy.service.ratelimit.v3.RateLimitService over one private
-// redis-server with the same rules, under different key prefixes. One
-// process drives both, each over its own gRPC connection, in rounds in which
-// the side going first alternates, and prints the medians as Markdown.
-// scripts/envoy-vs.sh builds both servers and this program (it lives in a
-// folder the go tool skips) and runs it.
-//
-// Every call must be answered OK within the limit, and every call must be
-// counted: after each side's round the program reads the counters of the
-// row's values in Redis, and their sum must have grown by the round's calls
-// (a server that answered without writing would fail here).
+// reference rate limit server; scripts/envoy-vs.sh says how, builds both
+// servers and this program, and runs it. One process drives both, each over
+// its own gRPC connection. Every call must be answered OK within the limit
+// and counted: after each side's round the sum of the counters of the row's
+// values in Redis must have grown by the round's calls.
 package main
 
 import (
 	"bufio"
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -35,6 +25,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -45,20 +36,22 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/limitd/limitd/envoyrules"
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/internal/testkit/rounds"
 	"github.com/limitd/limitd/store"
 )
 
+// prog starts redis-server and the servers, and stops them at the end or
+// on a failure.
+var prog = redistest.NewProgram("envoyvs")
+
 // The rules both servers are given: one domain, one descriptor key whose
-// every value has its own counter, a limit no round comes near (so that
-// every call is within it and is counted).
+// every value has its own counter, a limit no round comes near. A minute's
+// window holds a round and its reads (see runRound).
 const (
-	domain  = "envoyvs"
-	descKey = "k"
-	limit   = 1_000_000_000
-	// unit is the rule's window, a minute: a round of a few seconds and
-	// its reads fit in one (see runRound), and both servers still start
-	// new counters every minute, as they would in use.
+	domain   = "envoyvs"
+	descKey  = "k"
+	limit    = 1_000_000_000
 	unit     = "minute"
 	unitSecs = 60
 )
@@ -77,7 +70,9 @@ const (
 	refPrefix    = "vs-ref:" // the reference appends the domain with no separator
 )
 
-func main() {
+// TestMain is the program: its script builds it with go test -c and runs it
+// with the flags below, not as a test.
+func TestMain(*testing.M) {
 	limitdBin := flag.String("limitd", "", "the limitd binary")
 	refBin := flag.String("ref", "", "the reference server's binary (src/service_cmd)")
 	limitdVersion := flag.String("limitd-version", "this tree", "limitd's version, for the output")
@@ -88,18 +83,11 @@ func main() {
 	nKeys := flag.Int("keys", 10_000, "the values of the round-robin rows")
 	flag.Parse()
 	if *limitdBin == "" || *refBin == "" {
-		fail(errors.New("usage: envoyvs -limitd BIN -ref BIN [flags]"))
+		prog.Fatal("usage: envoyvs -limitd BIN -ref BIN [flags]")
 	}
 	ctx := context.Background()
-	tmp, err := os.MkdirTemp("", "envoyvs-")
-	if err != nil {
-		fail(err)
-	}
-	atExit(func() { _ = os.RemoveAll(tmp) })
-
-	rdbProc := startRedis(tmp)
-	rdb := redis.NewClient(&redis.Options{Addr: rdbProc.addr})
-	atExit(func() { _ = rdb.Close() })
+	tmp := prog.TempDir()
+	rdb := redistest.Server(prog).Client()
 	redisVersion := infoField(must(rdb.Info(ctx, "server").Result()), "redis_version")
 
 	limitd := startLimitd(ctx, *limitdBin, tmp, rdb)
@@ -130,13 +118,12 @@ func main() {
 	for _, s := range sides {
 		ok = s.printProblems(results) && ok
 	}
-	runExits()
+	prog.Close()
 	if !ok {
 		os.Exit(1)
 	}
 }
 
-// printTables prints the rows' figures as two Markdown tables.
 func printTables(rows []row, results []rowResult) {
 	fmt.Println("| callers, keys | limitd calls/s | reference calls/s | **limitd / reference, calls/s** | limitd Redis CPU per call | reference Redis CPU per call | **limitd / reference, Redis CPU per call** |")
 	fmt.Println("|---|---|---|---|---|---|---|")
@@ -160,9 +147,9 @@ func printTables(rows []row, results []rowResult) {
 	fmt.Println()
 }
 
-// printProblems prints how many calls s answered OK in the rounds, and every
-// error or wrong answer it gave (warm-ups included), the ten most frequent
-// texts of them; it reports whether there were none.
+// printProblems prints how many calls s answered OK, and the ten most
+// frequent texts of its errors and wrong answers (warm-ups included); it
+// reports whether there were none.
 func (s *side) printProblems(results []rowResult) bool {
 	var calls, errs, wrong int64
 	for _, res := range results {
@@ -185,8 +172,8 @@ func (s *side) printProblems(results []rowResult) bool {
 	return len(texts) == 0
 }
 
-// row is one line of the table: how many calls in flight, over how many
-// values of the descriptor (1: one hot counter; else round-robin).
+// row is one line of the table: calls in flight, over how many values of
+// the descriptor (1: one hot counter; else round-robin).
 type row struct{ callers, keys int }
 
 func (r row) String() string {
@@ -202,9 +189,10 @@ type side struct {
 	name string
 	rl   rlsv3.RateLimitServiceClient
 	pid  int
-	// counts reads the sum of the counters of values in Redis in the
-	// window that starts at window (Unix s), and which of them have none.
-	counts   func(ctx context.Context, values []string, window int64) (sum int64, missing []string, err error)
+	// counts reads the sum of values' counters in the window starting at
+	// window (Unix s), and which values have none; it fails the program if
+	// it cannot.
+	counts   func(ctx context.Context, values []string, window int64) (sum int64, missing []string)
 	problems map[string]int // error and wrong answer texts, counted
 	mu       sync.Mutex
 }
@@ -247,12 +235,10 @@ func (s sideResult) median(m metric) float64 {
 	return rounds.Median(xs)
 }
 
-// commands lists the Redis commands a call costs, most frequent first
-// ("expire 1.00, incrby 1.00"), over every round of the row; the
-// program's own INFO is left out. A side that runs scripts (runsScripts)
-// is taken to send only them: the other commands are those its scripts run ("fcall 0.09;
-// inside: mget 0.09, …"), which commandstats counts on their own as well as
-// in the script's µs.
+// commands lists the Redis commands a call costs over the row's rounds,
+// most frequent first ("expire 1.00, incrby 1.00"). A side that runs
+// scripts (runsScripts) sends only them: the other commands are run inside
+// them ("fcall 0.09; inside: mget 0.09, …").
 func (s sideResult) commands() string {
 	var sent, inside []string
 	for _, n := range slices.SortedFunc(maps.Keys(s.cmds), func(a, b string) int {
@@ -279,8 +265,8 @@ func (s sideResult) commands() string {
 	return out
 }
 
-// usecPerCall is the µs Redis spent in the commands a call costs, each
-// counted once: a side that runs scripts, in its scripts.
+// usecPerCall is the µs Redis spent per call, a script's commands counted
+// in the script's.
 func (s sideResult) usecPerCall() float64 {
 	var usec int64
 	for n, c := range s.cmds {
@@ -306,11 +292,17 @@ func (s sideResult) runsScripts() bool {
 // scriptCommands run Lua, whose own commands commandstats counts as well.
 var scriptCommands = map[string]bool{"eval": true, "eval_ro": true, "evalsha": true, "evalsha_ro": true, "fcall": true, "fcall_ro": true}
 
-// rowResult is a row's figures: each side's, and the per-round ratios of
-// limitd's to the reference's.
+// rowResult is a row's figures: each side's, and the per-round ratios
+// limitd / reference.
 type rowResult struct {
 	sides      []sideResult
 	speed, cpu []float64
+}
+
+// request is a call for one hit of the rule's value.
+func request(value string) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: 1, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: descKey, Value: value}}}}}
 }
 
 // runRow warms both sides up on the row's values, then runs the rounds.
@@ -319,16 +311,13 @@ func runRow(ctx context.Context, rdb *redis.Client, sides []*side, r row, nRound
 	reqs := make([]*rlsv3.RateLimitRequest, r.keys)
 	for i := range values {
 		values[i] = "v" + strconv.Itoa(i)
-		reqs[i] = &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: 1,
-			Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: descKey, Value: values[i]}}}}}
+		reqs[i] = request(values[i])
 	}
 	res := rowResult{sides: make([]sideResult, len(sides))}
 	cursors := make([]atomic.Int64, len(sides))
 	for i, s := range sides {
 		res.sides[i] = sideResult{side: s, cmds: map[string]cmdStat{}}
-		// Every value once (its counter made), then the row's load for a
-		// moment: what a round measures is the steady state.
+		// Every value once, then the row's load: a round measures the steady state.
 		var c atomic.Int64
 		load(ctx, s, reqs, min(64, r.keys), 0, int64(r.keys), &c)
 		load(ctx, s, reqs, r.callers, 300*time.Millisecond, 0, &cursors[i])
@@ -352,41 +341,32 @@ func runRow(ctx context.Context, rdb *redis.Client, sides []*side, r row, nRound
 	return res
 }
 
-// runRound runs one side for d and measures it: the calls it answered,
-// Redis's CPU and commands (INFO, just before and after), the server
-// process's CPU; then checks that its counters in Redis moved by as many
-// calls as it answered OK.
+// runRound runs one side for d and measures its calls, Redis's CPU and
+// commands and the server's CPU; then checks that its counters in Redis
+// moved by as many calls as it answered OK.
 func runRound(ctx context.Context, rdb *redis.Client, s *side, reqs []*rlsv3.RateLimitRequest, values []string,
 	callers int, d time.Duration, cursor *atomic.Int64) roundResult {
-	// A round and its reads stay within one window of the rule: at a
-	// window's end the reference starts new keys and limitd's counters
-	// start their new window's count (or expire), so only one window's
-	// counts add up. A round that could reach the end waits for the next
-	// window.
+	// Only one window's counts add up: a round that could reach the
+	// window's end waits for the next window.
 	w := windowOf(time.Now())
 	if end := time.Unix(w+unitSecs, 0); time.Until(end) < d+windowMargin {
 		time.Sleep(time.Until(end) + 100*time.Millisecond)
 		w = windowOf(time.Now())
 	}
-	before, _, err := s.counts(ctx, values, w)
-	if err != nil {
-		fail(fmt.Errorf("%s: reading its counters: %w", s.name, err))
-	}
+	before, _ := s.counts(ctx, values, w)
 	first := cursor.Load()
-	info0, cpu0 := must(rdb.Info(ctx, "cpu", "commandstats").Result()), procTime(s.pid)
+	info0, cpu0 := must(rdb.Info(ctx, "cpu", "commandstats").Result()), redistest.ProcessCPU(prog, s.pid)
 	out := load(ctx, s, reqs, callers, d, 0, cursor)
-	info1, cpu1 := must(rdb.Info(ctx, "cpu", "commandstats").Result()), procTime(s.pid)
+	info1, cpu1 := must(rdb.Info(ctx, "cpu", "commandstats").Result()), redistest.ProcessCPU(prog, s.pid)
 	out.redisCPU = redisCPUSecs(info1) - redisCPUSecs(info0)
-	out.procCPU = cpu1 - cpu0
+	out.procCPU = (cpu1 - cpu0).Seconds()
 	out.cmds = commandDeltas(info0, info1)
 	if out.calls == 0 {
-		fail(fmt.Errorf("%s answered no call OK in a round of %v: %v", s.name, d, s.problems))
+		prog.Fatalf("%s answered no call OK in a round of %v: %v", s.name, d, s.problems)
 	}
 
-	// The values this round asked (the cursor moved from first to last,
-	// every call finished): each must have its counter, and the counters
-	// together must have grown by the calls answered OK (an error may or
-	// may not have counted).
+	// Each value asked must have its counter, and the counters together
+	// must have grown by the calls answered OK (an error may have counted).
 	last := cursor.Load()
 	asked := values
 	if n := last - first; n < int64(len(values)) {
@@ -395,25 +375,19 @@ func runRound(ctx context.Context, rdb *redis.Client, s *side, reqs []*rlsv3.Rat
 			asked = append(asked, values[i%int64(len(values))])
 		}
 	}
-	after, _, err := s.counts(ctx, values, w)
-	if err != nil {
-		fail(fmt.Errorf("%s: reading its counters: %w", s.name, err))
-	}
-	_, missing, err := s.counts(ctx, asked, w)
-	if err != nil {
-		fail(fmt.Errorf("%s: reading its counters: %w", s.name, err))
-	}
+	after, _ := s.counts(ctx, values, w)
+	_, missing := s.counts(ctx, asked, w)
 	if now := windowOf(time.Now()); now != w {
-		fail(fmt.Errorf("%s: a round of %v and its reads took more than %v, past the end of the rule's window: the counts cannot be checked",
-			s.name, d, d+windowMargin))
+		prog.Fatalf("%s: a round of %v and its reads took more than %v, past the end of the rule's window: the counts cannot be checked",
+			s.name, d, d+windowMargin)
 	}
 	if len(missing) > 0 {
-		fail(fmt.Errorf("%s: %d of the %d values asked in a round of %d callers have no counter in Redis after it (%s=%s …)",
-			s.name, len(missing), len(asked), callers, descKey, missing[0]))
+		prog.Fatalf("%s: %d of the %d values asked in a round of %d callers have no counter in Redis after it (%s=%s …)",
+			s.name, len(missing), len(asked), callers, descKey, missing[0])
 	}
 	if moved := after - before; moved < out.calls || moved > out.calls+out.errs {
-		fail(fmt.Errorf("%s: its counters in Redis moved by %d in a round in which it answered %d calls OK (%d errors)",
-			s.name, moved, out.calls, out.errs))
+		prog.Fatalf("%s: its counters in Redis moved by %d in a round in which it answered %d calls OK (%d errors)",
+			s.name, moved, out.calls, out.errs)
 	}
 	return out
 }
@@ -426,8 +400,7 @@ func windowOf(t time.Time) int64 { return t.Unix() / unitSecs * unitSecs }
 
 // load drives s from callers goroutines, each taking the next request from
 // cursor (round-robin over reqs), for d, or until cursor reaches upto
-// (d 0). Every answer must be OK within the limit: anything else is
-// counted as an error or a wrong answer, and recorded.
+// (d 0). Any answer but OK within the limit is counted and recorded.
 func load(ctx context.Context, s *side, reqs []*rlsv3.RateLimitRequest, callers int, d time.Duration, upto int64,
 	cursor *atomic.Int64) roundResult {
 	// A hung call ends with the round's context, not with a timer per call.
@@ -470,8 +443,7 @@ func load(ctx context.Context, s *side, reqs []*rlsv3.RateLimitRequest, callers 
 }
 
 // answerProblem says what is wrong with an answer to one descriptor within
-// the limit ("" if nothing): it must be OK and carry the rule's limit and
-// what remains of it, below the limit (the call was counted).
+// the limit ("" if nothing): OK, the rule's limit, and a remainder below it.
 func answerProblem(r *rlsv3.RateLimitResponse) string {
 	if r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 		return "overall_code " + r.GetOverallCode().String()
@@ -495,7 +467,8 @@ func answerProblem(r *rlsv3.RateLimitResponse) string {
 // file, and returns it as a side once a call is answered.
 func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side {
 	boot := filepath.Join(tmp, "limitd.yaml")
-	writeFile(boot, "domains:\n"+indent("  - ", "    ", domainYAML))
+	item := strings.TrimSuffix(strings.ReplaceAll(domainYAML, "\n", "\n    "), "    ") // indented as a list item
+	writeFile(boot, "domains:\n  - "+item)
 	grpcAddr, httpAddr := freeAddr(), freeAddr()
 	p := startProc("limitd", bin, tmp, []string{
 		"LIMITD_REDIS_URL=redis://" + rdb.Options().Addr,
@@ -508,11 +481,10 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 	s := newSide("limitd", grpcAddr, p)
 	waitCall(ctx, s, p)
 
-	// limitd counts each value of the rule in a key per window (a counter
-	// of the rule's template, docs/envoy.md's window counters): the count
-	// of the window holding Redis' time now.
+	// limitd counts each value in a window counter of the rule's template
+	// (docs/envoy.md): the count of the window holding Redis' time now.
 	st := store.New(rdb, store.WithPrefix(limitdPrefix))
-	atExit(func() { _ = st.Close() })
+	prog.Cleanup(func() { _ = st.Close() })
 	var pattern string
 	for _, t := range must(st.Templates(ctx)) {
 		if strings.HasPrefix(t.ID, envoyrules.TemplatePrefix+domain+".") {
@@ -521,16 +493,16 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 	}
 	prefix, ok := strings.CutSuffix(pattern, "*")
 	if !ok {
-		fail(fmt.Errorf("limitd: no template of the rule in Redis (want %s%s.…, its pattern ending in *)", envoyrules.TemplatePrefix, domain))
+		prog.Fatalf("limitd: no template of the rule in Redis (want %s%s.…, its pattern ending in *)", envoyrules.TemplatePrefix, domain)
 	}
-	s.counts = func(ctx context.Context, values []string, _ int64) (int64, []string, error) {
+	s.counts = func(ctx context.Context, values []string, _ int64) (int64, []string) {
 		names := make([]string, len(values))
 		for i, v := range values {
 			names[i] = prefix + v
 		}
 		counts, err := st.FixedCounts(ctx, names, unitSecs*time.Second)
 		if err != nil {
-			return 0, nil, err
+			prog.Fatalf("limitd: reading its counters: %v", err)
 		}
 		var sum int64
 		var missing []string
@@ -540,7 +512,7 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 			}
 			sum += n
 		}
-		return sum, missing, nil
+		return sum, missing
 	}
 	return s
 }
@@ -550,7 +522,7 @@ func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side 
 func startRef(ctx context.Context, bin, tmp string, rdb *redis.Client, extra []string) *side {
 	root := filepath.Join(tmp, "runtime")
 	if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
-		fail(err)
+		prog.Fatal(err)
 	}
 	writeFile(filepath.Join(root, "ratelimit", "config", domain+".yaml"), domainYAML)
 	grpcAddr, httpAddr, debugAddr := freeAddr(), freeAddr(), freeAddr()
@@ -575,7 +547,7 @@ func startRef(ctx context.Context, bin, tmp string, rdb *redis.Client, extra []s
 
 	// The reference counts a value in one key per window, named by the
 	// prefix, domain, key, value and the window's start (Unix s).
-	s.counts = func(ctx context.Context, values []string, window int64) (int64, []string, error) {
+	s.counts = func(ctx context.Context, values []string, window int64) (int64, []string) {
 		suffix := "_" + strconv.FormatInt(window, 10)
 		var sum int64
 		var missing []string
@@ -586,7 +558,7 @@ func startRef(ctx context.Context, bin, tmp string, rdb *redis.Client, extra []s
 			}
 			got, err := rdb.MGet(ctx, keys...).Result()
 			if err != nil {
-				return 0, nil, err
+				prog.Fatalf("reference: reading its counters: %v", err)
 			}
 			for i, x := range got {
 				if x == nil {
@@ -595,12 +567,12 @@ func startRef(ctx context.Context, bin, tmp string, rdb *redis.Client, extra []s
 				}
 				n, err := strconv.ParseInt(x.(string), 10, 64)
 				if err != nil {
-					return 0, nil, fmt.Errorf("counter %s: %w", keys[i], err)
+					prog.Fatalf("reference: counter %s: %v", keys[i], err)
 				}
 				sum += n
 			}
 		}
-		return sum, missing, nil
+		return sum, missing
 	}
 	return s
 }
@@ -608,16 +580,15 @@ func startRef(ctx context.Context, bin, tmp string, rdb *redis.Client, extra []s
 func newSide(name, grpcAddr string, p *proc) *side {
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		fail(err)
+		prog.Fatal(err)
 	}
-	atExit(func() { _ = conn.Close() })
+	prog.Cleanup(func() { _ = conn.Close() })
 	return &side{name: name, rl: rlsv3.NewRateLimitServiceClient(conn), pid: p.cmd.Process.Pid, problems: map[string]int{}}
 }
 
 // waitCall waits until s answers a call OK (its rules loaded).
 func waitCall(ctx context.Context, s *side, p *proc) {
-	req := &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: 1, Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: descKey, Value: "ready"}}}}}
+	req := request("ready")
 	var last string
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		resp, err := s.rl.ShouldRateLimit(ctx, req)
@@ -627,11 +598,10 @@ func waitCall(ctx context.Context, s *side, p *proc) {
 			}
 		}
 	}
-	fail(fmt.Errorf("%s did not answer a call OK within 15 s (%s); its log:\n%s", s.name, last, p.logTail()))
+	prog.Fatalf("%s did not answer a call OK within 15 s (%s); its log:\n%s", s.name, last, p.logTail())
 }
 
-// proc is a server process this program started; its output goes to a
-// file in the temporary directory.
+// proc is a server process this program started, logging to a file.
 type proc struct {
 	name, log string
 	cmd       *exec.Cmd
@@ -644,14 +614,14 @@ func startProc(name, bin, tmp string, env []string, args ...string) *proc {
 	logPath := filepath.Join(tmp, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
-		fail(err)
+		prog.Fatal(err)
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		fail(fmt.Errorf("%s: %w", name, err))
+		prog.Fatalf("%s: %v", name, err)
 	}
 	p := &proc{name: name, log: logPath, cmd: cmd, exited: make(chan struct{})}
 	go func() {
@@ -659,7 +629,7 @@ func startProc(name, bin, tmp string, env []string, args ...string) *proc {
 		_ = f.Close()
 		close(p.exited)
 	}()
-	atExit(p.stop)
+	prog.Cleanup(p.stop)
 	return p
 }
 
@@ -688,7 +658,7 @@ func waitHTTP(p *proc, url string) {
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		select {
 		case <-p.exited:
-			fail(fmt.Errorf("%s exited during start-up; its log:\n%s", p.name, p.logTail()))
+			prog.Fatalf("%s exited during start-up; its log:\n%s", p.name, p.logTail())
 		default:
 		}
 		if resp, err := c.Get(url); err == nil {
@@ -698,48 +668,11 @@ func waitHTTP(p *proc, url string) {
 			}
 		}
 	}
-	fail(fmt.Errorf("%s: %s did not answer 200 within 15 s; its log:\n%s", p.name, url, p.logTail()))
-}
-
-// redisProc is the private redis-server: never the one on :6379.
-type redisProc struct {
-	addr string
-	p    *proc
-}
-
-func startRedis(tmp string) redisProc {
-	addr := freeAddr()
-	dir := filepath.Join(tmp, "redis")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		fail(err)
-	}
-	p := startProc("redis-server", "redis-server", tmp, nil, "--port", port(addr), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			_ = c.Close()
-			return redisProc{addr: addr, p: p}
-		}
-		if time.Now().After(deadline) {
-			fail(fmt.Errorf("redis-server on %s did not listen within 10 s; its log:\n%s", addr, p.logTail()))
-		}
-	}
+	prog.Fatalf("%s: %s did not answer 200 within 15 s; its log:\n%s", p.name, url, p.logTail())
 }
 
 // freeAddr is a loopback address nobody listens on (never port 6379).
-func freeAddr() string {
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			fail(err)
-		}
-		addr := l.Addr().String()
-		_ = l.Close()
-		if port(addr) != "6379" {
-			return addr
-		}
-	}
-}
+func freeAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(redistest.FreePort(prog))) }
 
 func port(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
@@ -763,7 +696,7 @@ func redisCPUSecs(info string) float64 {
 	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
 		v, err := strconv.ParseFloat(infoField(info, f), 64)
 		if err != nil {
-			fail(fmt.Errorf("INFO cpu: %s: %w", f, err))
+			prog.Fatalf("INFO cpu: %s: %v", f, err)
 		}
 		total += v
 	}
@@ -811,29 +744,7 @@ func commandStats(info string) map[string]cmdStat {
 	return out
 }
 
-// procTime is a process's CPU time so far (user and system), from /proc.
-func procTime(pid int) float64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		fail(err)
-	}
-	// The fields after the command's name, which is in parentheses and may
-	// hold spaces: state is field 3, utime and stime 14 and 15.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	utime, err1 := strconv.ParseFloat(f[11], 64)
-	stime, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		fail(fmt.Errorf("/proc/%d/stat: %q", pid, b))
-	}
-	return (utime + stime) / clockTicks
-}
-
-// clockTicks is USER_HZ, the unit of /proc's times: 100 on every Linux
-// architecture Go supports.
-const clockTicks = 100
-
-// keyCounts counts the keys in Redis by prefix: limitd's, the reference's,
-// and any other (there should be none).
+// keyCounts counts the keys in Redis: limitd's, the reference's, others.
 func keyCounts(ctx context.Context, rdb *redis.Client) (l, r, other int64) {
 	iter := rdb.Scan(ctx, 0, "*", 1000).Iterator()
 	for iter.Next(ctx) {
@@ -847,7 +758,7 @@ func keyCounts(ctx context.Context, rdb *redis.Client) (l, r, other int64) {
 		}
 	}
 	if err := iter.Err(); err != nil {
-		fail(err)
+		prog.Fatal(err)
 	}
 	return l, r, other
 }
@@ -889,57 +800,15 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// indent puts first before the first line of s and rest before the others.
-func indent(first, rest, s string) string {
-	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
-	for i := range lines {
-		if i == 0 {
-			lines[i] = first + lines[i]
-		} else {
-			lines[i] = rest + lines[i]
-		}
-	}
-	return strings.Join(lines, "\n") + "\n"
-}
-
 func writeFile(path, text string) {
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		fail(err)
+		prog.Fatal(err)
 	}
 }
 
 func must[T any](v T, err error) T {
 	if err != nil {
-		fail(err)
+		prog.Fatal(err)
 	}
 	return v
-}
-
-// exits are what the program undoes before it ends (servers stopped,
-// connections closed, files removed), the latest first.
-var (
-	exitsMu sync.Mutex
-	exits   []func()
-)
-
-func atExit(f func()) {
-	exitsMu.Lock()
-	exits = append(exits, f)
-	exitsMu.Unlock()
-}
-
-func runExits() {
-	exitsMu.Lock()
-	fs := exits
-	exits = nil
-	exitsMu.Unlock()
-	for i := len(fs) - 1; i >= 0; i-- {
-		fs[i]()
-	}
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "envoyvs:", strings.TrimSpace(err.Error()))
-	runExits()
-	os.Exit(1)
 }

@@ -1,14 +1,11 @@
 //go:build ignore
 
 // storevs runs this tree's store and another build's side by side in one
-// process, each side's store on both of two private redis-servers, in
-// rounds in which the side going first and each side's server alternate,
-// and prints the medians: of the speed, and of the CPU time per acquire of
-// this process and of redis-server, which a busy machine moves far less
-// than the wall time (a side's round has the process and the servers to
-// itself, so their CPU time in it is its own). scripts/store-vs.sh builds it (it lives in a
-// folder the go tool skips) against the other tree, imported as
-// github.com/limitd/other, and runs it.
+// process, in rounds in which the side going first and each side's server
+// alternate, and prints the medians of the speed and of the CPU time per
+// acquire (a side's round has the process and the servers to itself, so
+// their CPU time in it is its own). scripts/store-vs.sh says more, builds it
+// against the other tree, imported as github.com/limitd/other, and runs it.
 package main
 
 import (
@@ -16,25 +13,27 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"net"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/internal/testkit/rounds"
 	thislim "github.com/limitd/limitd/limiter"
 	thisstore "github.com/limitd/limitd/store"
 	otherlim "github.com/limitd/other/limiter"
 	otherstore "github.com/limitd/other/store"
 )
+
+// prog starts the redis-servers and stops them at the end or on a failure.
+var prog = redistest.NewProgram("storevs")
 
 // acquire takes one permit of name and reports whether it was granted.
 type acquire func(ctx context.Context, name string) (bool, error)
@@ -45,7 +44,9 @@ type side struct {
 	get   [2]acquire
 }
 
-func main() {
+// TestMain is the program: its script builds it with go test -c and runs it
+// with the flags below, not as a test.
+func TestMain(*testing.M) {
 	nRounds := flag.Int("rounds", 20, "alternating rounds per row")
 	dur := flag.Duration("round", time.Second, "length of a round")
 	other := flag.String("other", "other", "the other tree's name, for the output")
@@ -53,16 +54,14 @@ func main() {
 	flag.Parse()
 	ctx := context.Background()
 
-	// Two servers, each side's store on both: a round runs the sides on
-	// different servers, the one going first and the server each gets
-	// both alternating, so that neither the order nor a server favours a
-	// side.
+	// Two servers, each side's store on both, so that neither the order nor
+	// a server favours a side.
+	defer prog.Close()
 	var rdbs [2]*redis.Client
 	for i := range rdbs {
-		srv := startRedis()
-		defer srv.stop()
-		redisPIDs = append(redisPIDs, srv.cmd.Process.Pid)
-		rdbs[i] = redis.NewClient(&redis.Options{Addr: srv.addr})
+		srv := redistest.Server(prog)
+		redisPIDs = append(redisPIDs, srv.Pid())
+		rdbs[i] = srv.Client()
 	}
 	this, that := side{label: "this tree"}, side{label: *other}
 
@@ -90,7 +89,7 @@ func main() {
 		var closers []func()
 		for i, rdb := range rdbs {
 			if err := rdb.FlushAll(ctx).Err(); err != nil {
-				fail(err)
+				prog.Fatal(err)
 			}
 			this.get[i], closers = newThis(ctx, rdb, names, row.batched, closers)
 			that.get[i], closers = newOther(ctx, rdb, names, row.batched, closers)
@@ -166,9 +165,8 @@ func newOther(ctx context.Context, rdb *redis.Client, names []string, batched bo
 }
 
 // prepare makes each of names with put (rate 1e6/s, burst inf: every call
-// granted) and starts its schedule with one acquire, from 32 goroutines
-// (10,000 keys are 20,000 round trips, four times over in a row: each side
-// on each server), then lets the schedules run for started.
+// granted) and starts its schedule with one acquire, from 32 goroutines,
+// then lets the schedules run for started.
 func prepare(ctx context.Context, names []string, put func(string) error, get acquire) {
 	const goroutines = 32
 	var wg sync.WaitGroup
@@ -176,10 +174,10 @@ func prepare(ctx context.Context, names []string, put func(string) error, get ac
 		wg.Go(func() {
 			for i := g; i < len(names); i += goroutines {
 				if err := put(names[i]); err != nil {
-					fail(err)
+					prog.Fatal(err)
 				}
 				if _, err := get(ctx, names[i]); err != nil {
-					fail(err)
+					prog.Fatal(err)
 				}
 			}
 		})
@@ -211,7 +209,7 @@ func run(s side, srv int, names []string, goroutines int, d time.Duration) sampl
 				for range 50 {
 					ok, err := s.get[srv](ctx, names[i%len(names)])
 					if err != nil || !ok {
-						fail(fmt.Errorf("%s: acquire of %s: granted %v, %v", s.label, names[i%len(names)], ok, err))
+						prog.Fatalf("%s: acquire of %s: granted %v, %v", s.label, names[i%len(names)], ok, err)
 					}
 					i += goroutines
 				}
@@ -229,73 +227,16 @@ func run(s side, srv int, names []string, goroutines int, d time.Duration) sampl
 func processCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		fail(err)
+		prog.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// redisCPU is the redis-servers' CPU time (user and system), from
-// /proc/PID/stat in ticks of 10 ms.
+// redisCPU is the redis-servers' CPU time (user and system).
 func redisCPU() time.Duration {
 	var t time.Duration
 	for _, pid := range redisPIDs {
-		raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			fail(err)
-		}
-		// The command name (field 2) may hold spaces: count from its ')'.
-		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-		utime, err1 := strconv.ParseInt(f[11], 10, 64)
-		stime, err2 := strconv.ParseInt(f[12], 10, 64)
-		if err1 != nil || err2 != nil {
-			fail(fmt.Errorf("/proc/%d/stat: %q", pid, raw))
-		}
-		t += time.Duration(utime+stime) * 10 * time.Millisecond
+		t += redistest.ProcessCPU(prog, pid)
 	}
 	return t
-}
-
-// server is a private redis-server on a free loopback port.
-type server struct {
-	addr string
-	cmd  *exec.Cmd
-}
-
-func startRedis() *server {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fail(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	dir, err := os.MkdirTemp("", "storevs")
-	if err != nil {
-		fail(err)
-	}
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		fail(fmt.Errorf("redis-server: %w (apt-get install -y redis-server)", err))
-	}
-	s := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", s.addr); err == nil {
-			_ = c.Close()
-			return s
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			fail(fmt.Errorf("redis-server on %s did not listen within 10 s", s.addr))
-		}
-	}
-}
-
-func (s *server) stop() {
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "storevs:", strings.TrimSpace(err.Error()))
-	os.Exit(1)
 }
