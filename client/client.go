@@ -93,12 +93,10 @@ func newClient(t Transport, o options) *Client {
 	c.base = o.clock.Now()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if ch := t.Changes(c.ctx); ch != nil {
-		c.wg.Add(1)
-		go c.watch(ch)
+		c.wg.Go(func() { c.watch(ch) })
 	}
 	if c.refusals != nil {
-		c.wg.Add(1)
-		go c.runRefusals()
+		c.wg.Go(c.runRefusals)
 	}
 	return c
 }
@@ -204,7 +202,6 @@ func (c *Client) forget(l *Limiter) {
 
 // watch applies published config changes to the handles at once.
 func (c *Client) watch(ch <-chan string) {
-	defer c.wg.Done()
 	for msg := range ch {
 		name, ver, ok := strings.Cut(msg, " ")
 		if !ok {

@@ -57,7 +57,7 @@ func (l *Limiter) next(now int64) (s slot, ok bool) {
 		}
 		l.back = l.back[1:]
 		if !l.down { // else Redis would not take it
-			l.goBg(func() { _ = l.releaseOne(s.b.g) })
+			l.bg.Go(func() { _ = l.releaseOne(s.b.g) })
 		}
 	}
 	for len(l.blocks) > 0 {

@@ -110,7 +110,7 @@ func (l *Limiter) goDown(sent, now int64) {
 		if !l.retrying {
 			l.retrying = true
 			quit := l.quitting()
-			l.goBg(func() { l.retryLoop(quit) })
+			l.bg.Go(func() { l.retryLoop(quit) })
 		}
 	} else {
 		l.retryStep = min(2*l.retryStep, int64(l.o.retry))
@@ -193,7 +193,7 @@ func (l *Limiter) comeBack(now int64, g limitd.Grant, p limiter.Params) {
 	if n <= 0 {
 		return
 	}
-	l.goBg(func() {
+	l.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(l.c.ctx, 2*time.Second)
 		defer cancel()
 		l.remoteCalls.Add(1)

@@ -63,22 +63,13 @@ func (l *Limiter) startFetch(now int64) {
 	l.fetching, l.fetchVer = done, l.version
 	k := l.grantSize(now)
 	handing := slices.Clone(l.handing)
-	l.goBg(func() {
+	l.bg.Go(func() {
 		defer close(done)
 		for _, h := range handing {
 			<-h
 		}
 		l.fetch(k)
 	})
-}
-
-// goBg runs f as background work Close waits for (l.mu held, handle open).
-func (l *Limiter) goBg(f func()) {
-	l.bg.Add(1)
-	go func() {
-		defer l.bg.Done()
-		f()
-	}()
 }
 
 // fetch takes one grant from the shared schedule.

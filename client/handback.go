@@ -44,7 +44,7 @@ func (l *Limiter) dropOlder(version int64) {
 	back := l.back[:0]
 	for _, s := range l.back {
 		if s.b.g.Version < version {
-			l.goBg(func() { _ = l.releaseOne(s.b.g) })
+			l.bg.Go(func() { _ = l.releaseOne(s.b.g) })
 		} else {
 			back = append(back, s)
 		}
@@ -75,7 +75,7 @@ func (l *Limiter) handBack(b *block) {
 		b.i = b.g.Permits
 		done := make(chan struct{})
 		l.handing = append(slices.DeleteFunc(l.handing, closed), done)
-		l.goBg(func() {
+		l.bg.Go(func() {
 			defer close(done)
 			_ = l.release(b.g, m)
 		})

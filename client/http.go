@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -50,11 +51,8 @@ func NewHTTP(baseURL string, opts ...HTTPOption) *Client {
 	for _, f := range opts {
 		f.applyHTTP(&o)
 	}
-	hc := o.http.client
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	t := &httpTransport{base: strings.TrimRight(baseURL, "/"), token: o.http.token, hc: hc, clock: o.clock, ids: map[grantKey]grantRef{}}
+	t := &httpTransport{base: strings.TrimRight(baseURL, "/"), token: o.http.token,
+		hc: cmp.Or(o.http.client, http.DefaultClient), clock: o.clock, ids: map[grantKey]grantRef{}}
 	o.refusals = nil // the server counts what it decides
 	return newClient(t, o)
 }

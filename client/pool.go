@@ -44,7 +44,7 @@ type Limiter struct {
 	handing  []chan struct{} // hand-backs in flight (closed when done), which a fetch waits for
 	version  int64           // the config version the pool dispenses
 	fetchVer int64           // version when the fetch in flight started
-	bg       sync.WaitGroup
+	bg       sync.WaitGroup  // background work Close waits for: started with l.mu held, handle open
 
 	// demand: since the last fetch (taken, above), and when that was
 	since   int64

@@ -186,7 +186,6 @@ func (r *refusals) flush(ctx context.Context) error {
 
 // runRefusals flushes every second until the client closes (Close flushes the rest).
 func (c *Client) runRefusals() {
-	defer c.wg.Done()
 	r := c.refusals
 	for {
 		t := c.o.clock.NewTimer(time.Second)

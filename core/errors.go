@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -53,8 +52,6 @@ func specFault(err error, spec, prefix string) error {
 	}
 	return err
 }
-
-func quoted(s string) string { return fmt.Sprintf("%q", s) }
 
 // The causes of an ErrUnavailable that the operator fixes in a known way
 // (errors.Is): at most one holds for an error.

@@ -221,7 +221,7 @@ func (s *Service) List(ctx context.Context, cursor string, limit int) (Page, err
 		return Page{}, invalid("limit", fmt.Sprintf("must be an integer ≥ 1 and ≤ %d", MaxListLimit), limit)
 	}
 	if cursor != "" && limitd.CheckName(cursor) != nil {
-		return Page{}, invalid("cursor", "must be the \"next\" of the previous page, a limiter name", quoted(cursor))
+		return Page{}, invalid("cursor", "must be the \"next\" of the previous page, a limiter name", fmt.Sprintf("%q", cursor))
 	}
 	infos, next, err := s.store.List(ctx, cursor, limit)
 	if err != nil {

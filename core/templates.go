@@ -79,7 +79,7 @@ type TopInstances struct {
 // every limitd's Ledger on the Redis counted them.
 func (s *Service) Top(ctx context.Context, id, by string, limit, minutes int) (TopInstances, error) {
 	if by != "refused" && by != "granted" {
-		return TopInstances{}, invalid("by", `must be "refused" or "granted"`, quoted(by))
+		return TopInstances{}, invalid("by", `must be "refused" or "granted"`, fmt.Sprintf("%q", by))
 	}
 	if limit < 1 || limit > MaxTopLimit {
 		return TopInstances{}, invalid("limit", fmt.Sprintf("must be an integer ≥ 1 and ≤ %d", MaxTopLimit), limit)

@@ -66,7 +66,7 @@ var errToken = errors.New("undecodable")
 // input naming grant.id.
 func decodeToken(token, name string) (limitd.Grant, error) {
 	bad := func(why string) (limitd.Grant, error) {
-		return limitd.Grant{}, invalid("grant.id", "must be the id a grant of limiter "+quoted(name)+" answered ("+why+")", nil)
+		return limitd.Grant{}, invalid("grant.id", fmt.Sprintf("must be the id a grant of limiter %q answered (%s)", name, why), nil)
 	}
 	if len(token) > maxToken || !strings.HasPrefix(token, tokenPrefix) {
 		return bad("not a grant token")
