@@ -148,9 +148,7 @@ func defaultClientID() string {
 		}
 		return '-'
 	}, host)
-	if len(host) > 64 {
-		host = host[:64]
-	}
+	host = host[:min(len(host), 64)]
 	if host == "" || !isAlnum(host[0]) {
 		host = "h" + host
 	}

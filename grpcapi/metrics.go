@@ -172,11 +172,8 @@ func (m *metrics) series(domain, rule string) *ruleSeries {
 		shadow: tee{Counter: m.shadow.WithLabelValues(domain, rule)}}
 	if ref := m.ref; ref != nil {
 		// split at its dots as the reference's statsd name is
-		parts := strings.SplitN(rule, ".", 3)
-		key1, key2 := parts[0], ""
-		if len(parts) > 1 {
-			key2 = parts[1]
-		}
+		key1, rest, _ := strings.Cut(rule, ".")
+		key2, _, _ := strings.Cut(rest, ".")
 		r.hits.ref, r.over.ref = ref.hits.WithLabelValues(domain, key1, key2), ref.over.WithLabelValues(domain, key1, key2)
 		r.near.ref, r.within.ref = ref.near.WithLabelValues(domain, key1, key2), ref.within.WithLabelValues(domain, key1, key2)
 		r.shadow.ref = ref.shadow.WithLabelValues(domain, key1, key2)
@@ -225,10 +222,6 @@ func (r *ruleSeries) count(hits uint64, c core.Count, nearRatio float32) {
 	}
 	r.within.Add(h)
 	if after > near {
-		if before >= near {
-			r.near.Add(h)
-		} else {
-			r.near.Add(after - near)
-		}
+		r.near.Add(after - max(near, before))
 	}
 }
