@@ -36,10 +36,7 @@ func (h *Headers) add(resp *rlv3.RateLimitResponse) {
 	if pick == nil {
 		return
 	}
-	reset := int64(0)
-	if d := pick.DurationUntilReset; d != nil {
-		reset = int64(wholeSeconds(d.AsDuration()) / time.Second)
-	}
+	reset := int64(wholeSeconds(pick.GetDurationUntilReset().AsDuration()) / time.Second) // nil: 0
 	resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
 		{Key: h.Limit, Value: strconv.FormatUint(uint64(pick.CurrentLimit.RequestsPerUnit), 10)},
 		{Key: h.Remaining, Value: strconv.FormatUint(uint64(pick.LimitRemaining), 10)},
