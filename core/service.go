@@ -100,9 +100,7 @@ func over(st backend, o Options) *Service {
 	s.loss.found = make(chan struct{}, 1)
 	s.redis.Address = cmp.Or(s.redis.Address, "LIMITD_REDIS_URL")
 	s.redis.Credentials = cmp.Or(s.redis.Credentials, s.redis.Address)
-	if s.clock == nil {
-		s.clock = limiter.SystemClock()
-	}
+	s.clock = cmp.Or(s.clock, limiter.SystemClock())
 	s.obs = cmp.Or[Observer](s.obs, observers{}) // none
 	if o.Ledger != nil {
 		s.obs = observers{s.obs, o.Ledger}
