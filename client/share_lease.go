@@ -155,22 +155,17 @@ func (s *Share) expire() {
 		// The limiter is gone or changed kind: nothing, never everything.
 		s.applyLocked(0, false, fmt.Errorf("client: share %q: %w", s.name, err))
 	default:
-		unavailable := fmt.Errorf("client: share %q: lease expired: %w", s.name, err)
-		switch s.o.fallback {
-		case FallbackOptimistic:
+		safe := s.c.o.safeRate
+		if s.leased {
+			safe = s.lease.SafeCapacity
+		}
+		switch {
+		case s.o.fallback == FallbackOptimistic:
 			s.applyLocked(math.Inf(1), true, nil)
-		case FallbackPessimistic:
-			s.applyLocked(0, true, unavailable)
+		case s.o.fallback != FallbackPessimistic && safe > 0:
+			s.applyLocked(safe, true, nil)
 		default:
-			safe := s.c.o.safeRate
-			if s.leased {
-				safe = s.lease.SafeCapacity
-			}
-			if safe > 0 {
-				s.applyLocked(safe, true, nil)
-			} else {
-				s.applyLocked(0, true, unavailable)
-			}
+			s.applyLocked(0, true, fmt.Errorf("client: share %q: lease expired: %w", s.name, err))
 		}
 	}
 }
