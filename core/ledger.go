@@ -32,11 +32,8 @@ type LedgerOptions struct {
 
 // NewLedger returns a ledger that adds to st's Redis.
 func NewLedger(st *store.Store, o LedgerOptions) *Ledger {
-	l := &Ledger{every: o.Every, tally: st.NewTally(store.TallyOptions{MaxNames: o.MaxNames, TopK: o.TopK, Clock: o.Clock})}
-	if l.every <= 0 {
-		l.every = time.Second
-	}
-	return l
+	return &Ledger{every: positiveOr(o.Every, time.Second),
+		tally: st.NewTally(store.TallyOptions{MaxNames: o.MaxNames, TopK: o.TopK, Clock: o.Clock})}
 }
 
 // StoreCall is not counted.

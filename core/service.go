@@ -86,6 +86,14 @@ func (os observers) Decided(e Event) {
 	}
 }
 
+// positiveOr is v, or def when v is not positive (an option left unset).
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
 // New returns the service over st. It panics if st is nil.
 func New(st *store.Store, o Options) *Service {
 	if st == nil {
@@ -95,8 +103,8 @@ func New(st *store.Store, o Options) *Service {
 }
 
 func over(st backend, o Options) *Service {
-	s := &Service{obs: o.Observer, decide: o.DecideTimeout, clock: o.Clock, shadow: o.Shadow, quota: o.QuotaMode,
-		counting: o.Counting, over: newOverLimit(o.OverLimitCache), redis: o.Redis}
+	s := &Service{obs: o.Observer, decide: positiveOr(o.DecideTimeout, defaultDecideTimeout), clock: o.Clock,
+		shadow: o.Shadow, quota: o.QuotaMode, counting: o.Counting, over: newOverLimit(o.OverLimitCache), redis: o.Redis}
 	s.loss.found = make(chan struct{}, 1)
 	s.redis.Address = cmp.Or(s.redis.Address, "LIMITD_REDIS_URL")
 	s.redis.Credentials = cmp.Or(s.redis.Credentials, s.redis.Address)
@@ -105,9 +113,6 @@ func over(st backend, o Options) *Service {
 	if o.Ledger != nil {
 		s.obs = observers{s.obs, o.Ledger}
 		s.ledger = o.Ledger
-	}
-	if s.decide <= 0 {
-		s.decide = defaultDecideTimeout
 	}
 	s.store = timed{backend: st, obs: s.obs}
 	return s

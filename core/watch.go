@@ -65,18 +65,10 @@ const (
 
 // NewWatcher returns a Watcher over s; it samples nothing until Run.
 func (s *Service) NewWatcher(o WatcherOptions) *Watcher {
-	w := &Watcher{s: s, step: o.Step, max: o.Max, timeout: o.Timeout, newTicker: o.Ticker,
+	w := &Watcher{s: s, step: positiveOr(o.Step, time.Second), max: positiveOr(o.Max, MaxWatched),
+		timeout: positiveOr(o.Timeout, 5*time.Second), newTicker: o.Ticker,
 		poke: make(chan struct{}, 1), series: map[string]*series{}, extra: map[string]int{},
 		subs: map[chan *Round]struct{}{}, chsubs: map[chan Change]struct{}{}}
-	if w.step <= 0 {
-		w.step = time.Second
-	}
-	if w.max <= 0 {
-		w.max = MaxWatched
-	}
-	if w.timeout <= 0 {
-		w.timeout = 5 * time.Second
-	}
 	if w.newTicker == nil {
 		w.newTicker = func(d time.Duration) Ticker { return timeTicker{time.NewTicker(d)} }
 	}
