@@ -112,14 +112,8 @@ func (s *Store) NewTally(o TallyOptions) *Tally { return s.newTally(o, tallyShar
 
 // newTally is NewTally with n shards (a power of two).
 func (s *Store) newTally(o TallyOptions, n int) *Tally {
-	t := &Tally{st: s, topK: o.TopK, clock: o.Clock, seed: maphash.MakeSeed(), room: room{max: int64(o.MaxNames)},
-		shards: make([]tallyShard, n)}
-	if t.room.max <= 0 {
-		t.room.max = 10_000
-	}
-	if t.topK <= 0 {
-		t.topK = 100
-	}
+	t := &Tally{st: s, topK: cmp.Or(max(o.TopK, 0), 100), clock: o.Clock, seed: maphash.MakeSeed(),
+		room: room{max: cmp.Or(max(int64(o.MaxNames), 0), 10_000)}, shards: make([]tallyShard, n)}
 	if t.clock == nil {
 		t.clock = time.Now
 	}
@@ -370,11 +364,7 @@ func (t *Tally) putBack(ivs []interval) {
 	}
 	slices.SortFunc(names, func(a, b *named) int { return cmp.Compare(a.seq, b.seq) })
 	for _, x := range names {
-		s := limitd.Subject{Limiter: x.name}
-		if x.template != "" {
-			s = limitd.Subject{Template: x.template, Instance: x.name}
-		}
-		cur := &t.shard(s).cur
+		cur := &t.shard(limitd.Subject{Limiter: x.name}).cur // an instance's shard is by its name too
 		m := cur.limiters
 		if x.template != "" {
 			m = cur.instances
