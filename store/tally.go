@@ -136,15 +136,15 @@ func (t *Tally) shard(s limitd.Subject) *tallyShard {
 	return &t.shards[maphash.String(t.seed, name)&uint64(len(t.shards)-1)]
 }
 
-func (t *Tally) lockAll() {
+// lockAll locks every shard and returns what unlocks them.
+func (t *Tally) lockAll() (unlock func()) {
 	for i := range t.shards {
 		t.shards[i].mu.Lock()
 	}
-}
-
-func (t *Tally) unlockAll() {
-	for i := range t.shards {
-		t.shards[i].mu.Unlock()
+	return func() {
+		for i := range t.shards {
+			t.shards[i].mu.Unlock()
+		}
 	}
 }
 
@@ -218,13 +218,13 @@ func (t *Tally) Flush(ctx context.Context) error {
 	for i := range ivs {
 		ivs[i].reset()
 	}
-	t.lockAll()
+	unlock := t.lockAll()
 	for i := range t.shards {
 		if sh := &t.shards[i]; sh.spare.limiters == nil {
 			sh.spare = ivs[i]
 		}
 	}
-	t.unlockAll()
+	unlock()
 	return err
 }
 
@@ -232,8 +232,7 @@ func (t *Tally) Flush(ctx context.Context) error {
 // ones and whether they counted nothing.
 func (t *Tally) swap() (ivs []interval, empty bool) {
 	ivs, empty = make([]interval, len(t.shards)), true
-	t.lockAll()
-	defer t.unlockAll()
+	defer t.lockAll()()
 	for i := range t.shards {
 		sh := &t.shards[i]
 		ivs[i] = sh.cur
@@ -348,8 +347,7 @@ func (t *top) counts() map[string]int64 {
 // putBack adds the counts of ivs (a flush's shards) into the current
 // interval, the names in the order they came, as far as MaxNames allows.
 func (t *Tally) putBack(ivs []interval) {
-	t.lockAll()
-	defer t.unlockAll()
+	defer t.lockAll()()
 	var dropped int64
 	// A template's counts go back whole, its instances' by name only:
 	// instance counts are part of their template's already.
