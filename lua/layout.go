@@ -46,7 +46,7 @@ func (k Kind) Size() int {
 // version.
 func (k Kind) ParamNames() []string {
 	names := []string{"kind"}
-	for _, f := range fieldGroups().slice {
+	for _, f := range fieldGroups()["SLICE"] {
 		names = append(names, f.Name)
 	}
 	for _, f := range k.Params {
@@ -74,9 +74,8 @@ var (
 	groupDecl = regexp.MustCompile(`(?s)local (HEAD|SLICE|STATE|RUN|REST) = \{(\{'.*?'\})\}\n`)
 )
 
-type groups struct{ head, slice, state, run, rest []Field }
-
-var fieldGroups = sync.OnceValue(func() groups {
+// fieldGroups are lib.lua's field groups by name: HEAD, SLICE, STATE, RUN, REST.
+var fieldGroups = sync.OnceValue(func() map[string][]Field {
 	lib := mustRead("lib.lua")
 	body := lib[strings.Index(lib, "local function field_groups()"):]
 	body = body[:strings.Index(body, "\nend\n")]
@@ -87,7 +86,7 @@ var fieldGroups = sync.OnceValue(func() groups {
 	if len(g) != 5 {
 		panic(fmt.Sprintf("lua: lib.lua: field_groups: %d groups, want 5", len(g)))
 	}
-	return groups{head: g["HEAD"], slice: g["SLICE"], state: g["STATE"], run: g["RUN"], rest: g["REST"]}
+	return g
 })
 
 func fieldsBy(re *regexp.Regexp, s string) []Field {
@@ -121,7 +120,7 @@ var kinds = sync.OnceValue(func() []Kind {
 		code, _ := strconv.Atoi(m[0][2])
 		k := Kind{Name: m[0][1], Code: code, Params: fieldsBy(paramPair, m[0][3]), file: file,
 			fast: fastField.MatchString(src), libOnly: libOnlyPart.MatchString(src)}
-		k.Layout = slices.Concat(g.head, g.slice, k.Params, g.state, g.run, g.rest)
+		k.Layout = slices.Concat(g["HEAD"], g["SLICE"], k.Params, g["STATE"], g["RUN"], g["REST"])
 		ks = append(ks, k)
 	}
 	slices.SortFunc(ks, func(a, b Kind) int { return cmp.Compare(a.Code, b.Code) })
@@ -139,9 +138,7 @@ var libSource = sync.OnceValue(func() string {
 	var b strings.Builder
 	b.WriteString(mustRead("lib.lua"))
 	writeKinds(&b, func(Kind) bool { return true }, false)
-	b.WriteString("\n")
-	b.WriteString(derived())
-	b.WriteString(derivedFast(func(Kind) bool { return true }))
+	b.WriteString("\n" + derived() + derivedFast(func(Kind) bool { return true }))
 	return b.String()
 })
 
@@ -169,9 +166,7 @@ func writeKinds(b *strings.Builder, keep func(Kind) bool, script bool) {
 		if script {
 			src = libOnlyPart.ReplaceAllString(src, "\n")
 		}
-		b.WriteString("\ndo\n")
-		b.WriteString(src)
-		b.WriteString("\nend\n")
+		b.WriteString("\ndo\n" + src + "\nend\n")
 	}
 }
 
@@ -195,16 +190,10 @@ func scriptText(op string) string {
 	var b strings.Builder
 	b.WriteString(lib[:i+1])
 	writeKinds(&b, Kind.inScriptHot, true)
-	b.WriteString("\n")
-	b.WriteString(derivedFast(Kind.inScriptHot))
-	b.WriteString("\nlocal function rest_of_library(KEYS, ARGV)\n")
+	b.WriteString("\n" + derivedFast(Kind.inScriptHot) + "\nlocal function rest_of_library(KEYS, ARGV)\n")
 	b.WriteString(lib[i+1:])
 	writeKinds(&b, func(k Kind) bool { return !k.inScriptHot() }, true)
-	b.WriteString("\n")
-	b.WriteString(derived())
-	b.WriteString("\n")
-	b.WriteString(mustRead(op + ".lua"))
-	b.WriteString("\nend\n\ninit()\n")
+	b.WriteString("\n" + derived() + "\n" + mustRead(op+".lua") + "\nend\n\ninit()\n")
 	if fn := fastEntries[op]; fn != "" {
 		b.WriteString("local answer = " + fn + "(KEYS, ARGV, time_us())\nif answer then return answer end\n")
 	}
@@ -242,13 +231,17 @@ func derived() string {
 		return strings.Join(s, ", ")
 	}
 	g := fieldGroups()
-	state := slices.Concat(g.head, g.slice, g.state, g.run, g.rest)
+	state := slices.Concat(g["HEAD"], g["SLICE"], g["STATE"], g["RUN"], g["REST"])
 	var blank []string
 	for _, f := range state {
 		blank = append(blank, f.Name+" = 0")
 	}
 	fmt.Fprintf(&b, "blank = function(key, inst)\n  return {key = key, inst = inst, %s, %s,\n    %s}\nend\n",
 		fmt.Sprintf(own, "nil", "nil"), zero(nil), strings.Join(blank, ", "))
+	rest := 0
+	for _, f := range g["REST"] {
+		rest += formatWidth[f.Format]
+	}
 	for _, k := range kinds() {
 		var names, fmts, lfields, pfields []string
 		for _, f := range k.Layout {
@@ -256,10 +249,6 @@ func derived() string {
 			fmts = append(fmts, f.Format)
 			lfields = append(lfields, f.Name+" = "+f.Name)
 			pfields = append(pfields, "L."+f.Name)
-		}
-		rest := 0
-		for _, f := range g.rest {
-			rest += formatWidth[f.Format]
 		}
 		format := "<" + strings.Join(fmts, "")
 		q := strconv.Quote(k.Name)

@@ -39,12 +39,8 @@ var library = sync.OnceValue(func() Lib {
 	for i, op := range libraryOps {
 		bodies[i] = mustRead(op + ".lua")
 	}
-	sum := sha1.New()
-	sum.Write([]byte(lib))
-	for _, b := range bodies {
-		sum.Write([]byte(b))
-	}
-	name := "limitd_" + hex.EncodeToString(sum.Sum(nil))[:16]
+	sum := sha1.Sum([]byte(lib + strings.Join(bodies, "")))
+	name := "limitd_" + hex.EncodeToString(sum[:])[:16]
 	l := Lib{Name: name, Functions: map[string]string{}}
 	for i, op := range libraryOps {
 		fn := name + "_" + op

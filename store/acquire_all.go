@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -163,6 +164,14 @@ func checkRequestName(i int, name string) error {
 	return nil
 }
 
+// requestPermitsErr names requests[i]'s permits in err when they are at fault.
+func requestPermitsErr(i int, r limitd.MultiRequest, err error) error {
+	if fe, ok := errors.AsType[*limiter.FieldError](err); ok && fe.Field == "permits" {
+		return limiter.RequestFieldError(i, "permits", fe.Rule, r.Permits)
+	}
+	return err
+}
+
 // acquireOne is AcquireAll of one limiter taking permits: its own acquire
 // (its fast path, batched where the store batches). A refusal leaves it as
 // a refused acquire does (a backlog past max_backlog forfeited, an
@@ -173,10 +182,7 @@ func (s *Store) acquireOne(ctx context.Context, r limitd.MultiRequest, maxWait t
 	}
 	d, err := s.Acquire(ctx, r.Name, r.Permits, maxWait)
 	if err != nil {
-		if fe, ok := errors.AsType[*limiter.FieldError](err); ok && fe.Field == "permits" {
-			err = limiter.RequestFieldError(0, "permits", fe.Rule, r.Permits)
-		}
-		return limitd.MultiDecision{}, err
+		return limitd.MultiDecision{}, requestPermitsErr(0, r, err)
 	}
 	return limitd.MultiDecision{Granted: d.Granted || r.Optional, Decisions: []limitd.Decision{d}}, nil
 }
@@ -245,10 +251,7 @@ func (s *Store) acquireCallOnce(ctx context.Context, groups []multiGroup, maxWai
 			continue
 		}
 		if o.Err != nil {
-			if fe, ok := errors.AsType[*limiter.FieldError](o.Err); ok && fe.Field == "permits" {
-				o.Err = limiter.RequestFieldError(g.index, "permits", fe.Rule, g.req.Permits)
-			}
-			return false, nil, o.Err
+			return false, nil, requestPermitsErr(g.index, g.req, o.Err)
 		}
 		out.Decisions[g.index] = o.Decision
 		if !o.Decision.Granted && !g.req.Optional {
@@ -271,15 +274,8 @@ func (s *Store) restore(ctx context.Context, ws []written) (int, error) {
 	var first error
 	for _, w := range ws {
 		v, err := s.run(ctx, lua.Restore, []string{w.key}, w.us, w.before, w.pttl, w.after)
-		if err != nil {
-			kept++
-			if first == nil {
-				first = err
-			}
-			continue
-		}
-		r := &reply{v: v}
-		if r.int(0) != 1 {
+		first = cmp.Or(first, err)
+		if err != nil || (&reply{v: v}).int(0) != 1 {
 			kept++
 		}
 	}

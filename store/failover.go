@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -149,10 +151,7 @@ func (s *connSet) add(cn net.Conn) net.Conn {
 // of each, asking the Sentinels where the master is.
 func (s *connSet) closeAll() {
 	s.mu.Lock()
-	all := make([]*trackedConn, 0, len(s.m))
-	for c := range s.m {
-		all = append(all, c)
-	}
+	all := slices.Collect(maps.Keys(s.m))
 	s.mu.Unlock()
 	for _, c := range all {
 		_ = c.Close()

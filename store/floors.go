@@ -137,12 +137,7 @@ func (f *floorSet) see(name string, now, pos int64) {
 	f.put(name, now, pos, false)
 }
 
-// lower records a position after a hand-back that rewound the schedule: the
-// process's own floor must not undo the rewind.
-func (f *floorSet) lower(name string, now, pos int64) {
-	f.put(name, now, pos, true)
-}
-
+// put is see; with force, pos is kept whatever the floor (a rewound schedule).
 func (f *floorSet) put(name string, now, pos int64, force bool) {
 	if f.perCap == 0 {
 		return

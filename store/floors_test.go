@@ -24,7 +24,7 @@ func TestFloorSet(t *testing.T) {
 	if fl, _ := f.get("a"); fl.Seen+fl.Ahead != 150*us {
 		t.Errorf("furthest: %+v", fl)
 	}
-	f.lower("a", 102*us, 120*us) // a rewinding hand-back
+	f.put("a", 102*us, 120*us, true) // a rewinding hand-back
 	if fl, _ := f.get("a"); fl.Seen+fl.Ahead != 120*us {
 		t.Errorf("after a rewind: %+v", fl)
 	}

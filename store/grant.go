@@ -116,10 +116,8 @@ func (s *Store) Release(ctx context.Context, g limitd.Grant, m int64) (bool, err
 	if rep.has(2) {
 		now := rep.int(2) * 1000
 		pos := now + rep.int(3)
-		if rep.err == nil && rewound {
-			s.floors.lower(g.Name, now, pos)
-		} else if rep.err == nil {
-			s.floors.see(g.Name, now, pos)
+		if rep.err == nil { // after a rewind, the process's own floor must not undo it
+			s.floors.put(g.Name, now, pos, rewound)
 		}
 	}
 	return rewound, rep.check("release", g.Name)

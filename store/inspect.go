@@ -122,7 +122,11 @@ const instanceScanBudget = 100_000 // keys InstanceCount scans per node
 // false.
 func (s *Store) InstanceCount(ctx context.Context, pattern string) (n int64, exact bool, err error) {
 	match := s.prefix + ":{" + pattern + "}:i"
-	count := func(ctx context.Context, c redis.Cmdable) error {
+	exact = true
+	var mu sync.Mutex // nodes run concurrently; each adds to the shared totals
+	err = s.eachNode(ctx, func(ctx context.Context, c redis.Cmdable) error {
+		mu.Lock()
+		defer mu.Unlock()
 		var cursor uint64
 		var seen, found int64
 		for {
@@ -132,8 +136,7 @@ func (s *Store) InstanceCount(ctx context.Context, pattern string) (n int64, exa
 			}
 			found += int64(len(keys))
 			seen += 1000
-			cursor = next
-			if cursor == 0 {
+			if cursor = next; cursor == 0 {
 				n += found
 				return nil
 			}
@@ -147,13 +150,6 @@ func (s *Store) InstanceCount(ctx context.Context, pattern string) (n int64, exa
 				return nil
 			}
 		}
-	}
-	exact = true
-	var mu sync.Mutex // nodes run concurrently; count adds to shared totals
-	err = s.eachNode(ctx, func(ctx context.Context, c redis.Cmdable) error {
-		mu.Lock()
-		defer mu.Unlock()
-		return count(ctx, c)
 	})
 	if err != nil {
 		return 0, false, wrapErr(err)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 
@@ -29,32 +30,26 @@ func (s *Store) Lost(ctx context.Context, limiters, templates []string) (lostLim
 	}
 	pipelineErr(pipe.Exec(ctx)) // each command's own error is read below
 
-	var errs []error
+	var first error
 	for i, name := range limiters {
 		n, err1 := exists[i].Result()
 		_, err2 := listed[i].Result()
 		switch {
 		case err1 != nil:
-			errs = append(errs, err1)
+			first = cmp.Or(first, err1)
 		case n == 0 || errors.Is(err2, redis.Nil):
 			lostLimiters = append(lostLimiters, name)
-		case err2 != nil:
-			errs = append(errs, err2)
+		default:
+			first = cmp.Or(first, err2)
 		}
 	}
 	for i, id := range templates {
 		ok, err := held[i].Result()
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case !ok:
+		if first = cmp.Or(first, err); err == nil && !ok {
 			lostTemplates = append(lostTemplates, id)
 		}
 	}
-	if len(errs) > 0 {
-		return lostLimiters, lostTemplates, wrapErr(errs[0])
-	}
-	return lostLimiters, lostTemplates, nil
+	return lostLimiters, lostTemplates, wrapErr(first)
 }
 
 func (s *Store) markerKey() string { return s.prefix + ":boot" }

@@ -112,14 +112,8 @@ func (s *Store) NewTally(o TallyOptions) *Tally { return s.newTally(o, tallyShar
 
 // newTally is NewTally with n shards (a power of two).
 func (s *Store) newTally(o TallyOptions, n int) *Tally {
-	t := &Tally{st: s, topK: o.TopK, clock: o.Clock, seed: maphash.MakeSeed(), room: room{max: int64(o.MaxNames)},
-		shards: make([]tallyShard, n)}
-	if t.room.max <= 0 {
-		t.room.max = 10_000
-	}
-	if t.topK <= 0 {
-		t.topK = 100
-	}
+	t := &Tally{st: s, topK: cmp.Or(max(o.TopK, 0), 100), clock: o.Clock, seed: maphash.MakeSeed(),
+		room: room{max: cmp.Or(max(int64(o.MaxNames), 0), 10_000)}, shards: make([]tallyShard, n)}
 	if t.clock == nil {
 		t.clock = time.Now
 	}
@@ -142,15 +136,15 @@ func (t *Tally) shard(s limitd.Subject) *tallyShard {
 	return &t.shards[maphash.String(t.seed, name)&uint64(len(t.shards)-1)]
 }
 
-func (t *Tally) lockAll() {
+// lockAll locks every shard and returns what unlocks them.
+func (t *Tally) lockAll() (unlock func()) {
 	for i := range t.shards {
 		t.shards[i].mu.Lock()
 	}
-}
-
-func (t *Tally) unlockAll() {
-	for i := range t.shards {
-		t.shards[i].mu.Unlock()
+	return func() {
+		for i := range t.shards {
+			t.shards[i].mu.Unlock()
+		}
 	}
 }
 
@@ -224,13 +218,13 @@ func (t *Tally) Flush(ctx context.Context) error {
 	for i := range ivs {
 		ivs[i].reset()
 	}
-	t.lockAll()
+	unlock := t.lockAll()
 	for i := range t.shards {
 		if sh := &t.shards[i]; sh.spare.limiters == nil {
 			sh.spare = ivs[i]
 		}
 	}
-	t.unlockAll()
+	unlock()
 	return err
 }
 
@@ -238,8 +232,7 @@ func (t *Tally) Flush(ctx context.Context) error {
 // ones and whether they counted nothing.
 func (t *Tally) swap() (ivs []interval, empty bool) {
 	ivs, empty = make([]interval, len(t.shards)), true
-	t.lockAll()
-	defer t.unlockAll()
+	defer t.lockAll()()
 	for i := range t.shards {
 		sh := &t.shards[i]
 		ivs[i] = sh.cur
@@ -354,8 +347,7 @@ func (t *top) counts() map[string]int64 {
 // putBack adds the counts of ivs (a flush's shards) into the current
 // interval, the names in the order they came, as far as MaxNames allows.
 func (t *Tally) putBack(ivs []interval) {
-	t.lockAll()
-	defer t.unlockAll()
+	defer t.lockAll()()
 	var dropped int64
 	// A template's counts go back whole, its instances' by name only:
 	// instance counts are part of their template's already.
@@ -370,11 +362,7 @@ func (t *Tally) putBack(ivs []interval) {
 	}
 	slices.SortFunc(names, func(a, b *named) int { return cmp.Compare(a.seq, b.seq) })
 	for _, x := range names {
-		s := limitd.Subject{Limiter: x.name}
-		if x.template != "" {
-			s = limitd.Subject{Template: x.template, Instance: x.name}
-		}
-		cur := &t.shard(s).cur
+		cur := &t.shard(limitd.Subject{Limiter: x.name}).cur // an instance's shard is by its name too
 		m := cur.limiters
 		if x.template != "" {
 			m = cur.instances

@@ -85,20 +85,19 @@ func (s *Store) AddTotals(ctx context.Context, b TotalsBatch) error {
 		for id, c := range b.Templates {
 			add(s.templateTotalsKey(id), c, TotalsTTL)
 		}
-		for _, t := range b.Top {
-			for _, by := range []struct {
-				refused bool
-				m       map[string]int64
-			}{{true, t.Refused}, {false, t.Granted}} {
-				if len(by.m) == 0 {
-					continue
-				}
-				key := s.topKey(t.Template, by.refused, t.Minute)
-				for name, n := range by.m {
-					p.ZIncrBy(ctx, key, float64(n), name)
-				}
-				p.PExpire(ctx, key, TopTTL)
+		top := func(t TopAdd, refused bool, m map[string]int64) {
+			if len(m) == 0 {
+				return
 			}
+			key := s.topKey(t.Template, refused, t.Minute)
+			for name, n := range m {
+				p.ZIncrBy(ctx, key, float64(n), name)
+			}
+			p.PExpire(ctx, key, TopTTL)
+		}
+		for _, t := range b.Top {
+			top(t, true, t.Refused)
+			top(t, false, t.Granted)
 		}
 		return nil
 	})
