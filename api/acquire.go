@@ -380,3 +380,185 @@ func grantedOf(d limitd.Decision) wire.Granted {
 func deniedOf(d limitd.Decision) wire.Denied {
 	return wire.Denied{RetryAfter: d.RetryAfter, Delay: d.Delay, Wait: d.Wait, Version: d.Version, Now: d.Now}
 }
+
+// Grants: what a client pool over HTTP (client.NewHTTP) takes from a
+// schedule in one call, its id a token that carries what the handback needs
+// (core.Grant), so that any replica takes the handback.
+
+// grant takes permits for a client pool: 200, or 429 (as acquire).
+func (s *server) grant(c echo.Context) error {
+	var req wire.GrantRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	if req.Permits == nil {
+		return required("permits", "how many permits the pool takes")
+	}
+	r := core.GrantRequest{Name: c.Param("name"), Permits: *req.Permits, MaxWait: limitd.Forever}
+	if req.MaxWait != nil {
+		r.MaxWait = time.Duration(*req.MaxWait)
+	}
+	g, err := s.core.Grant(c.Request().Context(), r)
+	if err != nil {
+		return err
+	}
+	if !g.Granted {
+		return answer(c, g.Decision)
+	}
+	return c.JSON(http.StatusOK, wire.Grant{ID: g.Token, Granted: true, Permits: g.Permits, Scheduled: g.Scheduled,
+		Start: g.Start, Delay: g.Delay, Lateness: g.Lateness, Wait: g.Wait, Version: g.Version, Now: g.Now, Kind: g.Kind,
+		Slice: wire.Slice{Whole: g.Slice.Whole, Frac: g.Slice.Frac, Den: g.Slice.Den}, Burst: limiter.Burst(g.Burst),
+		RemBefore: g.RemBefore, End: g.End})
+}
+
+// handback gives a grant's last permits back: the schedule is rewound when
+// nothing was taken since (rewound: true), else their time counts as idle.
+func (s *server) handback(c echo.Context) error {
+	var req wire.HandbackRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	if req.Grant == nil {
+		return required("grant", "the grant as POST .../grant answered it")
+	}
+	if req.Permits == nil {
+		return required("permits", "how many of the grant's last permits go back")
+	}
+	g := req.Grant
+	rewound, err := s.core.Handback(c.Request().Context(), core.HandbackRequest{Name: c.Param("name"), Token: g.ID,
+		Granted: g.Granted, GrantPermits: g.Permits, Version: g.Version, Permits: *req.Permits})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, wire.Handback{Rewound: rewound})
+}
+
+// charge takes permits whatever is left, or settles a grant: 200 with the
+// limiter after it (a charge is never refused for lack of permits), 400
+// naming permits, 404, 409 for a share or concurrency limiter.
+func (s *server) charge(c echo.Context) error {
+	var req wire.ChargeRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	if req.Permits == nil {
+		return required("permits", "how many permits the work used (0: a check, which takes nothing)")
+	}
+	ctx, name := c.Request().Context(), c.Param("name")
+	if g := req.Grant; g != nil {
+		st, err := s.core.Settle(ctx, core.SettleRequest{Name: name, Token: g.ID, GrantPermits: g.Permits,
+			Version: g.Version, Actual: *req.Permits})
+		if err != nil {
+			return err
+		}
+		v := chargedOf(st.Decision)
+		back, rewound := st.HandedBack, st.Rewound
+		v.HandedBack, v.Rewound = &back, &rewound
+		return c.JSON(http.StatusOK, windowed(v, st.Decision))
+	}
+	d, err := s.core.Charge(ctx, core.ChargeRequest{Name: name, Permits: *req.Permits})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, windowed(chargedOf(d), d))
+}
+
+// chargedOf is a charge's answer body (a window's: see windowed).
+func chargedOf(d limitd.Decision) wire.Charged {
+	return wire.Charged{Permits: d.Permits, Within: d.Granted, Delay: d.Delay, Wait: d.Wait, Version: d.Version, Now: d.Now}
+}
+
+// windowed is v, or for a window limiter v with its Window (and no backlog).
+func windowed(v wire.Charged, d limitd.Decision) any {
+	if !d.Window {
+		return v
+	}
+	v.Wait = 0
+	return wire.WindowCharged{Charged: v, Window: windowOf(d)}
+}
+
+// capacity asks a share limiter for capacity on behalf of one client.
+func (s *server) capacity(c echo.Context) error {
+	var req wire.CapacityRequest
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	if req.ClientID == nil {
+		return required("client_id", "the id the client asks under, the same in every request")
+	}
+	if err := limitd.CheckNameAs("client_id", *req.ClientID); err != nil {
+		return err
+	}
+	if req.Wants == nil {
+		return required("wants", "the capacity the client would use")
+	}
+	r := core.CapacityRequest{Name: c.Param("name"), ClientID: *req.ClientID, Wants: *req.Wants}
+	if req.Has != nil {
+		r.Has = *req.Has
+	}
+	if req.Priority != nil {
+		r.Priority = *req.Priority
+	}
+	l, err := s.core.Capacity(c.Request().Context(), r)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, wire.CapacityLease{Gets: l.Gets, Expires: l.Expires, Refresh: l.Refresh,
+		SafeCapacity: l.SafeCapacity, Learning: l.Learning, Version: l.Version})
+}
+
+// returnCapacity ends a client's lease at once, freeing its capacity: 204,
+// or 404 naming client_id when the client holds none.
+func (s *server) returnCapacity(c echo.Context) error {
+	if err := s.core.ReturnCapacity(c.Request().Context(), c.Param("name"), c.Param("client_id")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// release frees a lease's slot: 204, or 404 naming lease_id when the
+// limiter does not hold it (released already, or expired and reclaimed).
+func (s *server) release(c echo.Context) error {
+	id, err := leaseID(c)
+	if err != nil {
+		return err
+	}
+	if err := s.core.ReleaseSlot(c.Request().Context(), c.Param("name"), id); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// renew extends a held lease by the limiter's lease time: 200, or 404
+// naming lease_id when the lease is lost (the holder must stop and acquire
+// again).
+func (s *server) renew(c echo.Context) error {
+	id, err := leaseID(c)
+	if err != nil {
+		return err
+	}
+	l, err := s.core.RenewSlot(c.Request().Context(), c.Param("name"), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, wire.Renewed{LeaseID: l.ID, Expires: l.Expires})
+}
+
+// leaseID reads the body of release and renew; core checks the id.
+func leaseID(c echo.Context) (string, error) {
+	b, err := readBody(c)
+	if err != nil {
+		return "", err
+	}
+	if len(b) == 0 {
+		return "", required("lease_id", `send {"lease_id":"<the lease_id the acquire answered>"}`)
+	}
+	var req wire.LeaseRequest
+	if err := decodeStrict(b, &req, ""); err != nil {
+		return "", err
+	}
+	if req.LeaseID == nil {
+		return "", required("lease_id", "the lease_id the acquire answered")
+	}
+	return *req.LeaseID, nil
+}

@@ -67,3 +67,79 @@ func decisionOf(a wire.Answer) limitd.Decision {
 	}
 	return d
 }
+
+// Permits names a limiter (or template instance) and the permits an
+// AcquireAll takes from it; 0 checks it without taking.
+type Permits struct {
+	Name    string
+	Permits int64
+}
+
+// AllResult is the answer of AcquireAll: Granted when every limiter granted
+// and took its permits (false: nothing was taken), and each limiter's own
+// decision in request order. Over HTTP a refusal by a limiter in shadow mode
+// is a decision with Granted and Shadow set (it took nothing).
+type AllResult struct {
+	Granted   bool
+	Decisions []limitd.Decision
+}
+
+// Delay is how long to wait before starting: the granted decisions' longest.
+func (r AllResult) Delay() time.Duration {
+	var d int64
+	for _, x := range r.Decisions {
+		if x.Granted {
+			d = max(d, x.Delay)
+		}
+	}
+	return time.Duration(d)
+}
+
+// allAcquirer is a Transport that takes several limiters in one call.
+type allAcquirer interface {
+	AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error)
+}
+
+// AcquireAll takes permits from several limiters in one call, all or
+// nothing, each within maxWait (limitd.Forever: no bound), straight from the
+// shared schedules; it does not wait out the delay (see AllResult.Delay).
+// Shadow mode applies over HTTP only, being the server's. A transport that
+// cannot is errors.ErrUnsupported.
+func (c *Client) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error) {
+	a, ok := c.t.(allAcquirer)
+	if !ok {
+		return AllResult{}, fmt.Errorf("client: AcquireAll over %T: %w", c.t, errors.ErrUnsupported)
+	}
+	r, err := a.AcquireAll(ctx, reqs, maxWait)
+	if err == nil && !r.Granted && c.refusals != nil && len(r.Decisions) == len(reqs) {
+		for i, d := range r.Decisions {
+			if !d.Granted { // those that granted took nothing: not counted
+				c.refusals.direct(ctx, reqs[i].Name, reqs[i].Permits, d.Instance)
+			}
+		}
+	}
+	return r, err
+}
+
+func (t *httpTransport) AcquireAll(ctx context.Context, reqs []Permits, maxWait time.Duration) (AllResult, error) {
+	body := wire.AcquireAllRequest{Requests: make([]wire.LimiterPermits, len(reqs)), MaxWait: maxWaitField(maxWait)}
+	for i := range reqs {
+		body.Requests[i] = wire.LimiterPermits{Name: reqs[i].Name, Permits: &reqs[i].Permits}
+	}
+	var v struct {
+		Granted bool          `json:"granted"`
+		Results []wire.Answer `json:"results"`
+	}
+	if _, _, err := t.do(ctx, http.MethodPost, "/v1/acquire", body, &v); err != nil {
+		return AllResult{}, err
+	}
+	if len(v.Results) != len(reqs) {
+		return AllResult{}, fmt.Errorf("client: the limitd server answered %d results for %d limiters", len(v.Results), len(reqs))
+	}
+	out := AllResult{Granted: v.Granted, Decisions: make([]limitd.Decision, len(reqs))}
+	for i, a := range v.Results {
+		out.Decisions[i] = decisionOf(a)
+		t.sawNow(out.Decisions[i].Now)
+	}
+	return out, nil
+}

@@ -1,14 +1,19 @@
 package httplimit
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/limitd/limitd"
 	"github.com/limitd/limitd/client"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/wire"
@@ -122,4 +127,66 @@ func (m *keyedLimits) policy(l *client.Limiter) (int64, time.Duration) {
 	}
 	w := max(1, math.Ceil(1/rate)) // seconds holding at least one permit
 	return int64(math.Max(1, math.Floor(rate*w+1e-9))), time.Duration(w) * time.Second
+}
+
+// maxName is the longest limiter name (limitd.CheckName).
+const maxName = 128
+
+// limiterName makes a valid limiter name of prefix+key, as WithLimiterPrefix
+// tells; a name not starting with a letter or digit gets a leading 'k'.
+func limiterName(prefix, key string) string {
+	name := prefix + key
+	if limitd.CheckName(name) == nil {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	hash := "-" + hex.EncodeToString(sum[:8])
+	var b strings.Builder
+	for i := 0; i < len(name) && b.Len() < maxName-len(hash)-1; i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case b.Len() > 0 && (c == '.' || c == '_' || c == ':' || c == '-'):
+		default:
+			if b.Len() == 0 {
+				b.WriteByte('k')
+			}
+			c = '-'
+		}
+		b.WriteByte(c)
+	}
+	if b.Len() == 0 {
+		b.WriteByte('k')
+	}
+	return b.String() + hash
+}
+
+// sfString writes s as a structured-field string (RFC 8941 §3.3.3): quoted,
+// with '"' and '\' escaped and anything outside printable ASCII dropped.
+func sfString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c >= 0x20 && c < 0x7f:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// writeProblem answers with an RFC 9457 problem of limitd's types
+// (wire.ProblemType(slug)); the title says what the middleware, not limitd's
+// server, could not do.
+func writeProblem(w http.ResponseWriter, status int, slug, title, detail string) {
+	body, _ := json.Marshal(wire.Problem{Type: wire.ProblemType(slug), Title: title, Status: status, Detail: detail})
+	h := w.Header()
+	h.Set("Content-Type", wire.ProblemMediaType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }
