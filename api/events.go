@@ -20,10 +20,12 @@ import (
 	"github.com/limitd/limitd/wire"
 )
 
-// eventsPath is the route of the event stream (no request timeout).
-const eventsPath = "/v1/events"
-
+// The event streams' route, and their hub's settings, fixed on purpose as
+// the server's other timeouts.
 const (
+	// eventsPath is the route of the event stream (no request timeout).
+	eventsPath = "/v1/events"
+
 	defaultEventInterval = time.Second
 	minEventInterval     = 100 * time.Millisecond
 	maxEventInterval     = time.Minute
@@ -32,6 +34,15 @@ const (
 	maxEventLimiters = 200
 	// keepAlive is how often a quiet stream sends a comment, for proxies.
 	keepAlive = 15 * time.Second
+	// DefaultMaxEventStreams is Options.MaxEventStreams's default.
+	DefaultMaxEventStreams = 256
+	// streamBuffer is how many items (a sample, a config change) a stream
+	// may fall behind the hub before the hub drops it.
+	streamBuffer = 64
+	// streamWriteTimeout bounds one write to a stream's client.
+	streamWriteTimeout = 10 * time.Second
+	// streamsFullRetry is the Retry-After of a stream refused at the cap.
+	streamsFullRetry = 10 * time.Second
 )
 
 // events streams Server-Sent Events, as openapi.yaml's /v1/events says,
@@ -210,19 +221,6 @@ func (s *server) history(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, wire.History{Step: int64(signalStep), Limiters: out})
 }
-
-// Settings of the event hub, fixed on purpose as the server's other timeouts.
-const (
-	// DefaultMaxEventStreams is Options.MaxEventStreams's default.
-	DefaultMaxEventStreams = 256
-	// streamBuffer is how many items (a sample, a config change) a stream
-	// may fall behind the hub before the hub drops it.
-	streamBuffer = 64
-	// streamWriteTimeout bounds one write to a stream's client.
-	streamWriteTimeout = 10 * time.Second
-	// streamsFullRetry is the Retry-After of a stream refused at the cap.
-	streamsFullRetry = 10 * time.Second
-)
 
 // eventHub is what every event stream of one handler shares: one
 // subscription to config changes, and the rounds of the process's one

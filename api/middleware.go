@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -92,12 +93,9 @@ func newRequestIDs() *requestIDs {
 func (g *requestIDs) next() string {
 	var b [32]byte
 	copy(b[:16], g.prefix[:])
-	n := g.n.Add(1)
-	const digits = "0123456789abcdef"
-	for i := 31; i >= 16; i-- {
-		b[i] = digits[n&0xf]
-		n >>= 4
-	}
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], g.n.Add(1))
+	hex.Encode(b[16:], n[:])
 	return string(b[:])
 }
 
