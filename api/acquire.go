@@ -452,8 +452,7 @@ func (s *server) charge(c echo.Context) error {
 			return err
 		}
 		v := chargedOf(st.Decision)
-		back, rewound := st.HandedBack, st.Rewound
-		v.HandedBack, v.Rewound = &back, &rewound
+		v.HandedBack, v.Rewound = new(st.HandedBack), new(st.Rewound)
 		return c.JSON(http.StatusOK, windowed(v, st.Decision))
 	}
 	d, err := s.core.Charge(ctx, core.ChargeRequest{Name: name, Permits: *req.Permits})

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -263,10 +264,7 @@ func structFields(t reflect.Type) map[string]reflect.Type {
 		if !f.IsExported() {
 			continue
 		}
-		if name == "" {
-			name = f.Name
-		}
-		out[name] = f.Type
+		out[cmp.Or(name, f.Name)] = f.Type
 	}
 	return out
 }

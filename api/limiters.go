@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -29,8 +30,7 @@ func stateOf(w limitd.WaitInfo) *wire.WaitState {
 func viewOf(l core.Limiter) wire.Limiter {
 	v := wire.Limiter{Name: l.Name, Config: l.Config, Version: l.Version, Template: l.Template, Totals: (*wire.Totals)(l.Totals)}
 	if l.Template != "" {
-		ttl := l.TTL
-		v.TTL = &ttl
+		v.TTL = new(l.TTL)
 	}
 	if l.State != nil {
 		v.State = stateOf(*l.State)
@@ -39,15 +39,13 @@ func viewOf(l core.Limiter) wire.Limiter {
 		v.Now, v.Holders = h.Now, []wire.Holder{}
 		switch h.Kind {
 		case limiter.KindShare:
-			held, wanted, learning := h.Held, core.ReadingOf(l).Wanted, h.Learning
-			v.Held, v.Wanted, v.Learning = &held, &wanted, &learning
+			v.Held, v.Wanted, v.Learning = new(h.Held), new(core.ReadingOf(l).Wanted), new(h.Learning)
 			for _, x := range h.Share {
 				v.Holders = append(v.Holders, wire.Holder{ClientID: x.ClientID, Has: &x.Has, Wants: &x.Wants,
 					Priority: &x.Priority, Expires: x.Expires})
 			}
 		case limiter.KindConcurrency:
-			inUse := len(h.Slots)
-			v.InUse = &inUse
+			v.InUse = new(len(h.Slots))
 			for _, x := range h.Slots {
 				v.Holders = append(v.Holders, wire.Holder{LeaseID: x.LeaseID, Expires: x.Expires})
 			}
@@ -262,10 +260,7 @@ func (s *server) topInstances(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	by := c.QueryParam("by")
-	if by == "" {
-		by = "refused"
-	}
+	by := cmp.Or(c.QueryParam("by"), "refused")
 	limit, err := intParam(c, "limit", core.DefaultTopLimit, core.MaxTopLimit)
 	if err != nil {
 		return err

@@ -114,23 +114,21 @@ func signalsOf(s core.Signals) wire.Signals {
 	w := historyOf(s)
 	w.Span, w.Health = s.Span, string(s.Health) // an instance's health takes its counts
 	r := s.Reading
-	i64 := func(v int64) *int64 { return &v }
-	f64 := func(v float64) *float64 { return &v }
 	switch {
 	case r.Counted:
-		w.Limit, w.Remaining, w.ResetAt = i64(r.Limit), i64(r.Remaining), i64(r.ResetAt)
+		w.Limit, w.Remaining, w.ResetAt = new(r.Limit), new(r.Remaining), new(r.ResetAt)
 	case r.Scheduled:
-		w.Backlog, w.LatenessTotal = i64(r.Backlog), i64(r.LatenessTotal)
+		w.Backlog, w.LatenessTotal = new(r.Backlog), new(r.LatenessTotal)
 	case r.Slots:
-		w.Limit, w.InUse, w.Free = i64(r.Limit), i64(r.InUse), i64(r.Free)
+		w.Limit, w.InUse, w.Free = new(r.Limit), new(r.InUse), new(r.Free)
 		if r.NextExpiry != 0 {
-			w.NextExpiry = i64(r.NextExpiry)
+			w.NextExpiry = new(r.NextExpiry)
 		}
 	case r.Shares:
-		w.Held, w.Wanted, w.Capacity = f64(r.Held), f64(r.Wanted), f64(r.Capacity)
+		w.Held, w.Wanted, w.Capacity = new(r.Held), new(r.Wanted), new(r.Capacity)
 	}
 	if r.Rate {
-		w.Permits = i64(r.Permits)
+		w.Permits = new(r.Permits)
 	}
 	if c := s.Instance; c != nil {
 		w.Instance = &wire.InstanceCounts{Template: c.Template, Since: c.Since, Tracked: c.Tracked,

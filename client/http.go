@@ -146,10 +146,7 @@ func (t *httpTransport) do(ctx context.Context, method, path string, body, out a
 func problemErr(method, path string, status int, b []byte) error {
 	var p wire.Problem
 	_ = json.Unmarshal(b, &p)
-	detail := p.Detail
-	if detail == "" {
-		detail = fmt.Sprintf("%s %s: %d %s", method, path, status, http.StatusText(status))
-	}
+	detail := cmp.Or(p.Detail, fmt.Sprintf("%s %s: %d %s", method, path, status, http.StatusText(status)))
 	switch {
 	case status == http.StatusUnauthorized:
 		return fmt.Errorf("%w: %s", ErrUnauthorized, detail)
@@ -173,8 +170,7 @@ func maxWaitField(maxWait time.Duration) *limiter.Duration {
 	if maxWait == limitd.Forever {
 		return nil
 	}
-	mw := limiter.Duration(max(0, maxWait))
-	return &mw
+	return new(limiter.Duration(max(0, maxWait)))
 }
 
 // sawNow records the server's Redis time of an answer.
