@@ -181,11 +181,9 @@ func fieldOf(err error) (field, rule string) {
 	return "", err.Error()
 }
 
+// ruleOf is fe's text without its field: the rule and the value refused.
 func ruleOf(fe *limiter.FieldError) string {
-	if fe.Value == nil {
-		return fe.Rule
-	}
-	return fmt.Sprintf("%s (got %v)", fe.Rule, fe.Value)
+	return strings.TrimPrefix(fe.Error(), fe.Field+": ")
 }
 
 // Apply writes every limiter and template of the file through svc, then
