@@ -24,6 +24,7 @@ func (s *Service) Mark(ctx context.Context, sum string) error {
 	}
 	s.loss.mu.Lock()
 	s.loss.marked, s.loss.pending = true, false
+	s.loss.marks++
 	s.loss.mu.Unlock()
 	return nil
 }
@@ -33,7 +34,7 @@ func (s *Service) Mark(ctx context.Context, sum string) error {
 // is pending: found now or before, and not marked again since.
 func (s *Service) CheckMarker(ctx context.Context) (pending bool, err error) {
 	s.loss.mu.Lock()
-	marking := s.loss.marked
+	marking, marks := s.loss.marked, s.loss.marks
 	s.loss.mu.Unlock()
 	if !marking {
 		return false, nil
@@ -42,17 +43,21 @@ func (s *Service) CheckMarker(ctx context.Context) (pending bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if !marked {
-		s.DataLost(now)
+	s.loss.mu.Lock()
+	defer s.loss.mu.Unlock()
+	// A Mark that succeeded while the answer was on its way wrote the
+	// marker again: the answer tells of the loss that Mark ended.
+	if !marked && s.loss.marks == marks {
+		s.loss.lost(now)
 	}
-	_, pending, _ = s.DataLoss()
-	return pending, nil
+	return s.loss.pending, nil
 }
 
 // dataLoss is what the service knows of Redis losing its data.
 type dataLoss struct {
 	mu      sync.Mutex
 	marked  bool  // Mark succeeded once: a missing marker now means a loss
+	marks   int64 // Marks that succeeded
 	at      int64 // when the last loss was found, Redis time; 0: never
 	pending bool  // found lost, not marked again yet
 	count   int64
@@ -65,13 +70,18 @@ type dataLoss struct {
 func (s *Service) DataLost(at int64) bool {
 	s.loss.mu.Lock()
 	defer s.loss.mu.Unlock()
-	if s.loss.pending {
+	return s.loss.lost(at)
+}
+
+// lost is DataLost, called with l.mu.
+func (l *dataLoss) lost(at int64) bool {
+	if l.pending {
 		return false
 	}
-	s.loss.at, s.loss.pending = at, true
-	s.loss.count++
+	l.at, l.pending = at, true
+	l.count++
 	select {
-	case s.loss.found <- struct{}{}:
+	case l.found <- struct{}{}:
 	default: // told already, not taken yet
 	}
 	return true
