@@ -71,6 +71,9 @@ func (s *Service) LedgerOverflow() int64 {
 	return s.ledger.Overflow()
 }
 
+// Counting is Options.Counting.
+func (s *Service) Counting() Counting { return s.counting }
+
 // observers hands each event to every one of them.
 type observers []Observer
 
