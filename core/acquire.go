@@ -328,9 +328,11 @@ func (s *Service) report(ctx context.Context, name string, permits int64, d limi
 }
 
 // hints remember one fact per name that saves a round trip (slots: names
-// seen to be concurrency limiters; shadows: shadow mode by version). A
-// stale slot hint is answered ErrConflict or ErrNotFound; a shadow hint
-// holds for one version. Past maxHints names they start over.
+// seen to be concurrency limiters; shadows: shadow mode by version;
+// instances: a template's instance count). A stale slot hint is answered
+// ErrConflict or ErrNotFound; a shadow hint holds for one version, a count
+// for instancesFor. Past maxHints names they start over, so that names of
+// deleted limiters and templates do not pile up.
 type hints[V any] struct {
 	mu sync.Mutex
 	m  map[string]V

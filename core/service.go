@@ -52,12 +52,12 @@ type Service struct {
 	obs       Observer
 	decide    time.Duration
 	clock     limiter.Clock
-	slots     hints[struct{}]   // names seen to be concurrency limiters
-	shadows   hints[shadowHint] // named limiters' shadow mode by version
-	shadow    bool              // Options.Shadow
-	quota     bool              // Options.QuotaMode
-	over      *overLimit        // nil: none
-	instances instanceCache
+	slots     hints[struct{}]      // names seen to be concurrency limiters
+	shadows   hints[shadowHint]    // named limiters' shadow mode by version
+	shadow    bool                 // Options.Shadow
+	quota     bool                 // Options.QuotaMode
+	over      *overLimit           // nil: none
+	instances hints[instanceCount] // template id → its last instance count
 	ledger    *Ledger
 	redis     RedisSettings
 	loss      dataLoss
