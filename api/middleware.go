@@ -64,15 +64,9 @@ func (s *server) setRequestID(c echo.Context) {
 }
 
 func tokenLike(s string) bool {
-	if len(s) > 128 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.:", r)) {
-			return false
-		}
-	}
-	return true
+	return len(s) <= 128 && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.:", r))
+	})
 }
 
 // requestIDs makes request ids: 16 hex digits drawn at random once, then 16
