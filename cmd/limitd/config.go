@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -156,12 +157,10 @@ func (c *config) check() error {
 	c.AccessLog = a.String()
 	var fe *limiter.FieldError
 	if err := grpcapi.Limits(c.GRPCLimits).Check(); errors.As(err, &fe) {
-		// The field is grpcapi.Limits', which is GRPCLimits'.
+		// The field is grpcapi.Limits', which is GRPCLimits': its variable
+		// replaces it in the error's text.
 		f, _ := reflect.TypeFor[GRPCLimits]().FieldByName(fe.Field)
-		if fe.Value == nil {
-			return envvar.Errorf(f.Tag.Get("env"), "%s", fe.Rule)
-		}
-		return envvar.Errorf(f.Tag.Get("env"), "%s (got %v)", fe.Rule, fe.Value)
+		return envvar.Errorf(f.Tag.Get("env"), "%s", strings.TrimPrefix(fe.Error(), fe.Field+": "))
 	} else if err != nil {
 		return err
 	}
@@ -289,10 +288,7 @@ func (c config) tracingConfig(environ map[string]string) (tracing.Config, error)
 	default:
 		return tc, envvar.Errorf("OTEL_TRACES_EXPORTER", "limitd exports traces over otlp only, or none (got %q)", e)
 	}
-	p := environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"]
-	if p == "" {
-		p = environ["OTEL_EXPORTER_OTLP_PROTOCOL"]
-	}
+	p := cmp.Or(environ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"], environ["OTEL_EXPORTER_OTLP_PROTOCOL"])
 	switch p {
 	case "grpc":
 		tc.Exporter = tracing.OTLPGRPC

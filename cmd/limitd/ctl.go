@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -18,7 +17,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
@@ -99,21 +97,15 @@ type ctl struct {
 const defaultCtlURL = "http://127.0.0.1:8080"
 
 func newCtl(env map[string]string, out io.Writer) (*ctl, error) {
-	base := env["LIMITD_URL"]
-	if base == "" {
-		base = defaultCtlURL
-	}
+	base := cmp.Or(env["LIMITD_URL"], defaultCtlURL)
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, usageErrorf("LIMITD_URL %q: want http://host:port or https://host:port", base)
 	}
-	c := &ctl{base: strings.TrimRight(base, "/"), adminToken: env["LIMITD_ADMIN_TOKEN"], token: env["LIMITD_TOKEN"],
-		hc:  &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{Proxy: http.ProxyFromEnvironment}},
-		out: out, tick: time.Second}
-	if c.token == "" {
-		c.token = c.adminToken
-	}
-	return c, nil
+	return &ctl{base: strings.TrimRight(base, "/"), adminToken: env["LIMITD_ADMIN_TOKEN"],
+		token: cmp.Or(env["LIMITD_TOKEN"], env["LIMITD_ADMIN_TOKEN"]),
+		hc:    &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{Proxy: http.ProxyFromEnvironment}},
+		out:   out, tick: time.Second}, nil
 }
 
 // ctlVerbs are the verbs, how many arguments each takes (-1: any) and its
@@ -295,25 +287,22 @@ func (c *ctl) show(ctx context.Context, method, path, token string, body []byte)
 	if err := c.call(ctx, method, path, token, body, &v); err != nil {
 		return err
 	}
-	var b bytes.Buffer
-	if err := json.Indent(&b, v, "", "  "); err != nil {
-		return err
-	}
-	b.WriteByte('\n')
-	_, err := c.out.Write(b.Bytes())
-	return err
+	enc := json.NewEncoder(c.out)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // as the server wrote it
+	return enc.Encode(v)
 }
 
 func (c *ctl) ls(ctx context.Context) error {
-	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tKIND\tCONFIG\tVERSION")
+	rows := [][]string{{"NAME", "KIND", "CONFIG", "VERSION"}}
 	err := c.eachLimiter(ctx, func(l wire.Limiter) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", l.Name, l.Config.Kind, configJSON(l.Config), l.Version)
+		rows = append(rows, []string{l.Name, string(l.Config.Kind), configJSON(l.Config), strconv.FormatInt(l.Version, 10)})
 	})
 	if err != nil {
 		return err
 	}
-	return tw.Flush()
+	_, err = io.WriteString(c.out, alignColumns(rows, 4)) // every column flush left
+	return err
 }
 
 // eachLimiter calls f with every limiter, in name order, a page at a time.
@@ -570,11 +559,9 @@ func fmtAmount(v float64) string {
 	return trimZeros(fmt.Sprintf("%.2f", v))
 }
 
+// trimZeros drops the trailing zeros of a number formatted with a point.
 func trimZeros(s string) string {
-	if strings.Contains(s, ".") {
-		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
-	}
-	return s
+	return strings.TrimRight(strings.TrimRight(s, "0"), ".")
 }
 
 // rowOf is the row of a state event: the server's signals as they are;

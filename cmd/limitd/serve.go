@@ -500,16 +500,13 @@ func (s *server) startGRPC() error {
 // announce writes the start line at every log level, and tells ready.
 func (s *server) announce() {
 	cfg := s.cfg
-	addr, readyAddr, dashboard, grpcAddr := "", net.Addr(nil), "", ""
+	attrs, readyAddr, grpcAddr := []any{"addr", ""}, net.Addr(nil), ""
 	if s.ln != nil {
-		addr, readyAddr, dashboard = s.ln.Addr().String(), s.ln.Addr(), dashboardURL(s.ln.Addr().String())
+		readyAddr = s.ln.Addr()
+		attrs = []any{"addr", readyAddr.String(), "dashboard", dashboardURL(readyAddr.String())}
 	}
 	if s.gln != nil {
 		grpcAddr = s.gln.Addr().String()
-	}
-	attrs := []any{"addr", addr}
-	if dashboard != "" {
-		attrs = append(attrs, "dashboard", dashboard)
 	}
 	attrs = append(attrs, "grpc_addr", grpcAddr, "version", version, "redis", redisTarget(cfg.RedisURL),
 		"prefix", cfg.Prefix, "admin_token", cfg.AdminToken != "", "token", cfg.Token != "", "metrics_token", cfg.MetricsToken != "")

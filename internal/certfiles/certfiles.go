@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 )
@@ -101,7 +102,7 @@ func (w *watched[T]) get() T {
 		return w.cur
 	}
 	seen, pem, err := w.read()
-	if err == nil && samePEM(pem, w.pem) {
+	if err == nil && slices.EqualFunc(pem, w.pem, bytes.Equal) {
 		w.seen = seen // touched, not changed
 		return w.cur
 	}
@@ -148,15 +149,6 @@ func (w *watched[T]) tell(err error) {
 	if w.o.Loaded != nil {
 		w.o.Loaded(w.files[0], err)
 	}
-}
-
-func samePEM(a, b [][]byte) bool {
-	for i := range a {
-		if !bytes.Equal(a[i], b[i]) {
-			return false
-		}
-	}
-	return len(a) == len(b)
 }
 
 // KeyPair is a certificate and its key, from two PEM files.

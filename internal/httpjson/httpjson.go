@@ -7,6 +7,7 @@ package httpjson
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -76,12 +77,6 @@ func ProblemOf(resp *http.Response) error {
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	e := &Error{Method: resp.Request.Method, Path: resp.Request.URL.Path, Status: resp.StatusCode}
 	_ = json.Unmarshal(data, &e.Problem)
-	e.Detail = e.Problem.Detail
-	if e.Detail == "" {
-		e.Detail = e.Problem.Title
-	}
-	if e.Detail == "" {
-		e.Detail = strings.TrimSpace(string(data))
-	}
+	e.Detail = cmp.Or(e.Problem.Detail, e.Problem.Title, strings.TrimSpace(string(data)))
 	return e
 }
