@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -45,10 +46,8 @@ func (c Counting) String() string {
 // ParseCounting reads a counting setting: "reference" (CountEvery) or
 // "strict" (CountStrict).
 func ParseCounting(s string) (Counting, error) {
-	for c, n := range countingNames {
-		if s == n {
-			return Counting(c), nil
-		}
+	if c := slices.Index(countingNames[:], s); c >= 0 {
+		return Counting(c), nil
 	}
 	return 0, fmt.Errorf("must be one of reference, strict (got %q)", s)
 }

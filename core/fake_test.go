@@ -255,3 +255,60 @@ func TestExplain(t *testing.T) {
 		})
 	}
 }
+
+// markerStore holds limitd's marker as a flag; during marks runs mark (a
+// keeper's Mark landing while the check's answer is on its way).
+type markerStore struct {
+	fakeStore
+	present bool
+	during  func()
+}
+
+func (m *markerStore) Mark(context.Context, string) error { m.present = true; return nil }
+
+func (m *markerStore) Marked(context.Context) (bool, int64, error) {
+	present := m.present
+	if m.during != nil {
+		m.during()
+	}
+	return present, 7, nil
+}
+
+// A missing marker is one loss however many checks see it before Mark
+// writes it again, and a check whose answer left before a Mark that
+// succeeded does not tell a loss that Mark ended.
+func TestCheckMarkerLosses(t *testing.T) {
+	ctx := context.Background()
+	m := &markerStore{}
+	s := over(m, Options{})
+	if pending, err := s.CheckMarker(ctx); pending || err != nil {
+		t.Fatalf("before any Mark: pending %v, %v; want false (nothing to lose yet)", pending, err)
+	}
+	if err := s.Mark(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	m.present = false // FLUSHALL
+	for range 2 {
+		if pending, err := s.CheckMarker(ctx); !pending || err != nil {
+			t.Fatalf("marker gone: pending %v, %v; want true", pending, err)
+		}
+	}
+	if at, pending, count := s.DataLoss(); at != 7 || !pending || count != 1 {
+		t.Fatalf("after two checks of one loss: at %d, pending %v, count %d; want 7, true, 1", at, pending, count)
+	}
+	m.during = func() { _ = s.Mark(ctx, "") } // the answer "gone" arrives after Mark
+	if pending, err := s.CheckMarker(ctx); pending || err != nil {
+		t.Fatalf("a check answered before a Mark that succeeded: pending %v, %v; want false", pending, err)
+	}
+	if _, pending, count := s.DataLoss(); pending || count != 1 {
+		t.Errorf("after Mark: pending %v, count %d; want false, 1 (the stale answer is not a second loss)", pending, count)
+	}
+	m.during = nil
+	m.present = false
+	if pending, _ := s.CheckMarker(ctx); !pending {
+		t.Error("a second FLUSHALL after Mark: not pending")
+	}
+	if _, _, count := s.DataLoss(); count != 2 {
+		t.Errorf("a second FLUSHALL: count %d, want 2", count)
+	}
+}

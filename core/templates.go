@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/limitd/limitd"
@@ -100,11 +99,6 @@ func (s *Service) Top(ctx context.Context, id, by string, limit, minutes int) (T
 // instancesFor is how long CachedInstances reuses a count: a count scans keys.
 const instancesFor = 5 * time.Second
 
-type instanceCache struct {
-	mu sync.Mutex
-	m  map[string]instanceCount
-}
-
 type instanceCount struct {
 	pattern string
 	n       int64
@@ -115,10 +109,7 @@ type instanceCount struct {
 // CachedInstances is Instances of t, reusing a count of the same pattern
 // made in the last instancesFor, so that a polling page does not scan Redis.
 func (s *Service) CachedInstances(ctx context.Context, t limitd.Template) (n int64, exact bool, err error) {
-	c := &s.instances
-	c.mu.Lock()
-	v, ok := c.m[t.ID]
-	c.mu.Unlock()
+	v, ok := s.instances.get(t.ID)
 	if ok && v.pattern == t.Pattern && s.clock.Now().Sub(v.at) < instancesFor {
 		return v.n, v.exact, nil
 	}
@@ -126,11 +117,6 @@ func (s *Service) CachedInstances(ctx context.Context, t limitd.Template) (n int
 	if err != nil {
 		return 0, false, err
 	}
-	c.mu.Lock()
-	if c.m == nil || len(c.m) > 1000 { // ids of deleted templates do not pile up
-		c.m = map[string]instanceCount{}
-	}
-	c.m[t.ID] = instanceCount{pattern: t.Pattern, n: n, exact: exact, at: s.clock.Now()}
-	c.mu.Unlock()
+	s.instances.set(t.ID, instanceCount{pattern: t.Pattern, n: n, exact: exact, at: s.clock.Now()})
 	return n, exact, nil
 }

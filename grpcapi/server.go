@@ -8,10 +8,14 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -394,4 +398,91 @@ func (s *Server) finish(ctx context.Context, req *rlv3.RateLimitRequest, err err
 
 func invalidArg(format string, a ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, a...)
+}
+
+// Headers names the response headers an answer adds for Envoy to pass to
+// the client (response_headers_to_add), as the reference server adds them
+// with LIMIT_RESPONSE_HEADERS_ENABLED: the limit, the remainder and the
+// seconds until the reset of the descriptor closest to its limit.
+type Headers struct {
+	Limit, Remaining, Reset string
+}
+
+// add adds the headers to resp (h nil: none), of the last descriptor over
+// its limit, else of the first with a limit and the least remaining. The
+// reset is its duration_until_reset, by Redis' clock.
+func (h *Headers) add(resp *rlv3.RateLimitResponse) {
+	if h == nil {
+		return
+	}
+	var pick *rlv3.RateLimitResponse_DescriptorStatus
+	for _, st := range resp.Statuses {
+		switch {
+		case st.CurrentLimit == nil:
+		case st.Code == rlv3.RateLimitResponse_OVER_LIMIT:
+			pick = st
+		case pick == nil || pick.Code != rlv3.RateLimitResponse_OVER_LIMIT && st.LimitRemaining < pick.LimitRemaining:
+			pick = st
+		}
+	}
+	if pick == nil {
+		return
+	}
+	reset := int64(wholeSeconds(pick.GetDurationUntilReset().AsDuration()) / time.Second) // nil: 0
+	resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+		{Key: h.Limit, Value: strconv.FormatUint(uint64(pick.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: h.Remaining, Value: strconv.FormatUint(uint64(pick.LimitRemaining), 10)},
+		{Key: h.Reset, Value: strconv.FormatInt(reset, 10)},
+	}
+}
+
+// overrideOf reads a descriptor's limit; nil without one. The unit must be
+// one the protocol names (the reference cannot count UNKNOWN either);
+// unit_multiplier is not read, as the reference does not read it.
+func overrideOf(i int, l *rlcommon.RateLimitDescriptor_RateLimitOverride) (*envoyrules.Override, error) {
+	if l == nil {
+		return nil, nil
+	}
+	u := envoyrules.Unit(l.GetUnit())
+	if _, ok := envoyrules.UnitPeriod(u); !ok {
+		return nil, invalidArg("descriptors[%d].limit.unit: must be one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR (got %v)", i, l.GetUnit())
+	}
+	return &envoyrules.Override{Limit: l.GetRequestsPerUnit(), Unit: u}, nil
+}
+
+// overrides are the override templates this process has put in Redis.
+type overrides struct {
+	mu  sync.Mutex
+	put map[string]bool
+}
+
+// maxOverrideTemplates bounds the templates remembered as put; past it they
+// start over (put again, a template is unchanged).
+const maxOverrideTemplates = 4096
+
+func (s *Server) ensureOverride(ctx context.Context, t limitd.Template) error {
+	s.overrides.mu.Lock()
+	done := s.overrides.put[t.ID]
+	s.overrides.mu.Unlock()
+	if done {
+		return nil
+	}
+	if _, _, err := s.svc.PutTemplate(ctx, t); err != nil {
+		return err
+	}
+	s.overrides.mu.Lock()
+	defer s.overrides.mu.Unlock()
+	if s.overrides.put == nil || len(s.overrides.put) >= maxOverrideTemplates {
+		s.overrides.put = map[string]bool{}
+	}
+	s.overrides.put[t.ID] = true
+	return nil
+}
+
+// forgetOverrides makes the next call put its templates again (Redis lost
+// them).
+func (s *Server) forgetOverrides() {
+	s.overrides.mu.Lock()
+	defer s.overrides.mu.Unlock()
+	clear(s.overrides.put)
 }
