@@ -100,8 +100,7 @@ func newClient(s string, tlsConfig *tls.Config) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, bad(err)
 		}
-		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
-		opt.ContextTimeoutEnabled = true
+		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries, &opt.ContextTimeoutEnabled)
 		addTLS(opt.TLSConfig, tlsConfig)
 		return followSentinel(redis.NewFailoverClient(opt)), nil
 	case q.Has("addr"):
@@ -115,8 +114,7 @@ func newClient(s string, tlsConfig *tls.Config) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, bad(err)
 		}
-		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
-		opt.ContextTimeoutEnabled = true
+		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries, &opt.ContextTimeoutEnabled)
 		addTLS(opt.TLSConfig, tlsConfig)
 		return followCluster(redis.NewClusterClient(opt)), nil
 	default:
@@ -127,8 +125,7 @@ func newClient(s string, tlsConfig *tls.Config) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, bad(err)
 		}
-		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
-		opt.ContextTimeoutEnabled = true
+		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries, &opt.ContextTimeoutEnabled)
 		addTLS(opt.TLSConfig, tlsConfig)
 		return redis.NewClient(opt), nil
 	}
@@ -158,12 +155,12 @@ func newFromList(s string) (redis.UniversalClient, error) {
 		addrs = append(addrs, a)
 	}
 	if len(addrs) == 1 {
-		opt := &redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true}
-		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
+		opt := &redis.Options{Addr: addrs[0]}
+		shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries, &opt.ContextTimeoutEnabled)
 		return redis.NewClient(opt), nil
 	}
-	opt := &redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}
-	shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries)
+	opt := &redis.ClusterOptions{Addrs: addrs}
+	shortTimeouts(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.MaxRetries, &opt.DialerRetries, &opt.ContextTimeoutEnabled)
 	return followCluster(redis.NewClusterClient(opt)), nil
 }
 
@@ -206,13 +203,15 @@ func checkAddr(a string) (string, error) {
 }
 
 // shortTimeouts fills in NewClient's short timeouts and retries where a URL
-// left them unset (go-redis' option types share the fields but no type).
-func shortTimeouts(dial, read, write *time.Duration, retries, dialerRetries *int) {
+// left them unset, and has the client honour context deadlines (go-redis'
+// option types share the fields but no type).
+func shortTimeouts(dial, read, write *time.Duration, retries, dialerRetries *int, ctxTimeout *bool) {
 	*dial = cmp.Or(*dial, DialTimeout)
 	*read = cmp.Or(*read, ReadTimeout)
 	*write = cmp.Or(*write, WriteTimeout)
 	*retries = cmp.Or(*retries, MaxRetries)
 	*dialerRetries = cmp.Or(*dialerRetries, 1)
+	*ctxTimeout = true
 }
 
 const redacted = "xxxxx" // stands in for a hidden secret

@@ -36,7 +36,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd"
-	"github.com/limitd/limitd/internal/testkit/luatest"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/store"
@@ -1566,7 +1565,7 @@ func TestDiffAtOnce(t *testing.T) {
 // clock.
 func TestDiffBigIdle(t *testing.T) {
 	t.Parallel()
-	lib := luatest.Lib(t)
+	lib := store.LuaLib(t)
 	// Per case: the gap {lo, hi}, then an idle total of tot (given as lo, hi)
 	// plus the gap plus x, as totals returns it and as packed, and packed
 	// params for store to decode the totals with.

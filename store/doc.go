@@ -11,7 +11,7 @@
 // run as Redis Functions of one library (functions.go); elsewhere, and for
 // every other operation, as scripts (EVALSHA).
 //
-// Charges (charge.go) take permits whatever is left: usage recorded after
+// Charges (acquire.go) take permits whatever is left: usage recorded after
 // the fact. AcquireMany decides many acquires in one round trip per node, one
 // script call per limiter (on a single server, one call for many limiters);
 // WithBatching does this for concurrent callers of Acquire (batcher.go).

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd/limiter"
+	"github.com/limitd/limitd/lua"
 )
 
 // RaceDetector is whether the tests run under the race detector.
@@ -116,3 +119,17 @@ func (s *Store) Ping(ctx context.Context) error { return wrapErr(s.rdb.Ping(ctx)
 
 // Failed is how many flushes Redis did not take.
 func (t *Tally) Failed() int64 { return t.failed.Load() }
+
+// LuaLib is lua/lib.lua with the kind files and what is derived from them:
+// the function library's source (lua.Library) between its "#!lua" line and
+// its first function, which is where the library keeps it. Tests call its
+// functions on their own.
+func LuaLib(t testing.TB) string {
+	t.Helper()
+	_, src, _ := strings.Cut(lua.Library().Source, "\n")
+	lib, _, ok := strings.Cut(src, "\nredis.register_function(")
+	if !ok {
+		t.Fatal("lua.Library's source registers no function")
+	}
+	return lib + "\n"
+}

@@ -61,12 +61,9 @@ func topologyChanged(err error) bool {
 		return true
 	}
 	msg := err.Error()
-	for _, p := range []string{"CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING", "READONLY"} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "connection reset")
+	isCode := func(code string) bool { return strings.HasPrefix(msg, code) }
+	return slices.ContainsFunc([]string{"CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "LOADING", "READONLY"}, isCode) ||
+		strings.Contains(msg, "connection refused") || strings.Contains(msg, "connection reset")
 }
 
 func demoted(err error) bool {

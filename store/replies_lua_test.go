@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/limitd/limitd/internal/testkit/luatest"
 	"github.com/limitd/limitd/lua"
 )
 
@@ -30,7 +29,7 @@ func TestReplyCodesMatchLua(t *testing.T) {
 		src    string
 		want   map[string]int64
 	}{
-		{"lib.lua", luatest.Lib(t), lib},
+		{"lib.lua", LuaLib(t), lib},
 		{"share.lua", lua.Source(lua.Share), lease},
 		{"concurrency.lua", lua.Source(lua.Concurrency), lease},
 		{"configure_lease.lua", lua.Source(lua.ConfigureLease), map[string]int64{"NOT_FOUND": replyNotFound,

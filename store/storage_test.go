@@ -20,7 +20,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/limitd/limitd"
-	"github.com/limitd/limitd/internal/testkit/luatest"
 	"github.com/limitd/limitd/internal/testkit/redistest"
 	"github.com/limitd/limitd/limiter"
 	"github.com/limitd/limitd/lua"
@@ -100,7 +99,7 @@ func TestStoragePackedRoundTrip(t *testing.T) {
 	}
 	// Per row: x of a schedule and of a smooth limiter (code, format, version 7,
 	// params, state, totals), then each unpacked again as %.17g text.
-	script := luatest.Lib(t) + `
+	script := LuaLib(t) + `
 local function back(layout, s, n)
   local v = {dec(layout, s)}
   local out = {}
@@ -217,7 +216,7 @@ return out`
 func TestStorageLayouts(t *testing.T) {
 	t.Parallel()
 	stBackends(t, func(t *testing.T, rdb redis.UniversalClient) {
-		n, err := rdb.Eval(t.Context(), luatest.Lib(t)+"return check_layouts()", nil).Int()
+		n, err := rdb.Eval(t.Context(), LuaLib(t)+"return check_layouts()", nil).Int()
 		if err != nil || n != len(lua.Kinds()) {
 			t.Fatalf("check_layouts: %d kinds, %v; want %d", n, err, len(lua.Kinds()))
 		}
@@ -727,7 +726,7 @@ func TestStorageLeanCarry(t *testing.T) {
 	key := s.stateKey("c")
 	// lows sets the low parts of the totals (al id pm lt) to ARGV and
 	// returns the low and high parts, or only returns them without ARGV.
-	lows := luatest.Lib(t) + `
+	lows := LuaLib(t) + `
 check_layouts()
 local v = {dec(X_OF[1].fmt, redis.call('GET', KEYS[1]))}
 table.remove(v, 1) -- the code

@@ -23,10 +23,6 @@ import (
 
 var countFields = [4]string{"gc", "gp", "rc", "rp"}
 
-func countValues(c limitd.Counts) [4]int64 {
-	return [4]int64{c.GrantedCalls, c.GrantedPermits, c.RefusedCalls, c.RefusedPermits}
-}
-
 const (
 	// TotalsTTL is how long totals are kept after the last decision that
 	// added to them: long, but a deleted limiter leaves no key forever.
@@ -69,8 +65,7 @@ type TopAdd struct {
 func (s *Store) AddTotals(ctx context.Context, b TotalsBatch) error {
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		add := func(key string, c limitd.Counts, ttl time.Duration) {
-			v := countValues(c)
-			for i, n := range v {
+			for i, n := range [4]int64{c.GrantedCalls, c.GrantedPermits, c.RefusedCalls, c.RefusedPermits} {
 				if n != 0 {
 					p.HIncrBy(ctx, key, countFields[i], n)
 				}

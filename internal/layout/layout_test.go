@@ -28,7 +28,6 @@ var may = map[string][]string{
 	"internal/testkit/redistest":   nil,
 	"internal/testkit/faultproxy":  nil,
 	"internal/testkit/rounds":      nil,
-	"internal/testkit/luatest":     {"lua"},
 	"internal/testkit/logtest":     nil,
 	"internal/testkit/storetest":   {"store", "internal/testkit/redistest"},
 	"internal/testkit/browsertest": nil,

@@ -60,10 +60,7 @@ func (i *Instance) WaitSynced(within time.Duration) {
 }
 
 // SentinelInstance is a Redis Sentinel monitoring one master, owned by a test.
-type SentinelInstance struct {
-	*Instance
-	name string
-}
+type SentinelInstance struct{ *Instance }
 
 // Sentinel starts one redis-server --sentinel on a free 127.0.0.1 port that
 // monitors master as SentinelMaster with quorum 1 and the short timings
@@ -90,13 +87,13 @@ func Sentinel(t testing.TB, master *Instance, replicas int) *SentinelInstance {
 	inst := launch(t, setup, func(string, int) ([]string, error) {
 		return []string{"--sentinel"}, nil
 	})
-	s := &SentinelInstance{Instance: inst, name: SentinelMaster}
+	s := &SentinelInstance{inst}
 	sc := redis.NewSentinelClient(&redis.Options{Addr: inst.Addr()})
 	defer sc.Close()
 	var m map[string]string
 	var err error
 	poll(t, 10*time.Second, 50*time.Millisecond, func(ctx context.Context) bool {
-		m, err = sc.Master(ctx, s.name).Result()
+		m, err = sc.Master(ctx, SentinelMaster).Result()
 		return err == nil && m["num-slaves"] == strconv.Itoa(replicas) && !strings.Contains(m["flags"], "down")
 	}, func() string {
 		return fmt.Sprintf("sentinel %s did not see master %s with %d replicas within 10s: %v %v", inst.Addr(), master.Addr(), replicas, m, err)
@@ -105,19 +102,19 @@ func Sentinel(t testing.TB, master *Instance, replicas int) *SentinelInstance {
 }
 
 // MasterName is the name the Sentinel monitors the master by.
-func (s *SentinelInstance) MasterName() string { return s.name }
+func (s *SentinelInstance) MasterName() string { return SentinelMaster }
 
 // URL is the LIMITD_REDIS_URL naming this Sentinel's master, with extra
 // query parameters appended ("&client_name=x").
 func (s *SentinelInstance) URL(extra string) string {
-	return "redis://" + s.Addr() + "?master_name=" + s.name + extra
+	return "redis://" + s.Addr() + "?master_name=" + SentinelMaster + extra
 }
 
 // MasterAddr asks the Sentinel where the master is now.
 func (s *SentinelInstance) MasterAddr(ctx context.Context) (string, error) {
 	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr()})
 	defer sc.Close()
-	a, err := sc.GetMasterAddrByName(ctx, s.name).Result()
+	a, err := sc.GetMasterAddrByName(ctx, SentinelMaster).Result()
 	if err != nil {
 		return "", err
 	}
