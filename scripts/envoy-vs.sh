@@ -22,9 +22,11 @@
 #
 #   scripts/envoy-vs.sh                     # 7 rounds of 1.5 s per side per row
 #   ROUNDS=9 ROUND=2s scripts/envoy-vs.sh
+#   CALLERS=16 scripts/envoy-vs.sh          # only the rows of 16 callers (1, 16, 64, comma-separated)
 #   QUICK=1 scripts/envoy-vs.sh             # 1 round of 300 ms per row, to check the script
 #   REF_VERSION=v1.4.0 scripts/envoy-vs.sh  # another version of the reference (default latest)
 #   REF_ENV='REDIS_PIPELINE_WINDOW=150us' scripts/envoy-vs.sh  # the reference with more settings
+#   LIMITD_ENV='GOGC=200' scripts/envoy-vs.sh                  # limitd with more settings
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-7}
@@ -52,4 +54,4 @@ go build -o "$tmp/limitd" ./cmd/limitd
 go test -c -o "$tmp/envoyvs" ./scripts/_envoyvs
 rev="$(git -C "$root" log -1 --format=%h 2>/dev/null || echo '?')$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' with uncommitted changes')"
 "$tmp/envoyvs" -limitd "$tmp/limitd" -ref "$cache/service_cmd" -limitd-version "$rev" -ref-version "$refv" \
-  -rounds "$rounds" -round "$round" -ref-env "${REF_ENV:-}"
+  -rounds "$rounds" -round "$round" -ref-env "${REF_ENV:-}" -callers "${CALLERS:-}" -limitd-env "${LIMITD_ENV:-}"

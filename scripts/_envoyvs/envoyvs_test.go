@@ -78,9 +78,11 @@ func TestMain(*testing.M) {
 	limitdVersion := flag.String("limitd-version", "this tree", "limitd's version, for the output")
 	refVersion := flag.String("ref-version", "?", "the reference's module version, for the output")
 	refEnv := flag.String("ref-env", "", "more environment for the reference, space-separated NAME=VALUE")
+	limitdEnv := flag.String("limitd-env", "", "more environment for limitd, space-separated NAME=VALUE")
 	nRounds := flag.Int("rounds", 7, "alternating rounds per row")
 	dur := flag.Duration("round", 1500*time.Millisecond, "how long each side runs in a round")
 	nKeys := flag.Int("keys", 10_000, "the values of the round-robin rows")
+	only := flag.String("callers", "", "the rows to run, by callers, comma-separated (default: 1,16,64)")
 	flag.Parse()
 	if *limitdBin == "" || *refBin == "" {
 		prog.Fatal("usage: envoyvs -limitd BIN -ref BIN [flags]")
@@ -90,16 +92,23 @@ func TestMain(*testing.M) {
 	rdb := redistest.Server(prog).Client()
 	redisVersion := infoField(must(rdb.Info(ctx, "server").Result()), "redis_version")
 
-	limitd := startLimitd(ctx, *limitdBin, tmp, rdb)
+	limitdExtra := strings.Fields(*limitdEnv)
+	limitd := startLimitd(ctx, *limitdBin, tmp, rdb, limitdExtra)
 	extra := strings.Fields(*refEnv)
 	ref := startRef(ctx, *refBin, tmp, rdb, extra)
 	sides := []*side{limitd, ref}
 
 	rows := []row{{callers: 1, keys: 1}, {callers: 1, keys: *nKeys}, {callers: 16, keys: 1},
 		{callers: 16, keys: *nKeys}, {callers: 64, keys: 1}, {callers: 64, keys: *nKeys}}
+	if *only != "" {
+		rows = slices.DeleteFunc(rows, func(r row) bool { return !slices.Contains(strings.Split(*only, ","), strconv.Itoa(r.callers)) })
+		if len(rows) == 0 {
+			prog.Fatalf("-callers %q: must name 1, 16 or 64, comma-separated", *only)
+		}
+	}
 
-	fmt.Printf("limitd %s (`limitd serve`, gRPC front end) against the Envoy reference rate limit server %s\n", *limitdVersion, *refVersion)
-	fmt.Printf("(github.com/envoyproxy/ratelimit, its defaults%s), both over one redis-server %s;\n", refEnvNote(extra), redisVersion)
+	fmt.Printf("limitd %s (`limitd serve`%s, gRPC front end) against the Envoy reference rate limit server %s\n", *limitdVersion, envNote(" with ", limitdExtra), *refVersion)
+	fmt.Printf("(github.com/envoyproxy/ratelimit, its defaults%s), both over one redis-server %s;\n", envNote(" but ", extra), redisVersion)
 	fmt.Printf("%s, %d cores (the servers, Redis and the load on the same cores), %s, load average before: %s.\n",
 		cpuModel(), runtime.NumCPU(), runtime.Version(), loadavg())
 	fmt.Printf("ShouldRateLimit with one descriptor (%s=<value>) of a rule of %s per %s per value, every call within it;\n",
@@ -465,18 +474,18 @@ func answerProblem(r *rlsv3.RateLimitResponse) string {
 
 // startLimitd runs `limitd serve` over addr with the rules in its boot
 // file, and returns it as a side once a call is answered.
-func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client) *side {
+func startLimitd(ctx context.Context, bin, tmp string, rdb *redis.Client, extra []string) *side {
 	boot := filepath.Join(tmp, "limitd.yaml")
 	item := strings.TrimSuffix(strings.ReplaceAll(domainYAML, "\n", "\n    "), "    ") // indented as a list item
 	writeFile(boot, "domains:\n  - "+item)
 	grpcAddr, httpAddr := freeAddr(), freeAddr()
-	p := startProc("limitd", bin, tmp, []string{
+	p := startProc("limitd", bin, tmp, append([]string{
 		"LIMITD_REDIS_URL=redis://" + rdb.Options().Addr,
 		"LIMITD_PREFIX=" + limitdPrefix,
 		"LIMITD_CONFIG=" + boot,
 		"LIMITD_GRPC_ADDR=" + grpcAddr,
 		"LIMITD_ADDR=" + httpAddr,
-	}, "serve")
+	}, extra...), "serve")
 	waitHTTP(p, "http://"+httpAddr+"/readyz")
 	s := newSide("limitd", grpcAddr, p)
 	waitCall(ctx, s, p)
@@ -776,11 +785,12 @@ func thousands(x float64) string {
 	return s
 }
 
-func refEnvNote(extra []string) string {
+// envNote is extra's settings after lead, for the output ("" if none).
+func envNote(lead string, extra []string) string {
 	if len(extra) == 0 {
 		return ""
 	}
-	return " but " + strings.Join(extra, " ")
+	return lead + strings.Join(extra, " ")
 }
 
 func cpuModel() string {
