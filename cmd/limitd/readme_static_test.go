@@ -338,10 +338,25 @@ func checkCommand(root string, c shCommand, ps *readmeProblems) {
 		ps.add(c.line, "%q: %v", c.text, err)
 		return
 	}
+	var vars []string // VAR=value before the command
 	for len(words) > 0 && shAssign.MatchString(words[0]) {
-		words = words[1:] // VAR=value before the command
+		vars = append(vars, words[0][:strings.IndexByte(words[0], '=')])
+		words = words[1:]
 	}
 	switch {
+	case len(vars) > 0 && len(words) == 1 && strings.HasPrefix(words[0], "scripts/") && notRun(words[0]):
+		// a script that is not run, with settings: it must read each
+		script, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(words[0])))
+		if err != nil {
+			ps.add(c.line, "%q: %v", c.text, err)
+			return
+		}
+		for _, v := range vars {
+			if !strings.Contains(string(script), "${"+v) && !strings.Contains(string(script), "$"+v) {
+				ps.add(c.line, "%q: %s reads no %s", c.text, words[0], v)
+			}
+		}
+		return
 	case len(words) >= 2 && words[0] == "go" && words[1] == "test":
 		checkGoTest(root, c.line, words[2:], ps)
 		return

@@ -379,16 +379,21 @@ func TestREADMEChecksFail(t *testing.T) {
 			"docker run limitd\n" + // line 6
 			"go test -run TestParseBootFile/some_case -bench BenchmarkAcquire ./internal/boot/ ./store/\n" + // fine
 			"```\n" +
-			"See `go test -run Sim -v ./limiter/` and `limiter/no_such_test.go`, `application/json`.\n") // line 9
+			"See `go test -run Sim -v ./limiter/` and `limiter/no_such_test.go`, `application/json`.\n" + // line 9
+			"```sh\n" +
+			"CALLERS=16 LIMITD_ENV='GOGC=200' scripts/envoy-vs.sh\n" + // fine: the script reads both
+			"CALLERZ=16 scripts/envoy-vs.sh\n" + // line 12
+			"```\n")
 		var ps readmeProblems
 		checkCommands(moduleRoot, blocks, spans, &ps)
 		wantLines(t, ps, map[int]string{
-			2: `"TestNoSuchThing" matches no test in ./internal/boot/`,
-			3: `"BenchmarkNoSuch" matches no benchmark`,
-			4: "go test ./nosuch/: no such package",
-			5: "--mode must be pool, direct or http",
-			6: `"docker run limitd" is neither run nor checked`,
-			9: "`limiter/no_such_test.go`: no such file",
+			2:  `"TestNoSuchThing" matches no test in ./internal/boot/`,
+			3:  `"BenchmarkNoSuch" matches no benchmark`,
+			4:  "go test ./nosuch/: no such package",
+			5:  "--mode must be pool, direct or http",
+			6:  `"docker run limitd" is neither run nor checked`,
+			9:  "`limiter/no_such_test.go`: no such file",
+			12: "scripts/envoy-vs.sh reads no CALLERZ",
 		})
 	})
 }
