@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -71,15 +72,15 @@ func TestRedisDown(t *testing.T) {
 
 // A request that outlives RequestTimeout is a 503 of type timeout.
 func TestRequestTimeout(t *testing.T) {
-	var slow atomic.Bool // when set, every read from Redis takes 200ms
+	var slow atomic.Bool // while set, no read from Redis returns
 	dial := func(ro *redis.Options) {
 		ro.ContextTimeoutEnabled = true // as store.NewClient's: a deadline bounds each read
 		ro.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			return slowConn{c, &slow}, err
+			return slowConn{c, &slow, new(atomic.Int64)}, err
 		}
 	}
-	e := newEnvRedis(t, dial, func(o *api.Options) { o.RequestTimeout = 50 * time.Millisecond })
+	e := newEnvRedis(t, dial, func(o *api.Options) { o.RequestTimeout = 500 * time.Millisecond })
 	e.must(201, "PUT", "/v1/limiters/slow", `{"rate":100}`)
 	e.must(201, "PUT", "/v1/limiters/slots", `{"kind":"concurrency","limit":2}`)
 	e.must(200, "POST", "/v1/limiters/slots/acquire", nil) // now known as a concurrency limiter
@@ -88,21 +89,45 @@ func TestRequestTimeout(t *testing.T) {
 	// the rate decision and a concurrency limiter's slot both end by it.
 	for _, name := range []string{"slow", "slots"} {
 		r := e.must(503, "POST", "/v1/limiters/"+name+"/acquire", nil)
-		if p := r.problem(t); p.Type != "urn:limitd:problem:timeout" || !strings.Contains(p.Detail, "50ms") {
+		if p := r.problem(t); p.Type != "urn:limitd:problem:timeout" || !strings.Contains(p.Detail, "500ms") {
 			t.Errorf("%s: timeout problem: %+v", name, p)
 		}
 	}
 	slow.Store(false)
 }
 
+// slowConn is a connection whose reads, while slow is set, get nothing from
+// Redis until their deadline, as if Redis never answered.
 type slowConn struct {
 	net.Conn
-	slow *atomic.Bool
+	slow     *atomic.Bool
+	deadline *atomic.Int64 // the read deadline, Unix ns; 0: none
+}
+
+func (c slowConn) SetDeadline(t time.Time) error {
+	c.setRead(t)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c slowConn) SetReadDeadline(t time.Time) error {
+	c.setRead(t)
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c slowConn) setRead(t time.Time) {
+	if t.IsZero() {
+		c.deadline.Store(0)
+	} else {
+		c.deadline.Store(t.UnixNano())
+	}
 }
 
 func (c slowConn) Read(b []byte) (int, error) {
-	if c.slow.Load() {
-		time.Sleep(200 * time.Millisecond)
+	for c.slow.Load() {
+		if d := c.deadline.Load(); d != 0 && time.Now().UnixNano() >= d {
+			return 0, os.ErrDeadlineExceeded
+		}
+		time.Sleep(time.Millisecond)
 	}
 	return c.Conn.Read(b)
 }
