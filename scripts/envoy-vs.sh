@@ -6,8 +6,9 @@
 # (scripts/_envoyvs, test code built with go test -c) at 1, 16 and 64 calls
 # in flight, on one counter and over 10,000, in rounds in which the side going first alternates. It
 # prints, as Markdown, each side's calls/s and redis-server CPU per call and
-# their ratios (medians), the Redis commands each issues per call, and each
-# server's own CPU per call; it fails if a call was refused, answered wrong
+# their ratios (medians), the Redis commands each issues per call, each
+# server's own CPU per call, and the driver's and the machine's (driver,
+# server and Redis) per call; it fails if a call was refused, answered wrong
 # or not counted in Redis.
 #
 # The reference is built here from its source, which the Go module proxy

@@ -70,6 +70,7 @@ func TestEnvoyVsScript(t *testing.T) {
 	for _, c := range []struct{ what, re string }{
 		{"calls/s and Redis CPU", `(?m)^` + row + `[0-9,]+ \| [0-9,]+ \| ` + ratio + ` \| ` + us + ` \| ` + us + ` \| ` + ratio + ` \|$`},
 		{"commands and process CPU", `(?m)^` + row + `[^|;]*\bincrby [0-9.]+[^|;]* \| [0-9.]+ \| [^|]*\bincrby 1\.00\b[^|]* \| [0-9.]+ \| ` + us + ` \| ` + us + ` \|$`},
+		{"driver and machine CPU", `(?m)^` + row + us + ` \| ` + us + ` \| ` + us + ` \| ` + us + ` \| [0-9]\.[0-9]{2} \| [0-9]\.[0-9]{2} \| ` + ratio + ` \|$`},
 	} {
 		if n := len(regexp.MustCompile(c.re).FindAllString(string(out), -1)); n != 6 {
 			t.Errorf("envoy-vs.sh printed %d rows of %s, want 6:\n%s", n, c.what, out)

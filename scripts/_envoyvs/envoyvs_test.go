@@ -154,6 +154,18 @@ func printTables(rows []row, results []rowResult) {
 			f.commands(), f.usecPerCall(), l.median(procCPU)*1e6, f.median(procCPU)*1e6)
 	}
 	fmt.Println()
+	fmt.Println("What a call costs the machine: the driver's CPU (this program, the gRPC client of both), and that with the")
+	fmt.Println("server's and Redis's; and the cores the three kept busy. Where they keep every core busy, the calls/s ratio")
+	fmt.Println("is the last column's; a side that leaves cores idle falls short of it:")
+	fmt.Println()
+	fmt.Println("| callers, keys | driver CPU per call, limitd's | driver CPU per call, the reference's | all CPU per call, limitd | all CPU per call, reference | cores busy, limitd | cores busy, reference | **reference / limitd, all CPU per call** |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	for i, r := range rows {
+		l, f := results[i].sides[0], results[i].sides[1]
+		fmt.Printf("| %s | %.1f µs | %.1f µs | %.1f µs | %.1f µs | %.2f | %.2f | %s |\n", r, l.median(driverCPU)*1e6, f.median(driverCPU)*1e6,
+			l.median(allCPU)*1e6, f.median(allCPU)*1e6, l.median(busy), f.median(busy), ratioCell(results[i].all))
+	}
+	fmt.Println()
 }
 
 // printProblems prints how many calls s answered OK, and the ten most
@@ -217,6 +229,7 @@ type roundResult struct {
 	calls, errs, wrong int64
 	elapsed            time.Duration
 	redisCPU, procCPU  float64 // seconds
+	driverCPU          float64 // this program's, seconds
 	cmds               map[string]cmdStat
 }
 
@@ -232,9 +245,17 @@ type sideResult struct {
 
 type metric func(roundResult) float64
 
-func rps(r roundResult) float64      { return float64(r.calls) / r.elapsed.Seconds() }
-func redisCPU(r roundResult) float64 { return r.redisCPU / float64(r.calls) }
-func procCPU(r roundResult) float64  { return r.procCPU / float64(r.calls) }
+func rps(r roundResult) float64       { return float64(r.calls) / r.elapsed.Seconds() }
+func redisCPU(r roundResult) float64  { return r.redisCPU / float64(r.calls) }
+func procCPU(r roundResult) float64   { return r.procCPU / float64(r.calls) }
+func driverCPU(r roundResult) float64 { return r.driverCPU / float64(r.calls) }
+
+// allCPU is the CPU a call cost the machine: the server's, Redis's and the
+// driver's. Where they share the cores and keep them busy, calls/s follow it.
+func allCPU(r roundResult) float64 { return (r.procCPU + r.redisCPU + r.driverCPU) / float64(r.calls) }
+
+// busy is how many of the machine's cores the three kept busy.
+func busy(r roundResult) float64 { return (r.procCPU + r.redisCPU + r.driverCPU) / r.elapsed.Seconds() }
 
 func (s sideResult) median(m metric) float64 {
 	xs := make([]float64, len(s.rounds))
@@ -306,6 +327,7 @@ var scriptCommands = map[string]bool{"eval": true, "eval_ro": true, "evalsha": t
 type rowResult struct {
 	sides      []sideResult
 	speed, cpu []float64
+	all        []float64 // the reference's CPU per call, all of it, over limitd's
 }
 
 // request is a call for one hit of the rule's value.
@@ -346,6 +368,7 @@ func runRow(ctx context.Context, rdb *redis.Client, sides []*side, r row, nRound
 		}
 		res.speed = append(res.speed, rps(per[0])/rps(per[1]))
 		res.cpu = append(res.cpu, redisCPU(per[0])/redisCPU(per[1]))
+		res.all = append(res.all, allCPU(per[1])/allCPU(per[0]))
 	}
 	return res
 }
@@ -365,10 +388,13 @@ func runRound(ctx context.Context, rdb *redis.Client, s *side, reqs []*rlsv3.Rat
 	before, _ := s.counts(ctx, values, w)
 	first := cursor.Load()
 	info0, cpu0 := must(rdb.Info(ctx, "cpu", "commandstats").Result()), redistest.ProcessCPU(prog, s.pid)
+	self0 := redistest.ProcessCPU(prog, os.Getpid())
 	out := load(ctx, s, reqs, callers, d, 0, cursor)
+	self1 := redistest.ProcessCPU(prog, os.Getpid())
 	info1, cpu1 := must(rdb.Info(ctx, "cpu", "commandstats").Result()), redistest.ProcessCPU(prog, s.pid)
 	out.redisCPU = redisCPUSecs(info1) - redisCPUSecs(info0)
 	out.procCPU = (cpu1 - cpu0).Seconds()
+	out.driverCPU = (self1 - self0).Seconds()
 	out.cmds = commandDeltas(info0, info1)
 	if out.calls == 0 {
 		prog.Fatalf("%s answered no call OK in a round of %v: %v", s.name, d, s.problems)
