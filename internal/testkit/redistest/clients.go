@@ -28,12 +28,14 @@ func Mini(t testing.TB, opts ...func(*redis.Options)) (*miniredis.Miniredis, *re
 
 // ShortClient starts a private redis-server and a client of it with short
 // timeouts, so that a stopped server is noticed quickly. The caller may close
-// the client early; the test's end closes both.
+// the client early; the test's end closes both. The dial's timeout is not
+// short: on loopback a stopped server refuses a connection at once, and a
+// busy machine may not run the dialing goroutine for a while.
 func ShortClient(t testing.TB) (*Instance, *redis.Client) {
 	t.Helper()
 	srv := Server(t)
 	rdb := redis.NewClient(&redis.Options{
-		Addr: srv.Addr(), DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond,
+		Addr: srv.Addr(), DialTimeout: 2 * time.Second, ReadTimeout: 500 * time.Millisecond,
 		WriteTimeout: 500 * time.Millisecond, MaxRetries: 1, ContextTimeoutEnabled: true,
 		DialerRetries: 1, DialerRetryTimeout: 10 * time.Millisecond,
 	})
