@@ -357,3 +357,46 @@ func TestBatcherWaitsForAnsweredCallers(t *testing.T) {
 		}
 	}
 }
+
+// TestBatcherSplitsWhileConnectionsAreFree: with WithBatchSplit's n, a batch
+// leaves once it holds n requests while a connection is free, without
+// waiting for its linger; once every connection is busy the callers gather
+// in one batch, past n, which leaves when a round trip ends.
+func TestBatcherSplitsWhileConnectionsAreFree(t *testing.T) {
+	s, g := gatedStore(t, 2) // two round trips under way at most
+	b := s.batcher
+	b.mu.Lock()
+	b.split = 2
+	b.maxLinger, b.rtt = time.Minute, time.Minute // no batch leaves for its linger
+	b.mu.Unlock()
+	callers := []<-chan answer{acquireAsync(s, "a", 0)}
+	if h := g.next(t, "a lone caller"); !h.deadline.IsZero() {
+		t.Fatal("a lone caller's call went in a batch")
+	}
+	for range 2 {
+		callers = append(callers, acquireAsync(s, "a", 0))
+	}
+	if h := g.next(t, "two callers while a connection is free"); h.deadline.IsZero() {
+		t.Fatal("two callers while a round trip was held: not sent as a batch")
+	}
+	for range 3 {
+		callers = append(callers, acquireAsync(s, "a", 0))
+	}
+	for deadline := time.Now().Add(10 * time.Second); openCalls(b) < 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("three callers while every connection is busy: %d in the open batch, want 3", openCalls(b))
+		}
+	}
+	g.none(t, "three callers while every connection is busy")
+	b.mu.Lock()
+	b.maxLinger, b.rtt = time.Millisecond, time.Millisecond // the open batch may leave once a round trip ends
+	b.mu.Unlock()
+	g.release()
+	g.next(t, "the three callers, once a round trip ended")
+	for i, ch := range callers {
+		if a := waitAnswer(t, ch, "a caller"); a.err != nil || !a.d.Granted {
+			t.Errorf("caller %d: %+v", i, a)
+		}
+	}
+	g.none(t, "the three callers, in one batch")
+}
