@@ -26,25 +26,12 @@ func WithBatching(maxBatch int) Option {
 	}
 }
 
-// WithBatchSplit makes a batch leave once it holds n requests, fewer than
-// WithBatching's maxBatch, while a connection is free (fewer round trips
-// under way than the client's pool size): a few dozen callers then have
-// several batches under way, one at Redis while the callers of the others
-// work, where one batch of them all leaves the processors idle during its
-// round trip. When every connection is busy a batch still gathers up to
-// maxBatch, so that heavy load costs Redis no more round trips. n < 1, or n
-// of maxBatch or more: a batch leaves at maxBatch only.
-func WithBatchSplit(n int) Option {
-	return func(s *Store) { s.batchSplit = max(0, n) }
-}
-
 // How the batcher sends. A caller that finds no round trip under way and no
 // batch open goes straight to Redis: a lone caller pays no hand-off. Any
 // other joins the open batch, which leaves, on a connection of its own, at
 // the first of these:
 //
-//   - it holds maxBatch requests, or WithBatchSplit's n while a connection
-//     is free;
+//   - it holds maxBatch requests;
 //   - it holds the calls it waits for: a round trip that comes back having
 //     answered k calls makes the open batch (opening one) wait for k more
 //     calls than it holds, as on a near, busy Redis those callers come back
@@ -75,10 +62,7 @@ func newBatcher(s *Store) *batcher {
 		return nil
 	}
 	limit := max(2, poolSize(s.rdb))
-	b := &batcher{s: s, max: s.batchMax, split: s.batchSplit, limit: limit, maxLinger: maxLinger, ready: make(chan *batch, limit), done: make(chan struct{})}
-	if b.split >= b.max {
-		b.split = 0
-	}
+	b := &batcher{s: s, max: s.batchMax, limit: limit, maxLinger: maxLinger, ready: make(chan *batch, limit), done: make(chan struct{})}
 	b.linger = time.AfterFunc(time.Hour, b.lingered)
 	b.linger.Stop()
 	return b
@@ -100,7 +84,6 @@ func poolSize(rdb redis.UniversalClient) int {
 type batcher struct {
 	s     *Store
 	max   int // requests a batch gathers at most
-	split int // requests at which a batch leaves while a connection is free (0: max)
 	limit int // round trips under way at most
 
 	mu        sync.Mutex
@@ -293,7 +276,7 @@ func (b *batcher) add(c *call) {
 		bt.earliest = u
 		bt.bound.Reset(time.Until(u))
 	}
-	if bt.n >= b.max || b.split > 0 && bt.n >= b.split && b.inflight < b.limit || bt.want > 0 && len(bt.calls) >= bt.want {
+	if bt.n >= b.max || bt.want > 0 && len(bt.calls) >= bt.want {
 		b.seal()
 	}
 }

@@ -37,17 +37,16 @@ const DefaultPrefix = "limitd"
 
 // Store is the Redis side of limitd. It is safe for concurrent use.
 type Store struct {
-	rdb        redis.UniversalClient
-	prefix     string
-	scripts    map[string]*redis.Script
-	fn         functions // the rate limiter's calls as Redis Functions (functions.go)
-	templates  templateCache
-	batchMax   int          // WithBatching's, 0 without
-	batchSplit int          // WithBatchSplit's, 0 without
-	batcher    *batcher     // started by New when batchMax > 0, stopped by Close
-	floors     floorSet     // the furthest schedule position seen per name (floors.go)
-	spread     *spreadHooks // tests: AcquireAll as on a cluster (acquire_all.go)
-	fixed      fixedClock   // Redis' clock as estimated, for fixed windows (fixed.go)
+	rdb       redis.UniversalClient
+	prefix    string
+	scripts   map[string]*redis.Script
+	fn        functions // the rate limiter's calls as Redis Functions (functions.go)
+	templates templateCache
+	batchMax  int          // WithBatching's, 0 without
+	batcher   *batcher     // started by New when batchMax > 0, stopped by Close
+	floors    floorSet     // the furthest schedule position seen per name (floors.go)
+	spread    *spreadHooks // tests: AcquireAll as on a cluster (acquire_all.go)
+	fixed     fixedClock   // Redis' clock as estimated, for fixed windows (fixed.go)
 }
 
 // Option configures a Store.

@@ -44,7 +44,6 @@ const (
 	grpcHealthEvery   = 2 * time.Second  // how often the gRPC health service asks Redis
 	startCheckTimeout = 10 * time.Second // for the look at Redis at the start
 	batchSize         = 64               // acquires per pipeline (store.WithBatching)
-	batchSplit        = 16               // while a connection is free (store.WithBatchSplit)
 	// serveGCPercent is serve's GOGC unless the environment sets one: its
 	// heap of a few MB is marked a quarter as often as at 100, and stays
 	// within tens of MB (README, Performance).
@@ -300,7 +299,7 @@ func (s *server) connect(ctx context.Context) error {
 			return err
 		}
 	}
-	s.st = store.New(s.rdb, store.WithPrefix(s.cfg.Prefix), store.WithBatching(batchSize), store.WithBatchSplit(batchSplit))
+	s.st = store.New(s.rdb, store.WithPrefix(s.cfg.Prefix), store.WithBatching(batchSize))
 	s.onClose(func() { s.st.Close() })
 	s.warnSettings()
 	return nil
