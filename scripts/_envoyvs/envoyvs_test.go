@@ -158,7 +158,7 @@ func printTables(rows []row, results []rowResult) {
 	fmt.Println("server's and Redis's; and the cores the three kept busy. Where they keep every core busy, the calls/s ratio")
 	fmt.Println("is the last column's; a side that leaves cores idle falls short of it:")
 	fmt.Println()
-	fmt.Println("| callers, keys | driver CPU per call, limitd's | driver CPU per call, the reference's | all CPU per call, limitd | all CPU per call, reference | cores busy, limitd | cores busy, reference | **reference / limitd, all CPU per call** |")
+	fmt.Println("| callers, keys | driver CPU per call, limitd's | driver CPU per call, the reference's | all CPU per call, limitd | all CPU per call, reference | cores busy (server, Redis, driver), limitd's rounds | the same, the reference's rounds | **reference / limitd, all CPU per call** |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for i, r := range rows {
 		l, f := results[i].sides[0], results[i].sides[1]
